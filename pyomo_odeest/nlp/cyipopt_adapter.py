@@ -1,0 +1,175 @@
+"""A thin adapter from an :class:`~pyomo_odeest.nlp.protocol.NLPEvaluator` to cyipopt.
+
+* cyipopt is imported lazily; a missing module gives a message naming the
+  package to install.
+* Failed evaluations become ``cyipopt.CyIpoptEvaluationError`` so that Ipopt
+  rejects the trial step and backs off instead of stopping.
+* Time spent in callbacks and the iteration count are recorded.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .protocol import EvaluationError
+
+__all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "CYIPOPT_MISSING"]
+
+CYIPOPT_MISSING = (
+    "cyipopt is not installed. Install the Ipopt wheel with\n"
+    "    pip install cyipopt-wheels        (or: pip install 'pyomo_odeest[ipopt]')\n"
+    "or, in a conda environment, conda install -c conda-forge cyipopt."
+)
+
+# Ipopt ApplicationReturnStatus codes (IpReturnCodes_inc.h)
+IPOPT_STATUS = {
+    0: "Solve_Succeeded",
+    1: "Solved_To_Acceptable_Level",
+    2: "Infeasible_Problem_Detected",
+    3: "Search_Direction_Becomes_Too_Small",
+    4: "Diverging_Iterates",
+    5: "User_Requested_Stop",
+    6: "Feasible_Point_Found",
+    -1: "Maximum_Iterations_Exceeded",
+    -2: "Restoration_Failed",
+    -3: "Error_In_Step_Computation",
+    -4: "Maximum_CpuTime_Exceeded",
+    -5: "Maximum_WallTime_Exceeded",
+    -10: "Not_Enough_Degrees_Of_Freedom",
+    -11: "Invalid_Problem_Definition",
+    -12: "Invalid_Option",
+    -13: "Invalid_Number_Detected",
+    -100: "Unrecoverable_Exception",
+    -101: "NonIpopt_Exception_Thrown",
+    -102: "Insufficient_Memory",
+    -199: "Internal_Error",
+}
+
+
+def import_cyipopt():
+    try:
+        import cyipopt
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(CYIPOPT_MISSING) from err
+    return cyipopt
+
+
+@dataclass
+class IpoptResult:
+    x: np.ndarray
+    obj: float
+    mult_g: np.ndarray
+    mult_x_L: np.ndarray
+    mult_x_U: np.ndarray
+    g: np.ndarray
+    status: int
+    status_name: str
+    message: str
+    iterations: int
+    eval_s: float
+    ipopt_s: float
+    counts: dict = field(default_factory=dict)
+
+
+class _Problem:
+    """The callback object handed to ``cyipopt.Problem``."""
+
+    def __init__(self, ev, cyipopt, intermediate=None):
+        self.ev = ev
+        self._err = cyipopt.CyIpoptEvaluationError
+        self.eval_s = 0.0
+        self.iterations = 0
+        self.counts = dict(objective=0, gradient=0, constraints=0, jacobian=0, hessian=0)
+        self._user_intermediate = intermediate
+
+    def _call(self, name, *args):
+        t = time.perf_counter()
+        self.counts[name] += 1
+        try:
+            return getattr(self.ev, name)(*args)
+        except (EvaluationError, ArithmeticError, ValueError) as err:
+            raise self._err(str(err)) from None
+        finally:
+            self.eval_s += time.perf_counter() - t
+
+    def objective(self, x):
+        return self._call("objective", x)
+
+    def gradient(self, x):
+        return self._call("gradient", x)
+
+    def constraints(self, x):
+        return self._call("constraints", x)
+
+    def jacobian(self, x):
+        return self._call("jacobian", x)
+
+    def jacobianstructure(self):
+        return self.ev.jacobian_structure()
+
+    def hessian(self, x, lam, obj_factor):
+        return self._call("hessian", x, lam, obj_factor)
+
+    def hessianstructure(self):
+        return self.ev.hessian_structure()
+
+    def intermediate(self, alg_mod, iter_count, obj_value, inf_pr, inf_du, mu,
+                     d_norm, regularization_size, alpha_du, alpha_pr, ls_trials):
+        self.iterations = iter_count
+        if self._user_intermediate is not None:
+            r = self._user_intermediate(iter_count=iter_count, obj_value=obj_value,
+                                        inf_pr=inf_pr, inf_du=inf_du, mu=mu)
+            if r is False:
+                return False
+        return True
+
+
+def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None):
+    """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
+
+    ``options`` are passed to Ipopt unchanged.  With ``tee=False`` Ipopt is
+    silent (``print_level=0``) unless the options set ``print_level``.
+    """
+    cyipopt = import_cyipopt()
+    prob = _Problem(ev, cyipopt, intermediate)
+    big = 1e20
+    lb = np.where(np.isfinite(ev.x_lb), ev.x_lb, -big)
+    ub = np.where(np.isfinite(ev.x_ub), ev.x_ub, big)
+    cl = np.where(np.isfinite(ev.g_lb), ev.g_lb, -big)
+    cu = np.where(np.isfinite(ev.g_ub), ev.g_ub, big)
+    nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
+    opts = dict(options or {})
+    if not tee:
+        opts.setdefault("print_level", 0)
+        opts.setdefault("sb", "yes")
+    else:
+        opts.setdefault("sb", "yes")
+    for k, v in opts.items():
+        if isinstance(v, (bool, np.bool_)):
+            v = "yes" if v else "no"
+        elif isinstance(v, np.integer):
+            v = int(v)
+        elif isinstance(v, np.floating):
+            v = float(v)
+        try:
+            nlp.add_option(k, v)
+        except TypeError as err:
+            raise ValueError(f"Ipopt option {k}={v!r}: {err}") from None
+    x_start = ev.x0 if x0 is None else np.asarray(x0, dtype=float)
+    t = time.perf_counter()
+    x, info = nlp.solve(x_start)
+    ipopt_s = time.perf_counter() - t
+    nlp.close()
+    status = int(info["status"])
+    msg = info["status_msg"]
+    if isinstance(msg, bytes):
+        msg = msg.decode(errors="replace")
+    return IpoptResult(
+        x=np.asarray(x), obj=float(info["obj_val"]), mult_g=np.asarray(info["mult_g"]),
+        mult_x_L=np.asarray(info["mult_x_L"]), mult_x_U=np.asarray(info["mult_x_U"]),
+        g=np.asarray(info["g"]), status=status,
+        status_name=IPOPT_STATUS.get(status, f"status_{status}"), message=msg,
+        iterations=prob.iterations, eval_s=prob.eval_s, ipopt_s=ipopt_s,
+        counts=dict(prob.counts))

@@ -1,0 +1,121 @@
+"""A family: many rows that share one symbolic expression.
+
+A family holds a sympy expression ``e(s_0, ..., s_{K-1})`` in K slot symbols
+and an integer array ``idx`` of shape ``(rows, K)``: row ``r`` evaluates
+``e(w[idx[r, 0]], ..., w[idx[r, K-1]])`` where ``w = [x, pool]`` is the vector of
+free variables followed by the constant pool (fixed variables, parameters,
+numbers).  Its first and second derivatives are derived symbolically once and
+lambdified (numpy, common-subexpression elimination) so that every callback is
+one vectorised call per family.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+__all__ = ["Family", "compile_family"]
+
+_CACHE: dict = {}
+
+
+@dataclass
+class _Compiled:
+    nslots: int
+    value: object                      # f(*slots) -> array or scalar
+    d1_slots: tuple                    # slots with a non-zero first derivative
+    d1: object                         # f(*slots) -> list, aligned with d1_slots
+    d1_const: tuple                    # None or the constant value, per entry
+    d2_pairs: tuple                    # (a, b), a <= b, non-zero second derivative
+    d2: object
+    d2_const: tuple
+
+
+def _lambdify(syms, exprs):
+    consts = tuple(
+        float(e) if not e.free_symbols else None for e in exprs
+    )
+    live = [e for e, c in zip(exprs, consts) if c is None]
+    fn = sympy.lambdify(syms, live, modules="numpy", cse=True) if live else None
+    return fn, consts
+
+
+def compile_family(structure, kinds, sympy_builder):
+    """Compile (and cache by structure) the value and derivatives of a shape.
+
+    ``kinds`` gives 'V' or 'C' per slot; only 'V' slots are differentiated.
+    """
+    key = structure
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    K = len(kinds)
+    syms = sympy.symbols(f"s0:{K}", real=True) if K else ()
+    expr = sympy_builder(structure, syms)
+    vslots = [k for k in range(K) if kinds[k] == "V"]
+    d1_slots, d1_exprs = [], []
+    for k in vslots:
+        d = sympy.diff(expr, syms[k])
+        if d != 0:
+            d1_slots.append(k)
+            d1_exprs.append(d)
+    d2_pairs, d2_exprs = [], []
+    for a, da in zip(d1_slots, d1_exprs):
+        if not da.free_symbols:
+            continue
+        for b in d1_slots:
+            if b < a or syms[b] not in da.free_symbols:
+                continue
+            d = sympy.diff(da, syms[b])
+            if d != 0:
+                d2_pairs.append((a, b))
+                d2_exprs.append(d)
+    value_fn = sympy.lambdify(syms, expr, modules="numpy", cse=True)
+    d1_fn, d1_const = _lambdify(syms, d1_exprs)
+    d2_fn, d2_const = _lambdify(syms, d2_exprs)
+    comp = _Compiled(K, value_fn, tuple(d1_slots), d1_fn, d1_const,
+                     tuple(d2_pairs), d2_fn, d2_const)
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[key] = comp
+    return comp
+
+
+def _expand(fn, consts, args, nrows):
+    """Evaluate a list-valued lambdified function, filling constant entries."""
+    out = []
+    live = iter(fn(*args) if fn is not None else ())
+    for c in consts:
+        v = next(live) if c is None else c
+        out.append(np.broadcast_to(np.asarray(v, dtype=float), (nrows,)))
+    return out
+
+
+@dataclass
+class Family:
+    """Rows sharing one compiled expression (see module docstring)."""
+
+    name: str
+    compiled: _Compiled
+    idx: np.ndarray                    # (rows, K) positions into w = [x, pool]
+    components: list = field(default_factory=list)   # one Pyomo object per row
+
+    @property
+    def nrows(self):
+        return self.idx.shape[0]
+
+    def slot_args(self, w):
+        return [w[self.idx[:, k]] for k in range(self.idx.shape[1])]
+
+    def values(self, args):
+        v = self.compiled.value(*args)
+        return np.broadcast_to(np.asarray(v, dtype=float), (self.nrows,))
+
+    def first(self, args):
+        c = self.compiled
+        return _expand(c.d1, c.d1_const, args, self.nrows)
+
+    def second(self, args):
+        c = self.compiled
+        return _expand(c.d2, c.d2_const, args, self.nrows)

@@ -1,0 +1,684 @@
+"""An ASL-free evaluator of Pyomo NLPs with exact first and second derivatives.
+
+How a model becomes callbacks
+-----------------------------
+1. Every active indexed constraint is first offered to
+   :func:`pyomo.core.expr.template_expr.templatize_constraint`.  When its rule
+   templatizes (one expression in symbolic indices, such as every discretized
+   ODE), the template is converted once to sympy, differentiated once, and its
+   slot positions for all rows are gathered with vectorised index arithmetic:
+   the whole constraint becomes one :class:`~pyomo_odeest.nlp.family.Family`.
+2. Everything else (scalar constraints, rules that branch on the index or walk
+   ordered sets, objective terms) takes the general path: each expression is
+   walked once, and rows with the same *structure* (operators and leaf kinds)
+   are grouped into one family, so a thousand scalar constraints of the same
+   shape still cost one vectorised call per callback.
+3. Sparsity of the Jacobian and of the lower-triangular Lagrangian Hessian is
+   computed once; each callback evaluates each family once and scatters the
+   values with precomputed positions.
+
+Fixed variables, Params and numbers live in a constant pool after the free
+variables, ``w = [x, pool]``; their values are read when the evaluator is
+built.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+import warnings
+
+import numpy as np
+import sympy
+from pyomo.core.base.constraint import Constraint
+from pyomo.core.base.objective import Objective
+from pyomo.core.base.param import Param
+from pyomo.core.base.var import Var
+from pyomo.core.expr import numeric_expr as ne
+from pyomo.core.expr import relational_expr as re_
+from pyomo.core.expr.template_expr import IndexTemplate, templatize_constraint
+from pyomo.environ import value
+
+from .family import Family, compile_family
+from .protocol import EvaluationError, NLPEvaluator
+from .structure import UnsupportedExpressionError, to_sympy, walk
+
+__all__ = ["PyomoNLPEvaluator", "UnsupportedModelError"]
+
+INF = np.inf
+
+
+class UnsupportedModelError(ValueError):
+    """The model contains a component the evaluator cannot handle."""
+
+
+# --------------------------------------------------------------------------
+# column registry: free variables get columns, constants get pool entries
+# --------------------------------------------------------------------------
+class _Registry:
+    """Assigns positions in ``w = [x, pool]``.
+
+    Free variables get columns ``0..n-1`` in first-seen order; pool entries are
+    returned as negative references ``-1 - k`` until :meth:`finalize` knows n.
+    """
+
+    def __init__(self):
+        self.variables = []
+        self.col_of = {}
+        self.pool_chunks = []
+        self.pool_size = 0
+        self._const_pos = {}
+        self.comp_index = {}
+
+    def pool_scalar(self, v):
+        v = float(v)
+        pos = self._const_pos.get(v)
+        if pos is None:
+            pos = self.pool_array(np.array([v]))[0]
+            self._const_pos[v] = pos
+        return pos
+
+    def pool_array(self, arr):
+        arr = np.asarray(arr, dtype=float)
+        start = self.pool_size
+        self.pool_chunks.append(arr)
+        self.pool_size += arr.size
+        return -1 - np.arange(start, start + arr.size)
+
+    def position(self, data):
+        """Position of a VarData, ParamData or number."""
+        if data.__class__ in (int, float) or isinstance(data, (int, float, np.number)):
+            return self.pool_scalar(data)
+        if not data.is_variable_type():
+            return self.pool_scalar(value(data))
+        key = id(data)
+        pos = self.col_of.get(key)
+        if pos is not None:
+            return pos
+        if data.fixed:
+            if data.value is None:
+                raise UnsupportedModelError(
+                    f"fixed variable '{data.name}' has no value")
+            pos = self.pool_array(np.array([float(data.value)]))[0]
+        else:
+            if not data.is_continuous():
+                raise UnsupportedModelError(
+                    f"variable '{data.name}' has domain {data.domain}: "
+                    "integer and binary variables are not supported (NLP only)")
+            pos = len(self.variables)
+            self.variables.append(data)
+        self.col_of[key] = pos
+        return pos
+
+    def component_index(self, comp):
+        ci = self.comp_index.get(id(comp))
+        if ci is None:
+            ci = _ComponentIndex(comp, self)
+            self.comp_index[id(comp)] = ci
+        return ci
+
+
+class _ComponentIndex:
+    """Vectorised look-up from index values to positions in ``w``."""
+
+    def __init__(self, comp, registry):
+        self.comp = comp
+        self.registry = registry
+        keys = list(comp.keys())
+        self.datas = [comp[k] for k in keys] if comp.ctype is Param else list(comp.values())
+        self.pos = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+        tkeys = [k if isinstance(k, tuple) else (k,) for k in keys]
+        self.dim = len(tkeys[0]) if tkeys else 0
+        self.table = None
+        self.dict = None
+        if tkeys and all(len(k) == self.dim for k in tkeys) and all(
+                isinstance(c, (int, np.integer)) and not isinstance(c, bool)
+                for k in tkeys for c in k):
+            arr = np.array(tkeys, dtype=np.int64)
+            lo = arr.min(axis=0)
+            shape = arr.max(axis=0) - lo + 1
+            if np.prod(shape.astype(float)) <= 4 * len(keys) + 64:
+                self.lo = lo
+                self.table = np.full(tuple(shape), -1, dtype=np.int64)
+                self.table[tuple((arr - lo).T)] = np.arange(len(keys))
+        if self.table is None:
+            self.dict = {k: o for o, k in enumerate(tkeys)}
+
+    def ordinals(self, cols):
+        """``cols``: one array per index dimension (values for every row)."""
+        if len(cols) != self.dim:
+            raise KeyError("index dimension mismatch")
+        if self.table is not None:
+            ints = []
+            for d, c in enumerate(cols):
+                c = np.asarray(c)
+                ci = np.rint(c.astype(float)).astype(np.int64) - self.lo[d]
+                if c.dtype.kind == "f" and not np.all(ci + self.lo[d] == c):
+                    raise KeyError("non-integer index")
+                if np.any(ci < 0) or np.any(ci >= self.table.shape[d]):
+                    raise KeyError("index out of range")
+                ints.append(ci)
+            o = self.table[tuple(ints)]
+            if np.any(o < 0):
+                raise KeyError("index not in component")
+            return o
+        rows = zip(*[np.asarray(c).tolist() for c in cols])
+        return np.fromiter((self.dict[r] for r in rows), dtype=np.int64)
+
+    def positions(self, ordinals):
+        missing = self.pos[ordinals] == np.iinfo(np.int64).min
+        if missing.any():
+            for o in np.unique(ordinals[missing]).tolist():
+                self.pos[o] = self.registry.position(self.datas[o])
+        return self.pos[ordinals]
+
+
+# --------------------------------------------------------------------------
+# rows
+# --------------------------------------------------------------------------
+def _relational_parts(expr):
+    """(body, lb, ub) of a template relational expression, or None."""
+    if isinstance(expr, re_.EqualityExpression):
+        a, b = expr.args
+        return a - b, 0.0, 0.0
+    if isinstance(expr, re_.InequalityExpression):
+        a, b = expr.args
+        return a - b, -INF, 0.0
+    if isinstance(expr, re_.RangedExpression):
+        lo, body, hi = expr.args
+        if _has_template(lo) or _has_template(hi):
+            return None
+        return body, float(value(lo)), float(value(hi))
+    return None
+
+
+def _has_template(e):
+    if e.__class__ in (int, float):
+        return False
+    from pyomo.core.expr.visitor import identify_components
+    from pyomo.core.expr.template_expr import GetItemExpression
+    if isinstance(e, IndexTemplate):
+        return True
+    if not getattr(e, "is_expression_type", lambda: False)():
+        return False
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (IndexTemplate, GetItemExpression)):
+            return True
+        if getattr(n, "is_expression_type", lambda: False)():
+            stack.extend(n.args)
+    return False
+
+
+class _TemplateResolver:
+    """Positions of the leaves of a template for every row of a constraint."""
+
+    def __init__(self, registry, templates, keys):
+        self.registry = registry
+        nd = len(templates)
+        tk = [k if isinstance(k, tuple) else (k,) for k in keys]
+        if any(len(k) != nd for k in tk):
+            raise KeyError("index dimension does not match the template")
+        self.nrows = len(tk)
+        self.values = {}
+        for d, t in enumerate(templates):
+            col = [k[d] for k in tk]
+            try:
+                arr = np.array(col)
+                if arr.dtype.kind not in "iuf":
+                    arr = np.array(col, dtype=object)
+            except Exception:
+                arr = np.array(col, dtype=object)
+            self.values[id(t)] = arr
+
+    def index_values(self, e):
+        if e.__class__ in (int, float, str, tuple) or isinstance(e, (int, float, str)):
+            return np.full(self.nrows, e, dtype=object if isinstance(e, str) else None)
+        if isinstance(e, IndexTemplate):
+            return self.values[id(e)]
+        leaves = []
+        s = walk(e, leaves, template=True)
+        syms = sympy.symbols(f"i0:{len(leaves)}")
+        fn = sympy.lambdify(syms, to_sympy(s, syms), modules="numpy")
+        args = []
+        for kind, payload in leaves:
+            if kind == "T":
+                a = self.values[id(payload)]
+                if a.dtype == object:
+                    raise KeyError("arithmetic on non-numeric index")
+                args.append(a)
+            elif kind == "C":
+                args.append(payload)
+            else:
+                raise KeyError("component access inside an index expression")
+        out = np.broadcast_to(np.asarray(fn(*args)), (self.nrows,))
+        return out
+
+    def leaf_positions(self, kind, payload):
+        if kind == "C":
+            return np.full(self.nrows, self.registry.pool_scalar(payload), dtype=np.int64)
+        if kind == "V":
+            return np.full(self.nrows, self.registry.position(payload), dtype=np.int64)
+        if kind == "T":
+            a = self.values[id(payload)]
+            if a.dtype == object:
+                raise KeyError("non-numeric index used as a number")
+            return self.registry.pool_array(a.astype(float))
+        # 'G': templated component access
+        base = payload.args[0]
+        if base.ctype not in (Var, Param) or not base.is_indexed():
+            raise KeyError("unsupported templated component")
+        cols = [self.index_values(a) for a in payload.args[1:]]
+        ci = self.registry.component_index(base)
+        return ci.positions(ci.ordinals(cols))
+
+
+def _flatten_sum(expr, out):
+    """Top-level terms of a sum (named expressions unwrapped)."""
+    while getattr(expr, "is_named_expression_type", lambda: False)():
+        expr = expr.expr
+    if isinstance(expr, (ne.SumExpression, ne.LinearExpression)) and expr.is_potentially_variable():
+        for a in expr.args:
+            _flatten_sum(a, out)
+    else:
+        out.append(expr)
+    return out
+
+
+class _Group:
+    """Rows of one structure collected on the general path."""
+
+    def __init__(self, structure, kinds):
+        self.structure = structure
+        self.kinds = kinds
+        self.rows = []        # list of position lists
+        self.objs = []        # one Pyomo object (or None) per row
+        self.bounds = []
+
+
+def _kinds(leaves):
+    return tuple("V" if k in ("V",) or (k == "G" and p.args[0].ctype is Var) else "C"
+                 for k, p in leaves)
+
+
+# --------------------------------------------------------------------------
+# the evaluator
+# --------------------------------------------------------------------------
+class PyomoNLPEvaluator(NLPEvaluator):
+    """Exact, vectorised callbacks for a Pyomo model (no ASL).
+
+    Parameters
+    ----------
+    model : pyomo Block
+        Active constraints and the (at most one) active objective below it are
+        included; deactivated components are ignored.
+    templatize : bool
+        Try to templatize indexed constraints (default ``True``).  With
+        ``False`` every row takes the general path (useful for testing).
+
+    Attributes
+    ----------
+    variables : list of VarData, in column order.
+    constraint_rows : list of ConstraintData, in row order.
+    sense : +1 (minimize) or -1 (maximize); :meth:`objective` returns the
+        objective of the *minimization* form ``sense * f``.
+    stats : dict with set-up timings and family counts.
+    """
+
+    def __init__(self, model, templatize=True):
+        t_start = time.perf_counter()
+        self.model = model
+        _check_supported(model)
+        reg = _Registry()
+        self._reg = reg
+        self.stats = {"template_families": 0, "general_families": 0,
+                      "template_rows": 0, "general_rows": 0, "fallbacks": []}
+        con_fams = []        # (Family, lb array, ub array)
+        groups = {}
+
+        for con in model.component_objects(Constraint, active=True, descend_into=True):
+            datas = [d for d in con.values() if d.active]
+            if not datas:
+                continue
+            done = False
+            if templatize and con.is_indexed() and len(datas) > 1 and len(datas) == len(con):
+                try:
+                    fam = self._template_family(con, datas)
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+                        UnsupportedExpressionError) as err:
+                    fam = None
+                    self.stats["fallbacks"].append((con.name, str(err).split("\n")[0]))
+                except Exception as err:          # templatize errors on branching rules
+                    fam = None
+                    self.stats["fallbacks"].append((con.name, str(err).split("\n")[0]))
+                if fam is not None:
+                    con_fams.append(fam)
+                    done = True
+            if not done:
+                for d in datas:
+                    self._general_row(d, groups)
+
+        for g in groups.values():
+            idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
+            comp = compile_family(g.structure, g.kinds, to_sympy)
+            b = np.array(g.bounds, dtype=float).reshape(-1, 2)
+            con_fams.append((Family("general", comp, idx, g.objs), b[:, 0], b[:, 1]))
+            self.stats["general_families"] += 1
+            self.stats["general_rows"] += len(g.rows)
+
+        # objective
+        objs = list(model.component_data_objects(Objective, active=True, descend_into=True))
+        if len(objs) > 1:
+            raise UnsupportedModelError(
+                f"{len(objs)} active objectives ({', '.join(o.name for o in objs[:3])}...); "
+                "deactivate all but one")
+        self.objective_component = objs[0] if objs else None
+        self.sense = 1.0
+        obj_fams = []
+        if objs:
+            obj = objs[0]
+            self.sense = 1.0 if obj.sense == 1 else -1.0
+            ogroups = {}
+            for term in _flatten_sum(obj.expr, []):
+                leaves = []
+                try:
+                    s = walk(term, leaves)
+                except UnsupportedExpressionError as err:
+                    raise UnsupportedModelError(f"objective '{obj.name}': {err}") from None
+                kinds = _kinds(leaves)
+                g = ogroups.get(s)
+                if g is None:
+                    g = ogroups[s] = _Group(s, kinds)
+                g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p)
+                               for k, p in leaves])
+            for g in ogroups.values():
+                idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
+                obj_fams.append(Family("objective", compile_family(g.structure, g.kinds, to_sympy), idx))
+
+        self._finalize(con_fams, obj_fams)
+        self.stats["setup_s"] = time.perf_counter() - t_start
+
+    # -- building ----------------------------------------------------------
+    def _template_family(self, con, datas):
+        tmpl, templates = templatize_constraint(con)
+        parts = _relational_parts(tmpl)
+        if parts is None:
+            raise ValueError("template is not a supported relational expression")
+        body, lb, ub = parts
+        leaves = []
+        s = walk(body, leaves, template=True)
+        keys = [d.index() for d in datas]
+        res = _TemplateResolver(self._reg, templates, keys)
+        cols = [res.leaf_positions(k, p) for k, p in leaves]
+        idx = np.stack(cols, axis=1) if cols else np.zeros((len(keys), 0), np.int64)
+        comp = compile_family(s, _kinds(leaves), to_sympy)
+        n = len(keys)
+        self.stats["template_families"] += 1
+        self.stats["template_rows"] += n
+        return (Family(con.name, comp, idx, datas), np.full(n, lb), np.full(n, ub))
+
+    def _general_row(self, d, groups):
+        lo, hi = d.lb, d.ub
+        leaves = []
+        try:
+            s = walk(d.body, leaves)
+        except UnsupportedExpressionError as err:
+            raise UnsupportedModelError(f"constraint '{d.name}': {err}") from None
+        kinds = _kinds(leaves)
+        g = groups.get(s)
+        if g is None:
+            g = groups[s] = _Group(s, kinds)
+        reg = self._reg
+        g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p)
+                       for k, p in leaves])
+        g.objs.append(d)
+        g.bounds.append((-INF if lo is None else float(lo), INF if hi is None else float(hi)))
+
+    def _finalize(self, con_fams, obj_fams):
+        reg = self._reg
+        n = len(reg.variables)
+        self.n = n
+        self.variables = reg.variables
+        pool = np.concatenate(reg.pool_chunks) if reg.pool_chunks else np.zeros(0)
+        self._w = np.concatenate([np.zeros(n), pool])
+
+        def fix(fam):
+            fam.idx = np.where(fam.idx >= 0, fam.idx, n + (-1 - fam.idx))
+
+        self.con_families = []
+        self.constraint_rows = []
+        lbs, ubs = [], []
+        row0 = 0
+        for fam, lb, ub in con_fams:
+            fix(fam)
+            fam.row0 = row0
+            row0 += fam.nrows
+            self.con_families.append(fam)
+            self.constraint_rows.extend(fam.components)
+            lbs.append(lb)
+            ubs.append(ub)
+        self.m = row0
+        self.g_lb = np.concatenate(lbs) if lbs else np.zeros(0)
+        self.g_ub = np.concatenate(ubs) if ubs else np.zeros(0)
+        for fam in obj_fams:
+            fix(fam)
+        self.obj_families = obj_fams
+
+        # variable bounds and start
+        lb = np.array([(-INF if v.lb is None else v.lb) for v in reg.variables], dtype=float)
+        ub = np.array([(INF if v.ub is None else v.ub) for v in reg.variables], dtype=float)
+        x0 = np.array([(0.0 if v.value is None else v.value) for v in reg.variables], dtype=float)
+        self.x_lb, self.x_ub = lb, ub
+        self.x0 = np.clip(x0, lb, ub)
+
+        # Jacobian structure
+        jr, jc, self._jac_plan = [], [], []
+        for fam in self.con_families:
+            rows = fam.row0 + np.arange(fam.nrows)
+            for k in fam.compiled.d1_slots:
+                cols = fam.idx[:, k]
+                mask = cols < n
+                allm = bool(mask.all())
+                self._jac_plan.append(None if allm else mask)
+                jr.append(rows if allm else rows[mask])
+                jc.append(cols if allm else cols[mask])
+        jr = np.concatenate(jr) if jr else np.zeros(0, np.int64)
+        jc = np.concatenate(jc) if jc else np.zeros(0, np.int64)
+        key = jr * max(n, 1) + jc
+        ukey, inv = np.unique(key, return_inverse=True)
+        if ukey.size == key.size:
+            self._jac_rows, self._jac_cols, self._jac_inv = jr, jc, None
+        else:
+            self._jac_rows = ukey // max(n, 1)
+            self._jac_cols = ukey % max(n, 1)
+            self._jac_inv = inv.ravel()
+
+        # gradient plan
+        self._grad_plan = []
+        for fam in self.obj_families:
+            for k in fam.compiled.d1_slots:
+                cols = fam.idx[:, k]
+                mask = cols < n
+                self._grad_plan.append((None if mask.all() else mask, cols[mask]))
+
+        # Hessian structure (lower triangle)
+        hr, hc, self._hess_plan = [], [], []
+        for fam in self.obj_families + self.con_families:
+            for (a, b) in fam.compiled.d2_pairs:
+                ca, cb = fam.idx[:, a], fam.idx[:, b]
+                mask = (ca < n) & (cb < n)
+                allm = bool(mask.all())
+                ca_, cb_ = (ca, cb) if allm else (ca[mask], cb[mask])
+                factor = None
+                if a != b:
+                    same = ca_ == cb_
+                    if same.any():
+                        factor = np.where(same, 2.0, 1.0)
+                self._hess_plan.append((None if allm else mask, factor))
+                hr.append(np.maximum(ca_, cb_))
+                hc.append(np.minimum(ca_, cb_))
+        hr = np.concatenate(hr) if hr else np.zeros(0, np.int64)
+        hc = np.concatenate(hc) if hc else np.zeros(0, np.int64)
+        hkey = hr * max(n, 1) + hc
+        hukey, hinv = np.unique(hkey, return_inverse=True)
+        self._hess_rows = hukey // max(n, 1)
+        self._hess_cols = hukey % max(n, 1)
+        self._hess_inv = hinv.ravel()
+        self._hess_nnz = hukey.size
+        self._cache_x = None
+        self.stats.update(n=n, m=self.m, jac_nnz=int(self._jac_rows.size),
+                          hess_nnz=int(self._hess_nnz))
+
+    # -- evaluation ----------------------------------------------------------
+    def _args(self, x):
+        x = np.asarray(x, dtype=float)
+        if self._cache_x is not None and np.array_equal(x, self._cache_x):
+            return self._cache_args
+        w = self._w
+        w[: self.n] = x
+        self._cache_args = ([f.slot_args(w) for f in self.obj_families],
+                            [f.slot_args(w) for f in self.con_families])
+        self._cache_x = x.copy()
+        return self._cache_args
+
+    def _checked(self, v, what):
+        if not np.all(np.isfinite(v)):
+            raise EvaluationError(f"non-finite {what}")
+        return v
+
+    def objective(self, x):
+        oargs, _ = self._args(x)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                tot = sum(float(np.sum(f.values(a))) for f, a in zip(self.obj_families, oargs))
+            except (ArithmeticError, ValueError) as err:
+                raise EvaluationError(str(err)) from None
+        return self._checked(self.sense * tot, "objective")
+
+    def gradient(self, x):
+        oargs, _ = self._args(x)
+        g = np.zeros(self.n)
+        plan = iter(self._grad_plan)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                for f, a in zip(self.obj_families, oargs):
+                    for d in f.first(a):
+                        mask, cols = next(plan)
+                        g += np.bincount(cols, weights=d if mask is None else d[mask],
+                                         minlength=self.n)
+            except (ArithmeticError, ValueError) as err:
+                raise EvaluationError(str(err)) from None
+        return self._checked(self.sense * g, "gradient")
+
+    def constraints(self, x):
+        _, cargs = self._args(x)
+        if not self.con_families:
+            return np.zeros(0)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                c = np.concatenate([f.values(a) for f, a in zip(self.con_families, cargs)])
+            except (ArithmeticError, ValueError) as err:
+                raise EvaluationError(str(err)) from None
+        return self._checked(c, "constraint value")
+
+    def jacobian_structure(self):
+        return self._jac_rows, self._jac_cols
+
+    def jacobian(self, x):
+        _, cargs = self._args(x)
+        parts = []
+        plan = iter(self._jac_plan)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                for f, a in zip(self.con_families, cargs):
+                    for d in f.first(a):
+                        mask = next(plan)
+                        parts.append(d if mask is None else d[mask])
+            except (ArithmeticError, ValueError) as err:
+                raise EvaluationError(str(err)) from None
+        v = np.concatenate(parts) if parts else np.zeros(0)
+        if self._jac_inv is not None:
+            v = np.bincount(self._jac_inv, weights=v, minlength=self._jac_rows.size)
+        return self._checked(v, "Jacobian entry")
+
+    def hessian_structure(self):
+        return self._hess_rows, self._hess_cols
+
+    def hessian(self, x, lam, obj_factor=1.0):
+        oargs, cargs = self._args(x)
+        lam = np.asarray(lam, dtype=float)
+        parts = []
+        plan = iter(self._hess_plan)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                for f, a in zip(self.obj_families, oargs):
+                    if not f.compiled.d2_pairs:
+                        continue
+                    wgt = obj_factor * self.sense
+                    for d in f.second(a):
+                        mask, factor = next(plan)
+                        v = d * wgt
+                        v = v if mask is None else v[mask]
+                        parts.append(v if factor is None else v * factor)
+                for f, a in zip(self.con_families, cargs):
+                    if not f.compiled.d2_pairs:
+                        continue
+                    wgt = lam[f.row0:f.row0 + f.nrows]
+                    for d in f.second(a):
+                        mask, factor = next(plan)
+                        v = d * wgt
+                        v = v if mask is None else v[mask]
+                        parts.append(v if factor is None else v * factor)
+            except (ArithmeticError, ValueError) as err:
+                raise EvaluationError(str(err)) from None
+        v = np.concatenate(parts) if parts else np.zeros(0)
+        h = np.bincount(self._hess_inv, weights=v, minlength=self._hess_nnz)
+        return self._checked(h, "Hessian entry")
+
+    # -- model I/O -----------------------------------------------------------
+    def column(self, var):
+        """Column of a free VarData in ``x`` (KeyError if it is not a column)."""
+        pos = self._reg.col_of.get(id(var))
+        if pos is None or pos < 0 or pos >= self.n or self.variables[pos] is not var:
+            raise KeyError(f"'{var.name}' is not a free variable of this NLP")
+        return pos
+
+    def load_x(self, x):
+        """Write a primal point into the Pyomo variables."""
+        for v, val in zip(self.variables, np.asarray(x, dtype=float).tolist()):
+            v.set_value(val, skip_validation=True)
+
+
+def _check_supported(model):
+    """Clear errors for components that an NLP evaluator cannot represent."""
+    from pyomo.core.base.logical_constraint import LogicalConstraint
+    from pyomo.core.base.sos import SOSConstraint
+    from pyomo.core.base.external import ExternalFunction
+
+    for ctype, what in ((LogicalConstraint, "logical constraint"),
+                        (SOSConstraint, "SOS constraint")):
+        for c in model.component_data_objects(ctype, active=True, descend_into=True):
+            raise UnsupportedModelError(
+                f"{what} '{c.name}' is not supported: the solver handles smooth NLPs only")
+    try:
+        from pyomo.gdp import Disjunct, Disjunction
+        for c in model.component_data_objects(Disjunction, active=True, descend_into=True):
+            raise UnsupportedModelError(
+                f"disjunction '{c.name}' is not supported: apply a GDP transformation first")
+    except ImportError:   # pragma: no cover
+        pass
+    try:
+        from pyomo.mpec import Complementarity
+        for c in model.component_data_objects(Complementarity, active=True, descend_into=True):
+            raise UnsupportedModelError(
+                f"complementarity condition '{c.name}' is not supported")
+    except ImportError:   # pragma: no cover
+        pass
+    for c in model.component_objects(ExternalFunction, descend_into=True):
+        # only an error if used; the walker reports the constraint that uses it
+        pass

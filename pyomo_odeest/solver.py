@@ -1,0 +1,203 @@
+"""The ``odeest_ipopt`` Pyomo solver: Ipopt through cyipopt, no ASL needed.
+
+Registered with Pyomo's ``SolverFactory`` when :mod:`pyomo_odeest` is
+imported::
+
+    import pyomo.environ as pyo
+    import pyomo_odeest                      # registers 'odeest_ipopt'
+    res = pyo.SolverFactory('odeest_ipopt').solve(model, tee=True,
+                                                  options={'tol': 1e-10})
+
+Derivatives are exact (symbolic, see :mod:`pyomo_odeest.nlp`).  After the
+solve the primal values are loaded into the model and, when the model declares
+IMPORT Suffixes, multipliers are loaded:
+
+* ``dual``: the constraint multipliers λ of Ipopt's Lagrangian of the
+  *minimization* form of the problem,
+
+      L(x, λ) = s·f(x) + Σ_i λ_i c_i(x),  s = +1 (minimize) or -1 (maximize),
+
+  where ``c_i`` is the constraint body as Pyomo stores it (``lhs - rhs`` for
+  ``lhs == rhs`` and ``lhs <= rhs``).  Stationarity reads
+  ``s·∇f + Σ λ_i ∇c_i - z_L + z_U = 0``.  So λ_i ≥ 0 at an active upper bound
+  (``body <= ub``), λ_i ≤ 0 at an active lower bound, any sign for
+  equalities.  This is the convention of ``SolverFactory('cyipopt')``.
+* ``ipopt_zL_out`` / ``ipopt_zU_out``: the bound multipliers z_L ≥ 0 and
+  z_U ≥ 0 (Ipopt's sign convention; ``ipopt_zU_out`` is reported as
+  ``-z_U`` like the Ipopt AMPL executable does).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from pyomo.common.config import ConfigBlock, ConfigValue
+from pyomo.core.base.block import BlockData
+from pyomo.core.base.suffix import active_import_suffix_generator
+from pyomo.opt import SolverFactory, SolverResults, SolverStatus, TerminationCondition
+
+from .nlp.cyipopt_adapter import solve_with_ipopt
+from .nlp.pyomo_evaluator import PyomoNLPEvaluator
+
+__all__ = ["OdeestIpoptSolver", "SOLVER_NAME"]
+
+SOLVER_NAME = "odeest_ipopt"
+
+_TERMINATION = {
+    "Solve_Succeeded": TerminationCondition.optimal,
+    "Solved_To_Acceptable_Level": TerminationCondition.locallyOptimal,
+    "Infeasible_Problem_Detected": TerminationCondition.infeasible,
+    "Search_Direction_Becomes_Too_Small": TerminationCondition.minStepLength,
+    "Diverging_Iterates": TerminationCondition.unbounded,
+    "User_Requested_Stop": TerminationCondition.userInterrupt,
+    "Feasible_Point_Found": TerminationCondition.feasible,
+    "Maximum_Iterations_Exceeded": TerminationCondition.maxIterations,
+    "Restoration_Failed": TerminationCondition.noSolution,
+    "Error_In_Step_Computation": TerminationCondition.solverFailure,
+    "Maximum_CpuTime_Exceeded": TerminationCondition.maxTimeLimit,
+    "Maximum_WallTime_Exceeded": TerminationCondition.maxTimeLimit,
+    "Not_Enough_Degrees_Of_Freedom": TerminationCondition.invalidProblem,
+    "Invalid_Problem_Definition": TerminationCondition.invalidProblem,
+    "Invalid_Option": TerminationCondition.error,
+    "Invalid_Number_Detected": TerminationCondition.internalSolverError,
+    "Unrecoverable_Exception": TerminationCondition.internalSolverError,
+    "NonIpopt_Exception_Thrown": TerminationCondition.error,
+    "Insufficient_Memory": TerminationCondition.resourceInterrupt,
+    "Internal_Error": TerminationCondition.internalSolverError,
+}
+
+
+@SolverFactory.register(SOLVER_NAME, doc="Ipopt through cyipopt with exact vectorised "
+                        "derivatives from Pyomo expressions (no ASL, no executable)")
+class OdeestIpoptSolver:
+    """Pyomo solver plugin: ``SolverFactory('odeest_ipopt')``.
+
+    Keyword arguments of :meth:`solve` (also accepted by the constructor):
+
+    tee : bool
+        Show Ipopt's iteration log.
+    options : dict
+        Ipopt options, passed through unchanged (``tol``, ``max_iter``,
+        ``hessian_approximation``, ``mumps_permuting_scaling``, ...).
+    load_solutions : bool
+        Load primal values (and suffixes) into the model (default True).
+    templatize : bool
+        Vectorise indexed constraints through Pyomo templates (default True).
+    intermediate_callback : callable
+        Called each iteration with keywords ``iter_count, obj_value, inf_pr,
+        inf_du, mu``; returning ``False`` stops Ipopt.
+
+    After a solve, :attr:`last_info` holds timings (``setup_s``, ``eval_s``,
+    ``ipopt_s``), ``iterations``, callback counts and the raw
+    :class:`~pyomo_odeest.nlp.cyipopt_adapter.IpoptResult`.
+    """
+
+    CONFIG = ConfigBlock("odeest_ipopt")
+    CONFIG.declare("tee", ConfigValue(default=False, domain=bool))
+    CONFIG.declare("load_solutions", ConfigValue(default=True, domain=bool))
+    CONFIG.declare("templatize", ConfigValue(default=True, domain=bool))
+    CONFIG.declare("options", ConfigValue(default=None, domain=dict))
+    CONFIG.declare("intermediate_callback", ConfigValue(default=None))
+
+    def __init__(self, **kwds):
+        self.options = dict(kwds.pop("options", None) or {})
+        self.config = self.CONFIG(kwds)
+        self.last_info = {}
+
+    # Pyomo solver API ------------------------------------------------------
+    def available(self, exception_flag=False):
+        try:
+            import cyipopt  # noqa: F401
+        except ImportError:
+            if exception_flag:
+                from .nlp.cyipopt_adapter import CYIPOPT_MISSING
+                raise RuntimeError(CYIPOPT_MISSING) from None
+            return False
+        return True
+
+    def license_is_valid(self):
+        return True
+
+    def version(self):
+        try:
+            import cyipopt
+        except ImportError:
+            return None
+        return tuple(int(p) if p.isdigit() else p for p in
+                     cyipopt.__version__.replace(".dev", ".").split("."))
+
+    def warm_start_capable(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, t, v, traceback):
+        pass
+
+    def solve(self, model, **kwds):
+        """Solve ``model``; return a Pyomo ``SolverResults``."""
+        options = dict(self.options)
+        options.update(kwds.pop("options", None) or {})
+        kwds.pop("symbolic_solver_labels", None)
+        kwds.pop("keepfiles", None)
+        kwds.pop("warmstart", None)
+        config = self.config(kwds)
+        if not isinstance(model, BlockData):
+            raise ValueError("odeest_ipopt.solve(model): model must be a Pyomo Block or model")
+
+        t0 = time.perf_counter()
+        ev = PyomoNLPEvaluator(model, templatize=config.templatize)
+        setup_s = time.perf_counter() - t0
+        if ev.n == 0:
+            raise ValueError(f"model '{model.name}' has no free variables in its "
+                             "active constraints and objective")
+        r = solve_with_ipopt(ev, options=options, tee=config.tee,
+                             intermediate=config.intermediate_callback)
+
+        results = SolverResults()
+        results.problem.name = model.name
+        results.problem.number_of_constraints = ev.m
+        results.problem.number_of_variables = ev.n
+        results.problem.number_of_continuous_variables = ev.n
+        results.problem.number_of_binary_variables = 0
+        results.problem.number_of_integer_variables = 0
+        results.problem.number_of_objectives = 1 if ev.objective_component is not None else 0
+        obj_value = ev.sense * r.obj
+        if ev.objective_component is not None:
+            results.problem.sense = ev.objective_component.sense
+            if ev.sense > 0:
+                results.problem.upper_bound = obj_value
+            else:
+                results.problem.lower_bound = obj_value
+        tc = _TERMINATION.get(r.status_name, TerminationCondition.unknown)
+        results.solver.name = SOLVER_NAME
+        results.solver.return_code = r.status
+        results.solver.message = r.message
+        results.solver.termination_condition = tc
+        results.solver.status = TerminationCondition.to_solver_status(tc)
+        results.solver.wallclock_time = setup_s + r.ipopt_s
+        results.solver.time = setup_s + r.ipopt_s
+
+        if config.load_solutions:
+            ev.load_x(r.x)
+            suffixes = dict(active_import_suffix_generator(model))
+            if "dual" in suffixes:
+                s = suffixes["dual"]
+                s.clear()
+                s.update(zip(ev.constraint_rows, r.mult_g.tolist()))
+            if "ipopt_zL_out" in suffixes:
+                s = suffixes["ipopt_zL_out"]
+                s.clear()
+                s.update(zip(ev.variables, r.mult_x_L.tolist()))
+            if "ipopt_zU_out" in suffixes:
+                s = suffixes["ipopt_zU_out"]
+                s.clear()
+                s.update(zip(ev.variables, (-r.mult_x_U).tolist()))
+
+        self.last_info = dict(setup_s=setup_s, eval_s=r.eval_s, ipopt_s=r.ipopt_s,
+                              iterations=r.iterations, status=r.status_name,
+                              objective=obj_value, counts=r.counts, raw=r,
+                              evaluator_stats=ev.stats)
+        self.evaluator = ev
+        return results
