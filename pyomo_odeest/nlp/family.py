@@ -20,6 +20,18 @@ __all__ = ["Family", "compile_family"]
 _CACHE: dict = {}
 
 
+def _drop_delta(d):
+    """Drop ``DiracDelta`` terms (the derivative of ``sign`` away from 0).
+
+    ``abs`` is differentiated as ``sign``; its second derivative contains
+    ``DiracDelta``, which is zero wherever ``abs`` is differentiable and which
+    numpy cannot evaluate.
+    """
+    if d.has(sympy.DiracDelta):
+        d = d.replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+    return d
+
+
 @dataclass
 class _Compiled:
     nslots: int
@@ -56,7 +68,7 @@ def compile_family(structure, kinds, sympy_builder):
     vslots = [k for k in range(K) if kinds[k] == "V"]
     d1_slots, d1_exprs = [], []
     for k in vslots:
-        d = sympy.diff(expr, syms[k])
+        d = _drop_delta(sympy.diff(expr, syms[k]))
         if d != 0:
             d1_slots.append(k)
             d1_exprs.append(d)
@@ -67,7 +79,7 @@ def compile_family(structure, kinds, sympy_builder):
         for b in d1_slots:
             if b < a or syms[b] not in da.free_symbols:
                 continue
-            d = sympy.diff(da, syms[b])
+            d = _drop_delta(sympy.diff(da, syms[b]))
             if d != 0:
                 d2_pairs.append((a, b))
                 d2_exprs.append(d)

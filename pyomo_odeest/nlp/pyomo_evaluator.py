@@ -24,11 +24,14 @@ built.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import warnings
+from io import StringIO
 
 import numpy as np
 import sympy
+from pyomo.common.log import LoggingIntercept
 from pyomo.core.base.constraint import Constraint
 from pyomo.core.base.objective import Objective
 from pyomo.core.base.param import Param
@@ -37,6 +40,12 @@ from pyomo.core.expr import numeric_expr as ne
 from pyomo.core.expr import relational_expr as re_
 from pyomo.core.expr.template_expr import IndexTemplate, templatize_constraint
 from pyomo.environ import value
+
+try:                      # Pyomo >= 6.9 (TEMPLATIZE_CONSTRAINTS)
+    from pyomo.core.base.constraint import TemplateDataMixin as _TemplateDataMixin
+except ImportError:       # pragma: no cover - older Pyomo
+    class _TemplateDataMixin:   # noqa: D101 - nothing is an instance of it
+        pass
 
 from .family import Family, compile_family
 from .protocol import EvaluationError, NLPEvaluator
@@ -175,14 +184,25 @@ class _ComponentIndex:
 # --------------------------------------------------------------------------
 # rows
 # --------------------------------------------------------------------------
+def _potentially_variable(e):
+    return e.__class__ not in (int, float) and e.is_potentially_variable()
+
+
 def _relational_parts(expr):
-    """(body, lb, ub) of a template relational expression, or None."""
-    if isinstance(expr, re_.EqualityExpression):
+    """(body, lb, ub) of a template relational expression, or None.
+
+    The body has the orientation of ``ConstraintData.body`` (see
+    ``ConstraintData.to_bounded_expression``): ``lhs - rhs`` unless only the
+    right-hand side holds variables, as in ``const <= expr`` (how Pyomo stores
+    ``expr >= const``), where it is ``rhs - lhs``.  Rows then agree with the
+    general path in sign, so Jacobians and ``dual`` values do too.
+    """
+    if isinstance(expr, (re_.EqualityExpression, re_.InequalityExpression)):
         a, b = expr.args
-        return a - b, 0.0, 0.0
-    if isinstance(expr, re_.InequalityExpression):
-        a, b = expr.args
-        return a - b, -INF, 0.0
+        eq = isinstance(expr, re_.EqualityExpression)
+        if _potentially_variable(b) and not _potentially_variable(a):
+            return b - a, 0.0, (0.0 if eq else INF)
+        return a - b, (0.0 if eq else -INF), 0.0
     if isinstance(expr, re_.RangedExpression):
         lo, body, hi = expr.args
         if _has_template(lo) or _has_template(hi):
@@ -400,7 +420,10 @@ class PyomoNLPEvaluator(NLPEvaluator):
 
     # -- building ----------------------------------------------------------
     def _template_family(self, con, datas):
-        tmpl, templates = templatize_constraint(con)
+        # Pyomo logs an ERROR for rules that cannot be templatized (branching on
+        # the index); that is an expected fallback here, so keep it off the console
+        with LoggingIntercept(StringIO(), "pyomo.core.expr.template_expr", logging.ERROR):
+            tmpl, templates = templatize_constraint(con)
         parts = _relational_parts(tmpl)
         if parts is None:
             raise ValueError("template is not a supported relational expression")
@@ -418,6 +441,10 @@ class PyomoNLPEvaluator(NLPEvaluator):
         return (Family(con.name, comp, idx, datas), np.full(n, lb), np.full(n, ub))
 
     def _general_row(self, d, groups):
+        if isinstance(d, _TemplateDataMixin):
+            # built under TEMPLATIZE_CONSTRAINTS: body/lb/ub would return the
+            # template (with IndexTemplates); reading .expr makes the row concrete
+            d.expr
         lo, hi = d.lb, d.ub
         leaves = []
         try:

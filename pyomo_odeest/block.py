@@ -1,0 +1,278 @@
+r"""The discrete problem (seed 000, eq. (2)) as a Pyomo Block.
+
+:func:`build_block` renders an :class:`~pyomo_odeest.problem.EstimationProblem`,
+a scheme (:mod:`pyomo_odeest.schemes`) and a grid (:mod:`pyomo_odeest.grid`)
+as explicit algebraic constraints:
+
+================================  ===============================================
+component                         meaning
+================================  ===============================================
+``b.t[i]``, ``b.h[i]``             grid times t_i (i = 0..k) and steps h_i
+``b.x[i, s]``                      state s at grid point i
+``b.u[p]``                         parameter p (bounds, start, fixed flag)
+``b.<stage>[i, s]``                stage values of step i (``y``: predictor
+                                   y_{i+1}; ``yc``: corrector of the
+                                   semi-implicit scheme)
+``b.x0_eq[s]``                     x_0 = l(u)
+``b.ode_<stage>_<s>_q<Q>[i]``      the stage equation of step i for state s,
+                                   for the steps whose order is Q_i = Q
+``b.cf_<stage>_q<Q>[i, j]``        coefficient of the j-th f term
+``b.cd_<stage>_q<Q>[i, j]``        coefficient of the j-th ḟ term (Enright)
+``b.misfit``                       J_k = Σ_j φ_j (an Expression)
+``b.objective``                    minimize ``b.misfit`` + user terms
+================================  ===============================================
+
+Each stage equation reads (seed 000, eqs. (2), (4)–(6))
+
+.. math::
+
+    v = x_i + h_i \sum_j c_j f(P_j, u, t_{P_j}) + h_i^2 \sum_j d_j \dot f(P_j, u, t_{P_j}),
+
+with points P_j among past states, the new state x_{i+1} and earlier stages.
+The constraint body is ``v - rhs`` so that Ipopt's multiplier of the x-stage
+of step i is the adjoint p_{i+1} of seed 000, eq. (52) (see
+:mod:`pyomo_odeest.simultaneous`).  Rows of one constraint component share one
+rule in the step index, so the solver evaluates each component in one
+vectorised call.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pyomo.environ as pyo
+import sympy
+
+from .grid import Grid, make_grid
+from .problem import EstimationProblem, GaussianNLL, ProblemError
+from .schemes import get_scheme
+from .symbolic import sympy_to_pyomo
+
+__all__ = ["build_block", "scheme_constraint", "misfit_sym", "misfit_constant"]
+
+
+def misfit_sym(problem: EstimationProblem, j: int):
+    r"""φ_j of measurement time τ_j as a sympy expression in (x, u).
+
+    Least squares: :math:`\sum_o w_{jo} (g_o(x, u, τ_j) - \bar z_{jo})^2`;
+    Gaussian NLL: :math:`\tfrac12 r^\top Σ_{oo}^{-1} r` over the quantities
+    observed at τ_j (seed 003, eq. (2)–(5)); the constant is in
+    :func:`misfit_constant`.
+    """
+    tau = float(problem.meas_times[j])
+    obs = np.flatnonzero(problem.mask[j])
+    zbar = problem.data.to_numpy()[j]
+    r = [problem.g_sym[o].subs(problem.t_sym, tau) - sympy.Float(zbar[o], 17) for o in obs]
+    if isinstance(problem.loss, GaussianNLL):
+        S = problem.cov[np.ix_(obs, obs)]
+        Si = np.linalg.inv(S)
+        return sympy.Rational(1, 2) * sum(
+            sympy.Float(Si[a, b], 17) * r[a] * r[b] for a in range(len(obs)) for b in range(len(obs)))
+    w = problem.weights[j]
+    return sum(sympy.Float(w[o], 17) * ri**2 for o, ri in zip(obs, r))
+
+
+def misfit_constant(problem: EstimationProblem) -> float:
+    """Constant part of the objective (the log-determinant of the Gaussian NLL)."""
+    if not isinstance(problem.loss, GaussianNLL):
+        return 0.0
+    c = 0.0
+    for j in range(len(problem.meas_times)):
+        obs = np.flatnonzero(problem.mask[j])
+        S = problem.cov[np.ix_(obs, obs)]
+        c += 0.5 * np.linalg.slogdet(2 * np.pi * S)[1]
+    return float(c)
+
+
+def _groups(formulas):
+    """Consecutive-or-not steps grouped by equation structure, keyed by Q."""
+    groups = OrderedDict()
+    for sf in formulas:
+        groups.setdefault(sf.structure, []).append(sf)
+    named = []
+    used = set()
+    for struct, sfs in groups.items():
+        q = sfs[0].order_q
+        tag = f"q{q}"
+        n = 1
+        while tag in used:
+            n += 1
+            tag = f"q{q}v{n}"
+        used.add(tag)
+        named.append((tag, sfs))
+    return named
+
+
+def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,
+                max_step=None, steps_per_interval=None, block=None, fdot=None):
+    """Render the discrete problem as a constructed Pyomo Block.
+
+    Parameters
+    ----------
+    problem : EstimationProblem
+    scheme : str or MultistepScheme
+        ``'adams_pc'`` (default), ``'adams_moulton'``, ``'enright'``,
+        ``'semi_implicit_enright'``.
+    qmax : int
+        Maximum corrector order Q_max (order policy Q_i = min(i+1, Q_max-1)).
+    grid : Grid, optional
+        Integration grid; by default built with :func:`make_grid` from the
+        measurement times, ``max_step`` / ``steps_per_interval`` (default:
+        ``steps_per_interval=10``).
+    block : Block, optional
+        A constructed (concrete) block to fill; a new ``Block(concrete=True)``
+        otherwise.  Attach the returned block to your model (``m.est = b``)
+        to add constraints and objective terms of your own.
+
+    Returns
+    -------
+    Block with the components listed in the module docstring and the
+    attributes ``problem``, ``scheme``, ``grid``, ``formulas``.
+    """
+    if not isinstance(problem, EstimationProblem):
+        raise TypeError("build_block needs an EstimationProblem")
+    sch = get_scheme(scheme, qmax)
+    if grid is None:
+        if max_step is None and steps_per_interval is None:
+            steps_per_interval = 10
+        grid = make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
+                         steps_per_interval=steps_per_interval)
+    elif not isinstance(grid, Grid):
+        raise TypeError("grid must be a pyomo_odeest.grid.Grid (see make_grid)")
+    else:
+        missing = [tau for tau in problem.meas_times if not np.any(grid.t == tau)]
+        if missing or grid.t[0] != problem.t0:
+            raise ProblemError(f"grid must start at t0 and contain every measurement time; "
+                               f"missing {missing[:5]}")
+    t = np.asarray(grid.t, dtype=float)
+    k = len(t) - 1
+    formulas = sch.formulas(t)
+
+    b = block if block is not None else pyo.Block(concrete=True)
+    b.problem = problem
+    b.scheme = sch
+    b.grid = grid
+    b.formulas = formulas
+    S = problem.states
+    n = len(S)
+    b.S = pyo.Set(initialize=S, ordered=True)
+    b.P = pyo.Set(initialize=problem.parameter_names, ordered=True)
+    b.K = pyo.RangeSet(0, k)
+    b.steps = pyo.RangeSet(0, k - 1)
+    b.t = pyo.Param(b.K, initialize={i: float(t[i]) for i in range(k + 1)})
+    b.h = pyo.Param(b.steps, initialize={i: float(t[i + 1] - t[i]) for i in range(k)})
+    b.x = pyo.Var(b.K, b.S, initialize=0.0)
+    b.u = pyo.Var(b.P)
+    for p in problem.parameters:
+        v = b.u[p.name]
+        v.setlb(p.lb)
+        v.setub(p.ub)
+        v.set_value(float(p.value), skip_validation=True)
+        if p.fixed:
+            v.fix(float(p.value))
+
+    stage_names = [st for st in sch.stage_names if st != "x"]
+    for st in stage_names:
+        if st in ("x", "u", "t", "h", "K", "S", "P"):
+            raise AssertionError(f"stage name {st} clashes with a block component")
+        b.add_component(st, pyo.Var(b.steps, b.S, initialize=0.0))
+
+    usub = {sym: b.u[p] for sym, p in zip(problem.u_sym, problem.parameter_names)}
+    f_sym = problem.f_sym
+    fd_sym = problem.fdot_sym() if sch.needs_fdot else None
+    tsym = problem.t_sym
+    xs = problem.x_sym
+
+    # x0 = l(u)
+    l_py = [sympy_to_pyomo(e, usub) if e.free_symbols else float(e) for e in problem.l_sym]
+    b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
+
+    def point_objects(i, pref):
+        """sympy symbol -> Pyomo object for the state and time of a point."""
+        if pref.kind == "past":
+            xv = [b.x[i - pref.lag, s] for s in S]
+            tv = b.t[i - pref.lag]
+        elif pref.kind == "new":
+            xv = [b.x[i + 1, s] for s in S]
+            tv = b.t[i + 1]
+        else:
+            comp = b.component(pref.stage)
+            xv = [comp[i, s] for s in S]
+            tv = b.t[i + 1]
+        objs = dict(usub)
+        objs.update(zip(xs, xv))
+        objs[tsym] = tv
+        return objs
+
+    b._scheme_index = {}
+    for tag, sfs in _groups(formulas):
+        steps = [sf.i for sf in sfs]
+        step_set = pyo.Set(initialize=steps, ordered=True)
+        b.add_component(f"steps_{tag}", step_set)
+        proto = sfs[0]
+        for st_i, stage in enumerate(proto.stages):
+            nf, nd = len(stage.f_terms), len(stage.fdot_terms)
+            cf = {(sf.i, j): float(sf.stages[st_i].f_terms[j][1]) for sf in sfs for j in range(nf)}
+            cd = {(sf.i, j): float(sf.stages[st_i].fdot_terms[j][1]) for sf in sfs for j in range(nd)}
+            cfc = pyo.Param(step_set, range(nf), initialize=cf) if nf else None
+            cdc = pyo.Param(step_set, range(nd), initialize=cd) if nd else None
+            if cfc is not None:
+                b.add_component(f"cf_{stage.name}_{tag}", cfc)
+            if cdc is not None:
+                b.add_component(f"cd_{stage.name}_{tag}", cdc)
+            f_points = [p for p, _ in stage.f_terms]
+            d_points = [p for p, _ in stage.fdot_terms]
+            target_comp = None if stage.name == "x" else b.component(stage.name)
+            for si, s in enumerate(S):
+                def rule(b, i, si=si, s=s, f_points=f_points, d_points=d_points,
+                         cfc=cfc, cdc=cdc, target_comp=target_comp):
+                    expr = 0
+                    for j, pref in enumerate(f_points):
+                        expr = expr + cfc[i, j] * sympy_to_pyomo(f_sym[si], point_objects(i, pref))
+                    val = b.x[i, s] + b.h[i] * expr
+                    if d_points:
+                        dexpr = 0
+                        for j, pref in enumerate(d_points):
+                            dexpr = dexpr + cdc[i, j] * sympy_to_pyomo(fd_sym[si], point_objects(i, pref))
+                        val = val + b.h[i] ** 2 * dexpr
+                    target = b.x[i + 1, s] if target_comp is None else target_comp[i, s]
+                    return target == val
+                cname = f"ode_{stage.name}_{s}_{tag}"
+                b.add_component(cname, pyo.Constraint(step_set, rule=rule))
+                con = b.component(cname)
+                for i in steps:
+                    b._scheme_index[(stage.name, i, s)] = con[i]
+
+    # objective: J_k = Σ_j φ_j(x_{J(j)}, u)
+    terms = []
+    for j, i in enumerate(grid.J):
+        phi = misfit_sym(problem, j)
+        objs = dict(usub)
+        objs.update(zip(xs, [b.x[int(i), s] for s in S]))
+        objs[tsym] = float(t[i])
+        terms.append(sympy_to_pyomo(phi, objs) if phi.free_symbols else float(phi))
+    b.misfit = pyo.Expression(expr=sum(terms))
+    b.extra_objective_terms = []
+    b.objective = pyo.Objective(expr=b.misfit)
+    return b
+
+
+def add_objective_term(b, expr):
+    """Add a term to ``b.objective`` (kept after ``b.misfit``)."""
+    b.extra_objective_terms.append(expr)
+    b.objective.set_value(b.misfit + sum(b.extra_objective_terms))
+
+
+def scheme_constraint(b, i, state, stage="x"):
+    """The ConstraintData of the ``stage`` equation of step ``i`` for ``state``.
+
+    ``stage='x'`` is the equation defining x_{i+1}; ``scheme_constraint(b, -1,
+    s)`` returns the initial condition x_0 = l(u).
+    """
+    if i == -1 and stage == "x":
+        return b.x0_eq[state]
+    try:
+        return b._scheme_index[(stage, int(i), state)]
+    except KeyError:
+        raise KeyError(f"no {stage}-stage equation of step {i} for state {state!r} "
+                       f"(steps 0..{len(b.formulas) - 1}, states {list(b.S)})") from None

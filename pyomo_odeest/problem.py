@@ -1,0 +1,494 @@
+r"""The inverse problem, as the user states it (seed 000, eq. (1)).
+
+.. math::
+
+    \min_u\; J(u) = \sum_{i=1}^{s} \varphi_i\big(z(\tau_i), \bar z_i\big)
+    \quad\text{s.t.}\quad \dot x = f(x, u, t),\; x(0) = l(u),\; z = g(x, u, t).
+
+Example
+-------
+>>> import pyomo.environ as pyo
+>>> from pyomo_odeest import EstimationProblem, Parameter
+>>> prob = EstimationProblem(
+...     states=["x1", "x2"],
+...     parameters=[Parameter("p1", 0.5, lb=0), Parameter("p2", 0.5)],
+...     rhs=lambda x, u, t: [-u.p1 * x.x1 + u.p2 * x.x1 * x.x2, x.x2 - x.x1 * x.x2],
+...     initial={"x1": 0.4, "x2": 1.0},
+...     data=df)                                         # doctest: +SKIP
+
+``f``, ``g`` and ``l`` are written as ordinary Python on Pyomo objects
+(``x.x1`` or ``x["x1"]``, ``u.p1``, ``t``; functions from ``pyomo.environ``
+such as ``pyo.exp``).  They are called once on scratch variables and kept as
+sympy expressions: the one symbolic source from which the Pyomo block, the
+simulators and every derivative are produced.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import pyomo.environ as pyo
+import sympy
+
+from .nlp.structure import UnsupportedExpressionError
+from .symbolic import pyomo_to_sympy
+
+__all__ = ["Parameter", "EstimationProblem", "LeastSquares", "GaussianNLL", "ProblemError"]
+
+
+class ProblemError(ValueError):
+    """The problem statement is invalid; the message names the culprit."""
+
+
+@dataclass
+class Parameter:
+    """An unknown (or fixed) parameter u_k.
+
+    Parameters
+    ----------
+    name : str
+    value : float
+        Initial guess (or the value, if ``fixed``).
+    lb, ub : float or None
+        Bounds.
+    fixed : bool
+        Keep the parameter at ``value`` during estimation.
+    """
+
+    name: str
+    value: float = 1.0
+    lb: float | None = None
+    ub: float | None = None
+    fixed: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ProblemError(f"parameter name {self.name!r} must be a Python identifier")
+        for what in ("value", "lb", "ub"):
+            v = getattr(self, what)
+            if v is not None and not np.isfinite(float(v)):
+                raise ProblemError(f"parameter '{self.name}': {what}={v} is not finite")
+        if self.lb is not None and self.ub is not None and self.lb > self.ub:
+            raise ProblemError(f"parameter '{self.name}': lb={self.lb} > ub={self.ub}")
+
+
+# ---------------------------------------------------------------------------
+# losses φ
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LeastSquares:
+    r"""Weighted least squares: :math:`\varphi_j = \sum_o w_{jo} (z_{jo} - \bar z_{jo})^2`.
+
+    Weights are ``1/σ²`` when standard deviations are given, otherwise the
+    user's weights, otherwise 1.  Missing measurements contribute nothing.
+    """
+
+    def terms(self, r_sym, w):
+        return [wi * ri**2 for ri, wi in zip(r_sym, w)]
+
+
+@dataclass(frozen=True)
+class GaussianNLL:
+    r"""Gaussian negative log-likelihood with covariance Σ (seed 003, eq. (2)–(5)):
+
+    .. math:: \varphi_j = \tfrac12 r_j^\top Σ^{-1} r_j + \tfrac12 \log\det(2\pi Σ),
+
+    with :math:`r_j = z(\tau_j) - \bar z_j` over the observed quantities of
+    time :math:`\tau_j`.  ``cov`` is a matrix over the observed quantities (in
+    the problem's observable order) or a vector of variances.  The constant
+    term is kept out of the NLP and reported in :attr:`constant`.
+    """
+
+    cov: object
+
+    def matrix(self, n_obs):
+        c = np.asarray(self.cov, dtype=float)
+        if c.ndim == 0:
+            c = np.full(n_obs, float(c))
+        if c.ndim == 1:
+            c = np.diag(c)
+        if c.shape != (n_obs, n_obs):
+            raise ProblemError(f"GaussianNLL: covariance must be {n_obs}x{n_obs}, got {c.shape}")
+        if not np.allclose(c, c.T) or np.any(np.linalg.eigvalsh(c) <= 0):
+            raise ProblemError("GaussianNLL: covariance must be symmetric positive definite")
+        return c
+
+
+# ---------------------------------------------------------------------------
+# name spaces handed to user functions
+# ---------------------------------------------------------------------------
+class _Namespace:
+    """``ns.name`` and ``ns['name']`` access to named objects."""
+
+    def __init__(self, kind, items):
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_items", dict(items))
+
+    def __getattr__(self, name):
+        try:
+            return self._items[name]
+        except KeyError:
+            raise AttributeError(f"no {self._kind} named '{name}' "
+                                 f"(known: {', '.join(self._items)})") from None
+
+    def __getitem__(self, name):
+        if isinstance(name, int):
+            return list(self._items.values())[name]
+        try:
+            return self._items[name]
+        except KeyError:
+            raise KeyError(f"no {self._kind} named {name!r} "
+                           f"(known: {', '.join(self._items)})") from None
+
+    def __iter__(self):
+        return iter(self._items.values())
+
+    def __len__(self):
+        return len(self._items)
+
+
+def _check_names(names, what):
+    names = list(names)
+    for s in names:
+        if not isinstance(s, str) or not s.isidentifier():
+            raise ProblemError(f"{what} name {s!r} must be a Python identifier")
+    if len(set(names)) != len(names):
+        raise ProblemError(f"duplicate {what} names in {names}")
+    return names
+
+
+class EstimationProblem:
+    r"""An ODE inverse problem, seed 000 eq. (1).
+
+    Parameters
+    ----------
+    states : sequence of str
+        Names of the state components x.
+    parameters : sequence of Parameter (or of names)
+        The parameters u; fixed ones keep their value.
+    rhs : callable ``rhs(x, u, t)``
+        Returns one expression per state (a sequence in state order or a
+        mapping by state name).
+    initial : mapping state -> number | parameter name | callable(u)
+        The initial state x(t0) = l(u).  Initial conditions may be
+        parameters: pass the parameter's name, or a function of ``u``.
+    data : pandas.DataFrame
+        *Wide*: index = measurement times, one column per observed quantity,
+        NaN = not measured.  *Long*: columns ``time``, ``name`` (or
+        ``observable``) and ``value`` (optional ``sigma``).
+    observe : None, sequence of state names, or callable ``g(x, u, t)``
+        Observation function; a callable returns a mapping name -> expression.
+        Default: the states named by the data columns.
+    sigma : float, mapping name -> float, or DataFrame like ``data``
+        Standard deviations of the measurements (weights 1/σ²).
+    weights : float, mapping or DataFrame
+        Alternative to ``sigma``: weights of the squared residuals.
+    loss : LeastSquares() (default) or GaussianNLL(cov)
+    t0 : float
+        Initial time (default 0).
+    T : float
+        Final time (default: the last measurement time).
+    """
+
+    def __init__(self, states, parameters, rhs, initial, data, observe=None,
+                 sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode"):
+        self.name = name
+        self.states = _check_names(states, "state")
+        if not self.states:
+            raise ProblemError("at least one state is required")
+        params = []
+        for p in parameters:
+            params.append(p if isinstance(p, Parameter) else Parameter(str(p)))
+        self.parameters = params
+        pnames = _check_names([p.name for p in params], "parameter")
+        clash = set(pnames) & set(self.states)
+        if clash:
+            raise ProblemError(f"names used both as state and parameter: {sorted(clash)}")
+        self.t0 = float(t0)
+        if not np.isfinite(self.t0):
+            raise ProblemError("t0 must be finite")
+        self.loss = LeastSquares() if loss is None else loss
+        if not isinstance(self.loss, (LeastSquares, GaussianNLL)):
+            raise ProblemError("loss must be LeastSquares() or GaussianNLL(cov)")
+
+        # symbols
+        self.x_sym = sympy.symbols(self.states, real=True)
+        self.u_sym = sympy.symbols(pnames, real=True) if pnames else ()
+        if isinstance(self.u_sym, sympy.Symbol):
+            self.u_sym = (self.u_sym,)
+        if isinstance(self.x_sym, sympy.Symbol):
+            self.x_sym = (self.x_sym,)
+        self.t_sym = sympy.Symbol("t", real=True)
+
+        scratch = pyo.ConcreteModel()
+        scratch.x = pyo.Var(self.states, initialize=1.0)
+        scratch.u = pyo.Var(pnames, initialize=1.0) if pnames else None
+        scratch.t = pyo.Var(initialize=0.0)
+        symbol_of = {id(scratch.x[s]): sym for s, sym in zip(self.states, self.x_sym)}
+        if pnames:
+            symbol_of.update({id(scratch.u[p]): sym for p, sym in zip(pnames, self.u_sym)})
+        symbol_of[id(scratch.t)] = self.t_sym
+        xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
+        us = _Namespace("parameter", {p: scratch.u[p] for p in pnames})
+        self._scratch = (scratch, xs, us, symbol_of)
+
+        self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs",
+                                          symbol_of)
+        self.l_sym = self._initial(initial, us, symbol_of)
+        self._set_data(data, observe, sigma, weights, symbol_of, xs, us, scratch.t)
+        T = self.meas_times[-1] if T is None else float(T)
+        if not np.isfinite(T) or T <= self.t0:
+            raise ProblemError(f"final time T={T} must be finite and > t0={self.t0}")
+        if self.meas_times[0] < self.t0 or self.meas_times[-1] > T:
+            raise ProblemError(
+                f"measurement times must lie in [t0, T] = [{self.t0}, {T}]; got "
+                f"[{self.meas_times[0]}, {self.meas_times[-1]}]")
+        self.T = T
+        self._check_start()
+
+    # -- conversions -------------------------------------------------------
+    def _to_sym(self, e, what, symbol_of):
+        if isinstance(e, (int, float, np.number)):
+            if not np.isfinite(float(e)):
+                raise ProblemError(f"{what} is not finite")
+            return sympy.Float(float(e)) if not float(e).is_integer() else sympy.Integer(int(e))
+        if isinstance(e, sympy.Basic):
+            return e
+        try:
+            return pyomo_to_sympy(e, symbol_of)
+        except UnsupportedExpressionError as err:
+            raise ProblemError(f"{what}: {err}") from None
+        except AttributeError:
+            raise ProblemError(f"{what}: expected a Pyomo expression or number, got "
+                               f"{type(e).__name__}") from None
+
+    def _convert_vector(self, fn, xs, us, t, names, what, symbol_of):
+        if not callable(fn):
+            raise ProblemError(f"{what} must be callable as {what}(x, u, t)")
+        out = fn(xs, us, t)
+        if isinstance(out, Mapping):
+            missing = [s for s in names if s not in out]
+            extra = [k for k in out if k not in names]
+            if missing or extra:
+                raise ProblemError(f"{what} must return one expression per state {names}; "
+                                   f"missing {missing}, unknown {extra}")
+            out = [out[s] for s in names]
+        else:
+            try:
+                out = list(out)
+            except TypeError:
+                raise ProblemError(f"{what} must return a sequence or mapping of "
+                                   f"{len(names)} expressions (one per state)") from None
+            if len(out) != len(names):
+                raise ProblemError(f"{what} returned {len(out)} expressions; "
+                                   f"expected {len(names)}, one per state {names}")
+        return tuple(self._to_sym(e, f"{what}[{s}]", symbol_of) for e, s in zip(out, names))
+
+    def _initial(self, initial, us, symbol_of):
+        if not isinstance(initial, Mapping):
+            try:
+                initial = dict(zip(self.states, list(initial), strict=True))
+            except (TypeError, ValueError):
+                raise ProblemError(f"initial must map each state {self.states} to a value") from None
+        missing = [s for s in self.states if s not in initial]
+        extra = [k for k in initial if k not in self.states]
+        if missing or extra:
+            raise ProblemError(f"initial: missing states {missing}, unknown names {extra}")
+        out = []
+        for s in self.states:
+            v = initial[s]
+            if isinstance(v, str):
+                if v not in [p.name for p in self.parameters]:
+                    raise ProblemError(f"initial['{s}'] = '{v}' names no parameter")
+                v = us[v]
+            elif callable(v):
+                v = v(us)
+            out.append(self._to_sym(v, f"initial[{s}]", symbol_of))
+        free = set().union(*[e.free_symbols for e in out]) - set(self.u_sym)
+        if free:
+            raise ProblemError(f"initial state may depend on parameters only; uses {free}")
+        return tuple(out)
+
+    # -- data --------------------------------------------------------------
+    def _set_data(self, data, observe, sigma, weights, symbol_of, xs, us, t):
+        if not isinstance(data, pd.DataFrame):
+            raise ProblemError("data must be a pandas DataFrame (wide or long format)")
+        wide, sig_long = _to_wide(data)
+        names = [str(c) for c in wide.columns]
+        if observe is None:
+            unknown = [c for c in names if c not in self.states]
+            if unknown:
+                raise ProblemError(f"data columns {unknown} name no observed quantity; "
+                                   f"observed (default): the states {self.states}")
+            self.obs_names = names
+            self.g_sym = tuple(self.x_sym[self.states.index(c)] for c in names)
+        elif callable(observe):
+            out = observe(xs, us, t)
+            if not isinstance(out, Mapping):
+                raise ProblemError("observe(x, u, t) must return a mapping name -> expression")
+            self.obs_names = _check_names(list(out), "observable")
+            self.g_sym = tuple(self._to_sym(out[k], f"observe[{k}]", symbol_of)
+                               for k in self.obs_names)
+        else:
+            obs = _check_names(list(observe), "observable")
+            bad = [o for o in obs if o not in self.states]
+            if bad:
+                raise ProblemError(f"observe lists {bad}, which are not states")
+            self.obs_names = obs
+            self.g_sym = tuple(self.x_sym[self.states.index(c)] for c in obs)
+        unknown = [c for c in names if c not in self.obs_names]
+        if unknown:
+            raise ProblemError(f"data columns {unknown} name no observed quantity "
+                               f"(observed: {self.obs_names})")
+        wide = wide.reindex(columns=self.obs_names)
+        vals = wide.to_numpy(dtype=float)
+        if np.any(np.isinf(vals)):
+            r, c = np.argwhere(np.isinf(vals))[0]
+            raise ProblemError(f"measurement of '{self.obs_names[c]}' at t={wide.index[r]} is infinite")
+        mask = ~np.isnan(vals)
+        keep = mask.any(axis=1)
+        if not keep.all():
+            wide, vals, mask = wide[keep], vals[keep], mask[keep]
+        if not mask.any():
+            raise ProblemError("data contain no measurement")
+        times = wide.index.to_numpy(dtype=float)
+        self.meas_times = times
+        self.data = pd.DataFrame(vals, index=pd.Index(times, name="time"), columns=self.obs_names)
+        self.mask = mask
+        w = _weights(sigma, weights, sig_long, wide, self.obs_names, mask)
+        self.weights = w
+        if isinstance(self.loss, GaussianNLL):
+            cov = self.loss.matrix(len(self.obs_names))
+            self.cov = cov
+
+    def _check_start(self):
+        """f must be finite at the initial state and parameter guesses."""
+        u0 = self.u0
+        x0 = self.initial_state(u0)
+        if not np.all(np.isfinite(x0)):
+            raise ProblemError(f"initial state l(u0) = {x0} is not finite")
+        f = self.numeric_rhs()(x0, u0, self.t0)
+        if not np.all(np.isfinite(f)):
+            bad = [s for s, v in zip(self.states, f) if not np.isfinite(v)]
+            raise ProblemError(f"rhs is not finite at the initial state and parameter guesses "
+                               f"(states {bad}: f = {f})")
+
+    # -- numeric views ---------------------------------------------------------
+    @property
+    def parameter_names(self):
+        return [p.name for p in self.parameters]
+
+    @property
+    def u0(self):
+        return np.array([float(p.value) for p in self.parameters])
+
+    @property
+    def free_mask(self):
+        return np.array([not p.fixed for p in self.parameters], dtype=bool)
+
+    def numeric_rhs(self):
+        """``f(x, u, t) -> ndarray`` lambdified from the symbolic rhs."""
+        fn = sympy.lambdify((self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy")
+        return lambda x, u, t: np.array(fn(x, u, t), dtype=float)
+
+    def initial_state(self, u):
+        fn = sympy.lambdify((self.u_sym,), list(self.l_sym), "numpy")
+        return np.array(fn(np.asarray(u, dtype=float)), dtype=float)
+
+    def fdot_sym(self):
+        r"""Total time derivative of f along solutions: :math:`D_x f\cdot f + \partial_t f`."""
+        x = self.x_sym
+        return tuple(sympy.expand(sum(sympy.diff(fi, x[j]) * self.f_sym[j] for j in range(len(x)))
+                                  + sympy.diff(fi, self.t_sym), deep=False) for fi in self.f_sym)
+
+    def __repr__(self):
+        return (f"EstimationProblem(states={self.states}, parameters={self.parameter_names}, "
+                f"observables={self.obs_names}, measurements={int(self.mask.sum())} at "
+                f"{len(self.meas_times)} times, t in [{self.t0}, {self.T}])")
+
+
+def _to_wide(data):
+    """Wide frame (index = time) and, for long input, a wide frame of sigmas."""
+    cols = [str(c).lower() for c in data.columns]
+    if "time" in cols and "value" in cols and ("name" in cols or "observable" in cols):
+        d = data.rename(columns={c: str(c).lower() for c in data.columns})
+        key = "name" if "name" in d.columns else "observable"
+        v = d["value"].to_numpy(dtype=float)
+        if np.any(~np.isfinite(v)):
+            i = int(np.argmax(~np.isfinite(v)))
+            raise ProblemError(f"long-format measurement in row {i} ({d[key].iloc[i]} at "
+                               f"t={d['time'].iloc[i]}) is {v[i]}: a value is required")
+        tt = d["time"].to_numpy(dtype=float)
+        if np.any(~np.isfinite(tt)):
+            raise ProblemError("long-format data contain a non-finite time")
+        dup = d.duplicated(subset=["time", key])
+        if dup.any():
+            i = int(np.argmax(dup.to_numpy()))
+            raise ProblemError(f"duplicate measurement of {d[key].iloc[i]} at t={d['time'].iloc[i]}")
+        wide = d.pivot(index="time", columns=key, values="value").sort_index()
+        sig = None
+        if "sigma" in d.columns:
+            sig = d.pivot(index="time", columns=key, values="sigma").sort_index()
+        wide.columns = [str(c) for c in wide.columns]
+        return wide, sig
+    idx = data.index.to_numpy()
+    try:
+        times = idx.astype(float)
+    except (TypeError, ValueError):
+        raise ProblemError("wide data need a numeric time index "
+                           "(or use long format with columns time, name, value)") from None
+    if np.any(~np.isfinite(times)):
+        raise ProblemError("data index contains a non-finite time")
+    if len(times) > 1 and np.any(np.diff(times) == 0) or len(np.unique(times)) != len(times):
+        raise ProblemError("data times contain duplicates; each time must appear once")
+    if np.any(np.diff(times) < 0):
+        raise ProblemError("data times are not sorted increasingly")
+    wide = data.copy()
+    wide.index = pd.Index(times, name="time")
+    wide.columns = [str(c) for c in wide.columns]
+    return wide, None
+
+
+def _expand_spec(spec, wide, names, what):
+    """A float, mapping or frame → array like the wide data."""
+    shape = (len(wide.index), len(names))
+    if isinstance(spec, pd.DataFrame):
+        s = spec.copy()
+        s.columns = [str(c) for c in s.columns]
+        s.index = s.index.astype(float)
+        bad = [c for c in s.columns if c not in names]
+        if bad:
+            raise ProblemError(f"{what} columns {bad} name no observed quantity")
+        return s.reindex(index=wide.index, columns=names).to_numpy(dtype=float)
+    if isinstance(spec, Mapping):
+        bad = [c for c in spec if c not in names]
+        if bad:
+            raise ProblemError(f"{what} names {bad}, which are not observed quantities")
+        return np.array([[float(spec.get(c, np.nan)) for c in names]] * shape[0]).reshape(shape)
+    return np.full(shape, float(spec))
+
+
+def _weights(sigma, weights, sig_long, wide, names, mask):
+    if sigma is not None and weights is not None:
+        raise ProblemError("give either sigma or weights, not both")
+    if sigma is None and sig_long is not None:
+        sigma = sig_long.reindex(index=wide.index, columns=names)
+    if sigma is not None:
+        s = _expand_spec(sigma, wide, names, "sigma")
+        sm = s[mask]
+        if np.any(np.isnan(sm)):
+            raise ProblemError("sigma is missing for some measurements")
+        if np.any(~(sm > 0)) or np.any(np.isinf(sm)):
+            raise ProblemError(f"standard deviations must be positive and finite; got "
+                               f"{sm[~((sm > 0) & np.isfinite(sm))][:3]}")
+        w = np.where(mask, 1.0 / np.where(mask, s, 1.0) ** 2, 0.0)
+        return w
+    if weights is not None:
+        w = _expand_spec(weights, wide, names, "weights")
+        wm = w[mask]
+        if np.any(np.isnan(wm)) or np.any(wm < 0) or np.any(np.isinf(wm)):
+            raise ProblemError("weights must be finite and non-negative for every measurement")
+        return np.where(mask, w, 0.0)
+    return mask.astype(float)

@@ -1,0 +1,240 @@
+r"""Simultaneous estimation: states and parameters solved together by Ipopt.
+
+The Pyomo block of :func:`~pyomo_odeest.block.build_block` is solved by the
+``odeest_ipopt`` solver.  Multiplier convention: the constraint of step i is
+stored with body ``x_{i+1} - x_i - h_i F_i`` (``x_0 - l(u)`` for the initial
+condition), which is seed 000's G; Ipopt's Lagrangian ``J + λᵀ G`` is seed 000's
+``F + pᵀ G``, so the multiplier of the equation defining ``x_i`` *is* the
+adjoint ``p_i`` of eq. (52) (objective not scaled: the solver does not rescale
+the objective unless the user sets ``nlp_scaling_method``/``obj_scaling_factor``).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pyomo.environ as pyo
+import sympy
+
+from .block import build_block, misfit_constant
+from .problem import EstimationProblem, ProblemError
+from .result import EstimationResult
+from .schemes import integrate
+from .solver import OdeestIpoptSolver
+
+__all__ = ["estimate_simultaneous", "simulate", "numeric_functions", "initialize_block"]
+
+_SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+
+
+def numeric_functions(problem: EstimationProblem, u):
+    """``f(x, t)``, ``fdot(x, t)`` and their x-Jacobians at fixed parameters ``u``."""
+    xs, us, ts = problem.x_sym, problem.u_sym, problem.t_sym
+    u = np.asarray(u, dtype=float)
+    f = sympy.lambdify((xs, us, ts), list(problem.f_sym), "numpy")
+    J = sympy.lambdify((xs, us, ts), sympy.Matrix(problem.f_sym).jacobian(xs), "numpy")
+    fd_sym = problem.fdot_sym()
+    fd = sympy.lambdify((xs, us, ts), list(fd_sym), "numpy")
+    Jd = sympy.lambdify((xs, us, ts), sympy.Matrix(fd_sym).jacobian(xs), "numpy")
+    return dict(
+        f=lambda x, t: np.array(f(x, u, t), dtype=float),
+        jac=lambda x, t: np.array(J(x, u, t), dtype=float),
+        fdot=lambda x, t: np.array(fd(x, u, t), dtype=float),
+        fdot_jac=lambda x, t: np.array(Jd(x, u, t), dtype=float),
+    )
+
+
+def simulate(problem: EstimationProblem, scheme, t, u=None):
+    """States of the discrete scheme on grid ``t`` at parameters ``u`` ((k+1, n))."""
+    u = problem.u0 if u is None else np.asarray(u, dtype=float)
+    fn = numeric_functions(problem, u)
+    x0 = problem.initial_state(u)
+    return integrate(scheme, fn["f"], t, x0, fdot=fn["fdot"], jac=fn["jac"],
+                     fdot_jac=fn["fdot_jac"])
+
+
+def _stage_values(b, X, fn):
+    """Values of the non-x stages of every step, given the states X."""
+    out = {}
+    for sf in b.formulas:
+        i = sf.i
+        t = b.grid.t
+        vals = {}
+        for stage in sf.stages:
+            if stage.name == "x":
+                break
+            v = X[i].copy()
+            for pref, c in stage.f_terms:
+                z, tz = _point(pref, i, X, vals, t)
+                v = v + (t[i + 1] - t[i]) * c * fn["f"](z, tz)
+            for pref, c in stage.fdot_terms:
+                z, tz = _point(pref, i, X, vals, t)
+                v = v + (t[i + 1] - t[i]) ** 2 * c * fn["fdot"](z, tz)
+            vals[stage.name] = v
+            out[(stage.name, i)] = v
+    return out
+
+
+def _point(pref, i, X, vals, t):
+    if pref.kind == "past":
+        return X[i - pref.lag], t[i - pref.lag]
+    if pref.kind == "new":
+        return X[i + 1], t[i + 1]
+    return vals[pref.stage], t[i + 1]
+
+
+def initialize_block(b, u=None, init="auto"):
+    """Set start values of states and stages.
+
+    ``init``: ``'simulate'`` (run the scheme at ``u``), ``'data'`` (interpolate
+    the measurements of observed states, x_0 elsewhere), or ``'auto'``
+    (simulate, and fall back to data when the simulation fails or leaves the
+    data's range by more than a factor 100).  Returns the strategy used.
+    """
+    problem = b.problem
+    u = problem.u0 if u is None else np.asarray(u, dtype=float)
+    t = np.asarray(b.grid.t)
+    S = problem.states
+    X = None
+    used = init
+    if init in ("auto", "simulate"):
+        try:
+            X = simulate(problem, b.scheme, t, u)
+            scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
+            if init == "auto" and (not np.all(np.isfinite(X)) or np.max(np.abs(X)) > scale):
+                X = None
+        except (RuntimeError, FloatingPointError, OverflowError, ValueError):
+            if init == "simulate":
+                raise
+            X = None
+        used = "simulate" if X is not None else "data"
+    if X is None:
+        if init not in ("auto", "data"):
+            raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
+        x0 = problem.initial_state(u)
+        X = np.tile(x0, (len(t), 1))
+        for o, name in enumerate(problem.obs_names):
+            g = problem.g_sym[o]
+            if g in problem.x_sym:
+                s = problem.x_sym.index(g)
+                col = problem.data[name]
+                ok = col.notna().to_numpy()
+                tt = np.concatenate([[problem.t0], problem.meas_times[ok]])
+                vv = np.concatenate([[x0[s]], col.to_numpy()[ok]])
+                tt, keep = np.unique(tt, return_index=True)
+                X[:, s] = np.interp(t, tt, vv[keep])
+    for i in range(len(t)):
+        for s_i, s in enumerate(S):
+            b.x[i, s].set_value(float(X[i, s_i]), skip_validation=True)
+    fn = numeric_functions(problem, u)
+    with np.errstate(all="ignore"):
+        stages = _stage_values(b, X, fn)
+    for (name, i), v in stages.items():
+        comp = b.component(name)
+        for s_i, s in enumerate(S):
+            val = float(v[s_i]) if np.isfinite(v[s_i]) else float(X[i + 1, s_i])
+            comp[i, s].set_value(val, skip_validation=True)
+    return used
+
+
+def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
+                          max_step=None, steps_per_interval=None, options=None, tee=False,
+                          init="auto", model=None, u0=None):
+    """Estimate the parameters by solving the full discretized NLP with Ipopt.
+
+    Parameters
+    ----------
+    problem : EstimationProblem
+    scheme, qmax, grid, max_step, steps_per_interval
+        Discretization (see :func:`~pyomo_odeest.block.build_block`).
+    options : dict
+        Ipopt options (default ``tol=1e-8``).
+    tee : bool
+        Show Ipopt's log.
+    init : 'auto' | 'simulate' | 'data'
+        State initialization (see :func:`initialize_block`).
+    model : ConcreteModel, optional
+        A model that already holds a block built by ``build_block`` as
+        ``model.est`` (with user constraints/objective terms); it is solved
+        as is.  Otherwise a new model is built.
+    u0 : array, optional
+        Starting parameter values (default: the problem's).
+
+    Returns
+    -------
+    EstimationResult
+    """
+    t_start = time.perf_counter()
+    if model is None:
+        m = pyo.ConcreteModel(name=problem.name)
+        m.est = build_block(problem, scheme, qmax, grid, max_step, steps_per_interval)
+        b = m.est
+    else:
+        m = model
+        b = getattr(m, "est", None)
+        if b is None or not hasattr(b, "formulas"):
+            raise ProblemError("model must hold a block built by build_block as model.est")
+    if u0 is not None:
+        for p, v in zip(problem.parameter_names, np.asarray(u0, dtype=float)):
+            if not b.u[p].fixed:
+                b.u[p].set_value(float(v))
+    u_start = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+    init_used = initialize_block(b, u_start, init)
+    if not hasattr(m, "dual"):
+        m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
+    build_s = time.perf_counter() - t_start
+
+    opts = {"tol": 1e-8}
+    opts.update(options or {})
+    solver = OdeestIpoptSolver()
+    solver.solve(m, options=opts, tee=tee)
+    info = solver.last_info
+    res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
+    res.extra["init"] = init_used
+    return res
+
+
+def collect_result(b, m, info, build_s, total_s):
+    """Assemble an :class:`EstimationResult` from a solved block."""
+    problem = b.problem
+    S = problem.states
+    t = np.asarray(b.grid.t)
+    X = np.array([[pyo.value(b.x[i, s]) for s in S] for i in range(len(t))])
+    u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+    states = pd.DataFrame(X, index=pd.Index(t, name="time"), columns=S)
+    fitted = observations(problem, X[np.asarray(b.grid.J)], u)
+    residuals = (fitted - problem.data).where(problem.mask)
+    dual = getattr(m, "dual", None)
+    adjoint, mults = None, {}
+    if dual is not None and len(dual):
+        k = len(t) - 1
+        mults = {}
+        from .block import scheme_constraint
+        for st in b.scheme.stage_names:
+            mults[st] = pd.DataFrame(
+                [[dual.get(scheme_constraint(b, i, s, st), np.nan) for s in S] for i in range(k)],
+                index=pd.Index(range(k), name="step"), columns=S)
+        p0 = [dual.get(b.x0_eq[s], np.nan) for s in S]
+        adjoint = pd.DataFrame(np.vstack([p0, mults["x"].to_numpy()]),
+                               index=pd.Index(range(k + 1), name="i"), columns=S)
+    status = info["status"]
+    return EstimationResult(
+        approach="simultaneous", method="ipopt/exact-hessian",
+        scheme=f"{b.scheme.name}(qmax={b.scheme.qmax}), k={len(t) - 1}",
+        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+        objective=float(pyo.value(b.objective)) + misfit_constant(problem),
+        status=status, success=status in _SUCCESS, iterations=int(info["iterations"]),
+        evaluations=dict(info["counts"]),
+        timings=dict(build_s=build_s, setup_s=info["setup_s"], solve_s=info["ipopt_s"],
+                     eval_s=info["eval_s"], total_s=total_s),
+        states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
+        multipliers=mults, model=m)
+
+
+def observations(problem: EstimationProblem, Xmeas, u):
+    """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time."""
+    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
+    Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float), (len(problem.g_sym),))
+                  for x, tau in zip(Xmeas, problem.meas_times)])
+    return pd.DataFrame(Z, index=pd.Index(problem.meas_times, name="time"), columns=problem.obs_names)
