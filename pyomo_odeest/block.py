@@ -48,7 +48,8 @@ from .problem import EstimationProblem, GaussianNLL, ProblemError
 from .schemes import get_scheme
 from .symbolic import sympy_to_pyomo
 
-__all__ = ["build_block", "scheme_constraint", "misfit_sym", "misfit_constant"]
+__all__ = ["build_block", "resolve_grid", "scheme_constraint", "add_objective_term", "misfit_sym",
+           "misfit_constant"]
 
 
 def misfit_sym(problem: EstimationProblem, j: int):
@@ -103,6 +104,27 @@ def _groups(formulas):
     return named
 
 
+def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> Grid:
+    """The integration grid of eq. (3) for ``problem``.
+
+    Given ``grid`` is checked (starts at t0, contains every measurement
+    time); otherwise :func:`make_grid` is called with ``max_step`` or
+    ``steps_per_interval`` (default 10 steps per measurement interval).
+    """
+    if grid is None:
+        if max_step is None and steps_per_interval is None:
+            steps_per_interval = 10
+        return make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
+                         steps_per_interval=steps_per_interval)
+    if not isinstance(grid, Grid):
+        raise TypeError("grid must be a pyomo_odeest.grid.Grid (see make_grid)")
+    missing = [tau for tau in problem.meas_times if not np.any(grid.t == tau)]
+    if missing or grid.t[0] != problem.t0:
+        raise ProblemError(f"grid must start at t0 and contain every measurement time; "
+                           f"missing {missing[:5]}")
+    return grid
+
+
 def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,
                 max_step=None, steps_per_interval=None, block=None, fdot=None):
     """Render the discrete problem as a constructed Pyomo Block.
@@ -132,18 +154,7 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     if not isinstance(problem, EstimationProblem):
         raise TypeError("build_block needs an EstimationProblem")
     sch = get_scheme(scheme, qmax)
-    if grid is None:
-        if max_step is None and steps_per_interval is None:
-            steps_per_interval = 10
-        grid = make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
-                         steps_per_interval=steps_per_interval)
-    elif not isinstance(grid, Grid):
-        raise TypeError("grid must be a pyomo_odeest.grid.Grid (see make_grid)")
-    else:
-        missing = [tau for tau in problem.meas_times if not np.any(grid.t == tau)]
-        if missing or grid.t[0] != problem.t0:
-            raise ProblemError(f"grid must start at t0 and contain every measurement time; "
-                               f"missing {missing[:5]}")
+    grid = resolve_grid(problem, grid, max_step, steps_per_interval)
     t = np.asarray(grid.t, dtype=float)
     k = len(t) - 1
     formulas = sch.formulas(t)
