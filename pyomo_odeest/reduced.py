@@ -1,0 +1,217 @@
+r"""Reduced-space (sequential) estimation over the parameters u alone.
+
+``J_k(u)`` is evaluated by simulating the discrete scheme
+(:class:`~pyomo_odeest.discrete.DiscreteModel`, the same equations as the
+Pyomo block), its gradient by the discrete adjoint (seed 000, eqs. (52),
+(54)) or another method, its Hessian by the second-order adjoint, adjoint +
+finite differences or Gauss–Newton.  Optimizers:
+
+* ``'ipopt'``: Ipopt through cyipopt, bounds on u, exact Hessian
+  (``hessian='soa'|'adjoint_fd'|'gauss_newton'``) or ``hessian=None`` for
+  Ipopt's limited-memory quasi-Newton;
+* ``'L-BFGS-B'`` and ``'trust-constr'`` from SciPy.
+
+A simulation that fails (non-finite states, Newton divergence) is reported to
+Ipopt as an evaluation error, so it shortens the step; at the starting point
+it ends the solve with a clear status.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from .discrete import DiscreteModel, SimulationError
+from .nlp.cyipopt_adapter import solve_with_ipopt
+from .nlp.protocol import EvaluationError, NLPEvaluator
+from .problem import EstimationProblem
+from .result import EstimationResult
+
+__all__ = ["ReducedSpaceNLP", "estimate_reduced"]
+
+_OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+
+
+class ReducedSpaceNLP(NLPEvaluator):
+    """``min J_k(u)`` over the free parameters, as an evaluator (m = 0 constraints)."""
+
+    def __init__(self, dm: DiscreteModel, gradient="adjoint", hessian="soa"):
+        P = dm.problem
+        self.dm = dm
+        self.free = np.flatnonzero(P.free_mask)
+        self.u_full = P.u0.copy()
+        self.n = len(self.free)
+        self.m = 0
+        lb = np.array([-np.inf if p.lb is None else p.lb for p in P.parameters])
+        ub = np.array([np.inf if p.ub is None else p.ub for p in P.parameters])
+        self.x_lb, self.x_ub = lb[self.free], ub[self.free]
+        self.x0 = np.clip(self.u_full[self.free], self.x_lb, self.x_ub)
+        self.g_lb = self.g_ub = np.zeros(0)
+        self.gradient_method = gradient
+        self.hessian_method = hessian
+        self._key = None
+        self._traj = None
+        self.counts = dict(simulations=0, gradients=0, hessians=0, failures=0)
+        tri = np.tril_indices(self.n)
+        self._hr, self._hc = tri
+
+    def full(self, x):
+        u = self.u_full.copy()
+        u[self.free] = x
+        return u
+
+    def _trajectory(self, x):
+        x = np.asarray(x, dtype=float)
+        if self._key is not None and np.array_equal(x, self._key):
+            if isinstance(self._traj, Exception):
+                raise EvaluationError(str(self._traj))
+            return self._traj
+        self._key = x.copy()
+        self.counts["simulations"] += 1
+        try:
+            self._traj = self.dm.simulate(self.full(x))
+        except SimulationError as err:
+            self._traj = err
+            self.counts["failures"] += 1
+            raise EvaluationError(str(err)) from None
+        return self._traj
+
+    def objective(self, x):
+        v = self.dm.objective(self.full(x), self._trajectory(x))
+        if not np.isfinite(v):
+            raise EvaluationError("non-finite objective")
+        return v
+
+    def gradient(self, x):
+        traj = self._trajectory(x)
+        self.counts["gradients"] += 1
+        g = self.dm.gradient(self.full(x), self.gradient_method, traj)[self.free]
+        if not np.all(np.isfinite(g)):
+            raise EvaluationError("non-finite gradient")
+        return g
+
+    def constraints(self, x):
+        return np.zeros(0)
+
+    def jacobian_structure(self):
+        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+
+    def jacobian(self, x):
+        return np.zeros(0)
+
+    def hessian_structure(self):
+        return self._hr, self._hc
+
+    def hessian_matrix(self, x):
+        self._trajectory(x)
+        self.counts["hessians"] += 1
+        H = self.dm.hessian(self.full(x), self.hessian_method)
+        return H[np.ix_(self.free, self.free)]
+
+    def hessian(self, x, lam, obj_factor=1.0):
+        H = self.hessian_matrix(x)
+        if not np.all(np.isfinite(H)):
+            raise EvaluationError("non-finite Hessian")
+        return obj_factor * H[self._hr, self._hc]
+
+
+def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
+                     max_step=None, steps_per_interval=None, optimizer="ipopt",
+                     gradient="adjoint", hessian="soa", options=None, tee=False, u0=None,
+                     model: DiscreteModel | None = None):
+    """Estimate u by optimizing the reduced objective J_k(u) (single shooting).
+
+    Parameters
+    ----------
+    problem, scheme, qmax, grid, max_step, steps_per_interval
+        As for :func:`~pyomo_odeest.simultaneous.estimate_simultaneous`; the
+        same arguments give the same discrete equations.
+    optimizer : 'ipopt' | 'L-BFGS-B' | 'trust-constr'
+    gradient : 'adjoint' | 'transposed_solve' | 'sensitivity' | 'recursion' | 'fd'
+    hessian : 'soa' | 'adjoint_fd' | 'gauss_newton' | None
+        Hessian for Ipopt / trust-constr; ``None`` lets Ipopt use L-BFGS
+        (``hessian_approximation=limited-memory``) and trust-constr BFGS.
+    options : dict
+        Ipopt options or SciPy ``options``.
+    u0 : array, optional
+        Starting parameters (default: the problem's values).
+    """
+    t_start = time.perf_counter()
+    dm = model or DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
+    nlp = ReducedSpaceNLP(dm, gradient, hessian)
+    if u0 is not None:
+        nlp.u_full = np.asarray(u0, dtype=float).copy()
+        nlp.x0 = np.clip(nlp.u_full[nlp.free], nlp.x_lb, nlp.x_ub)
+    build_s = time.perf_counter() - t_start
+    t_solve = time.perf_counter()
+    if optimizer == "ipopt":
+        opts = {"tol": 1e-10}
+        if hessian is None:
+            opts["hessian_approximation"] = "limited-memory"
+        opts.update(options or {})
+        try:
+            nlp.objective(nlp.x0)
+            r = solve_with_ipopt(nlp, options=opts, tee=tee)
+            x, status, iters = r.x, r.status_name, r.iterations
+            success = status in _OK
+        except EvaluationError as err:
+            x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
+        method = f"ipopt/{gradient}+{hessian or 'lbfgs'}"
+    elif optimizer in ("L-BFGS-B", "trust-constr"):
+        from scipy.optimize import Bounds, minimize
+
+        def fun(x):
+            try:
+                return nlp.objective(x), nlp.gradient(x)
+            except EvaluationError:
+                return np.inf, np.zeros_like(x)
+
+        kw = dict(jac=True, method=optimizer, options=dict(options or {}))
+        if np.any(np.isfinite(nlp.x_lb)) or np.any(np.isfinite(nlp.x_ub)):
+            kw["bounds"] = Bounds(nlp.x_lb, nlp.x_ub)
+        if optimizer == "trust-constr":
+            kw["options"].setdefault("gtol", 1e-10)
+            kw["options"].setdefault("xtol", 1e-14)
+            if hessian is not None:
+                kw["hess"] = nlp.hessian_matrix
+        else:
+            kw["options"].setdefault("gtol", 1e-10)
+            kw["options"].setdefault("ftol", 1e-15)
+        try:
+            nlp.objective(nlp.x0)
+            sol = minimize(fun, nlp.x0, **kw)
+            x, status, success = sol.x, str(sol.message), bool(sol.success)
+            iters = int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0))
+        except EvaluationError as err:
+            x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
+        method = f"scipy-{optimizer}/{gradient}" + (f"+{hessian}" if optimizer == "trust-constr" and hessian else "")
+    else:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use 'ipopt', 'L-BFGS-B' or 'trust-constr'")
+    solve_s = time.perf_counter() - t_solve
+    return _result(problem, dm, nlp, x, status, success, iters, method,
+                   dict(build_s=build_s, setup_s=0.0, solve_s=solve_s,
+                        total_s=time.perf_counter() - t_start))
+
+
+def _result(problem, dm, nlp, x, status, success, iters, method, timings):
+    from .simultaneous import observations
+    u = nlp.full(x)
+    states = fitted = residuals = None
+    obj = np.nan
+    try:
+        traj = dm.simulate(u)
+        obj = dm.objective(u, traj)
+        states = pd.DataFrame(traj.X, index=pd.Index(dm.t, name="time"), columns=problem.states)
+        fitted = observations(problem, traj.X[np.asarray(dm.grid.J)], u)
+        residuals = (fitted - problem.data).where(problem.mask)
+    except SimulationError as err:
+        success = False
+        status = status if "Failed" in status else f"{status}; final simulation failed: {err}"
+    return EstimationResult(
+        approach="reduced_space", method=method,
+        scheme=f"{dm.scheme.name}(qmax={dm.scheme.qmax}), k={dm.k}",
+        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+        objective=float(obj), status=status, success=bool(success), iterations=int(iters),
+        evaluations=dict(nlp.counts), timings=timings, states=states, fitted=fitted,
+        residuals=residuals, extra={"discrete_model": dm})
