@@ -222,9 +222,9 @@ def make_grid(
         raise ValueError(f"meas_times contains duplicates: {np.unique(dup)}")
     if tau.size > 1 and np.any(np.diff(tau) < 0):
         raise ValueError("meas_times must be sorted in increasing order")
-    t0 = float(_times("t0", t0)[0]) if np.ndim(t0) == 0 else None
-    if t0 is None:
+    if np.ndim(t0) != 0:
         raise ValueError("t0 must be a scalar")
+    t0 = float(_times("t0", t0)[0])
     if T is None:
         if tau.size == 0:
             raise ValueError("T is required when meas_times is empty")

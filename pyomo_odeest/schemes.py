@@ -59,10 +59,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from functools import lru_cache
+from typing import Callable, Mapping
 
 import numpy as np
-from numpy.polynomial import chebyshev as _cheb
 from numpy.polynomial import legendre as _leg
 
 __all__ = [
@@ -253,43 +253,95 @@ def _as_times(t_hist, what="t_hist") -> np.ndarray:
     return th
 
 
-def _quadrature_weights(value_nodes, deriv_nodes=()) -> np.ndarray:
-    r"""Weights of a generalized quadrature on :math:`[0, 1]`.
+@lru_cache(maxsize=None)
+def _gauss_legendre_01(npts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Legendre nodes and weights on [0, 1]."""
+    xg, wg = _leg.leggauss(npts)
+    nodes, weights = 0.5 * (xg + 1.0), 0.5 * wg
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
 
-    Finds :math:`w, v` with
+
+def _chebyshev_table(u: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """T_m(u) and T_m'(u) for m = 0..n-1 (three-term recurrence); shape (n, *u.shape)."""
+    t = np.empty((n,) + u.shape)
+    d = np.empty((n,) + u.shape)
+    t[0], d[0] = 1.0, 0.0
+    if n > 1:
+        t[1], d[1] = u, 1.0
+    for m in range(1, n - 1):
+        t[m + 1] = 2.0 * u * t[m] - t[m - 1]
+        d[m + 1] = 2.0 * t[m] + 2.0 * u * d[m] - d[m - 1]
+    return t, d
+
+
+def _quadrature_weights(value_nodes, deriv_nodes=None) -> np.ndarray:
+    r"""Weights of generalized quadratures on :math:`[0, 1]` (batched).
+
+    For each row ``b`` finds :math:`w, v` with
 
     .. math::
 
-        \int_0^1 P(s)\,ds = \sum_j w_j P(s_j) + \sum_l v_l P'(r_l)
+        \int_0^1 P(s)\,ds = \sum_j w_j P(s_{bj}) + \sum_l v_l P'(r_{bl})
 
     for every polynomial :math:`P` of degree :math:`< N`, :math:`N` the total
-    number of nodes.  The moment conditions are written in the Chebyshev
-    basis on the interval spanned by the nodes and :math:`[0, 1]` (well
-    conditioned for the small :math:`N` used here); the moments are exact
-    Gauss–Legendre sums.
+    number of nodes of a row.  The moment conditions are written in the
+    Chebyshev basis on the interval spanned by the row's nodes and
+    :math:`[0, 1]` (well conditioned for the small :math:`N` used here); the
+    moments are exact Gauss–Legendre sums.
+
+    Parameters
+    ----------
+    value_nodes : array_like, shape (B, nv) or (nv,)
+    deriv_nodes : array_like, shape (B, nd) or (nd,), optional
+
+    Returns
+    -------
+    numpy.ndarray, shape (B, nv + nd) (or (nv + nd,) for 1-D input)
     """
-    sv = np.asarray(value_nodes, dtype=float).ravel()
-    sd = np.asarray(deriv_nodes, dtype=float).ravel()
-    n = sv.size + sd.size
-    allpts = np.concatenate([sv, sd, [0.0, 1.0]])
-    lo, hi = allpts.min(), allpts.max()
+    sv = np.asarray(value_nodes, dtype=float)
+    single = sv.ndim == 1
+    sv = np.atleast_2d(sv)
+    bsz = sv.shape[0]
+    sd = np.zeros((bsz, 0)) if deriv_nodes is None else np.asarray(deriv_nodes, dtype=float).reshape(bsz, -1)
+    nv, n = sv.shape[1], sv.shape[1] + sd.shape[1]
+    allpts = np.concatenate([sv, sd, np.zeros((bsz, 1)), np.ones((bsz, 1))], axis=1)
+    lo = allpts.min(axis=1, keepdims=True)
+    hi = allpts.max(axis=1, keepdims=True)
     half = 0.5 * (hi - lo)
     mid = 0.5 * (hi + lo)
+    sg, wg = _gauss_legendre_01(n // 2 + 1)
+    u = (np.concatenate([sv, sd, np.broadcast_to(sg, (bsz, sg.size))], axis=1) - mid) / half
+    tab, der = _chebyshev_table(u, n)  # (n, B, npts)
+    a = np.concatenate([tab[:, :, :nv], der[:, :, nv:n] / half], axis=2)  # (m, B, col)
+    a = np.transpose(a, (1, 0, 2))  # (B, m, col)
+    rhs = tab[:, :, n:] @ wg  # (n, B)
+    w = np.linalg.solve(a, rhs.T[:, :, None])[:, :, 0]
+    return w[0] if single else w
 
-    def u(s):
-        return (np.asarray(s, dtype=float) - mid) / half
 
-    a = np.empty((n, n))
-    a[:, : sv.size] = _cheb.chebvander(u(sv), n - 1).T
-    if sd.size:
-        for m in range(n):
-            c = np.zeros(n)
-            c[m] = 1.0
-            a[m, sv.size:] = _cheb.chebval(u(sd), _cheb.chebder(c)) / half
-    xg, wg = _leg.leggauss(n // 2 + 1)
-    sg = 0.5 * (xg + 1.0)
-    rhs = 0.5 * (_cheb.chebvander(u(sg), n - 1).T @ wg)
-    return np.linalg.solve(a, rhs)
+def _ab_weights(s: np.ndarray) -> np.ndarray:
+    """Adams–Bashforth weights for scaled past nodes s (B, Q) -> (B, Q)."""
+    return _quadrature_weights(s)
+
+
+def _am_weights(s: np.ndarray) -> np.ndarray:
+    """Adams–Moulton weights (K_0 for s = 1, then K_1..K_Q) -> (B, Q+1)."""
+    return _quadrature_weights(np.concatenate([np.ones((s.shape[0], 1)), s], axis=1))
+
+
+def _enright_weights(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Enright weights: rho (B, Q+1) (rho_0 first) and sigma (B,)."""
+    w = _quadrature_weights(np.concatenate([np.ones((s.shape[0], 1)), s], axis=1), np.ones((s.shape[0], 1)))
+    return w[:, :-1], w[:, -1]
+
+
+def _solve_public(weights, s):
+    try:
+        return weights(s)
+    except np.linalg.LinAlgError as exc:
+        raise ValueError(f"order conditions are singular for the scaled history {s[0]}: ill-conditioned step sizes") from exc
 
 
 def adams_bashforth_coefficients(t_hist, h) -> np.ndarray:
@@ -325,7 +377,7 @@ def adams_bashforth_coefficients(t_hist, h) -> np.ndarray:
     h = float(h)
     if not (np.isfinite(h) and h > 0):
         raise ValueError(f"step h must be positive and finite, got {h}")
-    return _quadrature_weights((th - th[0]) / h)
+    return _solve_public(_ab_weights, ((th - th[0]) / h)[None, :])[0]
 
 
 def adams_moulton_coefficients(t_hist, t_new, q=None) -> np.ndarray:
@@ -367,8 +419,7 @@ def adams_moulton_coefficients(t_hist, t_new, q=None) -> np.ndarray:
     q = th.size if q is None else int(q)
     if not 0 <= q <= th.size:
         raise ValueError(f"q must be in [0, len(t_hist)={th.size}], got {q}")
-    s = (th[:q] - th[0]) / h
-    return _quadrature_weights(np.concatenate([[1.0], s]))
+    return _solve_public(_am_weights, ((th[:q] - th[0]) / h)[None, :])[0]
 
 
 def enright_coefficients(t_hist, t_new) -> tuple[np.ndarray, float]:
@@ -409,9 +460,8 @@ def enright_coefficients(t_hist, t_new) -> tuple[np.ndarray, float]:
     h = float(t_new) - th[0]
     if not (np.isfinite(h) and h > 0):
         raise ValueError(f"t_new must be finite and > t_hist[0]; got t_new={t_new}, t_i={th[0]}")
-    s = (th - th[0]) / h
-    w = _quadrature_weights(np.concatenate([[1.0], s]), [1.0])
-    return w[:-1], float(w[-1])
+    rho, sigma = _solve_public(_enright_weights, ((th - th[0]) / h)[None, :])
+    return rho[0], float(sigma[0])
 
 
 # ---------------------------------------------------------------------------
@@ -427,6 +477,7 @@ def _check_qmax(qmax) -> int:
 
 
 def _check_grid(t) -> np.ndarray:
+    t = getattr(t, "t", t)  # a pyomo_odeest.grid.Grid or an array of times
     t = np.ascontiguousarray(np.asarray(t, dtype=float))
     if t.ndim != 1 or t.size < 2:
         raise ValueError("the grid t must be a 1-D array with at least two times")
@@ -445,36 +496,55 @@ def _past(lag: int) -> PointRef:
 _NEW = PointRef("new")
 
 
+def _stage_ref(name: str) -> PointRef:
+    return PointRef("stage", stage=name)
+
+
+#: A stage whose coefficients are arrays over a batch of steps with the same
+#: structure: ``(name, ((PointRef, coef[B]), ...), ((PointRef, coef[B]), ...))``.
+StageTemplate = tuple
+
+
 class MultistepScheme:
     r"""Base class of the multistep schemes of seed 000, eqs. (2), (4)–(6).
 
     A scheme maps a grid :math:`t_0 < \dots < t_k` to the list of step
-    equations :math:`x_{i+1} = x_i + h_i F_i(\dots)` with coefficients derived
-    for the actual step history.
+    equations :math:`x_{i+1} = x_i + h_i F_i(\dots)` (:class:`StepFormula`)
+    with coefficients derived for the actual step history.
 
     Contract for subclasses
     -----------------------
     1. Set the class attributes ``name`` (registry key), ``needs_fdot``
        (whether :math:`\dot f` appears) and ``stage_names`` (stage names in
        evaluation order, ending with ``"x"``).
-    2. Implement the properties ``order`` (classical global order for
-       :math:`Q_i \equiv Q_{\max}-1`) and ``startup_order`` (observed global
-       order on a plain uniform grid when the order ramp is used).
-    3. Implement ``_stages(t_hist, t_new, q)`` returning the stages of one step
-       with ``q`` past points, ``t_hist = (t_i, ..., t_{i-q+1})``.  Do not
-       call it directly: :meth:`step_formula` calls it and then checks it.
+    2. Implement the properties ``order`` (classical global order, reached
+       once :math:`Q_i = Q_{\max}-1`) and ``startup_order`` (observed global
+       order on a plain uniform grid when the order ramp is used; see the
+       module docstring).
+    3. Implement ``_stage_templates(s, q)``: ``s`` has shape ``(B, q)``, row
+       ``b`` holding the scaled past nodes
+       :math:`s_j = (t_{i-j+1} - t_i)/h_i`, :math:`j = 1..q`, of ``B`` steps
+       (so :math:`s_1 = 0` and the new point is :math:`s = 1`).  Return one
+       template ``(name, f_terms, fdot_terms)`` per stage whose coefficients
+       are arrays of shape ``(B,)``.  Do not call it directly:
+       :meth:`formulas` / :meth:`step_formula` call it (batched over steps
+       with equal :math:`Q_i`), split it into :class:`StepFormula` objects
+       and check them.
     4. Coefficients are dimensionless: ``f_terms`` multiply :math:`h_i`,
        ``fdot_terms`` multiply :math:`h_i^2`.
     5. A stage may reference past points with ``lag < q``, stages defined
-       before it, and itself (``"new"`` for ``"x"``: implicit stage).
+       before it, and itself (``"new"`` for ``"x"``: an implicit stage).
        Non-past points are evaluated at :math:`t_{i+1}`.
     6. Implement ``_stage_degrees(q)``: for each stage, the polynomial degree
-       up to which the stage reproduces :math:`x(t_{i+1})` exactly when
-       every point holds the exact solution.  :meth:`step_formula` verifies
-       this on every step (self-check) and raises if it fails.
-    7. The order policy is :meth:`order_q`, :math:`Q_i = \min(i+1, Q_{\max}-1)`
-       (seed 000, after eq. (5)); subclasses do not override it.
-    8. Instances are immutable apart from the per-grid formula cache.
+       up to which the stage reproduces :math:`x(t_{i+1})` exactly when every
+       referenced point holds the exact solution.  Every formula is verified
+       against this (self-check) and a :class:`RuntimeError` names the step
+       if it fails (an ill-conditioned step history).
+    7. The order policy is :meth:`order_q`,
+       :math:`Q_i = \min(i+1, Q_{\max}-1)` (seed 000, after eq. (5));
+       subclasses do not override it.
+    8. Instances are immutable apart from the per-grid formula cache and
+       the counter ``n_formulas_built``.
 
     Parameters
     ----------
@@ -490,7 +560,7 @@ class MultistepScheme:
     def __init__(self, qmax: int = DEFAULT_QMAX):
         self.qmax = _check_qmax(qmax)
         self._cache: OrderedDict[bytes, tuple[StepFormula, ...]] = OrderedDict()
-        #: number of step formulas built (cache misses count every step)
+        #: number of step formulas built so far (cache hits do not count)
         self.n_formulas_built = 0
 
     # -- to be provided by subclasses ---------------------------------------
@@ -502,7 +572,7 @@ class MultistepScheme:
     def startup_order(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _stages(self, t_hist: np.ndarray, t_new: float, q: int) -> tuple[Stage, ...]:  # pragma: no cover
+    def _stage_templates(self, s: np.ndarray, q: int) -> tuple[StageTemplate, ...]:  # pragma: no cover
         raise NotImplementedError
 
     def _stage_degrees(self, q: int) -> Mapping[str, int]:  # pragma: no cover
@@ -539,19 +609,30 @@ class MultistepScheme:
         ValueError
             Bad grid or step index.
         RuntimeError
-            If the derived coefficients fail the exactness self-check
-            (ill-conditioned step history).
+            If the derived coefficients fail the exactness self-check.
         """
         t = _check_grid(t)
-        return self._step_formula(i, t)
+        k = t.size - 1
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < k:
+            raise ValueError(f"step index must be an int in [0, {k - 1}] for a grid with k={k} steps, got {i!r}")
+        # through the cache, so that the coefficients are bit-identical to formulas(t)[i]
+        return self.formulas(t)[int(i)]
 
     def formulas(self, t) -> list[StepFormula]:
-        """The ``k`` step formulas on grid ``t``; cached per grid."""
+        """The ``k`` step formulas on grid ``t`` (index = step); cached per grid."""
         t = _check_grid(t)
         key = t.tobytes()
         hit = self._cache.get(key)
         if hit is None:
-            hit = tuple(self._step_formula(i, t) for i in range(t.size - 1))
+            k = t.size - 1
+            out: list[StepFormula | None] = [None] * k
+            steps = np.arange(k)
+            qs = np.minimum(steps + 1, self.qmax - 1)
+            for q in np.unique(qs):
+                idx = steps[qs == q]
+                for i, sf in zip(idx, self._build(idx, t)):
+                    out[i] = sf
+            hit = tuple(out)
             self._cache[key] = hit
             while len(self._cache) > self._CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -560,57 +641,72 @@ class MultistepScheme:
         return list(hit)
 
     # -- internals ----------------------------------------------------------
-    def _step_formula(self, i, t: np.ndarray) -> StepFormula:
-        k = t.size - 1
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < k:
-            raise ValueError(f"step index must be an int in [0, {k - 1}] for a grid with k={k} steps, got {i!r}")
-        i = int(i)
-        q = self.order_q(i)
-        t_hist = t[i - q + 1: i + 1][::-1].copy()
-        stages = tuple(self._stages(t_hist, float(t[i + 1]), q))
-        sf = StepFormula(i=i, order_q=q, stages=stages)
-        self._validate(sf, t)
-        self.n_formulas_built += 1
-        return sf
+    def _build(self, idx: np.ndarray, t: np.ndarray) -> list[StepFormula]:
+        """Formulas of steps ``idx`` (all with the same Q_i), checked."""
+        q = self.order_q(int(idx[0]))
+        h = t[idx + 1] - t[idx]
+        lags = np.arange(q)
+        s = (t[idx[:, None] - lags[None, :]] - t[idx, None]) / h[:, None]
+        try:
+            templates = self._stage_templates(s, q)
+        except np.linalg.LinAlgError as exc:
+            raise RuntimeError(
+                f"{self!r}: the order conditions of steps {int(idx[0])}..{int(idx[-1])} (Q={q}) are singular: "
+                "the step history is too ill-conditioned (reduce step-size ratios or qmax)"
+            ) from exc
+        self._check_templates(templates, s, q, idx, t)
+        out = []
+        for b, i in enumerate(idx):
+            stages = tuple(
+                Stage(name,
+                      tuple((p, float(c[b])) for p, c in f_terms),
+                      tuple((p, float(c[b])) for p, c in fdot_terms))
+                for name, f_terms, fdot_terms in templates
+            )
+            out.append(StepFormula(i=int(i), order_q=q, stages=stages))
+        self.n_formulas_built += len(out)
+        return out
 
-    def _validate(self, sf: StepFormula, t: np.ndarray) -> None:
+    def _check_templates(self, templates, s, q, idx, t) -> None:
         """Structural rules 1, 5 and the exactness self-check of rule 6."""
-        i, q = sf.i, sf.order_q
-        names = tuple(st.name for st in sf.stages)
+        names = tuple(tp[0] for tp in templates)
         if names != tuple(self.stage_names):
-            raise RuntimeError(f"{self!r}: step {i} has stages {names}, expected {self.stage_names}")
-        seen: list[str] = []
-        for st in sf.stages:
-            for p in st.points:
-                if p.kind == "past" and p.lag >= q:
-                    raise RuntimeError(f"{self!r}: step {i} stage {st.name!r} uses lag {p.lag} >= Q_i={q}")
-                if p.kind == "stage" and p.stage not in seen and p.stage != st.name:
-                    raise RuntimeError(f"{self!r}: step {i} stage {st.name!r} references later stage {p.stage!r}")
-                if p.kind == "new" and st.name != "x":
-                    raise RuntimeError(f"{self!r}: step {i} stage {st.name!r} references x_(i+1) before it is defined")
-            seen.append(st.name)
-        if sf.stages[-1].name != "x":
-            raise RuntimeError(f"{self!r}: the last stage of step {i} must be 'x'")
-
-        # exactness on x(s) = s^m, s = (t - t_i)/h_i (dx/ds = m s^(m-1), d2x/ds2 = m(m-1) s^(m-2))
-        h = t[i + 1] - t[i]
+            raise RuntimeError(f"{self!r}: stages {names}, expected {self.stage_names}")
         degrees = self._stage_degrees(q)
+        seen: list[str] = []
+        for name, f_terms, fdot_terms in templates:
+            for p, _ in f_terms + fdot_terms:
+                if p.kind == "past" and p.lag >= q:
+                    raise RuntimeError(f"{self!r}: stage {name!r} uses lag {p.lag} >= Q_i={q}")
+                if p.kind == "stage" and p.stage not in seen and p.stage != name:
+                    raise RuntimeError(f"{self!r}: stage {name!r} references later stage {p.stage!r}")
+                if p.kind == "new" and name != "x":
+                    raise RuntimeError(f"{self!r}: stage {name!r} references x_(i+1) before it is defined")
+            seen.append(name)
 
-        def pos(p: PointRef) -> float:
-            return (t[i - p.lag] - t[i]) / h if p.kind == "past" else 1.0
+            # exactness on x(s) = s^m, s = (t - t_i)/h_i:
+            #   1 = sum c m s_p^(m-1) + sum d m (m-1) s_p^(m-2),  m = 1..degree
+            def pos(p):
+                return s[:, p.lag] if p.kind == "past" else np.ones(s.shape[0])
 
-        for st in sf.stages:
-            deg = degrees[st.name]
-            for m in range(1, deg + 1):
-                terms = [c * m * pos(p) ** (m - 1) for p, c in st.f_terms]
-                if m >= 2:
-                    terms += [d * m * (m - 1) * pos(p) ** (m - 2) for p, d in st.fdot_terms]
-                res = 1.0 - sum(terms)
-                scale = 1.0 + sum(abs(v) for v in terms)
-                if not abs(res) <= 1e-9 * scale:
+            fp = np.stack([pos(p) for p, _ in f_terms], axis=1)
+            fc = np.stack([np.broadcast_to(c, s.shape[:1]) for _, c in f_terms], axis=1)
+            if fdot_terms:
+                dp = np.stack([pos(p) for p, _ in fdot_terms], axis=1)
+                dc = np.stack([np.broadcast_to(c, s.shape[:1]) for _, c in fdot_terms], axis=1)
+            for m in range(1, degrees[name] + 1):
+                terms = fc * m * fp ** (m - 1)
+                if fdot_terms and m >= 2:
+                    terms = np.concatenate([terms, dc * m * (m - 1) * dp ** (m - 2)], axis=1)
+                res = 1.0 - terms.sum(axis=1)
+                scale = 1.0 + np.abs(terms).sum(axis=1)
+                bad = ~(np.abs(res) <= 1e-9 * scale)
+                if np.any(bad):
+                    b = int(np.argmax(bad))
+                    i = int(idx[b])
                     raise RuntimeError(
-                        f"{self!r}: coefficients of step {i} (t_i={t[i]:.6g}, h_i={h:.3g}) fail the "
-                        f"exactness check for stage {st.name!r}, degree {m}: residual {res:.3e}; "
+                        f"{self!r}: coefficients of step {i} (t_i={t[i]:.6g}, h_i={t[i + 1] - t[i]:.3g}) "
+                        f"fail the exactness check for stage {name!r}, degree {m}: residual {res[b]:.3e}; "
                         "the step history is too ill-conditioned (reduce step-size ratios or qmax)"
                     )
 
@@ -627,9 +723,16 @@ class AdamsPC(MultistepScheme):
     with the variable-step Adams–Bashforth (:math:`Q_i` points) and
     Adams–Moulton (:math:`Q_i + 1` points) coefficients of
     :func:`adams_bashforth_coefficients` / :func:`adams_moulton_coefficients`.
-    Global order :math:`Q_{\max}`; with the order ramp on a plain uniform grid
-    the Heun start (local error :math:`O(h^3)`) limits the observed order to
-    :math:`\min(3, Q_{\max})`.  Stages: ``("y", "x")``, both explicit.
+    Global order :math:`Q_{\max}` (predictor local error
+    :math:`O(h^{Q+1})` enters the corrector multiplied by :math:`h`); with the
+    order ramp on a plain uniform grid the Heun start (local error
+    :math:`O(h^3)`) limits the observed order to :math:`\min(3, Q_{\max})`.
+    Stages: ``("y", "x")``, both explicit.
+
+    Parameters
+    ----------
+    qmax : int
+        :math:`Q_{\max}` in :data:`QMAX_RANGE`.
     """
 
     name = "adams_pc"
@@ -647,13 +750,12 @@ class AdamsPC(MultistepScheme):
     def _stage_degrees(self, q):
         return {"y": q, "x": q + 1}
 
-    def _stages(self, t_hist, t_new, q):
-        h = t_new - t_hist[0]
-        pi = adams_bashforth_coefficients(t_hist, h)
-        k = adams_moulton_coefficients(t_hist, t_new)
+    def _stage_templates(self, s, q):
+        pi = _ab_weights(s)
+        k = _am_weights(s)
         past = [_past(j) for j in range(q)]
-        y = Stage("y", tuple(zip(past, map(float, pi))))
-        x = Stage("x", ((PointRef("stage", stage="y"), float(k[0])),) + tuple(zip(past, map(float, k[1:]))))
+        y = ("y", tuple((past[j], pi[:, j]) for j in range(q)), ())
+        x = ("x", ((_stage_ref("y"), k[:, 0]),) + tuple((past[j], k[:, j + 1]) for j in range(q)), ())
         return (y, x)
 
 
@@ -665,10 +767,15 @@ class AdamsMoulton(MultistepScheme):
         x_{i+1} = x_i + h_i \Big[K_0 f(x_{i+1}, t_{i+1})
                   + \sum_{j=1}^{Q_i} K_j f(x_{i-j+1}, t_{i-j+1})\Big],
 
-    the corrector of seed 000, eq. (4), iterated to convergence.  Global order
-    :math:`Q_{\max}`; with the ramp on a plain uniform grid the trapezoidal
-    start limits the observed order to :math:`\min(3, Q_{\max})`.
-    Stages: ``("x",)``, implicit.
+    the corrector of seed 000, eq. (4), solved exactly instead of being fed
+    the predictor.  Global order :math:`Q_{\max}`; with the ramp on a plain
+    uniform grid the trapezoidal start limits the observed order to
+    :math:`\min(3, Q_{\max})`.  Stages: ``("x",)``, implicit.
+
+    Parameters
+    ----------
+    qmax : int
+        :math:`Q_{\max}` in :data:`QMAX_RANGE`.
     """
 
     name = "adams_moulton"
@@ -686,10 +793,10 @@ class AdamsMoulton(MultistepScheme):
     def _stage_degrees(self, q):
         return {"x": q + 1}
 
-    def _stages(self, t_hist, t_new, q):
-        k = adams_moulton_coefficients(t_hist, t_new)
+    def _stage_templates(self, s, q):
+        k = _am_weights(s)
         past = [_past(j) for j in range(q)]
-        return (Stage("x", ((_NEW, float(k[0])),) + tuple(zip(past, map(float, k[1:])))),)
+        return (("x", ((_NEW, k[:, 0]),) + tuple((past[j], k[:, j + 1]) for j in range(q)), ()),)
 
 
 class Enright(MultistepScheme):
@@ -702,10 +809,16 @@ class Enright(MultistepScheme):
         \qquad \dot f = D_x f\, f + \partial_t f,
 
     with the :math:`Q_i + 2` coefficients of :func:`enright_coefficients`
-    (exact for polynomials of degree :math:`\le Q_i + 2`).  Global order
-    :math:`Q_{\max} + 1`; with the ramp on a plain uniform grid the one-step
-    start (local error :math:`O(h^4)`) limits the observed order to
-    :math:`\min(4, Q_{\max} + 1)`.  Stages: ``("x",)``, implicit.
+    (exact for polynomials of degree :math:`\le Q_i + 2`; the seed writes
+    :math:`\sigma` as :math:`\rho_0`).  Global order :math:`Q_{\max} + 1`;
+    with the ramp on a plain uniform grid the one-step start (local error
+    :math:`O(h^4)`) limits the observed order to :math:`\min(4, Q_{\max}+1)`.
+    Stages: ``("x",)``, implicit.
+
+    Parameters
+    ----------
+    qmax : int
+        :math:`Q_{\max}` in :data:`QMAX_RANGE`.
     """
 
     name = "enright"
@@ -723,11 +836,11 @@ class Enright(MultistepScheme):
     def _stage_degrees(self, q):
         return {"x": q + 2}
 
-    def _stages(self, t_hist, t_new, q):
-        rho, sigma = enright_coefficients(t_hist, t_new)
+    def _stage_templates(self, s, q):
+        rho, sigma = _enright_weights(s)
         past = [_past(j) for j in range(q)]
-        f_terms = ((_NEW, float(rho[0])),) + tuple(zip(past, map(float, rho[1:])))
-        return (Stage("x", f_terms, ((_NEW, sigma),)),)
+        f_terms = ((_NEW, rho[:, 0]),) + tuple((past[j], rho[:, j + 1]) for j in range(q))
+        return (("x", f_terms, ((_NEW, sigma),)),)
 
 
 class SemiImplicitEnright(MultistepScheme):
@@ -743,15 +856,24 @@ class SemiImplicitEnright(MultistepScheme):
         x_{i+1} &= x_i + h_i \sum_{j=1}^{Q_i} \rho_j f(x_{i-j+1})
                   + h_i \rho_0 f(x_{i+1}) + h_i^2 \sigma \dot f(y^c_{i+1}).
 
-    Only :math:`f(x_{i+1})` is implicit.  Order: the local error of
-    :math:`y^c` is :math:`O(h^{Q+2})`, so replacing :math:`\dot f(x_{i+1})` by
-    :math:`\dot f(y^c_{i+1})` perturbs the step by
-    :math:`h^2 \sigma\, D_x \dot f\, O(h^{Q+2}) = O(h^{Q+4})`, below the
-    :math:`O(h^{Q+3})` truncation error of the Enright formula: the global order
-    is :math:`Q_{\max} + 1`, as for :class:`Enright` (even the predictor,
-    :math:`O(h^{Q+1})`, would suffice).  Start-up-limited observed order on a
-    plain uniform grid: :math:`\min(4, Q_{\max} + 1)`.
+    Only :math:`f(x_{i+1})` is implicit.
+
+    Order.  The local error of :math:`y^c` is :math:`O(h^{Q+2})`, so using
+    :math:`\dot f(y^c_{i+1})` instead of :math:`\dot f(x_{i+1})` perturbs the
+    step by :math:`h^2 \sigma\, D_x\dot f\; O(h^{Q+2}) = O(h^{Q+4})`, one
+    power below the :math:`O(h^{Q+3})` truncation error of the Enright
+    formula.  The global order is therefore :math:`Q_{\max} + 1`, as for
+    :class:`Enright` (feeding the predictor, :math:`O(h^{Q+1})`, would still
+    give :math:`O(h^{Q+3})`).  The extra :math:`O(h^{Q+4})` term has a large
+    constant, so the asymptotic slope is approached from above more slowly
+    than for :class:`Enright`.  Start-up-limited observed order on a plain
+    uniform grid: :math:`\min(4, Q_{\max}+1)`.
     Stages: ``("y", "yc", "x")``; ``x`` is implicit.
+
+    Parameters
+    ----------
+    qmax : int
+        :math:`Q_{\max}` in :data:`QMAX_RANGE`.
     """
 
     name = "semi_implicit_enright"
@@ -769,19 +891,15 @@ class SemiImplicitEnright(MultistepScheme):
     def _stage_degrees(self, q):
         return {"y": q, "yc": q + 1, "x": q + 2}
 
-    def _stages(self, t_hist, t_new, q):
-        h = t_new - t_hist[0]
-        pi = adams_bashforth_coefficients(t_hist, h)
-        k = adams_moulton_coefficients(t_hist, t_new)
-        rho, sigma = enright_coefficients(t_hist, t_new)
+    def _stage_templates(self, s, q):
+        pi = _ab_weights(s)
+        k = _am_weights(s)
+        rho, sigma = _enright_weights(s)
         past = [_past(j) for j in range(q)]
-        y = Stage("y", tuple(zip(past, map(float, pi))))
-        yc = Stage("yc", ((PointRef("stage", stage="y"), float(k[0])),) + tuple(zip(past, map(float, k[1:]))))
-        x = Stage(
-            "x",
-            ((_NEW, float(rho[0])),) + tuple(zip(past, map(float, rho[1:]))),
-            ((PointRef("stage", stage="yc"), sigma),),
-        )
+        y = ("y", tuple((past[j], pi[:, j]) for j in range(q)), ())
+        yc = ("yc", ((_stage_ref("y"), k[:, 0]),) + tuple((past[j], k[:, j + 1]) for j in range(q)), ())
+        x = ("x", ((_NEW, rho[:, 0]),) + tuple((past[j], rho[:, j + 1]) for j in range(q)),
+             ((_stage_ref("yc"), sigma),))
         return (y, yc, x)
 
 
@@ -978,6 +1096,54 @@ def integrate(
 
     formulas = sch.formulas(t)
     eye = np.eye(n)
+    predictor = AdamsPC(sch.qmax).formulas(t)  # its "y" stage: Adams–Bashforth with the same Q_i
+
+    def guess(i, vals):
+        """Initial Newton iterate: the latest stage of this step, else the AB predictor."""
+        if vals:
+            return next(reversed(vals.values())).copy()
+        z = x[i].copy()
+        for p, c in predictor[i].stages[0].f_terms:
+            z += (t[i + 1] - t[i]) * c * f_past(i - p.lag, i, "x")
+        return z
+
+    def _newton(i, stage, base, c_self, d_self, z):
+        """Solve z = base + h c f(z, t_{i+1}) + h^2 d fdot(z, t_{i+1})."""
+        h = t[i + 1] - t[i]
+        tn = t[i + 1]
+        prev = None
+        for _ in range(int(max_newton)):
+            fz = call(f, z, tn, "f", i, stage)
+            g = z - base - h * c_self * fz
+            jz = np.asarray(jac(z, tn), dtype=float) if jac is not None else _fd_jacobian(f, z, tn, fz)
+            a = eye - h * c_self * jz
+            if d_self:
+                dz = call(fdot, z, tn, "fdot", i, stage)
+                g = g - h * h * d_self * dz
+                jd = (np.asarray(fdot_jac(z, tn), dtype=float) if fdot_jac is not None
+                      else _fd_jacobian(fdot, z, tn, dz))
+                a = a - h * h * d_self * jd
+            try:
+                delta = np.linalg.solve(a, -g)
+            except np.linalg.LinAlgError as exc:
+                raise RuntimeError(f"singular Newton matrix at step {i} (t={t[i]:.6g}), stage {stage!r}") from exc
+            z = z + delta
+            if not np.all(np.isfinite(z)):
+                raise RuntimeError(f"Newton produced non-finite values at step {i} (t={t[i]:.6g}), stage {stage!r}")
+            dn = np.max(np.abs(delta))
+            tol = newton_tol * (1.0 + np.max(np.abs(z)))
+            if dn <= tol:
+                return z
+            if prev is not None and prev > 0:
+                theta = dn / prev  # observed contraction: remaining error <= theta/(1-theta) |delta|
+                if theta < 1.0 and theta / (1.0 - theta) * dn <= tol:
+                    return z
+            prev = dn
+        raise RuntimeError(
+            f"Newton did not converge in {max_newton} iterations at step {i} "
+            f"(t={t[i]:.6g}, h={h:.3g}), stage {stage!r}; last |delta|={dn:.3e}"
+        )
+
     for i in range(m0 - 1, k):
         sf = formulas[i]
         h = t[i + 1] - t[i]
@@ -1003,35 +1169,7 @@ def integrate(
             if c_self == 0.0 and d_self == 0.0:
                 z = base
             else:
-                # initial guess: freeze f, fdot at x_i
-                z = base + h * c_self * f_past(i, i, st.name)
-                if d_self:
-                    z = z + h * h * d_self * fdot_past(i, i, st.name)
-                for it in range(int(max_newton)):
-                    fz = call(f, z, tn, "f", i, st.name)
-                    g = z - base - h * c_self * fz
-                    jz = np.asarray(jac(z, tn), dtype=float) if jac is not None else _fd_jacobian(f, z, tn, fz)
-                    a = eye - h * c_self * jz
-                    if d_self:
-                        dz = call(fdot, z, tn, "fdot", i, st.name)
-                        g = g - h * h * d_self * dz
-                        jd = (np.asarray(fdot_jac(z, tn), dtype=float) if fdot_jac is not None
-                              else _fd_jacobian(fdot, z, tn, dz))
-                        a = a - h * h * d_self * jd
-                    try:
-                        delta = np.linalg.solve(a, -g)
-                    except np.linalg.LinAlgError as exc:
-                        raise RuntimeError(f"singular Newton matrix at step {i} (t={t[i]:.6g}), stage {st.name!r}") from exc
-                    z = z + delta
-                    if not np.all(np.isfinite(z)):
-                        raise RuntimeError(f"Newton produced non-finite values at step {i} (t={t[i]:.6g}), stage {st.name!r}")
-                    if np.max(np.abs(delta)) <= newton_tol * (1.0 + np.max(np.abs(z))):
-                        break
-                else:
-                    raise RuntimeError(
-                        f"Newton did not converge in {max_newton} iterations at step {i} "
-                        f"(t={t[i]:.6g}, h={h:.3g}), stage {st.name!r}; last |delta|={np.max(np.abs(delta)):.3e}"
-                    )
+                z = _newton(i, st.name, base, c_self, d_self, guess(i, vals))
             if not np.all(np.isfinite(z)):
                 raise RuntimeError(f"non-finite state at step {i} (t={t[i]:.6g}), stage {st.name!r}")
             vals[st.name] = z
