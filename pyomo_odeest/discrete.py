@@ -406,7 +406,6 @@ class DiscreteModel:
         fx, fxv = self.fx, pv["fx"]
         fdx = getattr(self, "fdx", None)
         fdxv = pv.get("fdx")
-        rows, cols = fx.rows, fx.cols
         for b in range(self.nblocks - 1, -1, -1):
             if self.implicit[b]:
                 D = np.eye(n)
@@ -427,12 +426,12 @@ class DiscreteModel:
                 pt = self.f_pt[e]
                 if pt == b:
                     continue
-                np.add.at(rhs[pt], cols, self.f_c[e] * fxv[pt] * p[rows])
+                rhs[pt] += self.f_c[e] * fx.rmatvec_point(fxv[pt], p)
             for e in self.d_by_eq[b]:
                 pt = self.d_pt[e]
                 if pt == b:
                     continue
-                np.add.at(rhs[pt], fdx.cols, self.d_c[e] * fdxv[pt] * p[fdx.rows])
+                rhs[pt] += self.d_c[e] * fdx.rmatvec_point(fdxv[pt], p)
         return P
 
     def adjoint_transposed_solve(self, traj, Fw=None, pv=None):
@@ -458,33 +457,62 @@ class DiscreteModel:
             g -= self.fdu.matvec_T(pv["fdu"][self.d_pt], wd).sum(axis=0)
         return g
 
-    def sensitivities(self, traj, pv=None):
-        """M = ∂w/∂u by block forward substitution of (∂G/∂w) M = −∂G/∂u (eq. (51))."""
+    def sensitivities(self, traj, pv=None, Fw=None):
+        """M = ∂w/∂u by block forward substitution of (∂G/∂w) M = −∂G/∂u (eq. (51)).
+
+        Returns M for every block, shape (nblocks, n, m).  With ``Fw`` given,
+        returns instead the contraction ``Σ_b Fw_bᵀ M_b`` (the gradient term of
+        eq. (53)) keeping only the blocks still referenced by later steps, so
+        memory stays O(Q·n·m).
+        """
         W, u = traj.W, traj.u
         pv = self._point_values(W, u) if pv is None else pv
         n, m = self.n, self.m
-        Gu = self.jacobian_u(W, u, pv)
-        M = np.zeros((self.nblocks, n, m))
         fx, fxv = self.fx, pv["fx"]
         fdx, fdxv = getattr(self, "fdx", None), pv.get("fdx")
-        M[0] = -Gu[0]
+        stream = Fw is not None
+        last_use = self._last_use()
+        M = {} if stream else np.zeros((self.nblocks, n, m))
+        acc = np.zeros(m)
+        luv = self.lu.point(np.zeros(0), u, self.t[0])
+        M0 = self.lu.dense(luv[None])[0]
+        M[0] = M0
+        if stream:
+            acc += Fw[0] @ M0
+        fuv = pv["fu"]
+        fduv = pv.get("fdu")
         for b in range(1, self.nblocks):
-            rhs = -Gu[b] + M[self.base[b]]
+            rhs = M[self.base[b]].copy()
             D = np.eye(n) if self.implicit[b] else None
             for e in self.f_by_eq[b]:
                 pt = self.f_pt[e]
+                rhs += self.f_c[e] * self.fu.dense(fuv[pt][None])[0]
                 if pt == b:
-                    D -= self.f_c[e] * fx.dense(fxv[b])[0]
+                    D -= self.f_c[e] * fx.dense(fxv[b][None])[0]
                 else:
-                    rhs += self.f_c[e] * fx.matmat(fxv[pt][None], M[pt][None])[0]
+                    rhs += self.f_c[e] * (fx.csr(fxv[pt]) @ M[pt])
             for e in self.d_by_eq[b]:
                 pt = self.d_pt[e]
+                rhs += self.d_c[e] * self.fdu.dense(fduv[pt][None])[0]
                 if pt == b:
-                    D -= self.d_c[e] * fdx.dense(fdxv[b])[0]
+                    D -= self.d_c[e] * fdx.dense(fdxv[b][None])[0]
                 else:
-                    rhs += self.d_c[e] * fdx.matmat(fdxv[pt][None], M[pt][None])[0]
+                    rhs += self.d_c[e] * (fdx.csr(fdxv[pt]) @ M[pt])
             M[b] = rhs if D is None else np.linalg.solve(D, rhs)
-        return M
+            if stream:
+                if np.any(Fw[b]):
+                    acc += Fw[b] @ M[b]
+                for old in [kb for kb in M if last_use[kb] <= b]:
+                    del M[old]
+        return acc if stream else M
+
+    def _last_use(self):
+        """Last block whose equation references each block (for streaming)."""
+        last = np.arange(self.nblocks)
+        for arr_eq, arr_pt in ((self.f_eq, self.f_pt), (self.d_eq, self.d_pt)):
+            np.maximum.at(last, arr_pt, arr_eq)
+        np.maximum.at(last, self.base[1:], np.arange(1, self.nblocks))
+        return last
 
     def gradient(self, u, method="adjoint", traj=None, fd_step=1e-6):
         """∇J_k(u).
@@ -518,8 +546,7 @@ class DiscreteModel:
             P = self.adjoint_transposed_solve(traj, Fw, pv)
             return self._gradient_from_adjoint(P, traj, Fu, pv)
         if method == "sensitivity":
-            M = self.sensitivities(traj, pv)
-            return Fu + np.einsum("bn,bnm->m", Fw, M)
+            return Fu + self.sensitivities(traj, pv, Fw=Fw)
         raise ValueError(f"unknown gradient method {method!r}; use 'adjoint', 'transposed_solve', "
                          "'sensitivity', 'recursion' or 'fd'")
 

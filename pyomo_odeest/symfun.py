@@ -89,17 +89,36 @@ class SparseJacobian:
 
     def matmat(self, vals, M):
         """Row-wise ``A_k M_k`` for M (npts, c, q) -> (npts, r, q)."""
-        out = np.zeros((vals.shape[0], self.shape[0], M.shape[2]))
+        npts = vals.shape[0]
+        out = np.zeros((npts, self.shape[0], M.shape[2]))
+        if self.nnz > 4 * npts:            # few points, many entries: sparse products
+            for k in range(npts):
+                out[k] = self.csr(vals[k]) @ M[k]
+            return out
         for e in range(self.nnz):
             out[:, self.rows[e], :] += vals[:, e, None] * M[:, self.cols[e], :]
         return out
 
     def matmat_T(self, vals, M):
         """Row-wise ``A_kᵀ M_k`` for M (npts, r, q) -> (npts, c, q)."""
-        out = np.zeros((vals.shape[0], self.shape[1], M.shape[2]))
+        npts = vals.shape[0]
+        out = np.zeros((npts, self.shape[1], M.shape[2]))
+        if self.nnz > 4 * npts:
+            for k in range(npts):
+                out[k] = self.csr(vals[k]).T @ M[k]
+            return out
         for e in range(self.nnz):
             out[:, self.cols[e], :] += vals[:, e, None] * M[:, self.rows[e], :]
         return out
+
+    def csr(self, vals_k):
+        """One point's matrix as scipy CSR."""
+        import scipy.sparse as sp
+        return sp.csr_matrix((vals_k, (self.rows, self.cols)), shape=self.shape)
+
+    def rmatvec_point(self, vals_k, v):
+        """``A_kᵀ v`` for one point (fast path of the adjoint sweep)."""
+        return np.bincount(self.cols, weights=vals_k * v[self.rows], minlength=self.shape[1])
 
 
 def sparse_jacobian(exprs, wrt, x_sym, u_sym, t_sym, extra=()):
