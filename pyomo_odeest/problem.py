@@ -174,10 +174,12 @@ class EstimationProblem:
     initial : mapping state -> number | parameter name | callable(u)
         The initial state x(t0) = l(u).  Initial conditions may be
         parameters: pass the parameter's name, or a function of ``u``.
-    data : pandas.DataFrame
+    data : pandas.DataFrame or None
         *Wide*: index = measurement times, one column per observed quantity,
         NaN = not measured.  *Long*: columns ``time``, ``name`` (or
-        ``observable``) and ``value`` (optional ``sigma``).
+        ``observable``) and ``value`` (optional ``sigma``).  ``None`` states
+        the dynamics only (no misfit; ``T`` is then required), e.g. for the
+        intervals of multiple shooting.
     observe : None, sequence of state names, or callable ``g(x, u, t)``
         Observation function; a callable returns a mapping name -> expression.
         Default: the states named by the data columns.
@@ -237,11 +239,16 @@ class EstimationProblem:
         self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs",
                                           symbol_of)
         self.l_sym = self._initial(initial, us, symbol_of)
-        self._set_data(data, observe, sigma, weights, symbol_of, xs, us, scratch.t)
+        if data is None:
+            if T is None:
+                raise ProblemError("without data the final time T must be given")
+            self._no_data()
+        else:
+            self._set_data(data, observe, sigma, weights, symbol_of, xs, us, scratch.t)
         T = self.meas_times[-1] if T is None else float(T)
         if not np.isfinite(T) or T <= self.t0:
             raise ProblemError(f"final time T={T} must be finite and > t0={self.t0}")
-        if self.meas_times[0] < self.t0 or self.meas_times[-1] > T:
+        if len(self.meas_times) and (self.meas_times[0] < self.t0 or self.meas_times[-1] > T):
             raise ProblemError(
                 f"measurement times must lie in [t0, T] = [{self.t0}, {T}]; got "
                 f"[{self.meas_times[0]}, {self.meas_times[-1]}]")
@@ -312,6 +319,16 @@ class EstimationProblem:
         return tuple(out)
 
     # -- data --------------------------------------------------------------
+    def _no_data(self):
+        self.obs_names = []
+        self.g_sym = ()
+        self.meas_times = np.zeros(0)
+        self.data = pd.DataFrame(np.zeros((0, 0)), index=pd.Index([], name="time", dtype=float))
+        self.mask = np.zeros((0, 0), dtype=bool)
+        self.weights = np.zeros((0, 0))
+        if isinstance(self.loss, GaussianNLL):
+            raise ProblemError("GaussianNLL needs data")
+
     def _set_data(self, data, observe, sigma, weights, symbol_of, xs, us, t):
         if not isinstance(data, pd.DataFrame):
             raise ProblemError("data must be a pandas DataFrame (wide or long format)")
