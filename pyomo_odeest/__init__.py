@@ -22,3 +22,5 @@ from .result import EstimationResult
 __all__ += ["EstimationProblem", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
             "Grid", "make_grid", "SCHEMES", "get_scheme", "build_block", "scheme_constraint",
             "estimate_simultaneous", "simulate", "EstimationResult"]
+
+from . import dae as _dae  # noqa: F401,E402  (registers the odeest.* transformations)

@@ -1,0 +1,449 @@
+r"""pyomo.dae front end: the package's schemes as Pyomo transformations.
+
+Registered on ``import pyomo_odeest``:
+
+* ``TransformationFactory('odeest.adams')``: ``variant='pc'`` (Adams
+  predictor–corrector, seed 000 eqs. (4)–(5), default) or ``'moulton'``
+  (implicit Adams–Moulton);
+* ``TransformationFactory('odeest.enright')``: ``variant='implicit'``
+  (seed 000 eq. (6)) or ``'semi_implicit'`` (predictor–corrector–recorrector,
+  §2.3.2).
+
+They discretize a pyomo.dae model the way ``dae.finite_difference`` does —
+same ContinuousSet, DerivativeVar and ODE constraints::
+
+    m = ConcreteModel()
+    m.t = ContinuousSet(initialize=[0, 1, 2, ..., 10])   # measurement times stay grid points
+    m.x = Var(m.t); m.dxdt = DerivativeVar(m.x, wrt=m.t)
+    m.ode = Constraint(m.t, rule=lambda m, t: m.dxdt[t] == -m.k * m.x[t])
+    TransformationFactory('odeest.adams').apply_to(m, wrt=m.t, qmax=4, steps_per_interval=10)
+
+Points already in the ContinuousSet stay grid points (seed 000, eq. (3));
+``steps_per_interval`` or ``max_step`` subdivide the intervals.  The ODE
+constraints stay in the model and define the derivative variables at every
+grid point (``dxdt[t] = f(x(t))``); the transformation adds
+
+* ``<dxdt>_odeest_<stage>[step, ...]`` stage variables (predictor ``y``,
+  corrector ``yc``) for the predictor–corrector variants,
+* ``<dxdt>_odeest_eq_<stage>[step, ...]`` the scheme equations, with f at grid
+  points taken from the derivative variables and f at stage points from the ODE
+  constraint's right-hand side with the states replaced by the stage values,
+  and ḟ = D_x f·f from Pyomo's symbolic differentiation.
+
+Requirements: every derivative variable is defined by one ODE constraint of
+the form ``c·dxdt[t] + (terms without derivatives) = 0`` at each grid point.
+The predictor–corrector and Enright variants evaluate f at points that are not
+grid points, so f may depend on the differential states, parameters and
+numbers only (no algebraic variables); the Enright variants need an
+autonomous f (∂f/∂t is not available from a pyomo.dae model).  The implicit
+Adams–Moulton variant uses grid-point derivatives only and accepts DAEs.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pyomo.environ as pyo
+from pyomo.common.config import ConfigBlock, ConfigValue, In, PositiveInt
+from pyomo.core.base.transformation import Transformation, TransformationFactory
+from pyomo.core.expr.calculus.derivatives import Modes, differentiate
+from pyomo.core.expr.visitor import identify_variables, replace_expressions
+from pyomo.dae import ContinuousSet, DerivativeVar
+from pyomo.dae.misc import expand_components
+from pyomo.repn import generate_standard_repn
+
+from .grid import make_grid
+from .schemes import QMAX_RANGE, get_scheme
+
+__all__ = ["AdamsTransformation", "EnrightTransformation", "DaeSchemeError", "ode_rhs", "problem_from_dae"]
+
+
+class DaeSchemeError(ValueError):
+    """The pyomo.dae model cannot be discretized by the requested scheme."""
+
+
+def _positive_float(v):
+    v = float(v)
+    if not (np.isfinite(v) and v > 0):
+        raise ValueError(f"expected a positive number, got {v}")
+    return v
+
+
+def _qmax(v):
+    if isinstance(v, bool) or int(v) != v or not QMAX_RANGE[0] <= int(v) <= QMAX_RANGE[1]:
+        raise ValueError(f"qmax must be an integer in [{QMAX_RANGE[0]}, {QMAX_RANGE[1]}], got {v!r}")
+    return int(v)
+
+
+def _config(name, variants, default):
+    c = ConfigBlock(name)
+    c.declare("wrt", ConfigValue(default=None, description="the ContinuousSet to discretize "
+                                 "(default: the only one)"))
+    c.declare("variant", ConfigValue(default=default, domain=In(variants),
+                                     description=f"scheme variant: {', '.join(variants)}"))
+    c.declare("qmax", ConfigValue(default=4, domain=_qmax,
+                                  description="maximum corrector order Q_max (Q_i = min(i+1, Q_max-1))"))
+    c.declare("steps_per_interval", ConfigValue(default=None, domain=PositiveInt,
+                                                description="equal steps between existing points"))
+    c.declare("max_step", ConfigValue(default=None, domain=_positive_float,
+                                      description="largest step between existing points"))
+    return c
+
+
+class _SchemeTransformation(Transformation):
+    _family = ""
+    _variants = {}
+
+    def _apply_to(self, model, **kwds):
+        cfg = self.CONFIG(kwds)
+        cs = cfg.wrt
+        sets = list(model.component_objects(ContinuousSet, descend_into=True))
+        if cs is None:
+            if len(sets) != 1:
+                raise DaeSchemeError(f"the model has {len(sets)} ContinuousSets; say which with wrt=")
+            cs = sets[0]
+        if getattr(cs, "ctype", None) is not ContinuousSet:
+            raise DaeSchemeError("wrt must be a ContinuousSet")
+        if "scheme" in cs.get_discretization_info():
+            raise DaeSchemeError(f"ContinuousSet '{cs.name}' is already discretized "
+                                 f"({cs.get_discretization_info()['scheme']})")
+        scheme = get_scheme(self._variants[cfg.variant], cfg.qmax)
+        pts = sorted(float(p) for p in cs)
+        sp = cfg.steps_per_interval
+        if sp is None and cfg.max_step is None:
+            sp = 1
+        grid = make_grid(pts[1:], t0=pts[0], T=pts[-1], max_step=cfg.max_step,
+                         steps_per_interval=sp)
+        for tp in grid.t:
+            if float(tp) not in cs:
+                cs.add(float(tp))
+        cs.set_changed(True)
+        cs._fe = list(cs)
+        info = cs.get_discretization_info()
+        info["scheme"] = f"odeest.{self._family}:{cfg.variant}"
+        info["nfe"] = len(grid.t) - 1
+        expand_components(model)
+        t = [float(v) for v in cs]                     # the ContinuousSet's own (float) keys
+        formulas = scheme.formulas(np.array(t))
+        dvs = [dv for dv in model.component_objects(DerivativeVar, descend_into=True)
+               if cs in dv.get_continuousset_list()]
+        for dv in dvs:
+            if len(dv.get_continuousset_list()) != 1:
+                raise DaeSchemeError(f"'{dv.name}': only first derivatives with respect to one "
+                                     "ContinuousSet are supported")
+        rhs = ode_rhs(model, cs)
+        for dv in dvs:
+            for d in dv.values():
+                if id(d) not in rhs:
+                    raise DaeSchemeError(
+                        f"no ODE constraint defines '{d.name}' (the ODE must hold at every point "
+                        "of the ContinuousSet, the first one included: do not skip it)")
+        ctx = _Context(model, cs, t, scheme, formulas, rhs)
+        for dv in dvs:
+            ctx.make_stage_vars(dv)
+        for dv in dvs:
+            ctx.make_equations(dv)
+        for dv in dvs:
+            dv.parent_block().reclassify_component_type(dv, pyo.Var)
+        model._odeest_scheme = scheme
+        model._odeest_grid = np.array(t)
+
+
+@TransformationFactory.register("odeest.adams", doc="Adams predictor-corrector (variant='pc') or "
+                                "implicit Adams-Moulton (variant='moulton') of variable order "
+                                "and step, seed 000 eqs. (4)-(5)")
+class AdamsTransformation(_SchemeTransformation):
+    """Adams schemes of seed 000 for pyomo.dae models (see module docstring)."""
+
+    CONFIG = _config("odeest.adams", ["pc", "moulton"], "pc")
+    _family = "adams"
+    _variants = {"pc": "adams_pc", "moulton": "adams_moulton"}
+
+
+@TransformationFactory.register("odeest.enright", doc="Enright's second-derivative stiff scheme "
+                                "(variant='implicit') or its semi-implicit predictor-corrector-"
+                                "recorrector (variant='semi_implicit'), seed 000 eq. (6)")
+class EnrightTransformation(_SchemeTransformation):
+    """Enright schemes of seed 000 for pyomo.dae models (see module docstring)."""
+
+    CONFIG = _config("odeest.enright", ["implicit", "semi_implicit"], "implicit")
+    _family = "enright"
+    _variants = {"implicit": "enright", "semi_implicit": "semi_implicit_enright"}
+
+
+# ---------------------------------------------------------------------------
+def _split(key, loc):
+    key = key if isinstance(key, tuple) else (key,)
+    return key[loc], key[:loc] + key[loc + 1:]
+
+
+def _join(tval, rest, loc):
+    k = rest[:loc] + (tval,) + rest[loc:]
+    return k[0] if len(k) == 1 else k
+
+
+def _state_info(model, cs):
+    """All derivative variables wrt cs: (dv, sv, loc) and the set of state VarData ids."""
+    out = []
+    for dv in model.component_objects(DerivativeVar, descend_into=True):
+        if cs in dv.get_continuousset_list():
+            sv = dv.get_state_var()
+            out.append((dv, sv, sv._contset[cs] if sv.dim() > 1 else 0))
+    return out
+
+
+def ode_rhs(model, cs):
+    """f of every (derivative VarData): {id(dxdt[...]): expression}, from the ODE constraints.
+
+    Each derivative VarData must appear linearly, with a constant coefficient,
+    in exactly one active constraint.
+    """
+    dvars = {}
+    for dv in model.component_objects((DerivativeVar, pyo.Var), descend_into=True):
+        if isinstance(dv, DerivativeVar) or getattr(dv, "_odeest_derivative", False):
+            for d in dv.values():
+                dvars[id(d)] = d
+    rhs = {}
+    for con in model.component_data_objects(pyo.Constraint, active=True, descend_into=True):
+        ds = [v for v in identify_variables(con.body, include_fixed=False) if id(v) in dvars]
+        if not ds:
+            continue
+        if len(ds) > 1:
+            raise DaeSchemeError(f"constraint '{con.name}' contains several derivatives "
+                                 f"({', '.join(d.name for d in ds)}); write one ODE per derivative")
+        d = ds[0]
+        repn = generate_standard_repn(con.body, compute_values=False, quadratic=False)
+        ids = [id(v) for v in repn.linear_vars]
+        if id(d) not in ids or (repn.nonlinear_vars and any(id(v) == id(d) for v in repn.nonlinear_vars)):
+            raise DaeSchemeError(f"derivative '{d.name}' must appear linearly in '{con.name}'")
+        c = repn.linear_coefs[ids.index(id(d))]
+        if not isinstance(c, (int, float)):
+            c = pyo.value(c)
+        rest = repn.constant
+        for coef, v in zip(repn.linear_coefs, repn.linear_vars):
+            if v is not d:
+                rest = rest + coef * v
+        if repn.nonlinear_expr is not None:
+            rest = rest + repn.nonlinear_expr
+        rhs_val = con.upper if con.upper is not None else con.lower
+        if con.lower is None or con.upper is None or pyo.value(con.lower) != pyo.value(con.upper):
+            raise DaeSchemeError(f"ODE constraint '{con.name}' must be an equality")
+        if id(d) in rhs:
+            raise DaeSchemeError(f"derivative '{d.name}' appears in two constraints")
+        rhs[id(d)] = (rhs_val - rest) / c
+    return rhs
+
+
+class _Context:
+    """Shared data of one transformation: grid, formulas, f per derivative VarData."""
+
+    def __init__(self, model, cs, t, scheme, formulas, rhs):
+        self.cs, self.t, self.scheme, self.formulas, self.rhs = cs, t, scheme, formulas, rhs
+        self.k = len(t) - 1
+        self.states = _state_info(model, cs)
+        self.state_ids = {id(sv[key]) for _, sv, _ in self.states for key in sv.keys()}
+        self.stage_vars = {}            # (id(dv), stage) -> Var
+
+    def rests(self, dv, loc):
+        return sorted({_split(key, loc)[1] for key in dv.keys()}, key=repr)
+
+    def make_stage_vars(self, dv):
+        sv = dv.get_state_var()
+        loc = sv._contset[self.cs] if sv.dim() > 1 else 0
+        rests = self.rests(dv, loc)
+        for st in self.scheme.stage_names:
+            if st == "x":
+                continue
+            index = [(i,) + r for i in range(self.k) for r in rests]
+            v = pyo.Var(index, dense=True)
+            dv.parent_block().add_component(f"{dv.local_name}_odeest_{st}", v)
+            for i in range(self.k):
+                for r in rests:
+                    start = sv[_join(self.t[i + 1], r, loc)].value
+                    v[(i,) + r].set_value(0.0 if start is None else start)
+            self.stage_vars[(id(dv), st)] = v
+
+    def f_at(self, dv, key):
+        d = dv[key]
+        try:
+            return self.rhs[id(d)]
+        except KeyError:
+            raise DaeSchemeError(f"no ODE constraint defines '{d.name}' (the ODE must hold at "
+                                 "every point of the ContinuousSet, the first one included)") from None
+
+    def stage_map(self, st, i):
+        """{id(state VarData at t_{i+1}): stage VarData} over all derivative variables."""
+        mp = {}
+        for dv2, sv2, loc2 in self.states:
+            comp = self.stage_vars[(id(dv2), st)]
+            for key in dv2.keys():
+                tv, r2 = _split(key, loc2)
+                if tv == self.t[i + 1]:
+                    mp[id(sv2[key])] = comp[(i,) + r2]
+        return mp
+
+    def check_no_algebraic(self, expr, dv, what):
+        for v in identify_variables(expr, include_fixed=False):
+            if id(v) in self.state_ids:
+                continue
+            comp = v.parent_component()
+            if comp.is_indexed() and any(s is self.cs for s in comp.index_set().subsets()):
+                raise DaeSchemeError(
+                    f"{what} needs f at points that are not grid points, but the ODE for "
+                    f"'{dv.name}' depends on the algebraic variable '{v.name}'; use "
+                    "odeest.adams with variant='moulton'")
+
+    def fdot(self, dv, key, subst):
+        """ḟ = Σ_r ∂f/∂x_r f_r at the time of ``key`` (or at a stage via ``subst``)."""
+        fexpr = self.f_at(dv, key)
+        self.check_no_algebraic(fexpr, dv, "Enright's scheme")
+        tval = _split(key, dv.get_state_var()._contset[self.cs] if dv.get_state_var().dim() > 1 else 0)[0]
+        total = 0
+        for dv2, sv2, loc2 in self.states:
+            for key2 in dv2.keys():
+                if _split(key2, loc2)[0] != tval:
+                    continue
+                dfx = differentiate(fexpr, wrt=sv2[key2], mode=Modes.sympy)
+                if isinstance(dfx, (int, float)) and dfx == 0:
+                    continue
+                f2 = self.rhs[id(dv2[key2])]
+                total = total + dfx * (f2 if subst is not None else dv2[key2])
+        if subst is None:
+            return total
+        return replace_expressions(total, subst, remove_named_expressions=False)
+
+    def make_equations(self, dv):
+        sv = dv.get_state_var()
+        loc = sv._contset[self.cs] if sv.dim() > 1 else 0
+        t, formulas = self.t, self.formulas
+        rests = self.rests(dv, loc)
+
+        for st_name in self.scheme.stage_names:
+            def rule(b, i, *rest, st_name=st_name):
+                rest = tuple(rest)
+                stage = formulas[i].stage(st_name)
+                h = t[i + 1] - t[i]
+                val = sv[_join(t[i], rest, loc)]
+                for pref, c in stage.f_terms:
+                    if pref.kind == "past":
+                        fv = dv[_join(t[i - pref.lag], rest, loc)]
+                    elif pref.kind == "new":
+                        fv = dv[_join(t[i + 1], rest, loc)]
+                    else:
+                        fexpr = self.f_at(dv, _join(t[i + 1], rest, loc))
+                        self.check_no_algebraic(fexpr, dv, "the predictor-corrector")
+                        fv = replace_expressions(fexpr, self.stage_map(pref.stage, i),
+                                                 remove_named_expressions=False)
+                    val = val + h * c * fv
+                for pref, d in stage.fdot_terms:
+                    if pref.kind == "new":
+                        fd = self.fdot(dv, _join(t[i + 1], rest, loc), None)
+                    elif pref.kind == "stage":
+                        fd = self.fdot(dv, _join(t[i + 1], rest, loc), self.stage_map(pref.stage, i))
+                    else:
+                        fd = self.fdot(dv, _join(t[i - pref.lag], rest, loc), None)
+                    val = val + h * h * d * fd
+                if st_name == "x":
+                    target = sv[_join(t[i + 1], rest, loc)]
+                else:
+                    target = self.stage_vars[(id(dv), st_name)][(i,) + rest]
+                return target == val
+
+            index = [(i,) + r for i in range(self.k) for r in rests]
+            dv.parent_block().add_component(
+                f"{dv.local_name}_odeest_eq_{st_name}",
+                pyo.Constraint(index, rule=lambda b, i, *r, _rule=rule: _rule(b, i, *r)))
+
+
+def _identifier(name):
+    import re
+    s = re.sub(r"\W+", "_", name).strip("_")
+    return s if s and not s[0].isdigit() else f"v_{s}"
+
+
+def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
+    """An :class:`~pyomo_odeest.problem.EstimationProblem` from a pyomo.dae model.
+
+    The states are the differential variables (one per DerivativeVar index),
+    named by their Pyomo names made identifiers (``x[A]`` → ``x_A``); ``data``
+    columns use these names.  The parameters are the free Vars not indexed by
+    the ContinuousSet that appear in the ODEs (or the given list of VarData),
+    with their current values and bounds.  The initial state is the fixed value
+    of each state at the first point, or a parameter ``<state>_0`` if it is not
+    fixed.  The right-hand side is read from the ODE constraints at the first
+    point; it must be autonomous (the same at every point) — checked.  Call it
+    on the model *before* transforming it.
+    """
+    from .problem import EstimationProblem, Parameter
+    from .symbolic import pyomo_to_sympy
+    import sympy
+
+    sets = list(model.component_objects(ContinuousSet, descend_into=True))
+    cs = wrt or (sets[0] if len(sets) == 1 else None)
+    if cs is None:
+        raise DaeSchemeError("say which ContinuousSet with wrt=")
+    rhs = ode_rhs(model, cs)
+    states = _state_info(model, cs)
+    pts = sorted(cs)
+    t0, t1 = pts[0], pts[min(1, len(pts) - 1)]
+    names, x_at, f_at = [], {t0: [], t1: []}, {t0: [], t1: []}
+    for dv, sv, loc in states:
+        for key in dv.keys():
+            tv, rest = _split(key, loc)
+            if tv != t0:
+                continue
+            names.append(_identifier(sv.local_name if not rest
+                                     else sv.local_name + "_" + "_".join(map(str, rest))))
+            for tt in (t0, t1):
+                k2 = _join(tt, rest, loc)
+                x_at[tt].append(sv[k2])
+                try:
+                    f_at[tt].append(rhs[id(dv[k2])])
+                except KeyError:
+                    raise DaeSchemeError(f"no ODE constraint defines '{dv[k2].name}'") from None
+    if len(set(names)) != len(names):
+        names = [f"x{i}" for i in range(len(names))]
+    state_ids = {id(v) for tt in x_at for v in x_at[tt]}
+    if parameters is None:
+        seen = {}
+        for e in f_at[t0]:
+            for v in identify_variables(e, include_fixed=False):
+                if id(v) in state_ids:
+                    continue
+                comp = v.parent_component()
+                if comp.is_indexed() and any(s is cs for s in comp.index_set().subsets()):
+                    raise DaeSchemeError(f"the ODEs depend on the algebraic variable '{v.name}'; "
+                                         "the reduced-space backend needs an ODE")
+                seen[id(v)] = v
+        parameters = list(seen.values())
+    pnames = [_identifier(v.name) for v in parameters]
+    params = [Parameter(n, 0.0 if v.value is None else float(v.value), v.lb, v.ub)
+              for n, v in zip(pnames, parameters)]
+    initial = {}
+    for n, v in zip(names, x_at[t0]):
+        if v.fixed:
+            initial[n] = float(v.value)
+        else:
+            params.append(Parameter(f"{n}_0", 0.0 if v.value is None else float(v.value), v.lb, v.ub))
+            initial[n] = f"{n}_0"
+
+    # autonomy check: the rhs at t0 and t1 must agree symbolically
+    xs = sympy.symbols(names, real=True)
+    xs = (xs,) if isinstance(xs, sympy.Symbol) else xs
+    us = [sympy.Symbol(n, real=True) for n in pnames]
+    forms = {}
+    for tt in (t0, t1):
+        smap = {id(v): s for v, s in zip(x_at[tt], xs)}
+        smap.update({id(v): s for v, s in zip(parameters, us)})
+        forms[tt] = [sympy.simplify(pyomo_to_sympy(e, smap)) for e in f_at[tt]]
+    if any(sympy.simplify(a - b) != 0 for a, b in zip(forms[t0], forms[t1])):
+        raise DaeSchemeError("the right-hand side differs between time points (time-dependent "
+                             "inputs); state the problem with EstimationProblem instead")
+
+    def rhs_fn(x, u, t):
+        subst = {id(v): x[n] for v, n in zip(x_at[t0], names)}
+        subst.update({id(v): u[n] for v, n in zip(parameters, pnames)})
+        return [replace_expressions(e, subst, remove_named_expressions=True) for e in f_at[t0]]
+
+    return EstimationProblem(states=names, parameters=params, rhs=rhs_fn, initial=initial,
+                             data=data, t0=float(t0), **problem_kwargs)

@@ -1,0 +1,102 @@
+"""pyomo.dae front end: the schemes as TransformationFactory plugins."""
+import warnings
+
+import numpy as np
+import pyomo.environ as pyo
+import pytest
+from pyomo.dae import ContinuousSet, DerivativeVar
+
+import pyomo_odeest  # noqa: F401
+from pyomo_odeest.dae import DaeSchemeError, problem_from_dae
+from pyomo_odeest.models import lotka_volterra_data, lotka_volterra_problem
+from pyomo_odeest.reduced import estimate_reduced
+from pyomo_odeest.simultaneous import estimate_simultaneous
+
+warnings.simplefilter("ignore", RuntimeWarning)
+DATA = lotka_volterra_data(seed=1)
+
+
+def dae_model(skip_first=False):
+    m = pyo.ConcreteModel()
+    m.t = ContinuousSet(initialize=[0.0] + list(DATA.index))      # measurement times
+    m.p = pyo.Var([1, 2, 3, 4], initialize=0.8)
+    m.x1 = pyo.Var(m.t, initialize=0.5)
+    m.x2 = pyo.Var(m.t, initialize=1.0)
+    m.dx1 = DerivativeVar(m.x1, wrt=m.t)
+    m.dx2 = DerivativeVar(m.x2, wrt=m.t)
+
+    def ode1(m, t):
+        if skip_first and t == m.t.first():
+            return pyo.Constraint.Skip
+        return m.dx1[t] == -m.p[1] * m.x1[t] + m.p[2] * m.x1[t] * m.x2[t]
+
+    m.ode1 = pyo.Constraint(m.t, rule=ode1)
+    m.ode2 = pyo.Constraint(m.t, rule=lambda m, t: m.dx2[t] == m.p[3] * m.x2[t] - m.p[4] * m.x1[t] * m.x2[t])
+    m.x1[0].fix(0.4)
+    m.x2[0].fix(1.0)
+    m.obj = pyo.Objective(expr=sum((m.x1[t] - DATA.loc[t, "x1"]) ** 2 + (m.x2[t] - DATA.loc[t, "x2"]) ** 2
+                                   for t in DATA.index))
+    return m
+
+
+def init_from_data(m):
+    tt = np.array(list(m.t))
+    for name, x0 in (("x1", 0.4), ("x2", 1.0)):
+        col = np.interp(tt, np.r_[0.0, DATA.index], np.r_[x0, DATA[name]])
+        v = getattr(m, name)
+        for t_, c_ in zip(tt, col):
+            if not v[t_].fixed:
+                v[t_].set_value(float(c_))
+
+
+@pytest.mark.parametrize("family,variant,scheme", [
+    ("odeest.adams", "pc", "adams_pc"), ("odeest.adams", "moulton", "adams_moulton"),
+    ("odeest.enright", "implicit", "enright"), ("odeest.enright", "semi_implicit", "semi_implicit_enright")])
+def test_dae_model_gives_same_estimates(family, variant, scheme):
+    m = dae_model()
+    pyo.TransformationFactory(family).apply_to(m, wrt=m.t, variant=variant, qmax=3, steps_per_interval=5)
+    assert len(m.t) == 51                              # measurement times kept, 5 steps each
+    assert all(float(t) in m.t for t in DATA.index)
+    init_from_data(m)
+    res = pyo.SolverFactory("odeest_ipopt").solve(m, options={"tol": 1e-10})
+    assert res.solver.termination_condition == pyo.TerminationCondition.optimal
+    p = np.array([pyo.value(m.p[k]) for k in range(1, 5)])
+    ref = estimate_simultaneous(lotka_volterra_problem(p0=(0.8,) * 4), scheme, 3,
+                                steps_per_interval=5, options={"tol": 1e-10})
+    assert np.max(np.abs(p - ref.x)) < 1e-8
+
+
+def test_reduced_space_accepts_the_dae_model():
+    prob = problem_from_dae(dae_model(), DATA)
+    assert prob.states == ["x1", "x2"] and len(prob.parameters) == 4
+    red = estimate_reduced(prob, "adams_pc", 3, steps_per_interval=5)
+    ref = estimate_simultaneous(lotka_volterra_problem(p0=(0.8,) * 4), "adams_pc", 3,
+                                steps_per_interval=5, options={"tol": 1e-10})
+    assert np.max(np.abs(red.x - ref.x)) < 1e-8
+
+
+def test_bad_options_are_rejected():
+    m = dae_model()
+    with pytest.raises(ValueError, match="variant"):
+        pyo.TransformationFactory("odeest.adams").apply_to(m, variant="rk4")
+    with pytest.raises(ValueError, match="positive"):
+        pyo.TransformationFactory("odeest.adams").apply_to(m, max_step=-0.1)
+    with pytest.raises(ValueError, match="qmax"):
+        pyo.TransformationFactory("odeest.adams").apply_to(m, qmax=1)
+    pyo.TransformationFactory("dae.finite_difference").apply_to(m, nfe=20)
+    with pytest.raises(DaeSchemeError, match="already discretized"):
+        pyo.TransformationFactory("odeest.adams").apply_to(m, wrt=m.t)
+
+
+def test_missing_ode_at_first_point_is_explained():
+    m = dae_model(skip_first=True)
+    with pytest.raises(DaeSchemeError, match="first one included"):
+        pyo.TransformationFactory("odeest.adams").apply_to(m, wrt=m.t, steps_per_interval=2)
+
+
+def test_time_dependent_rhs_rejected_for_reduced_space():
+    m = dae_model()
+    m.ode2.deactivate()
+    m.ode3 = pyo.Constraint(m.t, rule=lambda m, t: m.dx2[t] == m.p[3] * m.x2[t] * t)
+    with pytest.raises(DaeSchemeError, match="time-dependent"):
+        problem_from_dae(m, DATA)
