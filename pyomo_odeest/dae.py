@@ -406,7 +406,7 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
     state_ids = {id(v) for tt in x_at for v in x_at[tt]}
     if parameters is None:
         seen = {}
-        for e in f_at[t0]:
+        for e in f_at[t0] + f_at[t1]:
             for v in identify_variables(e, include_fixed=False):
                 if id(v) in state_ids:
                     continue
