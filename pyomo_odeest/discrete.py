@@ -309,13 +309,16 @@ class DiscreteModel:
     # ------------------------------------------------------------------
     # residual and Jacobians on the whole vector (for checks and transposed solve)
     # ------------------------------------------------------------------
-    def _point_values(self, W, u):
-        """f, f_x, f_u (and ḟ ...) at every block (npts = nblocks)."""
+    def _point_values(self, W, u, values=True):
+        """f_x, f_u (ḟ_x, ḟ_u) and, with ``values``, f (ḟ) at every block."""
         tb = self.blk_time
-        out = {"f": self.f(W, u, tb), "fx": self.fx.values(W, u, tb), "fu": self.fu.values(W, u, tb)}
+        out = {"fx": self.fx.values(W, u, tb), "fu": self.fu.values(W, u, tb)}
+        if values:
+            out["f"] = self.f(W, u, tb)
         if self.needs_fdot:
-            out.update(fd=self.fd(W, u, tb), fdx=self.fdx.values(W, u, tb),
-                       fdu=self.fdu.values(W, u, tb))
+            out.update(fdx=self.fdx.values(W, u, tb), fdu=self.fdu.values(W, u, tb))
+            if values:
+                out["fd"] = self.fd(W, u, tb)
         return out
 
     def residual(self, W, u):
@@ -451,10 +454,10 @@ class DiscreteModel:
         luv = self.lu.point(np.zeros(0), u, self.t[0])
         g -= self.lu.matvec_T(luv[None, :], P[0][None, :])[0]
         wf = self.f_c[:, None] * P[self.f_eq]                   # (nterms, n)
-        g -= self.fu.matvec_T(pv["fu"][self.f_pt], wf).sum(axis=0)
+        g -= self.fu.sum_matvec_T(pv["fu"][self.f_pt], wf)
         if self.needs_fdot and len(self.d_eq):
             wd = self.d_c[:, None] * P[self.d_eq]
-            g -= self.fdu.matvec_T(pv["fdu"][self.d_pt], wd).sum(axis=0)
+            g -= self.fdu.sum_matvec_T(pv["fdu"][self.d_pt], wd)
         return g
 
     def sensitivities(self, traj, pv=None, Fw=None):
@@ -537,7 +540,7 @@ class DiscreteModel:
         if method == "recursion":
             from .recursions import paper_gradient
             return paper_gradient(self, traj)
-        pv = self._point_values(traj.W, u)
+        pv = self._point_values(traj.W, u, values=False)
         Fw, Fu = self._dF(traj.W, u)
         if method == "adjoint":
             P = self.adjoint(traj, Fw, pv)
@@ -560,7 +563,7 @@ class DiscreteModel:
         """
         Fw = np.zeros((self.nblocks, self.n))
         np.add.at(Fw, self.xblk, np.asarray(dFdx, dtype=float))
-        pv = self._point_values(traj.W, traj.u)
+        pv = self._point_values(traj.W, traj.u, values=False)
         P = self.adjoint(traj, Fw, pv)
         Fu = np.zeros(self.m) if dFdu is None else np.asarray(dFdu, dtype=float)
         return self._gradient_from_adjoint(P, traj, Fu, pv)

@@ -77,15 +77,22 @@ class SparseJacobian:
 
     def matvec_T(self, vals, v):
         """Row-wise ``A_kᵀ v_k`` for values (npts, nnz) and v (npts, r) -> (npts, c)."""
-        out = np.zeros((vals.shape[0], self.shape[1]))
-        np.add.at(out.T, self.cols, (vals * v[:, self.rows]).T)
-        return out
+        npts, c = vals.shape[0], self.shape[1]
+        flat = (np.arange(npts)[:, None] * c + self.cols[None, :]).ravel()
+        w = (vals * v[:, self.rows]).ravel()
+        return np.bincount(flat, weights=w, minlength=npts * c).astype(float).reshape(npts, c)
 
     def matvec(self, vals, v):
         """Row-wise ``A_k v_k`` for v (npts, c) -> (npts, r)."""
-        out = np.zeros((vals.shape[0], self.shape[0]))
-        np.add.at(out.T, self.rows, (vals * v[:, self.cols]).T)
-        return out
+        npts, r = vals.shape[0], self.shape[0]
+        flat = (np.arange(npts)[:, None] * r + self.rows[None, :]).ravel()
+        w = (vals * v[:, self.cols]).ravel()
+        return np.bincount(flat, weights=w, minlength=npts * r).astype(float).reshape(npts, r)
+
+    def sum_matvec_T(self, vals, v):
+        """``Σ_k A_kᵀ v_k`` (c,) without forming the per-point products."""
+        e = np.einsum("ke,ke->e", vals, v[:, self.rows])
+        return np.bincount(self.cols, weights=e, minlength=self.shape[1]).astype(float)
 
     def matmat(self, vals, M):
         """Row-wise ``A_k M_k`` for M (npts, c, q) -> (npts, r, q)."""
@@ -118,7 +125,8 @@ class SparseJacobian:
 
     def rmatvec_point(self, vals_k, v):
         """``A_kᵀ v`` for one point (fast path of the adjoint sweep)."""
-        return np.bincount(self.cols, weights=vals_k * v[self.rows], minlength=self.shape[1])
+        return np.bincount(self.cols, weights=vals_k * v[self.rows],
+                           minlength=self.shape[1]).astype(float)
 
 
 def sparse_jacobian(exprs, wrt, x_sym, u_sym, t_sym, extra=()):
