@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .reduced import estimate_reduced
+from .shooting import estimate_multiple_shooting
 from .simultaneous import estimate_simultaneous
 
 __all__ = ["compare_approaches", "plot_fits", "APPROACHES"]
@@ -34,11 +35,16 @@ def _reduced(problem, **kw):
     return estimate_reduced(problem, **kw)
 
 
+def _multiple_shooting(problem, **kw):
+    return estimate_multiple_shooting(problem, **kw)
+
+
 #: name -> (callable, default keyword arguments); extended by other backends.
 APPROACHES = {
     "simultaneous": (_simultaneous, {}),
     "reduced_space": (_reduced, {"optimizer": "ipopt", "hessian": "soa"}),
     "reduced_space_lbfgs": (_reduced, {"optimizer": "ipopt", "hessian": None}),
+    "multiple_shooting": (_multiple_shooting, {"jacobian": "adjoint"}),
 }
 
 
