@@ -19,7 +19,8 @@ component                         meaning
 ``b.cf_<stage>_q<Q>[i, j]``        coefficient of the j-th f term
 ``b.cd_<stage>_q<Q>[i, j]``        coefficient of the j-th ḟ term (Enright)
 ``b.misfit``                       J_k = Σ_j φ_j (an Expression)
-``b.objective``                    minimize ``b.misfit`` + user terms
+``b.penalty``                      the problem's penalty R(u) (0 if none)
+``b.objective``                    minimize ``b.misfit + b.penalty`` + user terms
 ================================  ===============================================
 
 Each stage equation reads (seed 000, eqs. (2), (4)–(6))
@@ -263,15 +264,17 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
         objs[tsym] = float(t[i])
         terms.append(sympy_to_pyomo(phi, objs) if phi.free_symbols else float(phi))
     b.misfit = pyo.Expression(expr=sum(terms))
+    pen = problem.penalty_sym
+    b.penalty = pyo.Expression(expr=sympy_to_pyomo(pen, usub) if pen.free_symbols else float(pen))
     b.extra_objective_terms = []
-    b.objective = pyo.Objective(expr=b.misfit)
+    b.objective = pyo.Objective(expr=b.misfit + b.penalty)
     return b
 
 
 def add_objective_term(b, expr):
     """Add a term to ``b.objective`` (kept after ``b.misfit``)."""
     b.extra_objective_terms.append(expr)
-    b.objective.set_value(b.misfit + sum(b.extra_objective_terms))
+    b.objective.set_value(b.misfit + b.penalty + sum(b.extra_objective_terms))
 
 
 def scheme_constraint(b, i, state, stage="x"):

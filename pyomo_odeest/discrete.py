@@ -204,6 +204,12 @@ class DiscreteModel:
             self.A = None
             self.A_diag = np.asarray(P.weights, dtype=float)
         self.const = misfit_constant(P)
+        pen = P.penalty_sym
+        us = tuple(P.u_sym)
+        self._has_penalty = bool(pen.free_symbols) or pen != 0
+        self._R = sympy.lambdify((us,), pen, "numpy")
+        self._dR = sympy.lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
+        self._d2R = sympy.lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
 
     # ------------------------------------------------------------------
     # evaluation helpers
@@ -376,7 +382,8 @@ class DiscreteModel:
         """J_k(u) = Σ_j φ_j (same value as the block's objective)."""
         traj = self.simulate(u) if traj is None else traj
         r, _ = self._obs(traj.W, traj.u)
-        return float(np.sum(r * self._Ar(r))) + self.const
+        pen = float(self._R(traj.u)) if self._has_penalty else 0.0
+        return float(np.sum(r * self._Ar(r))) + self.const + pen
 
     def _dF(self, W, u):
         """∇_w F (nblocks, n) and ∇_u F (m,)."""
@@ -387,6 +394,8 @@ class DiscreteModel:
         Fw = np.zeros((self.nblocks, self.n))
         np.add.at(Fw, self.meas_blk, self.gx.matvec_T(gxv, Ar2))
         Fu = self.gu.matvec_T(guv, Ar2).sum(axis=0)
+        if self._has_penalty:
+            Fu = Fu + np.asarray(self._dR(u), dtype=float)
         return Fw, Fu
 
     # ------------------------------------------------------------------
@@ -613,7 +622,10 @@ class DiscreteModel:
                 AS = self.A_diag[:, :, None] * Sm
             else:
                 AS = np.einsum("jab,jbm->jam", self.A, Sm)
-            return 2 * np.einsum("jam,jan->mn", Sm, AS)
+            H = 2 * np.einsum("jam,jan->mn", Sm, AS)
+            if self._has_penalty:
+                H += np.asarray(self._d2R(u), dtype=float).reshape(self.m, self.m)
+            return H
         if method != "soa":
             raise ValueError(f"unknown Hessian method {method!r}; use 'soa', 'adjoint_fd' or 'gauss_newton'")
         Fw, Fu = self._dF(W, u)
@@ -640,6 +652,8 @@ class DiscreteModel:
         np.add.at(LwwM_Lwu, self.meas_blk, term_w)
         Lu_tot += np.einsum("jam,jan->mn", self.gu.dense(guv), 2 * ASm).T  # g_uᵀ 2A S
         Lu_tot += np.einsum("jxm,jxn->mn", gxu.dense(gxuv), Mm) + guu.dense(guuv).sum(axis=0)
+        if self._has_penalty:
+            Lu_tot += np.asarray(self._d2R(u), dtype=float).reshape(m, m)
         # constraint part: G_b = ... − Σ c f(w_P) → pᵀG second derivatives −c (p_bᵀ f)''
         for key, eq, pt, c in (("f", self.f_eq, self.f_pt, self.f_c),
                                ("fd", self.d_eq, self.d_pt, self.d_c)):

@@ -188,6 +188,10 @@ class EstimationProblem:
     weights : float, mapping or DataFrame
         Alternative to ``sigma``: weights of the squared residuals.
     loss : LeastSquares() (default) or GaussianNLL(cov)
+    penalty : callable ``penalty(u)``, optional
+        A term R(u) added to the objective (regularization, a prior, the
+        initial-state and conservation terms of seed 004 eq. (6) when the
+        initial state is a parameter).  Written on Pyomo objects like ``rhs``.
     t0 : float
         Initial time (default 0).
     T : float
@@ -195,7 +199,7 @@ class EstimationProblem:
     """
 
     def __init__(self, states, parameters, rhs, initial, data, observe=None,
-                 sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode"):
+                 sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None):
         self.name = name
         self.states = _check_names(states, "state")
         if not self.states:
@@ -239,6 +243,14 @@ class EstimationProblem:
         self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs",
                                           symbol_of)
         self.l_sym = self._initial(initial, us, symbol_of)
+        self.penalty_sym = sympy.Integer(0)
+        if penalty is not None:
+            if not callable(penalty):
+                raise ProblemError("penalty must be callable as penalty(u)")
+            self.penalty_sym = self._to_sym(penalty(us), "penalty", symbol_of)
+            bad = self.penalty_sym.free_symbols - set(self.u_sym)
+            if bad:
+                raise ProblemError(f"penalty may depend on parameters only; uses {bad}")
         if data is None:
             if T is None:
                 raise ProblemError("without data the final time T must be given")

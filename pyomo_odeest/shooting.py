@@ -332,6 +332,9 @@ class MultipleShootingNLP(NLPEvaluator):
         if jacobian not in ("sensitivity", "adjoint"):
             raise ValueError(f"jacobian must be 'sensitivity' or 'adjoint', got {jacobian!r}")
         P = problem
+        if P.penalty_sym != 0:
+            raise NotImplementedError("multiple shooting does not yet include a problem penalty "
+                                      "R(u); use the simultaneous or reduced-space backend")
         self.problem, self.im = P, im
         self.formulation, self.jacobian_method = formulation, jacobian
         self.nx = nx = len(P.states)

@@ -179,3 +179,26 @@ def test_comparison_table():
     # from the seed's hard start the reduced space fails cleanly, the block converges
     tab2, _ = compare_approaches(lotka_volterra_problem(p0=LV_P0), qmax=4, steps_per_interval=10)
     assert tab2.loc["simultaneous", "success"] and not tab2.loc["reduced_space", "success"]
+
+
+def test_penalty_term_in_every_derivative():
+    """A parameter penalty R(u) enters J_k, its gradient and Hessian, and the block objective."""
+    base = lotka_volterra_problem(p0=(0.9,) * 4)
+    prob = po.EstimationProblem(
+        states=base.states, parameters=[po.Parameter(f"p{k}", 0.9) for k in range(1, 5)],
+        rhs=po.models.lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0}, data=base.data,
+        penalty=lambda u: 0.5 * (u.p1 + u.p2 - 2.5) ** 2 + pyo.exp(0.1 * u.p3 * u.p4))
+    u = np.array([0.9, 1.1, 0.95, 1.05])
+    dm = DiscreteModel(prob, "adams_pc", 3, steps_per_interval=4)
+    dm0 = DiscreteModel(base, "adams_pc", 3, steps_per_interval=4)
+    R = 0.5 * (u[0] + u[1] - 2.5) ** 2 + np.exp(0.1 * u[2] * u[3])
+    assert dm.objective(u) == pytest.approx(dm0.objective(u) + R, rel=1e-13)
+    g = dm.gradient(u)
+    for method in ("transposed_solve", "sensitivity", "recursion"):
+        assert rel(dm.gradient(u, method), g) < 1e-10
+    assert rel(dm.gradient(u, "fd"), g) < 1e-6
+    assert rel(dm.hessian(u, "soa"), dm.hessian(u, "adjoint_fd")) < 1e-5
+    sim = estimate_simultaneous(prob, "adams_pc", 3, steps_per_interval=4, options={"tol": 1e-10})
+    red = estimate_reduced(prob, "adams_pc", 3, steps_per_interval=4)
+    assert rel(red.x, sim.x) < 1e-6
+    assert sim.objective == pytest.approx(red.objective, rel=1e-9)
