@@ -502,14 +502,14 @@ class DiscreteModel:
                 if pt == b:
                     D -= self.f_c[e] * fx.dense(fxv[b][None])[0]
                 else:
-                    rhs += self.f_c[e] * (fx.csr(fxv[pt]) @ M[pt])
+                    rhs += self.f_c[e] * fx.apply(fxv[pt], M[pt])
             for e in self.d_by_eq[b]:
                 pt = self.d_pt[e]
                 rhs += self.d_c[e] * self.fdu.dense(fduv[pt][None])[0]
                 if pt == b:
                     D -= self.d_c[e] * fdx.dense(fdxv[b][None])[0]
                 else:
-                    rhs += self.d_c[e] * (fdx.csr(fdxv[pt]) @ M[pt])
+                    rhs += self.d_c[e] * fdx.apply(fdxv[pt], M[pt])
             M[b] = rhs if D is None else np.linalg.solve(D, rhs)
             if stream:
                 if np.any(Fw[b]):

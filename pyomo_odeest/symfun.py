@@ -123,6 +123,14 @@ class SparseJacobian:
         import scipy.sparse as sp
         return sp.csr_matrix((vals_k, (self.rows, self.cols)), shape=self.shape)
 
+    def apply(self, vals_k, M):
+        """``A_k @ M`` for one point: dense product for small matrices, sparse otherwise."""
+        if self.shape[0] * self.shape[1] <= 2500:
+            A = np.zeros(self.shape)
+            A[self.rows, self.cols] = vals_k
+            return A @ M
+        return self.csr(vals_k) @ M
+
     def rmatvec_point(self, vals_k, v):
         """``A_kᵀ v`` for one point (fast path of the adjoint sweep)."""
         return np.bincount(self.cols, weights=vals_k * v[self.rows],

@@ -27,6 +27,7 @@ def test_cli_compare_and_options(tmp_path):
     out = tmp_path / "cmp"
     main([str(EX / "lotka_volterra_model.py"), str(EX / "lotka_volterra_data.csv"), "--approach",
           "compare", "--scheme", "enright", "--qmax", "3", "--steps-per-interval", "5", "--no-plot",
+          "--max-iter", "60",
           "--out", str(out)])
     tab = pd.read_csv(out / "comparison.csv", index_col=0)
     assert "simultaneous" in tab.index and "reduced_space" in tab.index
