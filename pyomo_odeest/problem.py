@@ -426,6 +426,29 @@ class EstimationProblem:
         fn = sympy.lambdify((self.u_sym,), list(self.l_sym), "numpy")
         return np.array(fn(np.asarray(u, dtype=float)), dtype=float)
 
+    def interpolate_states(self, times, u=None):
+        """State guesses at ``times`` from the data: observed states interpolated
+        linearly through (t0, x0) and their measurements, the others held at x0.
+
+        Used to start the simultaneous block and multiple-shooting nodes where
+        no simulation is available (for instance beyond a pole).
+        """
+        u = self.u0 if u is None else np.asarray(u, dtype=float)
+        times = np.asarray(times, dtype=float)
+        x0 = self.initial_state(u)
+        X = np.tile(x0, (len(times), 1))
+        for o, name in enumerate(self.obs_names):
+            g = self.g_sym[o]
+            if g in self.x_sym:
+                s = self.x_sym.index(g)
+                col = self.data[name]
+                ok = col.notna().to_numpy()
+                tt = np.concatenate([[self.t0], self.meas_times[ok]])
+                vv = np.concatenate([[x0[s]], col.to_numpy()[ok]])
+                tt, keep = np.unique(tt, return_index=True)
+                X[:, s] = np.interp(times, tt, vv[keep])
+        return X
+
     def fdot_sym(self):
         r"""Total time derivative of f along solutions: :math:`D_x f\cdot f + \partial_t f`."""
         x = self.x_sym

@@ -271,17 +271,7 @@ def node_start_values(problem, nodes, u, init="data", im=None):
     u = np.asarray(u, dtype=float)
     nodes = np.asarray(nodes, dtype=float)
     x0 = problem.initial_state(u)
-    S = np.tile(x0, (len(nodes), 1))
-    for o, name in enumerate(problem.obs_names):
-        g = problem.g_sym[o]
-        if g in problem.x_sym:
-            s = problem.x_sym.index(g)
-            col = problem.data[name]
-            ok = col.notna().to_numpy()
-            tt = np.concatenate([[problem.t0], problem.meas_times[ok]])
-            vv = np.concatenate([[x0[s]], col.to_numpy()[ok]])
-            tt, keep = np.unique(tt, return_index=True)
-            S[:, s] = np.interp(nodes, tt, vv[keep])
+    S = problem.interpolate_states(nodes, u)
     S[0] = x0
     if init == "data":
         return S, "data"

@@ -112,18 +112,7 @@ def initialize_block(b, u=None, init="auto"):
     if X is None:
         if init not in ("auto", "data"):
             raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
-        x0 = problem.initial_state(u)
-        X = np.tile(x0, (len(t), 1))
-        for o, name in enumerate(problem.obs_names):
-            g = problem.g_sym[o]
-            if g in problem.x_sym:
-                s = problem.x_sym.index(g)
-                col = problem.data[name]
-                ok = col.notna().to_numpy()
-                tt = np.concatenate([[problem.t0], problem.meas_times[ok]])
-                vv = np.concatenate([[x0[s]], col.to_numpy()[ok]])
-                tt, keep = np.unique(tt, return_index=True)
-                X[:, s] = np.interp(t, tt, vv[keep])
+        X = problem.interpolate_states(t, u)
     for i in range(len(t)):
         for s_i, s in enumerate(S):
             b.x[i, s].set_value(float(X[i, s_i]), skip_validation=True)
