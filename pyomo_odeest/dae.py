@@ -31,7 +31,13 @@ grid point (``dxdt[t] = f(x(t))``); the transformation adds
   and ḟ = D_x f·f from Pyomo's symbolic differentiation.
 
 Requirements: every derivative variable is defined by one ODE constraint of
-the form ``c·dxdt[t] + (terms without derivatives) = 0`` at each grid point.
+the form ``c·dxdt[t] + (terms without derivatives) = 0`` at each grid point,
+unless it is *fixed* when the transformation is applied: a fixed derivative
+value is data and needs no defining constraint (the scheme uses its value as
+f at that grid point; constraints where it appears are algebraic).  This is
+IDAES's ``fix_initial_conditions('steady-state')`` pattern — accumulation
+terms fixed to 0 at the first time, the balances there then determine the
+initial steady state.
 The predictor–corrector and Enright variants evaluate f at points that are not
 grid points, so f may depend on the differential states, parameters and
 numbers only (no algebraic variables); the Enright variants need an
@@ -134,7 +140,7 @@ class _SchemeTransformation(Transformation):
         rhs = ode_rhs(model, cs)
         for dv in dvs:
             for d in dv.values():
-                if id(d) not in rhs:
+                if id(d) not in rhs and not d.fixed:    # a fixed derivative is data
                     raise DaeSchemeError(
                         f"no ODE constraint defines '{d.name}' (the ODE must hold at every point "
                         "of the ContinuousSet, the first one included: do not skip it)")
@@ -255,7 +261,7 @@ class _Context:
             if st == "x":
                 continue
             index = [(i,) + r for i in range(self.k) for r in rests]
-            v = pyo.Var(index, dense=True)
+            v = pyo.Var(index, dense=True, units=pyo.units.get_units(next(iter(sv.values()))))
             dv.parent_block().add_component(f"{dv.local_name}_odeest_{st}", v)
             for i in range(self.k):
                 for r in rests:
@@ -306,8 +312,8 @@ class _Context:
                 dfx = differentiate(fexpr, wrt=sv2[key2], mode=Modes.sympy)
                 if isinstance(dfx, (int, float)) and dfx == 0:
                     continue
-                f2 = self.rhs[id(dv2[key2])]
-                total = total + dfx * (f2 if subst is not None else dv2[key2])
+                f2 = self.f_at(dv2, key2) if subst is not None else dv2[key2]
+                total = total + dfx * f2
         if subst is None:
             return total
         return replace_expressions(total, subst, remove_named_expressions=False)
@@ -317,12 +323,16 @@ class _Context:
         loc = sv._contset[self.cs] if sv.dim() > 1 else 0
         t, formulas = self.t, self.formulas
         rests = self.rests(dv, loc)
+        # unit of the independent variable (state units / derivative units), so that the scheme
+        # equations are unit-consistent when the model declares units (e.g. IDAES); None if none
+        key0 = next(iter(dv.keys()))
+        tu = pyo.units.get_units(sv[key0] / dv[key0])
 
         for st_name in self.scheme.stage_names:
             def rule(b, i, *rest, st_name=st_name):
                 rest = tuple(rest)
                 stage = formulas[i].stage(st_name)
-                h = t[i + 1] - t[i]
+                h = t[i + 1] - t[i] if tu is None else (t[i + 1] - t[i]) * tu
                 val = sv[_join(t[i], rest, loc)]
                 for pref, c in stage.f_terms:
                     if pref.kind == "past":
