@@ -24,3 +24,18 @@ def test_every_docs_page_is_in_the_nav():
     listed = {list(item.values())[0] for item in nav}
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert pages <= listed, pages - listed
+
+
+def test_getting_started_code_runs_as_written(tmp_path, monkeypatch):
+    """The Python blocks of docs/getting_started.md, executed in order, work."""
+    import re
+    text = (ROOT / "docs" / "getting_started.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)
+    ns = {}
+    for code in blocks:
+        exec(compile(code, "getting_started.md", "exec"), ns)
+    assert ns["res"].success
+    assert abs(ns["res"].estimates["p1"] - 1.0) < 0.1
+    assert set(ns["table"].index) >= {"simultaneous", "reduced_space"}
