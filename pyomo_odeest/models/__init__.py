@@ -1,4 +1,12 @@
 """Test problems of the seed papers, as ready-made EstimationProblems."""
 from .lotka_volterra import lotka_volterra_data, lotka_volterra_problem, LV_P0, LV_TRUE
+from .diagonal_linear import (diagonal_linear_problem, diagonal_linear_exact_gradient,
+                              diagonal_linear_exact_hessian, diagonal_linear_solution)
+from .seird import seird_problem, seird_data, seird_solution
+from .hiv import HIV_PARAMETERS, HIV_ESTIMATED, HIV_STATES, HIV_TIMES, hiv_problem, hiv_simulate
 
-__all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE"]
+__all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
+           "diagonal_linear_problem", "diagonal_linear_exact_gradient",
+           "diagonal_linear_exact_hessian", "diagonal_linear_solution",
+           "HIV_PARAMETERS", "HIV_ESTIMATED", "HIV_STATES", "HIV_TIMES", "hiv_problem",
+           "hiv_simulate", "seird_problem", "seird_data", "seird_solution"]

@@ -119,7 +119,9 @@ def _check(problem):
 
 
 def diagonal_linear_exact_gradient(u, problem):
-    r"""Closed-form gradient :math:`\nabla_k J = \sum_j t_j x_k(t_j)(\nabla_x\varphi_j)_k` (from eq. (25)).
+    r"""Closed-form gradient (from eq. (25)).
+
+    .. math:: \nabla_k J = \sum_j t_j\, x_k(t_j)\,(\nabla_x\varphi_j)_k .
 
     Parameters
     ----------

@@ -108,9 +108,11 @@ def hiv_problem(seed=0, noise=0.05, times=HIV_TIMES, estimate=HIV_ESTIMATED, sta
     56, 84, 112, 140, 168 days) simulated from Table 1 (or ``params``), with
     multiplicative Gaussian noise :math:`\bar z = z\,(1 + \text{noise}\,\epsilon)`,
     :math:`\epsilon\sim N(0,1)`, drawn with ``seed``.  Least squares weighted
-    by :math:`\sigma = \sigma_{rel}|z|` (relative errors, so that the viral
-    load counts over its three decades), :math:`\sigma_{rel}` = ``sigma_rel``
-    or, by default, ``noise`` (0.05 when ``noise`` is 0).
+    by :math:`\sigma = \sigma_{rel}|z|`, z the noise-free observation
+    (relative errors, so that the viral load counts over its three decades),
+    :math:`\sigma_{rel}` = ``sigma_rel`` or, by default, ``noise`` (0.05 when
+    ``noise`` is 0).  With the defaults J at the truth is a χ² with 24
+    degrees of freedom.
 
     Estimated (default ``HIV_ESTIMATED``): λ, μ_NI, μ_L, μ_A, μ_V, π.  The
     other five (γ, p, α_L, η_NRTI, η_PI) are fixed at their Table 1 values
@@ -122,7 +124,9 @@ def hiv_problem(seed=0, noise=0.05, times=HIV_TIMES, estimate=HIV_ESTIMATED, sta
     fix) to 4.3e4, a condition number of 2.7e12; the next two eigenvectors
     mix μ_V, p and η_NRTI.  For the six chosen parameters the smallest
     eigenvalue is 99 (standard deviation ≈ 0.1 in log units at 5 % noise) and
-    the condition number 352.  Any subset can be estimated with ``estimate``.
+    the condition number 352 (checked in ``tests/test_continuous.py``).  Any
+    subset can be estimated with ``estimate``.
+
     Start values: the truth times :math:`\exp(\text{start}\cdot\xi)`,
     :math:`\xi\sim U[-1, 1]` (same ``seed``) for the estimated parameters.
     Bounds: [truth/20, truth·20] for the rates, [0, 1] for π, η_NRTI, η_PI.

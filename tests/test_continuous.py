@@ -1,0 +1,373 @@
+"""Continuous-time derivatives of the misfit (seed 003): every method against every other.
+
+Tolerance tiers (norm-wise relative errors, parameters scaled by |u| where
+their magnitudes differ): adjoint vs forward sensitivity 1e-6, vs central
+finite differences 1e-5, second-order adjoint Hessian vs finite differences of
+adjoint gradients 1e-5, closed forms of the diagonal linear model 1e-8.
+"""
+import warnings
+
+import numpy as np
+import pandas as pd
+import pyomo.environ as pyo
+import pytest
+
+import pyomo_odeest as po
+from pyomo_odeest.block import misfit_constant
+from pyomo_odeest.continuous import ContinuousModel, IntegrationError, estimate_continuous
+from pyomo_odeest.models.diagonal_linear import (diagonal_linear_exact_gradient,
+                                                 diagonal_linear_exact_hessian,
+                                                 diagonal_linear_problem)
+from pyomo_odeest.models.hiv import (HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_initial,
+                                     hiv_problem, hiv_rhs, hiv_simulate)
+
+warnings.simplefilter("ignore", RuntimeWarning)
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
+
+
+def nonlinear_problem(gaussian=True):
+    r"""Two states, time-dependent rhs, x0 = l(u), observation depending on u, one value missing.
+
+    x' = -a x + b x y + 0.1 sin(c t),  y' = c (1 - y) - a b x y,
+    x(0) = x0,  y(0) = b x0²,  z1 = x,  z2 = x + c y.
+
+    Every second-derivative term of the Hessian is nonzero: f_xx, f_xu, f_uu
+    (a·b, c·c), l_uu, φ_xx, φ_xu, φ_uu.
+    """
+    t = np.array([0.0, 0.5, 1.0, 2.0, 3.0, 4.5])
+    data = pd.DataFrame({"z1": [0.8, 0.62, 0.55, 0.47, np.nan, 0.35],
+                         "z2": [1.2, 1.01, 0.98, 0.93, 0.9, 0.88]}, index=t)
+    loss = po.GaussianNLL([[0.04, 0.01], [0.01, 0.09]]) if gaussian else None
+    return po.EstimationProblem(
+        states=["x", "y"],
+        parameters=[po.Parameter("a", 0.7), po.Parameter("b", 0.4), po.Parameter("c", 1.3),
+                    po.Parameter("x0", 0.9)],
+        rhs=lambda x, u, t: [-u.a * x.x + u.b * x.x * x.y + 0.1 * pyo.sin(u.c * t),
+                             u.c * (1 - x.y) - u.a * u.b * x.x * x.y],
+        initial={"x": "x0", "y": lambda u: u.b * u.x0**2},
+        observe=lambda x, u, t: {"z1": x.x, "z2": x.x + u.c * x.y},
+        data=data, loss=loss)
+
+
+def robertson_problem():
+    """Robertson's stiff kinetics (k2 = 3e7): A and C measured, B never."""
+    t = np.array([0.1, 0.5, 1.0, 2.0, 5.0, 10.0])
+    data = pd.DataFrame({"A": [0.9965, 0.9841, 0.9700, 0.9450, 0.8880, 0.8320],
+                         "C": [0.0035, 0.0158, 0.0300, 0.0550, 0.1120, 0.1680]}, index=t)
+    return po.EstimationProblem(
+        states=["A", "B", "C"],
+        parameters=[po.Parameter("k1", 0.05), po.Parameter("k2", 2e7), po.Parameter("k3", 1.2e4)],
+        rhs=lambda x, u, t: [-u.k1 * x.A + u.k3 * x.B * x.C,
+                             u.k1 * x.A - u.k3 * x.B * x.C - u.k2 * x.B**2, u.k2 * x.B**2],
+        initial={"A": 1.0, "B": 0.0, "C": 0.0}, data=data, sigma=0.01)
+
+
+U_NL = np.array([0.9, 0.55, 1.1, 0.75])
+
+
+@pytest.fixture(scope="module")
+def hiv1():
+    """HIV problem, seed 1 (5 % noise, perturbed start); shared, never modified."""
+    return hiv_problem(seed=1)
+
+
+# ---------------------------------------------------------------------------
+# gradients
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["LSODA", "DOP853"])
+@pytest.mark.parametrize("gaussian", [True, False])
+def test_gradients_agree_nonstiff(method, gaussian):
+    """Adjoint = sensitivity (1e-6) = central FD (1e-5); Gaussian NLL with full Σ, a missing
+    value, x0 = l(u) and g depending on u."""
+    prob = nonlinear_problem(gaussian)
+    assert prob.mask.sum() == 11
+    cm = ContinuousModel(prob, method=method, fd_step=1e-6 if method == "DOP853" else 1e-4)
+    ga = cm.gradient(U_NL, "adjoint")
+    gs = cm.gradient(U_NL, "sensitivity")
+    gf = cm.gradient(U_NL, "fd")
+    assert np.all(np.abs(ga) > 1e-3)          # every parameter, x0 included, matters
+    assert rel(ga, gs) < 1e-6
+    assert rel(ga, gf) < 1e-5
+    # the initial-condition term l_u^T λ(t0) is a real part of the gradient
+    adj = cm.adjoint(U_NL)
+    ic = cm.l_u.dense(U_NL).T @ adj["lambda0"]
+    assert abs(ic[3]) > 0.1 * abs(ga[3]) and abs(ic[1]) > 0
+
+
+@pytest.mark.parametrize("method", ["BDF", "Radau"])
+def test_gradients_agree_stiff_robertson(method):
+    prob = robertson_problem()
+    u = prob.u0
+    cm = ContinuousModel(prob, method=method)
+    ga, gs, gf = (cm.gradient(u, m) * u for m in ("adjoint", "sensitivity", "fd"))
+    assert rel(ga, gs) < 1e-6
+    assert rel(ga, gf) < 1e-5
+
+
+def test_gradients_agree_stiff_hiv_bdf(hiv1):
+    """HIV model, BDF; adjoint vs sensitivity for all 11 parameters (fixed ones too, x0 = l(u)
+    depends on 9 of them), FD for the free ones; scaled by |u| (1.6e-5 ... 641)."""
+    prob = hiv1
+    u = prob.u0
+    cm = ContinuousModel(prob, method="BDF")
+    ga, gs = (cm.gradient(u, m) * u for m in ("adjoint", "sensitivity"))
+    assert rel(ga, gs) < 1e-6
+    free = np.flatnonzero(prob.free_mask)
+    gf = cm.gradient(u, "fd", index=free) * u[free]
+    assert rel(ga[free], gf) < 1e-5
+    assert rel(cm.gradient(u, "sensitivity", index=free) * u[free], gs[free]) < 1e-8
+
+
+@pytest.mark.parametrize("sparse_jacobian", [10**6, 0])
+def test_augmented_jacobians_are_exact(sparse_jacobian):
+    """The Jacobians handed to BDF for [x, S], [λ, q] and [λ, μ, Q] equal FD of their rhs,
+    dense and scipy.sparse alike; results do not depend on the format."""
+    import scipy.sparse as sp
+    prob = nonlinear_problem()
+    cm = ContinuousModel(prob, method="BDF", sparse_jacobian=sparse_jacobian)
+    solve = cm._solve
+    seen = {}
+    rng = np.random.default_rng(0)
+
+    def spy(fun, jac, t_span, y0, dense=True, atol=None):
+        sol = solve(fun, jac, t_span, y0, dense, atol)
+        t = 0.5 * (t_span[0] + t_span[1])
+        y = sol.y[:, -1] + 0.1 * rng.standard_normal(len(y0))
+        J = jac(t, y)
+        assert sp.issparse(J) == (sparse_jacobian == 0)
+        J = J.toarray() if sp.issparse(J) else J
+        h = 1e-6
+        Jf = np.array([(fun(t, y + h * e) - fun(t, y - h * e)) / (2 * h)
+                       for e in np.eye(len(y))]).T
+        seen[len(y)] = max(seen.get(len(y), 0), rel(J, Jf))
+        return sol
+    cm._solve = spy
+    g = cm.gradient(U_NL)
+    gs = cm.gradient(U_NL, "sensitivity")
+    H = cm.hessian(U_NL)
+    assert set(seen) == {2, 6, 10, 26}        # x, [λ, q], [x, S], [λ, μ, Q]
+    assert max(seen.values()) < 1e-8
+    ref = ContinuousModel(prob, method="BDF")
+    assert rel(g, ref.gradient(U_NL)) < 1e-12 and rel(gs, g) < 1e-6
+    assert rel(H, ref.hessian(U_NL)) < 1e-12
+
+
+def test_adjoint_jumps_at_measurement_times():
+    r"""λ(τ_j⁻) − λ(τ_j⁺) = ∇_xφ_j and λ(T⁺) = 0 (seed 003, eq. (15))."""
+    prob = nonlinear_problem()
+    cm = ContinuousModel(prob, method="DOP853")
+    tau = prob.meas_times
+    eps = 1e-9
+    times = np.concatenate([tau[1:], tau[1:] + eps])
+    lam = cm.adjoint(U_NL, times=times)["lambda"].to_numpy()
+    k = len(tau) - 1
+    jumps = lam[:k] - lam[k:]
+    _, Xm = cm._forward(U_NL)
+    expected = np.array([cm._misfits()[j](Xm[j], U_NL)[1] for j in range(1, len(tau))])
+    np.testing.assert_allclose(jumps, expected, rtol=1e-6, atol=1e-6)
+    assert np.allclose(lam[-1], 0.0)          # just after T = τ_N
+
+
+# ---------------------------------------------------------------------------
+# Hessians
+# ---------------------------------------------------------------------------
+def test_soa_hessian_nonlinear():
+    prob = nonlinear_problem()
+    cm = ContinuousModel(prob, method="LSODA")
+    H = cm.hessian(U_NL, "soa")
+    Hc = cm.hessian(U_NL, "soa", block=1)          # strictly column by column
+    Hf = cm.hessian(U_NL, "adjoint_fd")
+    assert rel(H, H.T) < 1e-8
+    assert rel(Hc, H) < 1e-8
+    assert rel(H, Hf) < 1e-5
+    assert np.all(np.abs(np.diag(H)) > 1e-3)
+    v = np.array([0.3, -1.0, 0.5, 2.0])
+    assert rel(cm.hessian_vector(U_NL, v), H @ v) < 1e-8
+
+
+def test_soa_hessian_hiv_free_parameters(hiv1):
+    prob = hiv1
+    u = prob.u0
+    free = np.flatnonzero(prob.free_mask)
+    cm = ContinuousModel(prob, method="LSODA")
+    S = np.outer(u[free], u[free])
+    H = cm.hessian(u, "soa", index=free) * S
+    Hf = cm.hessian(u, "adjoint_fd", index=free) * S
+    assert H.shape == (len(HIV_ESTIMATED), len(HIV_ESTIMATED))
+    assert rel(H, H.T) < 1e-8
+    assert rel(H, Hf) < 1e-5
+
+
+def test_fd_hessians_agree_roughly():
+    prob = nonlinear_problem(gaussian=False)
+    cm = ContinuousModel(prob, method="DOP853", hessian_fd_step=1e-3)
+    H = cm.hessian(U_NL, "soa")
+    assert rel(cm.hessian(U_NL, "sensitivity_fd"), H) < 1e-5
+    assert rel(cm.hessian(U_NL, "fd"), H) < 1e-4
+
+
+# ---------------------------------------------------------------------------
+# diagonal linear model: closed forms (seed 003, eqs. (24)-(29))
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["LSODA", "DOP853"])
+def test_diagonal_linear_closed_form(method):
+    prob = diagonal_linear_problem(4, n_obs=11, seed=5)
+    u = prob.true_values + 0.05          # data perturbed by (27), u off the truth
+    g = diagonal_linear_exact_gradient(u, prob)
+    H = diagonal_linear_exact_hessian(u, prob)
+    cm = ContinuousModel(prob, method=method)
+    for m in ("adjoint", "sensitivity", "fd"):
+        assert rel(cm.gradient(u, m), g) < 1e-8, m
+    assert rel(cm.hessian(u, "soa"), H) < 1e-8
+    # objective: Gaussian NLL with Σ = I, including the constant (N p / 2) log 2π
+    X = np.exp(np.outer(prob.meas_times, u))
+    J = 0.5 * np.sum((X - prob.data.to_numpy()) ** 2) + misfit_constant(prob)
+    assert abs(cm.objective(u) - J) < 1e-8 * abs(J)
+    assert misfit_constant(prob) == pytest.approx(0.5 * 11 * 4 * np.log(2 * np.pi))
+
+
+def test_diagonal_linear_stiff_integrator_least_squares_with_gap():
+    """BDF, LeastSquares weights, one missing measurement: closed forms still hold."""
+    prob0 = diagonal_linear_problem(3, n_obs=6, T=10.0, seed=2)
+    data = prob0.data.copy()
+    data.iloc[2, 1] = np.nan
+    prob = po.EstimationProblem(states=prob0.states, parameters=prob0.parameters,
+                                rhs=lambda x, u, t: [u[k] * x[k] for k in range(3)],
+                                initial={s: 1.0 for s in prob0.states}, data=data,
+                                weights=2.0)
+    assert isinstance(prob.loss, po.LeastSquares) and prob.mask.sum() == 17
+    u = np.array([-0.5, -0.3, -0.8])
+    cm = ContinuousModel(prob, method="BDF")
+    g = diagonal_linear_exact_gradient(u, prob)
+    assert rel(cm.gradient(u, "adjoint"), g) < 1e-8
+    assert rel(cm.gradient(u, "sensitivity"), g) < 1e-8
+    assert rel(cm.hessian(u, "soa"), diagonal_linear_exact_hessian(u, prob)) < 1e-8
+
+
+def test_diagonal_linear_problem_follows_the_seed():
+    prob = diagonal_linear_problem(6, n_obs=11, seed=0)
+    assert np.all((prob.true_values >= -1.1) & (prob.true_values <= -0.1))       # eq. (26)
+    np.testing.assert_allclose(prob.meas_times, np.linspace(0, 100, 11))
+    clean = np.exp(np.outer(prob.meas_times, prob.true_values))
+    d = prob.data.to_numpy() - clean                                               # eq. (27)
+    assert d.min() >= 0 and d.max() <= 0.1 * clean.max() and d.max() > 0.05
+    assert np.all(prob.initial_state(prob.u0) == 1.0)
+
+
+@pytest.mark.parametrize("optimizer,hessian,gradient", [
+    ("ipopt", None, "adjoint"), ("ipopt", "soa", "adjoint"), ("ipopt", None, "sensitivity"),
+    ("L-BFGS-B", None, "adjoint"), ("trust-constr", "soa", "adjoint")])
+def test_estimation_recovers_diagonal_linear_parameters(optimizer, hessian, gradient):
+    prob = diagonal_linear_problem(3, n_obs=11, T=10.0, perturb=False, seed=3)
+    res = estimate_continuous(prob, optimizer=optimizer, hessian=hessian, gradient=gradient)
+    assert res.success, res.status
+    assert res.approach == "continuous_adjoint"
+    np.testing.assert_allclose(res.x, prob.true_values, atol=1e-5)
+    assert res.objective == pytest.approx(misfit_constant(prob), abs=1e-8)
+    assert res.objective < res.extra["objective_start"]
+
+
+# ---------------------------------------------------------------------------
+# HIV model (seed 003, eq. (30), Table 1)
+# ---------------------------------------------------------------------------
+def test_hiv_model_definition():
+    assert len(HIV_PARAMETERS) == 11 and len(HIV_STATES) == 5
+    prob = hiv_problem(seed=0, noise=0.0)
+    assert prob.obs_names == ["V", "T"]
+    truth = np.array(list(HIV_PARAMETERS.values()))
+    # initial state: the untreated steady state, a function of the parameters
+    untreated = dict(HIV_PARAMETERS, eta_NRTI=0.0, eta_PI=0.0)
+
+    class U:
+        pass
+    uu = U()
+    uu.__dict__.update(untreated)
+    x0 = hiv_initial(uu)
+    xx = U()
+    xx.__dict__.update({s: float(x0[s]) for s in HIV_STATES})
+    assert np.max(np.abs(hiv_rhs(xx, uu, 0.0))) < 1e-12
+    np.testing.assert_allclose(prob.initial_state(truth), [float(x0[s]) for s in HIV_STATES])
+    # noise-free data are the model's observations
+    cm = ContinuousModel(prob, method="LSODA")
+    np.testing.assert_allclose(cm.observations(truth).to_numpy(), prob.data.to_numpy(),
+                               rtol=1e-7)
+    np.testing.assert_allclose(hiv_simulate().to_numpy(), prob.data.to_numpy())
+    assert cm.objective(truth) < 1e-10
+    assert [p.name for p in prob.parameters if not p.fixed] == list(HIV_ESTIMATED)
+    # the gradient vanishes there (up to the integration error; ~1e4 at a perturbed start)
+    assert np.linalg.norm(cm.gradient(truth)[prob.free_mask] * truth[prob.free_mask]) < 1e-3
+
+
+def test_hiv_identifiability_of_the_estimated_subset():
+    """Fisher information of the weighted residuals w.r.t. log-parameters (forward sensitivities):
+    all 11 parameters are not identifiable from V and T, the six estimated ones are."""
+    prob = hiv_problem(seed=0, noise=0.0)
+    truth = np.array(list(HIV_PARAMETERS.values()))
+    cm = ContinuousModel(prob, method="LSODA")
+    _, Xm, Sm = cm.sensitivities(truth)
+    P = np.array([[0, 0, 0, 1, 1], [1, 1, 1, 0, 0]], dtype=float)        # V, T
+    W = np.sqrt(prob.weights)
+    A = np.vstack([W[j][:, None] * (P @ Sm[j]) * truth for j in range(len(Sm))])
+    F = A.T @ A
+    ev = np.linalg.eigvalsh(F)
+    assert ev[-1] / ev[0] > 1e10
+    free = prob.free_mask
+    ev6 = np.linalg.eigvalsh(F[np.ix_(free, free)])
+    assert ev6[0] > 50 and ev6[-1] / ev6[0] < 1e3
+
+
+def test_estimate_continuous_hiv_from_perturbed_start(hiv1):
+    prob = hiv1
+    truth = np.array(list(prob.true_values.values()))
+    free = prob.free_mask
+    assert np.max(np.abs(np.log(prob.u0[free] / truth[free]))) > 0.1      # really perturbed
+    res = estimate_continuous(prob, optimizer="ipopt", rtol=1e-8, atol=1e-10)
+    assert res.success, res.status
+    J0 = res.extra["objective_start"]
+    assert res.objective < 0.01 * J0
+    # 24 measurements with 5 % noise: J ≈ χ²(18) at the optimum
+    assert res.objective < 20
+    # estimates close to the truth (identifiable parameters, 5 % noise)
+    assert np.max(np.abs(np.log(res.x[free] / truth[free]))) < 0.2
+    np.testing.assert_array_equal(res.x[~free], truth[~free])
+    # first-order optimality relative to the start
+    g = res.extra["gradient"].to_numpy()[free] * res.x[free]
+    cm = res.extra["continuous_model"]
+    assert cm.rtol == 1e-8
+    g0 = cm.gradient(prob.u0)[free] * prob.u0[free]
+    assert np.max(np.abs(g)) < 1e-4 * np.max(np.abs(g0))
+    # result fields
+    assert list(res.states.columns) == HIV_STATES and len(res.states) > 200
+    np.testing.assert_array_equal(res.fitted.index, prob.meas_times)
+    assert res.residuals.shape == prob.data.shape
+    assert set(res.timings) >= {"build_s", "solve_s", "total_s"}
+    assert res.evaluations["gradient"] >= 1 and res.iterations > 0
+
+
+# ---------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------
+def test_bad_arguments_and_integration_failure():
+    prob = nonlinear_problem()
+    with pytest.raises(ValueError, match="method"):
+        ContinuousModel(prob, method="Euler")
+    cm = ContinuousModel(prob)
+    with pytest.raises(ValueError, match="gradient method"):
+        cm.gradient(U_NL, "magic")
+    with pytest.raises(ValueError, match="hessian method"):
+        cm.hessian(U_NL, "magic")
+    with pytest.raises(ValueError, match="length 4"):
+        cm.objective(U_NL[:3])
+    t = np.array([0.5, 2.0])
+    blow = po.EstimationProblem(states=["x"], parameters=[po.Parameter("k", 0.1)],
+                                rhs=lambda x, u, t: [u.k * x.x**2], initial={"x": 1.0},
+                                data=pd.DataFrame({"x": [1.1, 1.3]}, index=t))
+    cm = ContinuousModel(blow, method="LSODA")
+    assert np.isfinite(cm.objective([0.1]))
+    with pytest.raises(IntegrationError):
+        cm.objective([4.0])                    # x = 1/(1 - 4t) blows up at t = 0.25
+    with pytest.raises(IntegrationError):
+        cm.gradient([4.0], "sensitivity")
