@@ -68,8 +68,14 @@ def misfit_sym(problem: EstimationProblem, j: int):
     if isinstance(problem.loss, GaussianNLL):
         S = problem.cov[np.ix_(obs, obs)]
         Si = np.linalg.inv(S)
+        Si = 0.5 * (Si + Si.T)
+        m = len(obs)
+        # exact zeros of Σ⁻¹ (diagonal or block-diagonal Σ) contribute no term:
+        # the expression has O(nnz) rather than O(m²) terms
         return sympy.Rational(1, 2) * sum(
-            sympy.Float(Si[a, b], 17) * r[a] * r[b] for a in range(len(obs)) for b in range(len(obs)))
+            sympy.Float(Si[a, a], 17) * r[a]**2 for a in range(m)) + sum(
+            sympy.Float(Si[a, b], 17) * r[a] * r[b]
+            for a in range(m) for b in range(a + 1, m) if Si[a, b] != 0.0)
     w = problem.weights[j]
     return sum(sympy.Float(w[o], 17) * ri**2 for o, ri in zip(obs, r))
 

@@ -8,7 +8,9 @@ minimizes, evaluated on the exact (adaptively integrated) ODE solution:
     J(u) = \sum_{j=1}^{N} \varphi_j\big(x(\tau_j), u\big) + c, \qquad
     \dot x = f(x, u, t),\quad x(t_0) = l(u),
 
-with :math:`\varphi_j` from :func:`~pyomo_odeest.block.misfit_sym` and the
+plus the problem's penalty :math:`R(u)` if it has one, with :math:`\varphi_j`
+(the same as :func:`~pyomo_odeest.block.misfit_sym`) evaluated by
+:class:`~pyomo_odeest.misfit.MeasurementMisfit` and the
 constant :math:`c` from :func:`~pyomo_odeest.block.misfit_constant` (seed 003,
 eqs. (2)–(5)).  :class:`ContinuousModel` computes
 
@@ -47,7 +49,8 @@ import scipy.sparse as sp
 import sympy
 from scipy.integrate import solve_ivp
 
-from .block import misfit_constant, misfit_sym
+from .block import misfit_constant
+from .misfit import MeasurementMisfit
 from .problem import EstimationProblem, ProblemError
 from .result import EstimationResult
 
@@ -206,7 +209,7 @@ class ContinuousModel:
         \dot x = f(x,u,t),\; x(t_0) = l(u)\quad\text{(seed 003, eqs. (1)–(2))}.
 
     Every function is derived from the problem's sympy expressions (``f_sym``,
-    ``l_sym``, :func:`~pyomo_odeest.block.misfit_sym`): :math:`f, f_x, f_u`,
+    ``l_sym``, ``g_sym``): :math:`f, f_x, f_u`,
     the second derivatives :math:`f_{xx}, f_{xu}, f_{uu}`, :math:`l, l_u,
     l_{uu}` and :math:`\varphi_j` with its first and second derivatives.  Only
     nonzero entries are lambdified; the contractions with the adjoint
@@ -297,8 +300,8 @@ class ContinuousModel:
         self._sens = _SymBundle([(self._e_f, (n,)), (self._e_fx, (n, n)),
                                  (self._e_fu, (n, p))], args)
         self._second = None
-        self._phi = None
-        self._phi2 = None
+        #: Σ φ_j and R(u) with their derivatives (shared with the discrete backend)
+        self.misfit = MeasurementMisfit(problem)
         self._fwd_key = None
         self._fwd = None
         self.counts = dict(forward=0, sensitivity=0, adjoint=0, soa=0, nfev=0, njev=0)
@@ -328,38 +331,6 @@ class ContinuousModel:
                                    args),
                 l_uu=_SymArray(luu, (n, p, p), (U,)))
         return self._second
-
-    def _misfits(self):
-        r"""Per measurement time, a bundle of :math:`\varphi_j`, :math:`\nabla_x\varphi_j`,
-        :math:`\nabla_u\varphi_j`."""
-        if self._phi is None:
-            X, U = self._X, self._U
-            out = []
-            for j in range(len(self.tau)):
-                phi = sympy.sympify(misfit_sym(self.problem, j))
-                ent = [((), phi)]
-                out.append(_SymBundle([(ent, ()),
-                                       ([((a,), sympy.diff(phi, s)) for a, s in enumerate(X)],
-                                        (self.n,)),
-                                       ([((a,), sympy.diff(phi, s)) for a, s in enumerate(U)],
-                                        (self.p,))], (X, U)))
-            self._phi = out
-        return self._phi
-
-    def _misfits2(self):
-        r"""Per measurement time, a bundle of :math:`\varphi_{xx}, \varphi_{xu}, \varphi_{uu}`."""
-        if self._phi2 is None:
-            X, U = self._X, self._U
-            out = []
-            for j in range(len(self.tau)):
-                phi = sympy.sympify(misfit_sym(self.problem, j))
-                gx = [((a,), sympy.diff(phi, s)) for a, s in enumerate(X)]
-                gu = [((a,), sympy.diff(phi, s)) for a, s in enumerate(U)]
-                out.append(_SymBundle([(_diff_entries(gx, X), (self.n, self.n)),
-                                       (_diff_entries(gx, U), (self.n, self.p)),
-                                       (_diff_entries(gu, U), (self.p, self.p))], (X, U)))
-            self._phi2 = out
-        return self._phi2
 
     # -- integration ---------------------------------------------------------
     def _u(self, u):
@@ -435,13 +406,13 @@ class ContinuousModel:
 
     # -- objective -----------------------------------------------------------
     def objective(self, u=None):
-        r""":math:`J(u) = \sum_j \varphi_j(x(\tau_j), u) + c` (seed 003, eqs. (2), (4))."""
+        r""":math:`J(u) = \sum_j \varphi_j(x(\tau_j), u) + R(u) + c` (seed 003, eqs. (2), (4))."""
         return self._misfit(self._u(u)) + self.constant
 
     def _misfit(self, u):
-        """Σ_j φ_j without the constant (what finite differences difference)."""
+        """Σ_j φ_j + R(u) without the constant (what finite differences difference)."""
         _, Xm = self._forward(u)
-        return float(sum(b(Xm[j], u)[0] for j, b in enumerate(self._misfits())))
+        return self.misfit.value(Xm, u) + self.misfit.penalty(u)
 
     # -- gradient ------------------------------------------------------------
     def gradient(self, u=None, method="adjoint", index=None):
@@ -564,11 +535,9 @@ class ContinuousModel:
 
     def _sensitivity_gradient(self, u, idx):
         _, Xm, Sm = self.sensitivities(u, np.eye(self.p)[:, idx])
-        g = np.zeros(len(idx))
-        for j, d in enumerate(self._misfits()):
-            _, gx, gu = d(Xm[j], u)
-            g += Sm[j].T @ gx + gu[idx]
-        return g
+        Fx, Fu = self.misfit.gradients(Xm, u)
+        Fu = Fu + self.misfit.penalty_gradient(u)
+        return np.einsum("jnk,jn->k", Sm, Fx) + Fu[idx]
 
     # adjoint ----------------------------------------------------------------
     def adjoint(self, u=None, times=None):
@@ -612,9 +581,8 @@ class ContinuousModel:
             J[n:, :n] = -B.T
             return sp.csc_matrix(J) if sparse else J
 
-        phis = self._misfits()
-        ev = [phis[j](Xm[j], u) for j in range(len(self.tau))]
-        jumps = [e[1] for e in ev]
+        jumps, gu = self.misfit.gradients(Xm, u)
+        gu = gu + self.misfit.penalty_gradient(u)
         parts = (slice(0, n), slice(n, n + p))
 
         def atol(y, t_hi, t_lo):
@@ -623,7 +591,6 @@ class ContinuousModel:
                                  parts[1], growth)
         lam = np.zeros(n)
         q = np.zeros(p)
-        gu = np.zeros(p)
         segments = []
         t_hi = self.T
         for j in range(len(self.tau) - 1, -1, -1):
@@ -635,7 +602,6 @@ class ContinuousModel:
                 lam, q = s.y[:n, -1].copy(), s.y[n:, -1].copy()
                 segments.append((tau, t_hi, s))
             lam = lam + jumps[j]
-            gu += ev[j][2]
             t_hi = tau
         if self.t0 < t_hi:
             y = np.concatenate([lam, q])
@@ -740,16 +706,11 @@ class ContinuousModel:
             J[n + n * k:, n:n + n * k] = np.kron(-B.T, np.eye(k))
             return J
 
-        phis = self._misfits()
-        phis2 = self._misfits2()
         N = len(self.tau)
-        jl, jM, jQ = [], [], []
-        for j in range(N):
-            x = Xm[j]
-            pxx, pxu, puu = phis2[j](x, u)
-            jl.append(phis[j](x, u)[1])
-            jM.append((pxx @ Sm[j] + pxu @ V).ravel())
-            jQ.append(pxu.T @ Sm[j] + puu @ V)
+        jl, _ = self.misfit.gradients(Xm, u)
+        jM, Hm = self.misfit.directional_second(Xm, u, Sm, V)
+        jM = jM.reshape(N, n * k)
+        Hm = Hm + self.misfit.penalty_hessian(u) @ V
         parts = (slice(0, n), slice(n, n + n * k), slice(n + n * k, dim))
 
         def atol(y, t_hi, t_lo):
@@ -758,7 +719,6 @@ class ContinuousModel:
             return _segment_atol(self.atol, self.rtol, self.adjoint_atol, y, parts,
                                  parts[2], growth)
         y = np.zeros(dim)
-        Hm = np.zeros((p, k))
         t_hi = self.T
         for j in range(N - 1, -1, -1):
             tau = self.tau[j]
@@ -767,7 +727,6 @@ class ContinuousModel:
                                 atol=atol(y, t_hi, tau)).y[:, -1].copy()
             y[:n] += jl[j]
             y[n:n + n * k] += jM[j]
-            Hm += jQ[j]
             t_hi = tau
         if self.t0 < t_hi:
             y = self._solve(rhs, jac, (t_hi, self.t0), y, dense=False,

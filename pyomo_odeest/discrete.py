@@ -38,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
-import sympy
 
-from .block import misfit_constant, resolve_grid
-from .problem import EstimationProblem, GaussianNLL
+from .block import resolve_grid
+from .misfit import MeasurementMisfit
+from .problem import EstimationProblem
 from .schemes import get_scheme
 from .symfun import VectorFn, second_derivatives, sparse_jacobian
 
@@ -168,9 +168,9 @@ class DiscreteModel:
             self._fd_sym = fd
         self.l = VectorFn(P.l_sym, (), us, ts)
         self.lu = sparse_jacobian(P.l_sym, us, (), us, ts)
-        self.g = VectorFn(P.g_sym, xs, us, ts)
-        self.gx = sparse_jacobian(P.g_sym, xs, xs, us, ts)
-        self.gu = sparse_jacobian(P.g_sym, us, xs, us, ts)
+        #: the misfit Σ φ_j and penalty R(u), shared with the continuous backend
+        self.misfit = MeasurementMisfit(P)
+        self.g, self.gx, self.gu = self.misfit.g, self.misfit.gx, self.misfit.gu
         self._second = None
 
     def _second_order(self):
@@ -181,7 +181,6 @@ class DiscreteModel:
             if self.needs_fdot:
                 d["fd"] = second_derivatives(self._fd_sym, xs, us, ts)
             d["l"] = second_derivatives(P.l_sym, (), us, ts)
-            d["g"] = second_derivatives(P.g_sym, xs, us, ts)
             self._second = d
         return self._second
 
@@ -190,35 +189,17 @@ class DiscreteModel:
         J = np.asarray(self.grid.J)
         self.meas_blk = self.xblk[J]
         self.meas_t = np.asarray(P.meas_times, dtype=float)
-        zbar = P.data.to_numpy(dtype=float)
-        self.zbar = np.where(P.mask, zbar, 0.0)
-        no = len(P.obs_names)
-        if isinstance(P.loss, GaussianNLL):
-            A = np.zeros((len(J), no, no))
-            for j in range(len(J)):
-                o = np.flatnonzero(P.mask[j])
-                A[j][np.ix_(o, o)] = 0.5 * np.linalg.inv(P.cov[np.ix_(o, o)])
-            self.A = A
-            self.A_diag = None
-        else:
-            self.A = None
-            self.A_diag = np.asarray(P.weights, dtype=float)
-        self.const = misfit_constant(P)
-        pen = P.penalty_sym
-        us = tuple(P.u_sym)
-        self._has_penalty = bool(pen.free_symbols) or pen != 0
-        self._R = sympy.lambdify((us,), pen, "numpy")
-        self._dR = sympy.lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
-        self._d2R = sympy.lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
+        mf = self.misfit
+        self.zbar, self.A, self.A_diag, self.const = mf.zbar, mf.A, mf.A_diag, mf.const
+        self._has_penalty = mf.has_penalty
+        self._R, self._dR, self._d2R = mf._R, mf._dR, mf._d2R
 
     # ------------------------------------------------------------------
     # evaluation helpers
     # ------------------------------------------------------------------
     def _Ar(self, r):
         """A_j r_j for all measurements (r: (s, no))."""
-        if self.A is None:
-            return self.A_diag * r
-        return np.einsum("jab,jb->ja", self.A, r)
+        return self.misfit.Ar(r)
 
     def _check_u(self, u):
         u = np.asarray(u, dtype=float).reshape(-1)
@@ -638,7 +619,7 @@ class DiscreteModel:
         tb = self.blk_time
         # objective part: φ_j = rᵀ A r → ∇²φ = 2 (r_x)ᵀ A r_x + Σ_o 2(Ar)_o ∇²g_o
         Ar2 = 2 * self._Ar(r)
-        _, gxx, gxu, guu = sec["g"]
+        _, gxx, gxu, guu = self.misfit.second_order()
         gxxv = gxx.values(Xm, u, self.meas_t, Ar2)
         gxuv = gxu.values(Xm, u, self.meas_t, Ar2)
         guuv = guu.values(Xm, u, self.meas_t, Ar2)

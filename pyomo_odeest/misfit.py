@@ -1,0 +1,172 @@
+r"""The measurement misfit and the parameter penalty, vectorised over the measurement times.
+
+Every loss of the package is a quadratic form in the residuals
+(seed 000, eq. (1); seed 003, eqs. (2)–(5)):
+
+.. math::
+
+    \varphi_j(x, u) = r_j^\top A_j\, r_j,\qquad
+    r_j = g(x, u, \tau_j) - \bar z_j,
+
+with :math:`A_j = \operatorname{diag}(w_j)` for weighted least squares (zero
+weight where a value is missing) and :math:`A_j = \tfrac12\Sigma_{oo}^{-1}`
+on the quantities ``o`` observed at :math:`\tau_j` for the Gaussian negative
+log-likelihood (whose log-determinant is the constant
+:func:`~pyomo_odeest.block.misfit_constant`).  The optional penalty
+:math:`R(u)` of the problem is added once.  This is the same function as
+:func:`~pyomo_odeest.block.misfit_sym` (the Pyomo block's objective); here it
+is evaluated from the derivatives of the observation function :math:`g`
+alone, so its cost and set-up do not grow with the number of measurement
+times:
+
+.. math::
+
+    \nabla_x\varphi_j = 2\,g_x^\top A_j r_j,\qquad
+    \nabla_u\varphi_j = 2\,g_u^\top A_j r_j,\qquad
+    \nabla^2_{(x,u)}\varphi_j = 2\,(g_x, g_u)^\top A_j (g_x, g_u)
+        + \sum_o 2(A_j r_j)_o\,\nabla^2 g_o .
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from .block import misfit_constant
+from .problem import EstimationProblem, GaussianNLL
+from .symfun import VectorFn, second_derivatives, sparse_jacobian
+
+__all__ = ["MeasurementMisfit"]
+
+
+class MeasurementMisfit:
+    r""":math:`\sum_j \varphi_j` and :math:`R(u)` of a problem with their derivatives.
+
+    Arrays of states at the measurement times are ``Xm`` of shape
+    ``(N, n)`` (row j: :math:`x(\tau_j)`).
+
+    Attributes
+    ----------
+    g, gx, gu
+        :math:`g` and its sparse Jacobians (see :mod:`pyomo_odeest.symfun`).
+    zbar : (N, n_obs)
+        Measurements, 0 where missing.
+    A : (N, n_obs, n_obs) or None
+        Gaussian weights :math:`\tfrac12\Sigma_{oo}^{-1}` (None for least squares).
+    A_diag : (N, n_obs) or None
+        Least-squares weights (None for the Gaussian loss).
+    const : float
+        The loss constant (log-determinant term).
+    """
+
+    def __init__(self, problem: EstimationProblem):
+        P = problem
+        self.problem = P
+        xs, us, ts = tuple(P.x_sym), tuple(P.u_sym), P.t_sym
+        self._syms = (xs, us, ts)
+        self.g = VectorFn(P.g_sym, xs, us, ts)
+        self.gx = sparse_jacobian(P.g_sym, xs, xs, us, ts)
+        self.gu = sparse_jacobian(P.g_sym, us, xs, us, ts)
+        self.t = np.asarray(P.meas_times, dtype=float)
+        zbar = P.data.to_numpy(dtype=float) if len(self.t) else np.zeros((0, len(P.obs_names)))
+        self.zbar = np.where(P.mask, zbar, 0.0)
+        no = len(P.obs_names)
+        if isinstance(P.loss, GaussianNLL):
+            A = np.zeros((len(self.t), no, no))
+            for j in range(len(self.t)):
+                o = np.flatnonzero(P.mask[j])
+                A[j][np.ix_(o, o)] = 0.5 * np.linalg.inv(P.cov[np.ix_(o, o)])
+            self.A, self.A_diag = A, None
+        else:
+            self.A, self.A_diag = None, np.where(P.mask, np.asarray(P.weights, dtype=float), 0.0)
+        self.const = misfit_constant(P)
+        pen = sympy.sympify(P.penalty_sym)
+        self.has_penalty = bool(pen.free_symbols) or pen != 0
+        self._R = sympy.lambdify((us,), pen, "numpy")
+        self._dR = sympy.lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
+        self._d2R = sympy.lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
+        self._second = None
+
+    # -- the quadratic form -------------------------------------------------
+    def Ar(self, r):
+        r""":math:`A_j r_j` for all j (r: (N, n_obs))."""
+        if self.A is None:
+            return self.A_diag * r
+        return np.einsum("jab,jb->ja", self.A, r)
+
+    def AS(self, S):
+        r""":math:`A_j S_j` for all j (S: (N, n_obs, k))."""
+        if self.A is None:
+            return self.A_diag[:, :, None] * S
+        return np.einsum("jab,jbm->jam", self.A, S)
+
+    def residuals(self, Xm, u):
+        r""":math:`r_j = g(x_j, u, \tau_j) - \bar z_j` (N, n_obs)."""
+        return self.g(Xm, u, self.t) - self.zbar
+
+    def value(self, Xm, u):
+        r""":math:`\sum_j\varphi_j` (without the constant and the penalty)."""
+        if len(self.t) == 0:
+            return 0.0
+        r = self.residuals(Xm, u)
+        return float(np.sum(r * self.Ar(r)))
+
+    def gradients(self, Xm, u):
+        r""":math:`\nabla_x\varphi_j` (N, n) and :math:`\sum_j\nabla_u\varphi_j` (p,)."""
+        N, p = len(self.t), len(u)
+        if N == 0:
+            return np.zeros((0, Xm.shape[1] if Xm.ndim == 2 else 0)), np.zeros(p)
+        Ar2 = 2 * self.Ar(self.residuals(Xm, u))
+        Fx = self.gx.matvec_T(self.gx.values(Xm, u, self.t), Ar2)
+        Fu = self.gu.matvec_T(self.gu.values(Xm, u, self.t), Ar2).sum(axis=0)
+        return Fx, Fu
+
+    def second_order(self):
+        """``(lam, Hxx, Hxu, Huu)`` of :math:`\\lambda^\\top g` (built on first use)."""
+        if self._second is None:
+            self._second = second_derivatives(self.problem.g_sym, *self._syms)
+        return self._second
+
+    def directional_second(self, Xm, u, S, V):
+        r"""Second derivatives of :math:`\varphi_j` applied to a direction.
+
+        For state directions ``S`` (N, n, k) and parameter directions ``V``
+        (p, k) returns
+
+        .. math::
+
+            M_j = \varphi_{j,xx}S_j + \varphi_{j,xu}V \;(N, n, k),\qquad
+            Q = \sum_j \varphi_{j,ux}S_j + \varphi_{j,uu}V \;(p, k).
+        """
+        N = len(self.t)
+        n, p, k = Xm.shape[1], len(u), V.shape[1]
+        if N == 0:
+            return np.zeros((0, n, k)), np.zeros((p, k))
+        r = self.residuals(Xm, u)
+        Ar2 = 2 * self.Ar(r)
+        gxv = self.gx.values(Xm, u, self.t)
+        guv = self.gu.values(Xm, u, self.t)
+        Z = self.gx.matmat(gxv, S) + self.gu.dense(guv) @ V           # (N, n_obs, k)
+        AZ2 = 2 * self.AS(Z)
+        _, hxx, hxu, huu = self.second_order()
+        hxxv = hxx.values(Xm, u, self.t, Ar2)
+        hxuv = hxu.values(Xm, u, self.t, Ar2)
+        huuv = huu.values(Xm, u, self.t, Ar2)
+        Hxu = hxu.dense(hxuv)                                          # (N, n, p)
+        M = self.gx.matmat_T(gxv, AZ2) + hxx.matmat(hxxv, S) + Hxu @ V
+        Q = (np.einsum("jop,jok->pk", self.gu.dense(guv), AZ2)
+             + np.einsum("jxp,jxk->pk", Hxu, S) + huu.dense(huuv).sum(axis=0) @ V)
+        return M, Q
+
+    # -- penalty ------------------------------------------------------------
+    def penalty(self, u):
+        """:math:`R(u)` (0 without a penalty)."""
+        return float(self._R(u)) if self.has_penalty else 0.0
+
+    def penalty_gradient(self, u):
+        return (np.asarray(self._dR(u), dtype=float).reshape(-1) if self.has_penalty
+                else np.zeros(len(u)))
+
+    def penalty_hessian(self, u):
+        p = len(u)
+        return (np.asarray(self._d2R(u), dtype=float).reshape(p, p) if self.has_penalty
+                else np.zeros((p, p)))
