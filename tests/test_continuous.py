@@ -376,3 +376,21 @@ def test_bad_arguments_and_integration_failure():
         cm.objective([4.0])                    # x = 1/(1 - 4t) blows up at t = 0.25
     with pytest.raises(IntegrationError):
         cm.gradient([4.0], "sensitivity")
+
+
+def test_continuous_approach_in_the_comparison():
+    """compare_approaches runs the continuous backend beside the block; the discrete
+    estimate approaches the continuous one as h shrinks (seed 001)."""
+    from pyomo_odeest.compare import compare_approaches
+    prob = nonlinear_problem()
+    free = prob.free_mask
+    table, res = compare_approaches(prob, ("continuous_adjoint", "simultaneous"),
+                                    qmax=4, max_step=0.05)
+    assert table["success"].all(), table["status"]
+    uc, us = res["continuous_adjoint"].x[free], res["simultaneous"].x[free]
+    _, res_coarse = compare_approaches(prob, ("simultaneous",), qmax=4, max_step=0.2)
+    d_fine = np.max(np.abs(uc - us))
+    d_coarse = np.max(np.abs(uc - res_coarse["simultaneous"].x[free]))
+    assert d_fine < 1e-4 and d_fine < d_coarse
+    assert table.loc["continuous_adjoint", "objective"] == pytest.approx(
+        table.loc["simultaneous", "objective"], rel=1e-4)
