@@ -223,18 +223,19 @@ class DiscreteModel:
         Dv = {}
         f, fd = self.f, (self.fd if self.needs_fdot else None)
         newton_total = 0
+        ul = u.tolist()      # the lambdified code runs 2-3x faster on Python floats
 
         def fval(b):
             v = Fv.get(b)
             if v is None:
-                v = f.point(W[b], u, self.blk_time[b])
+                v = f.point(W[b].tolist(), ul, float(self.blk_time[b]))
                 Fv[b] = v
             return v
 
         def dval(b):
             v = Dv.get(b)
             if v is None:
-                v = fd.point(W[b], u, self.blk_time[b])
+                v = fd.point(W[b].tolist(), ul, float(self.blk_time[b]))
                 Dv[b] = v
             return v
 

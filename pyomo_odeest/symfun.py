@@ -44,10 +44,19 @@ class VectorFn:
         return _stack(vals, npts).T
 
     def point(self, x, u, t, *extra):
-        """Single point, returns (len(exprs),)."""
+        """Single point, returns (len(exprs),).
+
+        ``x`` and ``u`` may be arrays or lists of Python floats (faster).  On
+        Python floats a failed operation raises instead of giving inf/nan
+        (a fractional power of a negative number is complex, 1/0 raises); such
+        a point is returned as NaN, like its numpy evaluation.
+        """
         if self._fn is None:
             return np.zeros(0)
-        return np.array(self._fn(x, u, t, *extra), dtype=float).reshape(-1)
+        try:
+            return np.array(self._fn(x, u, t, *extra), dtype=float).reshape(-1)
+        except (TypeError, ArithmeticError, ValueError):
+            return np.full(self.size, np.nan)
 
 
 class SparseJacobian:

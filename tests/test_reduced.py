@@ -202,3 +202,15 @@ def test_penalty_term_in_every_derivative():
     red = estimate_reduced(prob, "adams_pc", 3, steps_per_interval=4)
     assert rel(red.x, sim.x) < 1e-6
     assert sim.objective == pytest.approx(red.objective, rel=1e-9)
+
+
+def test_fractional_power_of_negative_state_is_reported():
+    """x' = −k x^1.5 − 1 drives x below 0, where x^1.5 is undefined: the simulation
+    reports the step (a SimulationError), it does not leak a complex number."""
+    t = np.array([1.0, 2.0, 3.0])
+    prob = po.EstimationProblem(states=["x"], parameters=[po.Parameter("k", 1.0)],
+                                rhs=lambda x, u, t: [-u.k * x.x**1.5 - 1.0], initial={"x": 1.0},
+                                data=pd.DataFrame({"x": [0.5, 0.3, 0.2]}, index=t))
+    dm = DiscreteModel(prob, "adams_pc", 3, max_step=0.1)
+    with pytest.raises(SimulationError, match="non-finite state in step"):
+        dm.simulate(np.array([1.0]))
