@@ -119,7 +119,7 @@ class ReducedSpaceNLP(NLPEvaluator):
 def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
                      max_step=None, steps_per_interval=None, optimizer="ipopt",
                      gradient="adjoint", hessian="soa", options=None, tee=False, u0=None,
-                     model: DiscreteModel | None = None):
+                     model: DiscreteModel | None = None, scale=True):
     """Estimate u by optimizing the reduced objective J_k(u) (single shooting).
 
     Parameters
@@ -136,6 +136,11 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
         Ipopt options or SciPy ``options``.
     u0 : array, optional
         Starting parameters (default: the problem's values).
+    scale : bool
+        Ipopt only: scale each free parameter by its start value
+        (``x_scaling = 1/|u0_k|``, 1 where u0_k = 0), so that parameters of
+        very different magnitudes are O(1) inside Ipopt (its Hessian
+        regularization and step tests are not invariant to scaling).
     """
     t_start = time.perf_counter()
     dm = model or DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
@@ -152,7 +157,11 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
         opts.update(options or {})
         try:
             nlp.objective(nlp.x0)
-            r = solve_with_ipopt(nlp, options=opts, tee=tee)
+            xs = None
+            if scale:
+                a = np.abs(nlp.x0)
+                xs = np.where(a > 0, 1.0 / np.where(a > 0, a, 1.0), 1.0)
+            r = solve_with_ipopt(nlp, options=opts, tee=tee, x_scaling=xs)
             x, status, iters = r.x, r.status_name, r.iterations
             success = status in _OK
         except EvaluationError as err:

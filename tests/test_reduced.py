@@ -214,3 +214,17 @@ def test_fractional_power_of_negative_state_is_reported():
     dm = DiscreteModel(prob, "adams_pc", 3, max_step=0.1)
     with pytest.raises(SimulationError, match="non-finite state in step"):
         dm.simulate(np.array([1.0]))
+
+
+def test_parameter_scaling_same_optimum_and_bad_scaling_rejected():
+    """Ipopt with x_scaling = 1/|u0| (default) and without reach the same optimum."""
+    from pyomo_odeest.nlp.cyipopt_adapter import solve_with_ipopt
+    from pyomo_odeest.reduced import ReducedSpaceNLP
+    prob = lotka_volterra_problem(p0=(0.8, 0.8, 0.8, 0.8))
+    a = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=True)
+    b = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=False)
+    assert a.success and b.success
+    np.testing.assert_allclose(a.x, b.x, rtol=1e-8)
+    nlp = ReducedSpaceNLP(DiscreteModel(prob, "adams_pc", 3, steps_per_interval=5))
+    with pytest.raises(ValueError, match="positive finite"):
+        solve_with_ipopt(nlp, x_scaling=[1.0, -1.0, 1.0, 1.0])

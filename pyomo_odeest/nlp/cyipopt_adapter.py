@@ -126,11 +126,13 @@ class _Problem:
         return True
 
 
-def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None):
+def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None):
     """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
 
     ``options`` are passed to Ipopt unchanged.  With ``tee=False`` Ipopt is
     silent (``print_level=0``) unless the options set ``print_level``.
+    ``x_scaling`` (length n): Ipopt works internally with ``x_scaling * x``
+    (``nlp_scaling_method=user-scaling`` unless the options say otherwise).
     """
     cyipopt = import_cyipopt()
     prob = _Problem(ev, cyipopt, intermediate)
@@ -141,6 +143,12 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None):
     cu = np.where(np.isfinite(ev.g_ub), ev.g_ub, big)
     nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
     opts = dict(options or {})
+    if x_scaling is not None:
+        xs = np.asarray(x_scaling, dtype=float).reshape(-1)
+        if xs.shape != (ev.n,) or not np.all(np.isfinite(xs) & (xs > 0)):
+            raise ValueError(f"x_scaling must be {ev.n} positive finite numbers")
+        nlp.set_problem_scaling(obj_scaling=1.0, x_scaling=xs)
+        opts.setdefault("nlp_scaling_method", "user-scaling")
     if not tee:
         opts.setdefault("print_level", 0)
         opts.setdefault("sb", "yes")
