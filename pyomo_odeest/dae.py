@@ -52,6 +52,7 @@ import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.config import ConfigBlock, ConfigValue, In, PositiveInt
 from pyomo.core.base.transformation import Transformation, TransformationFactory
+from pyomo.core.base.units_container import pint_available
 from pyomo.core.expr.calculus.derivatives import Modes, differentiate
 from pyomo.core.expr.visitor import identify_variables, replace_expressions
 from pyomo.dae import ContinuousSet, DerivativeVar
@@ -178,6 +179,17 @@ class EnrightTransformation(_SchemeTransformation):
 
 
 # ---------------------------------------------------------------------------
+def _units_of(expr):
+    """Pyomo units of ``expr``, or None when the model declares none.
+
+    Units need the optional ``pint`` package; without it no component can carry units, so
+    there is nothing to propagate (and asking Pyomo would raise a DeferredImportError).
+    """
+    if not pint_available:
+        return None
+    return pyo.units.get_units(expr)
+
+
 def _split(key, loc):
     key = key if isinstance(key, tuple) else (key,)
     return key[loc], key[:loc] + key[loc + 1:]
@@ -261,7 +273,7 @@ class _Context:
             if st == "x":
                 continue
             index = [(i,) + r for i in range(self.k) for r in rests]
-            v = pyo.Var(index, dense=True, units=pyo.units.get_units(next(iter(sv.values()))))
+            v = pyo.Var(index, dense=True, units=_units_of(next(iter(sv.values()))))
             dv.parent_block().add_component(f"{dv.local_name}_odeest_{st}", v)
             for i in range(self.k):
                 for r in rests:
@@ -326,7 +338,7 @@ class _Context:
         # unit of the independent variable (state units / derivative units), so that the scheme
         # equations are unit-consistent when the model declares units (e.g. IDAES); None if none
         key0 = next(iter(dv.keys()))
-        tu = pyo.units.get_units(sv[key0] / dv[key0])
+        tu = _units_of(sv[key0] / dv[key0])
 
         for st_name in self.scheme.stage_names:
             def rule(b, i, *rest, st_name=st_name):
