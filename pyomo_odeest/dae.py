@@ -183,11 +183,14 @@ def _units_of(expr):
     """Pyomo units of ``expr``, or None when the model declares none.
 
     Units need the optional ``pint`` package; without it no component can carry units, so
-    there is nothing to propagate (and asking Pyomo would raise a DeferredImportError).
+    there is nothing to propagate (and asking Pyomo would raise a DeferredImportError). A
+    model without units gets the same equations with or without pint: ``dimensionless`` is
+    reported as None.
     """
     if not pint_available:
         return None
-    return pyo.units.get_units(expr)
+    u = pyo.units.get_units(expr)
+    return None if u is None or str(u) == "dimensionless" else u
 
 
 def _split(key, loc):

@@ -66,6 +66,20 @@ def test_dae_model_gives_same_estimates(family, variant, scheme):
     assert np.max(np.abs(p - ref.x)) < 1e-8
 
 
+def test_transformation_without_pint(monkeypatch):
+    """Units are optional in Pyomo (they need pint): without pint the transformation must not
+    ask for them, and gives the same discretization as with it."""
+    import pyomo_odeest.dae as dae
+    built = {}
+    for available in (True, False):
+        monkeypatch.setattr(dae, "pint_available", available)
+        m = dae_model()
+        pyo.TransformationFactory("odeest.adams").apply_to(m, wrt=m.t, variant="pc", qmax=3,
+                                                             steps_per_interval=2)
+        built[available] = sorted(str(c.body) for c in m.component_data_objects(pyo.Constraint))
+    assert built[True] == built[False] and len(built[False]) > 40
+
+
 def test_reduced_space_accepts_the_dae_model():
     prob = problem_from_dae(dae_model(), DATA)
     assert prob.states == ["x1", "x2"] and len(prob.parameters) == 4
