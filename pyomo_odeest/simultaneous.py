@@ -129,7 +129,7 @@ def initialize_block(b, u=None, init="auto"):
 
 def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
                           max_step=None, steps_per_interval=None, options=None, tee=False,
-                          init="auto", model=None, u0=None):
+                          init="auto", model=None, u0=None, scale=True):
     """Estimate the parameters by solving the full discretized NLP with Ipopt.
 
     Parameters
@@ -149,6 +149,14 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         as is.  Otherwise a new model is built.
     u0 : array, optional
         Starting parameter values (default: the problem's).
+    scale : bool
+        Scale each free parameter by its start value inside Ipopt
+        (``scaling_factor = 1/|u0_k|``, 1 where u0_k = 0), as the reduced-space
+        estimator does, so that parameters of very different magnitudes are
+        O(1) for Ipopt.  The factors go to the model's ``scaling_factor``
+        Suffix (created if missing; factors the user set there are kept), which
+        the solver passes to Ipopt as user scaling.  Values and multipliers
+        are returned unscaled.
 
     Returns
     -------
@@ -170,6 +178,8 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
                 b.u[p].set_value(float(v))
     u_start = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
     init_used = initialize_block(b, u_start, init)
+    if scale:
+        scale_parameters(m, b)
     if not hasattr(m, "dual"):
         m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     build_s = time.perf_counter() - t_start
@@ -182,6 +192,21 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
     res.extra["init"] = init_used
     return res
+
+
+def scale_parameters(m, b):
+    """Put ``1/|u_k|`` (1 where u_k = 0) on ``m.scaling_factor`` for every free
+    parameter of block ``b`` that has no factor there yet."""
+    sf = getattr(m, "scaling_factor", None)
+    if sf is None:
+        m.scaling_factor = sf = pyo.Suffix(direction=pyo.Suffix.EXPORT)
+    elif not isinstance(sf, pyo.Suffix):
+        raise ProblemError("model.scaling_factor exists and is not a Suffix")
+    for p in b.problem.parameter_names:
+        v = b.u[p]
+        if not v.fixed and v not in sf:
+            a = abs(float(v.value))
+            sf[v] = 1.0 / a if a > 0 else 1.0
 
 
 def collect_result(b, m, info, build_s, total_s):

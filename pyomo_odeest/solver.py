@@ -33,7 +33,7 @@ import time
 import numpy as np
 from pyomo.common.config import ConfigBlock, ConfigValue
 from pyomo.core.base.block import BlockData
-from pyomo.core.base.suffix import active_import_suffix_generator
+from pyomo.core.base.suffix import Suffix, SuffixFinder, active_import_suffix_generator
 from pyomo.opt import SolverFactory, SolverResults, SolverStatus, TerminationCondition
 
 from .nlp.cyipopt_adapter import solve_with_ipopt
@@ -65,6 +65,44 @@ _TERMINATION = {
     "Insufficient_Memory": TerminationCondition.resourceInterrupt,
     "Internal_Error": TerminationCondition.internalSolverError,
 }
+
+
+def user_scaling(model, ev):
+    """Scaling factors from ``scaling_factor`` Suffixes, as keyword arguments of
+    :func:`~pyomo_odeest.nlp.cyipopt_adapter.solve_with_ipopt` (empty if the
+    model declares none).
+
+    Pyomo's convention (the one of the Ipopt AMPL interface and of IDAES): a
+    Suffix named ``scaling_factor`` on the model or on any sub-block maps
+    variables, constraints and the objective to positive factors s; Ipopt
+    then works with s·x, s·c(x), s·f(x) (``nlp_scaling_method=user-scaling``,
+    unless the options choose another method).  The value of a component is
+    looked up as Pyomo's :class:`~pyomo.core.base.suffix.SuffixFinder` does
+    (the component itself, then its container, outermost block first);
+    components without a value get 1.
+    """
+    if not any(sfx.local_name == "scaling_factor"
+               for sfx in model.component_data_objects(Suffix, descend_into=True)):
+        return {}
+    finder = SuffixFinder("scaling_factor", default=None, context=model)
+
+    def factors(components, what):
+        out = np.ones(len(components))
+        for k, c in enumerate(components):
+            v = finder.find(c)
+            if v is None:
+                continue
+            v = float(v)
+            if not (np.isfinite(v) and v > 0):
+                raise ValueError(f"scaling_factor of {what} '{c.name}' is {v}: "
+                                 "scaling factors must be positive and finite")
+            out[k] = v
+        return out
+
+    obj = ev.objective_component
+    return dict(x_scaling=factors(ev.variables, "variable"),
+                g_scaling=factors(ev.constraint_rows, "constraint"),
+                obj_scaling=factors([obj], "objective")[0] if obj is not None else 1.0)
 
 
 @SolverFactory.register(SOLVER_NAME, doc="Ipopt through cyipopt with exact vectorised "
@@ -152,8 +190,9 @@ class OdeestIpoptSolver:
         if ev.n == 0:
             raise ValueError(f"model '{model.name}' has no free variables in its "
                              "active constraints and objective")
+        scaling = user_scaling(model, ev)
         r = solve_with_ipopt(ev, options=options, tee=config.tee,
-                             intermediate=config.intermediate_callback)
+                             intermediate=config.intermediate_callback, **scaling)
 
         results = SolverResults()
         results.problem.name = model.name

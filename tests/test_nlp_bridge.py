@@ -904,3 +904,60 @@ def test_missing_cyipopt_message(monkeypatch):
     assert opt.available() is False
     with pytest.raises(ImportError, match="pip install cyipopt-wheels"):
         opt.solve(rosenbrock(2, [-1.2, 1.0]))
+
+
+# ---------------------------------------------------------------------------
+# user scaling through the `scaling_factor` Suffix
+# ---------------------------------------------------------------------------
+def _well_scaled():
+    m = pyo.ConcreteModel()
+    m.X = pyo.Var(initialize=0.5, bounds=(0, 5))
+    m.Y = pyo.Var(initialize=0.5)
+    m.c = pyo.Constraint(expr=m.X * m.Y >= 3)
+    m.o = pyo.Objective(expr=(m.X - 1) ** 2 + (m.Y - 2) ** 2 + pyo.exp(0.1 * m.X * m.Y))
+    return m
+
+
+def _badly_scaled(where):
+    """The same problem in x = X/1e5, y = 1e4·Y, constraint divided by 10; with the factors
+    (1e5, 1e-4, 10) on a `scaling_factor` Suffix (on the model, or on the sub-block that holds
+    the components) Ipopt sees exactly the well-scaled problem."""
+    m = pyo.ConcreteModel()
+    m.b = pyo.Block()
+    m.b.x = pyo.Var(initialize=0.5e-5, bounds=(0, 5e-5))
+    m.b.y = pyo.Var(initialize=0.5e4)
+    m.b.c = pyo.Constraint(expr=m.b.x * m.b.y >= 0.3)
+    m.o = pyo.Objective(expr=(1e5 * m.b.x - 1) ** 2 + (1e-4 * m.b.y - 2) ** 2 + pyo.exp(m.b.x * m.b.y))
+    if where is not None:
+        blk = m if where == "model" else m.b
+        blk.scaling_factor = pyo.Suffix(direction=pyo.Suffix.EXPORT)
+        blk.scaling_factor[m.b.x] = 1e5
+        blk.scaling_factor[m.b.y] = 1e-4
+        blk.scaling_factor[m.b.c] = 10.0
+    return m
+
+
+def _solve(m, **options):
+    m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
+    s = pyo.SolverFactory("odeest_ipopt")
+    s.solve(m, options={"tol": 1e-10, **options})
+    assert s.last_info["status"] == "Solve_Succeeded"
+    return s.last_info["iterations"], np.array([v.value for v in m.component_data_objects(pyo.Var)]), \
+        list(m.dual.values())[0]
+
+
+@pytest.mark.parametrize("where", ["model", "block"])
+def test_scaling_factor_suffix_reaches_ipopt(where):
+    it_ref, (X, Y), lam_ref = _solve(_well_scaled(), nlp_scaling_method="none")
+    it_raw, _, _ = _solve(_badly_scaled(None), nlp_scaling_method="none")
+    it, (x, y), lam = _solve(_badly_scaled(where))
+    assert it == it_ref != it_raw              # Ipopt walks the well-scaled problem's path
+    assert abs(1e5 * x / X - 1) < 1e-6 and abs(1e-4 * y / Y - 1) < 1e-6
+    assert abs(lam / (10 * lam_ref) - 1) < 1e-6   # duals of the unscaled constraint body
+
+
+def test_scaling_factor_must_be_positive():
+    m = _badly_scaled("model")
+    m.scaling_factor[m.b.c] = -1.0
+    with pytest.raises(ValueError, match=r"scaling_factor of constraint 'b.c' is -1.0"):
+        pyo.SolverFactory("odeest_ipopt").solve(m)

@@ -126,13 +126,27 @@ class _Problem:
         return True
 
 
-def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None):
+def _positive_vector(v, n, name):
+    """``v`` as n positive finite floats (all ones when ``v`` is None)."""
+    if v is None:
+        return np.ones(n)
+    a = np.asarray(v, dtype=float).reshape(-1)
+    if a.shape != (n,) or not np.all(np.isfinite(a) & (a > 0)):
+        raise ValueError(f"{name} must be {n} positive finite number{'s' if n > 1 else ''}")
+    return a
+
+
+def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
+                     g_scaling=None, obj_scaling=None):
     """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
 
     ``options`` are passed to Ipopt unchanged.  With ``tee=False`` Ipopt is
     silent (``print_level=0``) unless the options set ``print_level``.
-    ``x_scaling`` (length n): Ipopt works internally with ``x_scaling * x``
+    ``x_scaling`` (length n), ``g_scaling`` (length m), ``obj_scaling``
+    (scalar): user scaling; Ipopt works internally with ``x_scaling * x``,
+    ``g_scaling * g(x)`` and ``obj_scaling * f(x)``
     (``nlp_scaling_method=user-scaling`` unless the options say otherwise).
+    Multipliers and values returned are those of the unscaled problem.
     """
     cyipopt = import_cyipopt()
     prob = _Problem(ev, cyipopt, intermediate)
@@ -143,11 +157,11 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     cu = np.where(np.isfinite(ev.g_ub), ev.g_ub, big)
     nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
     opts = dict(options or {})
-    if x_scaling is not None:
-        xs = np.asarray(x_scaling, dtype=float).reshape(-1)
-        if xs.shape != (ev.n,) or not np.all(np.isfinite(xs) & (xs > 0)):
-            raise ValueError(f"x_scaling must be {ev.n} positive finite numbers")
-        nlp.set_problem_scaling(obj_scaling=1.0, x_scaling=xs)
+    if x_scaling is not None or g_scaling is not None or obj_scaling is not None:
+        xs = _positive_vector(x_scaling, ev.n, "x_scaling")
+        gs = _positive_vector(g_scaling, ev.m, "g_scaling")
+        os_ = float(_positive_vector(obj_scaling, 1, "obj_scaling")[0])
+        nlp.set_problem_scaling(obj_scaling=os_, x_scaling=xs, g_scaling=gs if ev.m else None)
         opts.setdefault("nlp_scaling_method", "user-scaling")
     if not tee:
         opts.setdefault("print_level", 0)
