@@ -1087,7 +1087,6 @@ class AdaptiveModel:
                 xi = run.x[i]
                 w = a2 + xi**2
                 S = np.sum(d**2 / w) / n + fl2
-                Nv = c.milne * np.sqrt(S)
                 Nd = c.milne * d / (n * w * np.sqrt(S))
                 Nx = -c.milne * d**2 * xi / (n * w**2 * np.sqrt(S))
                 put(ek, ek, [[1.0]])

@@ -92,7 +92,6 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
     pat = run.pattern
     k = run.k
     S = P.states
-    n = len(S)
     sy = am.sym
     b = block if block is not None else pyo.Block(concrete=True)
     b.amodel = am

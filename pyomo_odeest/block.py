@@ -172,7 +172,6 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.grid = grid
     b.formulas = formulas
     S = problem.states
-    n = len(S)
     b.S = pyo.Set(initialize=S, ordered=True)
     b.P = pyo.Set(initialize=problem.parameter_names, ordered=True)
     b.K = pyo.RangeSet(0, k)

@@ -29,7 +29,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting", "compare")

@@ -46,7 +46,6 @@ Adams–Moulton variant uses grid-point derivatives only and accepts DAEs.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 
 import numpy as np
 import pyomo.environ as pyo

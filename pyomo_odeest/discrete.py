@@ -32,7 +32,6 @@ The objective is ``F(w, u) = Σ_j φ_j``, ``φ_j = r_jᵀ A_j r_j`` with
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np

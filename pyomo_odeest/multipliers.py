@@ -19,7 +19,7 @@ import pyomo.environ as pyo
 from .block import build_block, scheme_constraint
 from .discrete import DiscreteModel, Trajectory
 from .recursions import paper_adjoint
-from .simultaneous import collect_result, initialize_block
+from .simultaneous import initialize_block
 from .solver import OdeestIpoptSolver
 
 __all__ = ["MultiplierReport", "validate_multipliers", "adjoint_from_duals", "block_trajectory"]

@@ -781,8 +781,6 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
     d = prob.clean_direction(x, -gr, free)
     since_restart = 0
     alpha0 = _initial_step(g)
-    prev_slope = None
-    prev_alpha = None
     k = 0
     success, message = False, "maximum number of iterations reached"
     while k < max_iter:

@@ -25,7 +25,7 @@ simulators and every derivative are produced.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 import pandas as pd

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .discrete import DiscreteModel, SimulationError
-from .nlp.cyipopt_adapter import solve_with_ipopt
+from .nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from .nlp.protocol import EvaluationError, NLPEvaluator
 from .problem import EstimationProblem
 from .result import EstimationResult
@@ -157,10 +157,7 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
         opts.update(options or {})
         try:
             nlp.objective(nlp.x0)
-            xs = None
-            if scale:
-                a = np.abs(nlp.x0)
-                xs = np.where(a > 0, 1.0 / np.where(a > 0, a, 1.0), 1.0)
+            xs = start_value_scaling(nlp.x0) if scale else None
             r = solve_with_ipopt(nlp, options=opts, tee=tee, x_scaling=xs)
             x, status, iters = r.x, r.status_name, r.iterations
             success = status in _OK

@@ -88,7 +88,7 @@ import sympy
 from .block import misfit_constant, misfit_sym, resolve_grid
 from .discrete import DiscreteModel, SimulationError
 from .grid import Grid, make_grid
-from .nlp.cyipopt_adapter import solve_with_ipopt
+from .nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from .nlp.protocol import EvaluationError, NLPEvaluator
 from .problem import EstimationProblem, Parameter, ProblemError
 from .result import EstimationResult
@@ -472,7 +472,7 @@ class MultipleShootingNLP(NLPEvaluator):
 
     def gradient(self, x):
         S, u = self.split(x)
-        nx, mp = self.nx, self.mp
+        mp = self.mp
         gS = np.zeros_like(S)
         gu = np.zeros(mp)
         for j, a in self.node_meas:
@@ -591,7 +591,7 @@ class MultipleShootingNLP(NLPEvaluator):
 def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
                                max_step=None, steps_per_interval=None, nodes=None,
                                formulation="vector", jacobian="sensitivity", options=None,
-                               tee=False, u0=None, init="data") -> EstimationResult:
+                               tee=False, u0=None, init="data", scale=False) -> EstimationResult:
     r"""Estimate the parameters by multiple shooting (seed 002, problem (4) or (8)) with Ipopt.
 
     Parameters
@@ -622,6 +622,16 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         Start values of the nodes (:func:`node_start_values`).  ``'data'``
         lets multiple shooting start where single shooting cannot simulate
         (the seed's Lotka–Volterra start).
+    scale : bool
+        Scale each free parameter by its start value inside Ipopt
+        (``1/|u0_k|``, 1 where u0_k = 0; node values unscaled), as the
+        simultaneous and reduced-space estimators do by default.  Off by
+        default here: the node values, of the states' magnitude, are
+        variables too, and scaling the parameters alone changes the balance.
+        On seed 002's Lotka–Volterra study from p0 = (0.5, 0.5, 0.5, −0.2)
+        it sent 5 of 10 draws (σ = 0.05) to spurious minima, against 0 of 10
+        without.  Use it when parameters are orders of magnitude from 1
+        (α-pinene: 11 iterations with it, ``Restoration_Failed`` without).
 
     Returns
     -------
@@ -657,7 +667,10 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
     try:
         nlp.constraints(x_init)
         nlp.objective(x_init)
-        r = solve_with_ipopt(nlp, options=opts, tee=tee, intermediate=record)
+        xs = None
+        if scale:
+            xs = np.concatenate([np.ones(nlp.ns), start_value_scaling(x_init[nlp.ns:])])
+        r = solve_with_ipopt(nlp, options=opts, tee=tee, intermediate=record, x_scaling=xs)
         x, status, iters, mult = r.x, r.status_name, r.iterations, r.mult_g
         success = status in _OK
         counts = dict(r.counts)

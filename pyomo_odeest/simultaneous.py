@@ -18,6 +18,7 @@ import pyomo.environ as pyo
 import sympy
 
 from .block import build_block, misfit_constant
+from .nlp.cyipopt_adapter import start_value_scaling
 from .problem import EstimationProblem, ProblemError
 from .result import EstimationResult
 from .schemes import integrate
@@ -205,8 +206,7 @@ def scale_parameters(m, b):
     for p in b.problem.parameter_names:
         v = b.u[p]
         if not v.fixed and v not in sf:
-            a = abs(float(v.value))
-            sf[v] = 1.0 / a if a > 0 else 1.0
+            sf[v] = float(start_value_scaling([v.value])[0])
 
 
 def collect_result(b, m, info, build_s, total_s):

@@ -34,7 +34,7 @@ import numpy as np
 from pyomo.common.config import ConfigBlock, ConfigValue
 from pyomo.core.base.block import BlockData
 from pyomo.core.base.suffix import Suffix, SuffixFinder, active_import_suffix_generator
-from pyomo.opt import SolverFactory, SolverResults, SolverStatus, TerminationCondition
+from pyomo.opt import SolverFactory, SolverResults, TerminationCondition
 
 from .nlp.cyipopt_adapter import solve_with_ipopt
 from .nlp.pyomo_evaluator import PyomoNLPEvaluator

@@ -11,7 +11,7 @@ from pyomo_odeest.block import add_objective_term, build_block, scheme_constrain
 from pyomo_odeest.grid import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_problem
 from pyomo_odeest.nlp import PyomoNLPEvaluator
-from pyomo_odeest.simultaneous import estimate_simultaneous, initialize_block, simulate
+from pyomo_odeest.simultaneous import estimate_simultaneous, initialize_block
 
 warnings.simplefilter("ignore", RuntimeWarning)
 

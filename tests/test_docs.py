@@ -1,5 +1,4 @@
 """The documentation builds without warnings (MkDocs, strict mode)."""
-import shutil
 import subprocess
 import sys
 from pathlib import Path

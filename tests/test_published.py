@@ -8,6 +8,7 @@ import pytest
 
 from pyomo_odeest.models import GASOIL_OPTIMUM, PINENE_OPTIMUM, gasoil_problem, pinene_problem
 from pyomo_odeest.reduced import estimate_reduced
+from pyomo_odeest.shooting import estimate_multiple_shooting
 from pyomo_odeest.simultaneous import estimate_simultaneous
 
 warnings.simplefilter("ignore", RuntimeWarning)
@@ -15,11 +16,17 @@ warnings.simplefilter("ignore", RuntimeWarning)
 PINENE_THETA = np.array([5.9256e-5, 2.9632e-5, 2.0450e-5, 2.7473e-4, 4.0073e-5])
 
 
-@pytest.mark.parametrize("approach,scheme", [("simultaneous", "adams_pc"), ("simultaneous", "enright"),
-                                             ("reduced", "adams_pc")])
+APPROACHES = [("simultaneous", "adams_pc"), ("simultaneous", "enright"), ("reduced", "adams_pc"),
+              ("multiple_shooting", "adams_pc")]
+ESTIMATORS = {"simultaneous": estimate_simultaneous, "reduced": estimate_reduced,
+              "multiple_shooting": estimate_multiple_shooting}
+
+
+@pytest.mark.parametrize("approach,scheme", APPROACHES)
 def test_pinene_reaches_published_optimum(approach, scheme):
-    est = estimate_simultaneous if approach == "simultaneous" else estimate_reduced
-    r = est(pinene_problem(), scheme, 4, max_step=200.0)
+    est = ESTIMATORS[approach]
+    kw = {"scale": True} if approach == "multiple_shooting" else {}   # off by default there
+    r = est(pinene_problem(), scheme, 4, max_step=200.0, **kw)
     assert r.success, r.status
     assert abs(r.objective / PINENE_OPTIMUM - 1) < 2e-4
     # the published θ agrees to 0.24 % (θ5); the objective is flat along that direction
@@ -27,10 +34,15 @@ def test_pinene_reaches_published_optimum(approach, scheme):
     assert r.iterations <= 30
 
 
-@pytest.mark.parametrize("approach,scheme", [("simultaneous", "adams_pc"), ("simultaneous", "enright"),
-                                             ("reduced", "adams_pc")])
+APPROACHES = [("simultaneous", "adams_pc"), ("simultaneous", "enright"), ("reduced", "adams_pc"),
+              ("multiple_shooting", "adams_pc")]
+ESTIMATORS = {"simultaneous": estimate_simultaneous, "reduced": estimate_reduced,
+              "multiple_shooting": estimate_multiple_shooting}
+
+
+@pytest.mark.parametrize("approach,scheme", APPROACHES)
 def test_gasoil_reaches_published_optimum(approach, scheme):
-    est = estimate_simultaneous if approach == "simultaneous" else estimate_reduced
+    est = ESTIMATORS[approach]
     r = est(gasoil_problem(), scheme, 4, max_step=0.001)
     assert r.success, r.status
     assert abs(r.objective / GASOIL_OPTIMUM - 1) < 1e-4

@@ -14,7 +14,7 @@ from pyomo_odeest.grid import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_problem
 from pyomo_odeest.multipliers import adjoint_from_duals, validate_multipliers
 from pyomo_odeest.nlp import PyomoNLPEvaluator
-from pyomo_odeest.recursions import paper_adjoint, paper_gradient, paper_sensitivity_gradient
+from pyomo_odeest.recursions import paper_gradient, paper_sensitivity_gradient
 from pyomo_odeest.reduced import estimate_reduced
 from pyomo_odeest.simultaneous import estimate_simultaneous, initialize_block
 

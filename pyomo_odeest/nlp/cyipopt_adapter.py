@@ -15,7 +15,8 @@ import numpy as np
 
 from .protocol import EvaluationError
 
-__all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "CYIPOPT_MISSING"]
+__all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_scaling",
+           "CYIPOPT_MISSING"]
 
 CYIPOPT_MISSING = (
     "cyipopt is not installed. Install the Ipopt wheel with\n"
@@ -124,6 +125,14 @@ class _Problem:
             if r is False:
                 return False
         return True
+
+
+def start_value_scaling(x0):
+    """Scaling factors ``1/|x0_k|`` (1 where x0_k = 0): variables of very different
+    magnitudes become O(1) inside Ipopt, whose Hessian regularization and step
+    tests are not invariant to scaling."""
+    a = np.abs(np.asarray(x0, dtype=float).reshape(-1))
+    return np.where(a > 0, 1.0 / np.where(a > 0, a, 1.0), 1.0)
 
 
 def _positive_vector(v, n, name):

@@ -23,7 +23,6 @@ built.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 import warnings
@@ -214,7 +213,6 @@ def _relational_parts(expr):
 def _has_template(e):
     if e.__class__ in (int, float):
         return False
-    from pyomo.core.expr.visitor import identify_components
     from pyomo.core.expr.template_expr import GetItemExpression
     if isinstance(e, IndexTemplate):
         return True
