@@ -214,8 +214,9 @@ def standard_error(m, sigma, rel_step=1e-4):
 def apply_idaes_scaling(m):
     """IDAES's CSTR scaler, with the user factors it asks for (as in IDAES's CSTR test).
 
-    The scaling factors only affect the diagnostics (Jacobian norms and
-    condition number); ``odeest_ipopt`` uses Ipopt's gradient-based scaling.
+    Applied after the estimation here, for the diagnostics (Jacobian norms and
+    condition number). A later ``odeest_ipopt`` solve of the model would use
+    the same ``scaling_factor`` Suffixes as Ipopt user scaling.
     """
     from idaes.core.scaling import set_scaling_factor
     from idaes.models.unit_models.cstr import CSTRScaler

@@ -142,3 +142,26 @@ def test_scheme_equations_are_unit_consistent(family, variant):
     pyo.SolverFactory("odeest_ipopt").solve(m, options={"tol": 1e-12})
     x2 = 2.0 * (1 - np.exp(-0.7 * 2.0))
     assert abs(pyo.value(m.x[2.0]) - x2) < 1e-3
+
+
+def test_idaes_scaling_factors_are_used_by_odeest_ipopt(ex):
+    """IDAES stores its scaling factors in `scaling_factor` Suffixes on the unit's blocks;
+    odeest_ipopt passes them to Ipopt as user scaling, and the estimate does not change."""
+    from pyomo.core.base.suffix import SuffixFinder
+    from pyomo_odeest.solver import user_scaling
+    from pyomo_odeest.nlp.pyomo_evaluator import PyomoNLPEvaluator
+
+    m = ex.build_model(times=TIMES, steps_per_interval=2, qmax=3)
+    ex.initialize(m)
+    data = ex.outlet(m)
+    a_plain, status, _, _ = ex.estimate(m, data, 0.5 * ex.A_TRUE)
+    assert status == "Solve_Succeeded"
+    ex.apply_idaes_scaling(m)
+    vol = m.fs.unit.control_volume.volume[m.fs.time.first()]
+    assert SuffixFinder("scaling_factor", context=m).find(vol) == 1e3
+    ev = PyomoNLPEvaluator(m)
+    sc = user_scaling(m, ev)
+    assert np.sum(sc["x_scaling"] != 1.0) > 10 and np.sum(sc["g_scaling"] != 1.0) > 10
+    a_scaled, status, _, _ = ex.estimate(m, data, 0.5 * ex.A_TRUE)
+    assert status == "Solve_Succeeded"
+    assert abs(a_scaled - a_plain) / ex.A_TRUE < 1e-6
