@@ -79,15 +79,17 @@ def user_scaling(model, ev):
     unless the options choose another method).  The value of a component is
     looked up as Pyomo's :class:`~pyomo.core.base.suffix.SuffixFinder` does
     (the component itself, then its container, outermost block first);
-    components without a value get 1.
+    variables without a value get 1; constraints and the objective without
+    a value get Ipopt's gradient-based factor computed in the scaled variables
+    (see :func:`~pyomo_odeest.nlp.cyipopt_adapter.gradient_based_scaling`).
     """
     if not any(sfx.local_name == "scaling_factor"
                for sfx in model.component_data_objects(Suffix, descend_into=True)):
         return {}
     finder = SuffixFinder("scaling_factor", default=None, context=model)
 
-    def factors(components, what):
-        out = np.ones(len(components))
+    def factors(components, what, missing=1.0):
+        out = np.full(len(components), missing)
         for k, c in enumerate(components):
             v = finder.find(c)
             if v is None:
@@ -101,8 +103,8 @@ def user_scaling(model, ev):
 
     obj = ev.objective_component
     return dict(x_scaling=factors(ev.variables, "variable"),
-                g_scaling=factors(ev.constraint_rows, "constraint"),
-                obj_scaling=factors([obj], "objective")[0] if obj is not None else 1.0)
+                g_scaling=factors(ev.constraint_rows, "constraint", np.nan),
+                obj_scaling=factors([obj], "objective", np.nan)[0] if obj is not None else np.nan)
 
 
 @SolverFactory.register(SOLVER_NAME, doc="Ipopt through cyipopt with exact vectorised "

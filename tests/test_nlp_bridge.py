@@ -961,3 +961,30 @@ def test_scaling_factor_must_be_positive():
     m.scaling_factor[m.b.c] = -1.0
     with pytest.raises(ValueError, match=r"scaling_factor of constraint 'b.c' is -1.0"):
         pyo.SolverFactory("odeest_ipopt").solve(m)
+
+
+def _hs071_scaled(k):
+    m = pyo.ConcreteModel()
+    m.x = pyo.Var([1, 2, 3, 4], bounds=(1, 5), initialize={1: 1, 2: 5, 3: 5, 4: 1})
+    m.c1 = pyo.Constraint(expr=1e3 * m.x[1] * m.x[2] * m.x[3] * m.x[4] >= 25e3)
+    m.c2 = pyo.Constraint(expr=sum(m.x[i] ** 2 for i in m.x) == 40)
+    m.o = pyo.Objective(expr=k * (m.x[1] * m.x[4] * (m.x[1] + m.x[2] + m.x[3]) + m.x[3]))
+    return m
+
+
+@pytest.mark.parametrize("k", [1.0, 1e4])
+def test_missing_factors_follow_ipopts_gradient_based_rule(k):
+    """With unit variable factors and no constraint/objective factors, the fill-in rule
+    reproduces Ipopt's own default scaling exactly: same factors (100/max gradient when it
+    exceeds 100), same iterations, bit-identical solution."""
+    from pyomo_odeest.nlp.cyipopt_adapter import gradient_based_scaling
+    ev = PyomoNLPEvaluator(_hs071_scaled(k))
+    of, gf = gradient_based_scaling(ev, ev.x0, np.ones(4))
+    assert of == pytest.approx(min(1.0, 100.0 / (k * 12.0)))     # ∇f(x0) = k·(12, 1, 2, 3)
+    assert gf == pytest.approx([100.0 / 25e3, 1.0])              # ∇c1(x0) = 1e3·(25, 5, 5, 25)
+    r_ipopt = solve_with_ipopt(ev, options={"tol": 1e-10})
+    r_fill = solve_with_ipopt(PyomoNLPEvaluator(_hs071_scaled(k)), options={"tol": 1e-10},
+                              x_scaling=np.ones(4))
+    assert r_fill.iterations == r_ipopt.iterations
+    assert np.array_equal(r_fill.x, r_ipopt.x)
+    assert r_fill.obj / k == pytest.approx(17.0140173, abs=1e-6)

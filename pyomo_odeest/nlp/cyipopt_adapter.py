@@ -135,14 +135,47 @@ def start_value_scaling(x0):
     return np.where(a > 0, 1.0 / np.where(a > 0, a, 1.0), 1.0)
 
 
-def _positive_vector(v, n, name):
-    """``v`` as n positive finite floats (all ones when ``v`` is None)."""
+def _positive_vector(v, n, name, fill=1.0, allow_nan=False):
+    """``v`` as n positive finite floats (``fill`` when ``v`` is None); with
+    ``allow_nan``, NaN entries mean "not given" and are kept."""
     if v is None:
-        return np.ones(n)
+        return np.full(n, fill)
     a = np.asarray(v, dtype=float).reshape(-1)
-    if a.shape != (n,) or not np.all(np.isfinite(a) & (a > 0)):
+    ok = np.isfinite(a) & (a > 0)
+    if allow_nan:
+        ok |= np.isnan(a)
+    if a.shape != (n,) or not np.all(ok):
         raise ValueError(f"{name} must be {n} positive finite number{'s' if n > 1 else ''}")
     return a
+
+
+def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8):
+    """Ipopt's ``gradient-based`` rule, applied in the scaled variables ``x_scaling * x``.
+
+    Objective and constraint rows whose largest gradient entry (with respect to
+    the scaled variables) exceeds ``max_gradient`` are scaled down to it
+    (factor ``max_gradient / max|∂/∂(s x)|``, at least ``min_value``); the
+    others get 1.  Returns ``(obj_factor, g_factors)``; a point where the
+    derivatives cannot be evaluated gives ones.
+    """
+    xs = np.asarray(x_scaling, dtype=float)
+    x = np.clip(np.asarray(x, dtype=float), ev.x_lb, ev.x_ub)
+
+    def factor(gmax):
+        return np.where(gmax > max_gradient, np.maximum(max_gradient / np.where(gmax > 0, gmax, 1.0),
+                                                        min_value), 1.0)
+    try:
+        gf = np.max(np.abs(np.asarray(ev.gradient(x)) / xs), initial=0.0)
+        rowmax = np.zeros(ev.m)
+        if ev.m:
+            rows, cols = ev.jacobian_structure()
+            vals = np.abs(np.asarray(ev.jacobian(x), dtype=float)) / xs[np.asarray(cols)]
+            np.maximum.at(rowmax, np.asarray(rows), vals)
+    except (EvaluationError, ArithmeticError, ValueError):
+        return 1.0, np.ones(ev.m)
+    if not (np.isfinite(gf) and np.all(np.isfinite(rowmax))):
+        return 1.0, np.ones(ev.m)
+    return float(factor(np.array(gf))), factor(rowmax)
 
 
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
@@ -155,6 +188,11 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     (scalar): user scaling; Ipopt works internally with ``x_scaling * x``,
     ``g_scaling * g(x)`` and ``obj_scaling * f(x)``
     (``nlp_scaling_method=user-scaling`` unless the options say otherwise).
+    Constraint and objective factors that are not given (None, or NaN
+    entries) follow Ipopt's gradient-based rule in the scaled variables
+    (:func:`gradient_based_scaling`, honouring ``nlp_scaling_max_gradient``
+    and ``nlp_scaling_min_value``), so that user scaling of some components
+    does not switch off Ipopt's default scaling of the others.
     Multipliers and values returned are those of the unscaled problem.
     """
     cyipopt = import_cyipopt()
@@ -168,9 +206,17 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     opts = dict(options or {})
     if x_scaling is not None or g_scaling is not None or obj_scaling is not None:
         xs = _positive_vector(x_scaling, ev.n, "x_scaling")
-        gs = _positive_vector(g_scaling, ev.m, "g_scaling")
-        os_ = float(_positive_vector(obj_scaling, 1, "obj_scaling")[0])
-        nlp.set_problem_scaling(obj_scaling=os_, x_scaling=xs, g_scaling=gs if ev.m else None)
+        gs = _positive_vector(g_scaling, ev.m, "g_scaling", np.nan, allow_nan=True)
+        os_ = _positive_vector(obj_scaling, 1, "obj_scaling", np.nan, allow_nan=True)
+        if np.isnan(os_[0]) or np.isnan(gs).any():
+            of, gf = gradient_based_scaling(
+                ev, ev.x0 if x0 is None else x0, xs,
+                float(opts.get("nlp_scaling_max_gradient", 100.0)),
+                float(opts.get("nlp_scaling_min_value", 1e-8)))
+            os_ = np.where(np.isnan(os_), of, os_)
+            gs = np.where(np.isnan(gs), gf, gs)
+        nlp.set_problem_scaling(obj_scaling=float(os_[0]), x_scaling=xs,
+                                g_scaling=gs if ev.m else None)
         opts.setdefault("nlp_scaling_method", "user-scaling")
     if not tee:
         opts.setdefault("print_level", 0)
