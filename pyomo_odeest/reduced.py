@@ -140,7 +140,9 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
         Ipopt only: scale each free parameter by its start value
         (``x_scaling = 1/|u0_k|``, 1 where u0_k = 0), so that parameters of
         very different magnitudes are O(1) inside Ipopt (its Hessian
-        regularization and step tests are not invariant to scaling).
+        regularization and step tests are not invariant to scaling); the
+        objective keeps Ipopt's gradient-based factor, computed in the scaled
+        parameters.
     """
     t_start = time.perf_counter()
     dm = model or DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
