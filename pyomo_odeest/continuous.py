@@ -51,6 +51,7 @@ from scipy.integrate import solve_ivp
 
 from .block import misfit_constant
 from .misfit import MeasurementMisfit
+from .nlp.cyipopt_adapter import start_value_magnitude
 from .problem import EstimationProblem, ProblemError
 from .result import EstimationResult
 
@@ -991,7 +992,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
     ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
     uf = np.clip(u_start[free], lb, ub)
-    s = np.where(uf != 0, np.abs(uf), 1.0) if scale else np.ones(free.sum())
+    s = start_value_magnitude(uf) if scale else np.ones(free.sum())     # w = u/s is O(1)
     obj = _ScaledObjective(cm, u_start, free, s, gradient, hessian)
     w0 = uf / s
     wl, wu = lb / s, ub / s

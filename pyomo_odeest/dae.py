@@ -46,7 +46,6 @@ Adams–Moulton variant uses grid-point derivatives only and accepts DAEs.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.config import ConfigBlock, ConfigValue, In, PositiveInt

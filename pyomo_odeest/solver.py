@@ -83,15 +83,29 @@ def user_scaling(model, ev):
     a value get Ipopt's gradient-based factor computed in the scaled variables
     (see :func:`~pyomo_odeest.nlp.cyipopt_adapter.gradient_based_scaling`).
     """
-    if not any(sfx.local_name == "scaling_factor"
-               for sfx in model.component_data_objects(Suffix, descend_into=True)):
+    suffixes = [sfx for sfx in model.component_data_objects(Suffix, descend_into=True)
+                if sfx.local_name == "scaling_factor"]
+    if not suffixes:
         return {}
-    finder = SuffixFinder("scaling_factor", default=None, context=model)
+    if len(suffixes) == 1 and suffixes[0].parent_block() is model:
+        # one Suffix, on the model itself: SuffixFinder's three passes reduce to three
+        # dictionary lookups (component, container, None): 0.06 s instead of 0.16 s for
+        # 80 000 components
+        sfx = suffixes[0]
+        default = sfx.get(None)
+
+        def find(c):
+            v = sfx.get(c)
+            if v is None:
+                v = sfx.get(c.parent_component(), default)
+            return v
+    else:
+        find = SuffixFinder("scaling_factor", default=None, context=model).find
 
     def factors(components, what, missing=1.0):
         out = np.full(len(components), missing)
         for k, c in enumerate(components):
-            v = finder.find(c)
+            v = find(c)
             if v is None:
                 continue
             v = float(v)
@@ -188,11 +202,11 @@ class OdeestIpoptSolver:
 
         t0 = time.perf_counter()
         ev = PyomoNLPEvaluator(model, templatize=config.templatize)
-        setup_s = time.perf_counter() - t0
         if ev.n == 0:
             raise ValueError(f"model '{model.name}' has no free variables in its "
                              "active constraints and objective")
         scaling = user_scaling(model, ev)
+        setup_s = time.perf_counter() - t0
         r = solve_with_ipopt(ev, options=options, tee=config.tee,
                              intermediate=config.intermediate_callback, **scaling)
 

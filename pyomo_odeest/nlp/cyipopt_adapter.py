@@ -16,6 +16,7 @@ import numpy as np
 from .protocol import EvaluationError
 
 __all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_scaling",
+           "start_value_magnitude",
            "CYIPOPT_MISSING"]
 
 CYIPOPT_MISSING = (
@@ -127,12 +128,17 @@ class _Problem:
         return True
 
 
+def start_value_magnitude(x0):
+    """Typical magnitudes ``|x0_k|`` (1 where x0_k = 0)."""
+    a = np.abs(np.asarray(x0, dtype=float).reshape(-1))
+    return np.where(a > 0, a, 1.0)
+
+
 def start_value_scaling(x0):
     """Scaling factors ``1/|x0_k|`` (1 where x0_k = 0): variables of very different
     magnitudes become O(1) inside Ipopt, whose Hessian regularization and step
     tests are not invariant to scaling."""
-    a = np.abs(np.asarray(x0, dtype=float).reshape(-1))
-    return np.where(a > 0, 1.0 / np.where(a > 0, a, 1.0), 1.0)
+    return 1.0 / start_value_magnitude(x0)
 
 
 def _positive_vector(v, n, name, fill=1.0, allow_nan=False):
