@@ -1,6 +1,6 @@
 """Scaling of the Pyomo → cyipopt bridge on a Lotka–Volterra trapezoid NLP.
 
-Model (seed 002, eq. (18) with the classical p4·x1·x2 term)::
+Model [AT, eq. (18) with the classical p4·x1·x2 term]::
 
     x1' = -p1 x1 + p2 x1 x2,    x2' = p3 x2 - p4 x1 x2,   x(0) = (0.4, 1)
 
@@ -23,7 +23,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 import pyomo_odeest  # noqa: F401  (registers the solver)
-from pyomo_odeest.nlp import PyomoNLPEvaluator, solve_with_ipopt
+from pyomo_odeest import PyomoNLPEvaluator, solve_with_ipopt
 
 T = 10.0
 

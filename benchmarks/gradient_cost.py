@@ -1,6 +1,6 @@
 """Cost of one reduced-space gradient relative to one forward simulation.
 
-Problem: seed 003's diagonal linear model (eq. (24)), x' = diag(φ) x, x(0) = 1,
+Problem: [MHV]'s diagonal linear model (eq. (24)), x' = diag(φ) x, x(0) = 1,
 φ_i ~ U[-1.1, -0.1] (eq. (26)), data perturbed as in eq. (27), Gaussian
 log-likelihood with Σ = I; discretized by the Adams predictor–corrector
 (Q_max = 4) with steps of at most 0.5 on [0, 100] (grid through every
@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from pyomo_odeest.discrete import DiscreteModel
+from pyomo_odeest.discretization.discrete import DiscreteModel
 from pyomo_odeest.models.diagonal_linear import diagonal_linear_problem
 
 

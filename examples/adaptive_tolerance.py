@@ -1,4 +1,4 @@
-"""Adaptive step-length control as a discrete model (seed 000, §2.4, model (55)).
+"""Adaptive step-length control as a discrete model [GM-grad, §2.4, model (55)].
 
 On the Lotka–Volterra problem (start p = 0.9) this script shows
 
@@ -23,8 +23,8 @@ import warnings
 
 import numpy as np
 
-from pyomo_odeest.adaptive import AdaptiveModel, StepController, StepTable
-from pyomo_odeest.adaptive_block import compare_block_multipliers, estimate_adaptive
+from pyomo_odeest.discretization.adaptive import AdaptiveModel, StepController, StepTable
+from pyomo_odeest.pyomo.adaptive_block import compare_block_multipliers, estimate_adaptive
 from pyomo_odeest.models import lotka_volterra_problem
 
 warnings.simplefilter("ignore", RuntimeWarning)

@@ -1,4 +1,4 @@
-r"""Latent HIV model of seed 003 (eq. (30), Table 1), estimated four ways.
+r"""Latent HIV model of [MHV] (eq. (30), Table 1), estimated four ways.
 
 Synthetic data: V = V_I + V_NI and T = T_NI + T_L + T_A at 0, 1, 2, 4, 7, 14,
 28, 56, 84, 112, 140, 168 days, simulated from Table 1 with 5 % multiplicative
@@ -11,17 +11,17 @@ Approaches, all from the same start (``compare_approaches``):
 
 * ``continuous_adjoint``: J on the adaptively integrated ODE (SciPy LSODA,
   rtol 1e-8), gradient by the continuous adjoint with jumps at the
-  measurement times (seed 003, eqs. (15)–(16)), exact Hessian by the
+  measurement times [MHV, eqs. (15)–(16)], exact Hessian by the
   second-order adjoint (eqs. (19)–(20)), Ipopt over the six parameters;
 * ``continuous_adjoint_lbfgs``: the same with Ipopt's limited-memory Hessian;
 * ``simultaneous``: the full-discretization NLP of Enright's implicit
-  second-derivative scheme (seed 000, eq. (6); the system is mildly stiff,
-  1/μ_V ≈ 0.03 d) with steps of at most 0.25 d, solved by Ipopt;
+  second-derivative scheme [GM-grad, eq. (6); the system is mildly stiff,
+  1/μ_V ≈ 0.03 d] with steps of at most 0.25 d, solved by Ipopt;
 * ``reduced_space``: the same discrete equations simulated, discrete adjoint
   gradient and second-order adjoint Hessian, Ipopt over u.
 
 The discrete estimates converge to the continuous ones as the step shrinks
-(seed 001); with h ≤ 0.25 d they agree to about 1e-5 in log.
+[GM-conv]; with h ≤ 0.25 d they agree to about 1e-5 in log.
 
 Usage: ``python examples/hiv.py [output_dir]`` (writes ``hiv_fit.png`` when
 matplotlib is installed).  Runs in about a minute.  Last line::
@@ -40,7 +40,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from pyomo_odeest.compare import compare_approaches
+from pyomo_odeest.analysis.compare import compare_approaches
 from pyomo_odeest.models.hiv import HIV_ESTIMATED, hiv_problem
 
 

@@ -262,7 +262,7 @@ def jacobian_without_pynumero(m, include_scaling_factors=True, **_):
     from idaes.core.scaling import get_scaling_factor
     from scipy.sparse import coo_matrix, diags
 
-    from pyomo_odeest.nlp.pyomo_evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
     ev = PyomoNLPEvaluator(m)
     x = np.array([0.0 if v.value is None else v.value for v in ev.variables])
     rows, cols = ev.jacobian_structure()

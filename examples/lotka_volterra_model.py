@@ -1,4 +1,4 @@
-"""Problem file for the command line: seed 002's Lotka–Volterra model.
+"""Problem file for the command line: [AT]'s Lotka–Volterra model.
 
 Run:  pyomo-odeest examples/lotka_volterra_model.py examples/lotka_volterra_data.csv --out lv_out
 """

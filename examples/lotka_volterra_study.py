@@ -1,4 +1,4 @@
-r"""Lotka–Volterra study of seed 002 (§4): single shooting, multiple shooting, simultaneous.
+r"""Lotka–Volterra study of [AT] (§4): single shooting, multiple shooting, simultaneous.
 
 .. math::
 
@@ -12,13 +12,13 @@ p0 = (0.5, 0.5, 0.5, -0.2), for which the solution has a pole near t = 3.3
 1. The three approaches from p0 on one draw (``compare_approaches``).
 2. Ten noise draws (seeds 1..10) solved by multiple shooting (problem (4),
    adjoint Jacobian (17)) and by the simultaneous block: mean and standard
-   deviation (sample, ddof = 1) beside seed 002's table, for the variance
+   deviation (sample, ddof = 1) beside [AT]'s table, for the variance
    σ² = 0.05 stated in §4 and for σ = 0.05 (σ² = 0.0025) stated next to the
    table.  Each draw is also solved from the truth (1, 1, 1, 1); runs from p0
    that end elsewhere are listed as spurious local minima, and the statistics
    are given over all converged runs and over those at the minimum reached
    from the truth.
-3. A figure like seed 002's Figure 1: data, node trajectories at the start
+3. A figure like [AT]'s Figure 1: data, node trajectories at the start
    (p0, nodes from the data) and at the multiple-shooting estimate.
 
 Usage: ``python examples/lotka_volterra_study.py [figure.png]``.
@@ -32,13 +32,13 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from pyomo_odeest.compare import compare_approaches
+from pyomo_odeest.analysis.compare import compare_approaches
 from pyomo_odeest.models import LV_P0, LV_TRUE, lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest.shooting import estimate_multiple_shooting
-from pyomo_odeest.simultaneous import estimate_simultaneous
+from pyomo_odeest.approaches.shooting import estimate_multiple_shooting
+from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
 
-SEED002_MEAN = (0.9832, 0.9870, 1.0254, 1.0290)
-SEED002_STD = (0.0554, 0.0590, 0.0397, 0.0371)
+AT_TABLE_MEAN = (0.9832, 0.9870, 1.0254, 1.0290)
+AT_TABLE_STD = (0.0554, 0.0590, 0.0397, 0.0371)
 NAMES = ["p1", "p2", "p3", "p4"]
 
 
@@ -75,7 +75,7 @@ def draws(variance, nseeds=10):
 
 def summary_table(df):
     """Mean and sample std (ddof=1) over the converged runs, and over those at p_ref."""
-    out = {("seed 002", "mean"): SEED002_MEAN, ("seed 002", "std"): SEED002_STD}
+    out = {("[AT]", "mean"): AT_TABLE_MEAN, ("[AT]", "std"): AT_TABLE_STD}
     for a, g in df.groupby("approach", sort=False):
         ok = g[g.success]
         out[(a, "mean")] = ok[NAMES].mean().to_numpy()
@@ -91,7 +91,7 @@ def summary_table(df):
 def std_mismatch(tab, row="std"):
     """Mean |log(std / seed-002 std)| of multiple shooting: 0 is a perfect match."""
     s = np.asarray(tab.loc[("multiple_shooting", row)], dtype=float)
-    return float(np.mean(np.abs(np.log(s / np.asarray(SEED002_STD)))))
+    return float(np.mean(np.abs(np.log(s / np.asarray(AT_TABLE_STD)))))
 
 
 def figure(prob, ms, path):
@@ -117,7 +117,7 @@ def figure(prob, ms, path):
     hi = prob.data.max().max() + 1.5
     axes[0].set_ylim(lo, hi)
     axes[0].legend(fontsize=8, loc="upper left")
-    fig.suptitle("Multiple shooting trajectories (seed 002, Figure 1; squares: node values)")
+    fig.suptitle("Multiple shooting trajectories [AT, Figure 1; squares: node values]")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -150,8 +150,8 @@ def main(argv):
     single_status = str(res["reduced_space"].status).split(":")[0]
 
     tables = {}
-    for label, var in (("variance 0.05 (sigma = 0.2236, seed 002 §4 text)", 0.05),
-                       ("sigma = 0.05 (variance 0.0025, seed 002 table text)", 0.0025)):
+    for label, var in (("variance 0.05 (sigma = 0.2236, [AT] §4 text)", 0.05),
+                       ("sigma = 0.05 (variance 0.0025, [AT] table text)", 0.0025)):
         print(f"\n== (2) 10 draws, {label}: multiple shooting and simultaneous from p0 ==")
         df = draws(var)
         tab2 = summary_table(df)
@@ -162,10 +162,10 @@ def main(argv):
             print(f"  draw {r.seed}: {r.approach} from p0 stopped at a spurious local minimum "
                   f"p = {fmt(r[NAMES])}, objective {r.objective:.4g} "
                   f"(minimum from (1,1,1,1): {r.ref_objective:.4g})")
-        print(f"std mismatch to seed 002 (mean |log ratio|): {std_mismatch(tab2):.3f} "
+        print(f"std mismatch to [AT] (mean |log ratio|): {std_mismatch(tab2):.3f} "
               f"(all converged), {std_mismatch(tab2, 'std at p_ref'):.3f} (at p_ref)")
     better = min(tables, key=lambda v: std_mismatch(tables[v][1]))
-    print(f"\nseed 002's standard deviations are matched by variance {better} "
+    print(f"\n[AT]'s standard deviations are matched by variance {better} "
           f"({'sigma^2 = 0.05' if better == 0.05 else 'sigma = 0.05'}); "
           f"mismatch {std_mismatch(tables[0.05][1]):.3f} (variance 0.05; "
           f"{std_mismatch(tables[0.05][1], 'std at p_ref'):.3f} without spurious minima) vs "

@@ -1,4 +1,4 @@
-r"""SEIRD study of seed 004 (Examples 2 and 3): CG and BFGS with adjoint gradients.
+r"""SEIRD study of [SEIRD] (Examples 2 and 3): CG and BFGS with adjoint gradients.
 
 .. math::
 
@@ -13,15 +13,15 @@ Settings: :mod:`pyomo_odeest.models.seird`; discussion: ``docs/seird.md``.
 Two experiments:
 
 * ``params``: the rates :math:`u = (\beta, \sigma, \gamma, \mu)`, initial
-  state known (seed 004, Example 2);
+  state known [SEIRD, Example 2];
 * ``params+x0``: rates and :math:`x_0 = (S_0, E_0, I_0, R_0, D_0)` with the
-  initial-state term and the conservation penalty of seed 004, eq. (6)
+  initial-state term and the conservation penalty of [SEIRD], eq. (6)
   (Example 3).
 
 Methods: the reduced cost :math:`J(u)` (discrete adjoint gradient of the
 Adams predictor–corrector scheme, h = 1 day) minimized in log-parameters
 :math:`\theta = \log u` by CG (Fletcher–Reeves, Polak–Ribière) and BFGS with
-the secant line search of seed 004, eq. (25), and with a strong-Wolfe search;
+the secant line search of [SEIRD], eq. (25), and with a strong-Wolfe search;
 and the simultaneous (full-discretization) problem solved by Ipopt.  Then the
 same BFGS run with and without the conservation penalty.
 
@@ -47,7 +47,7 @@ import pandas as pd
 
 from pyomo_odeest.models.seird import (SEIRD_PARAMS, SEIRD_STATES, SEIRD_TRUE, SEIRD_X0,
                                        fit_reduced, seird_data, seird_problem)
-from pyomo_odeest.simultaneous import estimate_simultaneous
+from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
 
 NOISES = (0.05, 0.1, 0.2)
 SPI = 2                                   # steps per 2-day interval: h = 1 day
@@ -81,7 +81,7 @@ def x0_errors(u):
 
 def methods_for(noise, experiment, full):
     """CG at every noise level for the rates; for rates + x0 beyond noise 0.05 only with
-    ``full`` (those CG runs take 20-45 s each; seed 004's Example 4 also uses BFGS only)."""
+    ``full`` (those CG runs take 20-45 s each; [SEIRD]'s Example 4 also uses BFGS only)."""
     if noise == NOISES[0]:
         return SECANT + WOLFE_BFGS + WOLFE_CG
     if experiment == "params" or full:
@@ -165,7 +165,7 @@ def penalty_draws(noise=0.1, seeds=range(1, 11)):
 
 
 def figure(hist, experiment, noise, path, title, cg="CG-FR"):
-    """Seed 004 Figures 2/4(/5): objective, gradient norm, rates (and x0) vs iteration.
+    """[SEIRD] Figures 2/4(/5): objective, gradient norm, rates (and x0) vs iteration.
 
     Secant line search; the rate (and initial-state) panels compare ``cg``
     (solid) with BFGS (dashed), as the seed's figures do.
@@ -263,9 +263,9 @@ def main(argv=None):
     print(draws.to_string(float_format=lambda v: f"{v:.4f}", na_rep=""))
 
     figure(hist, "params", 0.05, os.path.join(outdir, "seird_fig2_params.png"),
-           "SEIRD, rates only, noise 0.05 (cf. seed 004 Fig. 2)")
+           "SEIRD, rates only, noise 0.05 (cf. [SEIRD] Fig. 2)")
     figure(hist, "params+x0", 0.05, os.path.join(outdir, "seird_fig4_params_x0.png"),
-           "SEIRD, rates + initial state, noise 0.05 (cf. seed 004 Figs. 4-5)", cg="CG-PR")
+           "SEIRD, rates + initial state, noise 0.05 (cf. [SEIRD] Figs. 4-5)", cg="CG-PR")
     print(f"\nfigures: {outdir}/seird_fig2_params.png, {outdir}/seird_fig4_params_x0.png; "
           f"total {time.perf_counter() - t0:.0f} s")
 

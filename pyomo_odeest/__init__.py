@@ -1,26 +1,48 @@
 """pyomo_odeest: ODE parameter estimation by full discretization in Pyomo.
 
-Importing the package registers the Pyomo solver ``SolverFactory('odeest_ipopt')``
-(Ipopt through cyipopt with exact derivatives, no AMPL Solver Library).
-"""
-from .nlp import (EvaluationError, NLPEvaluator, PyomoNLPEvaluator,
-                  UnsupportedModelError, solve_with_ipopt)
-from .solver import SOLVER_NAME, OdeestIpoptSolver
+The package reads as its data flow (see ``docs/architecture.md``)::
 
+    problem -> discretization -> nlp / pyomo -> approaches -> analysis
+
+Every public name is importable from here.  Importing the package registers
+the Pyomo solver ``SolverFactory('odeest_ipopt')`` (Ipopt through cyipopt with
+exact derivatives, no AMPL Solver Library) and the pyomo.dae transformations
+``odeest.adams`` and ``odeest.enright``.
+"""
 __version__ = "0.1.0"
 
-__all__ = ["EvaluationError", "NLPEvaluator", "PyomoNLPEvaluator", "UnsupportedModelError",
-           "solve_with_ipopt", "SOLVER_NAME", "OdeestIpoptSolver", "__version__"]
+from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
+from .problem import (EstimationProblem, EstimationResult, GaussianNLL, LeastSquares, Parameter,
+                      ProblemError)
+from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
+                             SimulationError, StepController, get_scheme, make_grid)
+from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
+                    build_adaptive_block, build_block, estimate_adaptive, problem_from_dae,
+                    scheme_constraint)
+from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
+                         estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
+                         simulate)
+from .analysis import (check_derivatives, compare_approaches, convergence_study, plot_fits,
+                       validate_multipliers)
 
-from .problem import EstimationProblem, GaussianNLL, LeastSquares, Parameter, ProblemError
-from .grid import Grid, make_grid
-from .schemes import SCHEMES, get_scheme
-from .block import build_block, scheme_constraint
-from .simultaneous import estimate_simultaneous, simulate
-from .result import EstimationResult
-
-__all__ += ["EstimationProblem", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
-            "Grid", "make_grid", "SCHEMES", "get_scheme", "build_block", "scheme_constraint",
-            "estimate_simultaneous", "simulate", "EstimationResult"]
-
-from . import dae as _dae  # noqa: F401,E402  (registers the odeest.* transformations)
+__all__ = [
+    "__version__",
+    # nlp
+    "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
+    # problem
+    "EstimationProblem", "EstimationResult", "GaussianNLL", "LeastSquares", "Parameter",
+    "ProblemError",
+    # discretization
+    "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
+    "StepController", "get_scheme", "make_grid",
+    # pyomo
+    "SOLVER_NAME", "OdeestIpoptSolver", "PyomoNLPEvaluator", "UnsupportedModelError",
+    "build_adaptive_block", "build_block", "estimate_adaptive", "problem_from_dae",
+    "scheme_constraint",
+    # approaches
+    "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",
+    "estimate_multiple_shooting", "estimate_reduced", "estimate_simultaneous", "simulate",
+    # analysis
+    "check_derivatives", "compare_approaches", "convergence_study", "plot_fits",
+    "validate_multipliers",
+]

@@ -92,7 +92,7 @@ def read_data(path):
 
 
 def build_problem(mod, data):
-    from .problem import EstimationProblem
+    from .problem.declaration import EstimationProblem
     kw = {k: getattr(mod, k) for k in ("observe", "sigma", "weights", "t0", "T", "loss")
           if hasattr(mod, k)}
     return EstimationProblem(states=mod.states, parameters=mod.parameters, rhs=mod.rhs,
@@ -105,8 +105,8 @@ def main(argv=None):
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)
     import pyomo_odeest  # noqa: F401
-    from .compare import APPROACHES as REGISTERED, compare_approaches, plot_fits
-    from .problem import ProblemError
+    from .analysis.compare import APPROACHES as REGISTERED, compare_approaches, plot_fits
+    from .problem.declaration import ProblemError
 
     mod = load_model_file(args.model)
     defaults = dict(getattr(mod, "options", {}) or {})

@@ -1,4 +1,4 @@
-"""The package demo: seed 002's Lotka–Volterra problem, solved simultaneously.
+"""The package demo: [AT]'s Lotka–Volterra problem, solved simultaneously.
 
 Data at t = 1..10 simulated from x0 = (0.4, 1), p = (1, 1, 1, 1) with Gaussian
 noise of variance 0.05 (fixed draw, seed 1); start p0 = (0.5, 0.5, 0.5, -0.2),
@@ -23,8 +23,8 @@ import warnings
 def main(argv=None) -> int:
     import pyomo_odeest  # noqa: F401  (registers the solver)
     from .models import LV_P0, lotka_volterra_problem
-    from .compare import compare_approaches
-    from .simultaneous import estimate_simultaneous
+    from .analysis.compare import compare_approaches
+    from .approaches.simultaneous import estimate_simultaneous
     import pandas as pd
 
     warnings.simplefilter("ignore", RuntimeWarning)

@@ -1,4 +1,4 @@
-r"""Reduced-space optimizers driven by exact gradients (seed 004, Section 4).
+r"""Reduced-space optimizers driven by exact gradients [SEIRD, Section 4].
 
 The problem is
 
@@ -18,17 +18,17 @@ computation).  Both methods iterate
 
 with a descent direction :math:`d_k` and a step :math:`\alpha_k > 0`
 from a one-dimensional search on :math:`\varphi(\alpha) = f(x(\alpha))`,
-:math:`\varphi'(\alpha) = g(x(\alpha))^\top \dot x(\alpha)` (seed 004,
+:math:`\varphi'(\alpha) = g(x(\alpha))^\top \dot x(\alpha)` [SEIRD,
 eq. (26); :math:`\dot x_i(\alpha) = d_{k,i}` while component *i* moves
-freely, 0 once it is clipped).
+freely, 0 once it is clipped].
 
 * :func:`minimize_cg` -- nonlinear conjugate gradients
   :math:`d_{k+1} = -g_{k+1} + \beta_{k+1} d_k` with the Fletcher--Reeves,
   Polak--Ribière(+), Hestenes--Stiefel or Dai--Yuan :math:`\beta`
-  (seed 004, Algorithm 1).
+  [SEIRD, Algorithm 1].
 * :func:`minimize_bfgs` -- BFGS with the inverse-Hessian update
-  (seed 004, Algorithm 2).
-* :func:`line_search_secant` -- the exact line search of seed 004,
+  [SEIRD, Algorithm 2].
+* :func:`line_search_secant` -- the exact line search of [SEIRD],
   eqs. (25)--(26): secant iteration on :math:`\varphi'(\alpha) = 0`, with
   bracketing safeguards.
 * :func:`line_search_wolfe` -- strong-Wolfe bracketing + zoom
@@ -207,10 +207,10 @@ def _finite(v) -> bool:
 # ---------------------------------------------------------------------------
 def line_search_secant(phi, dphi, alpha0=1.0, *, tol=1e-10, max_iter=50,
                        phi0=None, dphi0=None, alpha_max=np.inf):
-    r"""Exact line search by the secant method (seed 004, eqs. (25)–(26)).
+    r"""Exact line search by the secant method [SEIRD, eqs. (25)–(26)].
 
     Solves :math:`\varphi'(\alpha) = 0` for :math:`\alpha > 0` with the
-    secant iteration of seed 004, eq. (25),
+    secant iteration of [SEIRD], eq. (25),
 
     .. math::
 
@@ -219,10 +219,10 @@ def line_search_secant(phi, dphi, alpha0=1.0, *, tol=1e-10, max_iter=50,
         \qquad \alpha_{-1} = 0,\ \alpha_0 = \texttt{alpha0},
 
     where :math:`\varphi'(\alpha) = \nabla f(x + \alpha d)^\top d` is the
-    directional derivative of seed 004, eq. (26).  On a quadratic
+    directional derivative of [SEIRD], eq. (26).  On a quadratic
     :math:`\varphi` the first secant step is exact.
 
-    Safeguards (the bracketing enhancement suggested in seed 004, Remark 6):
+    Safeguards (the bracketing enhancement suggested in [SEIRD], Remark 6):
 
     * a bracket :math:`[\alpha_{lo}, \alpha_{hi}]` is kept with
       :math:`\varphi'(\alpha_{lo}) < 0`, :math:`\varphi(\alpha_{lo}) \le \varphi(0)`,
@@ -687,7 +687,7 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
                 bounds: Optional[Sequence] = None, gtol: float = 1e-6, ftol: float = 1e-12,
                 max_iter: int = 1000, restart: Optional[int] = None,
                 callback: Optional[Callable] = None) -> OptimizeResult:
-    r"""Nonlinear conjugate-gradient method (seed 004, Algorithm 1).
+    r"""Nonlinear conjugate-gradient method [SEIRD, Algorithm 1].
 
     .. math::
 
@@ -732,7 +732,7 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
         β formula.
     line_search : {'wolfe', 'secant'}
         Strong Wolfe (:func:`line_search_wolfe`, :math:`c_1 = 10^{-4}`,
-        :math:`c_2 = 0.1`) or the exact secant search of seed 004,
+        :math:`c_2 = 0.1`) or the exact secant search of [SEIRD],
         eqs. (25)–(26) (:func:`line_search_secant`).
     bounds : sequence of (lb, ub) or None
         Per-component bounds, ``None`` for an infinite bound.
@@ -867,7 +867,7 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
 def minimize_bfgs(fun: Callable, grad: Callable, x0, *, line_search: str = "wolfe",
                   bounds: Optional[Sequence] = None, gtol: float = 1e-6, ftol: float = 1e-12,
                   max_iter: int = 1000, callback: Optional[Callable] = None) -> OptimizeResult:
-    r"""BFGS quasi-Newton method (seed 004, Algorithm 2).
+    r"""BFGS quasi-Newton method [SEIRD, Algorithm 2].
 
     .. math::
 
@@ -897,7 +897,7 @@ def minimize_bfgs(fun: Callable, grad: Callable, x0, *, line_search: str = "wolf
         As in :func:`minimize_cg`.
     line_search : {'wolfe', 'secant'}
         Strong Wolfe (:math:`c_1 = 10^{-4}`, :math:`c_2 = 0.9`) or the exact
-        secant search of seed 004, eqs. (25)–(26).
+        secant search of [SEIRD], eqs. (25)–(26).
 
     Returns
     -------

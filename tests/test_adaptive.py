@@ -1,4 +1,4 @@
-"""Discrete models with automatic step-length control (seed 000, §2.4, model (55))."""
+"""Discrete models with automatic step-length control [GM-grad, §2.4, model (55)]."""
 import warnings
 
 import numpy as np
@@ -7,14 +7,14 @@ import pyomo.environ as pyo
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.adaptive import (AdaptiveError, AdaptiveModel, PowerLaw, StepController,
+from pyomo_odeest.discretization.adaptive import (AdaptiveError, AdaptiveModel, PowerLaw, StepController,
                                    StepTable, adams_pc_coefficients, max_relative_discrepancy)
-from pyomo_odeest.adaptive_block import (adaptive_constraint, build_adaptive_block,
+from pyomo_odeest.pyomo.adaptive_block import (adaptive_constraint, build_adaptive_block,
                                          compare_block_multipliers, estimate_adaptive)
-from pyomo_odeest.discrete import DiscreteModel
+from pyomo_odeest.discretization.discrete import DiscreteModel
 from pyomo_odeest.models import lotka_volterra_problem
-from pyomo_odeest.nlp import PyomoNLPEvaluator
-from pyomo_odeest.schemes import adams_bashforth_coefficients, adams_moulton_coefficients
+from pyomo_odeest import PyomoNLPEvaluator
+from pyomo_odeest.discretization.schemes import adams_bashforth_coefficients, adams_moulton_coefficients
 
 warnings.simplefilter("ignore", RuntimeWarning)
 
@@ -267,7 +267,7 @@ def test_variable_step_coefficients_equal_the_schemes():
     pi1, K1 = adams_pc_coefficients(1)
     assert [float(v) for v in pi1] == [1.0] and [float(v) for v in K1] == [0.5, 0.5]
     pi, K = adams_pc_coefficients(2)
-    from pyomo_odeest.adaptive import RHO
+    from pyomo_odeest.discretization.adaptive import RHO
     rng = np.random.default_rng(0)
     for _ in range(5):
         ti, hm, h = 1.3, rng.uniform(0.05, 1), rng.uniform(0.05, 1)

@@ -1,4 +1,4 @@
-"""The Pyomo block of the schemes and simultaneous estimation (seed 000, eq. (2))."""
+"""The Pyomo block of the schemes and simultaneous estimation [GM-grad, eq. (2)]."""
 import warnings
 
 import numpy as np
@@ -7,11 +7,11 @@ import pyomo.environ as pyo
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.block import add_objective_term, build_block, scheme_constraint
-from pyomo_odeest.grid import make_grid
+from pyomo_odeest.pyomo.block import add_objective_term, build_block, scheme_constraint
+from pyomo_odeest.discretization.grid import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest.nlp import PyomoNLPEvaluator
-from pyomo_odeest.simultaneous import estimate_simultaneous, initialize_block
+from pyomo_odeest import PyomoNLPEvaluator
+from pyomo_odeest.approaches.simultaneous import estimate_simultaneous, initialize_block
 
 warnings.simplefilter("ignore", RuntimeWarning)
 

@@ -1,4 +1,4 @@
-"""Continuous-time derivatives of the misfit (seed 003): every method against every other.
+"""Continuous-time derivatives of the misfit [MHV]: every method against every other.
 
 Tolerance tiers (norm-wise relative errors, parameters scaled by |u| where
 their magnitudes differ): adjoint vs forward sensitivity 1e-6, vs central
@@ -14,8 +14,8 @@ import pytest
 import sympy
 
 import pyomo_odeest as po
-from pyomo_odeest.block import misfit_constant, misfit_sym
-from pyomo_odeest.continuous import ContinuousModel, IntegrationError, estimate_continuous
+from pyomo_odeest.problem.misfit import misfit_constant, misfit_sym
+from pyomo_odeest.approaches.continuous import ContinuousModel, IntegrationError, estimate_continuous
 from pyomo_odeest.models.diagonal_linear import (diagonal_linear_exact_gradient,
                                                  diagonal_linear_exact_hessian,
                                                  diagonal_linear_problem)
@@ -157,7 +157,7 @@ def test_augmented_jacobians_are_exact(sparse_jacobian):
 
 
 def test_adjoint_jumps_at_measurement_times():
-    r"""λ(τ_j⁻) − λ(τ_j⁺) = ∇_xφ_j and λ(T⁺) = 0 (seed 003, eq. (15))."""
+    r"""λ(τ_j⁻) − λ(τ_j⁺) = ∇_xφ_j and λ(T⁺) = 0 [MHV, eq. (15)]."""
     prob = nonlinear_problem()
     cm = ContinuousModel(prob, method="DOP853")
     tau = prob.meas_times
@@ -215,7 +215,7 @@ def test_fd_hessians_agree_roughly():
 
 
 # ---------------------------------------------------------------------------
-# diagonal linear model: closed forms (seed 003, eqs. (24)-(29))
+# diagonal linear model: closed forms [MHV, eqs. (24)-(29)]
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("method", ["LSODA", "DOP853"])
 def test_diagonal_linear_closed_form(method):
@@ -276,7 +276,7 @@ def test_estimation_recovers_diagonal_linear_parameters(optimizer, hessian, grad
 
 
 # ---------------------------------------------------------------------------
-# HIV model (seed 003, eq. (30), Table 1)
+# HIV model [MHV, eq. (30), Table 1]
 # ---------------------------------------------------------------------------
 def test_hiv_model_definition():
     assert len(HIV_PARAMETERS) == 11 and len(HIV_STATES) == 5
@@ -380,8 +380,8 @@ def test_bad_arguments_and_integration_failure():
 
 def test_continuous_approach_in_the_comparison():
     """compare_approaches runs the continuous backend beside the block; the discrete
-    estimate approaches the continuous one as h shrinks (seed 001)."""
-    from pyomo_odeest.compare import compare_approaches
+    estimate approaches the continuous one as h shrinks [GM-conv]."""
+    from pyomo_odeest.analysis.compare import compare_approaches
     prob = nonlinear_problem()
     free = prob.free_mask
     table, res = compare_approaches(prob, ("continuous_adjoint", "simultaneous"),

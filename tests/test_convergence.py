@@ -1,10 +1,10 @@
-"""Seed 001, Theorem 1: discrete gradients and minimizers converge to the continuous ones."""
+"""[GM-conv], Theorem 1: discrete gradients and minimizers converge to the continuous ones."""
 import warnings
 
 import numpy as np
 import pytest
 
-from pyomo_odeest.convergence import convergence_study, uniform_grid
+from pyomo_odeest.analysis.convergence import convergence_study, uniform_grid
 from pyomo_odeest.models import lotka_volterra_problem
 
 warnings.simplefilter("ignore", RuntimeWarning)

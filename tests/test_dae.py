@@ -7,10 +7,10 @@ import pytest
 from pyomo.dae import ContinuousSet, DerivativeVar
 
 import pyomo_odeest  # noqa: F401
-from pyomo_odeest.dae import DaeSchemeError, problem_from_dae
+from pyomo_odeest.pyomo.dae import DaeSchemeError, problem_from_dae
 from pyomo_odeest.models import lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest.reduced import estimate_reduced
-from pyomo_odeest.simultaneous import estimate_simultaneous
+from pyomo_odeest.approaches.reduced import estimate_reduced
+from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
 
 warnings.simplefilter("ignore", RuntimeWarning)
 DATA = lotka_volterra_data(seed=1)
@@ -69,15 +69,20 @@ def test_dae_model_gives_same_estimates(family, variant, scheme):
 def test_transformation_without_pint(monkeypatch):
     """Units are optional in Pyomo (they need pint): without pint the transformation must not
     ask for them, and gives the same discretization as with it."""
-    import pyomo_odeest.dae as dae
+    import pyomo_odeest.pyomo.dae as dae
+    from pyomo.common.dependencies import pint_available as pint_installed
     built = {}
-    for available in (True, False):
+    # the 'with pint' branch can only run where pint is installed
+    cases = (True, False) if bool(pint_installed) else (False,)
+    for available in cases:
         monkeypatch.setattr(dae, "pint_available", available)
         m = dae_model()
         pyo.TransformationFactory("odeest.adams").apply_to(m, wrt=m.t, variant="pc", qmax=3,
                                                              steps_per_interval=2)
         built[available] = sorted(str(c.body) for c in m.component_data_objects(pyo.Constraint))
-    assert built[True] == built[False] and len(built[False]) > 40
+    assert len(built[False]) > 40
+    if True in built:
+        assert built[True] == built[False]
 
 
 def test_reduced_space_accepts_the_dae_model():

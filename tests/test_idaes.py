@@ -12,7 +12,7 @@ from pyomo.dae import ContinuousSet, DerivativeVar
 from pyomo.util.check_units import assert_units_consistent
 
 import pyomo_odeest  # noqa: F401
-from pyomo_odeest.dae import DaeSchemeError
+from pyomo_odeest.pyomo.dae import DaeSchemeError
 
 pytest.importorskip("idaes")
 
@@ -148,8 +148,8 @@ def test_idaes_scaling_factors_are_used_by_odeest_ipopt(ex):
     """IDAES stores its scaling factors in `scaling_factor` Suffixes on the unit's blocks;
     odeest_ipopt passes them to Ipopt as user scaling, and the estimate does not change."""
     from pyomo.core.base.suffix import SuffixFinder
-    from pyomo_odeest.solver import user_scaling
-    from pyomo_odeest.nlp.pyomo_evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.pyomo.solver import user_scaling
+    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
 
     m = ex.build_model(times=TIMES, steps_per_interval=2, qmax=3)
     ex.initialize(m)

@@ -1,7 +1,7 @@
 """Foundation tests of the ASL-free Pyomo -> Ipopt bridge.
 
 * exact derivatives against central finite differences (via
-  :mod:`pyomo_odeest.checks`) on models covering every supported operator,
+  :mod:`pyomo_odeest.analysis.checks`) on models covering every supported operator,
   on both the templatized and the general path, and values against Pyomo's
   own evaluation;
 * known optima through ``SolverFactory('odeest_ipopt')``;
@@ -24,7 +24,7 @@ from pyomo.opt import SolverStatus, TerminationCondition
 
 import pyomo_odeest  # noqa: F401  (registers 'odeest_ipopt')
 from pyomo_odeest import EvaluationError, PyomoNLPEvaluator, UnsupportedModelError
-from pyomo_odeest.checks import (check_consistency, check_derivatives, check_gradient,
+from pyomo_odeest.analysis.checks import (check_consistency, check_derivatives, check_gradient,
                                  check_jacobian)
 from pyomo_odeest.nlp import cyipopt_adapter
 from pyomo_odeest.nlp.cyipopt_adapter import solve_with_ipopt

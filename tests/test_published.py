@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from pyomo_odeest.models import GASOIL_OPTIMUM, PINENE_OPTIMUM, gasoil_problem, pinene_problem
-from pyomo_odeest.reduced import estimate_reduced
-from pyomo_odeest.shooting import estimate_multiple_shooting
-from pyomo_odeest.simultaneous import estimate_simultaneous
+from pyomo_odeest.approaches.reduced import estimate_reduced
+from pyomo_odeest.approaches.shooting import estimate_multiple_shooting
+from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
 
 warnings.simplefilter("ignore", RuntimeWarning)
 
@@ -40,7 +40,7 @@ def test_reaches_published_optimum(name, approach, scheme):
 
 def test_simultaneous_scaling_is_on_the_model_and_keeps_user_factors():
     import pyomo.environ as pyo
-    from pyomo_odeest.block import build_block
+    from pyomo_odeest.pyomo.block import build_block
     prob = pinene_problem()
     m = pyo.ConcreteModel()
     m.est = build_block(prob, "adams_pc", 4, max_step=200.0)

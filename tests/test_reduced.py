@@ -1,4 +1,4 @@
-"""Reduced-space backend: gradients, Hessians, multipliers, comparison (seed 000, §2.3, §2.5)."""
+"""Reduced-space backend: gradients, Hessians, multipliers, comparison [GM-grad, §2.3, §2.5]."""
 import warnings
 
 import numpy as np
@@ -7,16 +7,16 @@ import pyomo.environ as pyo
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.block import build_block
-from pyomo_odeest.compare import compare_approaches
-from pyomo_odeest.discrete import DiscreteModel, SimulationError
-from pyomo_odeest.grid import make_grid
+from pyomo_odeest.pyomo.block import build_block
+from pyomo_odeest.analysis.compare import compare_approaches
+from pyomo_odeest.discretization.discrete import DiscreteModel, SimulationError
+from pyomo_odeest.discretization.grid import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_problem
-from pyomo_odeest.multipliers import adjoint_from_duals, validate_multipliers
-from pyomo_odeest.nlp import PyomoNLPEvaluator
-from pyomo_odeest.recursions import paper_gradient, paper_sensitivity_gradient
-from pyomo_odeest.reduced import estimate_reduced
-from pyomo_odeest.simultaneous import estimate_simultaneous, initialize_block
+from pyomo_odeest.analysis.multipliers import adjoint_from_duals, validate_multipliers
+from pyomo_odeest import PyomoNLPEvaluator
+from pyomo_odeest.analysis.recursions import paper_gradient, paper_sensitivity_gradient
+from pyomo_odeest.approaches.reduced import estimate_reduced
+from pyomo_odeest.approaches.simultaneous import estimate_simultaneous, initialize_block
 
 warnings.simplefilter("ignore", RuntimeWarning)
 
@@ -219,7 +219,7 @@ def test_fractional_power_of_negative_state_is_reported():
 def test_parameter_scaling_same_optimum_and_bad_scaling_rejected():
     """Ipopt with x_scaling = 1/|u0| (default) and without reach the same optimum."""
     from pyomo_odeest.nlp.cyipopt_adapter import solve_with_ipopt
-    from pyomo_odeest.reduced import ReducedSpaceNLP
+    from pyomo_odeest.approaches.reduced import ReducedSpaceNLP
     prob = lotka_volterra_problem(p0=(0.8, 0.8, 0.8, 0.8))
     a = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=True)
     b = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=False)

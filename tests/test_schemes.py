@@ -1,4 +1,4 @@
-"""Tests of the multistep schemes (seed 000, eqs. (2), (4)-(6)) and the grid (eq. (3)).
+"""Tests of the multistep schemes [GM-grad, eqs. (2), (4)-(6)] and the grid (eq. (3)).
 
 Order tests fit the observed global order by least squares on log(error) vs
 log(h) over five grids.  With the order ramp Q_i = min(i+1, Qmax-1) on a plain
@@ -14,8 +14,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pyomo_odeest.grid import Grid, make_grid
-from pyomo_odeest.schemes import (
+from pyomo_odeest.discretization.grid import Grid, make_grid
+from pyomo_odeest.discretization.schemes import (
     SCHEMES,
     AdamsMoulton,
     AdamsPC,

@@ -1,12 +1,12 @@
-"""SEIRD problem of seed 004: recovery by CG/BFGS/simultaneous, invariant, penalty, gradients."""
+"""SEIRD problem of [SEIRD]: recovery by CG/BFGS/simultaneous, invariant, penalty, gradients."""
 import numpy as np
 import pytest
 
-from pyomo_odeest.discrete import DiscreteModel
+from pyomo_odeest.discretization.discrete import DiscreteModel
 from pyomo_odeest.models.seird import (SEIRD_N, SEIRD_PARAMS, SEIRD_STATES, SEIRD_TRUE, SEIRD_X0,
                                        conservation_sum, fit_reduced, grid_points, log_objective,
                                        seird_data, seird_problem)
-from pyomo_odeest.simultaneous import estimate_simultaneous
+from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
 
 U_TRUE = np.array([SEIRD_TRUE[p] for p in SEIRD_PARAMS])
 X0_TRUE = np.array([SEIRD_X0[s] for s in SEIRD_STATES])
@@ -20,7 +20,7 @@ def data05():
 
 @pytest.fixture(scope="module")
 def fits(data05):
-    """Noise 0.05, rates only: the reduced-space fits (secant search, as in seed 004)."""
+    """Noise 0.05, rates only: the reduced-space fits (secant search, as in [SEIRD])."""
     prob = seird_problem(data05, steps_per_interval=SPI)
     dm = DiscreteModel(prob, steps_per_interval=SPI)
     out = {m: fit_reduced(prob, m, "secant", dm=dm) for m in ("cg-fr", "cg-pr", "bfgs")}

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..problem import EstimationProblem, Parameter
+from ..problem.declaration import EstimationProblem, Parameter
 
 __all__ = ["pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM"]
 

@@ -1,4 +1,4 @@
-r"""Diagonal linear test model of seed 003 (§6.1, eqs. (24)–(29)).
+r"""Diagonal linear test model of [MHV] (§6.1, eqs. (24)–(29)).
 
 .. math::
 
@@ -10,7 +10,7 @@ T = 100, 11 times).  True parameters :math:`\phi_i \sim U[-1.1, -0.1]`
 (eq. (26)); data perturbed as in eq. (27),
 :math:`\bar y_{ji} \sim U[y_{ji}, y_{ji} + 0.1\max(y)]` with :math:`\max(y)`
 the largest value of all data (= 1, at t = 0).  Loss: the Gaussian negative
-log-likelihood with :math:`\Sigma = I` (seed 003, §6),
+log-likelihood with :math:`\Sigma = I` [MHV, §6],
 :math:`\varphi_j = \tfrac12\|x(t_j) - \bar y_j\|^2` plus the constant
 :math:`\tfrac{Np}{2}\log 2\pi`.
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..problem import EstimationProblem, GaussianNLL, Parameter
+from ..problem.declaration import EstimationProblem, GaussianNLL, Parameter
 
 __all__ = ["diagonal_linear_problem", "diagonal_linear_exact_gradient",
            "diagonal_linear_exact_hessian", "diagonal_linear_solution"]
@@ -46,7 +46,7 @@ def diagonal_linear_solution(phi, times, x0=1.0):
 
 def diagonal_linear_problem(p, n_obs=11, seed=0, T=100.0, perturb=True, start=-0.6,
                             bounds=(-3.0, 1.0), loss=None):
-    r"""The seed 003 diagonal linear problem with p parameters.
+    r"""The [MHV] diagonal linear problem with p parameters.
 
     Parameters
     ----------
@@ -65,7 +65,7 @@ def diagonal_linear_problem(p, n_obs=11, seed=0, T=100.0, perturb=True, start=-0
     bounds : (lb, ub)
         Bounds of every φ_i.
     loss : LeastSquares or GaussianNLL, optional
-        Default ``GaussianNLL(np.eye(p))`` (seed 003, §6: Σ = I).
+        Default ``GaussianNLL(np.eye(p))`` [MHV, §6: Σ = I].
 
     Returns
     -------
@@ -139,7 +139,7 @@ def diagonal_linear_exact_gradient(u, problem):
 
 
 def diagonal_linear_exact_hessian(u, problem):
-    r"""Closed-form Hessian (seed 003, eqs. (28)–(29) for any loss).
+    r"""Closed-form Hessian [MHV, eqs. (28)–(29) for any loss].
 
     .. math::
 

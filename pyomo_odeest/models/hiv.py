@@ -1,4 +1,4 @@
-r"""Latent dynamic HIV model of seed 003 (eq. (30), Table 1; Lavielle et al., 2011).
+r"""Latent dynamic HIV model of [MHV] (eq. (30), Table 1; Lavielle et al., 2011).
 
 .. math::
 
@@ -15,7 +15,7 @@ observables.  Parameter names: ``lam`` (λ), ``gamma``, ``mu_NI``, ``mu_L``,
 
 Initial state
 -------------
-Seed 003 does not state x(0).  Here treatment starts at t = 0 from the
+[MHV] does not state x(0).  Here treatment starts at t = 0 from the
 untreated (η = 0) steady state, a function of the parameters, x(0) = l(u):
 
 .. math::
@@ -38,12 +38,12 @@ import numpy as np
 import pandas as pd
 from scipy.integrate import solve_ivp
 
-from ..problem import EstimationProblem, Parameter
+from ..problem.declaration import EstimationProblem, Parameter
 
 __all__ = ["HIV_PARAMETERS", "HIV_TIMES", "HIV_ESTIMATED", "HIV_STATES", "hiv_rhs",
            "hiv_initial", "hiv_simulate", "hiv_problem"]
 
-#: Table 1 of seed 003 (ϕ_0), in the order of the table.
+#: Table 1 of [MHV] (ϕ_0), in the order of the table.
 HIV_PARAMETERS = {
     "lam": 2.61, "gamma": 0.0021, "mu_NI": 0.0085, "mu_L": 0.0092, "mu_A": 0.289,
     "mu_V": 30.0, "p": 641.0, "alpha_L": 1.6e-5, "pi": 0.443, "eta_NRTI": 0.90,
@@ -59,7 +59,7 @@ HIV_ESTIMATED = ("lam", "mu_NI", "mu_L", "mu_A", "mu_V", "pi")
 
 
 def hiv_rhs(x, u, t):
-    """Right-hand side (seed 003, eq. (30)) on Pyomo objects or floats."""
+    """Right-hand side [MHV, eq. (30)] on Pyomo objects or floats."""
     infection = (1 - u.eta_NRTI) * u.gamma * x.T_NI * x.V_I
     return [u.lam - infection - u.mu_NI * x.T_NI,
             (1 - u.pi) * infection - u.alpha_L * x.T_L - u.mu_L * x.T_L,

@@ -1,11 +1,11 @@
-r"""Lotka–Volterra test problem of seed 002 (eqs. (18)–(19)).
+r"""Lotka–Volterra test problem of [AT] (eqs. (18)–(19)).
 
 .. math::
 
     \dot x_1 = -p_1 x_1 + p_2 x_1 x_2, \qquad \dot x_2 = p_3 x_2 - p_4 x_1 x_2,
     \qquad x(0) = (0.4, 1).
 
-Seed 002's eq. (18) prints ``p4 x1 x1``; the classical model and that paper's
+[AT]'s eq. (18) prints ``p4 x1 x1``; the classical model and that paper's
 own adjoint Jacobian use ``p4 x1 x2``, which is used here.  Data: both states
 at t = 1, ..., 10, simulated from p = (1, 1, 1, 1) with Gaussian noise of
 variance 0.05; the seed's hard start is p0 = (0.5, 0.5, 0.5, -0.2).
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy.integrate import solve_ivp
 
-from ..problem import EstimationProblem, Parameter
+from ..problem.declaration import EstimationProblem, Parameter
 
 __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE", "lv_rhs"]
 
@@ -32,7 +32,7 @@ def lv_rhs(x, u, t):
 
 
 def lotka_volterra_data(seed=1, p=LV_TRUE, times=None, variance=0.05, noise=True):
-    """Synthetic data (wide DataFrame, columns x1, x2) as in seed 002, §4."""
+    """Synthetic data (wide DataFrame, columns x1, x2) as in [AT], §4."""
     times = np.arange(1.0, 11.0) if times is None else np.asarray(times, dtype=float)
     p1, p2, p3, p4 = p
     sol = solve_ivp(lambda t, x: [-p1 * x[0] + p2 * x[0] * x[1], p3 * x[1] - p4 * x[0] * x[1]],
@@ -45,7 +45,7 @@ def lotka_volterra_data(seed=1, p=LV_TRUE, times=None, variance=0.05, noise=True
 
 
 def lotka_volterra_problem(data=None, p0=LV_P0, bounds=None, seed=1):
-    """The seed 002 estimation problem (least squares on both states)."""
+    """The [AT] estimation problem (least squares on both states)."""
     data = lotka_volterra_data(seed) if data is None else data
     bounds = bounds or {}
     params = [Parameter(f"p{k}", float(v), *bounds.get(f"p{k}", (None, None)))

@@ -1,4 +1,4 @@
-r"""SEIRD epidemic test problem (seed 004, Example 1; Piccolomini & Zama 2020).
+r"""SEIRD epidemic test problem [SEIRD, Example 1; Piccolomini & Zama 2020].
 
 .. math::
 
@@ -12,7 +12,7 @@ with transmission rate :math:`\beta`, incubation rate :math:`\sigma`
 (1 / mean latent period), recovery rate :math:`\gamma` and death rate
 :math:`\mu` (all per day).  The right-hand sides sum to zero, so
 
-.. math:: S + E + I + R + D = N \qquad \text{(seed 004, eq. (5))}
+.. math:: S + E + I + R + D = N \qquad \text{[SEIRD, eq. (5)]}
 
 is a linear invariant of the ODE.  Every scheme of this package writes each
 stage as :math:`v = x_i + \sum c\, f(\cdot) + \sum d\, \dot f(\cdot)`; since
@@ -20,7 +20,7 @@ stage as :math:`v = x_i + \sum c\, f(\cdot) + \sum d\, \dot f(\cdot)`; since
 \mathbf 1^\top f_x f \equiv 0`), the discrete states satisfy
 :math:`\mathbf 1^\top x_i = \mathbf 1^\top x_0` exactly (to rounding).
 
-Settings (the extracted text of seed 004 lost its numbers; these are chosen
+Settings (the extracted text of [SEIRD] lost its numbers; these are chosen
 to be realistic and are stated in ``docs/seird.md``): states are fractions
 of the population, :math:`N = 1` (a population of :math:`10^6` scaled),
 horizon :math:`[0, 100]` days, measurements of :math:`I, R, D` every 2 days
@@ -29,7 +29,7 @@ horizon :math:`[0, 100]` days, measurements of :math:`I, R, D` every 2 days
 (:math:`h = 1` day, :math:`k = 100`, Adams predictor–corrector by default).  Noise is relative and Gaussian,
 :math:`\bar z = z\,(1 + \eta\,\varepsilon)`, :math:`\varepsilon \sim \mathcal N(0, 1)`.
 
-Cost function (seed 004, eqs. (3) and (6), reconstructed).  With
+Cost function [SEIRD, eqs. (3) and (6), reconstructed].  With
 :math:`u = (\beta, \sigma, \gamma, \mu)` and, when the initial state is
 estimated, :math:`x_0 = (S_0, E_0, I_0, R_0, D_0)`,
 
@@ -45,7 +45,7 @@ with relative scales :math:`s_{jo} = \eta_w |\bar z_{jo}|`,
 count alike).  The conservation sum runs over the :math:`k+1` points of the
 integration grid; by the invariant it equals
 :math:`(k+1)(\mathbf 1^\top x_0 - N)^2`, a function of the parameters only,
-and is passed to :class:`~pyomo_odeest.problem.EstimationProblem` as
+and is passed to :class:`~pyomo_odeest.problem.declaration.EstimationProblem` as
 ``penalty`` together with the initial-state term.
 """
 from __future__ import annotations
@@ -55,8 +55,8 @@ import numpy as np
 import pandas as pd
 from scipy.integrate import solve_ivp
 
-from ..grid import make_grid
-from ..problem import EstimationProblem, Parameter
+from ..discretization.grid import make_grid
+from ..problem.declaration import EstimationProblem, Parameter
 
 __all__ = ["SEIRD_STATES", "SEIRD_PARAMS", "SEIRD_TRUE", "SEIRD_X0", "SEIRD_N", "SEIRD_U0",
            "seird_rhs", "seird_solution", "seird_data", "seird_problem", "grid_points",
@@ -147,7 +147,7 @@ def seird_data(noise=0.05, seed=0, observed=("I", "R", "D"), relative=True, time
     Parameters
     ----------
     noise : float
-        :math:`\eta` (0.05, 0.1, 0.2 in seed 004).
+        :math:`\eta` (0.05, 0.1, 0.2 in [SEIRD]).
     seed : int
         Seed of ``numpy.random.default_rng``.
     observed : sequence of str
@@ -196,7 +196,7 @@ def seird_data(noise=0.05, seed=0, observed=("I", "R", "D"), relative=True, time
 def grid_points(data, steps_per_interval=2, t0=0.0):
     """Number k+1 of points of the default integration grid for ``data``.
 
-    The grid is :func:`~pyomo_odeest.grid.make_grid` of the measurement times
+    The grid is :func:`~pyomo_odeest.discretization.grid.make_grid` of the measurement times
     with ``steps_per_interval`` (what ``DiscreteModel(problem,
     steps_per_interval=...)`` builds).
     """
@@ -213,7 +213,7 @@ def conservation_sum(X, N=SEIRD_N):
 def seird_problem(data, estimate_initial=False, conservation_weight=1e4, ic_weight=1.0,
                   x0_measured=None, rel_sigma=None, u0=None, x0_guess=None,
                   steps_per_interval=2, n_points=None, N=SEIRD_N, conservation=True):
-    r"""The SEIRD estimation problem (seed 004, eq. (6)).
+    r"""The SEIRD estimation problem [SEIRD, eq. (6)].
 
     .. math::
 
@@ -247,7 +247,7 @@ def seird_problem(data, estimate_initial=False, conservation_weight=1e4, ic_weig
     x0_guess : mapping, optional
         Starting initial state (default :math:`\bar x_0`).  With
         ``estimate_initial=False`` the initial state is *fixed* at
-        ``x0_guess`` (default: the true :data:`SEIRD_X0`, as in seed 004,
+        ``x0_guess`` (default: the true :data:`SEIRD_X0`, as in [SEIRD],
         Example 2, where the exact initial conditions are given).
     steps_per_interval : int
         Grid used to count the :math:`k+1` points (must match the
@@ -305,7 +305,7 @@ def seird_problem(data, estimate_initial=False, conservation_weight=1e4, ic_weig
 
 
 # ---------------------------------------------------------------------------
-# reduced-space fits with the CG / BFGS optimizers of seed 004
+# reduced-space fits with the CG / BFGS optimizers of [SEIRD]
 # ---------------------------------------------------------------------------
 def log_objective(dm):
     r"""Objective and adjoint gradient in log-parameters.
@@ -316,7 +316,7 @@ def log_objective(dm):
         \nabla_\theta \tilde J = e^{\theta} \odot \nabla_u J(e^{\theta}),
 
     with :math:`\nabla_u J` the discrete adjoint gradient of ``dm``
-    (:meth:`~pyomo_odeest.discrete.DiscreteModel.gradient`).  The map keeps
+    (:meth:`~pyomo_odeest.discretization.discrete.DiscreteModel.gradient`).  The map keeps
     every rate and compartment positive and puts parameters of very
     different size (:math:`\mu \approx 5\cdot10^{-3}`, :math:`S_0 \approx 1`,
     :math:`D_0 \approx 10^{-5}`) on a common relative scale (a diagonal
@@ -328,7 +328,7 @@ def log_objective(dm):
     fun, grad : callable
         Functions of :math:`\theta`.
     """
-    from ..discrete import SimulationError
+    from ..discretization.discrete import SimulationError
     cache = {}
 
     def traj(th):
@@ -370,7 +370,7 @@ def fit_reduced(problem, method="bfgs", line_search="secant", u0=None, gtol=1e-3
         :func:`~pyomo_odeest.optimizers.minimize_bfgs` or
         :func:`~pyomo_odeest.optimizers.minimize_cg` with that :math:`\beta`.
     line_search : {'secant', 'wolfe'}
-        The secant line search of seed 004, eq. (25), or strong Wolfe.
+        The secant line search of [SEIRD], eq. (25), or strong Wolfe.
     u0 : array_like, optional
         Starting parameters (default the problem's).
     gtol, ftol, max_iter
@@ -386,7 +386,7 @@ def fit_reduced(problem, method="bfgs", line_search="secant", u0=None, gtol=1e-3
     res : OptimizeResult
         With ``res.u`` (estimates) and ``res.dm`` added.
     """
-    from ..discrete import DiscreteModel
+    from ..discretization.discrete import DiscreteModel
     from ..optimizers import minimize_bfgs, minimize_cg
     dm = DiscreteModel(problem, steps_per_interval=steps_per_interval) if dm is None else dm
     npts = getattr(problem, "seird", {}).get("n_points")

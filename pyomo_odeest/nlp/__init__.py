@@ -1,7 +1,8 @@
-"""NLP layer: the evaluator protocol, the ASL-free Pyomo evaluator, and the cyipopt adapter."""
+"""Solver-agnostic NLP layer: the evaluator protocol (fixed sparsity, values
+on demand) and the thin cyipopt adapter that drives Ipopt from any evaluator.
+The Pyomo evaluator lives in :mod:`pyomo_odeest.pyomo`; the reduced-space and
+shooting evaluators in :mod:`pyomo_odeest.approaches`."""
 from .protocol import EvaluationError, NLPEvaluator
-from .pyomo_evaluator import PyomoNLPEvaluator, UnsupportedModelError
 from .cyipopt_adapter import IpoptResult, solve_with_ipopt
 
-__all__ = ["EvaluationError", "NLPEvaluator", "PyomoNLPEvaluator", "UnsupportedModelError",
-           "IpoptResult", "solve_with_ipopt"]
+__all__ = ["EvaluationError", "NLPEvaluator", "IpoptResult", "solve_with_ipopt"]

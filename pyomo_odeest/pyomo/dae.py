@@ -3,10 +3,10 @@ r"""pyomo.dae front end: the package's schemes as Pyomo transformations.
 Registered on ``import pyomo_odeest``:
 
 * ``TransformationFactory('odeest.adams')``: ``variant='pc'`` (Adams
-  predictor–corrector, seed 000 eqs. (4)–(5), default) or ``'moulton'``
+  predictor–corrector, [GM-grad] eqs. (4)–(5), default) or ``'moulton'``
   (implicit Adams–Moulton);
 * ``TransformationFactory('odeest.enright')``: ``variant='implicit'``
-  (seed 000 eq. (6)) or ``'semi_implicit'`` (predictor–corrector–recorrector,
+  [GM-grad eq. (6)] or ``'semi_implicit'`` (predictor–corrector–recorrector,
   §2.3.2).
 
 They discretize a pyomo.dae model the way ``dae.finite_difference`` does —
@@ -18,7 +18,7 @@ same ContinuousSet, DerivativeVar and ODE constraints::
     m.ode = Constraint(m.t, rule=lambda m, t: m.dxdt[t] == -m.k * m.x[t])
     TransformationFactory('odeest.adams').apply_to(m, wrt=m.t, qmax=4, steps_per_interval=10)
 
-Points already in the ContinuousSet stay grid points (seed 000, eq. (3));
+Points already in the ContinuousSet stay grid points [GM-grad, eq. (3)];
 ``steps_per_interval`` or ``max_step`` subdivide the intervals.  The ODE
 constraints stay in the model and define the derivative variables at every
 grid point (``dxdt[t] = f(x(t))``); the transformation adds
@@ -57,8 +57,8 @@ from pyomo.dae import ContinuousSet, DerivativeVar
 from pyomo.dae.misc import expand_components
 from pyomo.repn import generate_standard_repn
 
-from .grid import make_grid
-from .schemes import QMAX_RANGE, get_scheme
+from ..discretization.grid import make_grid
+from ..discretization.schemes import QMAX_RANGE, get_scheme
 
 __all__ = ["AdamsTransformation", "EnrightTransformation", "DaeSchemeError", "ode_rhs", "problem_from_dae"]
 
@@ -156,9 +156,9 @@ class _SchemeTransformation(Transformation):
 
 @TransformationFactory.register("odeest.adams", doc="Adams predictor-corrector (variant='pc') or "
                                 "implicit Adams-Moulton (variant='moulton') of variable order "
-                                "and step, seed 000 eqs. (4)-(5)")
+                                "and step, [GM-grad] eqs. (4)-(5)")
 class AdamsTransformation(_SchemeTransformation):
-    """Adams schemes of seed 000 for pyomo.dae models (see module docstring)."""
+    """Adams schemes of [GM-grad] for pyomo.dae models (see module docstring)."""
 
     CONFIG = _config("odeest.adams", ["pc", "moulton"], "pc")
     _family = "adams"
@@ -167,9 +167,9 @@ class AdamsTransformation(_SchemeTransformation):
 
 @TransformationFactory.register("odeest.enright", doc="Enright's second-derivative stiff scheme "
                                 "(variant='implicit') or its semi-implicit predictor-corrector-"
-                                "recorrector (variant='semi_implicit'), seed 000 eq. (6)")
+                                "recorrector (variant='semi_implicit'), [GM-grad] eq. (6)")
 class EnrightTransformation(_SchemeTransformation):
-    """Enright schemes of seed 000 for pyomo.dae models (see module docstring)."""
+    """Enright schemes of [GM-grad] for pyomo.dae models (see module docstring)."""
 
     CONFIG = _config("odeest.enright", ["implicit", "semi_implicit"], "implicit")
     _family = "enright"
@@ -385,7 +385,7 @@ def _identifier(name):
 
 
 def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
-    """An :class:`~pyomo_odeest.problem.EstimationProblem` from a pyomo.dae model.
+    """An :class:`~pyomo_odeest.problem.declaration.EstimationProblem` from a pyomo.dae model.
 
     The states are the differential variables (one per DerivativeVar index),
     named by their Pyomo names made identifiers (``x[A]`` → ``x_A``); ``data``
@@ -397,8 +397,8 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
     point; it must be autonomous (the same at every point) — checked.  Call it
     on the model *before* transforming it.
     """
-    from .problem import EstimationProblem, Parameter
-    from .symbolic import pyomo_to_sympy
+    from ..problem.declaration import EstimationProblem, Parameter
+    from ..symbolic.convert import pyomo_to_sympy
     import sympy
 
     sets = list(model.component_objects(ContinuousSet, descend_into=True))

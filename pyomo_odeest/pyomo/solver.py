@@ -36,8 +36,8 @@ from pyomo.core.base.block import BlockData
 from pyomo.core.base.suffix import Suffix, SuffixFinder, active_import_suffix_generator
 from pyomo.opt import SolverFactory, SolverResults, TerminationCondition
 
-from .nlp.cyipopt_adapter import solve_with_ipopt
-from .nlp.pyomo_evaluator import PyomoNLPEvaluator
+from ..nlp.cyipopt_adapter import solve_with_ipopt
+from .evaluator import PyomoNLPEvaluator
 
 __all__ = ["OdeestIpoptSolver", "SOLVER_NAME"]
 
@@ -164,7 +164,7 @@ class OdeestIpoptSolver:
             import cyipopt  # noqa: F401
         except ImportError:
             if exception_flag:
-                from .nlp.cyipopt_adapter import CYIPOPT_MISSING
+                from ..nlp.cyipopt_adapter import CYIPOPT_MISSING
                 raise RuntimeError(CYIPOPT_MISSING) from None
             return False
         return True

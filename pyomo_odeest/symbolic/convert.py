@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy
 import pyomo.environ as pyo
 
-from .nlp.structure import UnsupportedExpressionError, to_sympy, walk
+from .structure import UnsupportedExpressionError, to_sympy, walk
 
 __all__ = ["pyomo_to_sympy", "sympy_to_pyomo"]
 

@@ -1,10 +1,10 @@
-r"""Discrete models with automatic step-length control (seed 000, §2.4).
+r"""Discrete models with automatic step-length control [GM-grad, §2.4].
 
 Model (55)
 ----------
 An adaptive integrator is itself a discrete model.  With trial steps
 :math:`h_{i,j}`, trial error estimates :math:`e_{i,j}`, accepted steps
-:math:`h_i` and accepted errors :math:`e_i`, seed 000, eq. (55) reads
+:math:`h_i` and accepted errors :math:`e_i`, [GM-grad], eq. (55) reads
 
 .. math::
 
@@ -24,7 +24,7 @@ constants and the model is a smooth system of equations in
 Scheme and error estimate (fixed order, documented choice)
 ----------------------------------------------------------
 The scheme is the Adams predictor–corrector (PECE) of
-:class:`~pyomo_odeest.schemes.AdamsPC` with the order ramp
+:class:`~pyomo_odeest.discretization.schemes.AdamsPC` with the order ramp
 :math:`Q_i = \min(i+1, Q_{\max}-1)`, :math:`Q_{\max} \in \{2, 3\}`:
 
 .. math::
@@ -71,7 +71,7 @@ than ``stretch`` times the step before it) are *clipped*:
 and :math:`t_{i+1} = \tau` exactly.  The clip flags, :math:`j_i` and the
 table levels form the frozen :class:`AdaptivePattern`.
 
-Adjoint (seed 000, eqs. (56)–(59)), corrected
+Adjoint [GM-grad, eqs. (56)–(59)], corrected
 ----------------------------------------------
 :meth:`AdaptiveModel.adjoint` implements the backward recursion from the
 printed Lagrangian of §2.4 with multipliers :math:`p_i` (state equations),
@@ -154,9 +154,9 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import sympy
 
-from .block import misfit_constant, misfit_sym
+from ..problem.misfit import misfit_constant, misfit_sym
 from .grid import Grid
-from .problem import EstimationProblem
+from ..problem.declaration import EstimationProblem
 
 __all__ = ["PowerLaw", "StepTable", "StepController", "AdaptiveError", "AdaptivePattern",
            "AdaptiveRun", "AdaptiveAdjoint", "AdaptiveModel", "adams_pc_coefficients",
@@ -241,7 +241,7 @@ class PowerLaw:
 @dataclass(frozen=True)
 class StepTable:
     r"""Piecewise-constant factor: ``values[l]`` for :math:`e/\varepsilon` in
-    ``[breaks[l-1], breaks[l])`` (derivative 0, seed 000 Remark 3).
+    ``[breaks[l-1], breaks[l])`` (derivative 0, [GM-grad] Remark 3).
 
     Example: ``StepTable((0.1, 0.5, 1.0), (2.0, 1.5, 1.0, 0.5))``.
     The level :math:`l` is part of the frozen pattern.
@@ -288,7 +288,7 @@ def _check_func(f, what):
 
 @dataclass(frozen=True)
 class StepController:
-    r"""Step-length control of seed 000, eq. (55).
+    r"""Step-length control of [GM-grad], eq. (55).
 
     Parameters
     ----------
@@ -379,7 +379,7 @@ def adams_pc_coefficients(Q: int):
     :math:`(K_0, K_1..K_Q)` coefficients as sympy functions of
     :math:`\rho = h_i/(t_i - t_{i-1})`.
 
-    Derived from the order conditions of :mod:`pyomo_odeest.schemes`
+    Derived from the order conditions of :mod:`pyomo_odeest.discretization.schemes`
     (scaled nodes :math:`s = 0, -1/\rho` and :math:`s = 1` for the new point):
     :math:`\sum_j \pi_j s_j^m = 1/(m+1)`, :math:`m < Q`, and
     :math:`\sum_j K_j s_j^m = 1/(m+1)`, :math:`m \le Q`.  For :math:`Q = 2`:
@@ -501,7 +501,7 @@ class AdaptiveRun:
         return int(self.j.sum() - self.k)
 
     def grid(self, meas_times) -> Grid:
-        """The accepted grid as a :class:`~pyomo_odeest.grid.Grid`."""
+        """The accepted grid as a :class:`~pyomo_odeest.discretization.grid.Grid`."""
         I = np.zeros(len(self.t), dtype=int)
         I[self.J] = np.arange(1, len(self.J) + 1)
         return Grid(t=self.t.copy(), meas_times=np.asarray(meas_times, float), I=I, J=self.J.copy())
@@ -514,7 +514,7 @@ class AdaptiveRun:
 
 @dataclass
 class AdaptiveAdjoint:
-    r"""Multipliers of model (55) (names of seed 000, §2.4).
+    r"""Multipliers of model (55) (names of [GM-grad], §2.4).
 
     ``p`` (k+1, n): state equations (row 0: :math:`x_0 = l(u)`); ``q``
     (k, n): predictor equations (only from :meth:`AdaptiveModel.general_adjoint`,
@@ -563,7 +563,7 @@ def _lamb(args, exprs):
 
 
 class AdaptiveModel:
-    r"""Model (55) of seed 000 for one problem, controller and :math:`Q_{\max}`.
+    r"""Model (55) of [GM-grad] for one problem, controller and :math:`Q_{\max}`.
 
     Parameters
     ----------
@@ -1179,7 +1179,7 @@ class AdaptiveModel:
 
     # -- gradients -------------------------------------------------------------------
     def fixed_grid_model(self, run: AdaptiveRun):
-        """The fixed-step :class:`~pyomo_odeest.discrete.DiscreteModel` on the accepted grid."""
+        """The fixed-step :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` on the accepted grid."""
         from .discrete import DiscreteModel
         return DiscreteModel(self.problem, "adams_pc", self.qmax, grid=run.grid(self.problem.meas_times))
 

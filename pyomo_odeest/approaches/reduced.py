@@ -1,9 +1,9 @@
 r"""Reduced-space (sequential) estimation over the parameters u alone.
 
 ``J_k(u)`` is evaluated by simulating the discrete scheme
-(:class:`~pyomo_odeest.discrete.DiscreteModel`, the same equations as the
-Pyomo block), its gradient by the discrete adjoint (seed 000, eqs. (52),
-(54)) or another method, its Hessian by the second-order adjoint, adjoint +
+(:class:`~pyomo_odeest.discretization.discrete.DiscreteModel`, the same equations as the
+Pyomo block), its gradient by the discrete adjoint [GM-grad, eqs. (52),
+(54)] or another method, its Hessian by the second-order adjoint, adjoint +
 finite differences or Gauss–Newton.  Optimizers:
 
 * ``'ipopt'``: Ipopt through cyipopt, bounds on u, exact Hessian
@@ -22,11 +22,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from .discrete import DiscreteModel, SimulationError
-from .nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
-from .nlp.protocol import EvaluationError, NLPEvaluator
-from .problem import EstimationProblem
-from .result import EstimationResult
+from ..discretization.discrete import DiscreteModel, SimulationError
+from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
+from ..nlp.protocol import EvaluationError, NLPEvaluator
+from ..problem.declaration import EstimationProblem
+from ..problem.result import EstimationResult
 
 __all__ = ["ReducedSpaceNLP", "estimate_reduced"]
 
@@ -125,7 +125,7 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
     Parameters
     ----------
     problem, scheme, qmax, grid, max_step, steps_per_interval
-        As for :func:`~pyomo_odeest.simultaneous.estimate_simultaneous`; the
+        As for :func:`~pyomo_odeest.approaches.simultaneous.estimate_simultaneous`; the
         same arguments give the same discrete equations.
     optimizer : 'ipopt' | 'L-BFGS-B' | 'trust-constr'
     gradient : 'adjoint' | 'transposed_solve' | 'sensitivity' | 'recursion' | 'fd'
@@ -203,7 +203,7 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
 
 
 def _result(problem, dm, nlp, x, status, success, iters, method, timings):
-    from .simultaneous import observations
+    from ..problem.misfit import observations
     u = nlp.full(x)
     states = fitted = residuals = None
     obj = np.nan

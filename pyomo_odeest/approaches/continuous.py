@@ -1,4 +1,4 @@
-r"""Continuous-time derivatives of the misfit and estimation on top of them (seed 003).
+r"""Continuous-time derivatives of the misfit and estimation on top of them [MHV].
 
 The objective is the same :math:`J` that every backend of the package
 minimizes, evaluated on the exact (adaptively integrated) ODE solution:
@@ -9,12 +9,12 @@ minimizes, evaluated on the exact (adaptively integrated) ODE solution:
     \dot x = f(x, u, t),\quad x(t_0) = l(u),
 
 plus the problem's penalty :math:`R(u)` if it has one, with :math:`\varphi_j`
-(the same as :func:`~pyomo_odeest.block.misfit_sym`) evaluated by
-:class:`~pyomo_odeest.misfit.MeasurementMisfit` and the
-constant :math:`c` from :func:`~pyomo_odeest.block.misfit_constant` (seed 003,
-eqs. (2)–(5)).  :class:`ContinuousModel` computes
+(the same as :func:`~pyomo_odeest.problem.misfit.misfit_sym`) evaluated by
+:class:`~pyomo_odeest.problem.misfit.MeasurementMisfit` and the
+constant :math:`c` from :func:`~pyomo_odeest.problem.misfit.misfit_constant` [MHV,
+eqs. (2)–(5)].  :class:`ContinuousModel` computes
 
-* the gradient by forward sensitivities (seed 003, eq. (8)), by the continuous
+* the gradient by forward sensitivities [MHV, eq. (8)], by the continuous
   adjoint with jumps at the measurement times (eqs. (15)–(16), (32)), or by
   central finite differences;
 * the Hessian by the second-order adjoint (eqs. (18)–(20)), by finite
@@ -26,17 +26,17 @@ Ipopt (through cyipopt) or SciPy.
 Sign convention of the adjoint
 ------------------------------
 The adjoint :math:`\lambda` used here is the derivative of :math:`J` with
-respect to the state, so it is :math:`-v` of seed 003 (whose functional (2)
+respect to the state, so it is :math:`-v` of [MHV] (whose functional (2)
 carries a sign and whose :math:`v` satisfies (15)).  Between measurement times
 :math:`\dot\lambda = -f_x^\top \lambda`, :math:`\lambda(T^+) = 0`, and crossing
 a measurement time backward in time
 
 .. math:: \lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j\big(x(\tau_j), u\big),
 
-which is the Dirac source of (15) integrated out.  (Seed 003's restart formula
+which is the Dirac source of (15) integrated out.  [MHV's restart formula
 (32) writes ``v(t_i) = v_i^+ + d_u``; with (15) as printed the jump of
 :math:`v` is :math:`-d_u`, which is what makes (16) hold.  With
-:math:`\lambda = -v` the two agree.)
+:math:`\lambda = -v` the two agree.]
 """
 from __future__ import annotations
 
@@ -49,11 +49,10 @@ import scipy.sparse as sp
 import sympy
 from scipy.integrate import solve_ivp
 
-from .block import misfit_constant
-from .misfit import MeasurementMisfit
-from .nlp.cyipopt_adapter import start_value_magnitude
-from .problem import EstimationProblem, ProblemError
-from .result import EstimationResult
+from ..problem.misfit import MeasurementMisfit, misfit_constant, observations
+from ..nlp.cyipopt_adapter import start_value_magnitude
+from ..problem.declaration import EstimationProblem, ProblemError
+from ..problem.result import EstimationResult
 
 __all__ = ["ContinuousModel", "estimate_continuous", "IntegrationError",
            "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS"]
@@ -207,7 +206,7 @@ class ContinuousModel:
     .. math::
 
         J(u) = \sum_{j=1}^{N}\varphi_j\big(x(\tau_j), u\big) + c,\qquad
-        \dot x = f(x,u,t),\; x(t_0) = l(u)\quad\text{(seed 003, eqs. (1)–(2))}.
+        \dot x = f(x,u,t),\; x(t_0) = l(u)\quad\text{[MHV, eqs. (1)–(2)]}.
 
     Every function is derived from the problem's sympy expressions (``f_sym``,
     ``l_sym``, ``g_sym``): :math:`f, f_x, f_u`,
@@ -400,14 +399,13 @@ class ContinuousModel:
 
     def observations(self, u=None):
         r""":math:`z(\tau_j) = g(x(\tau_j), u, \tau_j)` as a DataFrame (like ``problem.data``)."""
-        from .simultaneous import observations
         u = self._u(u)
         _, Xm = self._forward(u)
         return observations(self.problem, Xm, u)
 
     # -- objective -----------------------------------------------------------
     def objective(self, u=None):
-        r""":math:`J(u) = \sum_j \varphi_j(x(\tau_j), u) + R(u) + c` (seed 003, eqs. (2), (4))."""
+        r""":math:`J(u) = \sum_j \varphi_j(x(\tau_j), u) + R(u) + c` [MHV, eqs. (2), (4)]."""
         return self._misfit(self._u(u)) + self.constant
 
     def _misfit(self, u):
@@ -424,7 +422,7 @@ class ContinuousModel:
         u : array (p,), optional
             All parameters (default: the problem's start values).
         method : {'adjoint', 'sensitivity', 'fd'}
-            ``'adjoint'`` (seed 003, eqs. (15)–(16)): one forward solve with
+            ``'adjoint'`` [MHV, eqs. (15)–(16)]: one forward solve with
             dense output and one backward sweep of
 
             .. math::
@@ -434,7 +432,7 @@ class ContinuousModel:
 
             restarted at every :math:`\tau_j` with
             :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j`
-            (seed 003, eq. (32), sign as in the module docstring); then
+            [MHV, eq. (32), sign as in the module docstring]; then
 
             .. math::
 
@@ -443,7 +441,7 @@ class ContinuousModel:
 
             Cost independent of p; use it when p is large and N moderate.
 
-            ``'sensitivity'`` (seed 003, eq. (8)): the augmented forward
+            ``'sensitivity'`` [MHV, eq. (8)]: the augmented forward
             system :math:`\dot S = f_x S + f_u`, :math:`S(t_0) = l_u`
             (n·p extra states), and
             :math:`\nabla J = \sum_j S(\tau_j)^\top\nabla_x\varphi_j + \nabla_u\varphi_j`.
@@ -480,7 +478,7 @@ class ContinuousModel:
 
     # forward sensitivities -------------------------------------------------
     def sensitivities(self, u=None, V=None):
-        r"""Forward directional sensitivities :math:`S = (\partial x/\partial u)V` (seed 003, (8)).
+        r"""Forward directional sensitivities :math:`S = (\partial x/\partial u)V` [MHV, (8)].
 
         .. math:: \dot S = f_x S + f_u V,\qquad S(t_0) = l_u V.
 
@@ -542,7 +540,7 @@ class ContinuousModel:
 
     # adjoint ----------------------------------------------------------------
     def adjoint(self, u=None, times=None):
-        r"""Backward sweep of the continuous adjoint (seed 003, eqs. (15)–(16), (32)).
+        r"""Backward sweep of the continuous adjoint [MHV, eqs. (15)–(16), (32)].
 
         Solves :math:`\dot\lambda = -f_x^\top\lambda` backward from
         :math:`\lambda(T^+) = 0` with jumps
@@ -630,7 +628,7 @@ class ContinuousModel:
 
     # -- Hessian -------------------------------------------------------------
     def hessian_vector(self, u=None, V=None):
-        r"""Hessian–vector products :math:`HV` by the second-order adjoint (seed 003, (18)–(20))
+        r"""Hessian–vector products :math:`HV` by the second-order adjoint [MHV, (18)–(20)]
 
         For each direction :math:`v` (a column of ``V``) the forward
         sensitivity :math:`s` solves (8) with :math:`h = v`; backward, with
@@ -746,10 +744,10 @@ class ContinuousModel:
         u : array (p,), optional
         method : {'soa', 'adjoint_fd', 'sensitivity_fd', 'fd'}
             ``'soa'``: second-order adjoint, columns :math:`H e_k` from
-            :meth:`hessian_vector` (seed 003, eqs. (19)–(20)); exact up to the
+            :meth:`hessian_vector` [MHV, eqs. (19)–(20)]; exact up to the
             integration tolerances and not symmetrized.
             ``'adjoint_fd'``: central differences of adjoint gradients
-            (seed 003, eq. (21), central form),
+            [MHV, eq. (21), central form],
             :math:`H e_k \approx (\nabla J(u+\epsilon e_k) - \nabla J(u-\epsilon e_k))/(2\epsilon)`;
             ``'sensitivity_fd'``: the same with forward-sensitivity gradients;
             ``'fd'``: second central differences of :math:`J` (2p² + 1 solves).
@@ -921,7 +919,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         \quad\text{s.t.}\quad \mathrm{lb} \le u_F \le \mathrm{ub},
 
     a reduced-space (single-shooting) problem whose gradient comes from the
-    continuous adjoint (seed 003, eqs. (15)–(16)) or the alternatives of
+    continuous adjoint [MHV, eqs. (15)–(16)] or the alternatives of
     :meth:`ContinuousModel.gradient`.  The optimizer sees :math:`J - c` (the
     loss constant would only blur relative stopping tests); the result
     reports :math:`J`.
@@ -1001,7 +999,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
 
     t_solve = time.perf_counter()
     if optimizer == "ipopt":
-        from .nlp.cyipopt_adapter import IPOPT_STATUS, import_cyipopt
+        from ..nlp.cyipopt_adapter import IPOPT_STATUS, import_cyipopt
         cyipopt = import_cyipopt()
         cb = _IpoptProblem(obj, cyipopt.CyIpoptEvaluationError)
         big = 1e20

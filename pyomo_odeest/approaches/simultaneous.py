@@ -1,9 +1,9 @@
 r"""Simultaneous estimation: states and parameters solved together by Ipopt.
 
-The Pyomo block of :func:`~pyomo_odeest.block.build_block` is solved by the
+The Pyomo block of :func:`~pyomo_odeest.pyomo.block.build_block` is solved by the
 ``odeest_ipopt`` solver.  Multiplier convention: the constraint of step i is
 stored with body ``x_{i+1} - x_i - h_i F_i`` (``x_0 - l(u)`` for the initial
-condition), which is seed 000's G; Ipopt's Lagrangian ``J + λᵀ G`` is seed 000's
+condition), which is [GM-grad]'s G; Ipopt's Lagrangian ``J + λᵀ G`` is [GM-grad]'s
 ``F + pᵀ G``, so the multiplier of the equation defining ``x_i`` *is* the
 adjoint ``p_i`` of eq. (52) (objective not scaled: the solver does not rescale
 the objective unless the user sets ``nlp_scaling_method``/``obj_scaling_factor``).
@@ -17,12 +17,13 @@ import pandas as pd
 import pyomo.environ as pyo
 import sympy
 
-from .block import build_block, misfit_constant
-from .nlp.cyipopt_adapter import start_value_scaling
-from .problem import EstimationProblem, ProblemError
-from .result import EstimationResult
-from .schemes import integrate
-from .solver import OdeestIpoptSolver
+from ..pyomo.block import build_block
+from ..problem.misfit import misfit_constant, observations
+from ..nlp.cyipopt_adapter import start_value_scaling
+from ..problem.declaration import EstimationProblem, ProblemError
+from ..problem.result import EstimationResult
+from ..discretization.schemes import integrate
+from ..pyomo.solver import OdeestIpoptSolver
 
 __all__ = ["estimate_simultaneous", "simulate", "numeric_functions", "initialize_block"]
 
@@ -137,7 +138,7 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     ----------
     problem : EstimationProblem
     scheme, qmax, grid, max_step, steps_per_interval
-        Discretization (see :func:`~pyomo_odeest.block.build_block`).
+        Discretization (see :func:`~pyomo_odeest.pyomo.block.build_block`).
     options : dict
         Ipopt options (default ``tol=1e-8``).
     tee : bool
@@ -224,7 +225,7 @@ def collect_result(b, m, info, build_s, total_s):
     if dual is not None and len(dual):
         k = len(t) - 1
         mults = {}
-        from .block import scheme_constraint
+        from ..pyomo.block import scheme_constraint
         for st in b.scheme.stage_names:
             mults[st] = pd.DataFrame(
                 [[dual.get(scheme_constraint(b, i, s, st), np.nan) for s in S] for i in range(k)],
@@ -244,11 +245,3 @@ def collect_result(b, m, info, build_s, total_s):
                      eval_s=info["eval_s"], total_s=total_s),
         states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
         multipliers=mults, model=m)
-
-
-def observations(problem: EstimationProblem, Xmeas, u):
-    """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time."""
-    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
-    Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float), (len(problem.g_sym),))
-                  for x, tau in zip(Xmeas, problem.meas_times)])
-    return pd.DataFrame(Z, index=pd.Index(problem.meas_times, name="time"), columns=problem.obs_names)

@@ -1,7 +1,7 @@
-r"""The discrete problem (seed 000, eq. (2)) as a Pyomo Block.
+r"""The discrete problem [GM-grad, eq. (2)] as a Pyomo Block.
 
-:func:`build_block` renders an :class:`~pyomo_odeest.problem.EstimationProblem`,
-a scheme (:mod:`pyomo_odeest.schemes`) and a grid (:mod:`pyomo_odeest.grid`)
+:func:`build_block` renders an :class:`~pyomo_odeest.problem.declaration.EstimationProblem`,
+a scheme (:mod:`pyomo_odeest.discretization.schemes`) and a grid (:mod:`pyomo_odeest.discretization.grid`)
 as explicit algebraic constraints:
 
 ================================  ===============================================
@@ -23,7 +23,7 @@ component                         meaning
 ``b.objective``                    minimize ``b.misfit + b.penalty`` + user terms
 ================================  ===============================================
 
-Each stage equation reads (seed 000, eqs. (2), (4)–(6))
+Each stage equation reads [GM-grad, eqs. (2), (4)–(6)]
 
 .. math::
 
@@ -31,8 +31,8 @@ Each stage equation reads (seed 000, eqs. (2), (4)–(6))
 
 with points P_j among past states, the new state x_{i+1} and earlier stages.
 The constraint body is ``v - rhs`` so that Ipopt's multiplier of the x-stage
-of step i is the adjoint p_{i+1} of seed 000, eq. (52) (see
-:mod:`pyomo_odeest.simultaneous`).  Rows of one constraint component share one
+of step i is the adjoint p_{i+1} of [GM-grad], eq. (52) (see
+:mod:`pyomo_odeest.approaches.simultaneous`).  Rows of one constraint component share one
 rule in the step index, so the solver evaluates each component in one
 vectorised call.
 """
@@ -42,54 +42,14 @@ from collections import OrderedDict
 
 import numpy as np
 import pyomo.environ as pyo
-import sympy
 
-from .grid import Grid, make_grid
-from .problem import EstimationProblem, GaussianNLL, ProblemError
-from .schemes import get_scheme
-from .symbolic import sympy_to_pyomo
+from ..discretization.grid import Grid, resolve_grid
+from ..problem.misfit import misfit_sym
+from ..problem.declaration import EstimationProblem
+from ..discretization.schemes import get_scheme
+from ..symbolic.convert import sympy_to_pyomo
 
-__all__ = ["build_block", "resolve_grid", "scheme_constraint", "add_objective_term", "misfit_sym",
-           "misfit_constant"]
-
-
-def misfit_sym(problem: EstimationProblem, j: int):
-    r"""φ_j of measurement time τ_j as a sympy expression in (x, u).
-
-    Least squares: :math:`\sum_o w_{jo} (g_o(x, u, τ_j) - \bar z_{jo})^2`;
-    Gaussian NLL: :math:`\tfrac12 r^\top Σ_{oo}^{-1} r` over the quantities
-    observed at τ_j (seed 003, eq. (2)–(5)); the constant is in
-    :func:`misfit_constant`.
-    """
-    tau = float(problem.meas_times[j])
-    obs = np.flatnonzero(problem.mask[j])
-    zbar = problem.data.to_numpy()[j]
-    r = [problem.g_sym[o].subs(problem.t_sym, tau) - sympy.Float(zbar[o], 17) for o in obs]
-    if isinstance(problem.loss, GaussianNLL):
-        S = problem.cov[np.ix_(obs, obs)]
-        Si = np.linalg.inv(S)
-        Si = 0.5 * (Si + Si.T)
-        m = len(obs)
-        # exact zeros of Σ⁻¹ (diagonal or block-diagonal Σ) contribute no term:
-        # the expression has O(nnz) rather than O(m²) terms
-        return sympy.Rational(1, 2) * sum(
-            sympy.Float(Si[a, a], 17) * r[a]**2 for a in range(m)) + sum(
-            sympy.Float(Si[a, b], 17) * r[a] * r[b]
-            for a in range(m) for b in range(a + 1, m) if Si[a, b] != 0.0)
-    w = problem.weights[j]
-    return sum(sympy.Float(w[o], 17) * ri**2 for o, ri in zip(obs, r))
-
-
-def misfit_constant(problem: EstimationProblem) -> float:
-    """Constant part of the objective (the log-determinant of the Gaussian NLL)."""
-    if not isinstance(problem.loss, GaussianNLL):
-        return 0.0
-    c = 0.0
-    for j in range(len(problem.meas_times)):
-        obs = np.flatnonzero(problem.mask[j])
-        S = problem.cov[np.ix_(obs, obs)]
-        c += 0.5 * np.linalg.slogdet(2 * np.pi * S)[1]
-    return float(c)
+__all__ = ["build_block", "scheme_constraint", "add_objective_term"]
 
 
 def _groups(formulas):
@@ -109,27 +69,6 @@ def _groups(formulas):
         used.add(tag)
         named.append((tag, sfs))
     return named
-
-
-def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> Grid:
-    """The integration grid of eq. (3) for ``problem``.
-
-    Given ``grid`` is checked (starts at t0, contains every measurement
-    time); otherwise :func:`make_grid` is called with ``max_step`` or
-    ``steps_per_interval`` (default 10 steps per measurement interval).
-    """
-    if grid is None:
-        if max_step is None and steps_per_interval is None:
-            steps_per_interval = 10
-        return make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
-                         steps_per_interval=steps_per_interval)
-    if not isinstance(grid, Grid):
-        raise TypeError("grid must be a pyomo_odeest.grid.Grid (see make_grid)")
-    missing = [tau for tau in problem.meas_times if not np.any(grid.t == tau)]
-    if missing or grid.t[0] != problem.t0:
-        raise ProblemError(f"grid must start at t0 and contain every measurement time; "
-                           f"missing {missing[:5]}")
-    return grid
 
 
 def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,

@@ -1,4 +1,4 @@
-r"""The inverse problem, as the user states it (seed 000, eq. (1)).
+r"""The inverse problem, as the user states it [GM-grad, eq. (1)].
 
 .. math::
 
@@ -32,8 +32,8 @@ import pandas as pd
 import pyomo.environ as pyo
 import sympy
 
-from .nlp.structure import UnsupportedExpressionError
-from .symbolic import pyomo_to_sympy
+from ..symbolic.structure import UnsupportedExpressionError
+from ..symbolic.convert import pyomo_to_sympy
 
 __all__ = ["Parameter", "EstimationProblem", "LeastSquares", "GaussianNLL", "ProblemError"]
 
@@ -91,7 +91,7 @@ class LeastSquares:
 
 @dataclass(frozen=True)
 class GaussianNLL:
-    r"""Gaussian negative log-likelihood with covariance Σ (seed 003, eq. (2)–(5)):
+    r"""Gaussian negative log-likelihood with covariance Σ [MHV, eq. (2)–(5)]:
 
     .. math:: \varphi_j = \tfrac12 r_j^\top Σ^{-1} r_j + \tfrac12 \log\det(2\pi Σ),
 
@@ -160,7 +160,7 @@ def _check_names(names, what):
 
 
 class EstimationProblem:
-    r"""An ODE inverse problem, seed 000 eq. (1).
+    r"""An ODE inverse problem, [GM-grad] eq. (1).
 
     Parameters
     ----------
@@ -190,7 +190,7 @@ class EstimationProblem:
     loss : LeastSquares() (default) or GaussianNLL(cov)
     penalty : callable ``penalty(u)``, optional
         A term R(u) added to the objective (regularization, a prior, the
-        initial-state and conservation terms of seed 004 eq. (6) when the
+        initial-state and conservation terms of [SEIRD] eq. (6) when the
         initial state is a parameter).  Written on Pyomo objects like ``rhs``.
     t0 : float
         Initial time (default 0).

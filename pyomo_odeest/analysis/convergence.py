@@ -1,6 +1,6 @@
-r"""Convergence of the discrete problems to the continuous one (seed 001, Theorem 1).
+r"""Convergence of the discrete problems to the continuous one [GM-conv, Theorem 1].
 
-With uniform steps :math:`h = T/k`, seed 001 proves that the discrete gradients
+With uniform steps :math:`h = T/k`, [GM-conv] proves that the discrete gradients
 :math:`\nabla J_k(u)` converge to the continuous gradient :math:`\nabla J(u)`
 and that accumulation points of discrete stationary points :math:`u_k` are
 stationary points of the continuous problem.  :func:`convergence_study`
@@ -14,7 +14,7 @@ measures both on a sequence of grids:
   minimizer of :math:`J_k` (reduced space, exact Hessian, from :math:`u^*`),
 * the observed rate :math:`\log(e_{k-1}/e_k) / \log(h_{k-1}/h_k)`.
 
-The continuous reference uses :class:`~pyomo_odeest.continuous.ContinuousModel`
+The continuous reference uses :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`
 at tight tolerances.  For the Adams predictor–corrector with the order ramp on
 a uniform grid the expected rate is ``scheme.startup_order`` = min(3, Q_max)
 (the Heun first step limits it, see ``docs/schemes.md``).
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .discrete import DiscreteModel
-from .grid import make_grid
-from .problem import EstimationProblem
-from .reduced import estimate_reduced
-from .schemes import get_scheme
+from ..discretization.discrete import DiscreteModel
+from ..discretization.grid import make_grid
+from ..problem.declaration import EstimationProblem
+from ..approaches.reduced import estimate_reduced
+from ..discretization.schemes import get_scheme
 
 __all__ = ["ConvergenceStudy", "convergence_study", "uniform_grid"]
 
@@ -113,7 +113,7 @@ def convergence_study(problem: EstimationProblem, ks=(20, 40, 80, 160, 320), sch
         Also minimize every J_k and report the parameter errors.
     method, rtol, atol : integrator of the continuous reference.
     """
-    from .continuous import ContinuousModel, estimate_continuous
+    from ..approaches.continuous import ContinuousModel, estimate_continuous
 
     sch = get_scheme(scheme, qmax)
     cm = ContinuousModel(problem, method=method, rtol=rtol, atol=atol)

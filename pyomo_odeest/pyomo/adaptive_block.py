@@ -1,11 +1,11 @@
-r"""Model (55) of seed 000 as a Pyomo Block for a frozen accept/reject pattern.
+r"""Model (55) of [GM-grad] as a Pyomo Block for a frozen accept/reject pattern.
 
 For the pattern :math:`(j_i, \text{clips}, \text{table levels})` of an
-adaptive run (:mod:`pyomo_odeest.adaptive`) every relation of (55) becomes an
+adaptive run (:mod:`pyomo_odeest.discretization.adaptive`) every relation of (55) becomes an
 explicit equality constraint:
 
 =================================  ===========================================================
-component                          meaning (seed 000, eq. (55))
+component                          meaning [GM-grad, eq. (55)]
 =================================  ===========================================================
 ``b.x[i, s]``, ``b.y[i, s]``       states :math:`x_i` (i = 0..k), predictors :math:`y_{i+1}`
                                    of step i
@@ -55,13 +55,13 @@ import pandas as pd
 import pyomo.environ as pyo
 import sympy
 
-from .adaptive import (AdaptiveAdjoint, AdaptiveError, AdaptiveModel, AdaptiveRun,
+from ..discretization.adaptive import (AdaptiveAdjoint, AdaptiveError, AdaptiveModel, AdaptiveRun,
                        StepController, max_relative_discrepancy)
-from .block import misfit_sym
-from .problem import EstimationProblem
-from .result import EstimationResult
+from ..problem.misfit import misfit_sym, observations
+from ..problem.declaration import EstimationProblem
+from ..problem.result import EstimationResult
 from .solver import OdeestIpoptSolver
-from .symbolic import sympy_to_pyomo
+from ..symbolic.convert import sympy_to_pyomo
 
 __all__ = ["build_adaptive_block", "run_from_block", "block_multipliers",
            "compare_block_multipliers", "estimate_adaptive", "adaptive_constraint"]
@@ -239,7 +239,7 @@ def adaptive_constraint(b, kind, i, j=None, state=None):
 
 
 def run_from_block(b) -> AdaptiveRun:
-    """The block's current values as an :class:`~pyomo_odeest.adaptive.AdaptiveRun`."""
+    """The block's current values as an :class:`~pyomo_odeest.discretization.adaptive.AdaptiveRun`."""
     am, pat = b.amodel, b.pattern
     S = list(b.S)
     k = pat.k
@@ -416,7 +416,6 @@ def estimate_adaptive(problem: EstimationProblem, controller: StepController | N
 
 def _collect(b, m, info, am, rounds, stable, final_run, build_s, solve_s, total_s, iterations,
              evals):
-    from .simultaneous import observations
     P = am.problem
     run = run_from_block(b)
     S = P.states

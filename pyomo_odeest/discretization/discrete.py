@@ -2,8 +2,8 @@ r"""The discrete problem of the block in numpy: simulation, gradients, Hessians.
 
 The unknowns of the Pyomo block are ordered in *blocks* of n values:
 ``w = (x_0, [stages of step 0 ..., x_1], [stages of step 1 ..., x_2], ...)``.
-Every block has one residual (seed 000, eq. (2) and the stage equations of
-:mod:`pyomo_odeest.schemes`):
+Every block has one residual [GM-grad, eq. (2) and the stage equations of
+:mod:`pyomo_odeest.discretization.schemes`]:
 
 .. math::
 
@@ -14,7 +14,7 @@ Every block has one residual (seed 000, eq. (2) and the stage equations of
 with ``c = h_i × coefficient`` and ``d = h_i² × coefficient``.  ``∂G/∂w`` is
 block lower triangular: diagonal blocks are ``I`` for explicit stages and
 ``I - c f_x - d ḟ_x`` (own point) for implicit ones.  This module implements
-Lemma 1 of seed 000 on exactly these equations:
+Lemma 1 of [GM-grad] on exactly these equations:
 
 * forward simulation = block forward substitution (Newton on implicit blocks);
 * discrete adjoint = block backward substitution of
@@ -23,8 +23,8 @@ Lemma 1 of seed 000 on exactly these equations:
   ``(∂G/∂w) M = -∂G/∂u`` (eq. (51)), gradient (53);
 * the same adjoint by one sparse LU solve of the assembled transposed
   Jacobian (``transposed_solve``), an independent check;
-* Hessians: second-order adjoint (seed 000, §2.5), adjoint + finite
-  differences (seed 003, eq. (21)), Gauss–Newton.
+* Hessians: second-order adjoint [GM-grad, §2.5], adjoint + finite
+  differences [MHV, eq. (21)], Gauss–Newton.
 
 The objective is ``F(w, u) = Σ_j φ_j``, ``φ_j = r_jᵀ A_j r_j`` with
 ``r_j = g(x_{J(j)}, u, τ_j) − z̄_j`` and ``A_j = diag(w_j)`` (least squares) or
@@ -38,11 +38,11 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from .block import resolve_grid
-from .misfit import MeasurementMisfit
-from .problem import EstimationProblem
+from .grid import resolve_grid
+from ..problem.misfit import MeasurementMisfit
+from ..problem.declaration import EstimationProblem
 from .schemes import get_scheme
-from .symfun import VectorFn, second_derivatives, sparse_jacobian
+from ..symbolic.vectorfn import VectorFn, second_derivatives, sparse_jacobian
 
 __all__ = ["DiscreteModel", "Trajectory", "SimulationError"]
 
@@ -67,7 +67,7 @@ class Trajectory:
 
 
 class DiscreteModel:
-    """Numeric twin of :func:`~pyomo_odeest.block.build_block` (same scheme, same grid).
+    """Numeric twin of :func:`~pyomo_odeest.pyomo.block.build_block` (same scheme, same grid).
 
     Parameters are those of ``build_block``.  Counters ``nsim``, ``ngrad``,
     ``nhess`` count simulations, gradients and Hessians.
@@ -385,7 +385,7 @@ class DiscreteModel:
     def adjoint(self, traj, Fw=None, pv=None):
         r"""Solve (∂G/∂w)ᵀ p = −∇_w F by block backward substitution.
 
-        The stage-wise form of seed 000, eq. (52): for blocks in reverse order,
+        The stage-wise form of [GM-grad], eq. (52): for blocks in reverse order,
         ``D_bᵀ p_b = −∇_{w_b}F + p_{b'}`` contributions of later blocks that use
         ``w_b`` (as base point ``x_i`` or in an f/ḟ term).
         """
@@ -438,7 +438,7 @@ class DiscreteModel:
         return p.reshape(W.shape)
 
     def _gradient_from_adjoint(self, P, traj, Fu, pv):
-        """∇J = ∇_u F + pᵀ ∂G/∂u (seed 000, eq. (13)/(54)), without forming ∂G/∂u."""
+        """∇J = ∇_u F + pᵀ ∂G/∂u [GM-grad, eq. (13)/(54)], without forming ∂G/∂u."""
         u = traj.u
         g = Fu.copy()
         luv = self.lu.point(np.zeros(0), u, self.t[0])
@@ -513,7 +513,7 @@ class DiscreteModel:
         method : ``'adjoint'`` (block backward sweep, eqs. (52), (54)),
         ``'transposed_solve'`` (sparse LU of (∂G/∂w)ᵀ, eq. (13)),
         ``'sensitivity'`` (eqs. (51), (53)), ``'recursion'`` (the papers'
-        formulas as printed, :mod:`pyomo_odeest.recursions`) or ``'fd'``
+        formulas as printed, :mod:`pyomo_odeest.analysis.recursions`) or ``'fd'``
         (central differences of J_k).
         """
         u = self._check_u(u)
@@ -528,7 +528,7 @@ class DiscreteModel:
             return g
         traj = self.simulate(u) if traj is None else traj
         if method == "recursion":
-            from .recursions import paper_gradient
+            from ..analysis.recursions import paper_gradient
             return paper_gradient(self, traj)
         pv = self._point_values(traj.W, u, values=False)
         Fw, Fu = self._dF(traj.W, u)
@@ -548,7 +548,7 @@ class DiscreteModel:
 
         ``dFdx`` (k+1, n) is ∂F/∂x_i at the trajectory, ``dFdu`` (m,) the
         explicit part.  One adjoint sweep; e.g. the gradient of one component
-        of the final state (multiple shooting, seed 002 eq. (17)) uses
+        of the final state (multiple shooting, [AT] eq. (17)) uses
         ``dFdx[k] = e_r``.
         """
         Fw = np.zeros((self.nblocks, self.n))
@@ -572,11 +572,11 @@ class DiscreteModel:
     def hessian(self, u, method="soa", fd_step=1e-5, gradient_method="adjoint"):
         """∇²J_k(u).
 
-        ``'soa'``: discrete second-order adjoint (seed 000, §2.5):
+        ``'soa'``: discrete second-order adjoint [GM-grad, §2.5]:
         ``H = L_uu + L_uw M + ∂G/∂uᵀ 𝓜`` with ``M`` the sensitivities and
         ``(∂G/∂w)ᵀ 𝓜 = −(L_ww M + L_wu)``, ``L = F + pᵀG``.
         ``'adjoint_fd'``: central differences of the adjoint gradient
-        (seed 003, eq. (21)).  ``'gauss_newton'``: ``2 Σ_j S_jᵀ A_j S_j`` with
+        [MHV, eq. (21)].  ``'gauss_newton'``: ``2 Σ_j S_jᵀ A_j S_j`` with
         ``S_j = ∂r_j/∂u``.
         """
         u = self._check_u(u)

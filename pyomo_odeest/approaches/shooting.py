@@ -1,8 +1,8 @@
-r"""Multiple shooting (seed 002) on the discrete schemes of the block.
+r"""Multiple shooting [AT] on the discrete schemes of the block.
 
 Nodes :math:`t_0 = \tau_0 < \tau_1 < \dots < \tau_N = T` split the horizon;
 the node values :math:`s_j \in \mathbb R^n` and the parameters :math:`p` are
-the variables :math:`q = (s_0, \dots, s_N, p)` of the NLP (seed 002, eq. (4))
+the variables :math:`q = (s_0, \dots, s_N, p)` of the NLP [AT, eq. (4)]
 
 .. math::
 
@@ -10,7 +10,7 @@ the variables :math:`q = (s_0, \dots, s_N, p)` of the NLP (seed 002, eq. (4))
     \quad\text{s.t.}\quad
     G_j(q) = x_j(\tau_{j+1}; \tau_j, s_j, p) - s_{j+1} = 0,\; j = 0..N-1,
 
-where :math:`x_j` solves the interval problem (seed 002, eq. (2))
+where :math:`x_j` solves the interval problem [AT, eq. (2)]
 :math:`\dot x_j = f(x_j, p, t)`, :math:`x_j(\tau_j) = s_j` on
 :math:`[\tau_j, \tau_{j+1}]`.  When every measurement time is a node
 (Assumption 1, the default node set :math:`\{t_0\} \cup \{\tau_j\} \cup \{T\}`)
@@ -19,10 +19,10 @@ measurement time that is not a node is evaluated on the interval trajectory
 (the classical form (3)); this is what makes multiple shooting with the single
 interval ``nodes=(t0, T)`` the single-shooting problem.
 
-Discretization.  Each interval is an :class:`~pyomo_odeest.problem.EstimationProblem`
+Discretization.  Each interval is an :class:`~pyomo_odeest.problem.declaration.EstimationProblem`
 without data (``t0 = τ_j``, ``T = τ_{j+1}``, parameters = the problem's
 parameters followed by ``n`` node parameters ``s_<state>``, initial state =
-those node parameters) rendered as a :class:`~pyomo_odeest.discrete.DiscreteModel`
+those node parameters) rendered as a :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`
 on the sub-grid of the full problem's grid between the two nodes: the same
 scheme equations as the Pyomo block and the reduced space.  **The multistep
 order ramp** :math:`Q_i = \min(i+1, Q_{\max}-1)` **restarts at every node**
@@ -31,15 +31,15 @@ variable), so for ``N > 1`` the discrete interval trajectories are not the
 sub-trajectories of the single-shooting simulation even at a continuous point;
 with one interval they are, bit for bit.
 
-Derivatives of the continuity constraints (seed 002, eq. (6)):
+Derivatives of the continuity constraints [AT, eq. (6)]:
 
 * ``jacobian="sensitivity"``: the forward sensitivities of the interval
-  (seed 000, eq. (51), :meth:`~pyomo_odeest.discrete.DiscreteModel.state_sensitivities`),
+  [GM-grad, eq. (51), :meth:`~pyomo_odeest.discretization.discrete.DiscreteModel.state_sensitivities`],
   row block :math:`[\,\partial x_j(\tau_{j+1})/\partial s_j,\ -I,\
   \partial x_j(\tau_{j+1})/\partial p\,]`;
 * ``jacobian="adjoint"``: eq. (17) once per component, i.e. ``n`` adjoint
-  sweeps per interval (:meth:`~pyomo_odeest.discrete.DiscreteModel.functional_gradient`
-  with ``dFdx[-1] = e_r``), the :math:`d^2` adjoint equations of seed 002 §3.
+  sweeps per interval (:meth:`~pyomo_odeest.discretization.discrete.DiscreteModel.functional_gradient`
+  with ``dFdx[-1] = e_r``), the :math:`d^2` adjoint equations of [AT] §3.
 
 The modified problem (8), ``formulation="scalar"``, replaces the ``n``
 constraints of interval ``j`` by :math:`h^{(j)} = \|G_j\|_2^2 = 0`, whose
@@ -54,7 +54,7 @@ and the KKT multipliers of (8) are unbounded — comparing with (4),
 :math:`\lambda_j = 2\mu_j G_j`, so :math:`\mu_j = \|\lambda_j\| / (2\|G_j\|)
 \to \infty`.  A Newton step on :math:`h = \|G\|^2` roughly halves :math:`\|G\|`
 (quadratic constraint with zero derivative at the root), so the feasibility
-error decreases linearly at best.  On the Lotka–Volterra problem of seed 002
+error decreases linearly at best.  On the Lotka–Volterra problem of [AT]
 (default draw, from :math:`p_0 = (0.5, 0.5, 0.5, -0.2)`, 10 intervals of 10
 Adams PC steps, ``jacobian="adjoint"``, Ipopt L-BFGS, ``tol=1e-8``):
 
@@ -85,14 +85,14 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from .block import misfit_constant, misfit_sym, resolve_grid
-from .discrete import DiscreteModel, SimulationError
-from .grid import Grid, make_grid
-from .nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
-from .nlp.protocol import EvaluationError, NLPEvaluator
-from .problem import EstimationProblem, Parameter, ProblemError
-from .result import EstimationResult
-from .schemes import get_scheme
+from ..problem.misfit import misfit_constant, misfit_sym, observations
+from ..discretization.discrete import DiscreteModel, SimulationError
+from ..discretization.grid import Grid, make_grid, resolve_grid
+from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
+from ..nlp.protocol import EvaluationError, NLPEvaluator
+from ..problem.declaration import EstimationProblem, Parameter, ProblemError
+from ..problem.result import EstimationResult
+from ..discretization.schemes import get_scheme
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "estimate_multiple_shooting",
            "node_start_values"]
@@ -129,7 +129,7 @@ def _interval_problem(problem, names, t0, T):
 
 
 class IntervalModels:
-    r"""The interval problems of multiple shooting (seed 002, eq. (2)) on one grid.
+    r"""The interval problems of multiple shooting [AT, eq. (2)] on one grid.
 
     Attributes
     ----------
@@ -200,7 +200,7 @@ def _resolve_nodes(problem, nodes):
 
 def interval_models(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
                     steps_per_interval=None, nodes=None) -> IntervalModels:
-    r"""The (cached) interval problems (2) of seed 002 for ``problem``.
+    r"""The (cached) interval problems (2) of [AT] for ``problem``.
 
     Parameters
     ----------
@@ -209,7 +209,7 @@ def interval_models(problem, scheme="adams_pc", qmax=None, grid=None, max_step=N
         The discretization scheme, as for the block.
     grid : Grid, optional
         Full grid; must contain every node.  Default:
-        :func:`~pyomo_odeest.grid.make_grid` of the measurement times with the
+        :func:`~pyomo_odeest.discretization.grid.make_grid` of the measurement times with the
         nodes as extra required points (with the default nodes: the grid of
         the block and of the reduced space).
     max_step, steps_per_interval
@@ -294,7 +294,7 @@ def node_start_values(problem, nodes, u, init="data", im=None):
 # the NLP
 # ---------------------------------------------------------------------------
 class MultipleShootingNLP(NLPEvaluator):
-    r"""Problem (4) (``formulation="vector"``) or (8) (``"scalar"``) of seed 002.
+    r"""Problem (4) (``formulation="vector"``) or (8) (``"scalar"``) of [AT].
 
     Variables ``x = (s_0, ..., s_N, p_free)`` (node values row by node, then
     the free parameters).  Constraints, in this order:
@@ -306,7 +306,7 @@ class MultipleShootingNLP(NLPEvaluator):
       (``n`` rows, eq. (4)) or :math:`h^{(j)} = \|G_j\|^2 = 0` (one row,
       eq. (8)).
 
-    Objective: eq. (7), :math:`\sum_j \varphi_j` with :func:`~pyomo_odeest.block.misfit_sym`
+    Objective: eq. (7), :math:`\sum_j \varphi_j` with :func:`~pyomo_odeest.problem.misfit.misfit_sym`
     evaluated at the node value of the measurement time (or on the interval
     trajectory for a measurement time that is not a node).  Its gradient is
     explicit for node measurements (Remark 2) and one adjoint sweep per
@@ -592,13 +592,13 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
                                max_step=None, steps_per_interval=None, nodes=None,
                                formulation="vector", jacobian="sensitivity", options=None,
                                tee=False, u0=None, init="data", scale=False) -> EstimationResult:
-    r"""Estimate the parameters by multiple shooting (seed 002, problem (4) or (8)) with Ipopt.
+    r"""Estimate the parameters by multiple shooting [AT, problem (4) or (8)] with Ipopt.
 
     Parameters
     ----------
     problem : EstimationProblem
     scheme, qmax, grid, max_step, steps_per_interval
-        Discretization, as for :func:`~pyomo_odeest.reduced.estimate_reduced`;
+        Discretization, as for :func:`~pyomo_odeest.approaches.reduced.estimate_reduced`;
         each interval integrates on its piece of this grid, the order ramp
         restarting at each node.
     nodes : sequence of float, optional
@@ -628,7 +628,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         simultaneous and reduced-space estimators do by default.  Off by
         default here: the node values, of the states' magnitude, are
         variables too, and scaling the parameters alone changes the balance.
-        On seed 002's Lotka–Volterra study from p0 = (0.5, 0.5, 0.5, −0.2)
+        On [AT]'s Lotka–Volterra study from p0 = (0.5, 0.5, 0.5, −0.2)
         it sent 5 of 10 draws (σ = 0.05) to spurious minima, against 0 of 10
         without.  Use it when parameters are orders of magnitude from 1
         (α-pinene: 11 iterations with it, ``Restoration_Failed`` without).
@@ -703,7 +703,6 @@ def _node_trajectories(nlp, x):
 
 
 def _result(problem, nlp, x, x_init, status, success, iters, mult, method, counts, timings):
-    from .simultaneous import observations
     im = nlp.im
     S, u = nlp.split(x)
     S_init, _ = nlp.split(x_init)

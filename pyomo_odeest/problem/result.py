@@ -44,7 +44,7 @@ class EstimationResult:
     adjoint : pandas.DataFrame or None
         Multiplier of the equation that defines x_i (row i = 0..k; row 0 is
         x_0 = l(u)).  With the block's sign convention this is the adjoint
-        p_i of seed 000, eq. (52).
+        p_i of [GM-grad], eq. (52).
     multipliers : dict
         Stage name -> DataFrame of multipliers of that stage's equations,
         indexed by step i (``'x'``: the equation defining x_{i+1}).

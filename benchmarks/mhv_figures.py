@@ -1,6 +1,6 @@
-"""Cost of likelihood gradients on seed 003's diagonal linear model (its Figures 1 and 2).
+"""Cost of likelihood gradients on [MHV]'s diagonal linear model (its Figures 1 and 2).
 
-Problem (seed 003, eqs. (24)–(27)): x' = diag(φ) x, x(0) = 1 on [0, 100],
+Problem [MHV, eqs. (24)–(27)]: x' = diag(φ) x, x(0) = 1 on [0, 100],
 φ_i ~ U[-1.1, -0.1], every state observed at ``n_obs`` regularly spread
 times, data perturbed as in eq. (27), Gaussian log-likelihood with Σ = I.
 
@@ -8,16 +8,16 @@ For each random draw (a new φ and new data) the gradient is computed at the
 drawn φ by
 
 * ``fd``    central finite differences of J (2p forward solves),
-* ``sens``  forward sensitivities (seed 003, eq. (8)),
+* ``sens``  forward sensitivities [MHV, eq. (8)],
 * ``adj``   the continuous adjoint with jumps at the measurement times
             (eqs. (15)–(16)),
 
-all with :class:`pyomo_odeest.continuous.ContinuousModel` using SciPy's BDF
+all with :class:`pyomo_odeest.approaches.continuous.ContinuousModel` using SciPy's BDF
 with exact Jacobians (the seed used CVODES BDF), rtol = 1e-8, atol = 1e-10;
 and by
 
 * ``disc``  the package's discrete adjoint (simulation + backward sweep of
-            seed 000, eqs. (52)/(54)) of the Adams predictor–corrector,
+            [GM-grad], eqs. (52)/(54)) of the Adams predictor–corrector,
             Q_max = 4, steps of at most 0.5.
 
 Sweeps: (a) p = 2, 12, ..., 122 with 11 observation times; (b) 2, 12, ...,
@@ -30,10 +30,10 @@ is reused).  The seed used 100 draws per point; the default here is 3
 
 Output: a table of median times (s) and the median relative error of each
 continuous gradient against the closed form (eq. (25)); the figures
-``docs/img/seed003_parameters.png`` and ``docs/img/seed003_observations.png``;
+``docs/img/mhv_parameters.png`` and ``docs/img/mhv_observations.png``;
 last line
 
-    seed003: crossover_p=... adjoint_speedup_at_p122=... discrete_adjoint_obs_slope=...
+    mhv: crossover_p=... adjoint_speedup_at_p122=... discrete_adjoint_obs_slope=...
 
 ``crossover_p``: smallest p of sweep (a) from which the continuous adjoint is
 faster than forward sensitivities at every larger p; ``adjoint_speedup_at_p122``:
@@ -41,7 +41,7 @@ median time of sens / adj at p = 122; ``discrete_adjoint_obs_slope``: slope of
 log(time) of ``disc`` against log(number of observations) in sweep (b)
 (0 = flat, 1 = proportional).
 
-Usage: python benchmarks/seed003_figures.py [--draws N] [--fd-draws M] [--quick] [--no-plot]
+Usage: python benchmarks/mhv_figures.py [--draws N] [--fd-draws M] [--quick] [--no-plot]
 """
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ import warnings
 
 import numpy as np
 
-from pyomo_odeest.continuous import ContinuousModel
-from pyomo_odeest.discrete import DiscreteModel
+from pyomo_odeest.approaches.continuous import ContinuousModel
+from pyomo_odeest.discretization.discrete import DiscreteModel
 from pyomo_odeest.models.diagonal_linear import (diagonal_linear_exact_gradient,
                                                  diagonal_linear_problem)
 
@@ -138,9 +138,9 @@ def plot(rows_p, rows_o, outdir):
                  adj="continuous adjoint (15)–(16)", disc="discrete adjoint (52)/(54), Adams PC")
     paths = []
     for rows, key, xlabel, fname in ((rows_p, "p", "number of parameters p (11 observations)",
-                                      "seed003_parameters.png"),
+                                      "mhv_parameters.png"),
                                      (rows_o, "n_obs", "number of observation times (p = 50)",
-                                      "seed003_observations.png")):
+                                      "mhv_observations.png")):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         x = [r[key] for r in rows]
         for m in METHODS:
@@ -189,7 +189,7 @@ def main(argv=None):
           f"forward sensitivity {s_sens:.2f}, discrete adjoint {s_disc:.2f}")
     print(f"at p={p_last}: fd/sens = {last['fd'] / last['sens']:.1f}, "
           f"sens/adj = {last['sens'] / last['adj']:.2f}, adj/disc = {last['adj'] / last['disc']:.1f}")
-    # seed 003's qualitative findings, reproduced or not
+    # [MHV]'s qualitative findings, reproduced or not
     verdict = [
         ("continuous adjoint overtakes forward sensitivity (seed: from p ~ 10)",
          cp is not None, f"from p = {cp}" if cp is not None else "not within p <= %d" % p_last),
@@ -204,7 +204,7 @@ def main(argv=None):
     ]
     for claim, ok, detail in verdict:
         print(f"{'reproduced  ' if ok else 'CONTRADICTED'} {claim}: {detail}")
-    print(f"seed003: crossover_p={cp} adjoint_speedup_at_p{p_last}={last['sens'] / last['adj']:.2f} "
+    print(f"mhv: crossover_p={cp} adjoint_speedup_at_p{p_last}={last['sens'] / last['adj']:.2f} "
           f"discrete_adjoint_obs_slope={s_disc:.3f}")
 
 

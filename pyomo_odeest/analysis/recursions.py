@@ -1,23 +1,23 @@
 r"""The papers' gradient recursions, implemented as printed (in one place).
 
 These are the independent check of the reduced-space adjoint of
-:class:`~pyomo_odeest.discrete.DiscreteModel` and of Ipopt's multipliers.
+:class:`~pyomo_odeest.discretization.discrete.DiscreteModel` and of Ipopt's multipliers.
 They work on the scheme written in the papers' form
 ``x_{i+1} = x_i + h_i F_i(x_{i+1}, x_i, ..., x_{i-Q_i+1}; u)`` with dense
 n×n matrices (clarity over speed).
 
-* Explicit predictor–corrector (seed 000, §2.3.1): the predictor is
+* Explicit predictor–corrector [GM-grad, §2.3.1]: the predictor is
   eliminated, ``F_i = K_0 f(y_{i+1}) + Σ_j K_j f(x_{i-j+1})`` with
   ``y_{i+1} = x_i + h_i Σ_j Π_j f(x_{i-j+1})``; sensitivities eq. (51),
   gradient (53); adjoint eq. (52), gradient (54).
-* Implicit Adams–Moulton and Enright (seed 000, §2.3.2): ``F_i`` depends on
+* Implicit Adams–Moulton and Enright [GM-grad, §2.3.2]: ``F_i`` depends on
   ``x_{i+1}``, and (52) becomes implicit:
   ``[I − h_{j-1} D_{x_j}F_{j-1}]ᵀ p_j = p_{j+1} + Σ_i h_i D_{x_j}F_iᵀ p_{i+1} − ∇Φ_j``.
   For Enright ``D_{x_{i+1}}F_i = ρ_0 f_x + h σ ḟ_x`` with
   ``ḟ_x = D_x(f_x f) = f_xx·f + f_x²`` for stationary systems (the paper's
   bracket); the non-stationary term ``f_tx`` is included here.  The paper
   prints the h² coefficient as ``ρ_0``; it is the separate coefficient σ.
-* Semi-implicit predictor–corrector–recorrector (seed 000, §2.3.2): the
+* Semi-implicit predictor–corrector–recorrector [GM-grad, §2.3.2]: the
   multipliers p (recorrector), q (predictor), q^c (corrector) of
   ``q^c_{i+1} = h² σ ḟ_x(y^c_{i+1})ᵀ p_{i+1}``,
   ``q_{i+1} = h K_0 f_x(y_{i+1})ᵀ q^c_{i+1}``,
@@ -200,7 +200,7 @@ def paper_sensitivity_gradient(dm, traj):
 
 
 def _semi_implicit(dm, traj):
-    """Seed 000, §2.3.2, semi-implicit model: multipliers p, q, q^c and the gradient."""
+    """[GM-grad], §2.3.2, semi-implicit model: multipliers p, q, q^c and the gradient."""
     L = _Local(dm, traj.u)
     X, t, k, n = traj.X, dm.t, dm.k, dm.n
     dPhi, Fu = _phi_derivatives(dm, traj)

@@ -1,13 +1,13 @@
 r"""Integration grids containing every measurement time.
 
-The discrete problem of seed 000, eq. (2), lives on a partition
+The discrete problem of [GM-grad], eq. (2), lives on a partition
 
 .. math::
 
     t_0 < t_1 < \dots < t_k = T, \qquad h_i = t_{i+1} - t_i,
 
 that contains every measurement time :math:`\tau_1 < \dots < \tau_s`, with
-the index correspondence of seed 000, eq. (3):
+the index correspondence of [GM-grad], eq. (3):
 
 .. math::
 
@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Grid", "make_grid", "STARTUP_MODES"]
+from ..problem.declaration import ProblemError
+
+__all__ = ["Grid", "make_grid", "resolve_grid", "STARTUP_MODES"]
 
 #: Accepted values of ``make_grid(startup=...)``.
 STARTUP_MODES = ("none", "refined")
@@ -30,7 +32,7 @@ STARTUP_MODES = ("none", "refined")
 
 @dataclass(frozen=True, eq=False)
 class Grid:
-    r"""An integration grid with its measurement index maps (seed 000, eq. (3)).
+    r"""An integration grid with its measurement index maps [GM-grad, eq. (3)].
 
     Attributes
     ----------
@@ -69,7 +71,7 @@ class Grid:
         expect = np.zeros(t.size, dtype=int)
         expect[J] = np.arange(1, tau.size + 1)
         if not np.array_equal(I, expect):
-            raise ValueError("Grid: I is not the inverse of J (seed 000, eq. (3))")
+            raise ValueError("Grid: I is not the inverse of J [GM-grad, eq. (3)]")
         for name, arr in (("t", t), ("meas_times", tau), ("I", I), ("J", J)):
             arr = arr.copy()
             arr.setflags(write=False)
@@ -147,7 +149,7 @@ def make_grid(
     seed=None,
 ) -> Grid:
     r"""Build an integration grid containing :math:`t_0`, :math:`T` and every
-    measurement time (seed 000, eq. (3)).
+    measurement time [GM-grad, eq. (3)].
 
     The required points :math:`\{t_0, T\} \cup \{\tau_j\} \cup` ``extra_times``
     split :math:`[t_0, T]` into intervals; each interval of length :math:`L_r`
@@ -298,3 +300,24 @@ def make_grid(
     I = np.zeros(t.size, dtype=int)
     I[J] = np.arange(1, tau.size + 1)
     return Grid(t=t, meas_times=tau, I=I, J=J)
+
+
+def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> Grid:
+    """The integration grid of eq. (3) for ``problem``.
+
+    Given ``grid`` is checked (starts at t0, contains every measurement
+    time); otherwise :func:`make_grid` is called with ``max_step`` or
+    ``steps_per_interval`` (default 10 steps per measurement interval).
+    """
+    if grid is None:
+        if max_step is None and steps_per_interval is None:
+            steps_per_interval = 10
+        return make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
+                         steps_per_interval=steps_per_interval)
+    if not isinstance(grid, Grid):
+        raise TypeError("grid must be a pyomo_odeest.Grid (see make_grid)")
+    missing = [tau for tau in problem.meas_times if not np.any(grid.t == tau)]
+    if missing or grid.t[0] != problem.t0:
+        raise ProblemError(f"grid must start at t0 and contain every measurement time; "
+                           f"missing {missing[:5]}")
+    return grid

@@ -8,7 +8,7 @@ start on the same scheme and grid, and returns a pandas table::
     fevals | gevals | wall_s
 
 ``continuous_adjoint`` optimizes the same J on the adaptively integrated ODE
-(seed 003's optimize-then-discretize reference); the scheme and grid settings
+[MHV's optimize-then-discretize reference]; the scheme and grid settings
 do not apply to it.
 
 Choosing an approach: the simultaneous block converges from poor starts (the
@@ -24,9 +24,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .reduced import estimate_reduced
-from .shooting import estimate_multiple_shooting
-from .simultaneous import estimate_simultaneous
+from ..approaches.reduced import estimate_reduced
+from ..approaches.shooting import estimate_multiple_shooting
+from ..approaches.simultaneous import estimate_simultaneous
 
 __all__ = ["compare_approaches", "plot_fits", "APPROACHES"]
 
@@ -49,7 +49,7 @@ _DISCRETIZATION = ("scheme", "qmax", "grid", "max_step", "steps_per_interval")
 def _continuous(problem, **kw):
     """The continuous-adjoint backend; it integrates adaptively, so the
     discretization settings of the comparison do not apply to it."""
-    from .continuous import estimate_continuous
+    from ..approaches.continuous import estimate_continuous
     for key in _DISCRETIZATION:
         kw.pop(key, None)
     return estimate_continuous(problem, **kw)

@@ -1,7 +1,7 @@
 r"""The measurement misfit and the parameter penalty, vectorised over the measurement times.
 
 Every loss of the package is a quadratic form in the residuals
-(seed 000, eq. (1); seed 003, eqs. (2)–(5)):
+[GM-grad, eq. (1); [MHV], eqs. (2)–(5)]:
 
 .. math::
 
@@ -12,9 +12,9 @@ with :math:`A_j = \operatorname{diag}(w_j)` for weighted least squares (zero
 weight where a value is missing) and :math:`A_j = \tfrac12\Sigma_{oo}^{-1}`
 on the quantities ``o`` observed at :math:`\tau_j` for the Gaussian negative
 log-likelihood (whose log-determinant is the constant
-:func:`~pyomo_odeest.block.misfit_constant`).  The optional penalty
+:func:`~pyomo_odeest.problem.misfit.misfit_constant`).  The optional penalty
 :math:`R(u)` of the problem is added once.  This is the same function as
-:func:`~pyomo_odeest.block.misfit_sym` (the Pyomo block's objective); here it
+:func:`~pyomo_odeest.problem.misfit.misfit_sym` (the Pyomo block's objective); here it
 is evaluated from the derivatives of the observation function :math:`g`
 alone, so its cost and set-up do not grow with the number of measurement
 times:
@@ -29,13 +29,13 @@ times:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import sympy
 
-from .block import misfit_constant
-from .problem import EstimationProblem, GaussianNLL
-from .symfun import VectorFn, second_derivatives, sparse_jacobian
+from .declaration import EstimationProblem, GaussianNLL
+from ..symbolic.vectorfn import VectorFn, second_derivatives, sparse_jacobian
 
-__all__ = ["MeasurementMisfit"]
+__all__ = ["MeasurementMisfit", "misfit_sym", "misfit_constant", "observations"]
 
 
 class MeasurementMisfit:
@@ -47,7 +47,7 @@ class MeasurementMisfit:
     Attributes
     ----------
     g, gx, gu
-        :math:`g` and its sparse Jacobians (see :mod:`pyomo_odeest.symfun`).
+        :math:`g` and its sparse Jacobians (see :mod:`pyomo_odeest.symbolic.vectorfn`).
     zbar : (N, n_obs)
         Measurements, 0 where missing.
     A : (N, n_obs, n_obs) or None
@@ -170,3 +170,50 @@ class MeasurementMisfit:
         p = len(u)
         return (np.asarray(self._d2R(u), dtype=float).reshape(p, p) if self.has_penalty
                 else np.zeros((p, p)))
+
+
+def misfit_sym(problem: EstimationProblem, j: int):
+    r"""φ_j of measurement time τ_j as a sympy expression in (x, u).
+
+    Least squares: :math:`\sum_o w_{jo} (g_o(x, u, τ_j) - \bar z_{jo})^2`;
+    Gaussian NLL: :math:`\tfrac12 r^\top Σ_{oo}^{-1} r` over the quantities
+    observed at τ_j [MHV, eq. (2)–(5)]; the constant is in
+    :func:`misfit_constant`.
+    """
+    tau = float(problem.meas_times[j])
+    obs = np.flatnonzero(problem.mask[j])
+    zbar = problem.data.to_numpy()[j]
+    r = [problem.g_sym[o].subs(problem.t_sym, tau) - sympy.Float(zbar[o], 17) for o in obs]
+    if isinstance(problem.loss, GaussianNLL):
+        S = problem.cov[np.ix_(obs, obs)]
+        Si = np.linalg.inv(S)
+        Si = 0.5 * (Si + Si.T)
+        m = len(obs)
+        # exact zeros of Σ⁻¹ (diagonal or block-diagonal Σ) contribute no term:
+        # the expression has O(nnz) rather than O(m²) terms
+        return sympy.Rational(1, 2) * sum(
+            sympy.Float(Si[a, a], 17) * r[a]**2 for a in range(m)) + sum(
+            sympy.Float(Si[a, b], 17) * r[a] * r[b]
+            for a in range(m) for b in range(a + 1, m) if Si[a, b] != 0.0)
+    w = problem.weights[j]
+    return sum(sympy.Float(w[o], 17) * ri**2 for o, ri in zip(obs, r))
+
+
+def misfit_constant(problem: EstimationProblem) -> float:
+    """Constant part of the objective (the log-determinant of the Gaussian NLL)."""
+    if not isinstance(problem.loss, GaussianNLL):
+        return 0.0
+    c = 0.0
+    for j in range(len(problem.meas_times)):
+        obs = np.flatnonzero(problem.mask[j])
+        S = problem.cov[np.ix_(obs, obs)]
+        c += 0.5 * np.linalg.slogdet(2 * np.pi * S)[1]
+    return float(c)
+
+
+def observations(problem: EstimationProblem, Xmeas, u):
+    """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time."""
+    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
+    Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float), (len(problem.g_sym),))
+                  for x, tau in zip(Xmeas, problem.meas_times)])
+    return pd.DataFrame(Z, index=pd.Index(problem.meas_times, name="time"), columns=problem.obs_names)

@@ -7,7 +7,7 @@ How a model becomes callbacks
    templatizes (one expression in symbolic indices, such as every discretized
    ODE), the template is converted once to sympy, differentiated once, and its
    slot positions for all rows are gathered with vectorised index arithmetic:
-   the whole constraint becomes one :class:`~pyomo_odeest.nlp.family.Family`.
+   the whole constraint becomes one :class:`~pyomo_odeest.pyomo.family.Family`.
 2. Everything else (scalar constraints, rules that branch on the index or walk
    ordered sets, objective terms) takes the general path: each expression is
    walked once, and rows with the same *structure* (operators and leaf kinds)
@@ -47,8 +47,8 @@ except ImportError:       # pragma: no cover - older Pyomo
         pass
 
 from .family import Family, compile_family
-from .protocol import EvaluationError, NLPEvaluator
-from .structure import UnsupportedExpressionError, to_sympy, walk
+from ..nlp.protocol import EvaluationError, NLPEvaluator
+from ..symbolic.structure import UnsupportedExpressionError, to_sympy, walk
 
 __all__ = ["PyomoNLPEvaluator", "UnsupportedModelError"]
 

@@ -1,9 +1,9 @@
-r"""Ipopt's multipliers versus the discrete adjoint of seed 000.
+r"""Ipopt's multipliers versus the discrete adjoint of [GM-grad].
 
 Convention (tested): the block stores every scheme equation with body
 ``G = v − x_i − h_i F_i`` and the initial condition as ``x_0 − l(u)``; Ipopt's
 Lagrangian is ``J_k + λᵀG`` (the ``dual`` suffix, see
-:mod:`pyomo_odeest.solver`) and seed 000's is ``F + pᵀG``.  Hence, with the
+:mod:`pyomo_odeest.pyomo.solver`) and [GM-grad]'s is ``F + pᵀG``.  Hence, with the
 objective unscaled, **the multiplier of the equation defining x_i is p_i of
 eq. (52)**, and the multipliers of the stage equations (predictor y, corrector
 y^c) are the stage adjoints (q, q^c of §2.3.2).  This holds at the optimum and
@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 import pyomo.environ as pyo
 
-from .block import build_block, scheme_constraint
-from .discrete import DiscreteModel, Trajectory
+from ..pyomo.block import build_block, scheme_constraint
+from ..discretization.discrete import DiscreteModel, Trajectory
 from .recursions import paper_adjoint
-from .simultaneous import initialize_block
-from .solver import OdeestIpoptSolver
+from ..approaches.simultaneous import initialize_block
+from ..pyomo.solver import OdeestIpoptSolver
 
 __all__ = ["MultiplierReport", "validate_multipliers", "adjoint_from_duals", "block_trajectory"]
 

@@ -1,7 +1,7 @@
 r"""Variable-step, variable-order multistep schemes for the discrete problem.
 
 The continuous dynamics :math:`\dot x = f(x, u, t)` are replaced by the
-discrete equations of seed 000, eq. (2),
+discrete equations of [GM-grad], eq. (2),
 
 .. math::
 
@@ -9,7 +9,7 @@ discrete equations of seed 000, eq. (2),
     \qquad i = 0, \dots, k-1,
 
 on a grid :math:`t_0 < t_1 < \dots < t_k` with steps :math:`h_i = t_{i+1} - t_i`
-that are *not* uniform in general.  The order policy is the one of seed 000
+that are *not* uniform in general.  The order policy is the one of [GM-grad]
 (after eq. (5)),
 
 .. math::
@@ -22,13 +22,13 @@ one per step until :math:`Q_{\max} - 1` is reached.
 Four schemes are provided, one object each:
 
 ``AdamsPC``
-    Adams–Bashforth predictor / Adams–Moulton corrector (seed 000, eqs. (4)–(5)).
+    Adams–Bashforth predictor / Adams–Moulton corrector [GM-grad, eqs. (4)–(5)].
 ``AdamsMoulton``
     Fully implicit Adams–Moulton of the same orders.
 ``Enright``
-    Enright's implicit second-derivative scheme (seed 000, eq. (6)).
+    Enright's implicit second-derivative scheme [GM-grad, eq. (6)].
 ``SemiImplicitEnright``
-    Predictor–corrector–recorrector of seed 000, §2.3.2.
+    Predictor–corrector–recorrector of [GM-grad], §2.3.2.
 
 Every coefficient is derived for the actual step history from order
 conditions (exactness on polynomials), see :func:`adams_bashforth_coefficients`,
@@ -51,7 +51,7 @@ uniform grid the observed order is :attr:`MultistepScheme.startup_order`
 (:math:`\min(3, Q_{\max})` for Adams, :math:`\min(4, Q_{\max}+1)` for Enright)
 rather than :attr:`MultistepScheme.order`.  The full order is recovered with
 a grid whose start-up steps shrink faster than :math:`h`
-(``make_grid(..., startup="refined")`` in :mod:`pyomo_odeest.grid`) or with
+(``make_grid(..., startup="refined")`` in :mod:`pyomo_odeest.discretization.grid`) or with
 exact start values (``integrate(..., start_values=...)``).
 """
 
@@ -180,7 +180,7 @@ class Stage:
 
 @dataclass(frozen=True)
 class StepFormula:
-    r"""The equations of step :math:`i` (seed 000, eq. (2)) on a given grid.
+    r"""The equations of step :math:`i` [GM-grad, eq. (2)] on a given grid.
 
     Parameters
     ----------
@@ -347,7 +347,7 @@ def _solve_public(weights, s):
 def adams_bashforth_coefficients(t_hist, h) -> np.ndarray:
     r"""Variable-step Adams–Bashforth coefficients :math:`\Pi_1, \dots, \Pi_Q`.
 
-    The predictor of seed 000, eq. (5),
+    The predictor of [GM-grad], eq. (5),
 
     .. math::
 
@@ -383,7 +383,7 @@ def adams_bashforth_coefficients(t_hist, h) -> np.ndarray:
 def adams_moulton_coefficients(t_hist, t_new, q=None) -> np.ndarray:
     r"""Variable-step Adams–Moulton coefficients :math:`K_0, K_1, \dots, K_Q`.
 
-    The corrector of seed 000, eq. (4),
+    The corrector of [GM-grad], eq. (4),
 
     .. math::
 
@@ -425,7 +425,7 @@ def adams_moulton_coefficients(t_hist, t_new, q=None) -> np.ndarray:
 def enright_coefficients(t_hist, t_new) -> tuple[np.ndarray, float]:
     r"""Variable-step Enright second-derivative coefficients.
 
-    Seed 000, eq. (6), with the :math:`h^2` coefficient written as its own
+    [GM-grad], eq. (6), with the :math:`h^2` coefficient written as its own
     unknown :math:`\sigma` (the seed reuses the symbol :math:`\rho_0`):
 
     .. math::
@@ -477,7 +477,7 @@ def _check_qmax(qmax) -> int:
 
 
 def _check_grid(t) -> np.ndarray:
-    t = getattr(t, "t", t)  # a pyomo_odeest.grid.Grid or an array of times
+    t = getattr(t, "t", t)  # a pyomo_odeest.discretization.grid.Grid or an array of times
     t = np.ascontiguousarray(np.asarray(t, dtype=float))
     if t.ndim != 1 or t.size < 2:
         raise ValueError("the grid t must be a 1-D array with at least two times")
@@ -506,7 +506,7 @@ StageTemplate = tuple
 
 
 class MultistepScheme:
-    r"""Base class of the multistep schemes of seed 000, eqs. (2), (4)–(6).
+    r"""Base class of the multistep schemes of [GM-grad], eqs. (2), (4)–(6).
 
     A scheme maps a grid :math:`t_0 < \dots < t_k` to the list of step
     equations :math:`x_{i+1} = x_i + h_i F_i(\dots)` (:class:`StepFormula`)
@@ -541,7 +541,7 @@ class MultistepScheme:
        against this (self-check) and a :class:`RuntimeError` names the step
        if it fails (an ill-conditioned step history).
     7. The order policy is :meth:`order_q`,
-       :math:`Q_i = \min(i+1, Q_{\max}-1)` (seed 000, after eq. (5));
+       :math:`Q_i = \min(i+1, Q_{\max}-1)` [GM-grad, after eq. (5)];
        subclasses do not override it.
     8. Instances are immutable apart from the per-grid formula cache and
        the counter ``n_formulas_built``.
@@ -589,7 +589,7 @@ class MultistepScheme:
         return hash((type(self).__name__, self.qmax))
 
     def order_q(self, i: int) -> int:
-        r""":math:`Q_i = \min(i + 1, Q_{\max} - 1)` (seed 000, after eq. (5))."""
+        r""":math:`Q_i = \min(i + 1, Q_{\max} - 1)` [GM-grad, after eq. (5)]."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
             raise ValueError(f"step index must be a non-negative int, got {i!r}")
         return min(int(i) + 1, self.qmax - 1)
@@ -712,7 +712,7 @@ class MultistepScheme:
 
 
 class AdamsPC(MultistepScheme):
-    r"""Adams predictor–corrector (PECE), seed 000, eqs. (4)–(5).
+    r"""Adams predictor–corrector (PECE), [GM-grad], eqs. (4)–(5).
 
     .. math::
 
@@ -767,7 +767,7 @@ class AdamsMoulton(MultistepScheme):
         x_{i+1} = x_i + h_i \Big[K_0 f(x_{i+1}, t_{i+1})
                   + \sum_{j=1}^{Q_i} K_j f(x_{i-j+1}, t_{i-j+1})\Big],
 
-    the corrector of seed 000, eq. (4), solved exactly instead of being fed
+    the corrector of [GM-grad], eq. (4), solved exactly instead of being fed
     the predictor.  Global order :math:`Q_{\max}`; with the ramp on a plain
     uniform grid the trapezoidal start limits the observed order to
     :math:`\min(3, Q_{\max})`.  Stages: ``("x",)``, implicit.
@@ -800,7 +800,7 @@ class AdamsMoulton(MultistepScheme):
 
 
 class Enright(MultistepScheme):
-    r"""Enright's implicit second-derivative scheme, seed 000, eq. (6).
+    r"""Enright's implicit second-derivative scheme, [GM-grad], eq. (6).
 
     .. math::
 
@@ -846,7 +846,7 @@ class Enright(MultistepScheme):
 class SemiImplicitEnright(MultistepScheme):
     r"""Predictor–corrector–recorrector variant of Enright's scheme.
 
-    Seed 000, §2.3.2 (semi-implicit model):
+    [GM-grad], §2.3.2 (semi-implicit model):
 
     .. math::
 
@@ -998,7 +998,7 @@ def integrate(
     fdot_jac: Callable | None = None,
     start_values=None,
 ) -> np.ndarray:
-    r"""Solve the discrete equations (seed 000, eq. (2)) step by step.
+    r"""Solve the discrete equations [GM-grad, eq. (2)] step by step.
 
     Reference implementation of the :class:`StepFormula` equations: for each
     step the stages are evaluated in order; an implicit stage

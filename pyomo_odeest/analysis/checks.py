@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .nlp.protocol import EvaluationError
+from ..nlp.protocol import EvaluationError
 
 __all__ = ["Mismatch", "QuantityCheck", "DerivativeReport", "check_derivatives",
            "check_gradient", "check_jacobian", "check_consistency",

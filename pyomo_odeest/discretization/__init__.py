@@ -1,0 +1,12 @@
+"""The discrete problem: grids containing every measurement time (:mod:`.grid`),
+the multistep schemes defined once (:mod:`.schemes`), the discrete equations
+G(x, u) = 0 with their simulation and exact derivatives (:mod:`.discrete`), and
+the adaptive step-size model (:mod:`.adaptive`)."""
+from .grid import STARTUP_MODES, Grid, make_grid, resolve_grid
+from .schemes import SCHEMES, get_scheme, integrate
+from .discrete import DiscreteModel, SimulationError, Trajectory
+from .adaptive import AdaptiveError, AdaptiveModel, AdaptiveRun, PowerLaw, StepController
+
+__all__ = ["STARTUP_MODES", "Grid", "make_grid", "resolve_grid", "SCHEMES", "get_scheme",
+           "integrate", "DiscreteModel", "SimulationError", "Trajectory", "AdaptiveError",
+           "AdaptiveModel", "AdaptiveRun", "PowerLaw", "StepController"]
