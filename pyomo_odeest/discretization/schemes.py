@@ -69,6 +69,7 @@ __all__ = [
     "PointRef",
     "Stage",
     "StepFormula",
+    "StepBatch",
     "MultistepScheme",
     "AdamsPC",
     "AdamsMoulton",
@@ -235,6 +236,41 @@ class StepFormula:
             if st.name == name:
                 return st
         raise KeyError(f"step {self.i} has no stage {name!r}")
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    r"""Steps of equal order :math:`Q_i` as arrays (see :meth:`MultistepScheme.batches`).
+
+    Parameters
+    ----------
+    q : int
+        :math:`Q_i` of every step of the batch.
+    steps : numpy.ndarray
+        Step indices ``(B,)``, increasing.
+    stages : tuple
+        One ``(name, f_terms, fdot_terms)`` per stage, as in
+        :class:`Stage`, but every coefficient is an array ``(B,)`` over the
+        steps of the batch.
+    """
+
+    q: int
+    steps: np.ndarray
+    stages: tuple
+
+    @property
+    def structure(self) -> tuple:
+        """As :attr:`StepFormula.structure` (equal for every step of the batch)."""
+        return tuple((name, tuple(p for p, _ in ft), tuple(p for p, _ in dt))
+                     for name, ft, dt in self.stages)
+
+    def formula(self, r: int) -> StepFormula:
+        """The :class:`StepFormula` of the ``r``-th step of the batch."""
+        return StepFormula(
+            i=int(self.steps[r]), order_q=self.q,
+            stages=tuple(Stage(name, tuple((p, float(c[r])) for p, c in ft),
+                               tuple((p, float(c[r])) for p, c in dt))
+                         for name, ft, dt in self.stages))
 
 
 # ---------------------------------------------------------------------------
@@ -560,6 +596,7 @@ class MultistepScheme:
     def __init__(self, qmax: int = DEFAULT_QMAX):
         self.qmax = _check_qmax(qmax)
         self._cache: OrderedDict[bytes, tuple[StepFormula, ...]] = OrderedDict()
+        self._batch_cache: OrderedDict[bytes, tuple[StepBatch, ...]] = OrderedDict()
         #: number of step formulas built so far (cache hits do not count)
         self.n_formulas_built = 0
 
@@ -624,14 +661,11 @@ class MultistepScheme:
         key = t.tobytes()
         hit = self._cache.get(key)
         if hit is None:
-            k = t.size - 1
-            out: list[StepFormula | None] = [None] * k
-            steps = np.arange(k)
-            qs = np.minimum(steps + 1, self.qmax - 1)
-            for q in np.unique(qs):
-                idx = steps[qs == q]
-                for i, sf in zip(idx, self._build(idx, t)):
-                    out[i] = sf
+            out: list[StepFormula | None] = [None] * (t.size - 1)
+            for batch in self.batches(t):
+                for r, i in enumerate(batch.steps.tolist()):
+                    out[i] = batch.formula(r)
+            self.n_formulas_built += len(out)
             hit = tuple(out)
             self._cache[key] = hit
             while len(self._cache) > self._CACHE_SIZE:
@@ -640,9 +674,31 @@ class MultistepScheme:
             self._cache.move_to_end(key)
         return list(hit)
 
+    def batches(self, t) -> tuple[StepBatch, ...]:
+        """The step formulas of grid ``t`` as arrays: one :class:`StepBatch` per
+        order :math:`Q_i` (steps of equal :math:`Q_i` share one structure).
+
+        Same coefficients as :meth:`formulas` (which is built from these), in
+        O(number of batches) Python objects instead of O(k); cached per grid.
+        """
+        t = _check_grid(t)
+        key = t.tobytes()
+        hit = self._batch_cache.get(key)
+        if hit is None:
+            k = t.size - 1
+            steps = np.arange(k)
+            qs = np.minimum(steps + 1, self.qmax - 1)
+            hit = tuple(self._build(steps[qs == q], t) for q in np.unique(qs))
+            self._batch_cache[key] = hit
+            while len(self._batch_cache) > self._CACHE_SIZE:
+                self._batch_cache.popitem(last=False)
+        else:
+            self._batch_cache.move_to_end(key)
+        return hit
+
     # -- internals ----------------------------------------------------------
-    def _build(self, idx: np.ndarray, t: np.ndarray) -> list[StepFormula]:
-        """Formulas of steps ``idx`` (all with the same Q_i), checked."""
+    def _build(self, idx: np.ndarray, t: np.ndarray) -> StepBatch:
+        """Coefficients of steps ``idx`` (all with the same Q_i), checked."""
         q = self.order_q(int(idx[0]))
         h = t[idx + 1] - t[idx]
         lags = np.arange(q)
@@ -655,17 +711,19 @@ class MultistepScheme:
                 "the step history is too ill-conditioned (reduce step-size ratios or qmax)"
             ) from exc
         self._check_templates(templates, s, q, idx, t)
-        out = []
-        for b, i in enumerate(idx):
-            stages = tuple(
-                Stage(name,
-                      tuple((p, float(c[b])) for p, c in f_terms),
-                      tuple((p, float(c[b])) for p, c in fdot_terms))
-                for name, f_terms, fdot_terms in templates
-            )
-            out.append(StepFormula(i=int(i), order_q=q, stages=stages))
-        self.n_formulas_built += len(out)
-        return out
+        B = idx.size
+
+        def arr(c):
+            a = np.array(np.broadcast_to(np.asarray(c, dtype=float), (B,)))
+            a.setflags(write=False)
+            return a
+
+        stages = tuple((name, tuple((p, arr(c)) for p, c in f_terms),
+                        tuple((p, arr(c)) for p, c in fdot_terms))
+                       for name, f_terms, fdot_terms in templates)
+        steps = np.array(idx, dtype=np.int64)
+        steps.setflags(write=False)
+        return StepBatch(q=q, steps=steps, stages=stages)
 
     def _check_templates(self, templates, s, q, idx, t) -> None:
         """Structural rules 1, 5 and the exactness self-check of rule 6."""
