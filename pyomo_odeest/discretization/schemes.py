@@ -1043,6 +1043,13 @@ def _fd_fdot(f):
     return fdot
 
 
+def _stage_is_implicit(stage) -> bool:
+    """Whether a batch stage ``(name, f_terms, fdot_terms)`` references itself."""
+    name, f_terms, d_terms = stage
+    return any((p.kind == "new" and name == "x") or (p.kind == "stage" and p.stage == name)
+               for p, _ in f_terms + d_terms)
+
+
 def integrate(
     scheme,
     f: Callable,
@@ -1130,40 +1137,34 @@ def integrate(
     if not np.all(np.isfinite(x[0])):
         raise ValueError("x0 contains non-finite values")
 
-    fcache: dict[int, np.ndarray] = {}
-    dcache: dict[int, np.ndarray] = {}
+    # f (fdot) at grid points, computed once per point when first needed
+    F = np.empty((k + 1, n))
+    D = np.empty((k + 1, n)) if sch.needs_fdot else None
+    have_f = np.zeros(k + 1, dtype=bool)
+    have_d = np.zeros(k + 1, dtype=bool)
 
     def call(fun, z, tt, what, i, stage):
-        v = np.asarray(fun(z, tt), dtype=float).reshape(-1)
-        if v.size != n or not np.all(np.isfinite(v)):
+        v = fun(z, tt)
+        if v.__class__ is not np.ndarray or v.dtype != float or v.shape != (n,):
+            v = np.asarray(v, dtype=float).reshape(-1)
+        tot = v.sum() if v.size == n else np.nan
+        if tot - tot != 0:      # NaN or inf somewhere (or a wrong shape)
             raise RuntimeError(
                 f"{what} returned {'non-finite values' if v.size == n else f'shape {v.shape}, expected ({n},)'} "
                 f"at step {i} (t={tt:.6g}), stage {stage!r}"
             )
         return v
 
-    def f_past(idx, i, stage):
-        if idx not in fcache:
-            fcache[idx] = call(f, x[idx], t[idx], "f", i, stage)
-        return fcache[idx]
+    def grid_values(idx, i, stage, is_dot):
+        """f (fdot) at the grid points ``idx`` (an array), computing missing ones."""
+        have, store, fun = (have_d, D, fdot) if is_dot else (have_f, F, f)
+        for j in idx.tolist():
+            if not have[j]:
+                store[j] = call(fun, x[j], t[j], "fdot" if is_dot else "f", i, stage)
+                have[j] = True
+        return store[idx]
 
-    def fdot_past(idx, i, stage):
-        if idx not in dcache:
-            dcache[idx] = call(fdot, x[idx], t[idx], "fdot", i, stage)
-        return dcache[idx]
-
-    formulas = sch.formulas(t)
     eye = np.eye(n)
-    predictor = AdamsPC(sch.qmax).formulas(t)  # its "y" stage: Adams–Bashforth with the same Q_i
-
-    def guess(i, vals):
-        """Initial Newton iterate: the latest stage of this step, else the AB predictor."""
-        if vals:
-            return next(reversed(vals.values())).copy()
-        z = x[i].copy()
-        for p, c in predictor[i].stages[0].f_terms:
-            z += (t[i + 1] - t[i]) * c * f_past(i - p.lag, i, "x")
-        return z
 
     def _newton(i, stage, base, c_self, d_self, z):
         """Solve z = base + h c f(z, t_{i+1}) + h^2 d fdot(z, t_{i+1})."""
@@ -1202,34 +1203,65 @@ def integrate(
             f"(t={t[i]:.6g}, h={h:.3g}), stage {stage!r}; last |delta|={dn:.3e}"
         )
 
-    for i in range(m0 - 1, k):
-        sf = formulas[i]
-        h = t[i + 1] - t[i]
-        tn = t[i + 1]
-        vals: dict[str, np.ndarray] = {}
-        for st in sf.stages:
-            base = x[i].copy()
-            c_self = 0.0
-            d_self = 0.0
-            for terms, scale, is_fdot in ((st.f_terms, h, False), (st.fdot_terms, h * h, True)):
-                for p, c in terms:
-                    if st._targets_self(p):
-                        if is_fdot:
-                            d_self += c
-                        else:
-                            c_self += c
-                        continue
+    # per batch and stage: past terms as (lags, coefficient matrix), other
+    # terms one by one, implicit (own) coefficients summed
+    batches = sch.batches(t)
+    pred = None
+    if any(_stage_is_implicit(st) for bt in batches for st in bt.stages):
+        pred = {bt.q: bt for bt in AdamsPC(sch.qmax).batches(t)}   # Adams–Bashforth guess
+    for batch in batches:
+        steps = batch.steps
+        sel = steps >= m0 - 1
+        if not sel.any():
+            continue
+        rows = np.nonzero(sel)[0]
+        hh = t[steps + 1] - t[steps]
+        plans = []
+        for name, f_terms, d_terms in batch.stages:
+            terms = []
+            own = [np.zeros(steps.size), np.zeros(steps.size)]
+            for is_dot, ts, power in ((False, f_terms, 1), (True, d_terms, 2)):
+                past = [(p.lag, c) for p, c in ts if p.kind == "past"]
+                lags = np.array([lg for lg, _ in past], dtype=np.int64)
+                cm = (np.stack([c for _, c in past], axis=1) * (hh ** power)[:, None]) if past else None
+                others = []
+                for p, c in ts:
                     if p.kind == "past":
-                        v = fdot_past(i - p.lag, i, st.name) if is_fdot else f_past(i - p.lag, i, st.name)
+                        continue
+                    if (p.kind == "new" and name == "x") or (p.kind == "stage" and p.stage == name):
+                        own[int(is_dot)] = own[int(is_dot)] + c
                     else:
-                        v = call(fdot if is_fdot else f, vals[p.stage], tn, "fdot" if is_fdot else "f", i, st.name)
-                    base += scale * c * v
-            if c_self == 0.0 and d_self == 0.0:
-                z = base
-            else:
-                z = _newton(i, st.name, base, c_self, d_self, guess(i, vals))
-            if not np.all(np.isfinite(z)):
-                raise RuntimeError(f"non-finite state at step {i} (t={t[i]:.6g}), stage {st.name!r}")
-            vals[st.name] = z
-        x[i + 1] = vals["x"]
+                        others.append((p.stage, c * hh ** power))
+                terms.append((is_dot, lags, cm, others))
+            plans.append((name, terms, own))
+        if pred is not None:
+            pb = pred[batch.q]
+            p_lags = np.array([p.lag for p, _ in pb.stages[0][1]], dtype=np.int64)
+            p_cm = np.stack([c for _, c in pb.stages[0][1]], axis=1) * hh[:, None]
+        for r in rows.tolist():
+            i = int(steps[r])
+            tn = t[i + 1]
+            vals: dict[str, np.ndarray] = {}
+            for name, terms, own in plans:
+                base = x[i].copy()
+                for is_dot, lags, cm, others in terms:
+                    if cm is not None:
+                        base += cm[r] @ grid_values(i - lags, i, name, is_dot)
+                    for pst, c in others:
+                        base += c[r] * call(fdot if is_dot else f, vals[pst], tn,
+                                            "fdot" if is_dot else "f", i, name)
+                c_self, d_self = float(own[0][r]), float(own[1][r])
+                if c_self == 0.0 and d_self == 0.0:
+                    z = base
+                else:
+                    if vals:
+                        z0 = next(reversed(vals.values())).copy()
+                    else:
+                        z0 = x[i] + p_cm[r] @ grid_values(i - p_lags, i, name, False)
+                    z = _newton(i, name, base, c_self, d_self, z0)
+                tot = z.sum()
+                if tot - tot != 0:
+                    raise RuntimeError(f"non-finite state at step {i} (t={t[i]:.6g}), stage {name!r}")
+                vals[name] = z
+            x[i + 1] = vals["x"]
     return x

@@ -133,37 +133,40 @@ def _point_objects(b, i, pref, stage_S):
     return [comp[i, s] for s in stage_S], b.t[i + 1]
 
 
-def _stage_rule(si, s, stage, cf_name, cd_name, fdot):
+def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot):
     """Rule of the ``stage`` equation of state ``s`` for the steps of one batch.
 
-    Everything is looked up through the block argument (never captured), so
-    that rules of cloned blocks render their own components."""
+    Components are looked up through the block argument (never captured), so
+    that rules of cloned blocks render the clone's components; only symbolic
+    data of ``problem`` (immutable) is captured."""
     f_points = [p for p, _ in stage[1]]
     d_points = [p for p, _ in stage[2]]
     name = stage[0]
+    S, pnames = list(problem.states), list(problem.parameter_names)
+    u_sym, x_sym, t_sym = problem.u_sym, problem.x_sym, problem.t_sym
+    f_s = problem.f_sym[si]
+    fd_s = fdot[si] if d_points else None
 
     def rule(b, i):
-        problem = b.problem
-        S = problem.states
-        base = {sym: b.u[p] for sym, p in zip(problem.u_sym, problem.parameter_names)}
+        base = {sym: b.u[p] for sym, p in zip(u_sym, pnames)}
 
         def term(expr_sym, pref):
             xv, tv = _point_objects(b, i, pref, S)
             objs = dict(base)
-            objs.update(zip(problem.x_sym, xv))
-            objs[problem.t_sym] = tv
+            objs.update(zip(x_sym, xv))
+            objs[t_sym] = tv
             return sympy_to_pyomo(expr_sym, objs)
 
         cf = b.component(cf_name)
         expr = 0
         for j, pref in enumerate(f_points):
-            expr = expr + cf[i, j] * term(problem.f_sym[si], pref)
+            expr = expr + cf[i, j] * term(f_s, pref)
         val = b.x[i, s] + b.h[i] * expr
         if d_points:
             cd = b.component(cd_name)
             dexpr = 0
             for j, pref in enumerate(d_points):
-                dexpr = dexpr + cd[i, j] * term(fdot[si], pref)
+                dexpr = dexpr + cd[i, j] * term(fd_s, pref)
             val = val + b.h[i] ** 2 * dexpr
         target = b.x[i + 1, s] if name == "x" else b.component(name)[i, s]
         return target == val
@@ -282,7 +285,7 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
                 cname = f"ode_{sname}_{s}_{tag}"
                 with _templatized():
                     b.add_component(cname, pyo.Constraint(
-                        step_set, rule=_stage_rule(si, s, stage, names[0], names[1], fd_sym)))
+                        step_set, rule=_stage_rule(problem, si, s, stage, names[0], names[1], fd_sym)))
                 con = b.component(cname)
                 if _LazyRowData is not None:
                     for d in con._data.values():
