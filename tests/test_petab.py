@@ -297,3 +297,20 @@ def test_fit_reaches_reference(bruno, approach, shift):
     ref = REFERENCE["Bruno_JExpBot2016"]
     assert bruno.nll(res.objective) <= ref + 1e-3          # on the discretization
     assert bruno.simulated_nll(res) <= ref + 1e-5          # by an independent simulation
+
+
+def test_every_approach_and_compare_approaches_take_an_imported_condition():
+    """One condition of Bruno as a single-experiment problem: the simultaneous, reduced-space,
+    multiple-shooting and continuous approaches through compare_approaches."""
+    from pyomo_odeest import compare_approaches
+    pe = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016"), conditions="model1_data2")
+    assert pe.problem.experiments is None and pe.conditions == ["model1_data2"]
+    table, results = compare_approaches(
+        pe.problem, approaches=("simultaneous", "reduced_space", "multiple_shooting",
+                                "continuous_adjoint"), steps_per_interval=5)
+    assert table["success"].all(), table["status"]
+    nll = {k: pe.nll(r.objective) for k, r in results.items()}
+    # the same discrete equations: the same optimum
+    assert nll["simultaneous"] == pytest.approx(nll["reduced_space"], abs=1e-7)
+    # other discretizations of the same ODE: the same optimum up to their errors
+    assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll
