@@ -23,6 +23,21 @@ MATH = re.compile(r":math:`([^`]*)`")
 DIRECTIVE = re.compile(r"^(\s*)\.\. math::\s*(.*)$")
 
 
+def api_units():
+    """The top-level subpackages and modules of pyomo_odeest that have an API page:
+    every one with ``__all__`` (the entry points ``cli``, ``demo``, ``__main__`` aside)."""
+    import pkgutil
+
+    import pyomo_odeest
+    units = []
+    for info in pkgutil.iter_modules(pyomo_odeest.__path__):
+        if info.name in ("cli", "demo", "__main__"):
+            continue
+        if hasattr(importlib.import_module(f"pyomo_odeest.{info.name}"), "__all__"):
+            units.append(info.name)
+    return units
+
+
 def documented_path(package, name):
     """Where the API pages document ``package.name``: a name that is also a
     submodule of the package (``approaches.estimate``) is documented inside it."""
@@ -37,8 +52,7 @@ def _rendered():
     """{id(object): documented path} for every public name of the API pages."""
     import pyomo_odeest
     out = {}
-    for sub in ("symbolic", "problem", "discretization", "nlp", "pyomo", "approaches",
-                "analysis", "models", "optimizers"):
+    for sub in api_units():
         mod = importlib.import_module(f"pyomo_odeest.{sub}")
         out.setdefault(id(mod), f"pyomo_odeest.{sub}")
         for name in getattr(mod, "__all__", ()):
