@@ -47,7 +47,8 @@ def test_docs_build_strict_with_an_api_page_for_every_public_name(tmp_path):
     index = (site / "api" / "index.html").read_text()
     import pyomo_odeest
     absent = [n for n in pyomo_odeest.__all__ if n != "__version__" and f"<code>{n}</code>" not in index]
-    assert not absent, f"top-level names missing from docs/api/index.md: {absent}"
+    assert not absent, (f"top-level names missing from docs/api/index.md: {absent} "
+                        "(regenerate it: python docs_tools/api_index.py)")
     # maths is rendered by MathJax from the arithmatex spans
     assert 'class="arithmatex"' in (site / "bibliography" / "index.html").read_text()
 
