@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, GaussianNLL, LeastSquares, Parameter,
-                      ProblemError)
+                      ProblemError, flag_noise_level, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
@@ -24,6 +24,8 @@ from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_co
                          simulate)
 from .analysis import (check_derivatives, compare_approaches, convergence_study, plot_fits,
                        validate_multipliers)
+from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
+                     profile_points)
 
 __all__ = [
     "__version__",
@@ -31,7 +33,7 @@ __all__ = [
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
     "EstimationProblem", "EstimationResult", "GaussianNLL", "LeastSquares", "Parameter",
-    "ProblemError",
+    "ProblemError", "flag_noise_level", "noise_check",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",
@@ -45,4 +47,7 @@ __all__ = [
     # analysis
     "check_derivatives", "compare_approaches", "convergence_study", "plot_fits",
     "validate_multipliers",
+    # runner
+    "BootstrapResult", "MultistartResult", "RunResult", "Runner", "bootstrap", "multistart",
+    "profile_points",
 ]

@@ -38,6 +38,7 @@ vectorised call.
 """
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
 import numpy as np
@@ -50,6 +51,60 @@ from ..discretization.schemes import get_scheme
 from ..symbolic.convert import sympy_to_pyomo
 
 __all__ = ["build_block", "scheme_constraint", "add_objective_term"]
+
+
+def _initial_rule(l_of_state, b, s):
+    """x_0 = l(u) for state ``s`` (a module-level rule, so that the block pickles)."""
+    return b.x[0, s] == l_of_state[s]
+
+
+class _PointSymbols:
+    """Map a step's point (past, new or stage value) to Pyomo objects for the sympy symbols."""
+
+    def __init__(self, S, usub, xs, tsym):
+        self.S, self.usub, self.xs, self.tsym = S, usub, xs, tsym
+
+    def __call__(self, b, i, pref):
+        S = self.S
+        if pref.kind == "past":
+            xv = [b.x[i - pref.lag, s] for s in S]
+            tv = b.t[i - pref.lag]
+        elif pref.kind == "new":
+            xv = [b.x[i + 1, s] for s in S]
+            tv = b.t[i + 1]
+        else:
+            comp = b.component(pref.stage)
+            xv = [comp[i, s] for s in S]
+            tv = b.t[i + 1]
+        objs = dict(self.usub)
+        objs.update(zip(self.xs, xv))
+        objs[self.tsym] = tv
+        return objs
+
+
+class _StageTerms:
+    """What one stage equation of one state needs: f (and f'), the points and coefficients."""
+
+    def __init__(self, f, fdot, f_points, d_points, cfc, cdc, target_comp, state):
+        self.f, self.fdot, self.f_points, self.d_points = f, fdot, f_points, d_points
+        self.cfc, self.cdc, self.target_comp, self.state = cfc, cdc, target_comp, state
+
+
+def _scheme_rule(terms, points, b, i):
+    """Stage equation of step ``i``: target = x_i + h_i Σ c_j f(p_j) (+ h_i² Σ d_j f'(p_j)).
+
+    Module-level (with picklable arguments) so that a solved block pickles."""
+    expr = 0
+    for j, pref in enumerate(terms.f_points):
+        expr = expr + terms.cfc[i, j] * sympy_to_pyomo(terms.f, points(b, i, pref))
+    val = b.x[i, terms.state] + b.h[i] * expr
+    if terms.d_points:
+        dexpr = 0
+        for j, pref in enumerate(terms.d_points):
+            dexpr = dexpr + terms.cdc[i, j] * sympy_to_pyomo(terms.fdot, points(b, i, pref))
+        val = val + b.h[i] ** 2 * dexpr
+    target = b.x[i + 1, terms.state] if terms.target_comp is None else terms.target_comp[i, terms.state]
+    return target == val
 
 
 def _groups(formulas):
@@ -141,24 +196,7 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
 
     # x0 = l(u)
     l_py = [sympy_to_pyomo(e, usub) if e.free_symbols else float(e) for e in problem.l_sym]
-    b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
-
-    def point_objects(i, pref):
-        """sympy symbol -> Pyomo object for the state and time of a point."""
-        if pref.kind == "past":
-            xv = [b.x[i - pref.lag, s] for s in S]
-            tv = b.t[i - pref.lag]
-        elif pref.kind == "new":
-            xv = [b.x[i + 1, s] for s in S]
-            tv = b.t[i + 1]
-        else:
-            comp = b.component(pref.stage)
-            xv = [comp[i, s] for s in S]
-            tv = b.t[i + 1]
-        objs = dict(usub)
-        objs.update(zip(xs, xv))
-        objs[tsym] = tv
-        return objs
+    b.x0_eq = pyo.Constraint(b.S, rule=functools.partial(_initial_rule, dict(zip(S, l_py))))
 
     b._scheme_index = {}
     for tag, sfs in _groups(formulas):
@@ -180,19 +218,10 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
             d_points = [p for p, _ in stage.fdot_terms]
             target_comp = None if stage.name == "x" else b.component(stage.name)
             for si, s in enumerate(S):
-                def rule(b, i, si=si, s=s, f_points=f_points, d_points=d_points,
-                         cfc=cfc, cdc=cdc, target_comp=target_comp):
-                    expr = 0
-                    for j, pref in enumerate(f_points):
-                        expr = expr + cfc[i, j] * sympy_to_pyomo(f_sym[si], point_objects(i, pref))
-                    val = b.x[i, s] + b.h[i] * expr
-                    if d_points:
-                        dexpr = 0
-                        for j, pref in enumerate(d_points):
-                            dexpr = dexpr + cdc[i, j] * sympy_to_pyomo(fd_sym[si], point_objects(i, pref))
-                        val = val + b.h[i] ** 2 * dexpr
-                    target = b.x[i + 1, s] if target_comp is None else target_comp[i, s]
-                    return target == val
+                rule = functools.partial(
+                    _scheme_rule, _StageTerms(f_sym[si], fd_sym[si] if d_points else None,
+                                              f_points, d_points, cfc, cdc, target_comp, s),
+                    _PointSymbols(S, usub, xs, tsym))
                 cname = f"ode_{stage.name}_{s}_{tag}"
                 b.add_component(cname, pyo.Constraint(step_set, rule=rule))
                 con = b.component(cname)
