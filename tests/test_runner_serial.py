@@ -3,7 +3,6 @@
 No Dask needed: these tests run in a bare environment."""
 import math
 import pickle
-import warnings
 
 import numpy as np
 import pandas as pd

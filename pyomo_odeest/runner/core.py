@@ -344,7 +344,7 @@ class Runner:
             if n < 1:
                 raise ValueError(f"n_workers must be >= 1, got {n_workers}")
             kw = dict(n_workers=n, threads_per_worker=1, processes=True,
-                      dashboard_address=None)
+                      dashboard_address=":0")
             kw.update(cluster_kwargs or {})
             self._cluster = distributed.LocalCluster(**kw)
             self._client = distributed.Client(self._cluster)

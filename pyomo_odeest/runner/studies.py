@@ -40,11 +40,11 @@ def estimate_task(problem, approach="simultaneous", u0=None, options=None):
 
 def _runner(runner):
     if runner is None:
-        return Runner(mode="serial", progress=False), True
+        return Runner(mode="serial", progress=False)
     if not isinstance(runner, Runner):
         raise TypeError(f"runner must be a pyomo_odeest Runner or None (serial), got "
                         f"{type(runner).__name__}")
-    return runner, False
+    return runner
 
 
 def _share(runner, problem):
@@ -215,7 +215,7 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
     S = multistart_starts(problem, n, method, space, bounds, seed, starts)
     if S.empty:
         raise ValueError("no starts: give n > 0 or starts=")
-    rn, own = _runner(runner)
+    rn = _runner(runner)
     sp = _share(rn, problem)
     tasks = [Task(estimate_task, (sp, approach, row.to_numpy(), options),
                   columns={f"start_{k}": float(v) for k, v in row.items()})
@@ -307,11 +307,10 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
         m = problem.mask[:, o] & (w[:, o] > 0)
         e = r[m, o] * np.sqrt(w[m, o])
         std_resid.append(e - e.mean())
-    rn, own = _runner(runner)
+    rn = _runner(runner)
     sp = _share(rn, problem)
-    task = Task(_bootstrap_task, (sp, kind, fitted, std_resid, approach, fit.x, options),
-                pass_rng=True)
-    tasks = [Task(task.fn, task.args, {}, {"sample": i}, True) for i in range(n)]
+    args = (sp, kind, fitted, std_resid, approach, fit.x, options)
+    tasks = [Task(_bootstrap_task, args, columns={"sample": i}, pass_rng=True) for i in range(n)]
     run = rn.run(tasks, seed=seed, on_row=on_row, desc=f"bootstrap ({kind})")
     return BootstrapResult(table=run.table, fit=fit, kind=kind, run=run)
 
@@ -330,7 +329,7 @@ def profile_points(problem: EstimationProblem, parameter, values, runner=None,
     likelihood, one task each.  Column ``profile_value`` holds the fixed value."""
     if parameter not in problem.parameter_names:
         raise ProblemError(f"parameter {parameter!r} unknown (known: {problem.parameter_names})")
-    rn, own = _runner(runner)
+    rn = _runner(runner)
     sp = _share(rn, problem)
     tasks = [Task(_profile_task, (sp, parameter, float(v), approach, u0, options),
                   columns={"profile_parameter": parameter, "profile_value": float(v)})
