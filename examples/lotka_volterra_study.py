@@ -64,6 +64,8 @@ def draws(variance, runner, nseeds=10, nstarts=8):
         ms = multistart(prob, n=nstarts, runner=runner, approach="multiple_shooting",
                         options={"jacobian": "adjoint"}, starts=[LV_P0], bounds=BOUNDS,
                         seed=seed)
+        for _, r in ms.run.errors.iterrows():
+            print(f"  draw {seed}, start {r.task}: {r.error}")
         frames.append(ms.table.assign(draw=seed, from_p0=ms.table["task"] == 0))
     return pd.concat(frames, ignore_index=True)
 

@@ -190,3 +190,24 @@ def test_variant_checks_its_arguments():
         prob.variant(fix={"nope": 1.0})
     v = prob.variant(fix={"omega": 2.0})
     assert v.parameters[0].fixed and not prob.parameters[0].fixed
+
+
+def test_several_experiments_pickle_and_fix():
+    from pyomo_odeest import EstimationProblem, Experiment, Parameter
+    t = np.linspace(0.5, 3.0, 6)
+    exps = [Experiment("e1", pd.DataFrame({"x": 2.0 * np.exp(-0.7 * t)}, index=t)),
+            Experiment("e2", pd.DataFrame({"x": 1.0 * np.exp(-0.7 * t)}, index=t),
+                       parameters={"x0": 1.0})]
+    prob = EstimationProblem(states=["x"], parameters=[Parameter("k", 0.5, 0, 5),
+                                                      Parameter("x0", 2.0, 0, 5, local=True)],
+                             rhs=lambda x, u, t: [-u.k * x.x], initial={"x": "x0"}, data=None,
+                             experiments=exps)
+    back = pickle.loads(pickle.dumps(prob))
+    r1, r2 = estimate(prob, "reduced_space"), estimate(back, "reduced_space")
+    assert r1.objective == r2.objective and r1.x[0] == pytest.approx(0.7, rel=1e-4)
+    fixed = prob.variant(fix={"k": 0.6})
+    r3 = estimate(fixed, "reduced_space")
+    assert r3.estimates["k"] == 0.6 and r3.objective > r1.objective
+    assert not prob.parameters[0].fixed
+    with pytest.raises(ProblemError, match="single-experiment"):
+        prob.variant(values=np.zeros((6, 1)))

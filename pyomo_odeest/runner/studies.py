@@ -144,6 +144,8 @@ def cluster_end_points(table, names, obj_tol=1e-6, x_tol=1e-3):
     0 = lowest objective) and a table of the clusters (objective, estimates
     of the best point, ``hits``).
     """
+    if "objective" not in table:                     # no task returned a result
+        table = table.assign(objective=np.nan)
     ok = table[table["success"].astype(bool) & np.isfinite(table["objective"].astype(float))]
     order = ok.sort_values("objective", kind="stable")
     cols = [f"p_{k}" for k in names]
