@@ -169,9 +169,22 @@ def test_bootstrap_and_profile_serial(osc):
     again = bootstrap(osc, n=2, kind="case", fit=fit, seed=11)      # same seeds, same samples
     np.testing.assert_array_equal(again.estimates["omega"].to_numpy(), seen[1])
     # the profile point at the estimate gives the minimum objective
-    prof = profile_points(osc, "omega", [fit.x[0] - 0.01, fit.x[0], fit.x[0] + 0.01])
+    prof = profile_points(osc, "omega", [fit.x[0] - 0.01, fit.x[0], fit.x[0] + 0.01],
+                          approach="simultaneous", u_start=fit.x)
     obj = prof.table["objective"].to_numpy()
+    assert prof.table["success"].all()
     assert obj[1] == pytest.approx(fit.objective, rel=1e-8) and obj[0] > obj[1] < obj[2]
+
+
+def test_profile_likelihood_through_the_runner(osc):
+    from pyomo_odeest.analysis.profile import profile_likelihood
+    fit = estimate(osc, "reduced_space", u0=[1.2])
+    kw = dict(approach="reduced_space", max_points=4)
+    plain = profile_likelihood(fit, **kw)
+    ran = profile_likelihood(fit, runner=Runner(mode="serial", progress=False), **kw)
+    pd.testing.assert_frame_equal(plain.intervals, ran.intervals, check_exact=True)
+    with pytest.raises(RuntimeError, match="1 of 2 tasks failed"):
+        Runner(mode="serial", progress=False)(math.sqrt, [4.0, -1.0])
 
 
 def test_cluster_end_points_groups_by_tolerance():

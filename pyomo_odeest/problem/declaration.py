@@ -215,7 +215,7 @@ class _Namespace:
 
     def __getattr__(self, name):
         if name.startswith("__") or name in ("_kind", "_items"):
-            raise AttributeError(name)          # not set yet (unpickling) or a dunder look-up
+            raise AttributeError(name)          # (un)pickling looks these up before __init__
         try:
             return self._items[name]
         except KeyError:

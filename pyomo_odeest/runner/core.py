@@ -466,6 +466,18 @@ class Runner:
             return True
         return False
 
+    def __call__(self, fn, items) -> list:
+        """``[fn(item) for item in items]`` on the runner, in order: the
+        ``runner(fn, tasks)`` protocol of
+        :func:`~pyomo_odeest.analysis.profile.profile_likelihood`.  Raises
+        :class:`RuntimeError` naming the tasks that failed."""
+        run = self.map(fn, items, columns=[{} for _ in items], desc=getattr(fn, "__name__", "map"))
+        bad = run.table[run.table["status"].isin(["error", "cancelled"])]
+        if len(bad):
+            lines = "; ".join(f"task {int(r.task)}: {r.error}" for _, r in bad.iterrows())
+            raise RuntimeError(f"{len(bad)} of {len(items)} tasks failed: {lines}")
+        return [run.outputs.get(i) for i in range(len(items))]
+
     def map(self, fn, items, seed=None, pass_rng=False, columns=None, shared_args=(),
             on_row=None, desc="map", **kwargs) -> RunResult:
         """``fn(item, *shared_args, **kwargs)`` for every item (plus ``rng=`` a

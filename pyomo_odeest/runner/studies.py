@@ -320,20 +320,34 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
 # ---------------------------------------------------------------------------
 # profile points
 # ---------------------------------------------------------------------------
-def _profile_task(problem, name, value, approach, u0, options):
-    return estimate_task(problem.variant(fix={name: value}), approach, u0, options)
+def _profile_task(problem, name, value, u_start, approach, options):
+    from ..analysis.profile import profile_point
+    u, J, status, iterations = profile_point(problem, name, value, u_start, approach,
+                                             options=options)
+    row = {f"p_{k}": float(v) for k, v in zip(problem.parameter_names, u)}
+    row.update(objective=float(J), status=str(status),
+               success=status in ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+               and bool(np.isfinite(J)), iterations=int(iterations), approach=approach)
+    return row
 
 
 def profile_points(problem: EstimationProblem, parameter, values, runner=None,
-                   approach="simultaneous", u0=None, seed=0, options=None) -> RunResult:
-    """The objective with ``parameter`` fixed at each of ``values`` (the other
-    parameters re-estimated from ``u0``): independent points of a profile
-    likelihood, one task each.  Column ``profile_value`` holds the fixed value."""
+                   approach="reduced_space", u_start=None, seed=0, options=None) -> RunResult:
+    """The objective with ``parameter`` fixed at each of ``values``, the other
+    parameters re-optimized from ``u_start`` (default: the problem's start
+    values): independent points of a profile likelihood, one task each, by
+    :func:`pyomo_odeest.analysis.profile.profile_point` (``approach``
+    ``'reduced_space'`` or ``'simultaneous'``).  Column ``profile_value`` holds
+    the fixed value.  For whole profiles with adaptive steps and intervals,
+    pass the runner to :func:`~pyomo_odeest.analysis.profile.profile_likelihood`
+    (``runner=rn``): its one-sided paths then run as tasks.
+    """
     if parameter not in problem.parameter_names:
         raise ProblemError(f"parameter {parameter!r} unknown (known: {problem.parameter_names})")
+    u_start = problem.u0 if u_start is None else np.asarray(u_start, dtype=float)
     rn = _runner(runner)
     sp = _share(rn, problem)
-    tasks = [Task(_profile_task, (sp, parameter, float(v), approach, u0, options),
+    tasks = [Task(_profile_task, (sp, parameter, float(v), u_start, approach, options),
                   columns={"profile_parameter": parameter, "profile_value": float(v)})
              for v in np.asarray(values, dtype=float).reshape(-1)]
     return rn.run(tasks, seed=seed, desc=f"profile {parameter}")
