@@ -72,6 +72,15 @@ def test_a_raising_task_is_reported_and_the_others_finish(runner, osc):
     assert run.table.loc[0, "objective"] == run.table.loc[2, "objective"]
 
 
+def test_profile_likelihood_segments_run_on_the_cluster(runner, osc):
+    from pyomo_odeest.analysis.profile import profile_likelihood
+    fit = estimate(osc, "reduced_space", u0=[1.2])
+    kw = dict(approach="reduced_space", max_points=4)
+    serial = profile_likelihood(fit, **kw)
+    dist = profile_likelihood(fit, runner=runner, **kw)
+    pd.testing.assert_frame_equal(serial.intervals, dist.intervals, check_exact=True)
+
+
 def test_interrupted_run_keeps_finished_rows(runner):
     seen = []
 
