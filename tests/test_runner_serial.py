@@ -41,11 +41,10 @@ def _same_result(a: EstimationResult, b: EstimationResult):
 
 def test_result_pickle_and_json_round_trip(osc, tmp_path):
     res = estimate(osc, "simultaneous", u0=[1.2])
-    back = pickle.loads(pickle.dumps(res))            # the solved Pyomo model pickles too
+    assert res.model is not None
+    back = pickle.loads(pickle.dumps(res))            # the numbers, not the Pyomo model
     _same_result(res, back)
-    assert back.model is not None
-    import pyomo.environ as pyo
-    assert pyo.value(back.model.est.objective) == pytest.approx(res.objective, rel=1e-12)
+    assert back.model is None and "model" in back.extra["not_pickled"]
     for again in (EstimationResult.from_json(res.to_json()),
                   EstimationResult.from_json(res.to_json(tmp_path / "r.json"))):
         _same_result(res, again)
@@ -53,7 +52,7 @@ def test_result_pickle_and_json_round_trip(osc, tmp_path):
     assert again.extra["noise_check"]["chi2"] == res.extra["noise_check"]["chi2"]
     lean = res.lean()
     assert lean.model is None and "model" in lean.extra["not_pickled"]
-    assert len(pickle.dumps(lean)) < len(pickle.dumps(res)) / 5
+    assert res.model is not None                      # the original keeps its model
 
 
 def test_live_objects_are_not_pickled_and_listed(osc):

@@ -133,11 +133,13 @@ class EstimationResult:
         :func:`~pyomo_odeest.problem.noise.flag_noise_level`); shown by
         :meth:`summary`.
 
-    Pickling keeps every field; entries of ``extra`` that are live objects
-    rather than data (simulators, interval models) are left out and their
-    keys listed in ``extra['not_pickled']``.  :meth:`lean` drops the Pyomo
-    model as well (what the runner sends back from a worker), and
-    :meth:`to_json` / :meth:`from_json` write and read the data fields.
+    Pickling keeps every data field; the solved Pyomo model (its
+    constraints are rendered lazily by rules that close over the block) and
+    entries of ``extra`` that are live objects rather than data (simulators,
+    interval models) are left out, their names listed in
+    ``extra['not_pickled']``.  :meth:`lean` gives the same copy in memory
+    (what the runner sends back from a worker), and :meth:`to_json` /
+    :meth:`from_json` write and read the data fields.
     """
 
     approach: str
@@ -182,9 +184,7 @@ class EstimationResult:
         return keep
 
     def __getstate__(self):
-        state = dict(self.__dict__)
-        state["extra"] = self._data_extra()
-        return state
+        return dict(self.lean().__dict__)
 
     def __setstate__(self, state):
         self.__dict__.update(state)
