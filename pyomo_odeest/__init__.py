@@ -26,13 +26,10 @@ from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_co
 from .analysis import (check_derivatives, compare_approaches, confidence_intervals,
                        convergence_study, covariance, delta_method, identifiability_report,
                        plot_fits, prediction_bands, profile_likelihood, validate_multipliers)
-<<<<<<< HEAD
-from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
-                     profile_points)
-=======
 from .petab import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
                     read_petab, write_petab)
->>>>>>> main
+from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
+                     profile_points)
 
 __all__ = [
     "__version__",
@@ -55,13 +52,10 @@ __all__ = [
     "check_derivatives", "compare_approaches", "confidence_intervals", "convergence_study",
     "covariance", "delta_method", "identifiability_report", "plot_fits", "prediction_bands",
     "profile_likelihood", "validate_multipliers",
-<<<<<<< HEAD
-    # runner
-    "BootstrapResult", "MultistartResult", "RunResult", "Runner", "bootstrap", "multistart",
-    "profile_points",
-=======
     # petab (needs the petab extra when called)
     "PetabEstimation", "PetabModel", "UnsupportedFeatureError", "petab_nll", "petab_problem",
     "read_petab", "write_petab",
->>>>>>> main
+    # runner
+    "BootstrapResult", "MultistartResult", "RunResult", "Runner", "bootstrap", "multistart",
+    "profile_points",
 ]
