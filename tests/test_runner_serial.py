@@ -45,6 +45,10 @@ def test_result_pickle_and_json_round_trip(osc, tmp_path):
     back = pickle.loads(pickle.dumps(res))            # the numbers, not the Pyomo model
     _same_result(res, back)
     assert back.model is None and "model" in back.extra["not_pickled"]
+    # the problem travels with the result: its analyses work after unpickling
+    # (without the block the sensitivities come from the discrete model: same to rounding)
+    pd.testing.assert_frame_equal(back.covariance().matrix, res.covariance().matrix,
+                                  check_exact=False, rtol=1e-6)
     for again in (EstimationResult.from_json(res.to_json()),
                   EstimationResult.from_json(res.to_json(tmp_path / "r.json"))):
         _same_result(res, again)

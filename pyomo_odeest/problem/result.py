@@ -191,8 +191,23 @@ class EstimationResult:
         return f"EstimationResult({self.summary()})"
 
     # -- serialization ---------------------------------------------------------
+    @property
+    def problem(self):
+        """The EstimationProblem this result solves, found in ``extra['problem']``,
+        the backend's model objects or the Pyomo block (None if there is none)."""
+        P = self.extra.get("problem")
+        if P is not None:
+            return P
+        for key in ("discrete_model", "continuous_model", "interval_models"):
+            P = getattr(self.extra.get(key), "problem", None)
+            if P is not None:
+                return P
+        return getattr(getattr(self.model, "est", None), "problem", None)
+
     def _data_extra(self):
         keep = {k: v for k, v in self.extra.items() if _is_data(v)}
+        if self.problem is not None:            # pickles (without its caches): the
+            keep["problem"] = self.problem      # analyses of a pickled result need it
         dropped = sorted(set(map(str, self.extra)) - set(map(str, keep)))
         if dropped:
             keep["not_pickled"] = sorted(set(keep.get("not_pickled", [])) | set(dropped))
@@ -219,6 +234,8 @@ class EstimationResult:
             if f.name == "model":
                 continue
             v = self._data_extra() if f.name == "extra" else getattr(self, f.name)
+            if f.name == "extra":
+                v.pop("problem", None)          # not JSON: rebuild it and pass problem=...
             out[f.name] = _to_json(v)
         return out
 
