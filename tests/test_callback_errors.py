@@ -203,7 +203,8 @@ def test_approaches_reraise(approach, exc, monkeypatch):
         run = lambda: estimate_multiple_shooting(prob, "adams_pc", qmax=2,  # noqa: E731
                                                  steps_per_interval=2)
     else:
-        from pyomo_odeest.approaches.continuous import _ScaledObjective, estimate_continuous
+        from pyomo_odeest.approaches.continuous.estimation import (_ScaledObjective,
+                                                                 estimate_continuous)
         calls = _break(monkeypatch, _ScaledObjective, "gradient", exc)
         run = lambda: estimate_continuous(prob, rtol=1e-6, atol=1e-8)  # noqa: E731
     t = time.perf_counter()

@@ -6,7 +6,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["EstimationResult"]
+__all__ = ["EstimationResult", "stack_experiments"]
+
+
+def stack_experiments(names, frames):
+    """Per-experiment DataFrames as one frame indexed by ``(experiment, ...)``
+    (None if any is None)."""
+    frames = list(frames)
+    if any(f is None for f in frames):
+        return None
+    return pd.concat(dict(zip(names, frames)), names=["experiment"])
 
 
 @dataclass
@@ -36,7 +45,10 @@ class EstimationResult:
         Seconds: ``build_s`` (model), ``setup_s`` (evaluator), ``solve_s``
         (solver wall time), ``total_s``.
     states : pandas.DataFrame
-        Discrete states x_i on the grid (index: time).
+        Discrete states x_i on the grid (index: time).  For a problem with
+        several experiments, ``states``, ``fitted``, ``residuals`` and
+        ``adjoint`` (and each frame of ``multipliers``) are indexed by
+        ``(experiment, time)`` (or ``(experiment, step)``): ``res.states.loc['e1']``.
     fitted : pandas.DataFrame
         Observations z(τ_j) at the measurement times.
     residuals : pandas.DataFrame
@@ -89,3 +101,30 @@ class EstimationResult:
     def x(self) -> np.ndarray:
         """Estimates as an array in parameter order."""
         return self.estimates.to_numpy(dtype=float)
+
+    # -- uncertainty (computed by pyomo_odeest.analysis on request) -----------
+    def covariance(self, method="fim", **kw):
+        """Covariance of the estimates: ``'fim'``, ``'hessian'`` or ``'residual'``
+        (:func:`pyomo_odeest.analysis.uncertainty.covariance`)."""
+        from ..analysis.uncertainty import covariance
+        return covariance(self, method, **kw)
+
+    def confidence_intervals(self, level=0.95, method="fim", dist=None, **kw):
+        """Wald intervals (:func:`pyomo_odeest.analysis.uncertainty.confidence_intervals`)."""
+        from ..analysis.uncertainty import confidence_intervals
+        return confidence_intervals(self, level, method, dist, **kw)
+
+    def profile(self, parameters=None, level=0.95, **kw):
+        """Profile likelihood and LR intervals (:func:`pyomo_odeest.analysis.profile.profile_likelihood`)."""
+        from ..analysis.profile import profile_likelihood
+        return profile_likelihood(self, parameters, level, **kw)
+
+    def identifiability(self, **kw):
+        """Identifiability report (:func:`pyomo_odeest.analysis.identifiability.identifiability_report`)."""
+        from ..analysis.identifiability import identifiability_report
+        return identifiability_report(self, **kw)
+
+    def prediction_bands(self, level=0.95, kind="observables", **kw):
+        """Delta-method bands over time (:func:`pyomo_odeest.analysis.prediction.prediction_bands`)."""
+        from ..analysis.prediction import prediction_bands
+        return prediction_bands(self, level=level, kind=kind, **kw)
