@@ -28,6 +28,7 @@ IMPORT Suffixes, multipliers are loaded:
 """
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -41,7 +42,9 @@ from pyomo.opt import SolutionStatus, SolverFactory, SolverResults, TerminationC
 from ..nlp.cyipopt_adapter import ipopt_version, solve_with_ipopt
 from .evaluator import PyomoNLPEvaluator
 
-__all__ = ["OdeestIpoptSolver", "SOLVER_NAME"]
+__all__ = ["OdeestIpoptSolver", "SOLVER_NAME", "use_as_ipopt"]
+
+logger = logging.getLogger(__name__)
 
 SOLVER_NAME = "odeest_ipopt"
 
@@ -145,6 +148,31 @@ _REFUSED = {
     "solver_io": "odeest_ipopt writes no problem file",
 }
 _IMPORT_SUFFIXES = ("dual", "ipopt_zL_out", "ipopt_zU_out")
+# options of the AMPL interface of the ipopt executable (no meaning in-process)
+_AMPL_ONLY_OPTIONS = ("halt_on_ampl_error", "wantsol")
+
+
+def _in_process_options(options):
+    """Options that tools written for the ipopt executable pass (pyomo.contrib.doe
+    asks for ``linear_solver=ma57`` and ``halt_on_ampl_error``), made safe here.
+
+    The wheel's Ipopt has MUMPS only, and a failed HSL solve can leave the
+    process unable to create the next problem: another linear solver is
+    replaced by MUMPS with a warning (it changes speed, not the solution).
+    AMPL-interface options are dropped with a warning.
+    """
+    out = dict(options)
+    ls = out.get("linear_solver")
+    if ls is not None and str(ls).lower() != "mumps":
+        logger.warning("odeest_ipopt: linear_solver=%r is not available in-process "
+                       "(Ipopt from cyipopt-wheels has MUMPS only); using mumps", ls)
+        out["linear_solver"] = "mumps"
+    for k in _AMPL_ONLY_OPTIONS:
+        if k in out:
+            logger.warning("odeest_ipopt: option %r belongs to the AMPL interface of the "
+                           "ipopt executable; ignored", k)
+            del out[k]
+    return out
 
 
 def _parse_options_string(text):
@@ -280,10 +308,12 @@ class OdeestIpoptSolver:
         self._check_keywords(kwds)
         config = self.config(kwds)
         options.update(_parse_options_string(config.options_string))
+        options = _in_process_options(options)
         if config.timelimit is not None:
             options.setdefault("max_wall_time", float(config.timelimit))
         if config.logfile is not None:
             options.setdefault("output_file", config.logfile)
+            options.setdefault("file_print_level", 5)
         if config.select not in (0, None):
             raise ValueError("odeest_ipopt returns one solution: select must be 0")
         bad = [s for s in config.suffixes if s not in _IMPORT_SUFFIXES]
@@ -391,3 +421,43 @@ def _store_solution(results, model, ev, r, obj_value, tc, wanted, values, symbol
         smap.addSymbol(ev.objective_component, sym)
         soln.objective[sym] = {"Value": obj_value}
     results._smap = smap
+
+
+class use_as_ipopt:
+    """Make ``SolverFactory('ipopt')`` return the ``odeest_ipopt`` solver.
+
+    Tools that name the solver ``'ipopt'`` in their code (parmest's
+    ``Estimator.theta_est``, its bootstrap and likelihood-ratio functions, the
+    default solver of ``pyomo.contrib.doe``) then run on a machine without an
+    ipopt executable::
+
+        import pyomo_odeest
+        pyomo_odeest.use_as_ipopt()            # from now on, in this process
+        with pyomo_odeest.use_as_ipopt():      # or only inside the block
+            ...
+
+    This is an explicit opt-in, not automatic: importing the package changes
+    nothing in Pyomo, an ipopt executable that the user installs keeps its
+    name, and code that asks for ``'ipopt'`` gets what it asked for unless the
+    user said otherwise.  :meth:`restore` (or leaving the ``with`` block)
+    puts back what ``'ipopt'`` meant before.
+    """
+
+    def __init__(self):
+        self._saved = (SolverFactory._cls.get("ipopt"), SolverFactory._doc.get("ipopt"))
+        SolverFactory.register("ipopt", doc="odeest_ipopt (Ipopt through cyipopt), "
+                               "registered by pyomo_odeest.use_as_ipopt()")(OdeestIpoptSolver)
+
+    def restore(self):
+        cls, doc = self._saved
+        if cls is None:
+            SolverFactory._cls.pop("ipopt", None)
+            SolverFactory._doc.pop("ipopt", None)
+        else:
+            SolverFactory.register("ipopt", doc=doc)(cls)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
