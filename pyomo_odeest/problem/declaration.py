@@ -34,12 +34,9 @@ import sympy
 
 from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.convert import pyomo_to_sympy
+from .validation import ProblemError, as_data_frame, as_spec, check_weights
 
 __all__ = ["Parameter", "EstimationProblem", "LeastSquares", "GaussianNLL", "ProblemError"]
-
-
-class ProblemError(ValueError):
-    """The problem statement is invalid; the message names the culprit."""
 
 
 @dataclass
@@ -219,14 +216,12 @@ class EstimationProblem:
         if not isinstance(self.loss, (LeastSquares, GaussianNLL)):
             raise ProblemError("loss must be LeastSquares() or GaussianNLL(cov)")
 
-        # symbols
-        self.x_sym = sympy.symbols(self.states, real=True)
-        self.u_sym = sympy.symbols(pnames, real=True) if pnames else ()
-        if isinstance(self.u_sym, sympy.Symbol):
-            self.u_sym = (self.u_sym,)
-        if isinstance(self.x_sym, sympy.Symbol):
-            self.x_sym = (self.x_sym,)
-        self.t_sym = sympy.Symbol("t", real=True)
+        # symbols: Dummies, so that no user name (a parameter called ``t``, a
+        # state called ``E``, ``pi`` or ``exp``) can meet time, another name
+        # or a sympy constant
+        self.x_sym = tuple(sympy.Dummy(s, real=True) for s in self.states)
+        self.u_sym = tuple(sympy.Dummy(p, real=True) for p in pnames)
+        self.t_sym = sympy.Dummy("t", real=True)
 
         scratch = pyo.ConcreteModel()
         scratch.x = pyo.Var(self.states, initialize=1.0)
@@ -338,13 +333,12 @@ class EstimationProblem:
         self.data = pd.DataFrame(np.zeros((0, 0)), index=pd.Index([], name="time", dtype=float))
         self.mask = np.zeros((0, 0), dtype=bool)
         self.weights = np.zeros((0, 0))
+        self.sigma_known = False
         if isinstance(self.loss, GaussianNLL):
             raise ProblemError("GaussianNLL needs data")
 
     def _set_data(self, data, observe, sigma, weights, symbol_of, xs, us, t):
-        if not isinstance(data, pd.DataFrame):
-            raise ProblemError("data must be a pandas DataFrame (wide or long format)")
-        wide, sig_long = _to_wide(data)
+        wide, sig_long = _to_wide(as_data_frame(data))
         names = [str(c) for c in wide.columns]
         if observe is None:
             unknown = [c for c in names if c not in self.states]
@@ -387,7 +381,12 @@ class EstimationProblem:
         self.data = pd.DataFrame(vals, index=pd.Index(times, name="time"), columns=self.obs_names)
         self.mask = mask
         w = _weights(sigma, weights, sig_long, wide, self.obs_names, mask)
+        check_weights(w, mask)
         self.weights = w
+        #: True when the weights are 1/σ² of known standard deviations (or a
+        #: covariance is given): the misfit is then χ²-distributed at the truth
+        self.sigma_known = (sigma is not None or sig_long is not None
+                            or isinstance(self.loss, GaussianNLL))
         if isinstance(self.loss, GaussianNLL):
             cov = self.loss.matrix(len(self.obs_names))
             self.cov = cov
@@ -506,6 +505,7 @@ def _to_wide(data):
 def _expand_spec(spec, wide, names, what):
     """A float, mapping or frame → array like the wide data."""
     shape = (len(wide.index), len(names))
+    spec = as_spec(spec, wide.index, names, what)
     if isinstance(spec, pd.DataFrame):
         s = spec.copy()
         s.columns = [str(c) for c in s.columns]
