@@ -12,12 +12,13 @@ exact derivatives, no AMPL Solver Library) and the pyomo.dae transformations
 __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
-from .problem import (EstimationProblem, EstimationResult, GaussianNLL, LeastSquares, Parameter,
-                      ProblemError)
+from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
+                      Parameter, ProblemError)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
-                    build_adaptive_block, build_block, estimate_adaptive, problem_from_dae,
+                    build_adaptive_block, build_block, build_experiment_blocks,
+                    estimate_adaptive, problem_from_dae,
                     scheme_constraint)
 from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
@@ -30,14 +31,14 @@ __all__ = [
     # nlp
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
-    "EstimationProblem", "EstimationResult", "GaussianNLL", "LeastSquares", "Parameter",
+    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "LeastSquares", "Parameter",
     "ProblemError",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",
     # pyomo
     "SOLVER_NAME", "OdeestIpoptSolver", "PyomoNLPEvaluator", "UnsupportedModelError",
-    "build_adaptive_block", "build_block", "estimate_adaptive", "problem_from_dae",
+    "build_adaptive_block", "build_block", "build_experiment_blocks", "estimate_adaptive", "problem_from_dae",
     "scheme_constraint",
     # approaches
     "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",

@@ -26,7 +26,8 @@ from ..discretization.discrete import DiscreteModel, SimulationError
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import EstimationProblem
-from ..problem.result import EstimationResult
+from ..problem.result import EstimationResult, stack_experiments
+from ..discretization.experiments import ExperimentModels, experiment_grid
 
 __all__ = ["ReducedSpaceNLP", "estimate_reduced"]
 
@@ -145,7 +146,7 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
         parameters.
     """
     t_start = time.perf_counter()
-    dm = model or DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
+    dm = model or discrete_model(problem, scheme, qmax, grid, max_step, steps_per_interval)
     nlp = ReducedSpaceNLP(dm, gradient, hessian)
     if u0 is not None:
         nlp.u_full = np.asarray(u0, dtype=float).copy()
@@ -202,23 +203,52 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
                         total_s=time.perf_counter() - t_start))
 
 
-def _result(problem, dm, nlp, x, status, success, iters, method, timings):
+def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
+                   steps_per_interval=None):
+    """The :class:`DiscreteModel` of ``problem``; for several experiments the
+    :class:`~pyomo_odeest.discretization.experiments.ExperimentModels` sum of one
+    per experiment (``grid``: a mapping experiment -> Grid, or None)."""
+    if not problem.experiments:
+        return DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
+    return ExperimentModels(problem, [
+        DiscreteModel(sp, scheme, qmax, experiment_grid(grid, name), max_step,
+                      steps_per_interval)
+        for name, sp in zip(problem.experiment_names, problem.experiment_problems)])
+
+
+def _frames(problem, dm, traj, u):
+    """States on the grid, fitted observations and residuals of one experiment."""
     from ..problem.misfit import observations
+    states = pd.DataFrame(traj.X, index=pd.Index(dm.t, name="time"), columns=problem.states)
+    fitted = observations(problem, traj.X[np.asarray(dm.grid.J)], u)
+    return states, fitted, (fitted - problem.data).where(problem.mask)
+
+
+def _result(problem, dm, nlp, x, status, success, iters, method, timings):
     u = nlp.full(x)
     states = fitted = residuals = None
     obj = np.nan
+    if problem.experiments:
+        k = ", ".join(f"k[{n}]={d.k}" for n, d in zip(dm.names, dm.models))
+    else:
+        k = f"k={dm.k}"
     try:
         traj = dm.simulate(u)
         obj = dm.objective(u, traj)
-        states = pd.DataFrame(traj.X, index=pd.Index(dm.t, name="time"), columns=problem.states)
-        fitted = observations(problem, traj.X[np.asarray(dm.grid.J)], u)
-        residuals = (fitted - problem.data).where(problem.mask)
+        if problem.experiments:
+            parts = [_frames(sp, d, tr, u) for sp, d, tr in
+                     zip(problem.experiment_problems, dm.models, traj)]
+            states, fitted, residuals = (stack_experiments(problem.experiment_names,
+                                                           [p[a] for p in parts])
+                                         for a in range(3))
+        else:
+            states, fitted, residuals = _frames(problem, dm, traj, u)
     except SimulationError as err:
         success = False
         status = status if "Failed" in status else f"{status}; final simulation failed: {err}"
     return EstimationResult(
         approach="reduced_space", method=method,
-        scheme=f"{dm.scheme.name}(qmax={dm.scheme.qmax}), k={dm.k}",
+        scheme=f"{dm.scheme.name}(qmax={dm.scheme.qmax}), {k}",
         estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
         objective=float(obj), status=status, success=bool(success), iterations=int(iters),
         evaluations=dict(nlp.counts), timings=timings, states=states, fitted=fitted,

@@ -18,10 +18,11 @@ import pyomo.environ as pyo
 import sympy
 
 from ..pyomo.block import build_block
+from ..pyomo.experiments import build_experiment_blocks
 from ..problem.misfit import misfit_constant, observations
 from ..nlp.cyipopt_adapter import start_value_scaling
 from ..problem.declaration import EstimationProblem, ProblemError
-from ..problem.result import EstimationResult
+from ..problem.result import EstimationResult, stack_experiments
 from ..discretization.schemes import integrate
 from ..pyomo.solver import OdeestIpoptSolver
 
@@ -137,8 +138,11 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     Parameters
     ----------
     problem : EstimationProblem
+        With several experiments, one block per experiment under one model
+        (:func:`~pyomo_odeest.pyomo.experiments.build_experiment_blocks`).
     scheme, qmax, grid, max_step, steps_per_interval
-        Discretization (see :func:`~pyomo_odeest.pyomo.block.build_block`).
+        Discretization (see :func:`~pyomo_odeest.pyomo.block.build_block`);
+        with several experiments ``grid`` is a mapping experiment -> Grid.
     options : dict
         Ipopt options (default ``tol=1e-8``).
     tee : bool
@@ -146,9 +150,10 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     init : 'auto' | 'simulate' | 'data'
         State initialization (see :func:`initialize_block`).
     model : ConcreteModel, optional
-        A model that already holds a block built by ``build_block`` as
-        ``model.est`` (with user constraints/objective terms); it is solved
-        as is.  Otherwise a new model is built.
+        A model that already holds a block built by ``build_block`` (or
+        ``build_experiment_blocks``) as ``model.est`` (with user
+        constraints/objective terms); it is solved as is.  Otherwise a new
+        model is built.
     u0 : array, optional
         Starting parameter values (default: the problem's).
     scale : bool
@@ -165,21 +170,33 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     EstimationResult
     """
     t_start = time.perf_counter()
+    multi = bool(problem.experiments)
     if model is None:
         m = pyo.ConcreteModel(name=problem.name)
-        m.est = build_block(problem, scheme, qmax, grid, max_step, steps_per_interval)
+        if multi:
+            m.est = build_experiment_blocks(problem, scheme, qmax, grid, max_step,
+                                            steps_per_interval)
+        else:
+            m.est = build_block(problem, scheme, qmax, grid, max_step, steps_per_interval)
         b = m.est
     else:
         m = model
         b = getattr(m, "est", None)
-        if b is None or not hasattr(b, "formulas"):
-            raise ProblemError("model must hold a block built by build_block as model.est")
+        kind = "experiment_blocks" if multi else "formulas"
+        if b is None or not hasattr(b, kind):
+            raise ProblemError("model must hold a block built by "
+                               + ("build_experiment_blocks" if multi else "build_block")
+                               + " as model.est")
     if u0 is not None:
         for p, v in zip(problem.parameter_names, np.asarray(u0, dtype=float)):
             if not b.u[p].fixed:
                 b.u[p].set_value(float(v))
     u_start = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
-    init_used = initialize_block(b, u_start, init)
+    if multi:
+        init_used = {name: initialize_block(sb, u_start, init)
+                     for name, sb in zip(problem.experiment_names, b.experiment_blocks)}
+    else:
+        init_used = initialize_block(b, u_start, init)
     if scale:
         scale_parameters(m, b)
     if not hasattr(m, "dual"):
@@ -191,7 +208,10 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     solver = OdeestIpoptSolver()
     solver.solve(m, options=opts, tee=tee)
     info = solver.last_info
-    res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
+    if multi:
+        res = _collect_experiments(b, m, info, build_s, time.perf_counter() - t_start)
+    else:
+        res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
     res.extra["init"] = init_used
     return res
 
@@ -245,3 +265,22 @@ def collect_result(b, m, info, build_s, total_s):
                      eval_s=info["eval_s"], total_s=total_s),
         states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
         multipliers=mults, model=m)
+
+
+def _collect_experiments(b, m, info, build_s, total_s):
+    """The result of a solved :func:`build_experiment_blocks` block: per-experiment
+    frames stacked with an ``experiment`` index level."""
+    problem = b.problem
+    names = problem.experiment_names
+    parts = [collect_result(sb, m, info, build_s, total_s) for sb in b.experiment_blocks]
+    u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+    res = parts[0]
+    res.estimates = pd.Series(u, index=problem.parameter_names, name="estimate")
+    res.objective = float(pyo.value(b.objective)) + misfit_constant(problem)
+    res.scheme = f"{b.experiment_blocks[0].scheme.name}(qmax={b.experiment_blocks[0].scheme.qmax}), " \
+        + ", ".join(f"k[{n}]={len(sb.grid.t) - 1}" for n, sb in zip(names, b.experiment_blocks))
+    for what in ("states", "fitted", "residuals", "adjoint"):
+        setattr(res, what, stack_experiments(names, [getattr(r, what) for r in parts]))
+    res.multipliers = {st: stack_experiments(names, [r.multipliers.get(st) for r in parts])
+                       for st in parts[0].multipliers}
+    return res

@@ -5,8 +5,9 @@ the adaptive step-size model (:mod:`.adaptive`)."""
 from .grid import STARTUP_MODES, Grid, make_grid, resolve_grid
 from .schemes import SCHEMES, get_scheme, integrate
 from .discrete import DiscreteModel, SimulationError, Trajectory
+from .experiments import ExperimentModels, experiment_grid
 from .adaptive import AdaptiveError, AdaptiveModel, AdaptiveRun, PowerLaw, StepController
 
 __all__ = ["STARTUP_MODES", "Grid", "make_grid", "resolve_grid", "SCHEMES", "get_scheme",
-           "integrate", "DiscreteModel", "SimulationError", "Trajectory", "AdaptiveError",
+           "integrate", "DiscreteModel", "SimulationError", "Trajectory", "ExperimentModels", "experiment_grid", "AdaptiveError",
            "AdaptiveModel", "AdaptiveRun", "PowerLaw", "StepController"]

@@ -1,10 +1,11 @@
 """What the user states: states, parameters, f, g, l, losses and data
 (:mod:`.declaration`); the measurement misfit shared by every approach
 (:mod:`.misfit`); and the result type every approach returns (:mod:`.result`)."""
-from .declaration import EstimationProblem, GaussianNLL, LeastSquares, Parameter, ProblemError
+from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquares, Parameter,
+                          ProblemError, require_single_experiment)
 from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from .result import EstimationResult
 
-__all__ = ["EstimationProblem", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
+__all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
            "MeasurementMisfit", "misfit_constant", "misfit_sym", "observations",
            "EstimationResult"]

@@ -36,7 +36,8 @@ from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.convert import pyomo_to_sympy
 from .validation import ProblemError, as_data_frame, as_spec, check_weights
 
-__all__ = ["Parameter", "EstimationProblem", "LeastSquares", "GaussianNLL", "ProblemError"]
+__all__ = ["Parameter", "Experiment", "require_single_experiment", "EstimationProblem", "LeastSquares", "GaussianNLL",
+           "ProblemError"]
 
 
 @dataclass
@@ -52,6 +53,11 @@ class Parameter:
         Bounds.
     fixed : bool
         Keep the parameter at ``value`` during estimation.
+    local : bool
+        Problems with several experiments (:class:`Experiment`) only: one copy of the
+        parameter per experiment, named ``<name>_<experiment>`` (e.g. an
+        initial concentration estimated per experiment).  Inside ``rhs``,
+        ``initial`` and ``observe`` it is still written ``u.<name>``.
     """
 
     name: str
@@ -59,6 +65,7 @@ class Parameter:
     lb: float | None = None
     ub: float | None = None
     fixed: bool = False
+    local: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -69,6 +76,84 @@ class Parameter:
                 raise ProblemError(f"parameter '{self.name}': {what}={v} is not finite")
         if self.lb is not None and self.ub is not None and self.lb > self.ub:
             raise ProblemError(f"parameter '{self.name}': lb={self.lb} > ub={self.ub}")
+
+
+@dataclass
+class Experiment:
+    r"""One experiment of a problem with several data sets sharing parameters.
+
+    An experiment has its own data, initial state, weights and time horizon;
+    the dynamics ``rhs`` and the observation function ``observe`` are the
+    problem's.  Pass a list of experiments as ``EstimationProblem(...,
+    data=None, experiments=[...])``; the objective is the sum of the
+    experiments' misfits (plus the problem's penalty, once):
+
+    .. math:: J(u) = \sum_e \sum_j \varphi_{e,j}\big(g(x_e(\tau_{e,j}), u_e, \tau_{e,j}),
+              \bar z_{e,j}\big) + R(u),\qquad \dot x_e = f(x_e, u_e, t),\;
+              x_e(t_{0,e}) = l_e(u_e),
+
+    where :math:`u_e` holds the global parameters and experiment e's copies
+    of the local ones (:attr:`Parameter.local`).
+
+    Parameters
+    ----------
+    name : str
+        A Python identifier; local parameter ``k`` of experiment ``e1`` is
+        named ``k_e1`` in the estimates.
+    data : pandas.DataFrame
+        Measurements (wide or long format, as ``EstimationProblem.data``).
+    initial : mapping state -> number | parameter name | callable(u), optional
+        Overrides entries of the problem's ``initial``.  A parameter name may
+        be a local parameter (the initial state is then estimated per
+        experiment) or a global one.
+    sigma, weights : optional
+        As for :class:`EstimationProblem`; default: the problem's.
+    t0, T : float, optional
+        Time horizon; default: the problem's ``t0`` and the last
+        measurement time (or the problem's ``T``).
+    parameters : mapping name -> float or Parameter, optional
+        Start value (a float) or start value, bounds and ``fixed`` flag (a
+        :class:`Parameter`) of this experiment's copy of a local parameter.
+
+    Example
+    -------
+    >>> prob = EstimationProblem(                                  # doctest: +SKIP
+    ...     states=["A", "B"],
+    ...     parameters=[Parameter("k1", 1.0, lb=0), Parameter("A0", 1.0, local=True)],
+    ...     rhs=lambda x, u, t: [-u.k1 * x.A, u.k1 * x.A],
+    ...     initial={"A": "A0", "B": 0.0}, data=None,
+    ...     experiments=[Experiment("e1", df1, parameters={"A0": 2.0}),
+    ...                  Experiment("e2", df2, initial={"B": 0.5}, T=12.0)])
+    >>> prob.parameter_names                                       # doctest: +SKIP
+    ['k1', 'A0_e1', 'A0_e2']
+
+    Every approach estimates such a problem (one simultaneous block per
+    experiment under one model; one simulation per experiment, objectives
+    and gradients summed, in the sequential approaches); the result's
+    ``states``, ``fitted`` and ``residuals`` (and the multipliers of the
+    simultaneous approach) are DataFrames indexed by ``(experiment, time)``.
+    ``problem.experiment_problems`` holds one single-experiment
+    :class:`EstimationProblem` per experiment over the full parameter vector.
+    """
+
+    name: str
+    data: object = None
+    initial: Mapping | None = None
+    sigma: object = None
+    weights: object = None
+    t0: float | None = None
+    T: float | None = None
+    parameters: Mapping | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ProblemError(f"experiment name {self.name!r} must be a Python identifier")
+        if self.data is None:
+            raise ProblemError(f"experiment '{self.name}': data are required")
+        for what in ("initial", "parameters"):
+            v = getattr(self, what)
+            if v is not None and not isinstance(v, Mapping):
+                raise ProblemError(f"experiment '{self.name}': {what} must be a mapping")
 
 
 # ---------------------------------------------------------------------------
@@ -196,8 +281,19 @@ class EstimationProblem:
     """
 
     def __init__(self, states, parameters, rhs, initial, data, observe=None,
-                 sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None):
+                 sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None,
+                 experiments=None):
         self.name = name
+        self.experiments = None
+        self.experiment_problems = None
+        if experiments is not None:
+            self._init_experiments(states, parameters, rhs, initial, data, observe, sigma,
+                                   weights, loss, t0, T, penalty, experiments)
+            return
+        local = [p.name for p in parameters if isinstance(p, Parameter) and p.local]
+        if local:
+            raise ProblemError(f"parameters {local} are local=True, which needs several "
+                               f"experiments (experiments=[Experiment(...), ...])")
         self.states = _check_names(states, "state")
         if not self.states:
             raise ProblemError("at least one state is required")
@@ -261,6 +357,163 @@ class EstimationProblem:
                 f"[{self.meas_times[0]}, {self.meas_times[-1]}]")
         self.T = T
         self._check_start()
+
+    # -- several experiments ------------------------------------------------
+    def _init_experiments(self, states, parameters, rhs, initial, data, observe, sigma, weights,
+                          loss, t0, T, penalty, experiments):
+        """Build one single-experiment problem per :class:`Experiment` over the
+        full (expanded) parameter vector; see :class:`Experiment`."""
+        if data is not None:
+            raise ProblemError("with experiments, give the data per Experiment(data=...); "
+                               "data must be None")
+        exps = list(experiments)
+        if not exps:
+            raise ProblemError("experiments must hold at least one Experiment")
+        bad = [type(e).__name__ for e in exps if not isinstance(e, Experiment)]
+        if bad:
+            raise ProblemError(f"experiments must be Experiment objects; got {bad}")
+        _check_names([e.name for e in exps], "experiment")
+        self.states = _check_names(states, "state")
+        if not self.states:
+            raise ProblemError("at least one state is required")
+        declared = [p if isinstance(p, Parameter) else Parameter(str(p)) for p in parameters]
+        dnames = _check_names([p.name for p in declared], "parameter")
+        local = [p.name for p in declared if p.local]
+        expanded = []
+        for e in exps:
+            unknown = [k for k in (e.parameters or {}) if k not in local]
+            if unknown:
+                raise ProblemError(f"experiment '{e.name}': parameters {unknown} are not local "
+                                   f"parameters (local: {local})")
+        for p in declared:
+            if not p.local:
+                expanded.append(Parameter(p.name, p.value, p.lb, p.ub, p.fixed))
+                continue
+            for e in exps:
+                spec = (e.parameters or {}).get(p.name)
+                if isinstance(spec, Parameter):
+                    expanded.append(Parameter(f"{p.name}_{e.name}", spec.value, spec.lb, spec.ub,
+                                              spec.fixed))
+                else:
+                    expanded.append(Parameter(f"{p.name}_{e.name}",
+                                              p.value if spec is None else float(spec),
+                                              p.lb, p.ub, p.fixed))
+        enames = _check_names([q.name for q in expanded] + local, "parameter")
+        clash = set(enames) & set(self.states)
+        if clash:
+            raise ProblemError(f"names used both as state and parameter: {sorted(clash)}")
+        self.parameters = expanded
+        self.t0 = float(t0)
+        self.loss = LeastSquares() if loss is None else loss
+        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
+        self.u_sym = tuple(sympy.Symbol(q.name, real=True) for q in expanded)
+        self.t_sym = sympy.Symbol("t", real=True)
+        scratch = pyo.ConcreteModel()
+        scratch.x = pyo.Var(self.states, initialize=1.0)
+        scratch.u = pyo.Var(enames, initialize=1.0)
+        scratch.t = pyo.Var(initialize=0.0)
+        symbol_of = {id(scratch.x[s]): sym for s, sym in zip(self.states, self.x_sym)}
+        symbol_of.update({id(scratch.u[p]): sympy.Symbol(p, real=True) for p in enames})
+        symbol_of[id(scratch.t)] = self.t_sym
+        xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
+        us = _Namespace("parameter", {p: scratch.u[p] for p in dnames})
+        us_all = _Namespace("parameter", {q.name: scratch.u[q.name] for q in expanded})
+        self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs", symbol_of)
+        if not isinstance(initial, Mapping):
+            try:
+                initial = dict(zip(self.states, list(initial), strict=True))
+            except (TypeError, ValueError):
+                raise ProblemError(f"initial must map each state {self.states} to a value") from None
+        obs_sym = None
+        if callable(observe):
+            out = observe(xs, us, scratch.t)
+            if not isinstance(out, Mapping):
+                raise ProblemError("observe(x, u, t) must return a mapping name -> expression")
+            obs_sym = {k: self._to_sym(out[k], f"observe[{k}]", symbol_of)
+                       for k in _check_names(list(out), "observable")}
+        pen = None
+        if penalty is not None:
+            if not callable(penalty):
+                raise ProblemError("penalty must be callable as penalty(u)")
+            pen = self._to_sym(penalty(us_all), "penalty", symbol_of)
+            self.penalty_sym = pen
+        else:
+            self.penalty_sym = sympy.Integer(0)
+        subs_all, problems = [], []
+        for n_e, e in enumerate(exps):
+            subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
+                    for k in local}
+            init = dict(initial)
+            extra = [k for k in (e.initial or {}) if k not in self.states]
+            if extra:
+                raise ProblemError(f"experiment '{e.name}': initial names {extra}, which are "
+                                   f"not states {self.states}")
+            init.update(e.initial or {})
+            l_e = {}
+            for st, v in init.items():
+                if isinstance(v, str):
+                    if v not in enames:
+                        raise ProblemError(f"experiment '{e.name}': initial['{st}'] = '{v}' "
+                                           f"names no parameter")
+                    v = sympy.Symbol(v, real=True)
+                elif callable(v):
+                    v = self._to_sym(v(us), f"initial[{st}]", symbol_of)
+                else:
+                    v = self._to_sym(v, f"initial[{st}]", symbol_of)
+                l_e[st] = v.subs(subs)
+            f_e = [fi.subs(subs) for fi in self.f_sym]
+            obs_e = observe
+            if obs_sym is not None:
+                obs_e = (lambda d: (lambda x, u, t: d))({k: v.subs(subs) for k, v in obs_sym.items()})
+            own_w = e.sigma is not None or e.weights is not None
+            try:
+                sub = EstimationProblem(
+                    self.states, [Parameter(q.name, q.value, q.lb, q.ub, q.fixed) for q in expanded],
+                    rhs=(lambda f: (lambda x, u, t: list(f)))(f_e), initial=l_e, data=e.data,
+                    observe=obs_e, sigma=e.sigma if own_w else sigma,
+                    weights=e.weights if own_w else weights, loss=self.loss,
+                    t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
+                    name=f"{self.name}_{e.name}",
+                    penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
+            except ProblemError as err:
+                raise ProblemError(f"experiment '{e.name}': {err}") from None
+            subs_all.append(subs)
+            problems.append(sub)
+        self.experiments = exps
+        self.experiment_problems = problems
+        self.t0 = min(sp.t0 for sp in problems)
+        self.T = max(sp.T for sp in problems)
+        self.obs_names = list(dict.fromkeys(o for sp in problems for o in sp.obs_names))
+        self.l_sym = None
+        self._scratch = (scratch, xs, us_all, symbol_of)
+
+    @property
+    def experiment_names(self):
+        """Names of the experiments (``[]`` for a single-experiment problem)."""
+        return [e.name for e in self.experiments] if self.experiments else []
+
+    def experiment_problem(self, name):
+        """The single-experiment problem of experiment ``name``."""
+        for e, sp in zip(self.experiments or [], self.experiment_problems or []):
+            if e.name == name:
+                return sp
+        raise KeyError(f"no experiment named {name!r} (known: {self.experiment_names})")
+
+    def __getattr__(self, name):
+        # only reached when normal lookup fails: per-experiment attributes of a
+        # problem with several experiments
+        if name in _PER_EXPERIMENT and self.__dict__.get("experiment_problems"):
+            raise AttributeError(
+                f"problem '{self.name}' has several experiments: '{name}' is per experiment "
+                f"(problem.experiment_problems[i].{name}); this operation does not take "
+                f"several experiments")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def _single(self, what):
+        if self.experiments:
+            raise ProblemError(f"{what} needs a single-experiment problem; problem "
+                               f"'{self.name}' has several experiments {self.experiment_names} "
+                               f"(see problem.experiment_problems)")
 
     # -- conversions -------------------------------------------------------
     def _to_sym(self, e, what, symbol_of):
@@ -418,10 +671,12 @@ class EstimationProblem:
 
     def numeric_rhs(self):
         """``f(x, u, t) -> ndarray`` lambdified from the symbolic rhs."""
+        self._single("numeric_rhs")
         fn = sympy.lambdify((self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy")
         return lambda x, u, t: np.array(fn(x, u, t), dtype=float)
 
     def initial_state(self, u):
+        self._single("initial_state")
         fn = sympy.lambdify((self.u_sym,), list(self.l_sym), "numpy")
         return np.array(fn(np.asarray(u, dtype=float)), dtype=float)
 
@@ -432,6 +687,7 @@ class EstimationProblem:
         Used to start the simultaneous block and multiple-shooting nodes where
         no simulation is available (for instance beyond a pole).
         """
+        self._single("interpolate_states")
         u = self.u0 if u is None else np.asarray(u, dtype=float)
         times = np.asarray(times, dtype=float)
         x0 = self.initial_state(u)
@@ -450,14 +706,29 @@ class EstimationProblem:
 
     def fdot_sym(self):
         r"""Total time derivative of f along solutions: :math:`D_x f\cdot f + \partial_t f`."""
+        self._single("fdot_sym")
         x = self.x_sym
         return tuple(sympy.expand(sum(sympy.diff(fi, x[j]) * self.f_sym[j] for j in range(len(x)))
                                   + sympy.diff(fi, self.t_sym), deep=False) for fi in self.f_sym)
 
     def __repr__(self):
+        if self.experiments:
+            return (f"EstimationProblem(states={self.states}, parameters={self.parameter_names}, "
+                    f"experiments={self.experiment_names})")
         return (f"EstimationProblem(states={self.states}, parameters={self.parameter_names}, "
                 f"observables={self.obs_names}, measurements={int(self.mask.sum())} at "
                 f"{len(self.meas_times)} times, t in [{self.t0}, {self.T}])")
+
+
+_PER_EXPERIMENT = ("data", "mask", "weights", "meas_times", "cov", "g_sym")
+
+
+def require_single_experiment(problem, what):
+    """Raise a :class:`ProblemError` naming ``what`` if ``problem`` has several experiments."""
+    if getattr(problem, "experiments", None):
+        raise ProblemError(f"{what} does not take a problem with several experiments "
+                           f"({problem.experiment_names}); use the simultaneous, reduced_space "
+                           f"or continuous approach, or one experiment_problems[i]")
 
 
 def _to_wide(data):

@@ -200,7 +200,10 @@ def misfit_sym(problem: EstimationProblem, j: int):
 
 
 def misfit_constant(problem: EstimationProblem) -> float:
-    """Constant part of the objective (the log-determinant of the Gaussian NLL)."""
+    """Constant part of the objective (the log-determinant of the Gaussian NLL);
+    summed over the experiments of a problem with several."""
+    if problem.experiments:
+        return float(sum(misfit_constant(sp) for sp in problem.experiment_problems))
     if not isinstance(problem.loss, GaussianNLL):
         return 0.0
     c = 0.0

@@ -6,7 +6,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["EstimationResult"]
+__all__ = ["EstimationResult", "stack_experiments"]
+
+
+def stack_experiments(names, frames):
+    """Per-experiment DataFrames as one frame indexed by ``(experiment, ...)``
+    (None if any is None)."""
+    frames = list(frames)
+    if any(f is None for f in frames):
+        return None
+    return pd.concat(dict(zip(names, frames)), names=["experiment"])
 
 
 @dataclass
@@ -36,7 +45,10 @@ class EstimationResult:
         Seconds: ``build_s`` (model), ``setup_s`` (evaluator), ``solve_s``
         (solver wall time), ``total_s``.
     states : pandas.DataFrame
-        Discrete states x_i on the grid (index: time).
+        Discrete states x_i on the grid (index: time).  For a problem with
+        several experiments, ``states``, ``fitted``, ``residuals`` and
+        ``adjoint`` (and each frame of ``multipliers``) are indexed by
+        ``(experiment, time)`` (or ``(experiment, step)``): ``res.states.loc['e1']``.
     fitted : pandas.DataFrame
         Observations z(τ_j) at the measurement times.
     residuals : pandas.DataFrame

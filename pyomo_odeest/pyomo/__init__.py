@@ -6,10 +6,11 @@ expression trees (:mod:`.evaluator`, :mod:`.family`)."""
 from .evaluator import PyomoNLPEvaluator, UnsupportedModelError
 from .solver import SOLVER_NAME, OdeestIpoptSolver
 from .block import add_objective_term, build_block, scheme_constraint
+from .experiments import build_experiment_blocks
 from .adaptive_block import build_adaptive_block, estimate_adaptive
 from .dae import AdamsTransformation, DaeSchemeError, EnrightTransformation, problem_from_dae
 
 __all__ = ["PyomoNLPEvaluator", "UnsupportedModelError", "SOLVER_NAME", "OdeestIpoptSolver",
-           "add_objective_term", "build_block", "scheme_constraint", "build_adaptive_block",
+           "add_objective_term", "build_block", "build_experiment_blocks", "scheme_constraint", "build_adaptive_block",
            "estimate_adaptive", "AdamsTransformation", "DaeSchemeError", "EnrightTransformation",
            "problem_from_dae"]

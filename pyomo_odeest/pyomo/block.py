@@ -49,7 +49,7 @@ from ..problem.declaration import EstimationProblem
 from ..discretization.schemes import get_scheme
 from ..symbolic.convert import sympy_to_pyomo
 
-__all__ = ["build_block", "scheme_constraint", "add_objective_term"]
+__all__ = ["build_block", "scheme_constraint", "add_objective_term", "set_parameter_vars"]
 
 
 def _groups(formulas):
@@ -72,7 +72,7 @@ def _groups(formulas):
 
 
 def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,
-                max_step=None, steps_per_interval=None, block=None, fdot=None):
+                max_step=None, steps_per_interval=None, block=None, fdot=None, parameters=None):
     """Render the discrete problem as a constructed Pyomo Block.
 
     Parameters
@@ -91,6 +91,11 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
         A constructed (concrete) block to fill; a new ``Block(concrete=True)``
         otherwise.  Attach the returned block to your model (``m.est = b``)
         to add constraints and objective terms of your own.
+    parameters : IndexedVar, optional
+        Parameter variables shared with other blocks (indexed by
+        ``problem.parameter_names``): ``b.u`` is then a Reference to them and
+        keeps their bounds and values (one block per experiment of a
+        problem with several experiments).
 
     Returns
     -------
@@ -118,14 +123,11 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.t = pyo.Param(b.K, initialize={i: float(t[i]) for i in range(k + 1)})
     b.h = pyo.Param(b.steps, initialize={i: float(t[i + 1] - t[i]) for i in range(k)})
     b.x = pyo.Var(b.K, b.S, initialize=0.0)
-    b.u = pyo.Var(b.P)
-    for p in problem.parameters:
-        v = b.u[p.name]
-        v.setlb(p.lb)
-        v.setub(p.ub)
-        v.set_value(float(p.value), skip_validation=True)
-        if p.fixed:
-            v.fix(float(p.value))
+    if parameters is not None:
+        b.u = pyo.Reference(parameters[:])
+    else:
+        b.u = pyo.Var(b.P)
+        set_parameter_vars(b.u, problem.parameters)
 
     stage_names = [st for st in sch.stage_names if st != "x"]
     for st in stage_names:
@@ -213,6 +215,17 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.extra_objective_terms = []
     b.objective = pyo.Objective(expr=b.misfit + b.penalty)
     return b
+
+
+def set_parameter_vars(var, parameters):
+    """Bounds, start values and fixed flags of ``var[p.name]`` from ``parameters``."""
+    for p in parameters:
+        v = var[p.name]
+        v.setlb(p.lb)
+        v.setub(p.ub)
+        v.set_value(float(p.value), skip_validation=True)
+        if p.fixed:
+            v.fix(float(p.value))
 
 
 def add_objective_term(b, expr):

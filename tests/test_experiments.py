@@ -1,0 +1,150 @@
+"""Several experiments sharing parameters: declaration, every approach, and the
+identity with the same problem written by hand as one block."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from pyomo_odeest import (EstimationProblem, Experiment, Parameter, ProblemError, estimate)
+from pyomo_odeest.approaches.reduced import discrete_model
+
+TIMES = np.linspace(0.5, 4.0, 8)
+
+
+def _data(k1, k2, A0, B0, rng, times=TIMES):
+    from scipy.integrate import solve_ivp
+    sol = solve_ivp(lambda t, x: [-k1 * x[0], k1 * x[0] - k2 * x[1]], (0, times[-1]), [A0, B0],
+                    t_eval=times, rtol=1e-10, atol=1e-12)
+    X = sol.y.T + 0.01 * rng.standard_normal((len(times), 2))
+    return pd.DataFrame(X, index=times, columns=["A", "B"])
+
+
+def _rhs(x, u, t):
+    return [-u.k1 * x.A, u.k1 * x.A - u.k2 * x.B]
+
+
+def _problem(same_horizon=True):
+    rng = np.random.default_rng(3)
+    t3 = TIMES if same_horizon else np.linspace(0.4, 5.0, 6)
+    exps = [Experiment("e1", _data(0.7, 0.3, 1.0, 0.0, rng)),
+            Experiment("e2", _data(0.7, 0.3, 2.0, 0.0, rng), parameters={"A0": 1.5}),
+            Experiment("e3", _data(0.7, 0.3, 0.5, 0.4, rng, t3), initial={"B": 0.4})]
+    return EstimationProblem(
+        states=["A", "B"],
+        parameters=[Parameter("k1", 0.5, lb=0), Parameter("k2", 0.5, lb=0),
+                    Parameter("A0", 1.0, lb=0, local=True)],
+        rhs=_rhs, initial={"A": "A0", "B": 0.0}, data=None, experiments=exps)
+
+
+def _by_hand(problem):
+    """The same three experiments as ONE single-experiment problem with 6 states."""
+    names = problem.experiment_names
+    states = [f"{s}_{e}" for e in names for s in ("A", "B")]
+    data = pd.concat([sp.data.add_suffix(f"_{e}") for e, sp in
+                      zip(names, problem.experiment_problems)], axis=1)
+    initial = {}
+    for e, sp in zip(names, problem.experiment_problems):
+        initial[f"A_{e}"] = f"A0_{e}"
+        initial[f"B_{e}"] = float(sp.l_sym[1])
+
+    def rhs(x, u, t):
+        out = []
+        for e in names:
+            out += [-u.k1 * x[f"A_{e}"], u.k1 * x[f"A_{e}"] - u.k2 * x[f"B_{e}"]]
+        return out
+    params = [Parameter(p.name, p.value, p.lb, p.ub) for p in problem.parameters]
+    return EstimationProblem(states, params, rhs, initial, data)
+
+
+def test_declaration_global_and_local_parameters():
+    P = _problem()
+    assert P.parameter_names == ["k1", "k2", "A0_e1", "A0_e2", "A0_e3"]
+    assert P.u0.tolist() == [0.5, 0.5, 1.0, 1.5, 1.0]
+    subs = P.experiment_problems
+    assert [str(e) for e in subs[1].l_sym] == ["A0_e2", "0"]
+    assert float(subs[2].l_sym[1]) == 0.4
+    assert subs[0].f_sym == subs[2].f_sym                # globals shared
+    with pytest.raises(AttributeError, match="several experiments"):
+        P.data
+    with pytest.raises(ProblemError, match="several experiments"):
+        P.initial_state(P.u0)
+
+
+def test_three_experiments_equal_one_block_by_hand():
+    P = _problem()
+    H = _by_hand(P)
+    r = estimate(P, "simultaneous")
+    rh = estimate(H, "simultaneous")
+    assert r.success and rh.success
+    np.testing.assert_allclose(r.x, rh.estimates[P.parameter_names].to_numpy(), rtol=1e-7)
+    assert r.objective == pytest.approx(rh.objective, rel=1e-9)
+    for e in P.experiment_names:
+        for s in ("A", "B"):
+            np.testing.assert_allclose(r.states.loc[e][s], rh.states[f"{s}_{e}"], atol=1e-8)
+            np.testing.assert_allclose(r.adjoint.loc[e][s], rh.adjoint[f"{s}_{e}"],
+                                       rtol=1e-5, atol=1e-9)
+            for st in r.multipliers:
+                np.testing.assert_allclose(r.multipliers[st].loc[e][s],
+                                           rh.multipliers[st][f"{s}_{e}"], rtol=1e-5, atol=1e-9)
+    # the local initial states are estimated per experiment, near the truth
+    np.testing.assert_allclose(r.estimates[["A0_e1", "A0_e2", "A0_e3"]], [1.0, 2.0, 0.5],
+                               atol=0.05)
+
+
+def test_sequential_approaches_agree_with_simultaneous():
+    P = _problem(same_horizon=False)           # experiments on different horizons
+    r = estimate(P, "simultaneous")
+    rr = estimate(P, "reduced_space")
+    assert r.success and rr.success
+    np.testing.assert_allclose(rr.x, r.x, rtol=1e-6)
+    np.testing.assert_allclose(rr.states.to_numpy(), r.states.to_numpy(), atol=1e-7)
+    assert list(rr.fitted.index.get_level_values("experiment").unique()) == ["e1", "e2", "e3"]
+    assert rr.states.loc["e3"].index[-1] == 5.0
+
+
+def test_summed_gradient_and_hessian_exact():
+    P = _problem(same_horizon=False)
+    dm = discrete_model(P, steps_per_interval=3)
+    u = P.u0 * 1.1
+    g = dm.gradient(u, "adjoint")
+    np.testing.assert_allclose(g, dm.gradient(u, "fd"), rtol=1e-6, atol=1e-9)
+    H = dm.hessian(u, "soa")
+    np.testing.assert_allclose(H, dm.hessian(u, "adjoint_fd"), rtol=1e-5, atol=1e-8)
+    assert dm.objective(u) == pytest.approx(sum(
+        m.objective(u) for m in dm.models))
+
+
+def test_errors_name_the_culprit():
+    rng = np.random.default_rng(0)
+    d = _data(0.7, 0.3, 1.0, 0.0, rng)
+    kw = dict(states=["A", "B"], rhs=_rhs, initial={"A": "A0", "B": 0.0})
+    with pytest.raises(ProblemError, match="local=True"):
+        EstimationProblem(parameters=["k1", "k2", Parameter("A0", local=True)], data=d, **kw)
+    with pytest.raises(ProblemError, match="not local"):
+        EstimationProblem(parameters=["k1", "k2", "A0"], data=None,
+                          experiments=[Experiment("e1", d, parameters={"k1": 1.0})], **kw)
+    with pytest.raises(ProblemError, match="data must be None"):
+        EstimationProblem(parameters=["k1", "k2", "A0"], data=d,
+                          experiments=[Experiment("e1", d)], **kw)
+    with pytest.raises(ProblemError, match="experiment 'e2'.*bogus"):
+        EstimationProblem(parameters=["k1", "k2", "A0"], data=None,
+                          experiments=[Experiment("e1", d), Experiment("e2", d.rename(
+                              columns={"A": "bogus"}))], **kw)
+    with pytest.raises(ProblemError, match="identifier"):
+        Experiment("exp 1", d)
+    P = _problem()
+    with pytest.raises(ProblemError, match="several experiments"):
+        estimate(P, "multiple_shooting")
+    with pytest.raises(ProblemError, match="mapping experiment"):
+        from pyomo_odeest import make_grid
+        estimate(P, "simultaneous", grid=make_grid(TIMES))
+
+
+def test_docs_snippet_runs_as_written():
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
+    ns = {}
+    for code in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        exec(compile(code, "experiments.md", "exec"), ns)
+    assert ns["res"].success
+    assert ns["res"].estimates["k"] == pytest.approx(0.7, rel=1e-4)
