@@ -29,6 +29,7 @@ import inspect
 
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult
+from ..problem.validation import validate_estimator
 
 __all__ = ["estimate", "APPROACH_NAMES", "approach_options"]
 
@@ -103,4 +104,7 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
                         f"it takes {list(accepted)}")
     if not isinstance(problem, EstimationProblem):
         raise ProblemError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
-    return fn(problem, **options)
+    if approach == "adaptive":
+        validate_estimator("adaptive", problem, **options)
+    from ..analysis.diagnostics import diagnose
+    return diagnose(problem, fn(problem, **options))

@@ -36,6 +36,9 @@ from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.convert import pyomo_to_sympy
 from .validation import ProblemError, as_data_frame, as_spec, check_weights
 
+#: Name of the time symbol: not an identifier, so no state or parameter has it.
+TIME_NAME = "t(time)"
+
 __all__ = ["Parameter", "Experiment", "require_single_experiment", "EstimationProblem", "LeastSquares", "GaussianNLL",
            "ProblemError"]
 
@@ -312,12 +315,13 @@ class EstimationProblem:
         if not isinstance(self.loss, (LeastSquares, GaussianNLL)):
             raise ProblemError("loss must be LeastSquares() or GaussianNLL(cov)")
 
-        # symbols: Dummies, so that no user name (a parameter called ``t``, a
-        # state called ``E``, ``pi`` or ``exp``) can meet time, another name
-        # or a sympy constant
-        self.x_sym = tuple(sympy.Dummy(s, real=True) for s in self.states)
-        self.u_sym = tuple(sympy.Dummy(p, real=True) for p in pnames)
-        self.t_sym = sympy.Dummy("t", real=True)
+        # symbols: states and parameters by name (equal across problems that
+        # share them); time by a name no state or parameter can have, so that
+        # a parameter called ``t`` is not time.  Internal symbols elsewhere
+        # are Dummies; sympy constants (E, I, pi) are not Symbols.
+        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
+        self.u_sym = tuple(sympy.Symbol(p, real=True) for p in pnames)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
 
         scratch = pyo.ConcreteModel()
         scratch.x = pyo.Var(self.states, initialize=1.0)
@@ -407,7 +411,7 @@ class EstimationProblem:
         self.loss = LeastSquares() if loss is None else loss
         self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
         self.u_sym = tuple(sympy.Symbol(q.name, real=True) for q in expanded)
-        self.t_sym = sympy.Symbol("t", real=True)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
         scratch = pyo.ConcreteModel()
         scratch.x = pyo.Var(self.states, initialize=1.0)
         scratch.u = pyo.Var(enames, initialize=1.0)
@@ -516,13 +520,31 @@ class EstimationProblem:
                                f"(see problem.experiment_problems)")
 
     # -- conversions -------------------------------------------------------
+    def _adopt(self, e):
+        """A sympy expression of another problem's symbols (or plain Symbols) in
+        this problem's symbols: states and parameters by name, time by the
+        time symbol's name (which no state or parameter can have) or ``t``
+        when no parameter is called ``t``."""
+        own = dict(zip(self.states, self.x_sym))
+        own.update(zip((p.name for p in self.parameters), self.u_sym))
+        mine = set(own.values()) | {self.t_sym}
+        rep = {}
+        for s in e.free_symbols:
+            if s in mine:
+                continue
+            if s.name in own:
+                rep[s] = own[s.name]
+            elif s.name in (TIME_NAME, "t"):
+                rep[s] = self.t_sym
+        return e.xreplace(rep) if rep else e
+
     def _to_sym(self, e, what, symbol_of):
         if isinstance(e, (int, float, np.number)):
             if not np.isfinite(float(e)):
                 raise ProblemError(f"{what} is not finite")
             return sympy.Float(float(e)) if not float(e).is_integer() else sympy.Integer(int(e))
         if isinstance(e, sympy.Basic):
-            return e
+            return self._adopt(e)
         try:
             return pyomo_to_sympy(e, symbol_of)
         except UnsupportedExpressionError as err:

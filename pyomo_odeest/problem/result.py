@@ -64,6 +64,11 @@ class EstimationResult:
         The solved Pyomo model (simultaneous approach) or None.
     extra : dict
         Backend-specific information.
+    warnings : list of str
+        What the sanity checks of :mod:`pyomo_odeest.analysis.diagnostics`
+        found (no convergence, misfit inconsistent with the noise, a
+        parameter at a bound, a stability-limited discretization, rank
+        deficiency), each with advice.  Shown by :meth:`summary`.
     """
 
     approach: str
@@ -83,6 +88,7 @@ class EstimationResult:
     multipliers: dict = field(default_factory=dict)
     model: object = None
     extra: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
 
     def multiplier(self, i, state, stage="x"):
         """Multiplier of the ``stage`` equation of step ``i`` for ``state``."""
@@ -92,7 +98,8 @@ class EstimationResult:
         est = ", ".join(f"{k}={v:.6g}" for k, v in self.estimates.items())
         return (f"{self.approach} [{self.method}; {self.scheme}]: {self.status} after "
                 f"{self.iterations} iterations, objective={self.objective:.8g}, {est} "
-                f"({self.timings.get('total_s', float('nan')):.2f} s)")
+                f"({self.timings.get('total_s', float('nan')):.2f} s)"
+                + "".join(f"\n  warning: {w}" for w in self.warnings))
 
     def __repr__(self):
         return f"EstimationResult({self.summary()})"

@@ -99,7 +99,7 @@ def as_data_frame(data):
             if key in cols:
                 out[cols[key]] = _numeric_column(data[cols[key]], f"data column '{cols[key]}'")
         return out
-    if data.index.dtype == object:
+    if not pd.api.types.is_numeric_dtype(data.index.dtype):
         idx = pd.Series(data.index, index=range(len(data.index)))
         out.index = pd.Index(_numeric_column(idx, "data index (time)").to_numpy())
     for c in data.columns:
@@ -233,8 +233,8 @@ def validate_estimator(approach: str, problem, **args):
     if not problem.free_mask.any() and approach != "simultaneous":
         raise ProblemError(f"all parameters {problem.parameter_names} are fixed: nothing to "
                            f"estimate; set fixed=False on at least one")
-    if approach in ("simultaneous", "reduced_space", "multiple_shooting", "continuous") \
-            and len(problem.meas_times) == 0:
+    subs = list(problem.experiment_problems) if problem.experiments else [problem]
+    if approach != "adaptive" and any(len(sp.meas_times) == 0 for sp in subs):
         raise ProblemError("the problem has no data (data=None): there is nothing to fit")
     for name, choices in METHOD_CHOICES.get(approach, {}).items():
         if name in args and args[name] not in choices:
@@ -246,9 +246,13 @@ def validate_estimator(approach: str, problem, **args):
         _check_u0(problem, args["u0"])
     _check_options(args.get("options"))
     if "scheme" in args or "grid" in args:
-        return estimate_size(problem, approach, args.get("scheme", "adams_pc"), args.get("qmax"),
-                             args.get("grid"), args.get("max_step"),
-                             args.get("steps_per_interval"), refuse=True)
+        grid = args.get("grid")
+        sizes = [estimate_size(sp, approach, args.get("scheme", "adams_pc"), args.get("qmax"),
+                               grid.get(name) if isinstance(grid, Mapping) else grid,
+                               args.get("max_step"), args.get("steps_per_interval"),
+                               refuse=True)
+                 for name, sp in zip(problem.experiment_names or [None], subs)]
+        return sizes[0] if len(sizes) == 1 else sizes
     return None
 
 
@@ -260,7 +264,7 @@ def validate_estimator(approach: str, problem, **args):
 #: Hessian structures) and the discrete model of the reduced space and of
 #: multiple shooting (stage values, sparse factorizations, sensitivities).
 #: ``benchmarks``-free measurement: see the module tests.
-BYTES_PER_UNKNOWN = {"simultaneous": 6000, "reduced_space": 1500, "multiple_shooting": 1500}
+BYTES_PER_UNKNOWN = {"simultaneous": 6000, "reduced_space": 2500, "multiple_shooting": 2500}
 
 
 @dataclass(frozen=True)
