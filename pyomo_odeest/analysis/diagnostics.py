@@ -20,9 +20,12 @@ by :meth:`~EstimationResult.summary`) when
   step formulas by :func:`amplification` — an estimate fitted to a
   discretization artefact;
 * the problem is rank-deficient: fewer measurements than free parameters,
-  or a numerically singular Gauss–Newton matrix
-  :math:`2\sum_j S_j^\top A_j S_j` (:math:`S_j = \partial r_j/\partial u`)
-  of the discrete model, scaled by the parameter magnitudes.
+  or a numerically rank-deficient sensitivity matrix — from
+  :func:`~pyomo_odeest.analysis.identifiability.identifiability_report` on the
+  result's own approach, or, where that does not apply, from the
+  Gauss–Newton matrix :math:`2\sum_j S_j^\top A_j S_j`
+  (:math:`S_j = \partial r_j/\partial u`) of the discrete model, scaled by
+  the parameter magnitudes.
 """
 from __future__ import annotations
 
@@ -255,7 +258,18 @@ def rank_warnings(problem, result, dm=None, scheme=None, grid=None):
     if N < p:
         return [f"rank-deficient: {N} measurements for {p} free parameters {names}: the "
                 f"estimates are not determined by the data; fix parameters or add data"]
-    if len(subs) > 1 or p == 0:
+    if p == 0:
+        return []
+    try:                                     # the uncertainty module's report, when it applies
+        from .identifiability import identifiability_report
+        rep = identifiability_report(result, problem=problem)
+    except Exception:                        # noqa: BLE001 - fall back to the Gauss-Newton check
+        rep = None
+    if rep is not None:
+        keys = ("fewer informative", "rank-deficient", "do not depend on")
+        return [f"rank-deficient: {w}" if not w.startswith("rank") else w
+                for w in rep.warnings if any(k in w for k in keys)]
+    if len(subs) > 1:
         return []
     H = _gauss_newton(problem, result, dm, scheme, grid)
     if H is None or not np.all(np.isfinite(H)):

@@ -36,12 +36,17 @@ _OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
 
 
 class ReducedSpaceNLP(NLPEvaluator):
-    """``min J_k(u)`` over the free parameters, as an evaluator (m = 0 constraints)."""
+    """``min J_k(u)`` over the free parameters, as an evaluator (m = 0 constraints).
 
-    def __init__(self, dm: DiscreteModel, gradient="adjoint", hessian="soa"):
+    ``free`` (optional, a boolean mask or indices) optimizes over a subset of the
+    problem's free parameters, the others held at ``u_full`` (profile likelihood).
+    """
+
+    def __init__(self, dm: DiscreteModel, gradient="adjoint", hessian="soa", free=None):
         P = dm.problem
         self.dm = dm
-        self.free = np.flatnonzero(P.free_mask)
+        free_mask = P.free_mask if free is None else np.asarray(free)
+        self.free = np.flatnonzero(free_mask) if free_mask.dtype == bool else free_mask.astype(int)
         self.u_full = P.u0.copy()
         self.n = len(self.free)
         self.m = 0
