@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
-                      Parameter, ProblemError)
+                      Parameter, ProblemError, ProblemTooLargeError, estimate_size)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
@@ -25,7 +25,8 @@ from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_co
                          simulate)
 from .analysis import (check_derivatives, compare_approaches, confidence_intervals,
                        convergence_study, covariance, delta_method, identifiability_report,
-                       plot_fits, prediction_bands, profile_likelihood, validate_multipliers)
+                       plot_fits, prediction_bands, profile_likelihood, validate_multipliers,
+                       diagnose)
 
 __all__ = [
     "__version__",
@@ -33,7 +34,7 @@ __all__ = [
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
     "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "LeastSquares", "Parameter",
-    "ProblemError",
+    "ProblemError", "ProblemTooLargeError", "estimate_size",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",
@@ -47,5 +48,5 @@ __all__ = [
     # analysis
     "check_derivatives", "compare_approaches", "confidence_intervals", "convergence_study",
     "covariance", "delta_method", "identifiability_report", "plot_fits", "prediction_bands",
-    "profile_likelihood", "validate_multipliers",
+    "profile_likelihood", "validate_multipliers", "diagnose",
 ]

@@ -426,3 +426,17 @@ def test_diagnose_runs_once():
     res = po.estimate_reduced(decay(ub=0.5, start=0.4), hessian=None)
     n = len(res.warnings)
     assert diagnose(decay(ub=0.5), res) is res and len(res.warnings) == n
+
+
+def test_lbfgs_abnormal_line_search_at_a_stationary_point():
+    """L-BFGS-B's 'ABNORMAL' at the optimum is convergence only when the projected
+    gradient vanishes (a bound-active component with an outward gradient counts as 0)."""
+    from types import SimpleNamespace
+    from pyomo_odeest.approaches.reduced import _stationary
+    nlp = SimpleNamespace(x_lb=np.array([0.0, -np.inf]), x_ub=np.array([np.inf, np.inf]))
+    msg = "ABNORMAL_TERMINATION_IN_LNSRCH"
+    at_opt = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([5.0, 1e-9]), fun=2.0)
+    ok, status = _stationary(nlp, at_opt, msg)
+    assert ok and "stationary point" in status
+    away = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([-5.0, 1e-9]), fun=2.0)
+    assert _stationary(nlp, away, msg) == (False, msg)
