@@ -217,3 +217,100 @@ def test_algebraic_rules_raise(tmp_path):
     libsbml.writeSBMLToFile(doc, str(xml))
     with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*algebraic rules"):
         read_petab(d)
+
+
+# ---------------------------------------------------------------------------
+# export and round trip
+# ---------------------------------------------------------------------------
+def _time_dependent_problem():
+    """Lotka-Volterra with a time-dependent forcing, an initial state that is a
+    parameter, weights and a fixed parameter: every piece the export writes."""
+    import pyomo.environ as pyo
+    from pyomo_odeest import EstimationProblem, Parameter
+    from pyomo_odeest.models.lotka_volterra import lotka_volterra_data
+    data = lotka_volterra_data(seed=3)
+    data.iloc[2, 0] = np.nan
+    w = pd.DataFrame(2.0, index=data.index, columns=data.columns)
+    w.iloc[:, 1] = 0.5
+    return EstimationProblem(
+        states=["x1", "x2"],
+        parameters=[Parameter("p1", 0.9, lb=0.0, ub=5.0), Parameter("p2", 1.1),
+                    Parameter("p3", 1.0, fixed=True), Parameter("p4", 0.95), Parameter("a0", 0.4)],
+        rhs=lambda x, u, t: [-u.p1 * x.x1 + u.p2 * x.x1 * x.x2 + 0.01 * pyo.sin(t),
+                             u.p3 * x.x2 - u.p4 * x.x1 * x.x2],
+        initial={"x1": "a0", "x2": 1.0}, data=data, weights=w, name="lv_forced")
+
+
+def test_export_round_trip(tmp_path):
+    from pyomo_odeest.petab import write_petab
+    prob = _time_dependent_problem()
+    yaml_path = write_petab(prob, tmp_path / "lv")
+    model = read_petab(yaml_path)
+    assert [p.id for p in model.parameters] == prob.parameter_names
+    assert [p.estimate for p in model.parameters] == [not p.fixed for p in prob.parameters]
+    assert np.allclose([p.nominal for p in model.parameters], prob.u0)
+    assert model.parameters[0].lb == 0.0 and model.parameters[0].ub == 5.0
+    # PEtab's NLL of the exported problem = J/2 + sum 1/2 log(2 pi / w), J from an
+    # independent simulation of the original problem
+    f = prob.numeric_rhs()
+    u = prob.u0
+    sol = solve_ivp(lambda t, x: f(x, u, t), (0.0, prob.T), prob.initial_state(u),
+                    t_eval=prob.meas_times, rtol=1e-11, atol=1e-12)
+    r = sol.y.T - prob.data.to_numpy()
+    J = np.nansum(prob.weights * np.where(prob.mask, r, 0.0) ** 2)
+    expected = J / 2 + np.sum(0.5 * np.log(2 * np.pi / prob.weights[prob.mask]))
+    assert PetabSimulator(model, rtol=1e-11, atol=1e-12).nll() == pytest.approx(expected,
+                                                                               rel=1e-9)
+    # and back into an estimation problem: the same right-hand side and objective
+    back = petab_problem(model).problem
+    x, t = np.array([0.7, 1.3]), 2.5
+    assert np.allclose(back.numeric_rhs()(x, back.u0, t), f(x, u, t), rtol=1e-14)
+    assert np.allclose(back.initial_state(back.u0), prob.initial_state(u))
+
+
+# ---------------------------------------------------------------------------
+# estimation: one experiment per condition, NLL no worse than the reference
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bruno():
+    return petab_problem(os.path.join(DATA, "Bruno_JExpBot2016"))
+
+
+def test_import_maps_conditions_to_experiments(bruno):
+    prob = bruno.problem
+    assert prob.experiment_names == bruno.model.conditions
+    assert len(prob.experiment_names) == 6
+    assert bruno.sigma_parameter is None
+    # the discrete objective at the nominal point is PEtab's NLL up to the discretization
+    assert bruno.nll(0.0) == pytest.approx(bruno.constant)
+
+
+@pytest.mark.parametrize("approach, shift", [("simultaneous", 0.0), ("reduced_space", 0.3)])
+def test_fit_reaches_reference(bruno, approach, shift):
+    from pyomo_odeest import estimate
+    u0 = bruno.problem.u0.copy()
+    free = bruno.problem.free_mask
+    rng = np.random.default_rng(7)
+    u0[free] += shift * rng.choice([-1.0, 1.0], size=free.sum())     # log10 units: x2 or /2
+    res = estimate(bruno.problem, approach, steps_per_interval=5, u0=u0)
+    assert res.success, res.status
+    ref = REFERENCE["Bruno_JExpBot2016"]
+    assert bruno.nll(res.objective) <= ref + 1e-3          # on the discretization
+    assert bruno.simulated_nll(res) <= ref + 1e-5          # by an independent simulation
+
+
+def test_every_approach_and_compare_approaches_take_an_imported_condition():
+    """One condition of Bruno as a single-experiment problem: the simultaneous, reduced-space,
+    multiple-shooting and continuous approaches through compare_approaches."""
+    from pyomo_odeest import compare_approaches
+    pe = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016"), conditions="model1_data2")
+    assert pe.problem.experiments is None and pe.conditions == ["model1_data2"]
+    table, results = compare_approaches(
+        pe.problem, approaches=("simultaneous", "reduced_space", "multiple_shooting",
+                                "continuous_adjoint"), steps_per_interval=5)
+    assert table["success"].all(), table["status"]
+    nll = {k: pe.nll(r.objective) for k, r in results.items()}
+    # the same discrete equations: the same optimum
+    assert nll["simultaneous"] == pytest.approx(nll["reduced_space"], abs=1e-7)
+    # other discretizations of the same ODE: the same optimum up to their errors
+    assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll

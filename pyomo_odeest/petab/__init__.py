@@ -13,3 +13,6 @@ __all__ = ["UnsupportedFeatureError", "read_sbml", "math_to_sympy", "SbmlOde", "
 from .problem import PetabEstimation, petab_problem
 
 __all__ += ["PetabEstimation", "petab_problem"]
+from .export import write_petab
+
+__all__ += ["write_petab"]

@@ -1,6 +1,6 @@
 r"""A PEtab problem as an :class:`~pyomo_odeest.EstimationProblem`.
 
-Mapping onto the package's concepts (one simulation condition):
+Mapping onto the package's concepts:
 
 =============================  ==================================================
 PEtab                          :class:`~pyomo_odeest.EstimationProblem`
@@ -12,7 +12,12 @@ estimated parameter θ          :class:`~pyomo_odeest.Parameter` named by its id
                                model uses :math:`\theta = 10^{u}`, :math:`e^{u}`
                                or :math:`u`
 fixed parameter                its nominal value, substituted
-condition overrides            substituted into ``rhs`` and ``initial``
+simulation condition           one :class:`~pyomo_odeest.Experiment` (a single
+                               condition: a plain problem)
+condition overrides            initial states: the experiment's ``initial``;
+                               model constants that differ between conditions:
+                               :math:`k = a_k + \sum_q b_{kq}\theta_q` with
+                               fixed local (per-experiment) coefficients
 observable (with overrides)    one observed quantity per distinct formula,
                                :math:`g = \tau(y)` (τ: lin, log, log10)
 measurement :math:`m`          datum :math:`\tau(m)`, weight :math:`1/(2\sigma^2)`
@@ -78,8 +83,9 @@ class PetabEstimation:
     """
 
     def __init__(self, model: PetabModel, problem, constant, sigma_parameter, sigma_factors,
-                 jacobian_sum):
+                 jacobian_sum, conditions):
         self.model = model
+        self.conditions = list(conditions)
         self.problem = problem
         self.constant = float(constant)
         self.sigma_parameter = sigma_parameter
@@ -89,7 +95,7 @@ class PetabEstimation:
 
     @property
     def n_data(self):
-        return len(self.model.measurements)
+        return len(self._c)
 
     def profiled_sigma(self, objective):
         """:math:`s^\\star` from the least-squares objective (``None`` without a profiled σ)."""
@@ -125,6 +131,9 @@ class PetabEstimation:
     def simulated_nll(self, result=None):
         """NLL by the independent simulation (:class:`PetabSimulator`) at a
         result's estimates (default: the nominal parameters)."""
+        if self.conditions != self.model.conditions:
+            raise ValueError("simulated_nll needs the problem of every condition "
+                             f"{self.model.conditions}; this one holds {self.conditions}")
         if self._simulator is None:
             self._simulator = PetabSimulator(self.model)
         scaled = None if result is None else self.scaled_estimates(result).to_numpy()
@@ -144,33 +153,27 @@ def _identifier(name, taken):
     return out
 
 
-def petab_problem(source, condition=None) -> PetabEstimation:
+def petab_problem(source, conditions=None) -> PetabEstimation:
     """Import a PEtab problem (YAML path, folder or :class:`PetabModel`) for estimation.
 
-    ``condition`` selects one simulation condition (default: the only one).
+    One simulation condition gives a single-experiment problem; several give
+    one :class:`~pyomo_odeest.Experiment` per condition (named by the
+    condition id).  ``conditions`` selects a subset (default: all).
     """
     model = source if isinstance(source, PetabModel) else read_petab(source)
-    if condition is None:
-        if len(model.conditions) != 1:
-            raise UnsupportedFeatureError(
-                f"{model.name}: {len(model.conditions)} simulation conditions "
-                f"{model.conditions}; pass condition=... (one experiment per condition needs "
-                "the experiments of EstimationProblem)")
-        condition = model.conditions[0]
-    if condition not in model.conditions:
-        raise ValueError(f"{model.name}: unknown condition {condition!r}; "
+    conditions = list(model.conditions if conditions is None else
+                      ([conditions] if isinstance(conditions, str) else conditions))
+    unknown = [c for c in conditions if c not in model.conditions]
+    if unknown or not conditions:
+        raise ValueError(f"{model.name}: unknown conditions {unknown}; "
                          f"conditions: {model.conditions}")
-    meas = model.rows(condition).reset_index(drop=True)
-    vals = model.linear_values()
+    meas = model.measurements[model.measurements["simulationConditionId"].isin(conditions)]
+    meas = meas.reset_index(drop=True)
 
     # sigma: numbers, or c_i * s with one estimated s (profiled)
     est_ids = {p.id for p in model.estimated}
-    sig_rows = []
-    sig_par = set()
-    for sgm in meas["sigma"]:
-        used = {s.name for s in sgm.free_symbols} & est_ids
-        sig_par |= used
-        sig_rows.append(used)
+    sig_rows = [{s.name for s in sgm.free_symbols} & est_ids for sgm in meas["sigma"]]
+    sig_par = set().union(*sig_rows)
     sigma_parameter = None
     if sig_par:
         if len(sig_par) > 1 or any(not u for u in sig_rows):
@@ -204,18 +207,15 @@ def petab_problem(source, condition=None) -> PetabEstimation:
         return sympy.sympify(e).xreplace(to_scaled)
 
     states = list(model.ode.states)
-    f = [scaled(e) for e in model.rhs(condition)]
-    x0 = [scaled(model.initial[condition][s]) for s in states]
+    taken = set(states) | {p.id for p in estimated}
 
     # observed quantities: one per distinct (observable, formula); replicates split
-    taken = set(states) | {p.id for p in estimated}
     obs_name, obs_expr, names = {}, {}, []
     for oid, y in zip(meas["observableId"], meas["y"]):
         if (oid, y) not in obs_name:
             nm = _identifier(oid, taken)
             obs_name[(oid, y)] = nm
-            tr = model.observables[oid].transformation
-            obs_expr[nm] = transform_sym(scaled(y), tr)
+            obs_expr[nm] = transform_sym(scaled(y), model.observables[oid].transformation)
             names.append(nm)
     trans = np.array([model.observables[o].transformation for o in meas["observableId"]])
     value = np.empty(len(meas))
@@ -224,10 +224,11 @@ def petab_problem(source, condition=None) -> PetabEstimation:
         sel = trans == tr
         value[sel] = transform_value(meas["measurement"].to_numpy()[sel], tr)
         jac[sel] = log_jacobian(meas["measurement"].to_numpy()[sel], tr)
-    col = [obs_name[(o, y)] for o, y in zip(meas["observableId"], meas["y"])]
-    long = pd.DataFrame({"time": meas["time"].to_numpy(), "name": col, "value": value,
-                         "weight": 1.0 / (2.0 * c**2)})
-    rep = long.groupby(["time", "name"]).cumcount().to_numpy()
+    long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(),
+                         "time": meas["time"].to_numpy(),
+                         "name": [obs_name[(o, y)] for o, y in zip(meas["observableId"], meas["y"])],
+                         "value": value, "weight": 1.0 / (2.0 * c**2)})
+    rep = long.groupby(["condition", "time", "name"]).cumcount().to_numpy()
     for i in np.flatnonzero(rep):
         base = long.at[i, "name"]
         nm = f"{base}_rep{rep[i] + 1}"
@@ -236,8 +237,42 @@ def petab_problem(source, condition=None) -> PetabEstimation:
             names.append(nm)
             taken.add(nm)
         long.at[i, "name"] = nm
-    data = long.pivot(index="time", columns="name", values="value").reindex(columns=names)
-    weights = long.pivot(index="time", columns="name", values="weight").reindex(columns=names)
+
+    def wide(cond, what):
+        d = long[long["condition"] == cond]
+        cols = [n for n in names if n in set(d["name"])]
+        return d.pivot(index="time", columns="name", values=what).reindex(columns=cols)
+
+    # model constants that differ between conditions: k = a_k + sum_q b_kq * theta_q with
+    # fixed per-experiment (local) coefficients a_k, b_kq
+    rhs_c = {cond: [scaled(e) for e in model.rhs(cond)] for cond in conditions}
+    local = []                      # (name, {condition: value})
+    if len(conditions) > 1:
+        generic = {}
+        in_rhs = set().union(*[sympy.sympify(e).free_symbols for e in model.ode.rhs.values()])
+        for k in model.ode.constants:
+            ks = symbol(k)
+            if ks not in in_rhs:
+                continue
+            vals = {cond: scaled(model.constants[cond][ks]) for cond in conditions}
+            if len(set(vals.values())) == 1:
+                generic[ks] = vals[conditions[0]]
+                continue
+            coef_a = {cond: (float(v) if v.is_Number else 0.0) for cond, v in vals.items()}
+            parts = sympy.Integer(0)
+            a_name = _identifier(k, taken)
+            local.append((a_name, coef_a))
+            parts += symbol(a_name)
+            for w in sorted({v for v in vals.values() if not v.is_Number}, key=str):
+                b_name = _identifier(f"{k}__{'_'.join(sorted(s.name for s in w.free_symbols))}",
+                                     taken)
+                local.append((b_name, {cond: float(vals[cond] == w) for cond in conditions}))
+                parts += symbol(b_name) * w
+            generic[ks] = parts
+        f = [sympy.sympify(model.ode.rhs[s]).xreplace(generic) for s in states]
+    else:
+        f = rhs_c[conditions[0]]
+    x0 = {cond: [scaled(model.initial[cond][s]) for s in states] for cond in conditions}
 
     if sigma_parameter is None:
         constant = float(np.sum(0.5 * np.log(2 * np.pi * c**2) + jac))
@@ -245,10 +280,10 @@ def petab_problem(source, condition=None) -> PetabEstimation:
         constant = float(np.sum(jac))
 
     x_syms = [symbol(s) for s in states]
-    u_syms = [symbol(p.id) for p in estimated]
+    u_names = [p.id for p in estimated] + [nm for nm, _ in local]
 
     def objects(x, u, t):
-        obj = {s: u[p.id] for s, p in zip(u_syms, estimated)}
+        obj = {symbol(n): u[n] for n in u_names}
         if x is not None:
             obj[TIME] = t
             obj.update({s: x[n] for s, n in zip(x_syms, states)})
@@ -265,8 +300,23 @@ def petab_problem(source, condition=None) -> PetabEstimation:
     def initial_fn(e):
         return lambda u: sympy_to_pyomo(e, objects(None, u, None)) if e.free_symbols else float(e)
 
-    problem = EstimationProblem(
-        states=states, parameters=params, rhs=rhs,
-        initial={s: initial_fn(e) for s, e in zip(states, x0)},
-        data=data, observe=observe, weights=weights, name=model.name)
-    return PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)))
+    if len(conditions) == 1:
+        cond = conditions[0]
+        problem = EstimationProblem(
+            states=states, parameters=params, rhs=rhs,
+            initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
+            data=wide(cond, "value"), observe=observe, weights=wide(cond, "weight"),
+            name=model.name)
+    else:
+        from ..problem.declaration import Experiment
+        params = params + [Parameter(nm, 0.0, fixed=True, local=True) for nm, _ in local]
+        experiments = [
+            Experiment(cond, data=wide(cond, "value"), weights=wide(cond, "weight"),
+                       initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
+                       parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local})
+            for cond in conditions]
+        problem = EstimationProblem(
+            states=states, parameters=params, rhs=rhs, initial={s: 0.0 for s in states},
+            data=None, observe=observe, experiments=experiments, name=model.name)
+    return PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)),
+                           conditions)
