@@ -17,6 +17,11 @@ from .identifiability import IdentifiabilityReport, identifiability_report
 from .prediction import PredictionBands, prediction_bands
 from .plots import plot_bands, plot_profiles
 from .diagnostics import amplification, diagnose
+from ..problem.result import RESULT_ANALYSES
+
+RESULT_ANALYSES.update(covariance=covariance, confidence_intervals=confidence_intervals,
+                       profile=profile_likelihood, identifiability=identifiability_report,
+                       prediction_bands=prediction_bands)
 
 __all__ = ["DerivativeReport", "check_consistency", "check_derivatives", "check_gradient",
            "check_jacobian", "paper_adjoint", "paper_gradient", "paper_sensitivity_gradient",
