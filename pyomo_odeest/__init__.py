@@ -19,7 +19,7 @@ from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerL
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
                     build_adaptive_block, build_block, build_experiment_blocks,
                     estimate_adaptive, problem_from_dae,
-                    scheme_constraint)
+                    scheme_constraint, use_as_ipopt)
 from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
                          simulate)
@@ -43,7 +43,7 @@ __all__ = [
     # pyomo
     "SOLVER_NAME", "OdeestIpoptSolver", "PyomoNLPEvaluator", "UnsupportedModelError",
     "build_adaptive_block", "build_block", "build_experiment_blocks", "estimate_adaptive", "problem_from_dae",
-    "scheme_constraint",
+    "scheme_constraint", "use_as_ipopt",
     # approaches
     "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",
     "estimate_multiple_shooting", "estimate_reduced", "estimate_simultaneous", "simulate",
