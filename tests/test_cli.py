@@ -129,7 +129,7 @@ def test_cli_failed_estimation_exit_1(decay_files, capsys):
     captured = capsys.readouterr()
     assert rc == 1
     assert captured.err.strip().startswith("error: the estimation did not converge")
-    assert "warning: not converged" in captured.out
+    assert "WARNING: not converged" in captured.out
 
 
 def test_cli_penalty_in_model_file_is_used(decay_files):

@@ -6,12 +6,10 @@ problem was found.  It does not say that the optimum answers the question.
 by :meth:`~EstimationResult.summary`) when
 
 * the solver did not converge (with advice that depends on the status);
-* the weighted misfit is inconsistent with the stated noise level: with
-  known standard deviations the misfit at the true parameters is
-  :math:`\chi^2`-distributed with :math:`N - p` degrees of freedom
-  (:math:`N` measurements, :math:`p` free parameters), so a value in either
-  0.1 % tail is reported (too large: the model or the optimum is wrong, or
-  σ is too small; too small: σ is too large);
+* the weighted misfit is inconsistent with the stated noise level (the χ²
+  test of :func:`~pyomo_odeest.problem.noise.noise_check`, when σ is known;
+  too large: the model or the optimum is wrong, or σ is too small; too small:
+  σ is too large);
 * a parameter ends at one of its bounds;
 * the discrete solution is stability-limited: along the solution,
   :math:`z = h_i\lambda` for the eigenvalues :math:`\lambda` of
@@ -35,8 +33,6 @@ import sympy
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
            "bound_warnings", "rank_warnings", "status_warning"]
 
-#: Tail probability of the χ² test.
-CHI2_ALPHA = 1e-3
 #: Relative singular-value threshold (of the scaled Gauss–Newton matrix).
 RANK_RTOL = 1e-10
 #: Largest number of grid points at which the stability check looks.
@@ -162,51 +158,20 @@ def _subproblems(problem):
     return list(problem.experiment_problems) if getattr(problem, "experiments", None) else [problem]
 
 
-def _weighted_misfit(problem, result):
-    """Σ r_jᵀ Σ_j⁻¹ r_j over all measurements, from the result's residuals."""
-    from ..problem.declaration import GaussianNLL
-    if result.residuals is None:
-        return None
-    subs = _subproblems(problem)
-    total = 0.0
-    for e, sp in enumerate(subs):
-        R = result.residuals
-        if len(subs) > 1:
-            R = R.xs(problem.experiment_names[e], level=0)
-        r = np.nan_to_num(R.reindex(columns=sp.obs_names).to_numpy(dtype=float))
-        if r.shape != sp.mask.shape:
-            return None
-        if isinstance(sp.loss, GaussianNLL):
-            for j in range(r.shape[0]):
-                o = np.flatnonzero(sp.mask[j])
-                total += float(r[j, o] @ np.linalg.solve(sp.cov[np.ix_(o, o)], r[j, o]))
-        else:
-            total += float(np.sum(np.where(sp.mask, sp.weights * r ** 2, 0.0)))
-    return total
-
-
 def chi2_warning(problem, result):
-    """A warning when the weighted misfit is outside the χ² range of the stated noise."""
-    from scipy.stats import chi2
-    subs = _subproblems(problem)
-    if not all(getattr(sp, "sigma_known", False) for sp in subs):
+    """The χ² test of :func:`~pyomo_odeest.problem.noise.noise_check` (σ known),
+    stored in ``result.extra['noise_check']``; its message when the fit is
+    inconsistent with the noise level (single-experiment problems)."""
+    from ..problem.noise import noise_check
+    if getattr(problem, "experiments", None):
         return []
-    N = sum(int(sp.mask.sum()) for sp in subs)
-    dof = N - int(problem.free_mask.sum())
-    J = _weighted_misfit(problem, result)
-    if dof <= 0 or J is None or not np.isfinite(J):
+    chk = noise_check(problem, result)
+    result.extra["noise_check"] = chk
+    if chk["consistent"] is not False:
         return []
-    lo, hi = chi2.ppf(CHI2_ALPHA, dof), chi2.ppf(1 - CHI2_ALPHA, dof)
-    if J > hi:
-        return [f"misfit too large for the stated noise: sum of squared weighted residuals "
-                f"{J:.4g} > {hi:.4g} (chi-square, {dof} degrees of freedom, {CHI2_ALPHA:g} "
-                f"tail): the model, the optimum (try another start u0 or approach) or sigma "
-                f"(too small) is wrong"]
-    if J < lo:
-        return [f"misfit too small for the stated noise: sum of squared weighted residuals "
-                f"{J:.4g} < {lo:.4g} (chi-square, {dof} degrees of freedom): sigma is "
-                f"probably too large, or the model over-fits"]
-    return []
+    advice = ("try another start u0 or approach, check the model and sigma (too small?)"
+              if chk["p_upper"] < chk["p_lower"] else "sigma is probably too large")
+    return [f"{chk['message']}; {advice}"]
 
 
 def bound_warnings(problem, result, rtol=1e-6):

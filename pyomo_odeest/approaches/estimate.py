@@ -87,6 +87,9 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
     Returns
     -------
     EstimationResult
+        With known σ, a misfit inconsistent with the noise level (χ² test,
+        :func:`~pyomo_odeest.problem.noise.noise_check`) adds a warning to
+        ``result.warnings``.
 
     Examples
     --------
