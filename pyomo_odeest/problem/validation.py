@@ -259,11 +259,12 @@ def validate_estimator(approach: str, problem, **args):
 # ---------------------------------------------------------------------------
 # size guard
 # ---------------------------------------------------------------------------
-#: Measured peak memory per unknown (bytes), Lotka–Volterra, adams_pc:
-#: the Pyomo block with its evaluator (variables + constraints + Jacobian +
-#: Hessian structures) and the discrete model of the reduced space and of
-#: multiple shooting (stage values, sparse factorizations, sensitivities).
-#: ``benchmarks``-free measurement: see the module tests.
+#: Peak memory per unknown (bytes), Lotka–Volterra, adams_pc, measured by
+#: ``benchmarks/size_guard.py``: building the Pyomo block with its evaluator
+#: (Jacobian and Hessian evaluated once) grows the peak by 3.6–6.6 kB per
+#: unknown, before Ipopt's factorization; a whole simultaneous solve at 10⁵
+#: steps took 1.8 GB (4.5 kB per unknown).  The discrete model of the reduced
+#: space (gradient and second-order adjoint evaluated once): 2.3 kB.
 BYTES_PER_UNKNOWN = {"simultaneous": 6000, "reduced_space": 2500, "multiple_shooting": 2500}
 
 
