@@ -165,13 +165,15 @@ class IntervalModels:
         self.models = []
         for a, b in zip(idx[:-1], idx[1:]):
             sub = t[a:b + 1]
+            # the order ramp also restarts at the switching times of the inputs inside
+            restarts = tuple(int(r - a) for r in grid.restarts if a < r < b)
             key = (tuple(problem.states), tuple(problem.parameter_names), tuple(problem.f_sym),
-                   scheme, tuple(sub.tolist()))
+                   scheme, tuple(sub.tolist()), restarts)
             dm = _MODEL_CACHE.get(key)
             if dm is None:
                 ip = _interval_problem(problem, self.node_params, sub[0], sub[-1])
                 g = Grid(t=sub, meas_times=np.zeros(0), I=np.zeros(len(sub), dtype=int),
-                         J=np.zeros(0, dtype=int))
+                         J=np.zeros(0, dtype=int), restarts=restarts)
                 dm = DiscreteModel(ip, scheme, grid=g)
                 _MODEL_CACHE[key] = dm
                 while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
@@ -232,7 +234,8 @@ def interval_models(problem, scheme="adams_pc", qmax=None, grid=None, max_step=N
         if max_step is None and steps_per_interval is None:
             steps_per_interval = 10
         grid = make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
-                         steps_per_interval=steps_per_interval, extra_times=node_t)
+                         steps_per_interval=steps_per_interval, extra_times=node_t,
+                         switches=problem.switch_times)
     else:
         grid = resolve_grid(problem, grid)
     cache = problem.__dict__.setdefault("_multiple_shooting_models", {})

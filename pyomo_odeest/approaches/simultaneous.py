@@ -48,13 +48,14 @@ def numeric_functions(problem: EstimationProblem, u):
     )
 
 
-def simulate(problem: EstimationProblem, scheme, t, u=None):
-    """States of the discrete scheme on grid ``t`` at parameters ``u`` ((k+1, n))."""
+def simulate(problem: EstimationProblem, scheme, t, u=None, restarts=()):
+    """States of the discrete scheme on grid ``t`` (restarting the order ramp at
+    ``restarts``, or ``t.restarts`` for a Grid) at parameters ``u`` ((k+1, n))."""
     u = problem.u0 if u is None else np.asarray(u, dtype=float)
     fn = numeric_functions(problem, u)
     x0 = problem.initial_state(u)
     return integrate(scheme, fn["f"], t, x0, fdot=fn["fdot"], jac=fn["jac"],
-                     fdot_jac=fn["fdot_jac"])
+                     fdot_jac=fn["fdot_jac"], restarts=restarts or getattr(t, "restarts", ()))
 
 
 def _stage_values(b, X, fn):
@@ -103,7 +104,7 @@ def initialize_block(b, u=None, init="auto"):
     used = init
     if init in ("auto", "simulate"):
         try:
-            X = simulate(problem, b.scheme, t, u)
+            X = simulate(problem, b.scheme, t, u, b.grid.restarts)
             scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
             if init == "auto" and (not np.all(np.isfinite(X)) or np.max(np.abs(X)) > scale):
                 X = None

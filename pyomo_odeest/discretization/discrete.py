@@ -83,7 +83,7 @@ class DiscreteModel:
         self.k = k = len(t) - 1
         self.n = n = len(problem.states)
         self.m = len(problem.parameters)
-        self.formulas = self.scheme.formulas(t)
+        self.formulas = self.scheme.formulas(t, self.grid.restarts)
         self.nsim = self.ngrad = self.nhess = 0
         self._layout()
         self._symbolic()

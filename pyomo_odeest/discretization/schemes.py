@@ -618,19 +618,34 @@ class MultistepScheme:
         # through the cache, so that the coefficients are bit-identical to formulas(t)[i]
         return self.formulas(t)[int(i)]
 
-    def formulas(self, t) -> list[StepFormula]:
-        """The ``k`` step formulas on grid ``t`` (index = step); cached per grid."""
+    def formulas(self, t, restarts=()) -> list[StepFormula]:
+        r"""The ``k`` step formulas on grid ``t`` (index = step); cached per grid.
+
+        ``restarts``: grid indices :math:`r` where the order ramp starts
+        afresh, :math:`Q_i = \min(i - r + 1, Q_{\max} - 1)` for the steps
+        after the last restart :math:`r \le i` (no step's history crosses a
+        restart; used at the switching times of piecewise inputs).  Default:
+        ``t.restarts`` when ``t`` is a :class:`~pyomo_odeest.discretization.grid.Grid`.
+        """
+        if not restarts:
+            restarts = getattr(t, "restarts", ())
         t = _check_grid(t)
-        key = t.tobytes()
+        k = t.size - 1
+        restarts = tuple(sorted({int(r) for r in restarts}))
+        if restarts and (restarts[0] < 1 or restarts[-1] > k - 1):
+            raise ValueError(f"restarts must be grid indices in [1, {k - 1}], got {restarts}")
+        key = (t.tobytes(), restarts)
         hit = self._cache.get(key)
         if hit is None:
-            k = t.size - 1
             out: list[StepFormula | None] = [None] * k
             steps = np.arange(k)
-            qs = np.minimum(steps + 1, self.qmax - 1)
+            seg = np.zeros(k, dtype=int)
+            for r in restarts:
+                seg[r:] = r
+            qs = np.minimum(steps - seg + 1, self.qmax - 1)
             for q in np.unique(qs):
                 idx = steps[qs == q]
-                for i, sf in zip(idx, self._build(idx, t)):
+                for i, sf in zip(idx, self._build(idx, t, int(q))):
                     out[i] = sf
             hit = tuple(out)
             self._cache[key] = hit
@@ -641,9 +656,9 @@ class MultistepScheme:
         return list(hit)
 
     # -- internals ----------------------------------------------------------
-    def _build(self, idx: np.ndarray, t: np.ndarray) -> list[StepFormula]:
+    def _build(self, idx: np.ndarray, t: np.ndarray, q: int | None = None) -> list[StepFormula]:
         """Formulas of steps ``idx`` (all with the same Q_i), checked."""
-        q = self.order_q(int(idx[0]))
+        q = self.order_q(int(idx[0])) if q is None else q
         h = t[idx + 1] - t[idx]
         lags = np.arange(q)
         s = (t[idx[:, None] - lags[None, :]] - t[idx, None]) / h[:, None]
@@ -997,6 +1012,7 @@ def integrate(
     jac: Callable | None = None,
     fdot_jac: Callable | None = None,
     start_values=None,
+    restarts=(),
 ) -> np.ndarray:
     r"""Solve the discrete equations [GM-grad, eq. (2)] step by step.
 
@@ -1033,6 +1049,9 @@ def integrate(
         :math:`x_0, \dots, x_{m-1}` (e.g. the exact solution) instead of
         computing them with the start-up steps; ``start_values[0]`` overrides
         ``x0``.  Steps ``m-1, ..., k-1`` use the scheme as usual.
+    restarts : sequence of int
+        Grid indices where the order ramp restarts (see
+        :meth:`MultistepScheme.formulas`).
 
     Returns
     -------
@@ -1094,9 +1113,9 @@ def integrate(
             dcache[idx] = call(fdot, x[idx], t[idx], "fdot", i, stage)
         return dcache[idx]
 
-    formulas = sch.formulas(t)
+    formulas = sch.formulas(t, restarts)
     eye = np.eye(n)
-    predictor = AdamsPC(sch.qmax).formulas(t)  # its "y" stage: Adams–Bashforth with the same Q_i
+    predictor = AdamsPC(sch.qmax).formulas(t, restarts)  # its "y" stage: AB with the same Q_i
 
     def guess(i, vals):
         """Initial Newton iterate: the latest stage of this step, else the AB predictor."""

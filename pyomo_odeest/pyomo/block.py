@@ -42,10 +42,12 @@ from collections import OrderedDict
 
 import numpy as np
 import pyomo.environ as pyo
+import sympy
 
 from ..discretization.grid import Grid, resolve_grid
 from ..problem.misfit import misfit_sym
 from ..problem.declaration import EstimationProblem
+from ..problem.inputs import input_applications
 from ..discretization.schemes import get_scheme
 from ..symbolic.convert import sympy_to_pyomo
 
@@ -108,7 +110,7 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     grid = resolve_grid(problem, grid, max_step, steps_per_interval)
     t = np.asarray(grid.t, dtype=float)
     k = len(t) - 1
-    formulas = sch.formulas(t)
+    formulas = sch.formulas(t, grid.restarts)
 
     b = block if block is not None else pyo.Block(concrete=True)
     b.problem = problem
@@ -138,6 +140,17 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     usub = {sym: b.u[p] for sym, p in zip(problem.u_sym, problem.parameter_names)}
     f_sym = problem.f_sym
     fd_sym = problem.fdot_sym() if sch.needs_fdot else None
+    # inputs: each application F(t) is a Param over the grid points (its value at
+    # t_i; the twin point before a switch carries the left piece)
+    apps = input_applications(tuple(f_sym) + tuple(fd_sym or ()))
+    in_syms = [sympy.Dummy(f"w{j}") for j in range(len(apps))]
+    if apps:
+        b.input_values = pyo.Param(range(len(apps)), b.K, initialize={
+            (j, i): float(v) for j, a in enumerate(apps)
+            for i, v in enumerate(np.broadcast_to(type(a)._imp_(t), t.shape))})
+        rep = dict(zip(apps, in_syms))
+        f_sym = tuple(e.xreplace(rep) for e in f_sym)
+        fd_sym = None if fd_sym is None else tuple(e.xreplace(rep) for e in fd_sym)
     tsym = problem.t_sym
     xs = problem.x_sym
 
@@ -149,17 +162,19 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
         """sympy symbol -> Pyomo object for the state and time of a point."""
         if pref.kind == "past":
             xv = [b.x[i - pref.lag, s] for s in S]
-            tv = b.t[i - pref.lag]
+            ip = i - pref.lag
         elif pref.kind == "new":
             xv = [b.x[i + 1, s] for s in S]
-            tv = b.t[i + 1]
+            ip = i + 1
         else:
             comp = b.component(pref.stage)
             xv = [comp[i, s] for s in S]
-            tv = b.t[i + 1]
+            ip = i + 1
         objs = dict(usub)
         objs.update(zip(xs, xv))
-        objs[tsym] = tv
+        objs[tsym] = b.t[ip]
+        for j, w in enumerate(in_syms):
+            objs[w] = b.input_values[j, ip]
         return objs
 
     b._scheme_index = {}
