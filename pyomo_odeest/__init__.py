@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
-                      Parameter, ProblemError)
+                      Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
+                      PiecewiseLinear, ProblemError, Spline, inputs_from_frame)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
@@ -31,7 +32,8 @@ __all__ = [
     # nlp
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
-    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "LeastSquares", "Parameter",
+    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "ParameterConstraint",
+    "PathConstraint", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame", "LeastSquares", "Parameter",
     "ProblemError",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",

@@ -51,7 +51,8 @@ from scipy.integrate import solve_ivp
 
 from ..problem.misfit import MeasurementMisfit, misfit_constant, observations
 from ..nlp.cyipopt_adapter import start_value_magnitude
-from ..problem.declaration import EstimationProblem, ProblemError, require_no_inputs
+from ..problem.declaration import (EstimationProblem, ProblemError, require_no_constraints,
+                                   require_no_inputs)
 from ..problem.result import EstimationResult
 
 __all__ = ["ContinuousModel", "estimate_continuous", "IntegrationError",
@@ -259,6 +260,7 @@ class ContinuousModel:
         if not isinstance(problem, EstimationProblem):
             raise TypeError("ContinuousModel needs an EstimationProblem")
         require_no_inputs(problem, "the continuous approach")
+        require_no_constraints(problem, "the continuous approach")
         if method not in ODE_METHODS:
             raise ValueError(f"method must be one of {ODE_METHODS}, got {method!r}")
         if not (rtol > 0 and atol > 0):

@@ -91,7 +91,7 @@ from ..discretization.grid import Grid, make_grid, resolve_grid
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import (EstimationProblem, Parameter, ProblemError,
-                                   require_single_experiment)
+                                   require_no_constraints, require_single_experiment)
 from ..problem.result import EstimationResult
 from ..discretization.schemes import get_scheme
 
@@ -653,6 +653,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         ``init``, ``interval_models``.
     """
     require_single_experiment(problem, "multiple shooting")
+    require_no_constraints(problem, "multiple shooting")
     t_start = time.perf_counter()
     im = interval_models(problem, scheme, qmax, grid, max_step, steps_per_interval, nodes)
     u_start = problem.u0.copy() if u0 is None else np.asarray(u0, dtype=float).copy()

@@ -214,6 +214,11 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     else:
         res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
     res.extra["init"] = init_used
+    dual = getattr(m, "dual", None)
+    if problem.parameter_constraints and dual is not None:
+        res.extra["parameter_constraint_multipliers"] = {
+            pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
+            for pc, _ in problem.parameter_constraints}
     return res
 
 
@@ -254,6 +259,12 @@ def collect_result(b, m, info, build_s, total_s):
         p0 = [dual.get(b.x0_eq[s], np.nan) for s in S]
         adjoint = pd.DataFrame(np.vstack([p0, mults["x"].to_numpy()]),
                                index=pd.Index(range(k + 1), name="i"), columns=S)
+        for pc, _ in problem.path_constraints:
+            con = b.component(f"path_{pc.name}")
+            idx = list(con.keys())
+            mults[f"path_{pc.name}"] = pd.DataFrame(
+                {pc.name: [dual.get(con[i], np.nan) for i in idx]},
+                index=pd.Index(t[idx], name="time"))
     status = info["status"]
     return EstimationResult(
         approach="simultaneous", method="ipopt/exact-hessian",

@@ -2,10 +2,14 @@
 (:mod:`.declaration`); the measurement misfit shared by every approach
 (:mod:`.misfit`); and the result type every approach returns (:mod:`.result`)."""
 from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquares, Parameter,
-                          ProblemError, require_single_experiment)
+                          ParameterConstraint, PathConstraint, ProblemError,
+                          require_no_constraints, require_no_inputs, require_single_experiment)
+from .inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
 from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from .result import EstimationResult
 
-__all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
+__all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "ParameterConstraint",
+           "PathConstraint", "require_no_constraints", "require_no_inputs", "PiecewiseConstant",
+           "PiecewiseLinear", "Spline", "inputs_from_frame", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
            "MeasurementMisfit", "misfit_constant", "misfit_sym", "observations",
            "EstimationResult"]

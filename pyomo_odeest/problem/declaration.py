@@ -35,7 +35,9 @@ import sympy
 from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.convert import pyomo_to_sympy
 
-__all__ = ["Parameter", "Experiment", "require_single_experiment", "require_no_inputs", "EstimationProblem", "LeastSquares", "GaussianNLL",
+__all__ = ["Parameter", "Experiment", "PathConstraint", "ParameterConstraint",
+           "require_no_constraints", "require_single_experiment", "require_no_inputs",
+           "EstimationProblem", "LeastSquares", "GaussianNLL",
            "ProblemError"]
 
 
@@ -163,6 +165,53 @@ class Experiment:
                 raise ProblemError(f"experiment '{self.name}': {what} must be a mapping")
 
 
+@dataclass
+class PathConstraint:
+    r"""A path constraint :math:`c(x, u, t) \le 0` on the states.
+
+    Parameters
+    ----------
+    name : str
+        A Python identifier (the block component is ``path_<name>``).
+    fn : callable ``fn(x, u, t)``
+        One expression, written like ``rhs`` (inputs available as ``u.<input>``).
+    at : ``'grid'`` | ``'measurements'``
+        Imposed at every grid point (``'grid'``, the default) or at the
+        measurement times only.
+
+    The simultaneous and reduced-space approaches impose it (the reduced space
+    as constraints over u with exact discrete derivatives); the others raise a
+    :class:`ProblemError`.
+    """
+
+    name: str
+    fn: object
+    at: str = "grid"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
+        if not callable(self.fn):
+            raise ProblemError(f"path constraint '{self.name}': fn must be callable as fn(x, u, t)")
+        if self.at not in ("grid", "measurements"):
+            raise ProblemError(f"path constraint '{self.name}': at must be 'grid' or "
+                               f"'measurements', got {self.at!r}")
+
+
+@dataclass
+class ParameterConstraint:
+    r"""A constraint :math:`r(u) \le 0` on the parameters (``fn(u)``: one expression)."""
+
+    name: str
+    fn: object
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
+        if not callable(self.fn):
+            raise ProblemError(f"parameter constraint '{self.name}': fn must be callable as fn(u)")
+
+
 # ---------------------------------------------------------------------------
 # losses φ
 # ---------------------------------------------------------------------------
@@ -288,6 +337,9 @@ class EstimationProblem:
     experiments : sequence of Experiment, optional
         Several experiments sharing the parameters (then ``data=None``); see
         :class:`Experiment`.
+    constraints : sequence of PathConstraint / ParameterConstraint, optional
+        :math:`c(x, u, t) \le 0` at grid points or measurement times, and
+        :math:`r(u) \le 0`; with experiments a path constraint holds in each.
     inputs : mapping name -> Input, optional
         Inputs given as data (:mod:`pyomo_odeest.problem.inputs`), written
         ``u.<name>`` inside ``rhs`` and ``observe``, standing for their value
@@ -296,13 +348,14 @@ class EstimationProblem:
 
     def __init__(self, states, parameters, rhs, initial, data, observe=None,
                  sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None,
-                 experiments=None, inputs=None):
+                 experiments=None, inputs=None, constraints=None):
         self.name = name
         self.experiments = None
         self.experiment_problems = None
         if experiments is not None:
             self._init_experiments(states, parameters, rhs, initial, data, observe, sigma,
-                                   weights, loss, t0, T, penalty, experiments, inputs)
+                                   weights, loss, t0, T, penalty, experiments, inputs,
+                                   constraints)
             return
         local = [p.name for p in parameters if isinstance(p, Parameter) and p.local]
         if local:
@@ -360,6 +413,8 @@ class EstimationProblem:
             bad = self.penalty_sym.free_symbols - set(self.u_sym)
             if bad:
                 raise ProblemError(f"penalty may depend on parameters only; uses {bad}")
+        self.path_constraints, self.parameter_constraints = self._constraints(
+            constraints, xs, us, scratch.t, symbol_of)
         if data is None:
             if T is None:
                 raise ProblemError("without data the final time T must be given")
@@ -380,7 +435,7 @@ class EstimationProblem:
 
     # -- several experiments ------------------------------------------------
     def _init_experiments(self, states, parameters, rhs, initial, data, observe, sigma, weights,
-                          loss, t0, T, penalty, experiments, inputs):
+                          loss, t0, T, penalty, experiments, inputs, constraints):
         """Build one single-experiment problem per :class:`Experiment` over the
         full (expanded) parameter vector; see :class:`Experiment`."""
         if data is not None:
@@ -465,6 +520,11 @@ class EstimationProblem:
             self.penalty_sym = pen
         else:
             self.penalty_sym = sympy.Integer(0)
+        paths = [c for c in (constraints or []) if isinstance(c, PathConstraint)]
+        path_sym, _ = self._constraints(paths, xs, us, scratch.t, symbol_of)
+        _, self.parameter_constraints = self._constraints(
+            [c for c in (constraints or []) if not isinstance(c, PathConstraint)], xs, us_all,
+            scratch.t, symbol_of)
         subs_all, problems = [], []
         for n_e, e in enumerate(exps):
             subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
@@ -505,6 +565,8 @@ class EstimationProblem:
                     weights=e.weights if own_w else weights, loss=self.loss,
                     t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
                     name=f"{self.name}_{e.name}", inputs=in_e or None,
+                    constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
+                        ex.subs(subs)), c.at) for c, ex in path_sym] or None,
                     penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
             except ProblemError as err:
                 raise ProblemError(f"experiment '{e.name}': {err}") from None
@@ -512,11 +574,52 @@ class EstimationProblem:
             problems.append(sub)
         self.experiments = exps
         self.experiment_problems = problems
+        self.path_constraints = []
         self.t0 = min(sp.t0 for sp in problems)
         self.T = max(sp.T for sp in problems)
         self.obs_names = list(dict.fromkeys(o for sp in problems for o in sp.obs_names))
         self.l_sym = None
         self._scratch = (scratch, xs, us_all, symbol_of)
+
+    def _constraints(self, constraints, xs, us, t, symbol_of):
+        """``[(PathConstraint, sym)]`` and ``[(ParameterConstraint, sym)]`` (sym ≤ 0)."""
+        paths, params = [], []
+        if constraints is None:
+            return paths, params
+        if isinstance(constraints, (PathConstraint, ParameterConstraint)):
+            constraints = [constraints]
+        bad = [type(c).__name__ for c in constraints
+               if not isinstance(c, (PathConstraint, ParameterConstraint))]
+        if bad:
+            raise ProblemError(f"constraints must be PathConstraint or ParameterConstraint "
+                               f"objects, got {bad}")
+        _check_names([c.name for c in constraints], "constraint")
+        allowed = set(self.x_sym) | set(self.u_sym) | {self.t_sym}
+        for c in constraints:
+            if isinstance(c, PathConstraint):
+                ex = self._to_sym(c.fn(xs, us, t), f"path constraint '{c.name}'", symbol_of)
+                ex = self._with_inputs((ex,))[0]
+                paths.append((c, ex))
+            elif isinstance(c, ParameterConstraint):
+                ex = self._to_sym(c.fn(us), f"parameter constraint '{c.name}'", symbol_of)
+                bad = ex.free_symbols - set(self.u_sym)
+                if bad:
+                    raise ProblemError(f"parameter constraint '{c.name}' may depend on "
+                                       f"parameters only; uses {sorted(map(str, bad))}")
+                params.append((c, ex))
+                continue
+            bad = ex.free_symbols - allowed - {sympy.Symbol(k, real=True) for k in self.inputs}
+            if bad:
+                raise ProblemError(f"path constraint '{c.name}' uses {sorted(map(str, bad))}, "
+                                   f"which are not states, parameters, inputs or t")
+        return paths, params
+
+    @property
+    def has_constraints(self):
+        """True if the problem (or one of its experiments) has path or parameter constraints."""
+        subs = self.experiment_problems or []
+        return bool(self.parameter_constraints or self.path_constraints
+                    or any(sp.has_constraints for sp in subs))
 
     def _input_vars(self, scratch, symbol_of):
         """Scratch variables standing for the inputs inside user functions."""
@@ -818,6 +921,17 @@ def require_no_inputs(problem, what):
         raise ProblemError(f"{what} does not take inputs with switching times "
                            f"({list(problem.inputs)}, switches at {list(sw)[:5]}); use the "
                            f"simultaneous, reduced_space or multiple_shooting approach")
+
+
+def require_no_constraints(problem, what):
+    """Raise a :class:`ProblemError` naming ``what`` if ``problem`` has constraints."""
+    if problem.has_constraints:
+        names = [c.name for c, _ in problem.parameter_constraints] + [
+            c.name for sp in (problem.experiment_problems or [problem])
+            for c, _ in sp.path_constraints]
+        raise ProblemError(f"{what} does not take path or parameter constraints "
+                           f"({sorted(set(names))}); use the simultaneous or reduced_space "
+                           f"approach")
 
 
 def _to_wide(data):

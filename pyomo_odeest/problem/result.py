@@ -59,7 +59,8 @@ class EstimationResult:
         p_i of [GM-grad], eq. (52).
     multipliers : dict
         Stage name -> DataFrame of multipliers of that stage's equations,
-        indexed by step i (``'x'``: the equation defining x_{i+1}).
+        indexed by step i (``'x'``: the equation defining x_{i+1}); for each
+        path constraint, ``'path_<name>'``: its multipliers indexed by time.
     model : object
         The solved Pyomo model (simultaneous approach) or None.
     extra : dict

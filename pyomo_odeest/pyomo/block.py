@@ -21,6 +21,9 @@ component                         meaning
 ``b.misfit``                       J_k = Σ_j φ_j (an Expression)
 ``b.penalty``                      the problem's penalty R(u) (0 if none)
 ``b.objective``                    minimize ``b.misfit + b.penalty`` + user terms
+``b.input_values[j, i]``           value of the j-th input term at grid point i
+``b.path_<name>[i]``               path constraint c(x_i, u, t_i) <= 0
+``b.param_<name>``                 parameter constraint r(u) <= 0
 ================================  ===============================================
 
 Each stage equation reads [GM-grad, eqs. (2), (4)–(6)]
@@ -46,12 +49,13 @@ import sympy
 
 from ..discretization.grid import Grid, resolve_grid
 from ..problem.misfit import misfit_sym
-from ..problem.declaration import EstimationProblem
+from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.inputs import input_applications
 from ..discretization.schemes import get_scheme
 from ..symbolic.convert import sympy_to_pyomo
 
-__all__ = ["build_block", "scheme_constraint", "add_objective_term", "set_parameter_vars"]
+__all__ = ["build_block", "scheme_constraint", "add_objective_term", "set_parameter_vars",
+           "add_parameter_constraints"]
 
 
 def _groups(formulas):
@@ -142,7 +146,8 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     fd_sym = problem.fdot_sym() if sch.needs_fdot else None
     # inputs: each application F(t) is a Param over the grid points (its value at
     # t_i; the twin point before a switch carries the left piece)
-    apps = input_applications(tuple(f_sym) + tuple(fd_sym or ()))
+    c_sym = [ex for _, ex in problem.path_constraints]
+    apps = input_applications(tuple(f_sym) + tuple(fd_sym or ()) + tuple(c_sym))
     in_syms = [sympy.Dummy(f"w{j}") for j in range(len(apps))]
     if apps:
         b.input_values = pyo.Param(range(len(apps)), b.K, initialize={
@@ -151,6 +156,7 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
         rep = dict(zip(apps, in_syms))
         f_sym = tuple(e.xreplace(rep) for e in f_sym)
         fd_sym = None if fd_sym is None else tuple(e.xreplace(rep) for e in fd_sym)
+        c_sym = [e.xreplace(rep) for e in c_sym]
     tsym = problem.t_sym
     xs = problem.x_sym
 
@@ -161,15 +167,15 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     def point_objects(i, pref):
         """sympy symbol -> Pyomo object for the state and time of a point."""
         if pref.kind == "past":
-            xv = [b.x[i - pref.lag, s] for s in S]
-            ip = i - pref.lag
-        elif pref.kind == "new":
-            xv = [b.x[i + 1, s] for s in S]
-            ip = i + 1
-        else:
-            comp = b.component(pref.stage)
-            xv = [comp[i, s] for s in S]
-            ip = i + 1
+            return grid_point_objects(i - pref.lag)
+        if pref.kind == "new":
+            return grid_point_objects(i + 1)
+        comp = b.component(pref.stage)
+        return grid_point_objects(i + 1, [comp[i, s] for s in S])
+
+    def grid_point_objects(ip, xv=None):
+        """... at grid point ``ip`` (states ``xv``, default x_ip)."""
+        xv = [b.x[ip, s] for s in S] if xv is None else xv
         objs = dict(usub)
         objs.update(zip(xs, xv))
         objs[tsym] = b.t[ip]
@@ -229,7 +235,26 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.penalty = pyo.Expression(expr=sympy_to_pyomo(pen, usub) if pen.free_symbols else float(pen))
     b.extra_objective_terms = []
     b.objective = pyo.Objective(expr=b.misfit + b.penalty)
+
+    # path constraints c(x_i, u, t_i) <= 0 at grid points or measurement times
+    for (pc, _), ex in zip(problem.path_constraints, c_sym):
+        pts = list(range(k + 1)) if pc.at == "grid" else sorted({int(i) for i in grid.J})
+
+        def crule(b, i, ex=ex, name=pc.name):
+            if ex.free_symbols:
+                return sympy_to_pyomo(ex, grid_point_objects(i)) <= 0
+            if float(ex) > 0:
+                raise ProblemError(f"path constraint '{name}' is the constant {float(ex)} > 0")
+            return pyo.Constraint.Skip
+        b.add_component(f"path_{pc.name}", pyo.Constraint(pts, rule=crule))
+    add_parameter_constraints(b, problem.parameter_constraints, usub)
     return b
+
+
+def add_parameter_constraints(b, constraints, usub):
+    """``b.param_<name>``: r(u) <= 0 for each (ParameterConstraint, sym) of ``constraints``."""
+    for pc, ex in constraints:
+        b.add_component(f"param_{pc.name}", pyo.Constraint(expr=sympy_to_pyomo(ex, usub) <= 0))
 
 
 def set_parameter_vars(var, parameters):
