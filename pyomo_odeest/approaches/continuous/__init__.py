@@ -1,0 +1,53 @@
+r"""Continuous-time derivatives of the misfit and estimation on top of them [MHV].
+
+The objective is the same :math:`J` that every backend of the package
+minimizes, evaluated on the exact (adaptively integrated) ODE solution:
+
+.. math::
+
+    J(u) = \sum_{j=1}^{N} \varphi_j\big(x(\tau_j), u\big) + c, \qquad
+    \dot x = f(x, u, t),\quad x(t_0) = l(u),
+
+plus the problem's penalty :math:`R(u)` if it has one, with :math:`\varphi_j`
+(the same as :func:`~pyomo_odeest.problem.misfit.misfit_sym`) evaluated by
+:class:`~pyomo_odeest.problem.misfit.MeasurementMisfit` and the
+constant :math:`c` from :func:`~pyomo_odeest.problem.misfit.misfit_constant` [MHV,
+eqs. (2)–(5)].  :class:`ContinuousModel` computes
+
+* the gradient by forward sensitivities [MHV, eq. (8)], by the continuous
+  adjoint with jumps at the measurement times (eqs. (15)–(16), (32)), or by
+  central finite differences;
+* the Hessian by the second-order adjoint (eqs. (18)–(20)), by finite
+  differences of adjoint gradients (eq. (21)), or by finite differences.
+
+:func:`estimate_continuous` minimizes :math:`J` over the free parameters with
+Ipopt (through cyipopt) or SciPy.
+
+Sign convention of the adjoint
+------------------------------
+The adjoint :math:`\lambda` used here is the derivative of :math:`J` with
+respect to the state, so it is :math:`-v` of [MHV] (whose functional (2)
+carries a sign and whose :math:`v` satisfies (15)).  Between measurement times
+:math:`\dot\lambda = -f_x^\top \lambda`, :math:`\lambda(T^+) = 0`, and crossing
+a measurement time backward in time
+
+.. math:: \lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j\big(x(\tau_j), u\big),
+
+which is the Dirac source of (15) integrated out.  [MHV's restart formula
+(32) writes ``v(t_i) = v_i^+ + d_u``; with (15) as printed the jump of
+:math:`v` is :math:`-d_u`, which is what makes (16) hold.  With
+:math:`\lambda = -v` the two agree.]
+
+:class:`ContinuousModel` is assembled from one module per responsibility:
+:mod:`.functions` (sparse lambdified arrays, integration helpers),
+:mod:`.forward` (symbolic set-up, forward solves, :math:`J`),
+:mod:`.first_order` (sensitivities, adjoint, gradients) and
+:mod:`.second_order` (Hessian-vector products, Hessians);
+:mod:`.estimation` holds :func:`estimate_continuous`.
+"""
+from .estimation import estimate_continuous
+from .functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
+from .model import ContinuousModel
+
+__all__ = ["ContinuousModel", "estimate_continuous", "IntegrationError",
+           "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS"]

@@ -1,0 +1,106 @@
+r"""Second-order derivatives of J_k(u): second-order adjoint [GM-grad, §2.5],
+adjoint + finite differences [MHV, eq. (21)] and Gauss–Newton."""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse.linalg as spla
+
+__all__ = ["SecondOrder"]
+
+
+class SecondOrder:
+    """Mixin of :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`: Hessians."""
+
+    def hessian(self, u, method="soa", fd_step=1e-5, gradient_method="adjoint"):
+        """∇²J_k(u).
+
+        ``'soa'``: discrete second-order adjoint [GM-grad, §2.5]:
+        ``H = L_uu + L_uw M + ∂G/∂uᵀ 𝓜`` with ``M`` the sensitivities and
+        ``(∂G/∂w)ᵀ 𝓜 = −(L_ww M + L_wu)``, ``L = F + pᵀG``.
+        ``'adjoint_fd'``: central differences of the adjoint gradient
+        [MHV, eq. (21)].  ``'gauss_newton'``: ``2 Σ_j S_jᵀ A_j S_j`` with
+        ``S_j = ∂r_j/∂u``.
+        """
+        u = self._check_u(u)
+        self.nhess += 1
+        if method == "adjoint_fd":
+            H = np.zeros((self.m, self.m))
+            for a in range(self.m):
+                e = np.zeros(self.m)
+                hstep = fd_step * max(1.0, abs(u[a]))
+                e[a] = hstep
+                H[:, a] = (self.gradient(u + e, gradient_method)
+                           - self.gradient(u - e, gradient_method)) / (2 * hstep)
+            return 0.5 * (H + H.T)
+        traj = self.simulate(u)
+        W = traj.W
+        pv = self._point_values(W, u)
+        M = self.sensitivities(traj, pv)
+        r, Xm = self._obs(W, u)
+        gxv = self.gx.values(Xm, u, self.meas_t)
+        guv = self.gu.values(Xm, u, self.meas_t)
+        Sm = self.gx.matmat(gxv, M[self.meas_blk]) + self.gu.dense(guv)      # (s, no, m)
+        if method == "gauss_newton":
+            if self.A is None:
+                AS = self.A_diag[:, :, None] * Sm
+            else:
+                AS = np.einsum("jab,jbm->jam", self.A, Sm)
+            H = 2 * np.einsum("jam,jan->mn", Sm, AS)
+            if self._has_penalty:
+                H += np.asarray(self._d2R(u), dtype=float).reshape(self.m, self.m)
+            return H
+        if method != "soa":
+            raise ValueError(f"unknown Hessian method {method!r}; use 'soa', 'adjoint_fd' or 'gauss_newton'")
+        Fw, Fu = self._dF(W, u)
+        P = self.adjoint(traj, Fw, pv)
+        sec = self._second_order()
+        n, m, nb = self.n, self.m, self.nblocks
+        # second derivatives of L = F + pᵀG, as Lww·M + Lwu  (nb, n, m), Luw·M + Luu (m, m)
+        LwwM_Lwu = np.zeros((nb, n, m))
+        Lu_tot = np.zeros((m, m))
+        tb = self.blk_time
+        # objective part: φ_j = rᵀ A r → ∇²φ = 2 (r_x)ᵀ A r_x + Σ_o 2(Ar)_o ∇²g_o
+        Ar2 = 2 * self._Ar(r)
+        _, gxx, gxu, guu = self.misfit.second_order()
+        gxxv = gxx.values(Xm, u, self.meas_t, Ar2)
+        gxuv = gxu.values(Xm, u, self.meas_t, Ar2)
+        guuv = guu.values(Xm, u, self.meas_t, Ar2)
+        if self.A is None:
+            ASm = self.A_diag[:, :, None] * Sm
+        else:
+            ASm = np.einsum("jab,jbm->jam", self.A, Sm)
+        Mm = M[self.meas_blk]
+        # ∂/∂w (∇_wφ) applied to direction (M, I): g_xᵀ 2A S + (Σ Ar2 g_xx) M + Σ Ar2 g_xu
+        term_w = 2 * self.gx.matmat_T(gxv, ASm) + gxx.matmat(gxxv, Mm) + gxu.dense(gxuv)
+        np.add.at(LwwM_Lwu, self.meas_blk, term_w)
+        Lu_tot += np.einsum("jam,jan->mn", self.gu.dense(guv), 2 * ASm).T  # g_uᵀ 2A S
+        Lu_tot += np.einsum("jxm,jxn->mn", gxu.dense(gxuv), Mm) + guu.dense(guuv).sum(axis=0)
+        if self._has_penalty:
+            Lu_tot += np.asarray(self._d2R(u), dtype=float).reshape(m, m)
+        # constraint part: G_b = ... − Σ c f(w_P) → pᵀG second derivatives −c (p_bᵀ f)''
+        for key, eq, pt, c in (("f", self.f_eq, self.f_pt, self.f_c),
+                               ("fd", self.d_eq, self.d_pt, self.d_c)):
+            if key == "fd" and not self.needs_fdot:
+                continue
+            if len(eq) == 0:
+                continue
+            _, hxx, hxu, huu = sec[key]
+            lam = -c[:, None] * P[eq]                               # (nterms, n)
+            Xp, Tp = W[pt], tb[pt]
+            hxxv = hxx.values(Xp, u, Tp, lam)
+            hxuv = hxu.values(Xp, u, Tp, lam)
+            huuv = huu.values(Xp, u, Tp, lam)
+            contrib = hxx.matmat(hxxv, M[pt]) + hxu.dense(hxuv)      # (nterms, n, m)
+            np.add.at(LwwM_Lwu, pt, contrib)
+            Lu_tot += np.einsum("txm,txn->mn", hxu.dense(hxuv), M[pt]) + huu.dense(huuv).sum(axis=0)
+        # initial condition G_0 = x_0 − l(u): −(p_0ᵀ l)_uu
+        _, _, _, luu = sec["l"]
+        luuv = luu.values(np.zeros((1, 0)), u, np.array([self.t[0]]), -P[0][None, :])
+        Lu_tot += luu.dense(luuv)[0]
+        # second-order adjoint 𝓜: (∂G/∂w)ᵀ 𝓜 = −(L_ww M + L_wu), one column per parameter
+        Gw = self.jacobian_w(W, u, pv)
+        lu = spla.splu(Gw.T.tocsc())
+        Madj = lu.solve(-LwwM_Lwu.reshape(nb * n, m)).reshape(nb, n, m)
+        Gu = self.jacobian_u(W, u, pv)
+        H = Lu_tot + np.einsum("bnm,bnq->mq", Gu, Madj)
+        return 0.5 * (H + H.T)
