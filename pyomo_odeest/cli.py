@@ -10,8 +10,11 @@ Problem file format
 * ``initial``: mapping state -> number | parameter name | callable(u),
 
 and optionally ``observe`` (list of states or ``g(x, u, t)`` returning a
-mapping), ``sigma`` / ``weights``, ``t0``, ``T``, and ``options`` (a dict of
-default command-line options, e.g. ``{"scheme": "enright", "qmax": 3}``).
+mapping), ``sigma`` / ``weights``, ``t0``, ``T``, ``penalty``, ``inputs``
+(mapping name -> ``PiecewiseConstant`` / ``PiecewiseLinear`` / ``Spline``),
+``constraints`` (list of ``PathConstraint`` / ``ParameterConstraint``), and
+``options`` (a dict of default command-line options, e.g.
+``{"scheme": "enright", "qmax": 3}``).
 
 ``DATA.csv`` holds the measurements: *wide* (first column ``time``, one
 column per observed quantity, empty = not measured) or *long* (columns
@@ -93,7 +96,8 @@ def read_data(path):
 
 def build_problem(mod, data):
     from .problem.declaration import EstimationProblem
-    kw = {k: getattr(mod, k) for k in ("observe", "sigma", "weights", "t0", "T", "loss")
+    kw = {k: getattr(mod, k) for k in ("observe", "sigma", "weights", "t0", "T", "loss",
+                                       "penalty", "inputs", "constraints")
           if hasattr(mod, k)}
     return EstimationProblem(states=mod.states, parameters=mod.parameters, rhs=mod.rhs,
                              initial=mod.initial, data=data,

@@ -97,3 +97,22 @@ def test_unsupported_combinations_raise():
     with pytest.raises(ProblemError, match="PathConstraint or ParameterConstraint"):
         EstimationProblem(["A"], ["k"], lambda x, u, t: [-u.k * x.A], {"A": 1.0}, DATA[["A"]],
                           constraints=[lambda x, u, t: x.A])
+
+
+def test_cli_model_file_takes_constraints_and_inputs(tmp_path):
+    from pyomo_odeest.cli import build_problem, load_model_file
+    f = tmp_path / "model.py"
+    f.write_text(
+        "from pyomo_odeest import Parameter, PathConstraint, ParameterConstraint, "
+        "PiecewiseConstant\n"
+        "states = ['A', 'B']\n"
+        "parameters = [Parameter('k1', 0.5, lb=0), Parameter('k2', 0.5, lb=0)]\n"
+        "rhs = lambda x, u, t: [-u.k1 * x.A + u.F, u.k1 * x.A - u.k2 * x.B]\n"
+        "initial = {'A': 1.0, 'B': 0.0}\n"
+        "inputs = {'F': PiecewiseConstant([0, 2], [0.0, 0.1])}\n"
+        "constraints = [PathConstraint('bmax', lambda x, u, t: x.B - 0.5),\n"
+        "               ParameterConstraint('ksum', lambda u: u.k1 + u.k2 - 1.2)]\n")
+    P = build_problem(load_model_file(f), DATA)
+    assert [c.name for c, _ in P.path_constraints] == ["bmax"]
+    assert [c.name for c, _ in P.parameter_constraints] == ["ksum"]
+    assert list(P.switch_times) == [2.0]
