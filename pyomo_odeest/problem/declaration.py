@@ -520,6 +520,8 @@ class EstimationProblem:
             self.penalty_sym = pen
         else:
             self.penalty_sym = sympy.Integer(0)
+        if isinstance(constraints, (PathConstraint, ParameterConstraint)):
+            constraints = [constraints]
         paths = [c for c in (constraints or []) if isinstance(c, PathConstraint)]
         path_sym, _ = self._constraints(paths, xs, us, scratch.t, symbol_of)
         _, self.parameter_constraints = self._constraints(
