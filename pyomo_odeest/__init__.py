@@ -24,8 +24,9 @@ from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, Unsupport
 from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
                          simulate)
-from .analysis import (check_derivatives, compare_approaches, convergence_study, plot_fits,
-                       validate_multipliers)
+from .analysis import (check_derivatives, compare_approaches, confidence_intervals,
+                       convergence_study, covariance, delta_method, identifiability_report,
+                       plot_fits, prediction_bands, profile_likelihood, validate_multipliers)
 
 __all__ = [
     "__version__",
@@ -46,6 +47,7 @@ __all__ = [
     "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",
     "estimate_multiple_shooting", "estimate_reduced", "estimate_simultaneous", "simulate",
     # analysis
-    "check_derivatives", "compare_approaches", "convergence_study", "plot_fits",
-    "validate_multipliers",
+    "check_derivatives", "compare_approaches", "confidence_intervals", "convergence_study",
+    "covariance", "delta_method", "identifiability_report", "plot_fits", "prediction_bands",
+    "profile_likelihood", "validate_multipliers",
 ]

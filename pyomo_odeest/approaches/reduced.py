@@ -115,12 +115,17 @@ class ReducedSpaceNLP(NLPEvaluator):
     path and parameter constraints (if any) are its constraints ``g(u) <= 0``
     (:class:`ReducedConstraints`).  With constraints the Hessian is that of
     J alone (the constraints' curvature is left out: the KKT point is the same,
-    the convergence may be slower)."""
+    the convergence may be slower).
 
-    def __init__(self, dm: DiscreteModel, gradient="adjoint", hessian="soa"):
+    ``free`` (optional, a boolean mask or indices) optimizes over a subset of the
+    problem's free parameters, the others held at ``u_full`` (profile likelihood).
+    """
+
+    def __init__(self, dm: DiscreteModel, gradient="adjoint", hessian="soa", free=None):
         P = dm.problem
         self.dm = dm
-        self.free = np.flatnonzero(P.free_mask)
+        free_mask = P.free_mask if free is None else np.asarray(free)
+        self.free = np.flatnonzero(free_mask) if free_mask.dtype == bool else free_mask.astype(int)
         self.u_full = P.u0.copy()
         self.n = len(self.free)
         self.cons = ReducedConstraints(P, dm) if P.has_constraints else None

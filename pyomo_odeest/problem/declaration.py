@@ -265,6 +265,8 @@ class _Namespace:
         object.__setattr__(self, "_items", dict(items))
 
     def __getattr__(self, name):
+        if name.startswith("__") or name in ("_kind", "_items"):
+            raise AttributeError(name)          # (un)pickling looks these up before __init__
         try:
             return self._items[name]
         except KeyError:

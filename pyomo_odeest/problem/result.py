@@ -102,3 +102,30 @@ class EstimationResult:
     def x(self) -> np.ndarray:
         """Estimates as an array in parameter order."""
         return self.estimates.to_numpy(dtype=float)
+
+    # -- uncertainty (computed by pyomo_odeest.analysis on request) -----------
+    def covariance(self, method="fim", **kw):
+        """Covariance of the estimates: ``'fim'``, ``'hessian'`` or ``'residual'``
+        (:func:`pyomo_odeest.analysis.uncertainty.covariance`)."""
+        from ..analysis.uncertainty import covariance
+        return covariance(self, method, **kw)
+
+    def confidence_intervals(self, level=0.95, method="fim", dist=None, **kw):
+        """Wald intervals (:func:`pyomo_odeest.analysis.uncertainty.confidence_intervals`)."""
+        from ..analysis.uncertainty import confidence_intervals
+        return confidence_intervals(self, level, method, dist, **kw)
+
+    def profile(self, parameters=None, level=0.95, **kw):
+        """Profile likelihood and LR intervals (:func:`pyomo_odeest.analysis.profile.profile_likelihood`)."""
+        from ..analysis.profile import profile_likelihood
+        return profile_likelihood(self, parameters, level, **kw)
+
+    def identifiability(self, **kw):
+        """Identifiability report (:func:`pyomo_odeest.analysis.identifiability.identifiability_report`)."""
+        from ..analysis.identifiability import identifiability_report
+        return identifiability_report(self, **kw)
+
+    def prediction_bands(self, level=0.95, kind="observables", **kw):
+        """Delta-method bands over time (:func:`pyomo_odeest.analysis.prediction.prediction_bands`)."""
+        from ..analysis.prediction import prediction_bands
+        return prediction_bands(self, level=level, kind=kind, **kw)

@@ -1,0 +1,387 @@
+r"""An SBML model as ordinary differential equations in sympy.
+
+The model's reactions, rules and initial values become
+
+.. math::
+
+    \dot x = f(x, k, t),\qquad x(0) = x_0(k),
+
+with ``x`` the species (and the parameters or compartments that carry a
+rate rule) and ``k`` the model's constant parameters and compartment sizes.
+For a species :math:`S` in compartment :math:`c` of size :math:`V_c`
+
+.. math::
+
+    \frac{d[S]}{dt} = \frac{1}{V_c}\sum_r \nu_{S,r}\, v_r
+    \quad\text{(concentration, the default)},\qquad
+    \frac{dn_S}{dt} = \sum_r \nu_{S,r}\, v_r
+    \quad\text{(hasOnlySubstanceUnits)},
+
+where :math:`v_r` is the kinetic law of reaction r (an amount per time,
+the compartment size written inside it as SBML requires) and
+:math:`\nu_{S,r}` the net stoichiometry.  Assignment rules are substituted
+into every expression; function definitions are inlined; initial
+assignments override the initial values.  The MathML is read from libsbml's
+abstract syntax tree by :func:`math_to_sympy` (no other converter is
+involved).
+
+Every SBML feature the conversion cannot represent exactly raises
+:class:`UnsupportedFeatureError` naming the feature and the file: events,
+algebraic rules, delays, variable compartment sizes, conversion factors,
+stoichiometry that changes in time, and MathML outside the elementary
+functions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import sympy
+
+__all__ = ["UnsupportedFeatureError", "SbmlOde", "read_sbml", "math_to_sympy", "TIME"]
+
+#: The symbol of SBML's time ``csymbol``.
+TIME = sympy.Symbol("t", real=True)
+
+
+class UnsupportedFeatureError(NotImplementedError):
+    """A PEtab or SBML feature the importer does not support (the message names the
+    feature and the file)."""
+
+
+def _libsbml():
+    try:
+        import libsbml
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("reading SBML needs python-libsbml: "
+                          "pip install 'pyomo_odeest[petab]'") from None
+    return libsbml
+
+
+def symbol(name):
+    """The sympy symbol of an SBML or PEtab identifier (real, no other assumptions)."""
+    return sympy.Symbol(str(name), real=True)
+
+
+def math_to_sympy(ast, functions=None, where="", libsbml=None):
+    """Sympy expression of a libsbml ``ASTNode``.
+
+    ``functions`` maps function-definition ids to ``(arguments, body)``
+    (sympy symbols and expression) that calls are inlined with.  ``where``
+    names the file and element in error messages.
+    """
+    L = libsbml or _libsbml()
+    functions = functions or {}
+
+    def unsupported(what):
+        raise UnsupportedFeatureError(f"{where}: MathML '{what}' is not supported")
+
+    def conv(node):
+        ty = node.getType()
+        kids = [conv(node.getChild(i)) for i in range(node.getNumChildren())] \
+            if ty not in (L.AST_LAMBDA,) else None
+        if ty == L.AST_INTEGER:
+            return sympy.Integer(node.getInteger())
+        if ty in (L.AST_REAL, L.AST_REAL_E):
+            v = node.getReal()
+            if not math.isfinite(v):
+                return sympy.oo if v > 0 else (-sympy.oo if v < 0 else sympy.nan)
+            return sympy.Float(v, 17)
+        if ty == L.AST_RATIONAL:
+            return sympy.Rational(node.getNumerator(), node.getDenominator())
+        if ty == L.AST_NAME:
+            return symbol(node.getName())
+        if ty == L.AST_NAME_TIME:
+            return TIME
+        if ty == L.AST_NAME_AVOGADRO:
+            return sympy.Float(6.02214076e23, 17)
+        if ty == L.AST_CONSTANT_E:
+            return sympy.E
+        if ty == L.AST_CONSTANT_PI:
+            return sympy.pi
+        if ty == L.AST_CONSTANT_TRUE:
+            return sympy.true
+        if ty == L.AST_CONSTANT_FALSE:
+            return sympy.false
+        if ty == L.AST_PLUS:
+            return sympy.Add(*kids) if kids else sympy.Integer(0)
+        if ty == L.AST_TIMES:
+            return sympy.Mul(*kids) if kids else sympy.Integer(1)
+        if ty == L.AST_MINUS:
+            return -kids[0] if len(kids) == 1 else kids[0] - kids[1]
+        if ty == L.AST_DIVIDE:
+            return kids[0] / kids[1]
+        if ty in (L.AST_POWER, L.AST_FUNCTION_POWER):
+            return kids[0] ** kids[1]
+        if ty == L.AST_FUNCTION_ROOT:
+            return kids[-1] ** (1 / kids[0]) if len(kids) == 2 else sympy.sqrt(kids[0])
+        if ty == L.AST_FUNCTION_LOG:
+            # libsbml: log(base, x) with two children, log10 with one
+            return sympy.log(kids[1], kids[0]) if len(kids) == 2 else sympy.log(kids[0], 10)
+        if ty in _UNARY(L):
+            return _UNARY(L)[ty](kids[0])
+        if ty == L.AST_FUNCTION_MAX:
+            return sympy.Max(*kids)
+        if ty == L.AST_FUNCTION_MIN:
+            return sympy.Min(*kids)
+        if ty == L.AST_FUNCTION_PIECEWISE:
+            pieces = [(kids[i], kids[i + 1]) for i in range(0, len(kids) - 1, 2)]
+            if len(kids) % 2:
+                pieces.append((kids[-1], True))
+            return sympy.Piecewise(*pieces)
+        rel = {L.AST_RELATIONAL_EQ: sympy.Eq, L.AST_RELATIONAL_NEQ: sympy.Ne,
+               L.AST_RELATIONAL_GT: sympy.Gt, L.AST_RELATIONAL_GEQ: sympy.Ge,
+               L.AST_RELATIONAL_LT: sympy.Lt, L.AST_RELATIONAL_LEQ: sympy.Le}
+        if ty in rel:
+            return sympy.And(*[rel[ty](a, b) for a, b in zip(kids[:-1], kids[1:])])
+        logic = {L.AST_LOGICAL_AND: sympy.And, L.AST_LOGICAL_OR: sympy.Or,
+                 L.AST_LOGICAL_XOR: sympy.Xor, L.AST_LOGICAL_NOT: sympy.Not}
+        if ty in logic:
+            return logic[ty](*kids)
+        if ty == L.AST_FUNCTION:
+            name = node.getName()
+            if name not in functions:
+                unsupported(f"call of undefined function {name}")
+            args, body = functions[name]
+            if len(args) != len(kids):
+                raise UnsupportedFeatureError(
+                    f"{where}: function {name} takes {len(args)} arguments, got {len(kids)}")
+            return body.xreplace(dict(zip(args, kids)))
+        if ty == L.AST_FUNCTION_DELAY:
+            unsupported("delay")
+        if ty == L.AST_FUNCTION_RATE_OF:
+            unsupported("rateOf")
+        if ty == L.AST_LAMBDA:
+            unsupported("lambda outside a function definition")
+        unsupported(node.getName() or L.formulaToL3String(node))
+
+    return conv(ast)
+
+
+def _UNARY(L):
+    return {
+        L.AST_FUNCTION_EXP: sympy.exp, L.AST_FUNCTION_LN: sympy.log,
+        L.AST_FUNCTION_ABS: sympy.Abs, L.AST_FUNCTION_SIN: sympy.sin,
+        L.AST_FUNCTION_COS: sympy.cos, L.AST_FUNCTION_TAN: sympy.tan,
+        L.AST_FUNCTION_ARCSIN: sympy.asin, L.AST_FUNCTION_ARCCOS: sympy.acos,
+        L.AST_FUNCTION_ARCTAN: sympy.atan, L.AST_FUNCTION_SINH: sympy.sinh,
+        L.AST_FUNCTION_COSH: sympy.cosh, L.AST_FUNCTION_TANH: sympy.tanh,
+        L.AST_FUNCTION_ARCSINH: sympy.asinh, L.AST_FUNCTION_ARCCOSH: sympy.acosh,
+        L.AST_FUNCTION_ARCTANH: sympy.atanh, L.AST_FUNCTION_SEC: sympy.sec,
+        L.AST_FUNCTION_CSC: sympy.csc, L.AST_FUNCTION_COT: sympy.cot,
+        L.AST_FUNCTION_CEILING: sympy.ceiling, L.AST_FUNCTION_FLOOR: sympy.floor,
+        L.AST_FUNCTION_FACTORIAL: sympy.factorial,
+    }
+
+
+@dataclass
+class SbmlOde:
+    r"""The ODE of an SBML model.
+
+    Attributes
+    ----------
+    states : list of str
+        Species ids, then ids of parameters and compartments with a rate rule.
+    rhs : dict state -> sympy expression
+        :math:`f` in the state symbols, the constant symbols and :data:`TIME`.
+    initial : dict state -> sympy expression
+        :math:`x_0`, in the constant symbols (initial assignments applied).
+    constants : dict id -> float
+        Values of the constant parameters and compartment sizes (the symbols
+        ``k`` that PEtab may override).
+    assignments : dict id -> sympy expression
+        Assignment-rule targets in terms of states and constants (substituted
+        already in ``rhs``; observables may name them).
+    species_compartment : dict species -> compartment id
+    amount_species : set of str
+        Species whose symbol is an amount (``hasOnlySubstanceUnits``).
+    path : str
+        The file read.
+    """
+
+    states: list
+    rhs: dict
+    initial: dict
+    constants: dict
+    assignments: dict
+    species_compartment: dict = field(default_factory=dict)
+    amount_species: set = field(default_factory=set)
+    path: str = ""
+
+    def substitute_assignments(self, expr):
+        """``expr`` with every assignment-rule target replaced by its formula."""
+        return expr.xreplace({symbol(k): v for k, v in self.assignments.items()})
+
+
+def read_sbml(path) -> SbmlOde:
+    """Read an SBML file into an :class:`SbmlOde`."""
+    L = _libsbml()
+    path = str(path)
+    doc = L.readSBMLFromFile(path)
+    errors = [doc.getError(i) for i in range(doc.getNumErrors())
+              if doc.getError(i).getSeverity() >= L.LIBSBML_SEV_ERROR]
+    if errors:
+        raise ValueError(f"{path}: SBML errors: " + "; ".join(e.getMessage().strip() for e in errors[:3]))
+    m = doc.getModel()
+    if m is None:
+        raise ValueError(f"{path}: no SBML model")
+
+    def unsupported(what):
+        raise UnsupportedFeatureError(f"{path}: {what} is not supported")
+
+    if m.getNumEvents():
+        unsupported(f"events ({m.getNumEvents()}: {m.getEvent(0).getId() or 'unnamed'}, ...)")
+    if m.isSetConversionFactor():
+        unsupported("a model conversion factor")
+
+    functions = {}
+    for fd in m.getListOfFunctionDefinitions():
+        lam = fd.getMath()
+        if lam is None or lam.getType() != L.AST_LAMBDA:
+            unsupported(f"function definition {fd.getId()} without a lambda")
+        nargs = lam.getNumChildren() - 1
+        args = [symbol(lam.getChild(i).getName()) for i in range(nargs)]
+        body = math_to_sympy(lam.getChild(nargs), functions, f"{path}: function {fd.getId()}", L)
+        functions[fd.getId()] = (args, body)
+
+    def conv(ast, what):
+        if ast is None:
+            raise ValueError(f"{path}: {what} has no math")
+        return math_to_sympy(ast, functions, f"{path}: {what}", L)
+
+    rate_rules, assign_rules = {}, {}
+    for r in m.getListOfRules():
+        if r.isAlgebraic():
+            unsupported("algebraic rules")
+        target = r.getVariable()
+        if r.isRate():
+            rate_rules[target] = conv(r.getMath(), f"rate rule for {target}")
+        else:
+            assign_rules[target] = conv(r.getMath(), f"assignment rule for {target}")
+
+    comp_size = {}
+    for c in m.getListOfCompartments():
+        cid = c.getId()
+        if cid in rate_rules or cid in assign_rules or not c.getConstant():
+            unsupported(f"a compartment of variable size ({cid})")
+        if c.getSpatialDimensions() == 0:
+            comp_size[cid] = 1.0
+        else:
+            comp_size[cid] = c.getSize() if c.isSetSize() else 1.0
+
+    constants = dict(comp_size)
+    params_with_rate = []
+    for p in m.getListOfParameters():
+        pid = p.getId()
+        if pid in assign_rules:
+            continue
+        if pid in rate_rules:
+            params_with_rate.append(pid)
+        constants[pid] = p.getValue() if p.isSetValue() else math.nan
+
+    species, amount_species, species_compartment, init = [], set(), {}, {}
+    for s in m.getListOfSpecies():
+        sid = s.getId()
+        if s.isSetConversionFactor():
+            unsupported(f"a conversion factor on species {sid}")
+        comp = s.getCompartment()
+        species_compartment[sid] = comp
+        if s.getHasOnlySubstanceUnits():
+            amount_species.add(sid)
+        V = symbol(comp)
+        if s.isSetInitialConcentration():
+            x0 = sympy.Float(s.getInitialConcentration(), 17)
+            if sid in amount_species:
+                x0 = x0 * V
+        elif s.isSetInitialAmount():
+            x0 = sympy.Float(s.getInitialAmount(), 17)
+            if sid not in amount_species:
+                x0 = x0 / V
+        else:
+            x0 = sympy.nan
+        if sid in assign_rules:
+            continue
+        if s.getConstant() and sid not in rate_rules:
+            # a constant species is a constant of the model (its value may be overridden)
+            constants[sid] = float(x0.subs({symbol(c): v for c, v in comp_size.items()}))
+            continue
+        species.append(sid)
+        init[sid] = x0
+
+    # assignment rules: expressions in states and constants (resolve chains)
+    assigns = dict(assign_rules)
+    for _ in range(len(assigns) + 1):
+        subs = {symbol(k): v for k, v in assigns.items()}
+        new = {k: v.xreplace(subs) for k, v in assigns.items()}
+        if new == assigns:
+            break
+        assigns = new
+    else:  # pragma: no cover - SBML forbids cycles
+        unsupported("cyclic assignment rules")
+    asub = {symbol(k): v for k, v in assigns.items()}
+
+    # reactions
+    flux = {sid: sympy.Integer(0) for sid in species}
+    for r in m.getListOfReactions():
+        rid = r.getId()
+        kl = r.getKineticLaw()
+        if kl is None:
+            unsupported(f"reaction {rid} without a kinetic law")
+        rate = conv(kl.getMath(), f"kinetic law of {rid}")
+        local = {symbol(p.getId()): sympy.Float(p.getValue(), 17)
+                 for p in list(kl.getListOfParameters()) + list(kl.getListOfLocalParameters())}
+        rate = rate.xreplace(local)
+        for refs, sign in ((r.getListOfReactants(), -1), (r.getListOfProducts(), 1)):
+            for ref in refs:
+                sid = ref.getSpecies()
+                if hasattr(ref, "isSetStoichiometryMath") and ref.isSetStoichiometryMath():
+                    unsupported(f"stoichiometryMath in reaction {rid}")
+                if ref.isSetId() and (ref.getId() in rate_rules or ref.getId() in assign_rules):
+                    unsupported(f"a stoichiometry that changes in time (reaction {rid})")
+                sp = m.getSpecies(sid)
+                if sp.getBoundaryCondition() or sid not in flux:
+                    continue
+                flux[sid] = flux[sid] + sign * sympy.Float(ref.getStoichiometry(), 17) * rate
+    rhs = {}
+    for sid in species:
+        if sid in rate_rules:
+            rhs[sid] = rate_rules[sid]
+        elif sid in amount_species:
+            rhs[sid] = flux[sid]
+        else:
+            rhs[sid] = flux[sid] / symbol(species_compartment[sid])
+    for pid in params_with_rate:
+        rhs[pid] = rate_rules[pid]
+        init[pid] = symbol(pid + "__initial")
+        constants[pid + "__initial"] = constants.pop(pid)
+    states = species + params_with_rate
+    rhs = {k: sympy.sympify(v).xreplace(asub).xreplace(asub) for k, v in rhs.items()}
+
+    # initial assignments (may refer to constants and, through rules, to other initial values)
+    ia = {}
+    for a in m.getListOfInitialAssignments():
+        ia[a.getSymbol()] = conv(a.getMath(), f"initial assignment of {a.getSymbol()}")
+    for target, e in ia.items():
+        if target in init:
+            init[target] = e        # in the species' own units (amount or concentration)
+        elif target in constants:
+            unsupported(f"an initial assignment to the constant {target} "
+                        "(set its value in the PEtab parameter table instead)")
+        else:
+            unsupported(f"an initial assignment to {target}")
+    # initial values may name other states (their initial values) or assignment targets
+    state_init = {symbol(s): v for s, v in init.items()}
+    for _ in range(len(states) + 2):
+        new = {s: sympy.sympify(v).xreplace(asub).xreplace(state_init) for s, v in init.items()}
+        if new == init:
+            break
+        init = new
+        state_init = {symbol(s): v for s, v in init.items()}
+    for s, v in init.items():
+        if v.has(sympy.nan):
+            raise ValueError(f"{path}: species {s} has no initial value")
+        if TIME in v.free_symbols:
+            unsupported(f"an initial value of {s} that depends on time")
+    return SbmlOde(states=states, rhs=rhs, initial=init, constants=constants,
+                   assignments=assigns, species_compartment=species_compartment,
+                   amount_species=amount_species, path=path)

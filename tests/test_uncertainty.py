@@ -1,0 +1,260 @@
+"""Covariance, Wald and profile intervals, identifiability, confidence bands."""
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from pyomo_odeest import EstimationProblem, Parameter, estimate
+from pyomo_odeest.analysis.identifiability import identifiability_report
+from pyomo_odeest.analysis.prediction import prediction_bands
+from pyomo_odeest.analysis.profile import profile_likelihood, profile_point
+from pyomo_odeest.analysis.uncertainty import (covariance, curvature, delta_method,
+                                               kkt_reduced_hessian)
+from pyomo_odeest.models.lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
+
+TIMES = np.arange(1.0, 9.0)
+SIG_X = np.linspace(0.05, 0.12, len(TIMES))       # heteroscedastic σ of x
+SIG_Y = 0.08
+Z95 = stats.norm.ppf(0.975)
+
+
+def _linear_data(seed=0):
+    rng = np.random.default_rng(seed)
+    a, b, c = 0.7, 1.3, -0.4
+    x = b + a * TIMES + SIG_X * rng.standard_normal(len(TIMES))
+    y = c * TIMES + SIG_Y * rng.standard_normal(len(TIMES))
+    return pd.DataFrame({"x": x, "y": y}, index=pd.Index(TIMES, name="time"))
+
+
+def _linear_problem(data, a_ub=None):
+    """x' = a, x(0) = b; y' = c, y(0) = 0: x = b + a t, y = c t (every scheme is exact)."""
+    sigma = pd.DataFrame({"x": SIG_X, "y": SIG_Y}, index=data.index)
+    return EstimationProblem(
+        states=["x", "y"],
+        parameters=[Parameter("a", 0.5, ub=a_ub), Parameter("b", 1.0), Parameter("c", 0.0)],
+        rhs=lambda x, u, t: [u.a + 0 * x.x, u.c + 0 * x.y], initial={"x": "b", "y": 0.0},
+        data=data, sigma=sigma, name="linear")
+
+
+def _closed_form(data):
+    """Weighted least squares in closed form: estimates, (XᵀWX)⁻¹, χ²."""
+    X = np.zeros((2 * len(TIMES), 3))
+    X[:len(TIMES), 0], X[:len(TIMES), 1] = TIMES, 1.0
+    X[len(TIMES):, 2] = TIMES
+    w = np.concatenate([1 / SIG_X**2, np.full(len(TIMES), 1 / SIG_Y**2)])
+    z = np.concatenate([data["x"], data["y"]])
+    F = X.T @ (w[:, None] * X)
+    C = np.linalg.inv(F)
+    beta = C @ X.T @ (w * z)
+    chi2 = float(np.sum(w * (z - X @ beta) ** 2))
+    return beta, C, chi2, X
+
+
+@pytest.fixture(scope="module")
+def linear():
+    data = _linear_data()
+    P = _linear_problem(data)
+    res = estimate(P, "reduced_space", max_step=1.0)
+    return data, P, res
+
+
+def test_linear_model_covariance_matches_closed_form(linear):
+    data, P, res = linear
+    beta, C, chi2, _ = _closed_form(data)
+    assert res.success
+    np.testing.assert_allclose(res.x, beta, rtol=1e-8, atol=1e-10)
+    dof = 2 * len(TIMES) - 3
+    for method, expected in (("fim", C), ("hessian", C), ("residual", chi2 / dof * C)):
+        cov = res.covariance(method)
+        np.testing.assert_allclose(cov.matrix.to_numpy(), expected, rtol=1e-8, atol=1e-14)
+    cov = res.covariance("residual")
+    assert cov.dof == dof and cov.s2 == pytest.approx(chi2 / dof, rel=1e-8)
+    iv = cov.intervals(0.9)                                   # Student t for 'residual'
+    q = stats.t.ppf(0.95, dof)
+    np.testing.assert_allclose(iv["lower"], beta - q * np.sqrt(chi2 / dof * np.diag(C)), rtol=1e-8)
+    corr = res.covariance().correlation.to_numpy()
+    np.testing.assert_allclose(corr, C / np.sqrt(np.outer(np.diag(C), np.diag(C))), rtol=1e-8)
+    # delta method of a linear function is exact: q = a·5 + b (x at t = 5)
+    d = delta_method(res.covariance(), lambda u: 5 * u["a"] + u["b"], names=["x5"])
+    g = np.array([5.0, 1.0, 0.0])
+    assert d.loc["x5", "se"] == pytest.approx(np.sqrt(g @ C @ g), rel=1e-8)
+    # bands of the state x over time: var = (t, 1) C (t, 1)ᵀ
+    bands = prediction_bands(res, kind="states")
+    t = bands.se.index.to_numpy()
+    se_x = np.sqrt(C[0, 0] * t**2 + 2 * C[0, 1] * t + C[1, 1])
+    np.testing.assert_allclose(bands.se["x"].to_numpy(), se_x, rtol=1e-8)
+    np.testing.assert_allclose(bands.upper["x"] - bands.value["x"], Z95 * se_x, rtol=1e-8)
+
+
+@pytest.mark.parametrize("approach,options,rtol", [
+    ("simultaneous", dict(max_step=1.0, options={"tol": 1e-12}), 1e-8),
+    ("multiple_shooting", dict(max_step=1.0, options={"tol": 1e-12}), 1e-6),
+    ("continuous", dict(), 1e-6),
+])
+def test_linear_model_covariance_every_approach(linear, approach, options, rtol):
+    data, P, _ = linear
+    beta, C, _, _ = _closed_form(data)
+    res = estimate(P, approach, **options)
+    assert res.success, res.status
+    np.testing.assert_allclose(res.x, beta, rtol=1e-6)
+    for method in ("fim", "hessian"):
+        np.testing.assert_allclose(res.covariance(method).matrix.to_numpy(), C, rtol=rtol,
+                                   atol=1e-12)
+
+
+def test_active_bound_reported_not_given_an_interval():
+    data = _linear_data()
+    P = _linear_problem(data, a_ub=0.6)                    # unconstrained a ≈ 0.7
+    res = estimate(P, "reduced_space", max_step=1.0)
+    assert res.estimates["a"] == pytest.approx(0.6, abs=1e-7)
+    cov = res.covariance()
+    assert cov.at_bound == {"a": "upper"}
+    iv = cov.intervals()
+    assert iv.loc["a", "status"] == "at upper bound" and np.isnan(iv.loc["a", "lower"])
+    # the others: covariance with a held at its bound = inverse of the (b, c) block of the FIM
+    _, C, _, X = _closed_form(data)
+    F = np.linalg.inv(C)
+    np.testing.assert_allclose(cov.matrix.to_numpy(), np.linalg.inv(F[1:, 1:]), rtol=1e-8)
+
+
+def test_profile_equals_wald_for_linear_model(linear):
+    _, P, res = linear
+    pr = profile_likelihood(res)
+    iv = pr.intervals
+    assert list(iv["shape"]) == ["ok"] * 3
+    np.testing.assert_allclose(iv["lower"], iv["wald_lower"], rtol=1e-6)
+    np.testing.assert_allclose(iv["upper"], iv["wald_upper"], rtol=1e-6)
+    # the profile of a linear model is the parabola ((θ − θ̂)/se)²
+    cov = res.covariance()
+    df = pr.curves["a"]
+    expected = ((df["value"] - res.estimates["a"]) / cov.se["a"]) ** 2
+    np.testing.assert_allclose(df["lr"], expected, rtol=1e-6, atol=1e-8)
+
+
+def _reciprocal_problem(seed=3):
+    """x' = 1/θ, x(0) = 0: x = t/θ, linear in φ = 1/θ."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(1.0, 6.0)
+    sig = 0.6
+    data = pd.DataFrame({"x": t / 2.0 + sig * rng.standard_normal(len(t))},
+                        index=pd.Index(t, name="time"))
+    P = EstimationProblem(states=["x"], parameters=[Parameter("theta", 1.5, lb=0.1)],
+                          rhs=lambda x, u, t: [1 / u.theta + 0 * x.x], initial={"x": 0.0},
+                          data=data, sigma=sig, name="reciprocal")
+    phi_se = sig / np.sqrt(np.sum(t**2))
+    phi_hat = float(np.sum(t * data["x"]) / np.sum(t**2))
+    return P, phi_hat, phi_se
+
+
+@pytest.mark.parametrize("approach", ["reduced_space", "simultaneous"])
+def test_profile_skewed_as_expected_in_nonlinear_case(approach):
+    """θ = 1/φ with φ estimated linearly: the LR interval is invariant under
+    reparametrization, [1/(φ̂ + zσ), 1/(φ̂ − zσ)], skewed to the right of θ̂;
+    Wald is symmetric."""
+    P, phi, s = _reciprocal_problem()
+    res = estimate(P, approach, max_step=1.0)
+    assert res.estimates["theta"] == pytest.approx(1 / phi, rel=1e-7)
+    pr = profile_likelihood(res, approach=approach)
+    row = pr.intervals.loc["theta"]
+    assert row["lower"] == pytest.approx(1 / (phi + Z95 * s), rel=1e-4)
+    assert row["upper"] == pytest.approx(1 / (phi - Z95 * s), rel=1e-4)
+    th = row["estimate"]
+    assert row["upper"] - th > 1.3 * (th - row["lower"])                 # skewed right
+    assert row["wald_upper"] - th == pytest.approx(th - row["wald_lower"])
+    assert row["wald_upper"] < row["upper"] and row["wald_lower"] < row["lower"]
+
+
+def test_rank_deficient_problem_flagged_with_null_direction():
+    t = np.arange(1.0, 6.0)
+    data = pd.DataFrame({"x": np.exp(-1.0 * t)}, index=pd.Index(t, name="time"))
+    P = EstimationProblem(states=["x"], parameters=[Parameter("k1", 0.5), Parameter("k2", 0.5)],
+                          rhs=lambda x, u, t: [-(u.k1 + u.k2) * x.x], initial={"x": 1.0},
+                          data=data, sigma=0.01)
+    rep = identifiability_report(problem=P, estimates=[0.5, 0.5])
+    assert rep.rank == 1 and not rep.identifiable
+    v = rep.null_directions[0]
+    np.testing.assert_allclose(np.abs(v.to_numpy()), [2 ** -0.5] * 2, rtol=1e-6)
+    assert v["k1"] * v["k2"] < 0
+    assert any("rank-deficient" in w and "k1" in w and "k2" in w for w in rep.warnings)
+    # an estimate of it: the covariance says so, and the same report comes from the result
+    res = estimate(P, "reduced_space", max_step=0.5)
+    assert res.identifiability().rank == 1
+    cov = res.covariance()
+    assert any("singular" in w for w in cov.warnings) and np.all(np.isinf(cov.se))
+
+
+def test_fewer_measurements_than_parameters_warned():
+    data = lotka_volterra_data(seed=1).iloc[[4]]                  # two values, four parameters
+    P = EstimationProblem(states=["x1", "x2"], parameters=[Parameter(f"p{k}", 1.0) for k in range(1, 5)],
+                          rhs=lv_rhs, initial=dict(zip(["x1", "x2"], LV_X0)), data=data)
+    rep = identifiability_report(problem=P, estimates=np.ones(4))
+    assert rep.n_measurements == 2 and rep.rank <= 2
+    assert any("fewer measured values (2) than free parameters (4)" in w for w in rep.warnings)
+
+
+@pytest.fixture(scope="module")
+def lv():
+    data = lotka_volterra_data(seed=3, variance=0.05**2)
+    P = EstimationProblem(states=["x1", "x2"], parameters=[Parameter(f"p{k}", 1.0) for k in range(1, 5)],
+                          rhs=lv_rhs, initial=dict(zip(["x1", "x2"], LV_X0)), data=data, sigma=0.05)
+    return P, estimate(P, "reduced_space", max_step=0.25, options={"tol": 1e-12})
+
+
+def test_kkt_reduced_hessian_equals_reduced_space_hessian(lv):
+    P, red = lv
+    sim = estimate(P, "simultaneous", max_step=0.25, options={"tol": 1e-12})
+    np.testing.assert_allclose(sim.x, red.x, rtol=1e-7)
+    curv = curvature(sim, hessian=True)                    # the KKT system, no simulation
+    H = curv.H
+    dm = red.extra["discrete_model"]
+    np.testing.assert_allclose(H, dm.hessian(sim.x, "soa"), rtol=1e-7)
+    # independent check: central differences of the adjoint gradient
+    np.testing.assert_allclose(H, dm.hessian(sim.x, "adjoint_fd"), rtol=1e-5)
+    red_curv = curvature(red, hessian=True)
+    for method in ("fim", "hessian", "residual"):
+        np.testing.assert_allclose(covariance(sim, method, curv=curv).matrix,
+                                   covariance(red, method, curv=red_curv).matrix, rtol=1e-6)
+
+
+def test_lv_covariance_agrees_with_shooting_and_bands(lv):
+    P, red = lv
+    ms = estimate(P, "multiple_shooting", max_step=0.25, options={"tol": 1e-10})
+    # the order ramp restarts at each node: a slightly different discretization
+    # (estimates differ by 2e-3 on this grid, standard errors by 0.4 %)
+    np.testing.assert_allclose(ms.covariance("fim").se, red.covariance("fim").se, rtol=0.01)
+    # observed vs expected information differ by the residual curvature only
+    np.testing.assert_allclose(red.covariance("hessian").se, red.covariance("fim").se, rtol=0.1)
+    bands = red.prediction_bands()
+    assert list(bands.value.columns) == ["x1", "x2"]
+    assert np.all(bands.upper.to_numpy() >= bands.lower.to_numpy())
+    rep = red.identifiability()
+    assert rep.identifiable and not rep.warnings
+
+
+def test_profile_point_is_a_standalone_task():
+    """One profile point from pickled inputs: a fixed, (b, c) re-optimized = weighted
+    least squares of the remainder in closed form."""
+    import pickle
+    data = _linear_data()
+    P = _linear_problem(data)
+    args = pickle.loads(pickle.dumps((P, "a", 0.65, np.array([0.7, 1.3, -0.4]), "reduced_space",
+                                      dict(max_step=1.0))))
+    u, J, status, _ = profile_point(*args)
+    assert status == "Solve_Succeeded" and u[0] == 0.65
+    _, _, _, X = _closed_form(data)
+    w = np.concatenate([1 / SIG_X**2, np.full(len(TIMES), 1 / SIG_Y**2)])
+    z = np.concatenate([data["x"], data["y"]]) - 0.65 * X[:, 0]
+    Xr = X[:, 1:]
+    bc = np.linalg.solve(Xr.T @ (w[:, None] * Xr), Xr.T @ (w * z))
+    np.testing.assert_allclose(u[1:], bc, rtol=1e-8)
+    assert J == pytest.approx(float(np.sum(w * (z - Xr @ bc) ** 2)), rel=1e-8)
+
+
+def test_plots(lv):
+    pytest.importorskip("matplotlib")
+    P, red = lv
+    fig = red.prediction_bands().plot(data=P.data)
+    assert len(fig.axes) == 2
+    pr = profile_likelihood(red, parameters=["p1"], target_step=1.0)
+    fig = pr.plot()
+    assert len(fig.axes) == 1
