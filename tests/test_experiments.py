@@ -161,3 +161,12 @@ def test_continuous_approach_sums_experiments():
     np.testing.assert_allclose(cm.gradient(u, "adjoint"), cm.gradient(u, "fd"), rtol=1e-5,
                                atol=1e-8)
     assert list(rc.states.index.get_level_values("experiment").unique()) == ["e1", "e2", "e3"]
+
+
+def test_compare_approaches_takes_experiments():
+    from pyomo_odeest import compare_approaches
+    table, results = compare_approaches(_problem(), ("simultaneous", "multiple_shooting"))
+    assert table.loc["simultaneous", "success"]
+    assert table.loc["simultaneous", "A0_e3"] == pytest.approx(0.5, abs=0.05)
+    assert "does not take a problem with several experiments" in \
+        table.loc["multiple_shooting", "status"]
