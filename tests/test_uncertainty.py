@@ -248,13 +248,3 @@ def test_profile_point_is_a_standalone_task():
     bc = np.linalg.solve(Xr.T @ (w[:, None] * Xr), Xr.T @ (w * z))
     np.testing.assert_allclose(u[1:], bc, rtol=1e-8)
     assert J == pytest.approx(float(np.sum(w * (z - Xr @ bc) ** 2)), rel=1e-8)
-
-
-def test_plots(lv):
-    pytest.importorskip("matplotlib")
-    P, red = lv
-    fig = red.prediction_bands().plot(data=P.data)
-    assert len(fig.axes) == 2
-    pr = profile_likelihood(red, parameters=["p1"], target_step=1.0)
-    fig = pr.plot()
-    assert len(fig.axes) == 1

@@ -424,10 +424,10 @@ class ProfileResult:
     seconds: float = 0.0
     warnings: list = field(default_factory=list)
 
-    def plot(self, parameters=None, ax=None, wald=True):
+    def plot(self, parameters=None, ax=None, wald=True, path=None):
         """Plot λ(θ) per parameter with the threshold (and the Wald parabola)."""
         from .plots import plot_profiles
-        return plot_profiles(self, parameters=parameters, ax=ax, wald=wald)
+        return plot_profiles(self, parameters=parameters, ax=ax, wald=wald, path=path)
 
 
 def assemble_profiles(segments, tasks, level=0.95, cov: Covariance | None = None) -> ProfileResult:

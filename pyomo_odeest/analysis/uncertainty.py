@@ -516,6 +516,9 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     chi2 = curv.chi2()
     s2 = chi2 / dof if dof > 0 else np.nan
     notes = []
+    if not getattr(result, "success", True):
+        notes.append(f"the estimation did not converge ({result.status}): the covariance "
+                     "describes the curvature at a point that is not an optimum")
     if method == "hessian":
         Iinfo = curv.H / curv.kappa
     else:
