@@ -23,6 +23,7 @@ from ..problem.misfit import misfit_constant, observations
 from ..nlp.cyipopt_adapter import start_value_scaling
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
+from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
 from ..discretization.schemes import integrate
 from ..symbolic.vectorfn import VectorFn
 from ..pyomo.solver import OdeestIpoptSolver
@@ -186,6 +187,9 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     -------
     EstimationResult
     """
+    validate_estimator("simultaneous", problem, scheme=scheme, qmax=qmax, grid=grid,
+                       max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
+                       options=options, tee=tee, init=init)
     t_start = time.perf_counter()
     multi = bool(problem.experiments)
     if model is None:
@@ -220,7 +224,7 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     build_s = time.perf_counter() - t_start
 
-    opts = {"tol": 1e-8}
+    opts = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
     opts.update(options or {})
     solver = OdeestIpoptSolver()
     solver.solve(m, options=opts, tee=tee)
@@ -235,7 +239,9 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         res.extra["parameter_constraint_multipliers"] = {
             pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
             for pc, _ in problem.parameter_constraints}
-    return res
+    from ..analysis.diagnostics import diagnose
+    return diagnose(problem, res, *((None, None) if multi else (b.scheme, None)),
+                    grid=None if multi else b.grid)
 
 
 def scale_parameters(m, b):

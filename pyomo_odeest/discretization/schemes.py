@@ -462,7 +462,7 @@ def enright_coefficients(t_hist, t_new) -> tuple[np.ndarray, float]:
     r"""Variable-step Enright second-derivative coefficients.
 
     [GM-grad], eq. (6), with the :math:`h^2` coefficient written as its own
-    unknown :math:`\sigma` (the seed reuses the symbol :math:`\rho_0`):
+    unknown :math:`\sigma` ([GM-grad] reuses the symbol :math:`\rho_0`):
 
     .. math::
 
@@ -473,7 +473,7 @@ def enright_coefficients(t_hist, t_new) -> tuple[np.ndarray, float]:
     The :math:`Q + 2` unknowns are fixed by exactness for :math:`x` a
     polynomial of degree :math:`\le Q + 2` (in :math:`s = (t-t_i)/h_i`:
     :math:`1 = \sum_j \rho_j m s_j^{m-1} + \rho_0 m + \sigma m (m-1)`,
-    :math:`m = 1, \dots, Q+2`), i.e. the :math:`\rho^{Q+2}` of the seed.  Local
+    :math:`m = 1, \dots, Q+2`), i.e. the :math:`\rho^{Q+2}` of [GM-grad].  Local
     error :math:`O(h^{Q+3})`, order :math:`Q + 2`.  For :math:`Q = 1`,
     :math:`\rho_0 = 2/3`, :math:`\rho_1 = 1/3`, :math:`\sigma = -1/6` on any
     step.
@@ -892,7 +892,7 @@ class Enright(MultistepScheme):
         \qquad \dot f = D_x f\, f + \partial_t f,
 
     with the :math:`Q_i + 2` coefficients of :func:`enright_coefficients`
-    (exact for polynomials of degree :math:`\le Q_i + 2`; the seed writes
+    (exact for polynomials of degree :math:`\le Q_i + 2`; [GM-grad] writes
     :math:`\sigma` as :math:`\rho_0`).  Global order :math:`Q_{\max} + 1`;
     with the ramp on a plain uniform grid the one-step start (local error
     :math:`O(h^4)`) limits the observed order to :math:`\min(4, Q_{\max}+1)`.

@@ -24,6 +24,8 @@ simulators and every derivative are produced.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -34,15 +36,15 @@ import sympy
 
 from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.convert import pyomo_to_sympy
+from .validation import ProblemError, as_data_frame, as_spec, check_weights
+
+#: Name of the time symbol: not an identifier, so no state or parameter has it.
+TIME_NAME = "t(time)"
 
 __all__ = ["Parameter", "Experiment", "PathConstraint", "ParameterConstraint",
            "require_no_constraints", "require_single_experiment", "require_no_inputs",
            "EstimationProblem", "LeastSquares", "GaussianNLL",
            "ProblemError"]
-
-
-class ProblemError(ValueError):
-    """The problem statement is invalid; the message names the culprit."""
 
 
 @dataclass
@@ -381,14 +383,13 @@ class EstimationProblem:
         if not isinstance(self.loss, (LeastSquares, GaussianNLL)):
             raise ProblemError("loss must be LeastSquares() or GaussianNLL(cov)")
 
-        # symbols
-        self.x_sym = sympy.symbols(self.states, real=True)
-        self.u_sym = sympy.symbols(pnames, real=True) if pnames else ()
-        if isinstance(self.u_sym, sympy.Symbol):
-            self.u_sym = (self.u_sym,)
-        if isinstance(self.x_sym, sympy.Symbol):
-            self.x_sym = (self.x_sym,)
-        self.t_sym = sympy.Symbol("t", real=True)
+        # symbols: states and parameters by name (equal across problems that
+        # share them); time by a name no state or parameter can have, so that
+        # a parameter called ``t`` is not time.  Internal symbols elsewhere
+        # are Dummies; sympy constants (E, I, pi) are not Symbols.
+        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
+        self.u_sym = tuple(sympy.Symbol(p, real=True) for p in pnames)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
 
         scratch = pyo.ConcreteModel()
         scratch.x = pyo.Var(self.states, initialize=1.0)
@@ -484,7 +485,7 @@ class EstimationProblem:
         self.loss = LeastSquares() if loss is None else loss
         self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
         self.u_sym = tuple(sympy.Symbol(q.name, real=True) for q in expanded)
-        self.t_sym = sympy.Symbol("t", real=True)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
         scratch = pyo.ConcreteModel()
         scratch.x = pyo.Var(self.states, initialize=1.0)
         scratch.u = pyo.Var(enames, initialize=1.0)
@@ -672,13 +673,31 @@ class EstimationProblem:
                                f"(see problem.experiment_problems)")
 
     # -- conversions -------------------------------------------------------
+    def _adopt(self, e):
+        """A sympy expression of another problem's symbols (or plain Symbols) in
+        this problem's symbols: states and parameters by name, time by the
+        time symbol's name (which no state or parameter can have) or ``t``
+        when no parameter is called ``t``."""
+        own = dict(zip(self.states, self.x_sym))
+        own.update(zip((p.name for p in self.parameters), self.u_sym))
+        mine = set(own.values()) | {self.t_sym}
+        rep = {}
+        for s in e.free_symbols:
+            if s in mine:
+                continue
+            if s.name in own:
+                rep[s] = own[s.name]
+            elif s.name in (TIME_NAME, "t"):
+                rep[s] = self.t_sym
+        return e.xreplace(rep) if rep else e
+
     def _to_sym(self, e, what, symbol_of):
         if isinstance(e, (int, float, np.number)):
             if not np.isfinite(float(e)):
                 raise ProblemError(f"{what} is not finite")
             return sympy.Float(float(e)) if not float(e).is_integer() else sympy.Integer(int(e))
         if isinstance(e, sympy.Basic):
-            return e
+            return self._adopt(e)
         try:
             return pyomo_to_sympy(e, symbol_of)
         except UnsupportedExpressionError as err:
@@ -742,13 +761,12 @@ class EstimationProblem:
         self.data = pd.DataFrame(np.zeros((0, 0)), index=pd.Index([], name="time", dtype=float))
         self.mask = np.zeros((0, 0), dtype=bool)
         self.weights = np.zeros((0, 0))
+        self.sigma_known = False
         if isinstance(self.loss, GaussianNLL):
             raise ProblemError("GaussianNLL needs data")
 
     def _set_data(self, data, observe, sigma, weights, symbol_of, xs, us, t):
-        if not isinstance(data, pd.DataFrame):
-            raise ProblemError("data must be a pandas DataFrame (wide or long format)")
-        wide, sig_long = _to_wide(data)
+        wide, sig_long = _to_wide(as_data_frame(data))
         names = [str(c) for c in wide.columns]
         if observe is None:
             unknown = [c for c in names if c not in self.states]
@@ -791,7 +809,12 @@ class EstimationProblem:
         self.data = pd.DataFrame(vals, index=pd.Index(times, name="time"), columns=self.obs_names)
         self.mask = mask
         w = _weights(sigma, weights, sig_long, wide, self.obs_names, mask)
+        check_weights(w, mask)
         self.weights = w
+        #: True when the weights are 1/σ² of given standard deviations (or the
+        #: loss is GaussianNLL): the misfit is then a χ² statistic
+        self.sigma_known = sigma is not None or sig_long is not None or \
+            isinstance(self.loss, GaussianNLL)
         if isinstance(self.loss, GaussianNLL):
             cov = self.loss.matrix(len(self.obs_names))
             self.cov = cov
@@ -807,6 +830,88 @@ class EstimationProblem:
             bad = [s for s, v in zip(self.states, f) if not np.isfinite(v)]
             raise ProblemError(f"rhs is not finite at the initial state and parameter guesses "
                                f"(states {bad}: f = {f})")
+
+    # -- pickling and variants ----------------------------------------------------
+    #: attributes that cache objects built from the problem (rebuilt on demand);
+    #: they are not pickled and not shared with :meth:`variant` copies
+    _CACHES = ("_multiple_shooting_models",)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for k in self._CACHES:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def variant(self, values=None, multiplicity=None, fix=None, start=None) -> "EstimationProblem":
+        """A copy with other measurement values, weights or fixed parameters.
+
+        Used for bootstrap samples and profile points without restating the
+        model (the symbolic functions are shared; cached simulators are not).
+
+        Parameters
+        ----------
+        values : array (times, observables) or DataFrame like ``data``, optional
+            New measurement values at the same times; entries that are not
+            measured (``mask`` False) are ignored.
+        multiplicity : array (times,) or (times, observables), optional
+            Non-negative factors on the weights (how often a measurement was
+            drawn in case resampling; 0 drops it).  Least squares only.
+        fix : mapping parameter name -> value, optional
+            Parameters held fixed at these values.
+        start : mapping parameter name -> value, optional
+            New start values of (free) parameters.
+        """
+        if getattr(self, "experiments", None) is not None:
+            if values is not None or multiplicity is not None:
+                raise ProblemError("variant: values and multiplicity apply to a single-experiment "
+                                   "problem; resample each Experiment's data instead")
+            out = copy.copy(self)
+            out.experiment_problems = [sp.variant(fix=fix, start=start)
+                                       for sp in self.experiment_problems]
+            out.parameters = out.experiment_problems[0].parameters
+            return out
+        out = copy.copy(self)
+        for k in self._CACHES:
+            out.__dict__.pop(k, None)
+        shape = self.mask.shape
+        if values is not None:
+            v = values.to_numpy(dtype=float) if isinstance(values, pd.DataFrame) else \
+                np.asarray(values, dtype=float)
+            if v.shape != shape:
+                raise ProblemError(f"variant: values must have shape {shape} (times x "
+                                   f"observables {self.obs_names}); got {v.shape}")
+            if not np.all(np.isfinite(v[self.mask])):
+                raise ProblemError("variant: values must be finite where measured")
+            out.data = pd.DataFrame(np.where(self.mask, v, np.nan), index=self.data.index.copy(),
+                                    columns=list(self.obs_names))
+        if multiplicity is not None:
+            if isinstance(self.loss, GaussianNLL):
+                raise ProblemError("variant: multiplicity needs the least-squares loss "
+                                   "(GaussianNLL weighs by its covariance)")
+            m = np.asarray(multiplicity, dtype=float)
+            if m.ndim == 1:
+                m = np.repeat(m[:, None], shape[1], axis=1)
+            if m.shape != shape or np.any(~np.isfinite(m)) or np.any(m < 0):
+                raise ProblemError(f"variant: multiplicity must be finite, >= 0, of shape "
+                                   f"({shape[0]},) or {shape}; got {np.shape(multiplicity)}")
+            out.weights = np.asarray(self.weights, dtype=float) * m
+        params = list(self.parameters)
+        names = self.parameter_names
+        for what, mapping in (("fix", fix), ("start", start)):
+            for name, val in (mapping or {}).items():
+                if name not in names:
+                    raise ProblemError(f"variant: {what} names {name!r}, not a parameter "
+                                       f"(known: {names})")
+                k = names.index(name)
+                changes = {"value": float(val)}
+                if what == "fix":
+                    changes["fixed"] = True
+                params[k] = dataclasses.replace(params[k], **changes)
+        out.parameters = params
+        return out
 
     # -- numeric views ---------------------------------------------------------
     @property
@@ -983,6 +1088,7 @@ def _to_wide(data):
 def _expand_spec(spec, wide, names, what):
     """A float, mapping or frame → array like the wide data."""
     shape = (len(wide.index), len(names))
+    spec = as_spec(spec, wide.index, names, what)
     if isinstance(spec, pd.DataFrame):
         s = spec.copy()
         s.columns = [str(c) for c in s.columns]
