@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
-                      Parameter, ProblemError)
+                      Parameter, ProblemError, flag_noise_level, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
@@ -28,6 +28,8 @@ from .analysis import (check_derivatives, compare_approaches, confidence_interva
                        plot_fits, prediction_bands, profile_likelihood, validate_multipliers)
 from .petab import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
                     read_petab, write_petab)
+from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
+                     profile_points)
 
 __all__ = [
     "__version__",
@@ -35,7 +37,7 @@ __all__ = [
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
     "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "LeastSquares", "Parameter",
-    "ProblemError",
+    "ProblemError", "flag_noise_level", "noise_check",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",
@@ -53,4 +55,7 @@ __all__ = [
     # petab (needs the petab extra when called)
     "PetabEstimation", "PetabModel", "UnsupportedFeatureError", "petab_nll", "petab_problem",
     "read_petab", "write_petab",
+    # runner
+    "BootstrapResult", "MultistartResult", "RunResult", "Runner", "bootstrap", "multistart",
+    "profile_points",
 ]

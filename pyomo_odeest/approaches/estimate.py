@@ -28,6 +28,7 @@ from __future__ import annotations
 import inspect
 
 from ..problem.declaration import EstimationProblem, ProblemError
+from ..problem.noise import flag_noise_level
 from ..problem.result import EstimationResult
 
 __all__ = ["estimate", "APPROACH_NAMES", "approach_options"]
@@ -86,6 +87,9 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
     Returns
     -------
     EstimationResult
+        With known σ, a misfit inconsistent with the noise level (χ² test,
+        :func:`~pyomo_odeest.problem.noise.noise_check`) adds a warning to
+        ``result.warnings``.
 
     Examples
     --------
@@ -103,4 +107,4 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
                         f"it takes {list(accepted)}")
     if not isinstance(problem, EstimationProblem):
         raise ProblemError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
-    return fn(problem, **options)
+    return flag_noise_level(problem, fn(problem, **options))

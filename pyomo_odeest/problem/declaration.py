@@ -24,6 +24,8 @@ simulators and every derivative are produced.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -593,6 +595,7 @@ class EstimationProblem:
         self.data = pd.DataFrame(np.zeros((0, 0)), index=pd.Index([], name="time", dtype=float))
         self.mask = np.zeros((0, 0), dtype=bool)
         self.weights = np.zeros((0, 0))
+        self.sigma_known = False
         if isinstance(self.loss, GaussianNLL):
             raise ProblemError("GaussianNLL needs data")
 
@@ -643,6 +646,10 @@ class EstimationProblem:
         self.mask = mask
         w = _weights(sigma, weights, sig_long, wide, self.obs_names, mask)
         self.weights = w
+        #: True when the weights are 1/σ² of given standard deviations (or the
+        #: loss is GaussianNLL): the misfit is then a χ² statistic
+        self.sigma_known = sigma is not None or sig_long is not None or \
+            isinstance(self.loss, GaussianNLL)
         if isinstance(self.loss, GaussianNLL):
             cov = self.loss.matrix(len(self.obs_names))
             self.cov = cov
@@ -658,6 +665,88 @@ class EstimationProblem:
             bad = [s for s, v in zip(self.states, f) if not np.isfinite(v)]
             raise ProblemError(f"rhs is not finite at the initial state and parameter guesses "
                                f"(states {bad}: f = {f})")
+
+    # -- pickling and variants ----------------------------------------------------
+    #: attributes that cache objects built from the problem (rebuilt on demand);
+    #: they are not pickled and not shared with :meth:`variant` copies
+    _CACHES = ("_multiple_shooting_models",)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for k in self._CACHES:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def variant(self, values=None, multiplicity=None, fix=None, start=None) -> "EstimationProblem":
+        """A copy with other measurement values, weights or fixed parameters.
+
+        Used for bootstrap samples and profile points without restating the
+        model (the symbolic functions are shared; cached simulators are not).
+
+        Parameters
+        ----------
+        values : array (times, observables) or DataFrame like ``data``, optional
+            New measurement values at the same times; entries that are not
+            measured (``mask`` False) are ignored.
+        multiplicity : array (times,) or (times, observables), optional
+            Non-negative factors on the weights (how often a measurement was
+            drawn in case resampling; 0 drops it).  Least squares only.
+        fix : mapping parameter name -> value, optional
+            Parameters held fixed at these values.
+        start : mapping parameter name -> value, optional
+            New start values of (free) parameters.
+        """
+        if getattr(self, "experiments", None) is not None:
+            if values is not None or multiplicity is not None:
+                raise ProblemError("variant: values and multiplicity apply to a single-experiment "
+                                   "problem; resample each Experiment's data instead")
+            out = copy.copy(self)
+            out.experiment_problems = [sp.variant(fix=fix, start=start)
+                                       for sp in self.experiment_problems]
+            out.parameters = out.experiment_problems[0].parameters
+            return out
+        out = copy.copy(self)
+        for k in self._CACHES:
+            out.__dict__.pop(k, None)
+        shape = self.mask.shape
+        if values is not None:
+            v = values.to_numpy(dtype=float) if isinstance(values, pd.DataFrame) else \
+                np.asarray(values, dtype=float)
+            if v.shape != shape:
+                raise ProblemError(f"variant: values must have shape {shape} (times x "
+                                   f"observables {self.obs_names}); got {v.shape}")
+            if not np.all(np.isfinite(v[self.mask])):
+                raise ProblemError("variant: values must be finite where measured")
+            out.data = pd.DataFrame(np.where(self.mask, v, np.nan), index=self.data.index.copy(),
+                                    columns=list(self.obs_names))
+        if multiplicity is not None:
+            if isinstance(self.loss, GaussianNLL):
+                raise ProblemError("variant: multiplicity needs the least-squares loss "
+                                   "(GaussianNLL weighs by its covariance)")
+            m = np.asarray(multiplicity, dtype=float)
+            if m.ndim == 1:
+                m = np.repeat(m[:, None], shape[1], axis=1)
+            if m.shape != shape or np.any(~np.isfinite(m)) or np.any(m < 0):
+                raise ProblemError(f"variant: multiplicity must be finite, >= 0, of shape "
+                                   f"({shape[0]},) or {shape}; got {np.shape(multiplicity)}")
+            out.weights = np.asarray(self.weights, dtype=float) * m
+        params = list(self.parameters)
+        names = self.parameter_names
+        for what, mapping in (("fix", fix), ("start", start)):
+            for name, val in (mapping or {}).items():
+                if name not in names:
+                    raise ProblemError(f"variant: {what} names {name!r}, not a parameter "
+                                       f"(known: {names})")
+                k = names.index(name)
+                changes = {"value": float(val)}
+                if what == "fix":
+                    changes["fixed"] = True
+                params[k] = dataclasses.replace(params[k], **changes)
+        out.parameters = params
+        return out
 
     # -- numeric views ---------------------------------------------------------
     @property
