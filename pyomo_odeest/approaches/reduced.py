@@ -27,6 +27,7 @@ from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import EstimationProblem
 from ..problem.result import EstimationResult, stack_experiments
+from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
 from ..discretization.experiments import ExperimentModels, experiment_grid
 
 __all__ = ["ReducedSpaceNLP", "estimate_reduced"]
@@ -150,6 +151,11 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
         objective keeps Ipopt's gradient-based factor, computed in the scaled
         parameters.
     """
+    validate_estimator("reduced_space", problem, u0=u0, options=options, tee=tee,
+                       optimizer=optimizer, gradient=gradient, hessian=hessian,
+                       **({} if model is not None else dict(
+                           scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
+                           steps_per_interval=steps_per_interval)))
     t_start = time.perf_counter()
     dm = model or discrete_model(problem, scheme, qmax, grid, max_step, steps_per_interval)
     nlp = ReducedSpaceNLP(dm, gradient, hessian)
@@ -159,15 +165,18 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
     build_s = time.perf_counter() - t_start
     t_solve = time.perf_counter()
     if optimizer == "ipopt":
-        opts = {"tol": 1e-10}
+        opts = {"tol": 1e-10, "max_iter": DEFAULT_MAX_ITER}
         if hessian is None:
             opts["hessian_approximation"] = "limited-memory"
         opts.update(options or {})
+        watch = _FailureWatch(nlp)
         try:
             nlp.objective(nlp.x0)
             xs = start_value_scaling(nlp.x0) if scale else None
-            r = solve_with_ipopt(nlp, options=opts, tee=tee, x_scaling=xs)
+            r = solve_with_ipopt(nlp, options=opts, tee=tee, x_scaling=xs, intermediate=watch)
             x, status, iters = r.x, r.status_name, r.iterations
+            if watch.stopped:
+                status = "Repeated_Evaluation_Errors"
             success = status in _OK
         except EvaluationError as err:
             x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
@@ -196,6 +205,8 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
             nlp.objective(nlp.x0)
             sol = minimize(fun, nlp.x0, **kw)
             x, status, success = sol.x, str(sol.message), bool(sol.success)
+            if not success and "ABNORMAL" in status:
+                success, status = _stationary(nlp, sol, status)
             iters = int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0))
         except EvaluationError as err:
             x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
@@ -206,6 +217,36 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
     return _result(problem, dm, nlp, x, status, success, iters, method,
                    dict(build_s=build_s, setup_s=0.0, solve_s=solve_s,
                         total_s=time.perf_counter() - t_start))
+
+
+class _FailureWatch:
+    """Ipopt's intermediate callback: stop after ``streak`` consecutive iterations
+    that each met a failed simulation (Ipopt cutting back its step again and
+    again, e.g. an exact-Hessian drift into parameters where the model breaks)."""
+
+    def __init__(self, nlp, streak=25):
+        self.nlp, self.streak = nlp, streak
+        self.history, self.stopped = [], False
+
+    def __call__(self, **_):
+        h = self.history
+        h.append(self.nlp.counts["failures"])
+        if len(h) > self.streak and all(h[-i] > h[-i - 1] for i in range(1, self.streak + 1)):
+            self.stopped = True
+            return False
+        return True
+
+
+def _stationary(nlp, sol, status, rtol=1e-6):
+    """L-BFGS-B's ABNORMAL line search at a stationary point is convergence:
+    accept it when the projected gradient is below ``rtol`` (1 + |J|)."""
+    g = np.asarray(sol.jac, dtype=float)
+    x = sol.x
+    pg = np.where(((x <= nlp.x_lb) & (g > 0)) | ((x >= nlp.x_ub) & (g < 0)), 0.0, g)
+    norm = float(np.max(np.abs(pg))) if pg.size else 0.0
+    if np.isfinite(sol.fun) and norm <= rtol * (1 + abs(float(sol.fun))):
+        return True, f"{status} at a stationary point (projected gradient {norm:.2g})"
+    return False, status
 
 
 def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
@@ -251,10 +292,13 @@ def _result(problem, dm, nlp, x, status, success, iters, method, timings):
     except SimulationError as err:
         success = False
         status = status if "Failed" in status else f"{status}; final simulation failed: {err}"
-    return EstimationResult(
+    res = EstimationResult(
         approach="reduced_space", method=method,
         scheme=f"{dm.scheme.name}(qmax={dm.scheme.qmax}), {k}",
         estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
         objective=float(obj), status=status, success=bool(success), iterations=int(iters),
         evaluations=dict(nlp.counts), timings=timings, states=states, fitted=fitted,
         residuals=residuals, extra={"discrete_model": dm})
+    from ..analysis.diagnostics import diagnose
+    single = not problem.experiments
+    return diagnose(problem, res, dm.scheme if single else None, dm if single else None)

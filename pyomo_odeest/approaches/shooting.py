@@ -85,6 +85,7 @@ import numpy as np
 import pandas as pd
 import sympy
 
+from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
 from ..problem.misfit import misfit_constant, misfit_sym, observations
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization.grid import Grid, make_grid, resolve_grid
@@ -650,6 +651,10 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         ``init``, ``interval_models``.
     """
     require_single_experiment(problem, "multiple shooting")
+    validate_estimator("multiple_shooting", problem, scheme=scheme, qmax=qmax, grid=grid,
+                       max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
+                       options=options, tee=tee, formulation=formulation, jacobian=jacobian,
+                       init=init)
     t_start = time.perf_counter()
     im = interval_models(problem, scheme, qmax, grid, max_step, steps_per_interval, nodes)
     u_start = problem.u0.copy() if u0 is None else np.asarray(u0, dtype=float).copy()
@@ -657,7 +662,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
     nlp = MultipleShootingNLP(problem, im, formulation, jacobian, u_start, S0)
     build_s = time.perf_counter() - t_start
     x_init = nlp.x0.copy()
-    opts = {"tol": 1e-8, "hessian_approximation": "limited-memory"}
+    opts = {"tol": 1e-8, "hessian_approximation": "limited-memory", "max_iter": DEFAULT_MAX_ITER}
     opts.update(options or {})
     history = []
 
@@ -688,7 +693,8 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
                        total_s=time.perf_counter() - t_start))
     res.extra.update(init=init_used, history=pd.DataFrame(
         history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"]))
-    return res
+    from ..analysis.diagnostics import diagnose
+    return diagnose(problem, res, im.scheme, grid=im.grid)
 
 
 def _node_trajectories(nlp, x):

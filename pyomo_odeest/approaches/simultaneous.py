@@ -23,6 +23,7 @@ from ..problem.misfit import misfit_constant, observations
 from ..nlp.cyipopt_adapter import start_value_scaling
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
+from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
 from ..discretization.schemes import integrate
 from ..symbolic.vectorfn import VectorFn
 from ..pyomo.solver import OdeestIpoptSolver
@@ -185,6 +186,9 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     -------
     EstimationResult
     """
+    validate_estimator("simultaneous", problem, scheme=scheme, qmax=qmax, grid=grid,
+                       max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
+                       options=options, tee=tee, init=init)
     t_start = time.perf_counter()
     multi = bool(problem.experiments)
     if model is None:
@@ -219,7 +223,7 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     build_s = time.perf_counter() - t_start
 
-    opts = {"tol": 1e-8}
+    opts = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
     opts.update(options or {})
     solver = OdeestIpoptSolver()
     solver.solve(m, options=opts, tee=tee)
@@ -229,7 +233,9 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     else:
         res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
     res.extra["init"] = init_used
-    return res
+    from ..analysis.diagnostics import diagnose
+    return diagnose(problem, res, *((None, None) if multi else (b.scheme, None)),
+                    grid=None if multi else b.grid)
 
 
 def scale_parameters(m, b):

@@ -6,8 +6,10 @@ from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquar
                           ProblemError, require_single_experiment)
 from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from .result import EstimationResult
+from .validation import ProblemTooLargeError, SizeEstimate, estimate_size, validate_estimator
 from .noise import flag_noise_level, noise_check
 
 __all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
            "MeasurementMisfit", "misfit_constant", "misfit_sym", "observations",
-           "EstimationResult", "flag_noise_level", "noise_check"]
+           "EstimationResult", "ProblemTooLargeError", "SizeEstimate", "estimate_size",
+           "validate_estimator", "flag_noise_level", "noise_check"]

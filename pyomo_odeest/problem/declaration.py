@@ -36,13 +36,13 @@ import sympy
 
 from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.convert import pyomo_to_sympy
+from .validation import ProblemError, as_data_frame, as_spec, check_weights
+
+#: Name of the time symbol: not an identifier, so no state or parameter has it.
+TIME_NAME = "t(time)"
 
 __all__ = ["Parameter", "Experiment", "require_single_experiment", "EstimationProblem", "LeastSquares", "GaussianNLL",
            "ProblemError"]
-
-
-class ProblemError(ValueError):
-    """The problem statement is invalid; the message names the culprit."""
 
 
 @dataclass
@@ -319,14 +319,13 @@ class EstimationProblem:
         if not isinstance(self.loss, (LeastSquares, GaussianNLL)):
             raise ProblemError("loss must be LeastSquares() or GaussianNLL(cov)")
 
-        # symbols
-        self.x_sym = sympy.symbols(self.states, real=True)
-        self.u_sym = sympy.symbols(pnames, real=True) if pnames else ()
-        if isinstance(self.u_sym, sympy.Symbol):
-            self.u_sym = (self.u_sym,)
-        if isinstance(self.x_sym, sympy.Symbol):
-            self.x_sym = (self.x_sym,)
-        self.t_sym = sympy.Symbol("t", real=True)
+        # symbols: states and parameters by name (equal across problems that
+        # share them); time by a name no state or parameter can have, so that
+        # a parameter called ``t`` is not time.  Internal symbols elsewhere
+        # are Dummies; sympy constants (E, I, pi) are not Symbols.
+        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
+        self.u_sym = tuple(sympy.Symbol(p, real=True) for p in pnames)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
 
         scratch = pyo.ConcreteModel()
         scratch.x = pyo.Var(self.states, initialize=1.0)
@@ -416,7 +415,7 @@ class EstimationProblem:
         self.loss = LeastSquares() if loss is None else loss
         self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
         self.u_sym = tuple(sympy.Symbol(q.name, real=True) for q in expanded)
-        self.t_sym = sympy.Symbol("t", real=True)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
         scratch = pyo.ConcreteModel()
         scratch.x = pyo.Var(self.states, initialize=1.0)
         scratch.u = pyo.Var(enames, initialize=1.0)
@@ -525,13 +524,31 @@ class EstimationProblem:
                                f"(see problem.experiment_problems)")
 
     # -- conversions -------------------------------------------------------
+    def _adopt(self, e):
+        """A sympy expression of another problem's symbols (or plain Symbols) in
+        this problem's symbols: states and parameters by name, time by the
+        time symbol's name (which no state or parameter can have) or ``t``
+        when no parameter is called ``t``."""
+        own = dict(zip(self.states, self.x_sym))
+        own.update(zip((p.name for p in self.parameters), self.u_sym))
+        mine = set(own.values()) | {self.t_sym}
+        rep = {}
+        for s in e.free_symbols:
+            if s in mine:
+                continue
+            if s.name in own:
+                rep[s] = own[s.name]
+            elif s.name in (TIME_NAME, "t"):
+                rep[s] = self.t_sym
+        return e.xreplace(rep) if rep else e
+
     def _to_sym(self, e, what, symbol_of):
         if isinstance(e, (int, float, np.number)):
             if not np.isfinite(float(e)):
                 raise ProblemError(f"{what} is not finite")
             return sympy.Float(float(e)) if not float(e).is_integer() else sympy.Integer(int(e))
         if isinstance(e, sympy.Basic):
-            return e
+            return self._adopt(e)
         try:
             return pyomo_to_sympy(e, symbol_of)
         except UnsupportedExpressionError as err:
@@ -600,9 +617,7 @@ class EstimationProblem:
             raise ProblemError("GaussianNLL needs data")
 
     def _set_data(self, data, observe, sigma, weights, symbol_of, xs, us, t):
-        if not isinstance(data, pd.DataFrame):
-            raise ProblemError("data must be a pandas DataFrame (wide or long format)")
-        wide, sig_long = _to_wide(data)
+        wide, sig_long = _to_wide(as_data_frame(data))
         names = [str(c) for c in wide.columns]
         if observe is None:
             unknown = [c for c in names if c not in self.states]
@@ -645,6 +660,7 @@ class EstimationProblem:
         self.data = pd.DataFrame(vals, index=pd.Index(times, name="time"), columns=self.obs_names)
         self.mask = mask
         w = _weights(sigma, weights, sig_long, wide, self.obs_names, mask)
+        check_weights(w, mask)
         self.weights = w
         #: True when the weights are 1/σ² of given standard deviations (or the
         #: loss is GaussianNLL): the misfit is then a χ² statistic
@@ -868,6 +884,7 @@ def _to_wide(data):
 def _expand_spec(spec, wide, names, what):
     """A float, mapping or frame → array like the wide data."""
     shape = (len(wide.index), len(names))
+    spec = as_spec(spec, wide.index, names, what)
     if isinstance(spec, pd.DataFrame):
         s = spec.copy()
         s.columns = [str(c) for c in s.columns]

@@ -143,9 +143,12 @@ class EstimationResult:
     extra : dict
         Backend-specific information.
     warnings : list of str
-        Reasons to doubt the result although the solver may report success
-        (for example a misfit inconsistent with the noise level,
-        :func:`~pyomo_odeest.problem.noise.flag_noise_level`); shown by
+        Reasons to doubt the result although the solver may report success,
+        each with advice: from the sanity checks of
+        :mod:`pyomo_odeest.analysis.diagnostics` (no convergence, a misfit
+        inconsistent with the noise level,
+        :func:`~pyomo_odeest.problem.noise.flag_noise_level`, a parameter at a
+        bound, a stability-limited discretization, rank deficiency); shown by
         :meth:`summary`.
 
     Pickling keeps every data field; the solved Pyomo model (its

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ...problem.validation import validate_estimator
 from ...nlp.cyipopt_adapter import solve_with_ipopt, start_value_magnitude
 from ...nlp.protocol import EvaluationError
 from ...problem.declaration import EstimationProblem, ProblemError
@@ -174,6 +175,9 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         :math:`\lambda(t^-)` on the grid (``'adjoint'``), the start and its
         objective, the integrator counters and the model.
     """
+    validate_estimator("continuous", problem, u0=u0, options=options, tee=tee,
+                       optimizer=optimizer, gradient=gradient, hessian=hessian,
+                       **({} if model is not None else dict(method=method)))
     t_start = time.perf_counter()
     if optimizer not in ("ipopt", "L-BFGS-B", "trust-constr"):
         raise ValueError("optimizer must be 'ipopt', 'L-BFGS-B' or 'trust-constr'")
@@ -244,7 +248,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     fitted = cm.observations(u_hat)
     residuals = (fitted - problem.data).where(problem.mask)
     lam = cm.adjoint(u_hat, times=times)["lambda"]
-    return EstimationResult(
+    res = EstimationResult(
         approach="continuous_adjoint", method=f"{mname}, gradient={gradient}",
         scheme=f"solve_ivp {cm.method} (rtol={cm.rtol:g}, atol={cm.atol:g})",
         estimates=pd.Series(u_hat, index=problem.parameter_names, name="estimate"),
@@ -256,3 +260,5 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         extra=dict(gradient=pd.Series(g, index=problem.parameter_names), adjoint=lam,
                    start=pd.Series(u_start, index=problem.parameter_names),
                    objective_start=J_start, scale=s, continuous_model=cm))
+    from ...analysis.diagnostics import diagnose
+    return diagnose(problem, res)
