@@ -13,7 +13,9 @@ __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
-                      Parameter, ProblemError, flag_noise_level, noise_check)
+                      Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
+                      PiecewiseLinear, ProblemError, ProblemTooLargeError, Spline,
+                      estimate_size, flag_noise_level, inputs_from_frame, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
@@ -25,7 +27,8 @@ from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_co
                          simulate)
 from .analysis import (check_derivatives, compare_approaches, confidence_intervals,
                        convergence_study, covariance, delta_method, identifiability_report,
-                       plot_fits, prediction_bands, profile_likelihood, validate_multipliers)
+                       plot_fits, prediction_bands, profile_likelihood, validate_multipliers,
+                       diagnose)
 from .petab import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
                     read_petab, write_petab)
 from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
@@ -36,8 +39,10 @@ __all__ = [
     # nlp
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
-    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "LeastSquares", "Parameter",
-    "ProblemError", "flag_noise_level", "noise_check",
+    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "ParameterConstraint",
+    "PathConstraint", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
+    "LeastSquares", "Parameter", "ProblemError", "ProblemTooLargeError", "estimate_size",
+    "flag_noise_level", "noise_check",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",
@@ -51,7 +56,7 @@ __all__ = [
     # analysis
     "check_derivatives", "compare_approaches", "confidence_intervals", "convergence_study",
     "covariance", "delta_method", "identifiability_report", "plot_fits", "prediction_bands",
-    "profile_likelihood", "validate_multipliers",
+    "profile_likelihood", "validate_multipliers", "diagnose",
     # petab (needs the petab extra when called)
     "PetabEstimation", "PetabModel", "UnsupportedFeatureError", "petab_nll", "petab_problem",
     "read_petab", "write_petab",

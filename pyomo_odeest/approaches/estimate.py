@@ -28,8 +28,8 @@ from __future__ import annotations
 import inspect
 
 from ..problem.declaration import EstimationProblem, ProblemError
-from ..problem.noise import flag_noise_level
 from ..problem.result import EstimationResult
+from ..problem.validation import validate_estimator
 
 __all__ = ["estimate", "APPROACH_NAMES", "approach_options"]
 
@@ -107,4 +107,7 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
                         f"it takes {list(accepted)}")
     if not isinstance(problem, EstimationProblem):
         raise ProblemError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
-    return flag_noise_level(problem, fn(problem, **options))
+    if approach == "adaptive":
+        validate_estimator("adaptive", problem, **options)
+    from ..analysis.diagnostics import diagnose
+    return diagnose(problem, fn(problem, **options))

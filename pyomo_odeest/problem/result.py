@@ -137,15 +137,19 @@ class EstimationResult:
         p_i of [GM-grad], eq. (52).
     multipliers : dict
         Stage name -> DataFrame of multipliers of that stage's equations,
-        indexed by step i (``'x'``: the equation defining x_{i+1}).
+        indexed by step i (``'x'``: the equation defining x_{i+1}); for each
+        path constraint, ``'path_<name>'``: its multipliers indexed by time.
     model : object
         The solved Pyomo model (simultaneous approach) or None.
     extra : dict
         Backend-specific information.
     warnings : list of str
-        Reasons to doubt the result although the solver may report success
-        (for example a misfit inconsistent with the noise level,
-        :func:`~pyomo_odeest.problem.noise.flag_noise_level`); shown by
+        Reasons to doubt the result although the solver may report success,
+        each with advice: from the sanity checks of
+        :mod:`pyomo_odeest.analysis.diagnostics` (no convergence, a misfit
+        inconsistent with the noise level,
+        :func:`~pyomo_odeest.problem.noise.flag_noise_level`, a parameter at a
+        bound, a stability-limited discretization, rank deficiency); shown by
         :meth:`summary`.
 
     Pickling keeps every data field; the solved Pyomo model (its
