@@ -13,7 +13,7 @@ drawn φ by
             (eqs. (15)–(16)),
 
 all with :class:`pyomo_odeest.approaches.continuous.ContinuousModel` using SciPy's BDF
-with exact Jacobians (the seed used CVODES BDF), rtol = 1e-8, atol = 1e-10;
+with exact Jacobians ([MHV] used CVODES BDF), rtol = 1e-8, atol = 1e-10;
 and by
 
 * ``disc``  the package's discrete adjoint (simulation + backward sweep of
@@ -24,7 +24,7 @@ Sweeps: (a) p = 2, 12, ..., 122 with 11 observation times; (b) 2, 12, ...,
 122 observation times with p = 50.  Each model is built and warmed up (all
 functions compiled) at the start value before timing; the timed calls are
 made at the drawn φ in the order adj, sens, fd, disc (so no forward solution
-is reused).  The seed used 100 draws per point; the default here is 3
+is reused).  [MHV] used 100 draws per point; the default here is 3
 (``--draws``) and finite differences are timed on the first ``--fd-draws``
 (default 1) draws only, because they cost 2p solves.
 

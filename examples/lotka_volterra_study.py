@@ -89,7 +89,7 @@ def summary_table(df):
 
 
 def std_mismatch(tab, row="std"):
-    """Mean |log(std / seed-002 std)| of multiple shooting: 0 is a perfect match."""
+    """Mean |log(std / [AT]'s std)| of multiple shooting: 0 is a perfect match."""
     s = np.asarray(tab.loc[("multiple_shooting", row)], dtype=float)
     return float(np.mean(np.abs(np.log(s / np.asarray(AT_TABLE_STD)))))
 

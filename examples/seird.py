@@ -168,7 +168,7 @@ def figure(hist, experiment, noise, path, title, cg="CG-FR"):
     """[SEIRD] Figures 2/4(/5): objective, gradient norm, rates (and x0) vs iteration.
 
     Secant line search; the rate (and initial-state) panels compare ``cg``
-    (solid) with BFGS (dashed), as the seed's figures do.
+    (solid) with BFGS (dashed), as [SEIRD]'s figures do.
     """
     import matplotlib
     matplotlib.use("Agg")

@@ -26,6 +26,8 @@ from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_co
 from .analysis import (check_derivatives, compare_approaches, confidence_intervals,
                        convergence_study, covariance, delta_method, identifiability_report,
                        plot_fits, prediction_bands, profile_likelihood, validate_multipliers)
+from .petab import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
+                    read_petab, write_petab)
 
 __all__ = [
     "__version__",
@@ -48,4 +50,7 @@ __all__ = [
     "check_derivatives", "compare_approaches", "confidence_intervals", "convergence_study",
     "covariance", "delta_method", "identifiability_report", "plot_fits", "prediction_bands",
     "profile_likelihood", "validate_multipliers",
+    # petab (needs the petab extra when called)
+    "PetabEstimation", "PetabModel", "UnsupportedFeatureError", "petab_nll", "petab_problem",
+    "read_petab", "write_petab",
 ]

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pyomo.environ as pyo
 import pytest
+from pyomo.core.expr.visitor import identify_variables
 
 import pyomo_odeest as po
 from pyomo_odeest.pyomo.block import add_objective_term, build_block, scheme_constraint
@@ -77,6 +78,41 @@ def test_block_components_are_named_and_vectorised():
     assert ev.stats["general_rows"] == 2 * 2 * n + n
     assert ev.stats["template_rows"] >= 2 * 2 * (k - 2)
 
+
+
+@pytest.mark.parametrize("scheme", ["adams_pc", "semi_implicit_enright"])
+def test_templated_rows_read_as_ordinary_rows(scheme):
+    """Rows are stored as templates (one rule call per component); every way of
+    reading a row renders that row's own expression, and a cloned model's rows
+    use the clone's components."""
+    prob = nonautonomous_problem()
+    grid = make_grid(prob.meas_times, t0=0.0, T=prob.T, steps_per_interval=4, jitter=0.3, seed=3)
+    m = pyo.ConcreteModel()
+    m.est = b = build_block(prob, scheme, 4, grid=grid)
+    initialize_block(b, prob.u0, init="simulate")
+    k = len(grid.t) - 1
+    con = scheme_constraint(b, k - 2, "x")
+    assert type(con).__name__ == "_LazyRowData"        # templated until inspected
+    ev = PyomoNLPEvaluator(m)
+    x = np.array([v.value for v in ev.variables])
+    c = ev.constraints(x)
+    row = ev.constraint_rows.index(con)
+    assert con.equality                                 # renders the row
+    assert type(con).__name__ == "ConstraintData"      # now an ordinary row
+    assert "IndexTemplate" not in repr(con.body) and "_1" not in str(con.body)
+    assert pyo.value(con.body) - pyo.value(con.upper) == pytest.approx(c[row], abs=1e-13)
+    assert str(b.x[k - 1, "x"]) in str(con.body)
+    # body / lower / upper / __call__ of an untouched templated row
+    other = scheme_constraint(b, k - 3, "y", "x") if scheme == "adams_pc" else scheme_constraint(b, k - 3, "y", "yc")
+    assert pyo.value(other.body) == pytest.approx(pyo.value(other.lower) + c[ev.constraint_rows.index(other)],
+                                                  abs=1e-13)
+    # clones render their own variables
+    m2 = m.clone()
+    d2 = scheme_constraint(m2.est, k - 4, "x")
+    names = {id(v) for v in identify_variables(d2.body)}
+    assert id(m2.est.x[k - 3, "x"]) in names and id(b.x[k - 3, "x"]) not in names
+    ev2 = PyomoNLPEvaluator(m2)
+    assert np.allclose(ev2.constraints(np.array([v.value for v in ev2.variables])), c, atol=1e-13)
 
 def test_demo_converges_from_p0():
     prob = lotka_volterra_problem(p0=LV_P0)

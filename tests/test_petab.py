@@ -281,8 +281,12 @@ def test_import_maps_conditions_to_experiments(bruno):
     assert prob.experiment_names == bruno.model.conditions
     assert len(prob.experiment_names) == 6
     assert bruno.sigma_parameter is None
-    # the discrete objective at the nominal point is PEtab's NLL up to the discretization
     assert bruno.nll(0.0) == pytest.approx(bruno.constant)
+    # problems travel to Dask workers (multistart): they pickle
+    import pickle
+    back = pickle.loads(pickle.dumps(bruno.problem))
+    assert back.parameter_names == prob.parameter_names
+    assert [p.l_sym for p in back.experiment_problems] == [p.l_sym for p in prob.experiment_problems]
 
 
 @pytest.mark.parametrize("approach, shift", [("simultaneous", 0.0), ("reduced_space", 0.3)])
@@ -297,3 +301,43 @@ def test_fit_reaches_reference(bruno, approach, shift):
     ref = REFERENCE["Bruno_JExpBot2016"]
     assert bruno.nll(res.objective) <= ref + 1e-3          # on the discretization
     assert bruno.simulated_nll(res) <= ref + 1e-5          # by an independent simulation
+
+
+def test_every_approach_and_compare_approaches_take_an_imported_condition():
+    """One condition of Bruno as a single-experiment problem: the simultaneous, reduced-space,
+    multiple-shooting and continuous approaches through compare_approaches."""
+    from pyomo_odeest import compare_approaches
+    pe = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016"), conditions="model1_data2")
+    assert pe.problem.experiments is None and pe.conditions == ["model1_data2"]
+    table, results = compare_approaches(
+        pe.problem, approaches=("simultaneous", "reduced_space", "multiple_shooting",
+                                "continuous_adjoint"), steps_per_interval=5)
+    assert table["success"].all(), table["status"]
+    nll = {k: pe.nll(r.objective) for k, r in results.items()}
+    # the same discrete equations: the same optimum
+    assert nll["simultaneous"] == pytest.approx(nll["reduced_space"], abs=1e-7)
+    # other discretizations of the same ODE: the same optimum up to their errors
+    assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll
+
+
+def test_profiled_sigma_is_the_exact_minimiser():
+    """Elowitz: one estimated sigma, profiled out. From residuals r at fixed theta,
+    nll(objective) equals the simulated NLL at s* and no other s does better."""
+    pe = petab_problem(os.path.join(DATA, "Elowitz_Nature2000"))
+    assert pe.sigma_parameter == "sigma"
+    assert "sigma" not in pe.problem.parameter_names
+    sim = PetabSimulator(pe.model, rtol=1e-9, atol=1e-11)
+    est = [p.id for p in pe.model.estimated]
+    k = est.index("sigma")
+    scaled = pe.model.nominal_scaled()
+    terms = sim.terms(scaled)
+    r = terms["scaled_residual"] * terms["sigma"]
+    objective = float(np.sum(r**2 / (2 * pe._c**2)))
+    s_star = pe.profiled_sigma(objective)
+    at = scaled.copy()
+    at[k] = np.log10(s_star)
+    assert pe.nll(objective) == pytest.approx(sim.nll(at), rel=1e-12)
+    for factor in (0.97, 1.03):
+        at[k] = np.log10(s_star * factor)
+        assert sim.nll(at) > pe.nll(objective)
+    assert pe.nll(objective) <= sim.nll(scaled)

@@ -16,6 +16,11 @@ from .profile import ProfileResult, ProfileTask, profile_likelihood, profile_seg
 from .identifiability import IdentifiabilityReport, identifiability_report
 from .prediction import PredictionBands, prediction_bands
 from .plots import plot_bands, plot_profiles
+from ..problem.result import RESULT_ANALYSES
+
+RESULT_ANALYSES.update(covariance=covariance, confidence_intervals=confidence_intervals,
+                       profile=profile_likelihood, identifiability=identifiability_report,
+                       prediction_bands=prediction_bands)
 
 __all__ = ["DerivativeReport", "check_consistency", "check_derivatives", "check_gradient",
            "check_jacobian", "paper_adjoint", "paper_gradient", "paper_sensitivity_gradient",

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..discretization.discrete.first_order import GRADIENT_METHODS
+
 __all__ = ["paper_adjoint", "paper_gradient", "paper_sensitivity_gradient"]
 
 
@@ -249,3 +251,6 @@ def _semi_implicit(dm, traj):
             w = pi.get(key, 0.0) * q[i + 1] + kc.get(key, 0.0) * qc[i + 1] + rc.get(key, 0.0) * p[i + 1]
             g -= h * L.fu(X[r], t[r]).T @ w
     return p, q, qc, g
+
+
+GRADIENT_METHODS["recursion"] = paper_gradient

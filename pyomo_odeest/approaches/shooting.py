@@ -622,7 +622,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
     init : 'data' | 'simulate'
         Start values of the nodes (:func:`node_start_values`).  ``'data'``
         lets multiple shooting start where single shooting cannot simulate
-        (the seed's Lotka–Volterra start).
+        ([AT]'s Lotka–Volterra start).
     scale : bool
         Scale each free parameter by its start value inside Ipopt
         (``1/|u0_k|``, 1 where u0_k = 0; node values unscaled), as the

@@ -24,6 +24,7 @@ from ..nlp.cyipopt_adapter import start_value_scaling
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
 from ..discretization.schemes import integrate
+from ..symbolic.vectorfn import VectorFn
 from ..pyomo.solver import OdeestIpoptSolver
 
 __all__ = ["estimate_simultaneous", "simulate", "numeric_functions", "initialize_block"]
@@ -57,34 +58,56 @@ def simulate(problem: EstimationProblem, scheme, t, u=None):
                      fdot_jac=fn["fdot_jac"])
 
 
-def _stage_values(b, X, fn):
-    """Values of the non-x stages of every step, given the states X."""
-    out = {}
-    for sf in b.formulas:
-        i = sf.i
-        t = b.grid.t
+def _stage_values(b, X, u):
+    """Values of the non-x stages of every step given the states X, one
+    vectorised evaluation of f (ḟ) per stage term and order batch.
+
+    Returns ``{stage name: (k, n) array}``.
+    """
+    problem = b.problem
+    t = np.asarray(b.grid.t, dtype=float)
+    k, n = len(t) - 1, len(problem.states)
+    args = (problem.x_sym, problem.u_sym, problem.t_sym)
+    fns = {False: VectorFn(problem.f_sym, *args)}
+    if b.scheme.needs_fdot:
+        fns[True] = VectorFn(problem.fdot_sym(), *args)
+    at_grid = {}
+
+    def on_grid(is_dot, idx):
+        if is_dot not in at_grid:
+            at_grid[is_dot] = fns[is_dot](X, u, t)
+        return at_grid[is_dot][idx]
+
+    out = {name: np.full((k, n), np.nan) for name in b.scheme.stage_names if name != "x"}
+    for batch in b.scheme.batches(t):
+        steps = batch.steps
+        h = t[steps + 1] - t[steps]
         vals = {}
-        for stage in sf.stages:
-            if stage.name == "x":
+        for name, f_terms, d_terms in batch.stages:
+            if name == "x":
                 break
-            v = X[i].copy()
-            for pref, c in stage.f_terms:
-                z, tz = _point(pref, i, X, vals, t)
-                v = v + (t[i + 1] - t[i]) * c * fn["f"](z, tz)
-            for pref, c in stage.fdot_terms:
-                z, tz = _point(pref, i, X, vals, t)
-                v = v + (t[i + 1] - t[i]) ** 2 * c * fn["fdot"](z, tz)
-            vals[stage.name] = v
-            out[(stage.name, i)] = v
+            v = X[steps].copy()
+            for terms, power, is_dot in ((f_terms, 1, False), (d_terms, 2, True)):
+                for pref, c in terms:
+                    if pref.kind == "past":
+                        fz = on_grid(is_dot, steps - pref.lag)
+                    elif pref.kind == "new":
+                        fz = on_grid(is_dot, steps + 1)
+                    else:
+                        fz = fns[is_dot](vals[pref.stage], u, t[steps + 1])
+                    v += (h ** power * c)[:, None] * fz
+            vals[name] = v
+            out[name][steps] = v
     return out
 
 
-def _point(pref, i, X, vals, t):
-    if pref.kind == "past":
-        return X[i - pref.lag], t[i - pref.lag]
-    if pref.kind == "new":
-        return X[i + 1], t[i + 1]
-    return vals[pref.stage], t[i + 1]
+def _load(var, values):
+    """Values of a (step, state)-indexed Var from an array in that order."""
+    datas = list(var.values())
+    if len(datas) != values.size:
+        raise ValueError(f"{var.name} has {len(datas)} entries, expected {values.size}")
+    for vd, val in zip(datas, values.ravel().tolist()):
+        vd.set_value(val, skip_validation=True)
 
 
 def initialize_block(b, u=None, init="auto"):
@@ -98,7 +121,6 @@ def initialize_block(b, u=None, init="auto"):
     problem = b.problem
     u = problem.u0 if u is None else np.asarray(u, dtype=float)
     t = np.asarray(b.grid.t)
-    S = problem.states
     X = None
     used = init
     if init in ("auto", "simulate"):
@@ -116,17 +138,11 @@ def initialize_block(b, u=None, init="auto"):
         if init not in ("auto", "data"):
             raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
         X = problem.interpolate_states(t, u)
-    for i in range(len(t)):
-        for s_i, s in enumerate(S):
-            b.x[i, s].set_value(float(X[i, s_i]), skip_validation=True)
-    fn = numeric_functions(problem, u)
+    _load(b.x, X)
     with np.errstate(all="ignore"):
-        stages = _stage_values(b, X, fn)
-    for (name, i), v in stages.items():
-        comp = b.component(name)
-        for s_i, s in enumerate(S):
-            val = float(v[s_i]) if np.isfinite(v[s_i]) else float(X[i + 1, s_i])
-            comp[i, s].set_value(val, skip_validation=True)
+        stages = _stage_values(b, X, u)
+    for name, v in stages.items():
+        _load(b.component(name), np.where(np.isfinite(v), v, X[1:]))
     return used
 
 

@@ -69,6 +69,7 @@ __all__ = [
     "PointRef",
     "Stage",
     "StepFormula",
+    "StepBatch",
     "MultistepScheme",
     "AdamsPC",
     "AdamsMoulton",
@@ -235,6 +236,41 @@ class StepFormula:
             if st.name == name:
                 return st
         raise KeyError(f"step {self.i} has no stage {name!r}")
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    r"""Steps of equal order :math:`Q_i` as arrays (see :meth:`MultistepScheme.batches`).
+
+    Parameters
+    ----------
+    q : int
+        :math:`Q_i` of every step of the batch.
+    steps : numpy.ndarray
+        Step indices ``(B,)``, increasing.
+    stages : tuple
+        One ``(name, f_terms, fdot_terms)`` per stage, as in
+        :class:`Stage`, but every coefficient is an array ``(B,)`` over the
+        steps of the batch.
+    """
+
+    q: int
+    steps: np.ndarray
+    stages: tuple
+
+    @property
+    def structure(self) -> tuple:
+        """As :attr:`StepFormula.structure` (equal for every step of the batch)."""
+        return tuple((name, tuple(p for p, _ in ft), tuple(p for p, _ in dt))
+                     for name, ft, dt in self.stages)
+
+    def formula(self, r: int) -> StepFormula:
+        """The :class:`StepFormula` of the ``r``-th step of the batch."""
+        return StepFormula(
+            i=int(self.steps[r]), order_q=self.q,
+            stages=tuple(Stage(name, tuple((p, float(c[r])) for p, c in ft),
+                               tuple((p, float(c[r])) for p, c in dt))
+                         for name, ft, dt in self.stages))
 
 
 # ---------------------------------------------------------------------------
@@ -426,7 +462,7 @@ def enright_coefficients(t_hist, t_new) -> tuple[np.ndarray, float]:
     r"""Variable-step Enright second-derivative coefficients.
 
     [GM-grad], eq. (6), with the :math:`h^2` coefficient written as its own
-    unknown :math:`\sigma` (the seed reuses the symbol :math:`\rho_0`):
+    unknown :math:`\sigma` ([GM-grad] reuses the symbol :math:`\rho_0`):
 
     .. math::
 
@@ -437,7 +473,7 @@ def enright_coefficients(t_hist, t_new) -> tuple[np.ndarray, float]:
     The :math:`Q + 2` unknowns are fixed by exactness for :math:`x` a
     polynomial of degree :math:`\le Q + 2` (in :math:`s = (t-t_i)/h_i`:
     :math:`1 = \sum_j \rho_j m s_j^{m-1} + \rho_0 m + \sigma m (m-1)`,
-    :math:`m = 1, \dots, Q+2`), i.e. the :math:`\rho^{Q+2}` of the seed.  Local
+    :math:`m = 1, \dots, Q+2`), i.e. the :math:`\rho^{Q+2}` of [GM-grad].  Local
     error :math:`O(h^{Q+3})`, order :math:`Q + 2`.  For :math:`Q = 1`,
     :math:`\rho_0 = 2/3`, :math:`\rho_1 = 1/3`, :math:`\sigma = -1/6` on any
     step.
@@ -560,6 +596,7 @@ class MultistepScheme:
     def __init__(self, qmax: int = DEFAULT_QMAX):
         self.qmax = _check_qmax(qmax)
         self._cache: OrderedDict[bytes, tuple[StepFormula, ...]] = OrderedDict()
+        self._batch_cache: OrderedDict[bytes, tuple[StepBatch, ...]] = OrderedDict()
         #: number of step formulas built so far (cache hits do not count)
         self.n_formulas_built = 0
 
@@ -624,14 +661,11 @@ class MultistepScheme:
         key = t.tobytes()
         hit = self._cache.get(key)
         if hit is None:
-            k = t.size - 1
-            out: list[StepFormula | None] = [None] * k
-            steps = np.arange(k)
-            qs = np.minimum(steps + 1, self.qmax - 1)
-            for q in np.unique(qs):
-                idx = steps[qs == q]
-                for i, sf in zip(idx, self._build(idx, t)):
-                    out[i] = sf
+            out: list[StepFormula | None] = [None] * (t.size - 1)
+            for batch in self.batches(t):
+                for r, i in enumerate(batch.steps.tolist()):
+                    out[i] = batch.formula(r)
+            self.n_formulas_built += len(out)
             hit = tuple(out)
             self._cache[key] = hit
             while len(self._cache) > self._CACHE_SIZE:
@@ -640,9 +674,31 @@ class MultistepScheme:
             self._cache.move_to_end(key)
         return list(hit)
 
+    def batches(self, t) -> tuple[StepBatch, ...]:
+        """The step formulas of grid ``t`` as arrays: one :class:`StepBatch` per
+        order :math:`Q_i` (steps of equal :math:`Q_i` share one structure).
+
+        Same coefficients as :meth:`formulas` (which is built from these), in
+        O(number of batches) Python objects instead of O(k); cached per grid.
+        """
+        t = _check_grid(t)
+        key = t.tobytes()
+        hit = self._batch_cache.get(key)
+        if hit is None:
+            k = t.size - 1
+            steps = np.arange(k)
+            qs = np.minimum(steps + 1, self.qmax - 1)
+            hit = tuple(self._build(steps[qs == q], t) for q in np.unique(qs))
+            self._batch_cache[key] = hit
+            while len(self._batch_cache) > self._CACHE_SIZE:
+                self._batch_cache.popitem(last=False)
+        else:
+            self._batch_cache.move_to_end(key)
+        return hit
+
     # -- internals ----------------------------------------------------------
-    def _build(self, idx: np.ndarray, t: np.ndarray) -> list[StepFormula]:
-        """Formulas of steps ``idx`` (all with the same Q_i), checked."""
+    def _build(self, idx: np.ndarray, t: np.ndarray) -> StepBatch:
+        """Coefficients of steps ``idx`` (all with the same Q_i), checked."""
         q = self.order_q(int(idx[0]))
         h = t[idx + 1] - t[idx]
         lags = np.arange(q)
@@ -655,17 +711,19 @@ class MultistepScheme:
                 "the step history is too ill-conditioned (reduce step-size ratios or qmax)"
             ) from exc
         self._check_templates(templates, s, q, idx, t)
-        out = []
-        for b, i in enumerate(idx):
-            stages = tuple(
-                Stage(name,
-                      tuple((p, float(c[b])) for p, c in f_terms),
-                      tuple((p, float(c[b])) for p, c in fdot_terms))
-                for name, f_terms, fdot_terms in templates
-            )
-            out.append(StepFormula(i=int(i), order_q=q, stages=stages))
-        self.n_formulas_built += len(out)
-        return out
+        B = idx.size
+
+        def arr(c):
+            a = np.array(np.broadcast_to(np.asarray(c, dtype=float), (B,)))
+            a.setflags(write=False)
+            return a
+
+        stages = tuple((name, tuple((p, arr(c)) for p, c in f_terms),
+                        tuple((p, arr(c)) for p, c in fdot_terms))
+                       for name, f_terms, fdot_terms in templates)
+        steps = np.array(idx, dtype=np.int64)
+        steps.setflags(write=False)
+        return StepBatch(q=q, steps=steps, stages=stages)
 
     def _check_templates(self, templates, s, q, idx, t) -> None:
         """Structural rules 1, 5 and the exactness self-check of rule 6."""
@@ -809,7 +867,7 @@ class Enright(MultistepScheme):
         \qquad \dot f = D_x f\, f + \partial_t f,
 
     with the :math:`Q_i + 2` coefficients of :func:`enright_coefficients`
-    (exact for polynomials of degree :math:`\le Q_i + 2`; the seed writes
+    (exact for polynomials of degree :math:`\le Q_i + 2`; [GM-grad] writes
     :math:`\sigma` as :math:`\rho_0`).  Global order :math:`Q_{\max} + 1`;
     with the ramp on a plain uniform grid the one-step start (local error
     :math:`O(h^4)`) limits the observed order to :math:`\min(4, Q_{\max}+1)`.
@@ -985,6 +1043,13 @@ def _fd_fdot(f):
     return fdot
 
 
+def _stage_is_implicit(stage) -> bool:
+    """Whether a batch stage ``(name, f_terms, fdot_terms)`` references itself."""
+    name, f_terms, d_terms = stage
+    return any((p.kind == "new" and name == "x") or (p.kind == "stage" and p.stage == name)
+               for p, _ in f_terms + d_terms)
+
+
 def integrate(
     scheme,
     f: Callable,
@@ -1072,40 +1137,34 @@ def integrate(
     if not np.all(np.isfinite(x[0])):
         raise ValueError("x0 contains non-finite values")
 
-    fcache: dict[int, np.ndarray] = {}
-    dcache: dict[int, np.ndarray] = {}
+    # f (fdot) at grid points, computed once per point when first needed
+    F = np.empty((k + 1, n))
+    D = np.empty((k + 1, n)) if sch.needs_fdot else None
+    have_f = np.zeros(k + 1, dtype=bool)
+    have_d = np.zeros(k + 1, dtype=bool)
 
     def call(fun, z, tt, what, i, stage):
-        v = np.asarray(fun(z, tt), dtype=float).reshape(-1)
-        if v.size != n or not np.all(np.isfinite(v)):
+        v = fun(z, tt)
+        if v.__class__ is not np.ndarray or v.dtype != float or v.shape != (n,):
+            v = np.asarray(v, dtype=float).reshape(-1)
+        tot = v.sum() if v.size == n else np.nan
+        if tot - tot != 0:      # NaN or inf somewhere (or a wrong shape)
             raise RuntimeError(
                 f"{what} returned {'non-finite values' if v.size == n else f'shape {v.shape}, expected ({n},)'} "
                 f"at step {i} (t={tt:.6g}), stage {stage!r}"
             )
         return v
 
-    def f_past(idx, i, stage):
-        if idx not in fcache:
-            fcache[idx] = call(f, x[idx], t[idx], "f", i, stage)
-        return fcache[idx]
+    def grid_values(idx, i, stage, is_dot):
+        """f (fdot) at the grid points ``idx`` (an array), computing missing ones."""
+        have, store, fun = (have_d, D, fdot) if is_dot else (have_f, F, f)
+        for j in idx.tolist():
+            if not have[j]:
+                store[j] = call(fun, x[j], t[j], "fdot" if is_dot else "f", i, stage)
+                have[j] = True
+        return store[idx]
 
-    def fdot_past(idx, i, stage):
-        if idx not in dcache:
-            dcache[idx] = call(fdot, x[idx], t[idx], "fdot", i, stage)
-        return dcache[idx]
-
-    formulas = sch.formulas(t)
     eye = np.eye(n)
-    predictor = AdamsPC(sch.qmax).formulas(t)  # its "y" stage: Adams–Bashforth with the same Q_i
-
-    def guess(i, vals):
-        """Initial Newton iterate: the latest stage of this step, else the AB predictor."""
-        if vals:
-            return next(reversed(vals.values())).copy()
-        z = x[i].copy()
-        for p, c in predictor[i].stages[0].f_terms:
-            z += (t[i + 1] - t[i]) * c * f_past(i - p.lag, i, "x")
-        return z
 
     def _newton(i, stage, base, c_self, d_self, z):
         """Solve z = base + h c f(z, t_{i+1}) + h^2 d fdot(z, t_{i+1})."""
@@ -1144,34 +1203,65 @@ def integrate(
             f"(t={t[i]:.6g}, h={h:.3g}), stage {stage!r}; last |delta|={dn:.3e}"
         )
 
-    for i in range(m0 - 1, k):
-        sf = formulas[i]
-        h = t[i + 1] - t[i]
-        tn = t[i + 1]
-        vals: dict[str, np.ndarray] = {}
-        for st in sf.stages:
-            base = x[i].copy()
-            c_self = 0.0
-            d_self = 0.0
-            for terms, scale, is_fdot in ((st.f_terms, h, False), (st.fdot_terms, h * h, True)):
-                for p, c in terms:
-                    if st._targets_self(p):
-                        if is_fdot:
-                            d_self += c
-                        else:
-                            c_self += c
-                        continue
+    # per batch and stage: past terms as (lags, coefficient matrix), other
+    # terms one by one, implicit (own) coefficients summed
+    batches = sch.batches(t)
+    pred = None
+    if any(_stage_is_implicit(st) for bt in batches for st in bt.stages):
+        pred = {bt.q: bt for bt in AdamsPC(sch.qmax).batches(t)}   # Adams–Bashforth guess
+    for batch in batches:
+        steps = batch.steps
+        sel = steps >= m0 - 1
+        if not sel.any():
+            continue
+        rows = np.nonzero(sel)[0]
+        hh = t[steps + 1] - t[steps]
+        plans = []
+        for name, f_terms, d_terms in batch.stages:
+            terms = []
+            own = [np.zeros(steps.size), np.zeros(steps.size)]
+            for is_dot, ts, power in ((False, f_terms, 1), (True, d_terms, 2)):
+                past = [(p.lag, c) for p, c in ts if p.kind == "past"]
+                lags = np.array([lg for lg, _ in past], dtype=np.int64)
+                cm = (np.stack([c for _, c in past], axis=1) * (hh ** power)[:, None]) if past else None
+                others = []
+                for p, c in ts:
                     if p.kind == "past":
-                        v = fdot_past(i - p.lag, i, st.name) if is_fdot else f_past(i - p.lag, i, st.name)
+                        continue
+                    if (p.kind == "new" and name == "x") or (p.kind == "stage" and p.stage == name):
+                        own[int(is_dot)] = own[int(is_dot)] + c
                     else:
-                        v = call(fdot if is_fdot else f, vals[p.stage], tn, "fdot" if is_fdot else "f", i, st.name)
-                    base += scale * c * v
-            if c_self == 0.0 and d_self == 0.0:
-                z = base
-            else:
-                z = _newton(i, st.name, base, c_self, d_self, guess(i, vals))
-            if not np.all(np.isfinite(z)):
-                raise RuntimeError(f"non-finite state at step {i} (t={t[i]:.6g}), stage {st.name!r}")
-            vals[st.name] = z
-        x[i + 1] = vals["x"]
+                        others.append((p.stage, c * hh ** power))
+                terms.append((is_dot, lags, cm, others))
+            plans.append((name, terms, own))
+        if pred is not None:
+            pb = pred[batch.q]
+            p_lags = np.array([p.lag for p, _ in pb.stages[0][1]], dtype=np.int64)
+            p_cm = np.stack([c for _, c in pb.stages[0][1]], axis=1) * hh[:, None]
+        for r in rows.tolist():
+            i = int(steps[r])
+            tn = t[i + 1]
+            vals: dict[str, np.ndarray] = {}
+            for name, terms, own in plans:
+                base = x[i].copy()
+                for is_dot, lags, cm, others in terms:
+                    if cm is not None:
+                        base += cm[r] @ grid_values(i - lags, i, name, is_dot)
+                    for pst, c in others:
+                        base += c[r] * call(fdot if is_dot else f, vals[pst], tn,
+                                            "fdot" if is_dot else "f", i, name)
+                c_self, d_self = float(own[0][r]), float(own[1][r])
+                if c_self == 0.0 and d_self == 0.0:
+                    z = base
+                else:
+                    if vals:
+                        z0 = next(reversed(vals.values())).copy()
+                    else:
+                        z0 = x[i] + p_cm[r] @ grid_values(i - p_lags, i, name, False)
+                    z = _newton(i, name, base, c_self, d_self, z0)
+                tot = z.sum()
+                if tot - tot != 0:
+                    raise RuntimeError(f"non-finite state at step {i} (t={t[i]:.6g}), stage {name!r}")
+                vals[name] = z
+            x[i + 1] = vals["x"]
     return x

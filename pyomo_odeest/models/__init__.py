@@ -1,5 +1,5 @@
-"""Test problems of the seed papers and published problems with known optima, as
-ready-made EstimationProblems."""
+"""Test problems of the source papers ([GM-grad], [AT], [MHV], [SEIRD]) and
+published problems with known optima, as ready-made EstimationProblems."""
 from .lotka_volterra import lotka_volterra_data, lotka_volterra_problem, LV_P0, LV_TRUE
 from .diagonal_linear import (diagonal_linear_problem, diagonal_linear_exact_gradient,
                               diagonal_linear_exact_hessian, diagonal_linear_solution)

@@ -5,7 +5,7 @@ r"""Diagonal linear test model of [MHV] (§6.1, eqs. (24)–(29)).
     \dot x = A x,\quad A = \operatorname{diag}(\phi_1, \dots, \phi_p),\quad x(0) = \mathbf 1,
     \qquad x_i(t) = e^{\phi_i t}\quad\text{(eq. (25))},
 
-all p states observed at ``n_obs`` times spread regularly in [0, T] (the seed:
+all p states observed at ``n_obs`` times spread regularly in [0, T] ([MHV]:
 T = 100, 11 times).  True parameters :math:`\phi_i \sim U[-1.1, -0.1]`
 (eq. (26)); data perturbed as in eq. (27),
 :math:`\bar y_{ji} \sim U[y_{ji}, y_{ji} + 0.1\max(y)]` with :math:`\max(y)`

@@ -8,7 +8,7 @@ r"""Lotka–Volterra test problem of [AT] (eqs. (18)–(19)).
 [AT]'s eq. (18) prints ``p4 x1 x1``; the classical model and that paper's
 own adjoint Jacobian use ``p4 x1 x2``, which is used here.  Data: both states
 at t = 1, ..., 10, simulated from p = (1, 1, 1, 1) with Gaussian noise of
-variance 0.05; the seed's hard start is p0 = (0.5, 0.5, 0.5, -0.2).
+variance 0.05; [AT]'s hard start is p0 = (0.5, 0.5, 0.5, -0.2).
 """
 from __future__ import annotations
 

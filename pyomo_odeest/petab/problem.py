@@ -144,6 +144,16 @@ class PetabEstimation:
                 f", profiled sigma={self.sigma_parameter})")
 
 
+class _InitialValue:
+    """``l(u)`` of one state as a picklable callable on the parameters' Pyomo objects."""
+
+    def __init__(self, expr, names):
+        self.expr, self.names = expr, list(names)
+
+    def __call__(self, u):
+        return sympy_to_pyomo(self.expr, {symbol(n): u[n] for n in self.names})
+
+
 def _identifier(name, taken):
     base = re.sub(r"\W", "_", name)
     out, k = base, 2
@@ -298,7 +308,7 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         return {nm: sympy_to_pyomo(obs_expr[nm], o) for nm in names}
 
     def initial_fn(e):
-        return lambda u: sympy_to_pyomo(e, objects(None, u, None)) if e.free_symbols else float(e)
+        return _InitialValue(e, u_names) if e.free_symbols else float(e)
 
     if len(conditions) == 1:
         cond = conditions[0]

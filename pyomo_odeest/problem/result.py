@@ -9,6 +9,21 @@ import pandas as pd
 __all__ = ["EstimationResult", "stack_experiments"]
 
 
+#: The analyses offered as methods of :class:`EstimationResult`,
+#: ``name -> fn(result, ...)``.  :mod:`pyomo_odeest.analysis` fills it when it is
+#: imported (importing ``pyomo_odeest`` does), so this layer imports nothing from
+#: the analysis layer above it.
+RESULT_ANALYSES = {}
+
+
+def _analysis(name):
+    try:
+        return RESULT_ANALYSES[name]
+    except KeyError:
+        raise RuntimeError(f"EstimationResult.{name} is provided by pyomo_odeest.analysis; "
+                           "import pyomo_odeest first") from None
+
+
 def stack_experiments(names, frames):
     """Per-experiment DataFrames as one frame indexed by ``(experiment, ...)``
     (None if any is None)."""
@@ -106,25 +121,20 @@ class EstimationResult:
     def covariance(self, method="fim", **kw):
         """Covariance of the estimates: ``'fim'``, ``'hessian'`` or ``'residual'``
         (:func:`pyomo_odeest.analysis.uncertainty.covariance`)."""
-        from ..analysis.uncertainty import covariance
-        return covariance(self, method, **kw)
+        return _analysis("covariance")(self, method, **kw)
 
     def confidence_intervals(self, level=0.95, method="fim", dist=None, **kw):
         """Wald intervals (:func:`pyomo_odeest.analysis.uncertainty.confidence_intervals`)."""
-        from ..analysis.uncertainty import confidence_intervals
-        return confidence_intervals(self, level, method, dist, **kw)
+        return _analysis("confidence_intervals")(self, level, method, dist, **kw)
 
     def profile(self, parameters=None, level=0.95, **kw):
         """Profile likelihood and LR intervals (:func:`pyomo_odeest.analysis.profile.profile_likelihood`)."""
-        from ..analysis.profile import profile_likelihood
-        return profile_likelihood(self, parameters, level, **kw)
+        return _analysis("profile")(self, parameters, level, **kw)
 
     def identifiability(self, **kw):
         """Identifiability report (:func:`pyomo_odeest.analysis.identifiability.identifiability_report`)."""
-        from ..analysis.identifiability import identifiability_report
-        return identifiability_report(self, **kw)
+        return _analysis("identifiability")(self, **kw)
 
     def prediction_bands(self, level=0.95, kind="observables", **kw):
         """Delta-method bands over time (:func:`pyomo_odeest.analysis.prediction.prediction_bands`)."""
-        from ..analysis.prediction import prediction_bands
-        return prediction_bands(self, level=level, kind=kind, **kw)
+        return _analysis("prediction_bands")(self, level=level, kind=kind, **kw)

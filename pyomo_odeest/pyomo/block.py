@@ -38,9 +38,11 @@ vectorised call.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections.abc import Sequence
+from contextlib import contextmanager
 
 import numpy as np
+import pyomo.core.base.constraint as _pcon
 import pyomo.environ as pyo
 
 from ..discretization.grid import Grid, resolve_grid
@@ -49,26 +51,138 @@ from ..problem.declaration import EstimationProblem
 from ..discretization.schemes import get_scheme
 from ..symbolic.convert import sympy_to_pyomo
 
+_TemplateConstraintData = getattr(_pcon, "TemplateConstraintData", None)
+
 __all__ = ["build_block", "scheme_constraint", "add_objective_term", "set_parameter_vars"]
 
 
-def _groups(formulas):
-    """Consecutive-or-not steps grouped by equation structure, keyed by Q."""
-    groups = OrderedDict()
-    for sf in formulas:
-        groups.setdefault(sf.structure, []).append(sf)
-    named = []
-    used = set()
-    for struct, sfs in groups.items():
-        q = sfs[0].order_q
-        tag = f"q{q}"
-        n = 1
+def _batch_tags(batches):
+    """A component tag per batch: ``q<Q>`` (``q<Q>v<n>`` if a Q repeats)."""
+    used, tags = set(), []
+    for batch in batches:
+        tag, n = f"q{batch.q}", 1
         while tag in used:
             n += 1
-            tag = f"q{q}v{n}"
+            tag = f"q{batch.q}v{n}"
         used.add(tag)
-        named.append((tag, sfs))
-    return named
+        tags.append(tag)
+    return tags
+
+
+@contextmanager
+def _templatized():
+    """Store indexed constraints built inside as templates (Pyomo >= 6.9's
+    ``TEMPLATIZE_CONSTRAINTS``): one rule call per component instead of one
+    per row.  No-op on older Pyomo."""
+    old = getattr(_pcon, "TEMPLATIZE_CONSTRAINTS", None)
+    if old is None:                       # pragma: no cover - Pyomo < 6.9
+        yield
+        return
+    _pcon.TEMPLATIZE_CONSTRAINTS = True
+    try:
+        yield
+    finally:
+        _pcon.TEMPLATIZE_CONSTRAINTS = old
+
+
+if _TemplateConstraintData is not None:
+    class _LazyRowData(_TemplateConstraintData):
+        """A templated row that becomes a concrete row on first inspection.
+
+        Pyomo's ``TemplateConstraintData`` returns the *template* (with free
+        index placeholders) from ``body``, ``lower``, ``upper``, ``equality``
+        and ``get_value``; every such access here first renders the row's own
+        expression (``expr``), so user code and Pyomo tools see ordinary
+        rows.  The solver reads ``template_expr()``, which renders nothing.
+        """
+
+        __slots__ = ()
+
+        def to_bounded_expression(self, evaluate_bounds=False):
+            self.expr
+            return self.to_bounded_expression(evaluate_bounds)
+
+        @property
+        def equality(self):
+            self.expr
+            return self.equality
+
+        def get_value(self):
+            return self.expr
+
+        @property
+        def strict_lower(self):
+            self.expr
+            return self.strict_lower
+
+        @property
+        def strict_upper(self):
+            self.expr
+            return self.strict_upper
+else:                                      # pragma: no cover - Pyomo < 6.9
+    _LazyRowData = None
+
+
+def _point_objects(b, i, pref, stage_S):
+    """Pyomo objects (states of a point and its time) for step ``i``."""
+    if pref.kind == "past":
+        return [b.x[i - pref.lag, s] for s in stage_S], b.t[i - pref.lag]
+    if pref.kind == "new":
+        return [b.x[i + 1, s] for s in stage_S], b.t[i + 1]
+    comp = b.component(pref.stage)
+    return [comp[i, s] for s in stage_S], b.t[i + 1]
+
+
+def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot):
+    """Rule of the ``stage`` equation of state ``s`` for the steps of one batch.
+
+    Components are looked up through the block argument (never captured), so
+    that rules of cloned blocks render the clone's components; only symbolic
+    data of ``problem`` (immutable) is captured."""
+    f_points = [p for p, _ in stage[1]]
+    d_points = [p for p, _ in stage[2]]
+    name = stage[0]
+    S, pnames = list(problem.states), list(problem.parameter_names)
+    u_sym, x_sym, t_sym = problem.u_sym, problem.x_sym, problem.t_sym
+    f_s = problem.f_sym[si]
+    fd_s = fdot[si] if d_points else None
+
+    def rule(b, i):
+        base = {sym: b.u[p] for sym, p in zip(u_sym, pnames)}
+
+        def term(expr_sym, pref):
+            xv, tv = _point_objects(b, i, pref, S)
+            objs = dict(base)
+            objs.update(zip(x_sym, xv))
+            objs[t_sym] = tv
+            return sympy_to_pyomo(expr_sym, objs)
+
+        cf = b.component(cf_name)
+        expr = 0
+        for j, pref in enumerate(f_points):
+            expr = expr + cf[i, j] * term(f_s, pref)
+        val = b.x[i, s] + b.h[i] * expr
+        if d_points:
+            cd = b.component(cd_name)
+            dexpr = 0
+            for j, pref in enumerate(d_points):
+                dexpr = dexpr + cd[i, j] * term(fd_s, pref)
+            val = val + b.h[i] ** 2 * dexpr
+        target = b.x[i + 1, s] if name == "x" else b.component(name)[i, s]
+        return target == val
+    return rule
+
+
+def _coefficient_param(steps, table):
+    """Immutable Param ``[i, j]`` holding ``table[r, j]`` for step ``steps[r]``."""
+    i0 = int(steps[0])
+    contiguous = bool(np.all(np.diff(steps) == 1))
+    rows = table.tolist()
+    pos = None if contiguous else {int(i): r for r, i in enumerate(steps.tolist())}
+
+    def init(b, i, j):
+        return rows[i - i0][j] if pos is None else rows[pos[i]][j]
+    return init
 
 
 def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,
@@ -108,20 +222,21 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     grid = resolve_grid(problem, grid, max_step, steps_per_interval)
     t = np.asarray(grid.t, dtype=float)
     k = len(t) - 1
-    formulas = sch.formulas(t)
+    batches = sch.batches(t)
 
     b = block if block is not None else pyo.Block(concrete=True)
     b.problem = problem
     b.scheme = sch
     b.grid = grid
-    b.formulas = formulas
+    b.formulas = _LazyFormulas(sch, t)
     S = problem.states
     b.S = pyo.Set(initialize=S, ordered=True)
     b.P = pyo.Set(initialize=problem.parameter_names, ordered=True)
     b.K = pyo.RangeSet(0, k)
     b.steps = pyo.RangeSet(0, k - 1)
-    b.t = pyo.Param(b.K, initialize={i: float(t[i]) for i in range(k + 1)})
-    b.h = pyo.Param(b.steps, initialize={i: float(t[i + 1] - t[i]) for i in range(k)})
+    t_list, h_list = t.tolist(), np.diff(t).tolist()
+    b.t = pyo.Param(b.K, initialize=lambda b, i: t_list[i])
+    b.h = pyo.Param(b.steps, initialize=lambda b, i: h_list[i])
     b.x = pyo.Var(b.K, b.S, initialize=0.0)
     if parameters is not None:
         b.u = pyo.Reference(parameters[:])
@@ -136,7 +251,6 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
         b.add_component(st, pyo.Var(b.steps, b.S, initialize=0.0))
 
     usub = {sym: b.u[p] for sym, p in zip(problem.u_sym, problem.parameter_names)}
-    f_sym = problem.f_sym
     fd_sym = problem.fdot_sym() if sch.needs_fdot else None
     tsym = problem.t_sym
     xs = problem.x_sym
@@ -145,61 +259,39 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     l_py = [sympy_to_pyomo(e, usub) if e.free_symbols else float(e) for e in problem.l_sym]
     b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
 
-    def point_objects(i, pref):
-        """sympy symbol -> Pyomo object for the state and time of a point."""
-        if pref.kind == "past":
-            xv = [b.x[i - pref.lag, s] for s in S]
-            tv = b.t[i - pref.lag]
-        elif pref.kind == "new":
-            xv = [b.x[i + 1, s] for s in S]
-            tv = b.t[i + 1]
+    # one constraint per (batch, stage, state), stored as a template: every
+    # distinct step formula is rendered (sympy -> Pyomo) once, not per step
+    b._scheme_parts = {}
+    b._step_batch = np.empty(k, dtype=np.int64)
+    for bi, (tag, batch) in enumerate(zip(_batch_tags(batches), batches)):
+        steps = batch.steps
+        b._step_batch[steps] = bi
+        if steps.size == steps[-1] - steps[0] + 1:
+            step_set = pyo.RangeSet(int(steps[0]), int(steps[-1]))
         else:
-            comp = b.component(pref.stage)
-            xv = [comp[i, s] for s in S]
-            tv = b.t[i + 1]
-        objs = dict(usub)
-        objs.update(zip(xs, xv))
-        objs[tsym] = tv
-        return objs
-
-    b._scheme_index = {}
-    for tag, sfs in _groups(formulas):
-        steps = [sf.i for sf in sfs]
-        step_set = pyo.Set(initialize=steps, ordered=True)
+            step_set = pyo.Set(initialize=steps.tolist(), ordered=True)
         b.add_component(f"steps_{tag}", step_set)
-        proto = sfs[0]
-        for st_i, stage in enumerate(proto.stages):
-            nf, nd = len(stage.f_terms), len(stage.fdot_terms)
-            cf = {(sf.i, j): float(sf.stages[st_i].f_terms[j][1]) for sf in sfs for j in range(nf)}
-            cd = {(sf.i, j): float(sf.stages[st_i].fdot_terms[j][1]) for sf in sfs for j in range(nd)}
-            cfc = pyo.Param(step_set, range(nf), initialize=cf) if nf else None
-            cdc = pyo.Param(step_set, range(nd), initialize=cd) if nd else None
-            if cfc is not None:
-                b.add_component(f"cf_{stage.name}_{tag}", cfc)
-            if cdc is not None:
-                b.add_component(f"cd_{stage.name}_{tag}", cdc)
-            f_points = [p for p, _ in stage.f_terms]
-            d_points = [p for p, _ in stage.fdot_terms]
-            target_comp = None if stage.name == "x" else b.component(stage.name)
+        for stage in batch.stages:
+            sname, f_terms, d_terms = stage
+            names = []
+            for kind, terms in (("cf", f_terms), ("cd", d_terms)):
+                cname = f"{kind}_{sname}_{tag}"
+                names.append(cname)
+                if terms:
+                    table = np.stack([c for _, c in terms], axis=1)
+                    b.add_component(cname, pyo.Param(
+                        step_set, range(len(terms)), initialize=_coefficient_param(steps, table)))
             for si, s in enumerate(S):
-                def rule(b, i, si=si, s=s, f_points=f_points, d_points=d_points,
-                         cfc=cfc, cdc=cdc, target_comp=target_comp):
-                    expr = 0
-                    for j, pref in enumerate(f_points):
-                        expr = expr + cfc[i, j] * sympy_to_pyomo(f_sym[si], point_objects(i, pref))
-                    val = b.x[i, s] + b.h[i] * expr
-                    if d_points:
-                        dexpr = 0
-                        for j, pref in enumerate(d_points):
-                            dexpr = dexpr + cdc[i, j] * sympy_to_pyomo(fd_sym[si], point_objects(i, pref))
-                        val = val + b.h[i] ** 2 * dexpr
-                    target = b.x[i + 1, s] if target_comp is None else target_comp[i, s]
-                    return target == val
-                cname = f"ode_{stage.name}_{s}_{tag}"
-                b.add_component(cname, pyo.Constraint(step_set, rule=rule))
+                cname = f"ode_{sname}_{s}_{tag}"
+                with _templatized():
+                    b.add_component(cname, pyo.Constraint(
+                        step_set, rule=_stage_rule(problem, si, s, stage, names[0], names[1], fd_sym)))
                 con = b.component(cname)
-                for i in steps:
-                    b._scheme_index[(stage.name, i, s)] = con[i]
+                if _LazyRowData is not None:
+                    for d in con._data.values():
+                        if d.__class__ is _TemplateConstraintData:
+                            d.__class__ = _LazyRowData
+                b._scheme_parts[(sname, s, bi)] = con
 
     # objective: J_k = Σ_j φ_j(x_{J(j)}, u)
     terms = []
@@ -242,8 +334,33 @@ def scheme_constraint(b, i, state, stage="x"):
     """
     if i == -1 and stage == "x":
         return b.x0_eq[state]
+    k = len(b._step_batch)
     try:
-        return b._scheme_index[(stage, int(i), state)]
-    except KeyError:
+        i = int(i)
+        if not 0 <= i < k:
+            raise KeyError(i)
+        return b._scheme_parts[(stage, state, int(b._step_batch[i]))][i]
+    except (KeyError, TypeError, ValueError):
         raise KeyError(f"no {stage}-stage equation of step {i} for state {state!r} "
-                       f"(steps 0..{len(b.formulas) - 1}, states {list(b.S)})") from None
+                       f"(steps 0..{k - 1}, states {list(b.S)})") from None
+
+
+class _LazyFormulas(Sequence):
+    """``b.formulas``: the scheme's step formulas, built on first use."""
+
+    def __init__(self, scheme, t):
+        self._scheme, self._t, self._list = scheme, t, None
+
+    def _all(self):
+        if self._list is None:
+            self._list = self._scheme.formulas(self._t)
+        return self._list
+
+    def __len__(self):
+        return len(self._t) - 1
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def __iter__(self):
+        return iter(self._all())

@@ -262,6 +262,13 @@ class _Context:
         self.states = _state_info(model, cs)
         self.state_ids = {id(sv[key]) for _, sv, _ in self.states for key in sv.keys()}
         self.stage_vars = {}            # (id(dv), stage) -> Var
+        # derivative keys by time point, built once: looking them up per row
+        # keeps the transformation linear in the number of points
+        self.keys_at = {}               # t -> [(dv, sv, key, rest)]
+        for dv2, sv2, loc2 in self.states:
+            for key in dv2.keys():
+                tv, r2 = _split(key, loc2)
+                self.keys_at.setdefault(tv, []).append((dv2, sv2, key, r2))
 
     def rests(self, dv, loc):
         return sorted({_split(key, loc)[1] for key in dv.keys()}, key=repr)
@@ -292,14 +299,8 @@ class _Context:
 
     def stage_map(self, st, i):
         """{id(state VarData at t_{i+1}): stage VarData} over all derivative variables."""
-        mp = {}
-        for dv2, sv2, loc2 in self.states:
-            comp = self.stage_vars[(id(dv2), st)]
-            for key in dv2.keys():
-                tv, r2 = _split(key, loc2)
-                if tv == self.t[i + 1]:
-                    mp[id(sv2[key])] = comp[(i,) + r2]
-        return mp
+        return {id(sv2[key]): self.stage_vars[(id(dv2), st)][(i,) + r2]
+                for dv2, sv2, key, r2 in self.keys_at.get(self.t[i + 1], ())}
 
     def check_no_algebraic(self, expr, dv, what):
         for v in identify_variables(expr, include_fixed=False):
@@ -318,15 +319,12 @@ class _Context:
         self.check_no_algebraic(fexpr, dv, "Enright's scheme")
         tval = _split(key, dv.get_state_var()._contset[self.cs] if dv.get_state_var().dim() > 1 else 0)[0]
         total = 0
-        for dv2, sv2, loc2 in self.states:
-            for key2 in dv2.keys():
-                if _split(key2, loc2)[0] != tval:
-                    continue
-                dfx = differentiate(fexpr, wrt=sv2[key2], mode=Modes.sympy)
-                if isinstance(dfx, (int, float)) and dfx == 0:
-                    continue
-                f2 = self.f_at(dv2, key2) if subst is not None else dv2[key2]
-                total = total + dfx * f2
+        for dv2, sv2, key2, _ in self.keys_at.get(tval, ()):
+            dfx = differentiate(fexpr, wrt=sv2[key2], mode=Modes.sympy)
+            if isinstance(dfx, (int, float)) and dfx == 0:
+                continue
+            f2 = self.f_at(dv2, key2) if subst is not None else dv2[key2]
+            total = total + dfx * f2
         if subst is None:
             return total
         return replace_expressions(total, subst, remove_named_expressions=False)

@@ -10,7 +10,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
-__all__ = ["FirstOrder"]
+__all__ = ["FirstOrder", "GRADIENT_METHODS"]
+
+#: Gradient methods contributed by the layers above, ``name -> fn(model, traj)``.
+#: :mod:`pyomo_odeest.analysis.recursions` registers ``'recursion'`` (the papers'
+#: formulas as printed) when it is imported, which importing ``pyomo_odeest`` does;
+#: this keeps the discretization layer free of imports from the analysis layer.
+GRADIENT_METHODS = {}
 
 
 class FirstOrder:
@@ -161,9 +167,8 @@ class FirstOrder:
                 g[a] = (self.objective(u + e) - self.objective(u - e)) / (2 * hstep)
             return g
         traj = self.simulate(u) if traj is None else traj
-        if method == "recursion":
-            from ...analysis.recursions import paper_gradient
-            return paper_gradient(self, traj)
+        if method in GRADIENT_METHODS:
+            return GRADIENT_METHODS[method](self, traj)
         pv = self._point_values(traj.W, u, values=False)
         Fw, Fu = self._dF(traj.W, u)
         if method == "adjoint":

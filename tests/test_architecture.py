@@ -1,0 +1,108 @@
+"""The import rule of docs/architecture.md: a module imports only from its own
+layer or the layers below it, and never a private name of another subpackage.
+
+Imports are read with ``ast`` (top-level and inside functions alike), so a lazy
+import cannot hide an upward dependency.
+"""
+import ast
+from pathlib import Path
+
+import pyomo_odeest
+
+PACKAGE = Path(pyomo_odeest.__file__).resolve().parent
+
+#: The layers, bottom first.  One place states the order; docs/architecture.md
+#: draws the same list.  Every top-level module or subpackage of pyomo_odeest
+#: belongs to exactly one layer.
+LAYERS = [
+    ["symbolic"],
+    ["problem"],
+    ["discretization"],
+    ["nlp", "optimizers"],
+    ["pyomo"],
+    ["approaches"],
+    ["analysis"],
+    ["models", "petab", "cli", "demo", "__main__", "__init__"],
+]
+LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def _unit(module):
+    """Top-level unit of a dotted module name inside the package ('pyomo_odeest.x.y' -> 'x')."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(root=PACKAGE):
+    """(importing unit, imported module, imported names, file, line) for every import."""
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        module = ".".join(rel.parts)
+        package = module[: -len(".__init__")] if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                target, names = None, []
+                for alias in node.names:
+                    yield _unit(module), alias.name, [], path, node.lineno
+                continue
+            else:
+                continue
+            yield _unit(module), target, names, path, node.lineno
+
+
+def test_every_unit_has_a_layer():
+    units = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.suffix == ".py") or (p.is_dir() and (p / "__init__.py").exists())}
+    assert units - set(LEVEL) == set(), (
+        f"add {sorted(units - set(LEVEL))} to LAYERS in tests/test_architecture.py "
+        "and to docs/architecture.md")
+
+
+def _upward(root=PACKAGE):
+    bad = []
+    for unit, target, _, path, line in _imports(root):
+        if not target.startswith("pyomo_odeest"):
+            continue
+        dep = _unit(target)
+        if LEVEL[dep] > LEVEL[unit]:
+            bad.append(f"{path.relative_to(root.parent)}:{line}: {unit} (layer {LEVEL[unit]}) "
+                       f"imports {target} (layer {LEVEL[dep]})")
+    return bad
+
+
+def test_no_import_from_a_higher_layer():
+    bad = _upward()
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_name_from_another_unit():
+    bad = []
+    for unit, target, names, path, line in _imports():
+        if not target.startswith("pyomo_odeest") or _unit(target) == unit:
+            continue
+        private = [n for n in names if n.startswith("_")]
+        if private or any(part.startswith("_") and part != "__init__" for part in target.split(".")):
+            bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {target} {private}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_rule_catches_an_upward_import(tmp_path):
+    """The checker itself: lazy upward imports (relative or absolute) are reported,
+    downward and same-layer ones are not."""
+    pkg = tmp_path / "pyomo_odeest"
+    (pkg / "discretization").mkdir(parents=True)
+    (pkg / "discretization" / "x.py").write_text(
+        "from ..problem import misfit\n"
+        "from . import grid\n"
+        "def f():\n"
+        "    from ..analysis.checks import check_gradient\n"
+        "    import pyomo_odeest.approaches.reduced\n")
+    bad = _upward(pkg)
+    assert len(bad) == 2 and "analysis.checks" in bad[0] and "approaches.reduced" in bad[1], bad
