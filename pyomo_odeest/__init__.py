@@ -13,44 +13,54 @@ __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
-                      Parameter, ProblemError)
+                      Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
+                      PiecewiseLinear, ProblemError, ProblemTooLargeError, Spline,
+                      estimate_size, flag_noise_level, inputs_from_frame, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
                     build_adaptive_block, build_block, build_experiment_blocks,
                     estimate_adaptive, problem_from_dae,
-                    scheme_constraint)
+                    scheme_constraint, use_as_ipopt)
 from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
                          simulate)
 from .analysis import (check_derivatives, compare_approaches, confidence_intervals,
                        convergence_study, covariance, delta_method, identifiability_report,
-                       plot_fits, prediction_bands, profile_likelihood, validate_multipliers)
+                       plot_fits, prediction_bands, profile_likelihood, validate_multipliers,
+                       diagnose)
 from .petab import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
                     read_petab, write_petab)
+from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
+                     profile_points)
 
 __all__ = [
     "__version__",
     # nlp
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
-    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "LeastSquares", "Parameter",
-    "ProblemError",
+    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "ParameterConstraint",
+    "PathConstraint", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
+    "LeastSquares", "Parameter", "ProblemError", "ProblemTooLargeError", "estimate_size",
+    "flag_noise_level", "noise_check",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",
     # pyomo
     "SOLVER_NAME", "OdeestIpoptSolver", "PyomoNLPEvaluator", "UnsupportedModelError",
     "build_adaptive_block", "build_block", "build_experiment_blocks", "estimate_adaptive", "problem_from_dae",
-    "scheme_constraint",
+    "scheme_constraint", "use_as_ipopt",
     # approaches
     "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",
     "estimate_multiple_shooting", "estimate_reduced", "estimate_simultaneous", "simulate",
     # analysis
     "check_derivatives", "compare_approaches", "confidence_intervals", "convergence_study",
     "covariance", "delta_method", "identifiability_report", "plot_fits", "prediction_bands",
-    "profile_likelihood", "validate_multipliers",
+    "profile_likelihood", "validate_multipliers", "diagnose",
     # petab (needs the petab extra when called)
     "PetabEstimation", "PetabModel", "UnsupportedFeatureError", "petab_nll", "petab_problem",
     "read_petab", "write_petab",
+    # runner
+    "BootstrapResult", "MultistartResult", "RunResult", "Runner", "bootstrap", "multistart",
+    "profile_points",
 ]

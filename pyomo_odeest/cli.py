@@ -10,12 +10,22 @@ Problem file format
 * ``initial``: mapping state -> number | parameter name | callable(u),
 
 and optionally ``observe`` (list of states or ``g(x, u, t)`` returning a
-mapping), ``sigma`` / ``weights``, ``t0``, ``T``, and ``options`` (a dict of
-default command-line options, e.g. ``{"scheme": "enright", "qmax": 3}``).
+mapping), ``sigma`` / ``weights``, ``loss``, ``penalty(u)``, ``t0``, ``T``,
+``inputs`` (mapping name -> ``PiecewiseConstant`` / ``PiecewiseLinear`` /
+``Spline``), ``constraints`` (list of ``PathConstraint`` /
+``ParameterConstraint``), and ``options`` (a dict of default command-line
+options, e.g.
+``{"scheme": "enright", "qmax": 3}``).
 
 ``DATA.csv`` holds the measurements: *wide* (first column ``time``, one
 column per observed quantity, empty = not measured) or *long* (columns
 ``time``, ``name``, ``value`` and optionally ``sigma``).
+
+Errors.  Every error is one line ``error: ...`` on standard error: exit
+code 2 for a usage error (bad option, unreadable or invalid model or data
+file, invalid problem), 1 when the estimation fails or does not converge.
+The result's warnings (see :mod:`pyomo_odeest.analysis.diagnostics`) are
+printed with its summary.
 
 Outputs (``--out DIR``): ``estimates.csv``, ``states.csv``, ``fitted.csv``,
 ``result.json`` and, unless ``--no-plot``, ``fit.png``; with
@@ -33,15 +43,60 @@ import pandas as pd
 
 APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting", "compare")
 SCHEMES = ("adams_pc", "adams_moulton", "enright", "semi_implicit_enright")
+#: Names a model file may define (besides ``states``, ``parameters``, ``rhs``, ``initial``)
+#: that are passed to :class:`~pyomo_odeest.EstimationProblem`.
+PROBLEM_KEYS = ("observe", "sigma", "weights", "t0", "T", "loss", "penalty", "inputs",
+                "constraints")
+#: Command-line options a model file's ``options`` dict may set.
+OPTION_KEYS = ("approach", "scheme", "qmax", "steps_per_interval", "max_step", "tol", "max_iter")
+
+
+class UsageError(Exception):
+    """A bad option, file or problem: exit code 2."""
+
+
+class EstimationFailed(Exception):
+    """The estimation ran and failed: exit code 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):          # one line, no usage dump
+        raise UsageError(message)
+
+
+def _int_in(lo, hi=None):
+    def conv(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(
+                f"{v} is out of range: valid {lo}..{hi}" if hi is not None else
+                f"{v} is out of range: must be >= {lo}")
+        return v
+    return conv
+
+
+def _positive_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{v} must be a positive finite number")
+    return v
 
 
 def _parser():
-    p = argparse.ArgumentParser(
+    from .discretization.schemes import QMAX_RANGE
+    p = _Parser(
         prog="pyomo-odeest",
         description="Estimate ODE parameters by full discretization (Pyomo + Ipopt via cyipopt).",
-        epilog="Problem file format: see `python -m pyomo_odeest.cli --help` and docs/cli.md.")
+        epilog="Problem file format: see `python -m pyomo_odeest.cli --help` and docs/cli.md. "
+               "Exit codes: 0 success, 1 estimation failed or not converged, 2 usage error.")
     p.add_argument("model", help="Python module defining states, parameters, rhs(x, u, t), initial "
-                   "(optionally observe, sigma, weights, t0, T, options)")
+                   "(optionally observe, sigma, weights, loss, penalty, t0, T, options)")
     p.add_argument("data", help="CSV with the measurements (wide: time + one column per observed "
                    "quantity; long: time, name, value[, sigma])")
     p.add_argument("--approach", choices=APPROACHES, default=None,
@@ -50,41 +105,65 @@ def _parser():
                    "available, side by side)")
     p.add_argument("--scheme", choices=SCHEMES, default=None,
                    help="discretization scheme (default adams_pc)")
-    p.add_argument("--qmax", type=int, default=None, help="maximum corrector order Q_max (default 4)")
+    p.add_argument("--qmax", type=_int_in(*QMAX_RANGE), default=None,
+                   help=f"maximum corrector order Q_max, {QMAX_RANGE[0]}..{QMAX_RANGE[1]} (default 4)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--steps-per-interval", type=int, default=None,
-                   help="equal steps between consecutive measurement times (default 10)")
-    g.add_argument("--max-step", type=float, default=None, help="largest integration step")
-    p.add_argument("--tol", type=float, default=None, help="Ipopt tolerance (default 1e-8)")
-    p.add_argument("--max-iter", type=int, default=None, help="Ipopt iteration limit")
-    p.add_argument("--tee", action="store_true", help="show Ipopt's iteration log (progress)")
+    g.add_argument("--steps-per-interval", type=_int_in(1), default=None,
+                   help="equal steps between consecutive measurement times, >= 1 (default 10)")
+    g.add_argument("--max-step", type=_positive_float, default=None,
+                   help="largest integration step (> 0)")
+    p.add_argument("--tol", type=_positive_float, default=None, help="Ipopt tolerance (default 1e-8)")
+    p.add_argument("--max-iter", type=_int_in(0), default=None, help="Ipopt iteration limit")
+    p.add_argument("--tee", action="store_true", help="show the solver's iteration log (progress)")
     p.add_argument("--out", default="odeest_results", help="output directory (created)")
     p.add_argument("--no-plot", action="store_true", help="do not write fit.png")
     return p
 
 
 def load_model_file(path):
-    """Import the problem module; return it."""
+    """Import the problem module; return it (:class:`UsageError` naming the file otherwise)."""
     path = Path(path)
     if not path.is_file():
-        raise SystemExit(f"error: model file {path} not found")
+        raise UsageError(f"model file {path} not found")
     spec = importlib.util.spec_from_file_location(f"_odeest_model_{path.stem}", path)
+    if spec is None:
+        raise UsageError(f"model file {path} is not a Python module (*.py)")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as err:
+        raise UsageError(f"model file {path}, line {err.lineno}: syntax error: {err.msg}") from None
+    except Exception as err:
+        raise UsageError(f"model file {path} failed to run: {type(err).__name__}: {err}") from None
     missing = [a for a in ("states", "parameters", "rhs", "initial") if not hasattr(mod, a)]
     if missing:
-        raise SystemExit(f"error: {path} must define {', '.join(missing)}")
+        raise UsageError(f"{path} must define {', '.join(missing)}")
+    opts = getattr(mod, "options", None) or {}
+    if not isinstance(opts, dict):
+        raise UsageError(f"{path}: options must be a dict, got {type(opts).__name__}")
+    unknown = sorted(set(opts) - set(OPTION_KEYS))
+    if unknown:
+        raise UsageError(f"{path}: options has unknown key(s) {unknown}; valid: {list(OPTION_KEYS)}")
     return mod
 
 
 def read_data(path):
+    """The CSV as a DataFrame (wide: indexed by time; long: as read)."""
     path = Path(path)
     if not path.is_file():
-        raise SystemExit(f"error: data file {path} not found")
-    df = pd.read_csv(path)
-    cols = [c.lower() for c in df.columns]
+        raise UsageError(f"data file {path} not found")
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise UsageError(f"data file {path} is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as err:
+        msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"data file {path} is not a readable CSV: {msg}") from None
+    if df.shape[0] == 0:
+        raise UsageError(f"data file {path} has a header but no rows")
+    cols = [str(c).strip().lower() for c in df.columns]
     if "time" not in cols:
-        raise SystemExit(f"error: {path} needs a 'time' column")
+        raise UsageError(f"{path} needs a 'time' column (columns: {list(df.columns)})")
     if "value" in cols and ("name" in cols or "observable" in cols):
         return df
     df = df.rename(columns={df.columns[cols.index("time")]: "time"}).set_index("time")
@@ -93,60 +172,77 @@ def read_data(path):
 
 def build_problem(mod, data):
     from .problem.declaration import EstimationProblem
-    kw = {k: getattr(mod, k) for k in ("observe", "sigma", "weights", "t0", "T", "loss")
-          if hasattr(mod, k)}
+    kw = {k: getattr(mod, k) for k in PROBLEM_KEYS if hasattr(mod, k)}
     return EstimationProblem(states=mod.states, parameters=mod.parameters, rhs=mod.rhs,
                              initial=mod.initial, data=data,
                              name=Path(getattr(mod, "__file__", "model")).stem, **kw)
 
 
-def main(argv=None):
+def _setting(args, defaults, name, fallback=None):
+    """The command line's value, else the model file's, else ``fallback`` (0 is a value)."""
+    v = getattr(args, name)
+    if v is not None:
+        return v
+    return defaults.get(name, fallback)
+
+
+def _run(argv):
     args = _parser().parse_args(argv)
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)
     import pyomo_odeest  # noqa: F401
     from .analysis.compare import APPROACHES as REGISTERED, compare_approaches, plot_fits
-    from .problem.declaration import ProblemError
 
     mod = load_model_file(args.model)
-    defaults = dict(getattr(mod, "options", {}) or {})
-    approach = args.approach or defaults.get("approach", "simultaneous")
-    scheme = args.scheme or defaults.get("scheme", "adams_pc")
-    qmax = args.qmax or defaults.get("qmax", 4)
-    spi = args.steps_per_interval or defaults.get("steps_per_interval")
-    max_step = args.max_step or defaults.get("max_step")
+    defaults = dict(getattr(mod, "options", None) or {})
+    approach = _setting(args, defaults, "approach", "simultaneous")
+    if approach not in APPROACHES:
+        raise UsageError(f"approach {approach!r} (model file options) is not one of {list(APPROACHES)}")
+    scheme = _setting(args, defaults, "scheme", "adams_pc")
+    qmax = _setting(args, defaults, "qmax", 4)
+    spi = _setting(args, defaults, "steps_per_interval")
+    max_step = _setting(args, defaults, "max_step")
+    if args.max_step is not None and args.steps_per_interval is None:
+        spi = None                      # the command line's --max-step replaces the file's steps
+    if args.steps_per_interval is not None and args.max_step is None:
+        max_step = None
     if spi is None and max_step is None:
         spi = 10
     options = {}
-    if args.tol is not None:
-        options["tol"] = args.tol
-    if args.max_iter is not None:
-        options["max_iter"] = args.max_iter
-    try:
-        problem = build_problem(mod, read_data(args.data))
-    except ProblemError as err:
-        raise SystemExit(f"error: {err}")
+    for key in ("tol", "max_iter"):
+        v = _setting(args, defaults, key)
+        if v is not None:
+            options[key] = v
+    problem = build_problem(mod, read_data(args.data))
     print(problem)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     common = dict(scheme=scheme, qmax=qmax, steps_per_interval=spi, max_step=max_step)
+    names = [a for a in ("simultaneous", "reduced_space", "multiple_shooting") if a in REGISTERED]
+    if approach != "compare" and approach not in REGISTERED:
+        raise UsageError(f"approach {approach!r} is not available in this installation")
+    # every argument is checked before anything runs
+    from .problem.validation import validate_estimator
+    for a in (names if approach == "compare" else [approach]):
+        validate_estimator(a, problem, options=options or None, **common)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create the output directory {out}: {err}") from None
     if approach == "compare":
-        names = [a for a in ("simultaneous", "reduced_space", "multiple_shooting") if a in REGISTERED]
-        table, results = compare_approaches(problem, names, options=options or None, **common)
+        runs = [(a, REGISTERED[a][0], dict(REGISTERED[a][1], tee=args.tee)) for a in names]
+        table, results = compare_approaches(problem, runs, options=options or None, **common)
         print(table.to_string())
         table.to_csv(out / "comparison.csv")
+        if not results:
+            raise EstimationFailed("every approach failed: " + "; ".join(
+                f"{a}: {s}" for a, s in table["status"].items()))
         best = [r for r in results.values() if r.success]
         res = min(best, key=lambda r: r.objective) if best else next(iter(results.values()))
     else:
-        if approach not in REGISTERED:
-            raise SystemExit(f"error: approach {approach!r} is not available in this installation")
         fn, kw = REGISTERED[approach]
-        kwargs = dict(common)
-        kwargs.update(kw)
+        kwargs = dict(common, **kw, tee=args.tee)
         if options:
             kwargs["options"] = options
-        if approach == "simultaneous":
-            kwargs["tee"] = args.tee
         res = fn(problem, **kwargs)
         results = {approach: res}
     print(res.summary())
@@ -159,7 +255,8 @@ def main(argv=None):
     info = dict(approach=res.approach, method=res.method, scheme=res.scheme,
                 estimates={k: float(v) for k, v in res.estimates.items()},
                 objective=float(res.objective), status=res.status, success=bool(res.success),
-                iterations=int(res.iterations), timings={k: float(v) for k, v in res.timings.items()})
+                iterations=int(res.iterations), timings={k: float(v) for k, v in res.timings.items()},
+                warnings=list(res.warnings))
     (out / "result.json").write_text(json.dumps(info, indent=2))
     if not args.no_plot:
         try:
@@ -167,7 +264,32 @@ def main(argv=None):
         except ImportError as err:
             print(f"note: {err}", file=sys.stderr)
     print(f"wrote {out}/")
-    return 0 if res.success else 1
+    if not res.success:
+        raise EstimationFailed(f"the estimation did not converge ({res.status}); results "
+                               f"written to {out}/")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Run the command line; return the exit code (0, 1 failed estimation, 2 usage error)."""
+    from .problem.validation import ProblemError
+    try:
+        return _run(argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (ProblemError, TypeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except EstimationFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 1
+    except Exception as err:            # a failure of the estimation itself
+        print(f"error: the estimation failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

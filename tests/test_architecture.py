@@ -22,7 +22,7 @@ LAYERS = [
     ["pyomo"],
     ["approaches"],
     ["analysis"],
-    ["models", "petab", "cli", "demo", "__main__", "__init__"],
+    ["models", "petab", "runner", "cli", "demo", "__main__", "__init__"],
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -14,6 +14,7 @@ from pyomo.util.check_units import assert_units_consistent
 import pyomo_odeest  # noqa: F401
 from pyomo_odeest.pyomo.dae import DaeSchemeError
 
+pytestmark = pytest.mark.extras
 pytest.importorskip("idaes")
 
 EX = Path(__file__).resolve().parents[1] / "examples" / "idaes_cstr.py"

@@ -274,8 +274,13 @@ def test_check_gradient_and_jacobian_on_callables():
 def test_operators_general_path():
     m = ops_model()
     ev = PyomoNLPEvaluator(m)
-    assert ev.stats["template_rows"] == 0
-    assert ev.stats["general_rows"] == ev.m == 8
+    # scalar rows of different shapes: one family each, read from the stored expressions
+    assert ev.stats["template_rows"] == ev.stats["general_rows"] == 0
+    assert ev.stats["grouped_rows"] == ev.m == ev.stats["grouped_families"] == 8
+    ev_g = PyomoNLPEvaluator(m, templatize=False)
+    assert ev_g.stats["general_rows"] == 8 and ev_g.stats["grouped_rows"] == 0
+    rep = check_consistency(ev, ev_g, random_point(ev, 0.1))
+    assert rep.ok, str(rep)
     # the fixed variable is a constant, not a column
     assert ev.n == 4 and all(v is not m.f for v in ev.variables)
     for x in (ev.x0, random_point(ev, 0.1)):
@@ -311,16 +316,16 @@ def test_indexed_rules_take_template_path():
     ev_g = PyomoNLPEvaluator(m, templatize=False)
     st = ev.stats
     assert st["fallbacks"] == []
-    assert st["template_families"] == 4
-    assert st["template_rows"] == ev.m == N + 3 * (N + 1)
-    assert st["general_rows"] == 0
+    assert st["grouped_families"] == 4
+    assert st["grouped_rows"] == ev.m == N + 3 * (N + 1)
+    assert st["general_rows"] == st["template_rows"] == 0
     assert ev.column(m.k) >= 0
     with pytest.raises(KeyError):
         ev.column(m.x[0])                          # fixed: a constant, not a column
     for x in (ev.x0, random_point(ev, 0.1)):
         assert_derivatives(ev, x)
         assert_values_match_pyomo(ev, x)
-    assert ev_g.stats["template_rows"] == 0 and ev_g.stats["general_rows"] == ev.m
+    assert ev_g.stats["grouped_rows"] == 0 and ev_g.stats["general_rows"] == ev.m
     rep = check_consistency(ev, ev_g, random_point(ev, 0.1))
     assert rep.ok, str(rep)
 
@@ -329,8 +334,9 @@ def test_branching_and_skip_rules_take_general_path():
     m = branching_model(6)
     ev = PyomoNLPEvaluator(m)
     st = ev.stats
-    assert st["template_rows"] == 0
-    assert sorted(name for name, _ in st["fallbacks"]) == ["c_branch", "c_skip", "c_walk"]
+    # rows are grouped by the shape of their stored expressions, whatever the rule did
+    assert st["fallbacks"] == [] and st["general_rows"] == 0
+    assert st["grouped_rows"] == ev.m and st["grouped_families"] == 5
     assert ev.m == 5 + 6 + 6
     assert m.c_skip[2] in ev.constraint_rows and 1 not in m.c_skip
     for x in (ev.x0, random_point(ev, 0.2)):
@@ -340,8 +346,8 @@ def test_branching_and_skip_rules_take_general_path():
 
 def test_rules_that_cannot_be_templatized_fall_back():
     """Rules that would templatize *wrongly* if the index were taken as a number
-    (set membership, Python containers, min/max, walking the set) must fall
-    back to the general path row by row and agree with ``templatize=False``."""
+    (set membership, Python containers, min/max, walking the set): the stored
+    rows are what counts, and they agree with ``templatize=False``."""
     m = pyo.ConcreteModel()
     m.I = pyo.RangeSet(6)
     m.S = pyo.Set(initialize=[2, 4])
@@ -361,8 +367,7 @@ def test_rules_that_cannot_be_templatized_fall_back():
     m.o = pyo.Objective(expr=sum((m.x[i] - 1)**2 for i in m.I))
     ev = PyomoNLPEvaluator(m)
     ev_g = PyomoNLPEvaluator(m, templatize=False)
-    assert ev.stats["template_rows"] == 0
-    assert sorted(n for n, _ in ev.stats["fallbacks"]) == sorted(rules)
+    assert ev.stats["fallbacks"] == [] and ev.stats["grouped_rows"] == ev.m == 6 * len(rules)
     x = random_point(ev, 0.1)
     rep = check_consistency(ev, ev_g, x)
     assert rep.ok, str(rep)
@@ -577,8 +582,8 @@ def test_indexed_scalar_and_general_forms_agree():
     ma, mb, mc = (consistency_model(k) for k in ("indexed", "scalar", "indexed"))
     eva, evb = PyomoNLPEvaluator(ma), PyomoNLPEvaluator(mb)
     evc = PyomoNLPEvaluator(mc, templatize=False)
-    assert eva.stats["template_rows"] == 3 * N_CONS
-    assert evb.stats["template_rows"] == 0 and evc.stats["template_rows"] == 0
+    assert eva.stats["grouped_rows"] == 3 * N_CONS == evb.stats["grouped_rows"]
+    assert evc.stats["grouped_rows"] == 0 and evc.stats["general_rows"] == 3 * N_CONS
 
     # evaluator values and derivatives, at the start and at a random point
     for x in (eva.x0, random_point(eva, 0.3)):
@@ -636,8 +641,8 @@ def test_two_dimensional_index_with_strings():
     m1, m2 = build(), build()
     ev1 = PyomoNLPEvaluator(m1)
     ev2 = PyomoNLPEvaluator(m2, templatize=False)
-    assert ev1.stats["template_rows"] == N * len(species) and ev1.stats["fallbacks"] == []
-    assert ev2.stats["template_rows"] == 0
+    assert ev1.stats["grouped_rows"] == N * len(species) and ev1.stats["fallbacks"] == []
+    assert ev2.stats["general_rows"] == N * len(species)
     x = random_point(ev1, 0.2)
     assert_derivatives(ev1, x)
     assert_values_match_pyomo(ev1, x)
@@ -689,9 +694,12 @@ def test_templatize_constraints_module_flag():
         pcon.TEMPLATIZE_CONSTRAINTS = old
     m = ode_model()
     ev = PyomoNLPEvaluator(m)
-    # 'split' (a sum over a set) falls back to the general path in both builds
+    # 'ode' and 'pos' are stored as templates and evaluated from them; 'split' is
+    # stored as a template sum, which is instantiated row by row from the stored template
     assert [n for n, _ in evt.stats["fallbacks"]] == ["split"]
-    assert evt.stats["template_rows"] == ev.stats["template_rows"] > 0
+    assert evt.stats["template_rows"] == len(mt.ode) + len(mt.pos)
+    assert evt.stats["grouped_rows"] == len(mt.split)
+    assert ev.stats["template_rows"] == 0 and ev.stats["grouped_rows"] == ev.m
     x = random_point(ev, 0.1)
     rep = check_consistency(ev, evt, x, var_key=_var_key, row_key=_row_key)
     assert rep.ok, str(rep)

@@ -163,19 +163,9 @@ def discrete_model_for(result):
 
 
 def _problem_of(result):
-    P = result.extra.get("problem")
+    P = result.problem
     if P is not None:
         return P
-    for key in ("discrete_model", "continuous_model"):
-        obj = result.extra.get(key)
-        if obj is not None:
-            return obj.problem
-    b = getattr(result.model, "est", None) if result.model is not None else None
-    if b is not None and hasattr(b, "problem"):
-        return b.problem
-    im = result.extra.get("interval_models")
-    if im is not None and hasattr(im, "problem"):
-        return im.problem
     raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} result; "
                      "pass problem=... explicitly")
 

@@ -29,6 +29,7 @@ import inspect
 
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult
+from ..problem.validation import validate_estimator
 
 __all__ = ["estimate", "APPROACH_NAMES", "approach_options"]
 
@@ -86,6 +87,9 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
     Returns
     -------
     EstimationResult
+        With known σ, a misfit inconsistent with the noise level (χ² test,
+        :func:`~pyomo_odeest.problem.noise.noise_check`) adds a warning to
+        ``result.warnings``.
 
     Examples
     --------
@@ -103,4 +107,7 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
                         f"it takes {list(accepted)}")
     if not isinstance(problem, EstimationProblem):
         raise ProblemError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
-    return fn(problem, **options)
+    if approach == "adaptive":
+        validate_estimator("adaptive", problem, **options)
+    from ..analysis.diagnostics import diagnose
+    return diagnose(problem, fn(problem, **options))

@@ -85,13 +85,14 @@ import numpy as np
 import pandas as pd
 import sympy
 
+from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
 from ..problem.misfit import misfit_constant, misfit_sym, observations
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization.grid import Grid, make_grid, resolve_grid
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import (EstimationProblem, Parameter, ProblemError,
-                                   require_single_experiment)
+                                   require_no_constraints, require_single_experiment)
 from ..problem.result import EstimationResult
 from ..discretization.schemes import get_scheme
 
@@ -165,13 +166,15 @@ class IntervalModels:
         self.models = []
         for a, b in zip(idx[:-1], idx[1:]):
             sub = t[a:b + 1]
+            # the order ramp also restarts at the switching times of the inputs inside
+            restarts = tuple(int(r - a) for r in grid.restarts if a < r < b)
             key = (tuple(problem.states), tuple(problem.parameter_names), tuple(problem.f_sym),
-                   scheme, tuple(sub.tolist()))
+                   scheme, tuple(sub.tolist()), restarts)
             dm = _MODEL_CACHE.get(key)
             if dm is None:
                 ip = _interval_problem(problem, self.node_params, sub[0], sub[-1])
                 g = Grid(t=sub, meas_times=np.zeros(0), I=np.zeros(len(sub), dtype=int),
-                         J=np.zeros(0, dtype=int))
+                         J=np.zeros(0, dtype=int), restarts=restarts)
                 dm = DiscreteModel(ip, scheme, grid=g)
                 _MODEL_CACHE[key] = dm
                 while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
@@ -232,7 +235,8 @@ def interval_models(problem, scheme="adams_pc", qmax=None, grid=None, max_step=N
         if max_step is None and steps_per_interval is None:
             steps_per_interval = 10
         grid = make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
-                         steps_per_interval=steps_per_interval, extra_times=node_t)
+                         steps_per_interval=steps_per_interval, extra_times=node_t,
+                         switches=problem.switch_times)
     else:
         grid = resolve_grid(problem, grid)
     cache = problem.__dict__.setdefault("_multiple_shooting_models", {})
@@ -650,6 +654,11 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         ``init``, ``interval_models``.
     """
     require_single_experiment(problem, "multiple shooting")
+    validate_estimator("multiple_shooting", problem, scheme=scheme, qmax=qmax, grid=grid,
+                       max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
+                       options=options, tee=tee, formulation=formulation, jacobian=jacobian,
+                       init=init)
+    require_no_constraints(problem, "multiple shooting")
     t_start = time.perf_counter()
     im = interval_models(problem, scheme, qmax, grid, max_step, steps_per_interval, nodes)
     u_start = problem.u0.copy() if u0 is None else np.asarray(u0, dtype=float).copy()
@@ -657,7 +666,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
     nlp = MultipleShootingNLP(problem, im, formulation, jacobian, u_start, S0)
     build_s = time.perf_counter() - t_start
     x_init = nlp.x0.copy()
-    opts = {"tol": 1e-8, "hessian_approximation": "limited-memory"}
+    opts = {"tol": 1e-8, "hessian_approximation": "limited-memory", "max_iter": DEFAULT_MAX_ITER}
     opts.update(options or {})
     history = []
 
@@ -688,7 +697,8 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
                        total_s=time.perf_counter() - t_start))
     res.extra.update(init=init_used, history=pd.DataFrame(
         history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"]))
-    return res
+    from ..analysis.diagnostics import diagnose
+    return diagnose(problem, res, im.scheme, grid=im.grid)
 
 
 def _node_trajectories(nlp, x):

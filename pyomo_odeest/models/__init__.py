@@ -5,6 +5,7 @@ from .diagonal_linear import (diagonal_linear_problem, diagonal_linear_exact_gra
                               diagonal_linear_exact_hessian, diagonal_linear_solution)
 from .seird import seird_problem, seird_data, seird_solution
 from .cops import GASOIL_OPTIMUM, PINENE_OPTIMUM, gasoil_problem, pinene_problem
+from .oscillator import OSC_OMEGA, oscillator_data, oscillator_problem
 from .hiv import HIV_PARAMETERS, HIV_ESTIMATED, HIV_STATES, HIV_TIMES, hiv_problem, hiv_simulate
 
 __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
@@ -12,4 +13,4 @@ __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
            "diagonal_linear_exact_hessian", "diagonal_linear_solution",
            "HIV_PARAMETERS", "HIV_ESTIMATED", "HIV_STATES", "HIV_TIMES", "hiv_problem",
            "hiv_simulate", "seird_problem", "seird_data", "seird_solution",
-           "pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM"]
+           "OSC_OMEGA", "oscillator_data", "oscillator_problem", "pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM"]

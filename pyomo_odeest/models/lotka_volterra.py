@@ -44,12 +44,13 @@ def lotka_volterra_data(seed=1, p=LV_TRUE, times=None, variance=0.05, noise=True
     return pd.DataFrame(y, index=pd.Index(times, name="time"), columns=["x1", "x2"])
 
 
-def lotka_volterra_problem(data=None, p0=LV_P0, bounds=None, seed=1):
-    """The [AT] estimation problem (least squares on both states)."""
+def lotka_volterra_problem(data=None, p0=LV_P0, bounds=None, seed=1, sigma=None):
+    """The [AT] estimation problem (least squares on both states; weights 1/σ²
+    when the noise level ``sigma`` is given)."""
     data = lotka_volterra_data(seed) if data is None else data
     bounds = bounds or {}
     params = [Parameter(f"p{k}", float(v), *bounds.get(f"p{k}", (None, None)))
               for k, v in zip(range(1, 5), p0)]
     return EstimationProblem(states=["x1", "x2"], parameters=params, rhs=lv_rhs,
                              initial={"x1": LV_X0[0], "x2": LV_X0[1]}, data=data,
-                             name="lotka_volterra")
+                             sigma=sigma, name="lotka_volterra")

@@ -2,12 +2,32 @@
 
 * cyipopt is imported lazily; a missing module gives a message naming the
   package to install.
-* Failed evaluations become ``cyipopt.CyIpoptEvaluationError`` so that Ipopt
-  rejects the trial step and backs off instead of stopping.
+* Failed evaluations (:class:`~pyomo_odeest.nlp.protocol.EvaluationError`,
+  arithmetic errors, ``ValueError``) become ``cyipopt.CyIpoptEvaluationError``
+  so that Ipopt rejects the trial step and backs off instead of stopping.
+* Any other exception raised in a callback (a bug, ``MemoryError``,
+  ``KeyboardInterrupt``, an exception of the user's ``intermediate``
+  callback) stops the solve: it is recorded, every later callback fails at
+  once without evaluating anything, the next ``intermediate`` call returns
+  ``False`` (Ipopt stops), and :func:`solve_with_ipopt` re-raises it once
+  Ipopt has returned.  cyipopt itself cannot be relied on for this: its
+  Hessian wrapper swallows exceptions, and Ipopt would go on with stale
+  values.  While Ipopt runs in the main thread, Ctrl-C (SIGINT) is turned
+  into the same path, so that it ends the solve at the next callback even
+  when it arrives inside cyipopt's own code.
+* Options given as Python ints are accepted where Ipopt takes a real number
+  (``bound_relax_factor=0``).
 * Time spent in callbacks and the iteration count are recorded.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +36,7 @@ import numpy as np
 from .protocol import EvaluationError
 
 __all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_scaling",
+           "ipopt_version",
            "start_value_magnitude",
            "CYIPOPT_MISSING"]
 
@@ -50,6 +71,16 @@ IPOPT_STATUS = {
 }
 
 
+def ipopt_version():
+    """Ipopt's version as a tuple of ints (None without cyipopt)."""
+    try:
+        import cyipopt
+    except ImportError:
+        return None
+    v = getattr(cyipopt, "IPOPT_VERSION", None)
+    return tuple(int(p) for p in v) if v is not None else None
+
+
 def import_cyipopt():
     try:
         import cyipopt
@@ -75,6 +106,10 @@ class IpoptResult:
     counts: dict = field(default_factory=dict)
 
 
+class SolveAborted(Exception):
+    """Internal marker: a callback was asked to run after the solve was aborted."""
+
+
 class _Problem:
     """The callback object handed to ``cyipopt.Problem``."""
 
@@ -85,14 +120,26 @@ class _Problem:
         self.iterations = 0
         self.counts = dict(objective=0, gradient=0, constraints=0, jacobian=0, hessian=0)
         self._user_intermediate = intermediate
+        self.error = None            # the exception that aborted the solve
+        self.error_in = None         # the callback it was raised in
+
+    def abort(self, err, where):
+        if self.error is None:
+            self.error, self.error_in = err, where
 
     def _call(self, name, *args):
+        if self.error is not None:
+            # aborted: nothing more is evaluated; Ipopt stops at the next iteration
+            raise self._err(f"solve aborted by {type(self.error).__name__} in {self.error_in}")
         t = time.perf_counter()
         self.counts[name] += 1
         try:
             return getattr(self.ev, name)(*args)
         except (EvaluationError, ArithmeticError, ValueError) as err:
             raise self._err(str(err)) from None
+        except BaseException as err:                 # noqa: BLE001 - re-raised after the solve
+            self.abort(err, name)
+            raise self._err(f"solve aborted by {type(err).__name__} in {name}") from None
         finally:
             self.eval_s += time.perf_counter() - t
 
@@ -119,13 +166,93 @@ class _Problem:
 
     def intermediate(self, alg_mod, iter_count, obj_value, inf_pr, inf_du, mu,
                      d_norm, regularization_size, alpha_du, alpha_pr, ls_trials):
+        if self.error is not None:
+            return False
         self.iterations = iter_count
         if self._user_intermediate is not None:
-            r = self._user_intermediate(iter_count=iter_count, obj_value=obj_value,
-                                        inf_pr=inf_pr, inf_du=inf_du, mu=mu)
+            try:
+                r = self._user_intermediate(iter_count=iter_count, obj_value=obj_value,
+                                            inf_pr=inf_pr, inf_du=inf_du, mu=mu)
+            except BaseException as err:             # noqa: BLE001 - re-raised after the solve
+                self.abort(err, "intermediate")
+                return False
             if r is False:
                 return False
         return True
+
+
+@contextlib.contextmanager
+def _sigint_aborts(prob):
+    """While Ipopt runs, SIGINT records a KeyboardInterrupt in ``prob`` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def handler(signum, frame):
+        prob.abort(KeyboardInterrupt(), "Ipopt (SIGINT)")
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def _captured_stdout(out):
+    """Capture what C code writes to file descriptor 1 (Ipopt's option messages)."""
+    sys.stdout.flush()
+    try:
+        libc = ctypes.CDLL(None)          # C stdio buffers are flushed before restoring
+    except OSError:                        # pragma: no cover - platforms without it
+        libc = None
+    if libc is not None:
+        libc.fflush(None)                  # earlier output (a tee'd log) stays where it was
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(1)
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield
+        finally:
+            if libc is not None:
+                libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            out.append(tmp.read().decode(errors="replace"))
+
+
+def _add_options(nlp, opts):
+    """Give ``opts`` to Ipopt: bools as yes/no, numpy scalars as Python numbers,
+    ints retried as floats where Ipopt takes a real number."""
+    msgs = []
+    with _captured_stdout(msgs):
+        bad = []
+        for k, v in opts.items():
+            if isinstance(v, (bool, np.bool_)):
+                v = "yes" if v else "no"
+            elif isinstance(v, np.integer):
+                v = int(v)
+            elif isinstance(v, np.floating):
+                v = float(v)
+            try:
+                nlp.add_option(k, v)
+                continue
+            except TypeError:
+                pass
+            if isinstance(v, int):
+                try:
+                    nlp.add_option(k, float(v))
+                    continue
+                except TypeError:
+                    pass
+            bad.append((k, v))
+    if bad:
+        k, v = bad[0]
+        detail = " ".join(msgs[0].split()) if msgs and msgs[0].strip() else ""
+        raise ValueError(f"Ipopt option {k}={v!r} was refused"
+                         + (f": {detail[:400]}" if detail else ""))
 
 
 def start_value_magnitude(x0):
@@ -229,22 +356,24 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         opts.setdefault("sb", "yes")
     else:
         opts.setdefault("sb", "yes")
-    for k, v in opts.items():
-        if isinstance(v, (bool, np.bool_)):
-            v = "yes" if v else "no"
-        elif isinstance(v, np.integer):
-            v = int(v)
-        elif isinstance(v, np.floating):
-            v = float(v)
-        try:
-            nlp.add_option(k, v)
-        except TypeError as err:
-            raise ValueError(f"Ipopt option {k}={v!r}: {err}") from None
+    try:
+        _add_options(nlp, opts)
+    except ValueError:
+        nlp.close()
+        raise
     x_start = ev.x0 if x0 is None else np.asarray(x0, dtype=float)
     t = time.perf_counter()
-    x, info = nlp.solve(x_start)
+    try:
+        with _sigint_aborts(prob):
+            x, info = nlp.solve(x_start)
+    except BaseException as err:                     # noqa: BLE001 - cyipopt re-raising
+        prob.abort(err, "cyipopt")
+    finally:
+        nlp.close()
     ipopt_s = time.perf_counter() - t
-    nlp.close()
+    if prob.error is not None:
+        # an exception in a callback (or Ctrl-C) stopped Ipopt: nothing is returned
+        raise prob.error
     status = int(info["status"])
     msg = info["status_msg"]
     if isinstance(msg, bytes):

@@ -4,7 +4,7 @@ adaptive-step block (:mod:`.adaptive_block`), the pyomo.dae transformations
 ``SolverFactory('odeest_ipopt')`` (:mod:`.solver`) with its evaluator of Pyomo
 expression trees (:mod:`.evaluator`, :mod:`.family`)."""
 from .evaluator import PyomoNLPEvaluator, UnsupportedModelError
-from .solver import SOLVER_NAME, OdeestIpoptSolver
+from .solver import SOLVER_NAME, OdeestIpoptSolver, use_as_ipopt
 from .block import add_objective_term, build_block, scheme_constraint
 from .experiments import build_experiment_blocks
 from .adaptive_block import build_adaptive_block, estimate_adaptive
@@ -13,4 +13,4 @@ from .dae import AdamsTransformation, DaeSchemeError, EnrightTransformation, pro
 __all__ = ["PyomoNLPEvaluator", "UnsupportedModelError", "SOLVER_NAME", "OdeestIpoptSolver",
            "add_objective_term", "build_block", "build_experiment_blocks", "scheme_constraint", "build_adaptive_block",
            "estimate_adaptive", "AdamsTransformation", "DaeSchemeError", "EnrightTransformation",
-           "problem_from_dae"]
+           "problem_from_dae", "use_as_ipopt"]

@@ -112,6 +112,10 @@ class _SchemeTransformation(Transformation):
         if "scheme" in cs.get_discretization_info():
             raise DaeSchemeError(f"ContinuousSet '{cs.name}' is already discretized "
                                  f"({cs.get_discretization_info()['scheme']})")
+        if not any(cs in dv.get_continuousset_list()
+                   for dv in model.component_objects(DerivativeVar, descend_into=True)):
+            raise DaeSchemeError(f"the model has no DerivativeVar with respect to ContinuousSet "
+                                 f"'{cs.name}': there is no ODE to discretize")
         scheme = get_scheme(self._variants[cfg.variant], cfg.qmax)
         pts = sorted(float(p) for p in cs)
         sp = cfg.steps_per_interval

@@ -2,18 +2,30 @@
 
 How a model becomes callbacks
 -----------------------------
-1. Every active indexed constraint is first offered to
-   :func:`pyomo.core.expr.template_expr.templatize_constraint`.  When its rule
-   templatizes (one expression in symbolic indices, such as every discretized
-   ODE), the template is converted once to sympy, differentiated once, and its
-   slot positions for all rows are gathered with vectorised index arithmetic:
-   the whole constraint becomes one :class:`~pyomo_odeest.pyomo.family.Family`.
-2. Everything else (scalar constraints, rules that branch on the index or walk
-   ordered sets, objective terms) takes the general path: each expression is
-   walked once, and rows with the same *structure* (operators and leaf kinds)
-   are grouped into one family, so a thousand scalar constraints of the same
-   shape still cost one vectorised call per callback.
-3. Sparsity of the Jacobian and of the lower-triangular Lagrangian Hessian is
+Everything is read from the data stored in the model passed in; constraint
+rules are never called again (a rule may refer to another model, for example
+the original of a clone, or no longer describe a row changed by
+``set_value``).
+
+1. Every active constraint row is read in one pass over its stored
+   expression (:func:`_flatten`), which gives its *signature* (the class of
+   every node, the arity of sums, constant exponents, function names) and its
+   leaves (variables, Params, numbers).  Rows with equal signatures, from any
+   component, share one symbolic expression: it is converted to sympy,
+   differentiated and lambdified once
+   (:class:`~pyomo_odeest.pyomo.family.Family`), and the positions of every
+   row's own leaves are gathered into an index array, so each callback is one
+   vectorised call per family.  Every discretized ODE, whatever the rule that
+   built it, becomes a handful of families.
+2. Rows stored as a template (Pyomo's ``TEMPLATIZE_CONSTRAINTS``: one
+   template expression in symbolic indices shared by all rows) are evaluated
+   from that stored template with vectorised index arithmetic, without
+   creating the rows; rows changed since (``set_value``) are concrete rows and
+   take step 1, and a template the evaluator cannot read is instantiated row
+   by row from the stored template.
+3. With ``templatize=False`` every row is walked on its own (the reference
+   path of the tests); rows of equal structure are still grouped.
+4. Sparsity of the Jacobian and of the lower-triangular Lagrangian Hessian is
    computed once; each callback evaluates each family once and scatters the
    values with precomputed positions.
 
@@ -23,21 +35,19 @@ built.
 """
 from __future__ import annotations
 
-import logging
 import time
 import warnings
-from io import StringIO
 
 import numpy as np
 import sympy
-from pyomo.common.log import LoggingIntercept
+from pyomo.common.numeric_types import native_numeric_types
 from pyomo.core.base.constraint import Constraint
 from pyomo.core.base.objective import Objective
 from pyomo.core.base.param import Param
 from pyomo.core.base.var import Var
 from pyomo.core.expr import numeric_expr as ne
 from pyomo.core.expr import relational_expr as re_
-from pyomo.core.expr.template_expr import IndexTemplate, templatize_constraint
+from pyomo.core.expr.template_expr import IndexTemplate, resolve_template
 from pyomo.environ import value
 
 try:                      # Pyomo >= 6.9 (TEMPLATIZE_CONSTRAINTS)
@@ -320,6 +330,157 @@ def _kinds(leaves):
 
 
 # --------------------------------------------------------------------------
+# stored expressions: signatures, bounds, stored templates
+# --------------------------------------------------------------------------
+class _SignatureMismatch(ValueError):
+    """Rows of one signature could not be turned into one family."""
+
+
+_NATIVE, _EXPR, _SUM, _VAR, _LEAF, _NAMED, _POW, _UNARY_FN = range(8)   # order matters
+_NODE_KIND = {}
+
+
+def _node_kind(cls, node):
+    if cls in native_numeric_types:
+        k = _NATIVE
+    elif not node.is_expression_type():
+        k = _VAR if node.is_variable_type() else _LEAF
+    elif node.is_named_expression_type():
+        k = _NAMED
+    elif issubclass(cls, (ne.SumExpression, ne.LinearExpression)):
+        k = _SUM
+    elif issubclass(cls, ne.PowExpression):
+        k = _POW
+    elif issubclass(cls, ne.UnaryFunctionExpression):
+        k = _UNARY_FN
+    else:
+        k = _EXPR
+    _NODE_KIND[cls] = k
+    return k
+
+
+def _flatten(expr, reg=None):
+    """``(signature, leaves)`` of a stored expression, read in one pass.
+
+    The signature lists, in prefix order, the class of every node, the
+    number of terms of every sum, the numeric exponent of every power with a
+    constant exponent and the name of every unary function: everything
+    :func:`~pyomo_odeest.symbolic.structure.walk` (``template=True``) bases
+    its structure on.  Two expressions with equal signatures therefore have
+    the same structure and differ only in their leaves (variables, Params,
+    numbers), which are returned in walk order.  With ``reg``, free
+    variables get their columns in first-seen order, as on the general path.
+    """
+    sig, leaves = [], []
+    add, leaf = sig.append, leaves.append
+    stack = [expr]
+    pop, push = stack.pop, stack.append
+    kinds = _NODE_KIND
+    col_of = reg.col_of if reg is not None else None
+    while stack:
+        n = pop()
+        c = n.__class__
+        k = kinds.get(c)
+        if k is None:
+            k = _node_kind(c, n)
+        add(c)
+        if k == _EXPR or k == _SUM:
+            a = n.args
+            if k == _SUM:
+                add(len(a))
+            for x in reversed(a):
+                push(x)
+        elif k == _VAR:
+            leaf(n)
+            if col_of is not None and id(n) not in col_of:
+                reg.position(n)
+        elif k <= _LEAF:                 # a number, Param, constant
+            leaf(n)
+        elif k == _NAMED:
+            push(n.expr)
+        elif k == _POW:
+            b, e = n.args
+            if e.__class__ in native_numeric_types:
+                add(e)
+            else:
+                push(e)
+            push(b)
+        else:
+            add(n.getname())
+            push(n.args[0])
+    return tuple(sig), leaves
+
+
+def _is_constant(e):
+    return e.__class__ in native_numeric_types or not e.is_potentially_variable()
+
+
+# which argument of the stored relational expression is the body
+_BODY_ARG = {"left": 0, "right": 1, "ranged": 1}
+
+
+def _bounded_mode(rel, d):
+    """How ``rel`` maps to ``lb <= body <= ub`` (as ``ConstraintData.to_bounded_expression``):
+    ``'ranged'`` (lb, body, ub), ``'left'`` (body = lhs, bound = rhs),
+    ``'right'`` (body = rhs, bound = lhs) or ``'diff'`` (body = lhs - rhs)."""
+    if isinstance(rel, re_.RangedExpression):
+        return "ranged"
+    if not isinstance(rel, (re_.EqualityExpression, re_.InequalityExpression)):
+        raise UnsupportedModelError(
+            f"constraint '{d.name}' stores {type(rel).__name__}, not a relational expression")
+    a, b = rel.args
+    if _is_constant(b):
+        return "left"
+    if _is_constant(a):
+        return "right"
+    return "diff"
+
+
+def _bound_values(mode, rels, datas):
+    """Lower and upper bounds of rows stored as ``rels`` (all of one mode)."""
+    n = len(rels)
+    rep = rels[0]
+    eq = isinstance(rep, re_.EqualityExpression)
+    if mode == "diff":
+        return np.zeros(n) if eq else np.full(n, -INF), np.zeros(n)
+
+    def side(j):
+        if not _is_constant(rep.args[j]):          # ranged bound with fixed variables
+            for r, d in zip(rels, datas):
+                if not r.args[j].is_fixed():
+                    raise UnsupportedModelError(
+                        f"constraint '{d.name}' is a ranged inequality with a variable "
+                        "bound; write it as two inequalities")
+        v = np.array([value(r.args[j]) for r in rels], dtype=float)
+        if np.isnan(v).any():
+            d = datas[int(np.flatnonzero(np.isnan(v))[0])]
+            raise ValueError(f"constraint '{d.name}' has a NaN bound")
+        return v
+
+    if mode == "ranged":
+        return side(0), side(2)
+    if mode == "left":
+        v = side(1)
+        return (v if eq else np.full(n, -INF)), v
+    v = side(0)
+    return v, (v if eq else np.full(n, INF))
+
+
+def _instantiate(info, index):
+    """The concrete relational expression of row ``index`` of a constraint stored
+    as the template ``info = (expression, index templates)`` (never by calling
+    the rule, which may refer to another model)."""
+    expr, templates = info
+    for t in templates:
+        t.set_value(index)
+    try:
+        return resolve_template(expr)
+    finally:
+        for t in templates:
+            t.set_value()
+
+
+# --------------------------------------------------------------------------
 # the evaluator
 # --------------------------------------------------------------------------
 class PyomoNLPEvaluator(NLPEvaluator):
@@ -331,8 +492,9 @@ class PyomoNLPEvaluator(NLPEvaluator):
         Active constraints and the (at most one) active objective below it are
         included; deactivated components are ignored.
     templatize : bool
-        Try to templatize indexed constraints (default ``True``).  With
-        ``False`` every row takes the general path (useful for testing).
+        Group rows by the signature of their stored expressions and evaluate
+        stored templates vectorised (default ``True``).  With ``False`` every
+        row is walked on its own (the reference path of the tests).
 
     Attributes
     ----------
@@ -349,32 +511,41 @@ class PyomoNLPEvaluator(NLPEvaluator):
         _check_supported(model)
         reg = _Registry()
         self._reg = reg
-        self.stats = {"template_families": 0, "general_families": 0,
-                      "template_rows": 0, "general_rows": 0, "fallbacks": []}
+        self.stats = {"template_families": 0, "grouped_families": 0, "general_families": 0,
+                      "template_rows": 0, "grouped_rows": 0, "general_rows": 0,
+                      "fallbacks": []}
         con_fams = []        # (Family, lb array, ub array)
         groups = {}
 
+        rows = []            # (ConstraintData, stored relational expression)
         for con in model.component_objects(Constraint, active=True, descend_into=True):
-            datas = [d for d in con.values() if d.active]
-            if not datas:
-                continue
-            done = False
-            if templatize and con.is_indexed() and len(datas) > 1 and len(datas) == len(con):
-                try:
-                    fam = self._template_family(con, datas)
-                except (KeyError, TypeError, ValueError, AttributeError, IndexError,
-                        UnsupportedExpressionError) as err:
-                    fam = None
-                    self.stats["fallbacks"].append((con.name, str(err).split("\n")[0]))
-                except Exception as err:          # templatize errors on branching rules
-                    fam = None
-                    self.stats["fallbacks"].append((con.name, str(err).split("\n")[0]))
+            stored = {}      # id(template info) -> (info, [TemplateConstraintData])
+            for d in con.values():
+                if not d.active:
+                    continue
+                if isinstance(d, _TemplateDataMixin):
+                    info = d._expr
+                    stored.setdefault(id(info), (info, []))[1].append(d)
+                else:
+                    rows.append((d, d.expr))
+            for info, tds in stored.values():
+                fam = None
+                if templatize:
+                    try:
+                        fam = self._template_family(con.name, info, tds)
+                    except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+                            UnsupportedExpressionError) as err:
+                        self.stats["fallbacks"].append((con.name, str(err).split("\n")[0]))
                 if fam is not None:
                     con_fams.append(fam)
-                    done = True
-            if not done:
-                for d in datas:
-                    self._general_row(d, groups)
+                else:
+                    rows.extend((d, _instantiate(info, d.index())) for d in tds)
+        rows = [(d, rel) for d, rel in rows if rel is not None]
+        if templatize:
+            self._grouped_rows(rows, con_fams, groups)
+        else:
+            for d, rel in rows:
+                self._general_row(d, rel, groups)
 
         for g in groups.values():
             idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
@@ -396,32 +567,39 @@ class PyomoNLPEvaluator(NLPEvaluator):
         if objs:
             obj = objs[0]
             self.sense = 1.0 if obj.sense == 1 else -1.0
-            ogroups = {}
-            for term in _flatten_sum(obj.expr, []):
-                leaves = []
+            terms = _flatten_sum(obj.expr, [])
+            if templatize:
                 try:
-                    s = walk(term, leaves)
+                    obj_fams = self._grouped_terms(terms)
                 except UnsupportedExpressionError as err:
                     raise UnsupportedModelError(f"objective '{obj.name}': {err}") from None
-                kinds = _kinds(leaves)
-                g = ogroups.get(s)
-                if g is None:
-                    g = ogroups[s] = _Group(s, kinds)
-                g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p)
-                               for k, p in leaves])
-            for g in ogroups.values():
-                idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
-                obj_fams.append(Family("objective", compile_family(g.structure, g.kinds, to_sympy), idx))
+            else:
+                ogroups = {}
+                for term in terms:
+                    leaves = []
+                    try:
+                        s = walk(term, leaves)
+                    except UnsupportedExpressionError as err:
+                        raise UnsupportedModelError(f"objective '{obj.name}': {err}") from None
+                    g = ogroups.get(s)
+                    if g is None:
+                        g = ogroups[s] = _Group(s, _kinds(leaves))
+                    g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p)
+                                   for k, p in leaves])
+                for g in ogroups.values():
+                    idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
+                    obj_fams.append(Family("objective",
+                                           compile_family(g.structure, g.kinds, to_sympy), idx))
 
         self._finalize(con_fams, obj_fams)
         self.stats["setup_s"] = time.perf_counter() - t_start
 
     # -- building ----------------------------------------------------------
-    def _template_family(self, con, datas):
-        # Pyomo logs an ERROR for rules that cannot be templatized (branching on
-        # the index); that is an expected fallback here, so keep it off the console
-        with LoggingIntercept(StringIO(), "pyomo.core.expr.template_expr", logging.ERROR):
-            tmpl, templates = templatize_constraint(con)
+    def _template_family(self, name, info, datas):
+        """One family from a constraint stored as a template (Pyomo's
+        ``TEMPLATIZE_CONSTRAINTS``): the stored template expression is the
+        constraint's data, shared by ``datas`` (rows still holding it)."""
+        tmpl, templates = info
         parts = _relational_parts(tmpl)
         if parts is None:
             raise ValueError("template is not a supported relational expression")
@@ -436,17 +614,20 @@ class PyomoNLPEvaluator(NLPEvaluator):
         n = len(keys)
         self.stats["template_families"] += 1
         self.stats["template_rows"] += n
-        return (Family(con.name, comp, idx, datas), np.full(n, lb), np.full(n, ub))
+        return (Family(name, comp, idx, datas), np.full(n, lb), np.full(n, ub))
 
-    def _general_row(self, d, groups):
-        if isinstance(d, _TemplateDataMixin):
-            # built under TEMPLATIZE_CONSTRAINTS: body/lb/ub would return the
-            # template (with IndexTemplates); reading .expr makes the row concrete
-            d.expr
-        lo, hi = d.lb, d.ub
+    def _general_row(self, d, rel, groups):
+        """Walk one row (stored relational expression ``rel`` of ``d``) on its own."""
+        mode = _bounded_mode(rel, d)
+        args = rel.args
+        if mode == "diff":
+            body = args[0] - args[1]
+        else:
+            body = args[_BODY_ARG[mode]]
+        lo, hi = _bound_values(mode, [rel], [d])
         leaves = []
         try:
-            s = walk(d.body, leaves)
+            s = walk(body, leaves)
         except UnsupportedExpressionError as err:
             raise UnsupportedModelError(f"constraint '{d.name}': {err}") from None
         kinds = _kinds(leaves)
@@ -457,7 +638,116 @@ class PyomoNLPEvaluator(NLPEvaluator):
         g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p)
                        for k, p in leaves])
         g.objs.append(d)
-        g.bounds.append((-INF if lo is None else float(lo), INF if hi is None else float(hi)))
+        g.bounds.append((float(lo[0]), float(hi[0])))
+
+    def _grouped_rows(self, rows, con_fams, groups):
+        """Rows whose stored expressions have the same signature (operators,
+        leaf types, arities, exponents, function names) share one family; the
+        leaves of every row are read from its own stored expression."""
+        by_sig = {}
+        reg = self._reg
+        for d, rel in rows:
+            sig, leaves = _flatten(rel, reg)
+            g = by_sig.get(sig)
+            if g is None:
+                g = by_sig[sig] = ([], [], [])
+            g[0].append(d)
+            g[1].append(rel)
+            g[2].append(leaves)
+        for ds, rels, leaves in by_sig.values():
+            try:
+                fam = self._stored_family(ds, rels, leaves)
+            except (UnsupportedExpressionError, _SignatureMismatch) as err:
+                self.stats["fallbacks"].append((ds[0].parent_component().name,
+                                                str(err).split("\n")[0]))
+                for d, rel in zip(ds, rels):
+                    self._general_row(d, rel, groups)
+                continue
+            con_fams.append(fam)
+            self.stats["grouped_families"] += 1
+            self.stats["grouped_rows"] += len(ds)
+
+    def _stored_family(self, ds, rels, leaves):
+        rep = rels[0]
+        mode = _bounded_mode(rep, ds[0])
+        counts = [len(_flatten(a)[1]) for a in rep.args]
+        offs = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        if mode == "diff":
+            la, lb_ = [], []
+            sa = walk(rep.args[0], la, template=True)
+            sb = walk(rep.args[1], lb_, template=True)
+            structure, wleaves, slots = ("+", sa, ("neg", sb)), la + lb_, range(offs[2])
+        else:
+            j = _BODY_ARG[mode]
+            wleaves = []
+            structure = walk(rep.args[j], wleaves, template=True)
+            slots = range(offs[j], offs[j + 1])
+        lo, hi = _bound_values(mode, rels, ds)
+        idx, kinds = self._slot_positions(structure, wleaves, slots, leaves)
+        comp = compile_family(structure, kinds, to_sympy)
+        name = ds[0].parent_component().name
+        return Family(name, comp, idx, list(ds)), lo, hi
+
+    def _grouped_terms(self, terms):
+        """Objective terms grouped by signature (see :meth:`_grouped_rows`)."""
+        by_sig = {}
+        reg = self._reg
+        for term in terms:
+            sig, leaves = _flatten(term, reg)
+            g = by_sig.get(sig)
+            if g is None:
+                g = by_sig[sig] = ([], [])
+            g[0].append(term)
+            g[1].append(leaves)
+        fams = []
+        for ts, leaves in by_sig.values():
+            wleaves = []
+            structure = walk(ts[0], wleaves, template=True)
+            idx, kinds = self._slot_positions(structure, wleaves, range(len(leaves[0])), leaves)
+            fams.append(Family("objective", compile_family(structure, kinds, to_sympy), idx))
+        return fams
+
+    def _slot_positions(self, structure, wleaves, slots, leaves):
+        """Positions in ``w`` of the body slots of every row, and the slot kinds.
+
+        ``wleaves``: the leaves :func:`walk` found in the representative row
+        (they must be the representative's flattened leaves at ``slots``);
+        ``leaves``: the flattened leaves of every row.
+        """
+        rep = leaves[0]
+        if len(wleaves) != len(slots):
+            raise _SignatureMismatch("walked and flattened leaves differ")
+        for (kw, p), k in zip(wleaves, slots):
+            o = rep[k]
+            if kw == "V":
+                ok = p is o
+            elif kw == "C":
+                ok = (o.__class__ in native_numeric_types or not o.is_variable_type()) \
+                    and float(value(o)) == p
+            else:
+                ok = False
+            if not ok:
+                raise _SignatureMismatch("walked and flattened leaves differ")
+        kinds = _kinds(wleaves)
+        reg = self._reg
+        col_of = reg.col_of
+        nrows = len(leaves)
+        idx = np.empty((nrows, len(slots)), dtype=np.int64)
+        for j, (k, kind) in enumerate(zip(slots, kinds)):
+            col = [lv[k] for lv in leaves]
+            if kind == "V":
+                pos = [col_of.get(id(o)) for o in col]
+                if None in pos:
+                    pos = [reg.position(o) if p is None else p for o, p in zip(col, pos)]
+                idx[:, j] = pos
+            else:
+                vals = np.array([o if o.__class__ in native_numeric_types else value(o)
+                                 for o in col], dtype=float)
+                if nrows > 1 and np.all(vals == vals[0]):
+                    idx[:, j] = reg.pool_scalar(vals[0])
+                else:
+                    idx[:, j] = reg.pool_array(vals)
+        return idx, kinds
 
     def _finalize(self, con_fams, obj_fams):
         reg = self._reg
@@ -691,7 +981,7 @@ def _check_supported(model):
             raise UnsupportedModelError(
                 f"{what} '{c.name}' is not supported: the solver handles smooth NLPs only")
     try:
-        from pyomo.gdp import Disjunct, Disjunction
+        from pyomo.gdp import Disjunction
         for c in model.component_data_objects(Disjunction, active=True, descend_into=True):
             raise UnsupportedModelError(
                 f"disjunction '{c.name}' is not supported: apply a GDP transformation first")

@@ -169,7 +169,7 @@ def second_derivatives(exprs, x_sym, u_sym, t_sym):
     ``(X, u, t, lam)`` (``lam`` passed as extra argument of shape
     ``(npts, len(exprs))``).
     """
-    lam = sympy.symbols(f"lam0:{len(exprs)}", real=True)
+    lam = sympy.symbols(f"lam0:{len(exprs)}", real=True, cls=sympy.Dummy)   # never a user name
     lam = (lam,) if isinstance(lam, sympy.Symbol) else tuple(lam)
     s = sum(l * e for l, e in zip(lam, exprs))
     gx = [sympy.diff(s, v) for v in x_sym]

@@ -8,9 +8,12 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ...nlp.cyipopt_adapter import start_value_magnitude
+from ...problem.validation import validate_estimator
+from ...nlp.cyipopt_adapter import solve_with_ipopt, start_value_magnitude
+from ...nlp.protocol import EvaluationError
 from ...problem.declaration import EstimationProblem, ProblemError
-from ...problem.result import EstimationResult
+from ...problem.result import EstimationResult, stack_experiments
+from ...discretization.experiments import ExperimentModels
 from .functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
 from .model import ContinuousModel
 
@@ -61,14 +64,17 @@ class _ScaledObjective:
 
 
 class _IpoptProblem:
-    """cyipopt callback object for a bound-constrained problem (m = 0)."""
+    """The bound-constrained problem (m = 0) as an evaluator for
+    :func:`~pyomo_odeest.nlp.cyipopt_adapter.solve_with_ipopt`."""
 
-    def __init__(self, obj, err):
+    m = 0
+    g_lb = g_ub = np.zeros(0)
+
+    def __init__(self, obj, w0, wl, wu):
         self.obj = obj
-        self.err = err
-        self.iterations = 0
-        n = int(obj.free.sum())
-        self._rows, self._cols = np.tril_indices(n)
+        self.n = len(w0)
+        self.x0, self.x_lb, self.x_ub = w0, wl, wu
+        self._rows, self._cols = np.tril_indices(self.n)
 
     def _guard(self, fn, *args):
         try:
@@ -76,9 +82,9 @@ class _IpoptProblem:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 v = fn(*args)
         except (IntegrationError, ArithmeticError, ValueError, np.linalg.LinAlgError) as err:
-            raise self.err(str(err)) from None
+            raise EvaluationError(str(err)) from None
         if not np.all(np.isfinite(v)):
-            raise self.err("non-finite value")
+            raise EvaluationError("non-finite value")
         return v
 
     def objective(self, w):
@@ -93,19 +99,15 @@ class _IpoptProblem:
     def jacobian(self, w):
         return np.zeros(0)
 
-    def jacobianstructure(self):
+    def jacobian_structure(self):
         return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
 
-    def hessianstructure(self):
+    def hessian_structure(self):
         return self._rows, self._cols
 
     def hessian(self, w, lagrange, obj_factor):
         H = self._guard(self.obj.hessian, w)
         return obj_factor * H[self._rows, self._cols]
-
-    def intermediate(self, alg_mod, iter_count, *args):
-        self.iterations = iter_count
-        return True
 
 
 def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient="adjoint",
@@ -174,6 +176,9 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         :math:`\lambda(t^-)` on the grid (``'adjoint'``), the start and its
         objective, the integrator counters and the model.
     """
+    validate_estimator("continuous", problem, u0=u0, options=options, tee=tee,
+                       optimizer=optimizer, gradient=gradient, hessian=hessian,
+                       **({} if model is not None else dict(method=method)))
     t_start = time.perf_counter()
     if optimizer not in ("ipopt", "L-BFGS-B", "trust-constr"):
         raise ValueError("optimizer must be 'ipopt', 'L-BFGS-B' or 'trust-constr'")
@@ -181,8 +186,14 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         raise ValueError(f"gradient must be one of {GRADIENT_METHODS}")
     if hessian is not None and hessian not in HESSIAN_METHODS:
         raise ValueError(f"hessian must be None or one of {HESSIAN_METHODS}")
-    cm = model if model is not None else ContinuousModel(problem, method=method, rtol=rtol,
-                                                         atol=atol)
+    if model is not None:
+        cm = model
+    elif problem.experiments:
+        cm = ContinuousExperiments(problem, [
+            ContinuousModel(sp, method=method, rtol=rtol, atol=atol)
+            for sp in problem.experiment_problems])
+    else:
+        cm = ContinuousModel(problem, method=method, rtol=rtol, atol=atol)
     u_start = cm._u(u0)
     free = problem.free_mask
     if not free.any():
@@ -199,29 +210,15 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
 
     t_solve = time.perf_counter()
     if optimizer == "ipopt":
-        from ...nlp.cyipopt_adapter import IPOPT_STATUS, import_cyipopt
-        cyipopt = import_cyipopt()
-        cb = _IpoptProblem(obj, cyipopt.CyIpoptEvaluationError)
-        big = 1e20
-        nlp = cyipopt.Problem(n=len(w0), m=0, problem_obj=cb,
-                              lb=np.where(np.isfinite(wl), wl, -big),
-                              ub=np.where(np.isfinite(wu), wu, big))
         opts = dict(tol=1e-8, acceptable_tol=1e-2, acceptable_iter=5,
                     acceptable_obj_change_tol=max(1e-12, 10 * cm.rtol), max_iter=500)
         if hessian is None:
             opts["hessian_approximation"] = "limited-memory"
         opts.update(options or {})
-        opts.setdefault("print_level", 5 if tee else 0)
-        opts.setdefault("sb", "yes")
-        for key, v in opts.items():
-            if isinstance(v, (bool, np.bool_)):
-                v = "yes" if v else "no"
-            nlp.add_option(key, v)
-        w, info = nlp.solve(w0)
-        nlp.close()
-        status = IPOPT_STATUS.get(int(info["status"]), f"status_{info['status']}")
+        # exceptions other than failed evaluations (and Ctrl-C) stop Ipopt and are re-raised
+        r = solve_with_ipopt(_IpoptProblem(obj, w0, wl, wu), options=opts, tee=tee)
+        w, status, iterations = r.x, r.status_name, r.iterations
         success = status in _SUCCESS
-        iterations = cb.iterations
         mname = f"ipopt/{'limited-memory' if hessian is None else 'exact-hessian:' + hessian}"
     else:
         from scipy.optimize import Bounds, minimize
@@ -253,12 +250,14 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     u_hat = obj.u(w)
     J = cm.objective(u_hat)
     g = cm.gradient(u_hat, "adjoint" if gradient == "fd" else gradient)
-    times = np.union1d(np.linspace(cm.t0, cm.T, n_grid), cm.tau)
-    states = cm.simulate(u_hat, times)
-    fitted = cm.observations(u_hat)
-    residuals = (fitted - problem.data).where(problem.mask)
-    lam = cm.adjoint(u_hat, times=times)["lambda"]
-    return EstimationResult(
+    if problem.experiments:
+        parts = [_frames(sp, m, u_hat, n_grid) for sp, m in
+                 zip(problem.experiment_problems, cm.models)]
+        states, fitted, residuals, lam = (
+            stack_experiments(problem.experiment_names, [p[a] for p in parts]) for a in range(4))
+    else:
+        states, fitted, residuals, lam = _frames(problem, cm, u_hat, n_grid)
+    res = EstimationResult(
         approach="continuous_adjoint", method=f"{mname}, gradient={gradient}",
         scheme=f"solve_ivp {cm.method} (rtol={cm.rtol:g}, atol={cm.atol:g})",
         estimates=pd.Series(u_hat, index=problem.parameter_names, name="estimate"),
@@ -270,3 +269,43 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         extra=dict(gradient=pd.Series(g, index=problem.parameter_names), adjoint=lam,
                    start=pd.Series(u_start, index=problem.parameter_names),
                    objective_start=J_start, scale=s, continuous_model=cm))
+    from ...analysis.diagnostics import diagnose
+    return diagnose(problem, res)
+
+
+def _frames(problem, cm, u, n_grid):
+    """States on a fine grid, fitted observations, residuals and adjoint of one experiment."""
+    times = np.union1d(np.linspace(cm.t0, cm.T, n_grid), cm.tau)
+    states = cm.simulate(u, times)
+    fitted = cm.observations(u)
+    residuals = (fitted - problem.data).where(problem.mask)
+    return states, fitted, residuals, cm.adjoint(u, times=times)["lambda"]
+
+
+class ContinuousExperiments(ExperimentModels):
+    """:class:`ContinuousModel` of each experiment, summed (with the continuous
+    models' signatures: ``gradient(u, method, index)``, ``hessian(u, method, index)``)."""
+
+    def _u(self, u):
+        return self.models[0]._u(u)
+
+    def _misfit(self, u):
+        return float(sum(m._misfit(u) for m in self.models))
+
+    def objective(self, u=None, traj=None):
+        return float(sum(m.objective(u) for m in self.models))
+
+    def gradient(self, u=None, method="adjoint", index=None):
+        return sum(np.asarray(m.gradient(u, method, index), dtype=float) for m in self.models)
+
+    def hessian(self, u=None, method="soa", index=None, block=None):
+        return sum(np.asarray(m.hessian(u, method, index=index), dtype=float)
+                   for m in self.models)
+
+    @property
+    def counts(self):
+        out = {}
+        for m in self.models:
+            for k, v in m.counts.items():
+                out[k] = out.get(k, 0) + v
+        return out

@@ -85,11 +85,11 @@ class AdaptiveEquations:
     def _symbolic(self):
         P, c = self.problem, self.controller
         n = self.n
-        xi = sympy.symbols(f"_xi0:{n}", real=True)
-        xm = sympy.symbols(f"_xm0:{n}", real=True)
-        yv = sympy.symbols(f"_yv0:{n}", real=True)
-        xcv = sympy.symbols(f"_xcv0:{n}", real=True)
-        h, ti, tm = sympy.symbols("_h _ti _tm", real=True)
+        xi = sympy.symbols(f"_xi0:{n}", real=True, cls=sympy.Dummy)
+        xm = sympy.symbols(f"_xm0:{n}", real=True, cls=sympy.Dummy)
+        yv = sympy.symbols(f"_yv0:{n}", real=True, cls=sympy.Dummy)
+        xcv = sympy.symbols(f"_xcv0:{n}", real=True, cls=sympy.Dummy)
+        h, ti, tm = sympy.symbols("_h _ti _tm", real=True, cls=sympy.Dummy)
         u = tuple(P.u_sym)
         self.sym = dict(xi=xi, xm=xm, yv=yv, xcv=xcv, h=h, ti=ti, tm=tm, u=u)
 

@@ -1,0 +1,95 @@
+r"""Is a fit consistent with the stated noise level?  A χ² test of the weighted residuals.
+
+With known standard deviations σ (weights :math:`1/\sigma^2`) or a known
+covariance Σ (:class:`~pyomo_odeest.problem.declaration.GaussianNLL`), the
+weighted residual sum at the true parameters,
+
+.. math::
+
+    \chi^2 = \sum_j r_j^\top \Sigma_j^{-1} r_j
+           = \sum_{j,o} \frac{(z_o(\tau_j) - \bar z_{jo})^2}{\sigma_{jo}^2},
+
+is χ²-distributed with *n* degrees of freedom (n measured values); at a
+least-squares estimate of *p* free parameters, approximately with
+*n − p* (exact for a model linear in the parameters).  A fit whose χ² lies in
+the upper tail (p-value below ``alpha``) explains the data worse than the
+noise can: typically a spurious local minimum (or a wrong model or σ).  One in
+the lower tail fits better than the noise allows (σ overstated, or
+over-fitting).
+
+:func:`noise_check` computes the statistic; :func:`flag_noise_level` adds a
+warning to ``result.warnings`` when the fit is inconsistent.  Both return
+nothing to test (``applicable=False``) when σ is not known.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from .declaration import EstimationProblem, GaussianNLL
+
+__all__ = ["noise_check", "flag_noise_level"]
+
+
+def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict:
+    """χ² of the weighted residuals of ``result`` and its tail probabilities.
+
+    Returns a dict: ``applicable`` (σ known and residuals available), ``chi2``,
+    ``dof`` (measured values − free parameters), ``p_upper`` = P(χ²_dof ≥ chi2),
+    ``p_lower`` = P(χ²_dof ≤ chi2), ``consistent`` (both above ``alpha``; None if
+    not applicable) and ``message``.
+    """
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha}")
+    out = dict(applicable=False, chi2=np.nan, dof=0, p_upper=np.nan, p_lower=np.nan,
+               consistent=None, message="")
+    if not getattr(problem, "sigma_known", False):
+        out["message"] = "noise level unknown (no sigma given): no chi-square test"
+        return out
+    res = getattr(result, "residuals", None)
+    if res is None:
+        out["message"] = "result has no residuals: no chi-square test"
+        return out
+    r = res.reindex(index=problem.data.index, columns=problem.obs_names).to_numpy(dtype=float)
+    mask = problem.mask
+    if isinstance(problem.loss, GaussianNLL):
+        used = mask
+        chi2 = 0.0
+        for j in range(mask.shape[0]):
+            o = np.flatnonzero(mask[j])
+            if len(o):
+                chi2 += float(r[j, o] @ np.linalg.solve(problem.cov[np.ix_(o, o)], r[j, o]))
+    else:
+        w = np.asarray(problem.weights, dtype=float)
+        used = mask & (w > 0)
+        chi2 = float(np.sum(w[used] * r[used] ** 2))
+    n = int(used.sum())
+    dof = n - int(np.sum(problem.free_mask))
+    out.update(chi2=chi2, dof=dof)
+    if dof <= 0 or not np.isfinite(chi2):
+        out["message"] = (f"chi-square test not possible (dof = {dof}, chi2 = {chi2})")
+        return out
+    p_up, p_lo = float(stats.chi2.sf(chi2, dof)), float(stats.chi2.cdf(chi2, dof))
+    out.update(applicable=True, p_upper=p_up, p_lower=p_lo,
+               consistent=bool(p_up >= alpha and p_lo >= alpha))
+    if p_up < alpha:
+        out["message"] = (f"misfit inconsistent with the noise level: chi2 = {chi2:.4g} on "
+                          f"{dof} dof, P(chi2 >= this) = {p_up:.2e} < {alpha} (a spurious local "
+                          f"minimum, or a wrong model or sigma)")
+    elif p_lo < alpha:
+        out["message"] = (f"misfit smaller than the noise level explains: chi2 = {chi2:.4g} on "
+                          f"{dof} dof, P(chi2 <= this) = {p_lo:.2e} < {alpha} (sigma overstated?)")
+    else:
+        out["message"] = f"chi2 = {chi2:.4g} on {dof} dof (P upper {p_up:.3f}): consistent"
+    return out
+
+
+def flag_noise_level(problem: EstimationProblem, result, alpha: float = 0.01):
+    """Run :func:`noise_check`; store it in ``result.extra['noise_check']`` and, if
+    the fit is inconsistent with the noise level, add its message to
+    ``result.warnings``.  Returns ``result``."""
+    chk = noise_check(problem, result, alpha)
+    result.extra["noise_check"] = chk
+    if chk["consistent"] is False and chk["message"] not in result.warnings:
+        result.warnings.append(chk["message"])
+    return result

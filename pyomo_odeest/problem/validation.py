@@ -1,0 +1,371 @@
+r"""The front door: every argument checked before anything is built or solved.
+
+Two entry points, one per moment:
+
+* while an :class:`~pyomo_odeest.EstimationProblem` is constructed,
+  :func:`as_data_frame`, :func:`as_spec` and :func:`check_weights` turn the
+  user's data, standard deviations and weights into numbers or refuse them
+  with the column, row or observable named;
+* before an estimator builds its model, :func:`validate_estimator` checks
+  the estimator's arguments (scheme, order, grid, start values, solver
+  options, method names) and :func:`estimate_size` refuses a discretization
+  that cannot fit in the machine's memory, giving the numbers and the
+  largest grid that fits.
+
+Nothing here repairs an input silently: every refusal is a
+:class:`ProblemError` (a :class:`ValueError`) or a :class:`TypeError` whose
+message names the argument and says what would be valid.  Checking before
+the solve matters for Ipopt: an exception raised inside one of Ipopt's
+callbacks becomes an evaluation error, not an error the caller sees.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ProblemError", "ProblemTooLargeError", "SizeEstimate", "as_data_frame", "as_spec",
+           "check_weights", "validate_estimator", "estimate_size", "available_memory",
+           "METHOD_CHOICES", "DEFAULT_MAX_ITER"]
+
+
+class ProblemError(ValueError):
+    """The problem statement or an estimator argument is invalid; the message names the culprit."""
+
+
+class ProblemTooLargeError(ProblemError):
+    """The discretized problem would not fit in the available memory."""
+
+
+#: Ipopt's iteration limit unless the options set ``max_iter`` (Ipopt's own
+#: default, 3000, let a drifting exact-Hessian solve run for minutes).
+DEFAULT_MAX_ITER = 500
+
+#: Valid values of the method arguments, per approach (``None`` allowed where listed).
+METHOD_CHOICES = {
+    "reduced_space": dict(
+        optimizer=("ipopt", "L-BFGS-B", "trust-constr"),
+        gradient=("adjoint", "transposed_solve", "sensitivity", "recursion", "fd"),
+        hessian=("soa", "adjoint_fd", "gauss_newton", None)),
+    "multiple_shooting": dict(formulation=("vector", "scalar"),
+                              jacobian=("sensitivity", "adjoint"),
+                              init=("data", "simulate")),
+    "simultaneous": dict(init=("auto", "simulate", "data")),
+    "continuous": dict(optimizer=("ipopt", "L-BFGS-B", "trust-constr"),
+                       gradient=("adjoint", "sensitivity", "fd"),
+                       hessian=("soa", "adjoint_fd", "sensitivity_fd", "fd", None),
+                       method=("LSODA", "BDF", "Radau", "DOP853", "RK45")),
+    "adaptive": {},
+}
+
+
+# ---------------------------------------------------------------------------
+# data, sigma, weights (problem construction)
+# ---------------------------------------------------------------------------
+def _numeric_column(col, where):
+    """``col`` as floats; a cell that is not a number is named by row and column."""
+    num = pd.to_numeric(col, errors="coerce")
+    bad = num.isna() & col.notna() & (col.astype(str).str.strip() != "")
+    if bad.any():
+        row = bad.to_numpy().nonzero()[0][0]
+        raise ProblemError(f"{where}: the cell in row {row} (index {col.index[row]!r}) is "
+                           f"{col.iloc[row]!r}, not a number; use a number, or leave the cell "
+                           f"empty (NaN) for a missing measurement")
+    return num.astype(float)
+
+
+def as_data_frame(data):
+    """The user's measurements as a frame of numbers (wide or long format kept)."""
+    if not isinstance(data, pd.DataFrame):
+        raise ProblemError(f"data must be a pandas DataFrame (wide: index = time, one column per "
+                           f"observed quantity; long: columns time, name, value), got "
+                           f"{type(data).__name__}")
+    if data.shape[0] == 0 or data.shape[1] == 0:
+        raise ProblemError(f"data are empty (shape {data.shape}): at least one measurement "
+                           f"is required (or pass data=None with T to state dynamics only)")
+    if data.columns.duplicated().any():
+        dup = sorted({str(c) for c in data.columns[data.columns.duplicated()]})
+        raise ProblemError(f"data has duplicate columns {dup}; each observed quantity once")
+    cols = {str(c).lower(): c for c in data.columns}
+    long = "time" in cols and "value" in cols and ("name" in cols or "observable" in cols)
+    out = data.copy()
+    if long:
+        for key in ("time", "value", "sigma"):
+            if key in cols:
+                out[cols[key]] = _numeric_column(data[cols[key]], f"data column '{cols[key]}'")
+        return out
+    if not pd.api.types.is_numeric_dtype(data.index.dtype):
+        idx = pd.Series(data.index, index=range(len(data.index)))
+        out.index = pd.Index(_numeric_column(idx, "data index (time)").to_numpy())
+    for c in data.columns:
+        out[c] = _numeric_column(data[c], f"data column '{c}'")
+    return out
+
+
+def as_spec(spec, index, names, what):
+    """``sigma`` or ``weights`` as a scalar, mapping or frame.
+
+    Accepts a number, a mapping observable -> number, a frame like the data,
+    a sequence with one value per observable, or an array of the data's
+    shape (rows = measurement times, columns = observables).
+    """
+    if spec is None or isinstance(spec, (Mapping, pd.DataFrame)):
+        if isinstance(spec, Mapping):
+            for k, v in spec.items():
+                _number(v, f"{what}[{k!r}]")
+        return spec
+    if isinstance(spec, pd.Series):
+        spec = spec.to_dict()
+        for k, v in spec.items():
+            _number(v, f"{what}[{k!r}]")
+        return spec
+    if isinstance(spec, (str, bytes)):
+        raise ProblemError(f"{what} must be a number, one number per observable {names}, a mapping "
+                           f"observable -> number or an array of the data's shape; got {spec!r}")
+    try:
+        arr = np.asarray(spec, dtype=float)
+    except (TypeError, ValueError):
+        raise ProblemError(f"{what} must be numeric (a number, one per observable {names}, or an "
+                           f"array of the data's shape {(len(index), len(names))}); got {spec!r}") from None
+    if arr.ndim == 0:
+        return float(arr)
+    if arr.ndim == 1 and arr.size == len(names):
+        return dict(zip(names, arr.tolist()))
+    if arr.shape == (len(index), len(names)):
+        return pd.DataFrame(arr, index=index, columns=names)
+    raise ProblemError(f"{what} has shape {arr.shape}; give one value per observable "
+                       f"({len(names)}: {names}) or an array of the data's shape "
+                       f"{(len(index), len(names))} (rows = times, columns = observables)")
+
+
+def _number(v, what):
+    if isinstance(v, bool) or not isinstance(v, (Real, np.number)):
+        raise ProblemError(f"{what} must be a number, got {v!r}")
+    return float(v)
+
+
+def check_weights(w, mask):
+    """Refuse weights that make the objective identically zero."""
+    wm = np.asarray(w)[mask]
+    if wm.size and not np.any(wm > 0):
+        raise ProblemError("weights are zero for every measurement: the objective would be 0 "
+                           "for any parameters; give positive weights (or sigma)")
+
+
+# ---------------------------------------------------------------------------
+# estimator arguments
+# ---------------------------------------------------------------------------
+def _positive_int(v, what, lo=1, hi=None):
+    if isinstance(v, bool) or not isinstance(v, Integral):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise ProblemError(f"{what} must be an integer >= {lo}, got {v!r}")
+    v = int(v)
+    if v < lo or (hi is not None and v > hi):
+        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ProblemError(f"{what} must be an integer {rng}, got {v}")
+    return v
+
+
+def _positive_float(v, what):
+    x = _number(v, what) if v is not None else None
+    if x is None or not math.isfinite(x) or x <= 0:
+        raise ProblemError(f"{what} must be a positive finite number, got {v!r}")
+    return x
+
+
+def _check_u0(problem, u0):
+    names = problem.parameter_names
+    try:
+        u = np.asarray(u0, dtype=float)
+    except (TypeError, ValueError):
+        raise ProblemError(f"u0 must be numbers, one per parameter {names}; got {u0!r}") from None
+    if u.ndim != 1 or u.size != len(names):
+        raise ProblemError(f"u0 has {u.size} value(s) (shape {u.shape}); give one per parameter, "
+                           f"{len(names)}: {names} (fixed ones included)")
+    bad = [n for n, v in zip(names, u) if not np.isfinite(v)]
+    if bad:
+        raise ProblemError(f"u0 is not finite for parameter(s) {bad}")
+    for p, v in zip(problem.parameters, u):
+        if p.fixed:
+            continue
+        if (p.lb is not None and v < p.lb) or (p.ub is not None and v > p.ub):
+            raise ProblemError(f"u0 for parameter '{p.name}' is {v}, outside its bounds "
+                               f"[{p.lb}, {p.ub}]; start inside the bounds")
+
+
+def _check_options(options):
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise ProblemError(f"options must be a dict of solver options, got {type(options).__name__}")
+    for k, v in options.items():
+        if not isinstance(k, str):
+            raise ProblemError(f"option names must be strings, got {k!r}")
+        if k in ("max_iter", "maxiter"):
+            _positive_int(v, f"options['{k}']", lo=0)
+        elif k in ("tol", "acceptable_tol", "gtol", "ftol", "xtol", "constr_viol_tol"):
+            _positive_float(v, f"options['{k}']")
+
+
+def validate_estimator(approach: str, problem, **args):
+    """Check an estimator's arguments before it builds anything.
+
+    ``approach`` is a key of :data:`METHOD_CHOICES`; ``args`` are the
+    estimator's arguments by name (those it does not take are ignored).
+    Raises :class:`ProblemError` (or :class:`TypeError` for a wrong type of
+    problem or grid) naming the argument and the valid choices, and
+    :class:`ProblemTooLargeError` when the discretization cannot fit in
+    memory (see :func:`estimate_size`).
+    """
+    from .declaration import EstimationProblem
+    if not isinstance(problem, EstimationProblem):
+        raise TypeError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
+    if not problem.parameters:
+        raise ProblemError("the problem has no parameter to estimate; declare at least one "
+                           "Parameter")
+    if not problem.free_mask.any() and approach != "simultaneous":
+        raise ProblemError(f"all parameters {problem.parameter_names} are fixed: nothing to "
+                           f"estimate; set fixed=False on at least one")
+    subs = list(problem.experiment_problems) if problem.experiments else [problem]
+    if approach != "adaptive" and any(len(sp.meas_times) == 0 for sp in subs):
+        raise ProblemError("the problem has no data (data=None): there is nothing to fit")
+    for name, choices in METHOD_CHOICES.get(approach, {}).items():
+        if name in args and args[name] not in choices:
+            raise ProblemError(f"unknown {name} {args[name]!r} for the {approach} approach; "
+                               f"valid: {list(choices)}")
+    if "tee" in args and not isinstance(args["tee"], (bool, np.bool_, int)):
+        raise ProblemError(f"tee must be True or False, got {args['tee']!r}")
+    if args.get("u0") is not None:
+        _check_u0(problem, args["u0"])
+    _check_options(args.get("options"))
+    if "scheme" in args or "grid" in args:
+        grid = args.get("grid")
+        sizes = [estimate_size(sp, approach, args.get("scheme", "adams_pc"), args.get("qmax"),
+                               grid.get(name) if isinstance(grid, Mapping) else grid,
+                               args.get("max_step"), args.get("steps_per_interval"),
+                               refuse=True)
+                 for name, sp in zip(problem.experiment_names or [None], subs)]
+        return sizes[0] if len(sizes) == 1 else sizes
+    return None
+
+
+# ---------------------------------------------------------------------------
+# size guard
+# ---------------------------------------------------------------------------
+#: Peak memory per unknown (bytes), Lotka–Volterra, adams_pc, measured by
+#: ``benchmarks/size_guard.py``: building the Pyomo block with its evaluator
+#: (Jacobian and Hessian evaluated once) grows the peak by 3.6–6.6 kB per
+#: unknown, before Ipopt's factorization; a whole simultaneous solve at 10⁵
+#: steps took 1.8 GB (4.5 kB per unknown).  The discrete model of the reduced
+#: space (gradient and second-order adjoint evaluated once): 2.3 kB.
+BYTES_PER_UNKNOWN = {"simultaneous": 6000, "reduced_space": 2500, "multiple_shooting": 2500}
+
+
+@dataclass(frozen=True)
+class SizeEstimate:
+    """Size of the discretized problem before it is built."""
+
+    steps: int
+    unknowns: int        # state and stage values (and free parameters)
+    constraints: int
+    bytes: int
+    available: int | None
+
+    @property
+    def fits(self) -> bool:
+        return self.available is None or self.bytes <= 0.8 * self.available
+
+    def __str__(self):
+        gb = 1024 ** 3
+        avail = "unknown" if self.available is None else f"{self.available / gb:.1f} GB"
+        return (f"{self.steps} steps, {self.unknowns} unknowns, {self.constraints} constraints, "
+                f"about {self.bytes / gb:.2f} GB (available: {avail})")
+
+
+def available_memory():
+    """Bytes of memory available to this process (None if unknown)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _intervals(problem):
+    pts = np.unique(np.concatenate([[problem.t0, problem.T], problem.meas_times]))
+    return np.diff(pts)
+
+
+def _steps(lengths, max_step, spi):
+    n = np.full(lengths.shape, 1 if spi is None else int(spi), dtype=float)
+    if max_step is not None:
+        n = np.maximum(n, np.ceil(lengths / max_step * (1.0 - 1e-12)))
+    return int(n.sum())
+
+
+def estimate_size(problem, approach="simultaneous", scheme="adams_pc", qmax=None, grid=None,
+                  max_step=None, steps_per_interval=None, refuse=False, available=None):
+    """Steps, unknowns, constraints and memory of the discretization, before building it.
+
+    Also checks ``scheme``, ``qmax``, ``grid``, ``max_step`` and
+    ``steps_per_interval``.  With ``refuse=True`` a discretization whose
+    memory exceeds 80 % of the available memory raises
+    :class:`ProblemTooLargeError` with the numbers and the largest
+    ``steps_per_interval`` (or smallest ``max_step``) that fits.
+    """
+    from ..discretization.grid import Grid
+    from ..discretization.schemes import QMAX_RANGE, get_scheme
+    if qmax is not None:
+        _positive_int(qmax, "qmax", *QMAX_RANGE)
+    try:
+        sch = get_scheme(scheme, qmax)
+    except ValueError as err:
+        raise ProblemError(f"scheme: {err}") from None
+    if grid is not None:
+        if not isinstance(grid, Grid):
+            raise TypeError(f"grid must be a pyomo_odeest.Grid (see make_grid), got "
+                            f"{type(grid).__name__}")
+        if max_step is not None or steps_per_interval is not None:
+            raise ProblemError("give either grid or max_step / steps_per_interval, not both")
+        steps = grid.k
+    else:
+        if max_step is not None:
+            max_step = _positive_float(max_step, "max_step")
+        if steps_per_interval is not None:
+            steps_per_interval = _positive_int(steps_per_interval, "steps_per_interval")
+        if max_step is None and steps_per_interval is None:
+            steps_per_interval = 10
+        steps = _steps(_intervals(problem), max_step, steps_per_interval)
+    n, stages = len(problem.states), len(sch.stage_names)
+    p = int(problem.free_mask.sum())
+    unknowns = (steps + 1) * n + steps * n * (stages - 1) + p
+    constraints = steps * n * stages + n
+    per = BYTES_PER_UNKNOWN.get(approach, BYTES_PER_UNKNOWN["reduced_space"])
+    est = SizeEstimate(steps, unknowns, constraints, int(unknowns * per),
+                       available_memory() if available is None else available)
+    if refuse and not est.fits:
+        budget = 0.8 * est.available / per
+        per_step = n * stages
+        max_steps = max(int((budget - n - p) // per_step), 0)
+        lengths = _intervals(problem)
+        hint = f"at most {max_steps} steps fit"
+        if max_steps >= len(lengths):
+            spi = max_steps // len(lengths)
+            hint += (f": steps_per_interval <= {spi}, or max_step >= "
+                     f"{float(lengths.sum()) / max_steps:.3g}")
+        raise ProblemTooLargeError(
+            f"the discretized problem is too large for this machine: {est}; {hint}")
+    return est

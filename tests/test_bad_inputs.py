@@ -1,0 +1,442 @@
+"""Bad and edge inputs, as a new user would try them: one parametrized catalogue.
+
+Each case either raises an exception whose type and message name the culprit
+and what would be valid, or runs and reports a warning / an unsuccessful
+status.  No case may end in a wrong answer reported as success or a raw
+traceback from pandas, numpy or cyipopt.
+"""
+import numpy as np
+import pandas as pd
+import pyomo.environ as pyo
+import pytest
+
+import pyomo_odeest as po
+from pyomo_odeest.analysis.diagnostics import amplification, diagnose
+from pyomo_odeest.discretization.schemes import AdamsMoulton, AdamsPC, Enright, SemiImplicitEnright
+from pyomo_odeest.problem.validation import ProblemTooLargeError, estimate_size
+
+T6 = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
+
+
+def decay_data(k=1.0, noise=0.0, seed=0):
+    x = 2.0 * np.exp(-k * T6)
+    x = x + noise * np.random.default_rng(seed).normal(size=x.size)
+    return pd.DataFrame({"x": x}, index=T6)
+
+
+def decay(data=None, name="k", start=0.7, lb=None, ub=None, **kw):
+    """x' = -k x, x(0) = 2: the smallest estimation problem."""
+    return po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter(name, start, lb=lb, ub=ub)],
+        rhs=lambda x, u, t: [-u[name] * x.x], initial={"x": 2.0},
+        data=decay_data() if data is None else data, **kw)
+
+
+def two_state(data=None, **kw):
+    t = np.array([1.0, 2.0, 3.0])
+    if data is None:
+        data = pd.DataFrame({"a": np.exp(-t), "b": 1 - np.exp(-t)}, index=t)
+    return po.EstimationProblem(
+        states=["a", "b"], parameters=[po.Parameter("k", 0.8)],
+        rhs=lambda x, u, t: [-u.k * x.a, u.k * x.a], initial={"a": 1.0, "b": 0.0},
+        data=data, **kw)
+
+
+def long_data():
+    return pd.DataFrame({"time": [1.0, 2.0, 1.0], "name": ["a", "a", "b"],
+                         "value": [0.4, 0.1, 0.6]})
+
+
+def _frame(**cols):
+    return pd.DataFrame(cols, index=T6[:len(next(iter(cols.values())))])
+
+
+# ---------------------------------------------------------------------------
+# errors: (id, callable, exception type, regex the message must match)
+# ---------------------------------------------------------------------------
+ERRORS = [
+    # --- data -------------------------------------------------------------
+    ("data_not_frame", lambda: decay(data=[[0.5, 1.0]]), po.ProblemError, "DataFrame"),
+    ("data_empty", lambda: decay(data=pd.DataFrame()), po.ProblemError, "empty"),
+    ("data_empty_rows", lambda: decay(data=pd.DataFrame({"x": []})), po.ProblemError, "empty"),
+    ("data_all_nan", lambda: decay(data=_frame(x=[np.nan] * 3)), po.ProblemError, "no measurement"),
+    ("data_inf", lambda: decay(data=_frame(x=[1.0, np.inf, 0.5])), po.ProblemError,
+     "'x' at t=1.0 is infinite"),
+    ("data_nonnumeric_cell_wide", lambda: decay(data=_frame(x=[1.0, "abc", 0.5])),
+     po.ProblemError, r"column 'x'.*row 1.*'abc'"),
+    ("data_nonnumeric_cell_long", lambda: two_state(data=long_data().assign(
+        value=["0.4", "n/a", "0.6"])), po.ProblemError, r"column 'value'.*row 1.*'n/a'"),
+    ("data_nonnumeric_time", lambda: decay(data=pd.DataFrame({"x": [1.0, 0.5]}, index=["a", "b"])),
+     po.ProblemError, r"index \(time\).*'a'"),
+    ("data_duplicate_times", lambda: decay(data=pd.DataFrame({"x": [1.0, 0.9]}, index=[1.0, 1.0])),
+     po.ProblemError, "duplicates"),
+    ("data_unsorted_times", lambda: decay(data=pd.DataFrame({"x": [1.0, 0.9]}, index=[2.0, 1.0])),
+     po.ProblemError, "sorted"),
+    ("data_nan_time", lambda: decay(data=pd.DataFrame({"x": [1.0, 0.9]}, index=[1.0, np.nan])),
+     po.ProblemError, "non-finite time"),
+    ("data_before_t0", lambda: decay(data=pd.DataFrame({"x": [1.0]}, index=[-1.0]), T=3.0),
+     po.ProblemError, r"\[t0, T\] = \[0.0, 3.0\]"),
+    ("data_only_before_t0", lambda: decay(data=pd.DataFrame({"x": [1.0]}, index=[-1.0])),
+     po.ProblemError, r"T=-1.0 must be finite and > t0=0.0"),
+    ("data_unknown_column", lambda: decay(data=_frame(y=[1.0, 0.5])), po.ProblemError,
+     r"\['y'\] name no observed"),
+    ("data_duplicate_columns", lambda: decay(data=pd.DataFrame([[1.0, 1.0]], index=[1.0],
+                                                               columns=["x", "x"])),
+     po.ProblemError, "duplicate columns"),
+    ("long_duplicate", lambda: two_state(data=pd.concat([long_data(), long_data().iloc[:1]])),
+     po.ProblemError, "duplicate measurement of a at t=1.0"),
+    ("long_missing_value", lambda: two_state(data=long_data().assign(value=[0.4, np.nan, 0.6])),
+     po.ProblemError, "row 1"),
+    # --- sigma and weights --------------------------------------------------
+    ("weights_zero_scalar", lambda: decay(weights=0.0), po.ProblemError, "weights are zero"),
+    ("weights_zero_frame", lambda: decay(weights=pd.DataFrame({"x": np.zeros(6)}, index=T6)),
+     po.ProblemError, "weights are zero"),
+    ("weights_negative", lambda: decay(weights=-1.0), po.ProblemError, "non-negative"),
+    ("sigma_negative", lambda: decay(sigma=-0.1), po.ProblemError, "positive"),
+    ("sigma_zero", lambda: decay(sigma=0.0), po.ProblemError, "positive"),
+    ("sigma_nan", lambda: decay(sigma=np.nan), po.ProblemError, "missing"),
+    ("sigma_and_weights", lambda: decay(sigma=0.1, weights=1.0), po.ProblemError, "either"),
+    ("sigma_wrong_shape", lambda: decay(sigma=np.ones((2, 2))), po.ProblemError,
+     r"shape \(2, 2\).*one value per observable"),
+    ("sigma_wrong_length", lambda: two_state(sigma=[0.1, 0.2, 0.3]), po.ProblemError,
+     r"shape \(3,\)"),
+    ("sigma_string", lambda: decay(sigma="big"), po.ProblemError, "sigma must be a number"),
+    ("sigma_mapping_string", lambda: decay(sigma={"x": "0.1"}), po.ProblemError,
+     r"sigma\['x'\] must be a number"),
+    ("sigma_unknown_name", lambda: decay(sigma={"y": 0.1}), po.ProblemError, r"\['y'\]"),
+    # --- declaration ----------------------------------------------------------
+    ("bounds_lb_gt_ub", lambda: po.Parameter("k", 1.0, lb=2.0, ub=1.0), po.ProblemError,
+     "lb=2.0 > ub=1.0"),
+    ("param_value_nan", lambda: po.Parameter("k", np.nan), po.ProblemError, "not finite"),
+    ("param_name_not_identifier", lambda: po.Parameter("k 1"), po.ProblemError, "identifier"),
+    ("state_param_clash", lambda: decay(name="x"), po.ProblemError, "both as state and parameter"),
+    ("duplicate_states", lambda: po.EstimationProblem(
+        states=["x", "x"], parameters=["k"], rhs=lambda x, u, t: [x.x, x.x],
+        initial={"x": 1.0}, data=decay_data()), po.ProblemError, "duplicate state"),
+    ("rhs_wrong_count", lambda: po.EstimationProblem(
+        states=["x"], parameters=["k"], rhs=lambda x, u, t: [x.x, u.k],
+        initial={"x": 1.0}, data=decay_data()), po.ProblemError, "returned 2 expressions"),
+    ("rhs_unknown_state", lambda: po.EstimationProblem(
+        states=["x"], parameters=["k"], rhs=lambda x, u, t: [x.y],
+        initial={"x": 1.0}, data=decay_data()), AttributeError, "no state named 'y'"),
+    ("initial_missing", lambda: po.EstimationProblem(
+        states=["x"], parameters=["k"], rhs=lambda x, u, t: [-x.x], initial={},
+        data=decay_data()), po.ProblemError, r"missing states \['x'\]"),
+    ("initial_unknown_param", lambda: po.EstimationProblem(
+        states=["x"], parameters=["k"], rhs=lambda x, u, t: [-x.x], initial={"x": "x0"},
+        data=decay_data()), po.ProblemError, "names no parameter"),
+    ("T_before_t0", lambda: decay(T=0.2), po.ProblemError, r"\[t0, T\]|T=0.2"),
+    ("t0_nan", lambda: decay(t0=np.nan), po.ProblemError, "t0 must be finite"),
+    ("loss_unknown", lambda: decay(loss="l1"), po.ProblemError, "loss must be"),
+    ("rhs_nonfinite_at_start", lambda: po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("k", -1.0)],
+        rhs=lambda x, u, t: [pyo.log(u.k) * x.x], initial={"x": 1.0}, data=decay_data()),
+     po.ProblemError, "not finite at the initial state"),
+    # --- estimator arguments (checked before anything is built) ------------------
+    ("u0_short_simultaneous", lambda: po.estimate_simultaneous(two_param(), u0=[5.0]),
+     po.ProblemError, r"u0 has 1 value.*2: \['a', 'b'\]"),
+    ("u0_short_reduced", lambda: po.estimate_reduced(two_param(), u0=[5.0]), po.ProblemError,
+     "u0 has 1 value"),
+    ("u0_long_shooting", lambda: po.estimate_multiple_shooting(two_param(), u0=[1, 2, 3]),
+     po.ProblemError, "u0 has 3 value"),
+    ("u0_nan", lambda: po.estimate_reduced(decay(), u0=[np.nan]), po.ProblemError, "not finite"),
+    ("u0_text", lambda: po.estimate_reduced(decay(), u0=["a"]), po.ProblemError, "u0 must be numbers"),
+    ("u0_outside_bounds", lambda: po.estimate_reduced(decay(lb=0.0, ub=5.0), u0=[7.0]),
+     po.ProblemError, r"outside its bounds \[0.0, 5.0\]"),
+    ("gradient_unknown", lambda: po.estimate_reduced(decay(), gradient="magic"), po.ProblemError,
+     r"unknown gradient 'magic'.*'adjoint'"),
+    ("hessian_unknown", lambda: po.estimate_reduced(decay(), hessian="bfgs"), po.ProblemError,
+     "unknown hessian 'bfgs'"),
+    ("optimizer_unknown", lambda: po.estimate_reduced(decay(), optimizer="newton"),
+     po.ProblemError, "unknown optimizer 'newton'"),
+    ("continuous_gradient_unknown", lambda: po.estimate_continuous(decay(), gradient="magic"),
+     po.ProblemError, "unknown gradient 'magic'"),
+    ("continuous_method_unknown", lambda: po.estimate_continuous(decay(), method="euler"),
+     po.ProblemError, "unknown method 'euler'"),
+    ("shooting_formulation_unknown", lambda: po.estimate_multiple_shooting(
+        decay(), formulation="matrix"), po.ProblemError, "unknown formulation"),
+    ("init_unknown", lambda: po.estimate_simultaneous(decay(), init="zeros"), po.ProblemError,
+     "unknown init 'zeros'"),
+    ("scheme_unknown", lambda: po.estimate_simultaneous(decay(), scheme="rk4"), po.ProblemError,
+     r"unknown scheme 'rk4'.*adams_pc"),
+    ("scheme_unknown_reduced", lambda: po.estimate_reduced(decay(), scheme="euler"),
+     po.ProblemError, "unknown scheme"),
+    ("qmax_zero", lambda: po.estimate_simultaneous(decay(), qmax=0), po.ProblemError,
+     r"qmax must be an integer in \[2, 8\], got 0"),
+    ("qmax_99", lambda: po.estimate_reduced(decay(), qmax=99), po.ProblemError, r"\[2, 8\]"),
+    ("qmax_float", lambda: po.estimate_reduced(decay(), qmax=2.5), po.ProblemError, "integer"),
+    ("steps_zero", lambda: po.estimate_simultaneous(decay(), steps_per_interval=0),
+     po.ProblemError, "steps_per_interval must be an integer >= 1, got 0"),
+    ("steps_fraction", lambda: po.estimate_reduced(decay(), steps_per_interval=2.5),
+     po.ProblemError, "steps_per_interval"),
+    ("steps_bool", lambda: po.estimate_reduced(decay(), steps_per_interval=True),
+     po.ProblemError, "steps_per_interval"),
+    ("max_step_negative", lambda: po.estimate_simultaneous(decay(), max_step=-1),
+     po.ProblemError, "max_step must be a positive finite number"),
+    ("max_step_nan", lambda: po.estimate_reduced(decay(), max_step=np.nan), po.ProblemError,
+     "max_step"),
+    ("grid_and_steps", lambda: po.estimate_reduced(
+        decay(), grid=po.make_grid(T6, T=3.0), steps_per_interval=3), po.ProblemError,
+     "either grid or"),
+    ("grid_wrong_type", lambda: po.estimate_reduced(decay(), grid=np.linspace(0, 3, 7)),
+     TypeError, "grid must be a pyomo_odeest.Grid"),
+    ("options_not_dict", lambda: po.estimate_simultaneous(decay(), options=["tol", 1e-6]),
+     po.ProblemError, "options must be a dict"),
+    ("options_max_iter_negative", lambda: po.estimate_reduced(decay(), options={"max_iter": -1}),
+     po.ProblemError, r"options\['max_iter'\]"),
+    ("options_tol_zero", lambda: po.estimate_simultaneous(decay(), options={"tol": 0}),
+     po.ProblemError, r"options\['tol'\]"),
+    ("tee_text", lambda: po.estimate_reduced(decay(), tee="loud"), po.ProblemError, "tee must be"),
+    ("all_fixed_reduced", lambda: po.estimate_reduced(fixed_only()), po.ProblemError,
+     "fixed: nothing to estimate"),
+    ("all_fixed_continuous", lambda: po.estimate_continuous(fixed_only()), po.ProblemError,
+     "fixed"),
+    ("no_parameters", lambda: po.estimate_reduced(po.EstimationProblem(
+        states=["x"], parameters=[], rhs=lambda x, u, t: [-x.x], initial={"x": 2.0},
+        data=decay_data())), po.ProblemError, "no parameter"),
+    ("no_data", lambda: po.estimate_simultaneous(po.EstimationProblem(
+        states=["x"], parameters=["k"], rhs=lambda x, u, t: [-u.k * x.x], initial={"x": 2.0},
+        data=None, T=3.0)), po.ProblemError, "no data"),
+    ("problem_wrong_type", lambda: po.estimate_reduced("model.py"), TypeError,
+     "problem must be an EstimationProblem"),
+    ("front_door_unknown_approach", lambda: po.estimate(decay(), "bayesian"), ValueError,
+     "unknown approach 'bayesian'"),
+    ("front_door_unknown_option", lambda: po.estimate(decay(), "reduced_space", nodes=3),
+     TypeError, r"does not take option\(s\) \['nodes'\]"),
+    ("front_door_bad_gradient", lambda: po.estimate(decay(), "reduced_space", gradient="magic"),
+     po.ProblemError, "unknown gradient"),
+    ("front_door_adaptive_u0", lambda: po.estimate(decay(), "adaptive", u0=[1.0, 2.0]),
+     po.ProblemError, "u0 has 2"),
+    # --- size guard -------------------------------------------------------------
+    ("too_large", lambda: po.estimate_simultaneous(decay(), steps_per_interval=10 ** 9),
+     ProblemTooLargeError, r"too large.*steps_per_interval <= \d+"),
+    ("too_large_reduced", lambda: po.estimate_reduced(decay(), max_step=1e-10),
+     ProblemTooLargeError, "steps fit"),
+]
+
+
+def two_param():
+    return po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("a", 0.5), po.Parameter("b", 0.5)],
+        rhs=lambda x, u, t: [-u.a * x.x + u.b], initial={"x": 2.0}, data=decay_data())
+
+
+def fixed_only():
+    return po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("k", 1.0, fixed=True)],
+        rhs=lambda x, u, t: [-u.k * x.x], initial={"x": 2.0}, data=decay_data())
+
+
+@pytest.mark.parametrize("case", ERRORS, ids=[c[0] for c in ERRORS])
+def test_bad_input_raises_clear_error(case):
+    _, fn, exc, pattern = case
+    with pytest.raises(exc, match=pattern):
+        fn()
+
+
+def test_dae_model_without_derivative_is_refused():
+    from pyomo.dae import ContinuousSet
+    from pyomo_odeest.pyomo.dae import DaeSchemeError
+    m = pyo.ConcreteModel()
+    m.t = ContinuousSet(bounds=(0, 1))
+    m.x = pyo.Var(m.t)
+    with pytest.raises(DaeSchemeError, match="no DerivativeVar with respect to ContinuousSet 't'"):
+        pyo.TransformationFactory("odeest.adams").apply_to(m)
+
+
+# ---------------------------------------------------------------------------
+# inputs that are valid in another spelling: accepted, with the right meaning
+# ---------------------------------------------------------------------------
+ACCEPTED = [
+    ("sigma_per_observable_list", lambda: two_state(sigma=[0.1, 0.5]),
+     np.array([[100.0, 4.0]] * 3)),
+    ("sigma_per_observable_array", lambda: two_state(sigma=np.array([0.1, 0.5])),
+     np.array([[100.0, 4.0]] * 3)),
+    ("sigma_series", lambda: two_state(sigma=pd.Series({"a": 0.1, "b": 0.5})),
+     np.array([[100.0, 4.0]] * 3)),
+    ("sigma_array_data_shape", lambda: two_state(sigma=np.array([[1, 2], [1, 2], [1, 2.0]])),
+     np.array([[1.0, 0.25]] * 3)),
+    ("weights_array_data_shape", lambda: two_state(weights=np.arange(6.0).reshape(3, 2) + 1),
+     np.arange(6.0).reshape(3, 2) + 1),
+    ("numeric_strings_in_csv", lambda: decay(data=_frame(x=["1.0", "0.5", ""])),
+     np.array([[1.0], [1.0]])),
+]
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_other_spellings_accepted(case):
+    _, fn, weights = case
+    prob = fn()
+    np.testing.assert_allclose(prob.weights, weights)
+
+
+# ---------------------------------------------------------------------------
+# names: no user name meets an internal symbol
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("names", [("t", "x"), ("E", "pi"), ("I", "exp"), ("N", "S"), ("u", "t"),
+                                   ("numpy", "math"), ("lam0", "_xi0"), ("lambda_", "E")],
+                         ids=lambda n: "-".join(n))
+def test_user_names_never_meet_internal_symbols(names):
+    """Parameter ``p`` and state ``s`` named like time, sympy constants or functions:
+    ``s' = -p s + t`` must stay that function (time ``t`` separate from a parameter ``t``)."""
+    p, s = names
+    if p == s:
+        pytest.skip("same name")
+    prob = po.EstimationProblem(
+        states=[s], parameters=[po.Parameter(p, 0.7)],
+        rhs=lambda x, u, t: [-u[p] * x[s] + t + pyo.exp(0 * x[s])], initial={s: 2.0},
+        data=pd.DataFrame({s: [1.0, 0.5]}, index=[1.0, 2.0]))
+    assert len(prob.f_sym[0].free_symbols) == 3
+    f = prob.numeric_rhs()
+    assert f([2.0], [3.0], 0.25)[0] == pytest.approx(-3.0 * 2.0 + 0.25 + 1.0)
+
+
+def test_parameter_named_t_is_estimated():
+    """The issue's case: a parameter named ``t`` was merged with time (0.5 and 1.43 for a true 1)."""
+    prob = decay(name="t", start=0.5)
+    for res in (po.estimate_simultaneous(prob), po.estimate_reduced(prob)):
+        assert res.success
+        assert res.estimates["t"] == pytest.approx(1.0, abs=1e-3)
+
+
+# ---------------------------------------------------------------------------
+# results: wrong answers are not reported as silent successes
+# ---------------------------------------------------------------------------
+def test_iteration_limit_reported_with_advice():
+    res = po.estimate_reduced(decay(start=0.1), options={"max_iter": 1})
+    assert not res.success and res.status == "Maximum_Iterations_Exceeded"
+    assert any("not converged" in w and "L-BFGS" in w for w in res.warnings)
+    assert "WARNING: not converged" in res.summary()
+
+
+def test_parameter_at_bound_warned_and_inside_bounds():
+    res = po.estimate_simultaneous(decay(ub=0.5, start=0.4))
+    assert res.estimates["k"] <= 0.5
+    assert res.estimates["k"] == pytest.approx(0.5, abs=1e-6)
+    assert any("upper bound 0.5" in w for w in res.warnings)
+
+
+def test_chi_square_against_the_stated_noise():
+    data = decay_data(noise=0.01, seed=3)
+    right = po.estimate_reduced(decay(data=data, sigma=0.01))
+    assert right.success and not right.warnings
+    small = po.estimate_reduced(decay(data=data, sigma=1e-4))
+    assert any("misfit inconsistent with the noise level" in w for w in small.warnings)
+    large = po.estimate_reduced(decay(data=data, sigma=10.0))
+    assert any("misfit smaller than the noise level explains" in w for w in large.warnings)
+
+
+def test_fewer_measurements_than_parameters():
+    prob = po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("a", 0.5), po.Parameter("b", 0.5)],
+        rhs=lambda x, u, t: [-u.a * x.x + u.b], initial={"x": 2.0},
+        data=pd.DataFrame({"x": [1.0]}, index=[1.0]))
+    res = po.estimate_reduced(prob, hessian=None)
+    assert any("1 measurements for 2 free parameters" in w for w in res.warnings)
+
+
+def test_numerically_rank_deficient():
+    """x' = -(a + b) x: only a + b is identifiable."""
+    prob = po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("a", 0.3), po.Parameter("b", 0.4)],
+        rhs=lambda x, u, t: [-(u.a + u.b) * x.x], initial={"x": 2.0}, data=decay_data())
+    res = po.estimate_reduced(prob, hessian=None)
+    assert any("rank-deficient" in w and "a" in w and "b" in w for w in res.warnings)
+
+
+def stiff_problem():
+    """x' = -k (x - cos t), k = 50, measured every 0.2: h k = 10 at one step per interval."""
+    from scipy.integrate import solve_ivp
+    t = np.round(np.arange(0.2, 2.01, 0.2), 10)
+    sol = solve_ivp(lambda tt, x: -50.0 * (x - np.cos(tt)), (0, 2), [0.0], method="Radau",
+                    t_eval=t, rtol=1e-10, atol=1e-12)
+    return po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("k", 40.0, lb=0.0)],
+        rhs=lambda x, u, t: [-u.k * (x.x - pyo.cos(t))], initial={"x": 0.0},
+        data=pd.DataFrame({"x": sol.y[0]}, index=t))
+
+
+def test_stiff_problem_beyond_the_stability_region_is_warned():
+    prob = stiff_problem()
+    res = po.estimate_reduced(prob, scheme="adams_pc", steps_per_interval=1, hessian=None)
+    assert any(w.startswith("stiff") and "enright" in w for w in res.warnings)
+    assert res.estimates["k"] == pytest.approx(13.0, abs=0.1)     # pinned at the limit
+    ok = po.estimate_simultaneous(prob, scheme="enright", steps_per_interval=1)
+    assert not any(w.startswith("stiff") for w in ok.warnings)
+
+
+@pytest.mark.parametrize("scheme, z, expected", [
+    (AdamsPC(2), -1.0, 0.5),                                          # Heun: 1 + z + z²/2
+    (AdamsMoulton(2), -1.0, 1 / 3),                                   # trapezoid
+    (AdamsMoulton(2), 2j, 1.0),                                       # A-stable: |R(iy)| = 1
+    (Enright(2), -1.0, (2 / 3) / (1 + 2 / 3 + 1 / 6)),                # (1 + z/3)/(1 - 2z/3 + z²/6)
+])
+def test_amplification_of_one_step_members(scheme, z, expected):
+    assert amplification(scheme, z) == pytest.approx(expected, rel=1e-12)
+
+
+def test_stability_regions_from_the_schemes():
+    """Explicit predictor-corrector and the semi-implicit variant (its predictor is
+    explicit): bounded real intervals; implicit Enright: stable far out on the
+    negative axis (stiff)."""
+    for sch in (AdamsPC(4), SemiImplicitEnright(4)):
+        assert amplification(sch, -0.5) < 1 < amplification(sch, -10.0)
+    assert amplification(Enright(4), -10.0) < 1 and amplification(Enright(4), -1000.0) < 1
+
+
+def test_repeated_evaluation_errors_stop_ipopt():
+    from pyomo_odeest.approaches.reduced import _FailureWatch
+
+    class Fake:
+        counts = {"failures": 0}
+    nlp = Fake()
+    watch = _FailureWatch(nlp, streak=3)
+    assert watch() is True
+    for _ in range(3):
+        nlp.counts["failures"] += 1
+        assert watch() is True or watch.stopped
+    nlp.counts["failures"] += 1
+    assert watch() is False and watch.stopped
+
+
+def test_size_estimate_and_largest_grid_that_fits():
+    prob = decay()
+    est = estimate_size(prob, "simultaneous", "adams_pc", None, None, None, 10)
+    assert est.steps == 60 and est.unknowns == 61 + 60 + 1 and est.constraints == 2 * 60 + 1
+    avail = 200 * est.bytes
+    with pytest.raises(ProblemTooLargeError, match=r"steps_per_interval <= (\d+)") as info:
+        estimate_size(prob, steps_per_interval=10_000, refuse=True, available=avail)
+    import re
+    spi = int(re.search(r"steps_per_interval <= (\d+)", str(info.value)).group(1))
+    assert estimate_size(prob, steps_per_interval=spi, refuse=True, available=avail).fits
+    assert not estimate_size(prob, steps_per_interval=spi + 2, available=avail).fits
+
+
+def test_bad_inputs_leave_the_next_run_identical():
+    prob = decay()
+    first = po.estimate_reduced(prob, hessian=None)
+    for case in ERRORS[:60:7]:
+        with pytest.raises(case[2]):
+            case[1]()
+    again = po.estimate_reduced(prob, hessian=None)
+    assert first.x.tolist() == again.x.tolist() and first.objective == again.objective
+
+
+def test_diagnose_runs_once():
+    res = po.estimate_reduced(decay(ub=0.5, start=0.4), hessian=None)
+    n = len(res.warnings)
+    assert diagnose(decay(ub=0.5), res) is res and len(res.warnings) == n
+
+
+def test_lbfgs_abnormal_line_search_at_a_stationary_point():
+    """L-BFGS-B's 'ABNORMAL' at the optimum is convergence only when the projected
+    gradient vanishes (a bound-active component with an outward gradient counts as 0)."""
+    from types import SimpleNamespace
+    from pyomo_odeest.approaches.reduced import _stationary
+    nlp = SimpleNamespace(x_lb=np.array([0.0, -np.inf]), x_ub=np.array([np.inf, np.inf]))
+    msg = "ABNORMAL_TERMINATION_IN_LNSRCH"
+    at_opt = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([5.0, 1e-9]), fun=2.0)
+    ok, status = _stationary(nlp, at_opt, msg)
+    assert ok and "stationary point" in status
+    away = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([-5.0, 1e-9]), fun=2.0)
+    assert _stationary(nlp, away, msg) == (False, msg)

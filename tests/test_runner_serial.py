@@ -1,0 +1,229 @@
+"""Runner in serial mode, pickling and JSON of problems and results, the χ² check.
+
+No Dask needed: these tests run in a bare environment."""
+import math
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pyomo_odeest import EstimationResult, estimate
+from pyomo_odeest.models import lotka_volterra_problem, oscillator_data, oscillator_problem
+from pyomo_odeest.problem import ProblemError, noise_check
+from pyomo_odeest.runner import (RunInterruptedWarning, Runner, bootstrap, cluster_end_points, multistart,
+                                 multistart_starts, profile_points)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture(scope="module")
+def osc():
+    return oscillator_problem()
+
+
+def _same_result(a: EstimationResult, b: EstimationResult):
+    assert (a.approach, a.method, a.scheme, a.status, a.success, a.iterations) == \
+        (b.approach, b.method, b.scheme, b.status, b.success, b.iterations)
+    assert a.objective == b.objective
+    pd.testing.assert_series_equal(a.estimates, b.estimates, check_exact=True)
+    for f in ("states", "fitted", "residuals", "adjoint"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert (x is None) == (y is None)
+        if x is not None:
+            pd.testing.assert_frame_equal(x, y, check_exact=True)
+    assert a.multipliers.keys() == b.multipliers.keys()
+    for k in a.multipliers:
+        pd.testing.assert_frame_equal(a.multipliers[k], b.multipliers[k], check_exact=True)
+    assert a.warnings == b.warnings
+    assert a.evaluations == b.evaluations
+
+
+def test_result_pickle_and_json_round_trip(osc, tmp_path):
+    res = estimate(osc, "simultaneous", u0=[1.2])
+    assert res.model is not None
+    back = pickle.loads(pickle.dumps(res))            # the numbers, not the Pyomo model
+    _same_result(res, back)
+    assert back.model is None and "model" in back.extra["not_pickled"]
+    # the problem travels with the result: its analyses work after unpickling
+    # (without the block the sensitivities come from the discrete model: same to rounding)
+    pd.testing.assert_frame_equal(back.covariance().matrix, res.covariance().matrix,
+                                  check_exact=False, rtol=1e-6)
+    for again in (EstimationResult.from_json(res.to_json()),
+                  EstimationResult.from_json(res.to_json(tmp_path / "r.json"))):
+        _same_result(res, again)
+        assert again.model is None
+    assert again.extra["noise_check"]["chi2"] == res.extra["noise_check"]["chi2"]
+    lean = res.lean()
+    assert lean.model is None and "model" in lean.extra["not_pickled"]
+    assert res.model is not None                      # the original keeps its model
+
+
+def test_live_objects_are_not_pickled_and_listed(osc):
+    res = estimate(osc, "multiple_shooting", u0=[1.2], jacobian="adjoint")
+    assert "interval_models" in res.extra                 # a live object
+    back = pickle.loads(pickle.dumps(res))
+    assert "interval_models" not in back.extra
+    assert "interval_models" in back.extra["not_pickled"]
+    _same_result(res, back)
+    pd.testing.assert_frame_equal(back.extra["node_values"], res.extra["node_values"])
+    j = EstimationResult.from_json(res.to_json())
+    _same_result(res, j)
+    for a, b in zip(res.extra["node_trajectories"], j.extra["node_trajectories"]):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    with pytest.raises(ValueError, match="unknown field"):
+        EstimationResult.from_dict({**res.to_dict(), "bogus": 1})
+
+
+def test_problem_pickles_after_use_and_estimates_identically():
+    cloudpickle = pytest.importorskip("cloudpickle")
+    prob = lotka_volterra_problem(p0=(1, 1, 1, 1))
+    first = estimate(prob, "multiple_shooting", jacobian="adjoint")   # fills a cache
+    for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
+        blob = dumps(prob)
+        assert len(blob) < 20000                          # the cache is not pickled
+        again = estimate(loads(blob), "multiple_shooting", jacobian="adjoint")
+        assert again.objective == first.objective
+        np.testing.assert_array_equal(again.x, first.x)
+
+
+def test_problem_with_user_lambda_pickles_by_cloudpickle():
+    cloudpickle = pytest.importorskip("cloudpickle")
+    from pyomo_odeest import EstimationProblem, Parameter
+    prob = EstimationProblem(states=["x"], parameters=[Parameter("k", 0.5, 0.01, 5)],
+                             rhs=lambda x, u, t: [-u.k * x.x], initial={"x": 1.0},
+                             data=pd.DataFrame({"x": np.exp(-np.arange(1, 6.0))},
+                                               index=np.arange(1, 6.0)))
+    back = cloudpickle.loads(cloudpickle.dumps(prob))
+    r1, r2 = estimate(prob, "reduced_space"), estimate(back, "reduced_space")
+    assert r1.x[0] == pytest.approx(1.0, rel=1e-3) and r2.objective == r1.objective
+
+
+def test_chi2_flags_a_spurious_minimum_and_passes_the_optimum(osc):
+    bad = estimate(osc, "simultaneous", u0=[3.0])
+    good = estimate(osc, "simultaneous", u0=[1.2])
+    assert bad.success and good.success                 # both "converged"
+    assert bad.objective > 100 * good.objective
+    assert any("inconsistent with the noise level" in w for w in bad.warnings)
+    assert "WARNING" in bad.summary() and not good.warnings
+    chk = noise_check(osc, good)
+    # χ² of the weighted residuals = the least-squares objective when σ is given
+    assert chk["chi2"] == pytest.approx(good.objective, rel=1e-10)
+    assert chk["dof"] == 20 - 1 and chk["consistent"]
+    # without σ there is nothing to test
+    plain = lotka_volterra_problem()
+    assert not noise_check(plain, good)["applicable"]
+
+
+def test_starts_design():
+    prob = lotka_volterra_problem()
+    b = {f"p{k}": (0.3, 2.0) for k in range(1, 5)}
+    S = multistart_starts(prob, 16, "sobol", "log", b, seed=3, starts=[[1, 1, 1, 1]])
+    assert S.shape == (17, 4) and list(S.iloc[0]) == [1, 1, 1, 1]
+    assert S.to_numpy().min() >= 0.3 and S.to_numpy().max() <= 2.0
+    # log space: about half of the starts below the geometric midpoint
+    assert 6 <= int((S.iloc[1:, 0] < math.sqrt(0.6)).sum()) <= 10
+    L = multistart_starts(prob, 8, "lhs", "linear", b, seed=3)
+    # Latin hypercube: one start per stratum of each coordinate
+    strata = np.floor((L.to_numpy() - 0.3) / (1.7 / 8)).astype(int)
+    assert all(sorted(strata[:, k]) == list(range(8)) for k in range(4))
+    pd.testing.assert_frame_equal(S, multistart_starts(prob, 16, "sobol", "log", b, seed=3,
+                                                       starts=[[1, 1, 1, 1]]))
+    with pytest.raises(ProblemError, match="finite bounds"):
+        multistart_starts(prob, 4)
+    with pytest.raises(ProblemError, match="positive bounds"):
+        multistart_starts(prob, 4, space="log", bounds={**b, "p4": (-1, 1)})
+
+
+def test_serial_multistart_error_row_and_interrupt(osc):
+    rn = Runner(mode="serial", progress=False)
+    ms = multistart(osc, n=2, runner=rn, starts=[[3.0], [1.2]], seed=5)
+    assert ms.hits >= 1 and ms.best.x[0] == pytest.approx(1.0038, abs=1e-3)
+    assert int(ms.table.loc[0, "cluster"]) > 0             # the bad start's minimum
+    # a failing task becomes a row; the others finish
+    run = rn.map(estimate, ["not a problem", osc], approach="simultaneous")
+    assert list(run.table["status"] == "error") == [True, False]
+    assert "ProblemError" in run.table.loc[0, "error"] and run.table.loc[1, "success"]
+    # an interrupted run keeps the finished rows
+    n = {"rows": 0}
+
+    def stop_after_one(row):
+        n["rows"] += 1
+        if n["rows"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.warns(RunInterruptedWarning, match="interrupted"):
+        run = rn.map(math.sqrt, [4.0, 9.0, 16.0], on_row=stop_after_one)
+    assert run.interrupted and not run.complete
+    assert list(run.table["status"]) == ["done", "cancelled", "cancelled"]
+    assert run.table.loc[0, "value"] == 2.0
+
+
+def test_bootstrap_and_profile_serial(osc):
+    fit = estimate(osc, "simultaneous", u0=[1.2])
+    seen = []
+    for kind in ("residual", "case"):
+        bs = bootstrap(osc, n=2, kind=kind, fit=fit, seed=11)
+        assert bs.table["success"].all()
+        est = bs.estimates["omega"].to_numpy()
+        assert np.all(np.abs(est - fit.x[0]) < 0.02) and np.ptp(est) > 0
+        seen.append(est)
+    assert not np.array_equal(seen[0], seen[1])
+    again = bootstrap(osc, n=2, kind="case", fit=fit, seed=11)      # same seeds, same samples
+    np.testing.assert_array_equal(again.estimates["omega"].to_numpy(), seen[1])
+    # the profile point at the estimate gives the minimum objective
+    prof = profile_points(osc, "omega", [fit.x[0] - 0.01, fit.x[0], fit.x[0] + 0.01],
+                          approach="simultaneous", u_start=fit.x)
+    obj = prof.table["objective"].to_numpy()
+    assert prof.table["success"].all()
+    assert obj[1] == pytest.approx(fit.objective, rel=1e-8) and obj[0] > obj[1] < obj[2]
+
+
+def test_profile_likelihood_through_the_runner(osc):
+    from pyomo_odeest.analysis.profile import profile_likelihood
+    fit = estimate(osc, "reduced_space", u0=[1.2])
+    kw = dict(approach="reduced_space", max_points=4)
+    plain = profile_likelihood(fit, **kw)
+    ran = profile_likelihood(fit, runner=Runner(mode="serial", progress=False), **kw)
+    pd.testing.assert_frame_equal(plain.intervals, ran.intervals, check_exact=True)
+    with pytest.raises(RuntimeError, match="1 of 2 tasks failed"):
+        Runner(mode="serial", progress=False)(math.sqrt, [4.0, -1.0])
+
+
+def test_cluster_end_points_groups_by_tolerance():
+    tab = pd.DataFrame({"p_a": [1.0, 1.0 + 1e-5, 2.0, 1.0], "objective": [3.0, 3.0, 1.0, np.nan],
+                        "success": [True, True, True, True]})
+    labels, clusters = cluster_end_points(tab, ["a"])
+    assert list(labels.iloc[:3]) == [1, 1, 0] and np.isnan(labels.iloc[3])
+    assert list(clusters["hits"]) == [1, 2]
+
+
+def test_variant_checks_its_arguments():
+    prob = oscillator_problem(data=oscillator_data(1))
+    with pytest.raises(ProblemError, match="shape"):
+        prob.variant(values=np.zeros((3, 1)))
+    with pytest.raises(ProblemError, match="not a parameter"):
+        prob.variant(fix={"nope": 1.0})
+    v = prob.variant(fix={"omega": 2.0})
+    assert v.parameters[0].fixed and not prob.parameters[0].fixed
+
+
+def test_several_experiments_pickle_and_fix():
+    from pyomo_odeest import EstimationProblem, Experiment, Parameter
+    t = np.linspace(0.5, 3.0, 6)
+    exps = [Experiment("e1", pd.DataFrame({"x": 2.0 * np.exp(-0.7 * t)}, index=t)),
+            Experiment("e2", pd.DataFrame({"x": 1.0 * np.exp(-0.7 * t)}, index=t),
+                       parameters={"x0": 1.0})]
+    prob = EstimationProblem(states=["x"], parameters=[Parameter("k", 0.5, 0, 5),
+                                                      Parameter("x0", 2.0, 0, 5, local=True)],
+                             rhs=lambda x, u, t: [-u.k * x.x], initial={"x": "x0"}, data=None,
+                             experiments=exps)
+    back = pickle.loads(pickle.dumps(prob))
+    r1, r2 = estimate(prob, "reduced_space"), estimate(back, "reduced_space")
+    assert r1.objective == r2.objective and r1.x[0] == pytest.approx(0.7, rel=1e-4)
+    fixed = prob.variant(fix={"k": 0.6})
+    r3 = estimate(fixed, "reduced_space")
+    assert r3.estimates["k"] == 0.6 and r3.objective > r1.objective
+    assert not prob.parameters[0].fixed
+    with pytest.raises(ProblemError, match="single-experiment"):
+        prob.variant(values=np.zeros((6, 1)))
