@@ -15,7 +15,7 @@ from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
                       Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
                       PiecewiseLinear, ProblemError, ProblemTooLargeError, Spline,
-                      estimate_size, flag_noise_level, inputs_from_frame, noise_check)
+                      estimate_size, inputs_from_frame, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
@@ -42,7 +42,7 @@ __all__ = [
     "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "ParameterConstraint",
     "PathConstraint", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
     "LeastSquares", "Parameter", "ProblemError", "ProblemTooLargeError", "estimate_size",
-    "flag_noise_level", "noise_check",
+    "noise_check",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",

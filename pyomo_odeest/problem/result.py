@@ -148,7 +148,7 @@ class EstimationResult:
         each with advice: from the sanity checks of
         :mod:`pyomo_odeest.analysis.diagnostics` (no convergence, a misfit
         inconsistent with the noise level,
-        :func:`~pyomo_odeest.problem.noise.flag_noise_level`, a parameter at a
+        :func:`~pyomo_odeest.problem.noise.noise_check`, a parameter at a
         bound, a stability-limited discretization, rank deficiency); shown by
         :meth:`summary`.
 
