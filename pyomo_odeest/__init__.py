@@ -13,8 +13,9 @@ __version__ = "0.1.0"
 
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
-                      Parameter, ProblemError, ProblemTooLargeError, estimate_size,
-                      flag_noise_level, noise_check)
+                      Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
+                      PiecewiseLinear, ProblemError, ProblemTooLargeError, Spline,
+                      estimate_size, inputs_from_frame, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, get_scheme, make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
@@ -38,8 +39,10 @@ __all__ = [
     # nlp
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
-    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "LeastSquares", "Parameter",
-    "ProblemError", "ProblemTooLargeError", "estimate_size", "flag_noise_level", "noise_check",
+    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "ParameterConstraint",
+    "PathConstraint", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
+    "LeastSquares", "Parameter", "ProblemError", "ProblemTooLargeError", "estimate_size",
+    "noise_check",
     # discretization
     "SCHEMES", "AdaptiveModel", "DiscreteModel", "Grid", "PowerLaw", "SimulationError",
     "StepController", "get_scheme", "make_grid",

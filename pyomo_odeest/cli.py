@@ -11,7 +11,10 @@ Problem file format
 
 and optionally ``observe`` (list of states or ``g(x, u, t)`` returning a
 mapping), ``sigma`` / ``weights``, ``loss``, ``penalty(u)``, ``t0``, ``T``,
-and ``options`` (a dict of default command-line options, e.g.
+``inputs`` (mapping name -> ``PiecewiseConstant`` / ``PiecewiseLinear`` /
+``Spline``), ``constraints`` (list of ``PathConstraint`` /
+``ParameterConstraint``), and ``options`` (a dict of default command-line
+options, e.g.
 ``{"scheme": "enright", "qmax": 3}``).
 
 ``DATA.csv`` holds the measurements: *wide* (first column ``time``, one
@@ -42,7 +45,8 @@ APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting", "compare")
 SCHEMES = ("adams_pc", "adams_moulton", "enright", "semi_implicit_enright")
 #: Names a model file may define (besides ``states``, ``parameters``, ``rhs``, ``initial``)
 #: that are passed to :class:`~pyomo_odeest.EstimationProblem`.
-PROBLEM_KEYS = ("observe", "sigma", "weights", "t0", "T", "loss", "penalty")
+PROBLEM_KEYS = ("observe", "sigma", "weights", "t0", "T", "loss", "penalty", "inputs",
+                "constraints")
 #: Command-line options a model file's ``options`` dict may set.
 OPTION_KEYS = ("approach", "scheme", "qmax", "steps_per_interval", "max_step", "tol", "max_iter")
 

@@ -26,6 +26,21 @@ LAYERS = [
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 
+#: Upward imports that exist and are to be removed, as (file, imported module).
+#: Listed one by one so that the test still fails on any new one; shrink the list,
+#: never grow it.  The post-solve diagnostics are called by every approach but live
+#: in the analysis layer (they belong in or below approaches); the size estimate of
+#: problem/validation.py reads grids and schemes (it belongs in discretization).
+KNOWN_UPWARD = {
+    ("pyomo_odeest/approaches/continuous/estimation.py", "pyomo_odeest.analysis.diagnostics"),
+    ("pyomo_odeest/approaches/estimate.py", "pyomo_odeest.analysis.diagnostics"),
+    ("pyomo_odeest/approaches/reduced.py", "pyomo_odeest.analysis.diagnostics"),
+    ("pyomo_odeest/approaches/shooting.py", "pyomo_odeest.analysis.diagnostics"),
+    ("pyomo_odeest/approaches/simultaneous.py", "pyomo_odeest.analysis.diagnostics"),
+    ("pyomo_odeest/problem/validation.py", "pyomo_odeest.discretization.grid"),
+    ("pyomo_odeest/problem/validation.py", "pyomo_odeest.discretization.schemes"),
+}
+
 
 def _unit(module):
     """Top-level unit of a dotted module name inside the package ('pyomo_odeest.x.y' -> 'x')."""
@@ -71,6 +86,8 @@ def _upward(root=PACKAGE):
         if not target.startswith("pyomo_odeest"):
             continue
         dep = _unit(target)
+        if (str(path.relative_to(root.parent)), target) in KNOWN_UPWARD:
+            continue
         if LEVEL[dep] > LEVEL[unit]:
             bad.append(f"{path.relative_to(root.parent)}:{line}: {unit} (layer {LEVEL[unit]}) "
                        f"imports {target} (layer {LEVEL[dep]})")
@@ -106,3 +123,10 @@ def test_the_rule_catches_an_upward_import(tmp_path):
         "    import pyomo_odeest.approaches.reduced\n")
     bad = _upward(pkg)
     assert len(bad) == 2 and "analysis.checks" in bad[0] and "approaches.reduced" in bad[1], bad
+
+
+def test_known_upward_imports_are_still_there():
+    """An entry of KNOWN_UPWARD whose import was removed must leave the list."""
+    seen = {(str(path.relative_to(PACKAGE.parent)), target)
+            for _, target, _, path, _ in _imports() if target}
+    assert KNOWN_UPWARD <= seen, KNOWN_UPWARD - seen

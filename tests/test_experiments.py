@@ -148,3 +148,25 @@ def test_docs_snippet_runs_as_written():
         exec(compile(code, "experiments.md", "exec"), ns)
     assert ns["res"].success
     assert ns["res"].estimates["k"] == pytest.approx(0.7, rel=1e-4)
+
+
+def test_continuous_approach_sums_experiments():
+    P = _problem(same_horizon=False)
+    rc = estimate(P, "continuous")
+    r = estimate(P, "simultaneous", scheme="enright", steps_per_interval=20)
+    assert rc.success
+    np.testing.assert_allclose(rc.x, r.x, rtol=1e-5)
+    cm = rc.extra["continuous_model"]
+    u = P.u0 * 1.1
+    np.testing.assert_allclose(cm.gradient(u, "adjoint"), cm.gradient(u, "fd"), rtol=1e-5,
+                               atol=1e-8)
+    assert list(rc.states.index.get_level_values("experiment").unique()) == ["e1", "e2", "e3"]
+
+
+def test_compare_approaches_takes_experiments():
+    from pyomo_odeest import compare_approaches
+    table, results = compare_approaches(_problem(), ("simultaneous", "multiple_shooting"))
+    assert table.loc["simultaneous", "success"]
+    assert table.loc["simultaneous", "A0_e3"] == pytest.approx(0.5, abs=0.05)
+    assert "does not take a problem with several experiments" in \
+        table.loc["multiple_shooting", "status"]

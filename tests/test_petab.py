@@ -341,3 +341,16 @@ def test_profiled_sigma_is_the_exact_minimiser():
         at[k] = np.log10(s_star * factor)
         assert sim.nll(at) > pe.nll(objective)
     assert pe.nll(objective) <= sim.nll(scaled)
+
+
+def test_multistart_takes_an_imported_problem():
+    from pyomo_odeest.runner import multistart
+    pe = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016"), conditions="model1_data2")
+    prob = pe.problem
+    box = {p.name: (p.value - 0.3, p.value + 0.3) for p in prob.parameters if not p.fixed}
+    res = multistart(prob, n=2, approach="reduced_space", space="linear", bounds=box,
+                     starts=[prob.u0], options=dict(steps_per_interval=5), seed=1)
+    assert len(res.table) == 3 and res.best is not None and res.best.success
+    # the minimum of this condition (same value as the simultaneous fit of the
+    # compare_approaches test, on the same discretization)
+    assert pe.nll(res.best.objective) == pytest.approx(-8.794082, abs=1e-5)

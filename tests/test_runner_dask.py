@@ -81,6 +81,17 @@ def test_profile_likelihood_segments_run_on_the_cluster(runner, osc):
     pd.testing.assert_frame_equal(serial.intervals, dist.intervals, check_exact=True)
 
 
+def test_address_and_client_reach_the_same_cluster(runner):
+    with Runner(address=runner.client.scheduler.address, progress=False) as by_address:
+        assert by_address.n_workers == 2
+        assert list(by_address.map(abs, [-1, -2]).table["value"]) == [1, 2]
+    with Runner(client=runner.client, progress=False) as by_client:
+        assert by_client.client is runner.client
+    assert runner.client.status == "running"          # a given client is not closed
+    with pytest.raises(ValueError, match="either address= or client="):
+        Runner(address="tcp://x:1", client=runner.client)
+
+
 def test_interrupted_run_keeps_finished_rows(runner):
     seen = []
 

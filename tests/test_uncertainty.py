@@ -248,3 +248,16 @@ def test_profile_point_is_a_standalone_task():
     bc = np.linalg.solve(Xr.T @ (w[:, None] * Xr), Xr.T @ (w * z))
     np.testing.assert_allclose(u[1:], bc, rtol=1e-8)
     assert J == pytest.approx(float(np.sum(w * (z - Xr @ bc) ** 2)), rel=1e-8)
+
+
+def test_several_experiments_refused_clearly():
+    from pyomo_odeest import Experiment, ProblemError
+    exps = [Experiment(f"e{i}", _linear_data(seed=i)) for i in range(2)]
+    sigma = {"x": 0.1, "y": 0.1}
+    P = EstimationProblem(states=["x", "y"],
+                          parameters=[Parameter("a", 0.5), Parameter("b", 1.0), Parameter("c", 0.0)],
+                          rhs=lambda x, u, t: [u.a + 0 * x.x, u.c + 0 * x.y],
+                          initial={"x": "b", "y": 0.0}, data=None, experiments=exps, sigma=sigma)
+    res = estimate(P, "reduced_space", max_step=1.0)
+    with pytest.raises(ProblemError, match="several experiments"):
+        res.covariance()

@@ -98,7 +98,7 @@ def format_direction(v: pd.Series, tol=0.05) -> str:
 
 
 def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e-7, poor=1.0,
-                           scale="relative", curv: Curvature | None = None
+                           scale="relative", discretization=None, curv: Curvature | None = None
                            ) -> IdentifiabilityReport:
     """Identifiability of the free parameters at ``result``'s estimates.
 
@@ -110,7 +110,10 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
     result : EstimationResult, optional
     problem, estimates : optional
         Instead of a result: the problem and the parameter values (a mapping or
-        array in problem order); the problem's default discretization is used.
+        array in problem order), discretized by ``discretization`` (keywords of
+        :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`: ``scheme``,
+        ``qmax``, ``grid``, ``max_step``, ``steps_per_interval``; default: the
+        problem's default discretization).
     rtol : float
         Relative singular-value threshold of numerical rank deficiency.
     poor : float
@@ -125,7 +128,7 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
         else:
             if problem is None or estimates is None:
                 raise ValueError("give a result, or problem= and estimates=")
-            curv = _curvature_at(problem, estimates)
+            curv = _curvature_at(problem, estimates, discretization or {})
     P = curv.problem
     names = curv.names
     R = curv.scaled_rows()
@@ -176,9 +179,11 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
                                  V, null, poor_dirs, rank, p, m, n_inf, cond, notes)
 
 
-def _curvature_at(problem, estimates):
+def _curvature_at(problem, estimates, discretization):
     from ..discretization.discrete import DiscreteModel
+    from ..problem.declaration import require_single_experiment
     from .uncertainty import _curvature_discrete
+    require_single_experiment(problem, "identifiability_report")
     if isinstance(estimates, (dict, pd.Series)):
         est = pd.Series(estimates)
         missing = [n for n in problem.parameter_names if n not in est.index]
@@ -192,5 +197,6 @@ def _curvature_at(problem, estimates):
                              f"(parameters {problem.parameter_names})")
     free = np.flatnonzero(problem.free_mask)
     names = [problem.parameter_names[k] for k in free]
-    return _curvature_discrete(DiscreteModel(problem), problem, u, free, names, False,
-                               "discrete sensitivities (default discretization)")
+    source = f"discrete sensitivities ({discretization or 'default discretization'})"
+    return _curvature_discrete(DiscreteModel(problem, **discretization), problem, u, free, names,
+                               False, source)

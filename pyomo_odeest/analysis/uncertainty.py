@@ -47,7 +47,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy import stats
 
-from ..problem.declaration import GaussianNLL
+from ..problem.declaration import GaussianNLL, require_single_experiment
 from ..problem.misfit import MeasurementMisfit
 
 __all__ = ["Covariance", "Curvature", "covariance", "confidence_intervals", "curvature",
@@ -174,6 +174,8 @@ def curvature(result, hessian=False, problem=None) -> Curvature:
     """Sensitivities (and with ``hessian`` the exact Hessian of J) at ``result``'s
     estimates, from the machinery of the result's approach (see the module docstring)."""
     P = problem if problem is not None else _problem_of(result)
+    require_single_experiment(P, "the uncertainty analysis (covariance, profiles, "
+                                 "identifiability, bands)")
     u = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
     free = np.flatnonzero(P.free_mask)
     names = [P.parameter_names[k] for k in free]

@@ -5,18 +5,14 @@ per-approach implementation and returns an
 :class:`~pyomo_odeest.EstimationResult` in every case.  Option names mean the
 same thing everywhere:
 
-=====================  ===========================================================
-option                 meaning (every approach that takes it)
-=====================  ===========================================================
-``scheme``, ``qmax``   the multistep scheme and its maximum order
-``grid``               an explicit :class:`~pyomo_odeest.Grid`
-``max_step``           largest step of the generated grid
-``steps_per_interval`` steps between consecutive measurement times
-``u0``                 start values of the parameters (default: the problem's)
-``options``            Ipopt (or optimizer) options, a dict
-``tee``                print the solver's log
-``scale``              scale the parameters by their start values
-=====================  ===========================================================
+* ``scheme``, ``qmax``: the multistep scheme and its maximum order;
+* ``grid``: an explicit :class:`~pyomo_odeest.Grid`;
+* ``max_step``: largest step of the generated grid;
+* ``steps_per_interval``: steps between consecutive measurement times;
+* ``u0``: start values of the parameters (default: the problem's);
+* ``options``: Ipopt (or optimizer) options, a dict;
+* ``tee``: print the solver's log;
+* ``scale``: scale the parameters by their start values.
 
 Options specific to one approach (``gradient``, ``hessian``, ``optimizer``,
 ``nodes``, ``formulation``, ``method``, ...) are passed through; an option the

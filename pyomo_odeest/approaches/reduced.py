@@ -21,22 +21,102 @@ import time
 
 import numpy as np
 import pandas as pd
+import sympy
 
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
-from ..problem.declaration import EstimationProblem
+from ..problem.declaration import EstimationProblem, ProblemError
+from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from ..problem.result import EstimationResult, stack_experiments
 from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
 from ..discretization.experiments import ExperimentModels, experiment_grid
 
-__all__ = ["ReducedSpaceNLP", "estimate_reduced"]
+__all__ = ["ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced", "discrete_model"]
 
 _OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
 
 
+class ReducedConstraints:
+    r"""Path and parameter constraints of a problem as constraints over u.
+
+    Rows: :math:`c(x_i(u), u, t_i) \le 0` at the constrained grid points of
+    each experiment, then :math:`r(u) \le 0`.  Their Jacobian is exact for
+    the discrete equations: :math:`\mathrm d c_i/\mathrm d u = c_x S_i + c_u`
+    with the discrete state sensitivities :math:`S_i = \partial x_i/\partial u`
+    [GM-grad, eq. (51)] — one forward sweep for all rows, where the adjoint
+    would need one sweep per row (the functional gradient of Lemma 1, exact
+    as well, practical only for a few rows).
+    """
+
+    def __init__(self, problem, dm):
+        self.parts = []
+        subs = problem.experiment_problems or [problem]
+        models = dm.models if problem.experiments else [dm]
+        for e, (sp, d) in enumerate(zip(subs, models)):
+            for pc, ex in sp.path_constraints:
+                pts = (np.arange(d.k + 1) if pc.at == "grid"
+                       else np.unique(np.asarray(d.grid.J, dtype=int)))
+                xs, us, ts = sp.x_sym, sp.u_sym, sp.t_sym
+                self.parts.append((e, pc.name, pts, d, VectorFn((ex,), xs, us, ts),
+                                   sparse_jacobian((ex,), xs, xs, us, ts),
+                                   sparse_jacobian((ex,), us, xs, us, ts)))
+        pcs = problem.parameter_constraints
+        us = tuple(problem.u_sym)
+        self._r = [sympy.lambdify((us,), ex, "numpy") for _, ex in pcs]
+        self._dr = [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
+                    for _, ex in pcs]
+        self.names = [pc.name for pc, _ in pcs]
+        self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
+
+    def multipliers(self, problem, lam):
+        """Ipopt's multipliers ``lam`` as ``{'path_<name>': DataFrame}`` (indexed by
+        time, and experiment first for several) and ``{name: float}`` of the
+        parameter constraints."""
+        per, a = {}, 0
+        for e, name, pts, d, *_ in self.parts:
+            fr = pd.DataFrame({name: lam[a:a + len(pts)]}, index=pd.Index(d.t[pts], name="time"))
+            per.setdefault(f"path_{name}", []).append((e, fr))
+            a += len(pts)
+        frames = {}
+        for key, lst in per.items():
+            if problem.experiments:
+                frames[key] = stack_experiments([problem.experiment_names[e] for e, _ in lst],
+                                                [f for _, f in lst])
+            else:
+                frames[key] = lst[0][1]
+        return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
+
+    def _trajs(self, traj):
+        return traj if isinstance(traj, tuple) else (traj,)
+
+    def values(self, u, traj):
+        trajs = self._trajs(traj)
+        out = [fn(trajs[e].X[pts], u, d.t[pts])[:, 0] for e, _, pts, d, fn, _, _ in self.parts]
+        out += [np.atleast_1d(float(r(u))) for r in self._r]
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def jacobian(self, u, traj):
+        """Dense (m, p) Jacobian over all parameters."""
+        trajs = self._trajs(traj)
+        rows, sens = [], {}
+        for e, _, pts, d, fn, jx, ju in self.parts:
+            if e not in sens:
+                sens[e] = d.state_sensitivities(trajs[e])
+            X, tt = trajs[e].X[pts], d.t[pts]
+            cx = jx.dense(jx.values(X, u, tt))[:, 0, :]
+            cu = ju.dense(ju.values(X, u, tt))[:, 0, :]
+            rows.append(np.einsum("jn,jnm->jm", cx, sens[e][pts]) + cu)
+        rows += [np.asarray(dr(u), dtype=float).reshape(1, -1) for dr in self._dr]
+        return np.vstack(rows) if rows else np.zeros((0, len(u)))
+
+
 class ReducedSpaceNLP(NLPEvaluator):
-    """``min J_k(u)`` over the free parameters, as an evaluator (m = 0 constraints).
+    """``min J_k(u)`` over the free parameters, as an evaluator; the problem's
+    path and parameter constraints (if any) are its constraints ``g(u) <= 0``
+    (:class:`ReducedConstraints`).  With constraints the Hessian is that of
+    J alone (the constraints' curvature is left out: the KKT point is the same,
+    the convergence may be slower).
 
     ``free`` (optional, a boolean mask or indices) optimizes over a subset of the
     problem's free parameters, the others held at ``u_full`` (profile likelihood).
@@ -49,12 +129,13 @@ class ReducedSpaceNLP(NLPEvaluator):
         self.free = np.flatnonzero(free_mask) if free_mask.dtype == bool else free_mask.astype(int)
         self.u_full = P.u0.copy()
         self.n = len(self.free)
-        self.m = 0
+        self.cons = ReducedConstraints(P, dm) if P.has_constraints else None
+        self.m = 0 if self.cons is None else self.cons.m
         lb = np.array([-np.inf if p.lb is None else p.lb for p in P.parameters])
         ub = np.array([np.inf if p.ub is None else p.ub for p in P.parameters])
         self.x_lb, self.x_ub = lb[self.free], ub[self.free]
         self.x0 = np.clip(self.u_full[self.free], self.x_lb, self.x_ub)
-        self.g_lb = self.g_ub = np.zeros(0)
+        self.g_lb, self.g_ub = np.full(self.m, -np.inf), np.zeros(self.m)
         self.gradient_method = gradient
         self.hessian_method = hessian
         self._key = None
@@ -99,13 +180,24 @@ class ReducedSpaceNLP(NLPEvaluator):
         return g
 
     def constraints(self, x):
-        return np.zeros(0)
+        if self.cons is None:
+            return np.zeros(0)
+        v = self.cons.values(self.full(x), self._trajectory(x))
+        if not np.all(np.isfinite(v)):
+            raise EvaluationError("non-finite constraint value")
+        return v
 
     def jacobian_structure(self):
-        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+        r, c = np.meshgrid(np.arange(self.m), np.arange(self.n), indexing="ij")
+        return r.ravel(), c.ravel()
 
     def jacobian(self, x):
-        return np.zeros(0)
+        if self.cons is None:
+            return np.zeros(0)
+        J = self.cons.jacobian(self.full(x), self._trajectory(x))[:, self.free]
+        if not np.all(np.isfinite(J)):
+            raise EvaluationError("non-finite constraint Jacobian")
+        return J.ravel()
 
     def hessian_structure(self):
         return self._hr, self._hc
@@ -175,12 +267,16 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
             xs = start_value_scaling(nlp.x0) if scale else None
             r = solve_with_ipopt(nlp, options=opts, tee=tee, x_scaling=xs, intermediate=watch)
             x, status, iters = r.x, r.status_name, r.iterations
+            nlp.mult_g = np.asarray(r.mult_g, dtype=float)
             if watch.stopped:
                 status = "Repeated_Evaluation_Errors"
             success = status in _OK
         except EvaluationError as err:
             x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
         method = f"ipopt/{gradient}+{hessian or 'lbfgs'}"
+    elif nlp.m:
+        raise ProblemError(f"optimizer {optimizer!r} does not take the problem's path or "
+                           f"parameter constraints; use optimizer='ipopt'")
     elif optimizer in ("L-BFGS-B", "trust-constr"):
         from scipy.optimize import Bounds, minimize
 
@@ -214,9 +310,15 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
     else:
         raise ValueError(f"unknown optimizer {optimizer!r}; use 'ipopt', 'L-BFGS-B' or 'trust-constr'")
     solve_s = time.perf_counter() - t_solve
-    return _result(problem, dm, nlp, x, status, success, iters, method,
-                   dict(build_s=build_s, setup_s=0.0, solve_s=solve_s,
-                        total_s=time.perf_counter() - t_start))
+    res = _result(problem, dm, nlp, x, status, success, iters, method,
+                  dict(build_s=build_s, setup_s=0.0, solve_s=solve_s,
+                       total_s=time.perf_counter() - t_start))
+    if nlp.cons is not None and getattr(nlp, "mult_g", None) is not None:
+        frames, pmult = nlp.cons.multipliers(problem, nlp.mult_g)
+        res.multipliers.update(frames)
+        if pmult:
+            res.extra["parameter_constraint_multipliers"] = pmult
+    return res
 
 
 class _FailureWatch:

@@ -92,7 +92,7 @@ from ..discretization.grid import Grid, make_grid, resolve_grid
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import (EstimationProblem, Parameter, ProblemError,
-                                   require_single_experiment)
+                                   require_no_constraints, require_single_experiment)
 from ..problem.result import EstimationResult
 from ..discretization.schemes import get_scheme
 
@@ -166,13 +166,15 @@ class IntervalModels:
         self.models = []
         for a, b in zip(idx[:-1], idx[1:]):
             sub = t[a:b + 1]
+            # the order ramp also restarts at the switching times of the inputs inside
+            restarts = tuple(int(r - a) for r in grid.restarts if a < r < b)
             key = (tuple(problem.states), tuple(problem.parameter_names), tuple(problem.f_sym),
-                   scheme, tuple(sub.tolist()))
+                   scheme, tuple(sub.tolist()), restarts)
             dm = _MODEL_CACHE.get(key)
             if dm is None:
                 ip = _interval_problem(problem, self.node_params, sub[0], sub[-1])
                 g = Grid(t=sub, meas_times=np.zeros(0), I=np.zeros(len(sub), dtype=int),
-                         J=np.zeros(0, dtype=int))
+                         J=np.zeros(0, dtype=int), restarts=restarts)
                 dm = DiscreteModel(ip, scheme, grid=g)
                 _MODEL_CACHE[key] = dm
                 while len(_MODEL_CACHE) > _MODEL_CACHE_SIZE:
@@ -233,7 +235,8 @@ def interval_models(problem, scheme="adams_pc", qmax=None, grid=None, max_step=N
         if max_step is None and steps_per_interval is None:
             steps_per_interval = 10
         grid = make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
-                         steps_per_interval=steps_per_interval, extra_times=node_t)
+                         steps_per_interval=steps_per_interval, extra_times=node_t,
+                         switches=problem.switch_times)
     else:
         grid = resolve_grid(problem, grid)
     cache = problem.__dict__.setdefault("_multiple_shooting_models", {})
@@ -655,6 +658,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
                        max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
                        options=options, tee=tee, formulation=formulation, jacobian=jacobian,
                        init=init)
+    require_no_constraints(problem, "multiple shooting")
     t_start = time.perf_counter()
     im = interval_models(problem, scheme, qmax, grid, max_step, steps_per_interval, nodes)
     u_start = problem.u0.copy() if u0 is None else np.asarray(u0, dtype=float).copy()

@@ -50,13 +50,14 @@ def numeric_functions(problem: EstimationProblem, u):
     )
 
 
-def simulate(problem: EstimationProblem, scheme, t, u=None):
-    """States of the discrete scheme on grid ``t`` at parameters ``u`` ((k+1, n))."""
+def simulate(problem: EstimationProblem, scheme, t, u=None, restarts=()):
+    """States of the discrete scheme on grid ``t`` (restarting the order ramp at
+    ``restarts``, or ``t.restarts`` for a Grid) at parameters ``u`` ((k+1, n))."""
     u = problem.u0 if u is None else np.asarray(u, dtype=float)
     fn = numeric_functions(problem, u)
     x0 = problem.initial_state(u)
     return integrate(scheme, fn["f"], t, x0, fdot=fn["fdot"], jac=fn["jac"],
-                     fdot_jac=fn["fdot_jac"])
+                     fdot_jac=fn["fdot_jac"], restarts=restarts or getattr(t, "restarts", ()))
 
 
 def _stage_values(b, X, u):
@@ -80,7 +81,7 @@ def _stage_values(b, X, u):
         return at_grid[is_dot][idx]
 
     out = {name: np.full((k, n), np.nan) for name in b.scheme.stage_names if name != "x"}
-    for batch in b.scheme.batches(t):
+    for batch in b.scheme.batches(t, b.grid.restarts):
         steps = batch.steps
         h = t[steps + 1] - t[steps]
         vals = {}
@@ -126,7 +127,7 @@ def initialize_block(b, u=None, init="auto"):
     used = init
     if init in ("auto", "simulate"):
         try:
-            X = simulate(problem, b.scheme, t, u)
+            X = simulate(problem, b.scheme, t, u, b.grid.restarts)
             scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
             if init == "auto" and (not np.all(np.isfinite(X)) or np.max(np.abs(X)) > scale):
                 X = None
@@ -233,6 +234,11 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     else:
         res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
     res.extra["init"] = init_used
+    dual = getattr(m, "dual", None)
+    if problem.parameter_constraints and dual is not None:
+        res.extra["parameter_constraint_multipliers"] = {
+            pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
+            for pc, _ in problem.parameter_constraints}
     from ..analysis.diagnostics import diagnose
     return diagnose(problem, res, *((None, None) if multi else (b.scheme, None)),
                     grid=None if multi else b.grid)
@@ -275,6 +281,12 @@ def collect_result(b, m, info, build_s, total_s):
         p0 = [dual.get(b.x0_eq[s], np.nan) for s in S]
         adjoint = pd.DataFrame(np.vstack([p0, mults["x"].to_numpy()]),
                                index=pd.Index(range(k + 1), name="i"), columns=S)
+        for pc, _ in problem.path_constraints:
+            con = b.component(f"path_{pc.name}")
+            idx = list(con.keys())
+            mults[f"path_{pc.name}"] = pd.DataFrame(
+                {pc.name: [dual.get(con[i], np.nan) for i in idx]},
+                index=pd.Index(t[idx], name="time"))
     status = info["status"]
     return EstimationResult(
         approach="simultaneous", method="ipopt/exact-hessian",

@@ -45,6 +45,12 @@ class Grid:
         else 0.
     J : numpy.ndarray of int
         Length :math:`s`; ``J[j-1] = i`` with :math:`t_i = \tau_j`.
+    restarts : tuple of int
+        Grid indices where the schemes' order ramp restarts: for each
+        switching time :math:`\sigma` of a piecewise input the grid holds
+        :math:`\sigma^- =` ``nextafter(σ, -inf)`` and :math:`\sigma`, and
+        both are restarts, so that no step straddles the switch and no
+        multistep history crosses it (see :func:`make_grid`).
 
     Notes
     -----
@@ -56,6 +62,7 @@ class Grid:
     meas_times: np.ndarray
     I: np.ndarray
     J: np.ndarray
+    restarts: tuple = ()
 
     def __post_init__(self):
         t = np.asarray(self.t, dtype=float)
@@ -72,6 +79,10 @@ class Grid:
         expect[J] = np.arange(1, tau.size + 1)
         if not np.array_equal(I, expect):
             raise ValueError("Grid: I is not the inverse of J [GM-grad, eq. (3)]")
+        rs = tuple(sorted({int(r) for r in self.restarts}))
+        if rs and (rs[0] < 1 or rs[-1] > t.size - 2):
+            raise ValueError(f"Grid: restarts must be indices in [1, {t.size - 2}], got {rs}")
+        object.__setattr__(self, "restarts", rs)
         for name, arr in (("t", t), ("meas_times", tau), ("I", I), ("J", J)):
             arr = arr.copy()
             arr.setflags(write=False)
@@ -147,6 +158,7 @@ def make_grid(
     startup_ratio: float = 2.0,
     jitter: float = 0.0,
     seed=None,
+    switches=(),
 ) -> Grid:
     r"""Build an integration grid containing :math:`t_0`, :math:`T` and every
     measurement time [GM-grad, eq. (3)].
@@ -171,7 +183,9 @@ def make_grid(
     :math:`O(h_j^{j+3})`, :math:`h_j = h_0 r^j`) are then also
     :math:`O(H^p)` and the start-up no longer limits a global order
     :math:`\le p`.  The number of start-up steps grows like
-    :math:`\log(1/H)`.  Geometric subdivision with a *fixed* number of steps
+    :math:`\log(1/H)`.  The order ramp restarts after every switching time
+    (``switches``), so the refinement is applied there too.  Geometric
+    subdivision with a *fixed* number of steps
     (``startup_steps`` given) only reduces the error constant, not the order.
 
     Parameters
@@ -206,6 +220,15 @@ def make_grid(
         factor ``1 - jitter``).  For tests on non-uniform grids.
     seed : int or numpy.random.Generator, optional
         Random source for ``jitter``.
+    switches : array_like
+        Switching times :math:`\sigma` of piecewise inputs in
+        :math:`(t_0, T)`: required points, each preceded by its twin
+        :math:`\sigma^- =` ``numpy.nextafter(σ, -inf)``; both are
+        :attr:`Grid.restarts`.  The step :math:`[\sigma^-, \sigma]` has
+        length one unit in the last place: the inputs are evaluated with
+        their left piece at :math:`\sigma^-` and their right piece at
+        :math:`\sigma`, so every step sees one smooth piece of every input
+        and the schemes keep their order.
 
     Returns
     -------
@@ -265,7 +288,9 @@ def make_grid(
     if not 0.0 <= jitter < 1.0:
         raise ValueError(f"jitter must be in [0, 1), got {jitter}")
 
-    required = np.unique(np.concatenate([[t0, T], tau, extra]))
+    sw = _times("switches", switches)
+    sw = np.unique(sw[(sw > t0) & (sw < T)])
+    required = np.unique(np.concatenate([[t0, T], tau, extra, sw]))
     pieces = [required[:1]]
     movable = [np.zeros(1, dtype=bool)]
     for r, (a, b) in enumerate(zip(required[:-1], required[1:])):
@@ -274,7 +299,7 @@ def make_grid(
         if max_step is not None:
             n = max(n, math.ceil(length / max_step * (1.0 - 1e-12)))
         frac = np.arange(1, n + 1) / n
-        if r == 0 and startup == "refined":
+        if startup == "refined" and (r == 0 or np.any(sw == a)):   # also after each switch
             H = length / n
             hs = _geometric_startup(H, T - t0, startup_ratio, startup_steps, int(startup_order))
             head = np.cumsum(hs)[:-1] / length  # interior points of [a, a + H]
@@ -296,10 +321,19 @@ def make_grid(
         t = t.copy()
         t[idx] += jitter * 0.5 * g * rng.uniform(-1.0, 1.0, size=idx.size)
 
+    restarts = ()
+    if sw.size:
+        twins = np.nextafter(sw, -np.inf)
+        if np.any(np.isin(twins, t)) or np.any(np.isin(twins, tau)):
+            raise ValueError("a grid point or measurement lies one unit in the last place "
+                             "before a switching time")
+        t = np.sort(np.concatenate([t, twins]))
+        r = np.searchsorted(t, twins)
+        restarts = tuple(int(i) for i in np.concatenate([r, r + 1]))
     J = np.searchsorted(t, tau)
     I = np.zeros(t.size, dtype=int)
     I[J] = np.arange(1, tau.size + 1)
-    return Grid(t=t, meas_times=tau, I=I, J=J)
+    return Grid(t=t, meas_times=tau, I=I, J=J, restarts=restarts)
 
 
 def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> Grid:
@@ -309,15 +343,25 @@ def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> 
     time); otherwise :func:`make_grid` is called with ``max_step`` or
     ``steps_per_interval`` (default 10 steps per measurement interval).
     """
+    sw = np.asarray(getattr(problem, "switch_times", ()), dtype=float)
     if grid is None:
         if max_step is None and steps_per_interval is None:
             steps_per_interval = 10
         return make_grid(problem.meas_times, t0=problem.t0, T=problem.T, max_step=max_step,
-                         steps_per_interval=steps_per_interval)
+                         steps_per_interval=steps_per_interval, switches=sw)
     if not isinstance(grid, Grid):
         raise TypeError("grid must be a pyomo_odeest.Grid (see make_grid)")
     missing = [tau for tau in problem.meas_times if not np.any(grid.t == tau)]
     if missing or grid.t[0] != problem.t0:
         raise ProblemError(f"grid must start at t0 and contain every measurement time; "
                            f"missing {missing[:5]}")
+    if sw.size:
+        idx = np.searchsorted(grid.t, sw)
+        ok = (idx < len(grid.t)) & (grid.t[np.minimum(idx, len(grid.t) - 1)] == sw)
+        ok &= idx >= 1
+        ok &= (grid.t[np.maximum(idx - 1, 0)] == np.nextafter(sw, -np.inf))
+        if not ok.all() or not set(np.concatenate([idx - 1, idx]).tolist()) <= set(grid.restarts):
+            raise ProblemError(f"grid must contain every switching time of the inputs with its "
+                               f"twin and restarts (make_grid(..., switches=...)); missing "
+                               f"{sw[~ok][:5]}")
     return grid

@@ -655,14 +655,33 @@ class MultistepScheme:
         # through the cache, so that the coefficients are bit-identical to formulas(t)[i]
         return self.formulas(t)[int(i)]
 
-    def formulas(self, t) -> list[StepFormula]:
-        """The ``k`` step formulas on grid ``t`` (index = step); cached per grid."""
+    @staticmethod
+    def _restarts(t, restarts):
+        """Sorted restart indices (default: ``t.restarts`` of a Grid), checked."""
+        if not restarts:
+            restarts = getattr(t, "restarts", ())
+        k = np.asarray(getattr(t, "t", t)).size - 1
+        restarts = tuple(sorted({int(r) for r in restarts}))
+        if restarts and (restarts[0] < 1 or restarts[-1] > k - 1):
+            raise ValueError(f"restarts must be grid indices in [1, {k - 1}], got {restarts}")
+        return restarts
+
+    def formulas(self, t, restarts=()) -> list[StepFormula]:
+        r"""The ``k`` step formulas on grid ``t`` (index = step); cached per grid.
+
+        ``restarts``: grid indices :math:`r` where the order ramp starts
+        afresh, :math:`Q_i = \min(i - r + 1, Q_{\max} - 1)` for the steps
+        after the last restart :math:`r \le i` (no step's history crosses a
+        restart; used at the switching times of piecewise inputs).  Default:
+        ``t.restarts`` when ``t`` is a :class:`~pyomo_odeest.discretization.grid.Grid`.
+        """
+        restarts = self._restarts(t, restarts)
         t = _check_grid(t)
-        key = t.tobytes()
+        key = (t.tobytes(), restarts)
         hit = self._cache.get(key)
         if hit is None:
             out: list[StepFormula | None] = [None] * (t.size - 1)
-            for batch in self.batches(t):
+            for batch in self.batches(t, restarts):
                 for r, i in enumerate(batch.steps.tolist()):
                     out[i] = batch.formula(r)
             self.n_formulas_built += len(out)
@@ -674,21 +693,27 @@ class MultistepScheme:
             self._cache.move_to_end(key)
         return list(hit)
 
-    def batches(self, t) -> tuple[StepBatch, ...]:
+    def batches(self, t, restarts=()) -> tuple[StepBatch, ...]:
         """The step formulas of grid ``t`` as arrays: one :class:`StepBatch` per
         order :math:`Q_i` (steps of equal :math:`Q_i` share one structure).
 
         Same coefficients as :meth:`formulas` (which is built from these), in
         O(number of batches) Python objects instead of O(k); cached per grid.
+        With ``restarts`` (see :meth:`formulas`) a batch's steps need not be
+        consecutive.
         """
+        restarts = self._restarts(t, restarts)
         t = _check_grid(t)
-        key = t.tobytes()
+        key = (t.tobytes(), restarts)
         hit = self._batch_cache.get(key)
         if hit is None:
             k = t.size - 1
             steps = np.arange(k)
-            qs = np.minimum(steps + 1, self.qmax - 1)
-            hit = tuple(self._build(steps[qs == q], t) for q in np.unique(qs))
+            seg = np.zeros(k, dtype=int)
+            for r in restarts:
+                seg[r:] = r
+            qs = np.minimum(steps - seg + 1, self.qmax - 1)
+            hit = tuple(self._build(steps[qs == q], t, int(q)) for q in np.unique(qs))
             self._batch_cache[key] = hit
             while len(self._batch_cache) > self._CACHE_SIZE:
                 self._batch_cache.popitem(last=False)
@@ -697,9 +722,9 @@ class MultistepScheme:
         return hit
 
     # -- internals ----------------------------------------------------------
-    def _build(self, idx: np.ndarray, t: np.ndarray) -> StepBatch:
+    def _build(self, idx: np.ndarray, t: np.ndarray, q: int | None = None) -> StepBatch:
         """Coefficients of steps ``idx`` (all with the same Q_i), checked."""
-        q = self.order_q(int(idx[0]))
+        q = self.order_q(int(idx[0])) if q is None else q
         h = t[idx + 1] - t[idx]
         lags = np.arange(q)
         s = (t[idx[:, None] - lags[None, :]] - t[idx, None]) / h[:, None]
@@ -1062,6 +1087,7 @@ def integrate(
     jac: Callable | None = None,
     fdot_jac: Callable | None = None,
     start_values=None,
+    restarts=(),
 ) -> np.ndarray:
     r"""Solve the discrete equations [GM-grad, eq. (2)] step by step.
 
@@ -1098,6 +1124,9 @@ def integrate(
         :math:`x_0, \dots, x_{m-1}` (e.g. the exact solution) instead of
         computing them with the start-up steps; ``start_values[0]`` overrides
         ``x0``.  Steps ``m-1, ..., k-1`` use the scheme as usual.
+    restarts : sequence of int
+        Grid indices where the order ramp restarts (see
+        :meth:`MultistepScheme.formulas`; default ``t.restarts`` for a Grid).
 
     Returns
     -------
@@ -1111,6 +1140,7 @@ def integrate(
         message names the step and stage.
     """
     sch = get_scheme(scheme)
+    restarts = tuple(restarts) or tuple(getattr(t, "restarts", ()))
     t = _check_grid(t)
     k = t.size - 1
     x0 = np.atleast_1d(np.asarray(x0, dtype=float)).ravel()
@@ -1205,10 +1235,11 @@ def integrate(
 
     # per batch and stage: past terms as (lags, coefficient matrix), other
     # terms one by one, implicit (own) coefficients summed
-    batches = sch.batches(t)
+    batches = sch.batches(t, restarts)
     pred = None
     if any(_stage_is_implicit(st) for bt in batches for st in bt.stages):
-        pred = {bt.q: bt for bt in AdamsPC(sch.qmax).batches(t)}   # Adams–Bashforth guess
+        pred = {bt.q: bt for bt in AdamsPC(sch.qmax).batches(t, restarts)}   # AB guess
+    work = []
     for batch in batches:
         steps = batch.steps
         sel = steps >= m0 - 1
@@ -1234,34 +1265,36 @@ def integrate(
                         others.append((p.stage, c * hh ** power))
                 terms.append((is_dot, lags, cm, others))
             plans.append((name, terms, own))
+        p_lags = p_cm = None
         if pred is not None:
             pb = pred[batch.q]
             p_lags = np.array([p.lag for p, _ in pb.stages[0][1]], dtype=np.int64)
             p_cm = np.stack([c for _, c in pb.stages[0][1]], axis=1) * hh[:, None]
-        for r in rows.tolist():
-            i = int(steps[r])
-            tn = t[i + 1]
-            vals: dict[str, np.ndarray] = {}
-            for name, terms, own in plans:
-                base = x[i].copy()
-                for is_dot, lags, cm, others in terms:
-                    if cm is not None:
-                        base += cm[r] @ grid_values(i - lags, i, name, is_dot)
-                    for pst, c in others:
-                        base += c[r] * call(fdot if is_dot else f, vals[pst], tn,
-                                            "fdot" if is_dot else "f", i, name)
-                c_self, d_self = float(own[0][r]), float(own[1][r])
-                if c_self == 0.0 and d_self == 0.0:
-                    z = base
+        work += [(int(steps[r]), r, plans, p_lags, p_cm) for r in rows.tolist()]
+    # in step order (with restarts a batch's steps are not consecutive)
+    for i, r, plans, p_lags, p_cm in sorted(work, key=lambda w: w[0]):
+        tn = t[i + 1]
+        vals: dict[str, np.ndarray] = {}
+        for name, terms, own in plans:
+            base = x[i].copy()
+            for is_dot, lags, cm, others in terms:
+                if cm is not None:
+                    base += cm[r] @ grid_values(i - lags, i, name, is_dot)
+                for pst, c in others:
+                    base += c[r] * call(fdot if is_dot else f, vals[pst], tn,
+                                        "fdot" if is_dot else "f", i, name)
+            c_self, d_self = float(own[0][r]), float(own[1][r])
+            if c_self == 0.0 and d_self == 0.0:
+                z = base
+            else:
+                if vals:
+                    z0 = next(reversed(vals.values())).copy()
                 else:
-                    if vals:
-                        z0 = next(reversed(vals.values())).copy()
-                    else:
-                        z0 = x[i] + p_cm[r] @ grid_values(i - p_lags, i, name, False)
-                    z = _newton(i, name, base, c_self, d_self, z0)
-                tot = z.sum()
-                if tot - tot != 0:
-                    raise RuntimeError(f"non-finite state at step {i} (t={t[i]:.6g}), stage {name!r}")
-                vals[name] = z
-            x[i + 1] = vals["x"]
+                    z0 = x[i] + p_cm[r] @ grid_values(i - p_lags, i, name, False)
+                z = _newton(i, name, base, c_self, d_self, z0)
+            tot = z.sum()
+            if tot - tot != 0:
+                raise RuntimeError(f"non-finite state at step {i} (t={t[i]:.6g}), stage {name!r}")
+            vals[name] = z
+        x[i + 1] = vals["x"]
     return x

@@ -203,14 +203,20 @@ def _sigint_aborts(prob):
 def _captured_stdout(out):
     """Capture what C code writes to file descriptor 1 (Ipopt's option messages)."""
     sys.stdout.flush()
-    libc = ctypes.CDLL(None)
+    try:
+        libc = ctypes.CDLL(None)          # C stdio buffers are flushed before restoring
+    except OSError:                        # pragma: no cover - platforms without it
+        libc = None
+    if libc is not None:
+        libc.fflush(None)                  # earlier output (a tee'd log) stays where it was
     with tempfile.TemporaryFile() as tmp:
         saved = os.dup(1)
         os.dup2(tmp.fileno(), 1)
         try:
             yield
         finally:
-            libc.fflush(None)
+            if libc is not None:
+                libc.fflush(None)
             os.dup2(saved, 1)
             os.close(saved)
             tmp.seek(0)

@@ -3,13 +3,17 @@
 (:mod:`.misfit`); the result type every approach returns (:mod:`.result`); and
 the χ² test of a fit against the noise level (:mod:`.noise`)."""
 from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquares, Parameter,
-                          ProblemError, require_single_experiment)
+                          ParameterConstraint, PathConstraint, ProblemError,
+                          require_no_constraints, require_no_inputs, require_single_experiment)
+from .inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
 from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from .result import EstimationResult
 from .validation import ProblemTooLargeError, SizeEstimate, estimate_size, validate_estimator
-from .noise import flag_noise_level, noise_check
+from .noise import noise_check
 
-__all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
+__all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "ParameterConstraint",
+           "PathConstraint", "require_no_constraints", "require_no_inputs", "PiecewiseConstant",
+           "PiecewiseLinear", "Spline", "inputs_from_frame", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
            "MeasurementMisfit", "misfit_constant", "misfit_sym", "observations",
            "EstimationResult", "ProblemTooLargeError", "SizeEstimate", "estimate_size",
-           "validate_estimator", "flag_noise_level", "noise_check"]
+           "validate_estimator", "noise_check"]

@@ -41,7 +41,9 @@ from .validation import ProblemError, as_data_frame, as_spec, check_weights
 #: Name of the time symbol: not an identifier, so no state or parameter has it.
 TIME_NAME = "t(time)"
 
-__all__ = ["Parameter", "Experiment", "require_single_experiment", "EstimationProblem", "LeastSquares", "GaussianNLL",
+__all__ = ["Parameter", "Experiment", "PathConstraint", "ParameterConstraint",
+           "require_no_constraints", "require_single_experiment", "require_no_inputs",
+           "EstimationProblem", "LeastSquares", "GaussianNLL",
            "ProblemError"]
 
 
@@ -119,6 +121,9 @@ class Experiment:
     parameters : mapping name -> float or Parameter, optional
         Start value (a float) or start value, bounds and ``fixed`` flag (a
         :class:`Parameter`) of this experiment's copy of a local parameter.
+    inputs : mapping name -> Input, optional
+        This experiment's inputs (:mod:`pyomo_odeest.problem.inputs`),
+        overriding the problem's.
 
     Example
     -------
@@ -149,6 +154,7 @@ class Experiment:
     t0: float | None = None
     T: float | None = None
     parameters: Mapping | None = None
+    inputs: Mapping | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -159,6 +165,53 @@ class Experiment:
             v = getattr(self, what)
             if v is not None and not isinstance(v, Mapping):
                 raise ProblemError(f"experiment '{self.name}': {what} must be a mapping")
+
+
+@dataclass
+class PathConstraint:
+    r"""A path constraint :math:`c(x, u, t) \le 0` on the states.
+
+    Parameters
+    ----------
+    name : str
+        A Python identifier (the block component is ``path_<name>``).
+    fn : callable ``fn(x, u, t)``
+        One expression, written like ``rhs`` (inputs available as ``u.<input>``).
+    at : ``'grid'`` | ``'measurements'``
+        Imposed at every grid point (``'grid'``, the default) or at the
+        measurement times only.
+
+    The simultaneous and reduced-space approaches impose it (the reduced space
+    as constraints over u with exact discrete derivatives); the others raise a
+    :class:`ProblemError`.
+    """
+
+    name: str
+    fn: object
+    at: str = "grid"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
+        if not callable(self.fn):
+            raise ProblemError(f"path constraint '{self.name}': fn must be callable as fn(x, u, t)")
+        if self.at not in ("grid", "measurements"):
+            raise ProblemError(f"path constraint '{self.name}': at must be 'grid' or "
+                               f"'measurements', got {self.at!r}")
+
+
+@dataclass
+class ParameterConstraint:
+    r"""A constraint :math:`r(u) \le 0` on the parameters (``fn(u)``: one expression)."""
+
+    name: str
+    fn: object
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
+        if not callable(self.fn):
+            raise ProblemError(f"parameter constraint '{self.name}': fn must be callable as fn(u)")
 
 
 # ---------------------------------------------------------------------------
@@ -285,17 +338,28 @@ class EstimationProblem:
         Initial time (default 0).
     T : float
         Final time (default: the last measurement time).
+    experiments : sequence of Experiment, optional
+        Several experiments sharing the parameters (then ``data=None``); see
+        :class:`Experiment`.
+    constraints : sequence of PathConstraint / ParameterConstraint, optional
+        :math:`c(x, u, t) \le 0` at grid points or measurement times, and
+        :math:`r(u) \le 0`; with experiments a path constraint holds in each.
+    inputs : mapping name -> Input, optional
+        Inputs given as data (:mod:`pyomo_odeest.problem.inputs`), written
+        ``u.<name>`` inside ``rhs`` and ``observe``, standing for their value
+        at ``t``; the grid contains every switching time.
     """
 
     def __init__(self, states, parameters, rhs, initial, data, observe=None,
                  sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None,
-                 experiments=None):
+                 experiments=None, inputs=None, constraints=None):
         self.name = name
         self.experiments = None
         self.experiment_problems = None
         if experiments is not None:
             self._init_experiments(states, parameters, rhs, initial, data, observe, sigma,
-                                   weights, loss, t0, T, penalty, experiments)
+                                   weights, loss, t0, T, penalty, experiments, inputs,
+                                   constraints)
             return
         local = [p.name for p in parameters if isinstance(p, Parameter) and p.local]
         if local:
@@ -336,11 +400,13 @@ class EstimationProblem:
             symbol_of.update({id(scratch.u[p]): sym for p, sym in zip(pnames, self.u_sym)})
         symbol_of[id(scratch.t)] = self.t_sym
         xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
-        us = _Namespace("parameter", {p: scratch.u[p] for p in pnames})
+        self.inputs = _check_inputs(inputs, self.states, pnames)
+        in_vars = self._input_vars(scratch, symbol_of)
+        us = _Namespace("parameter", {**{p: scratch.u[p] for p in pnames}, **in_vars})
         self._scratch = (scratch, xs, us, symbol_of)
 
-        self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs",
-                                          symbol_of)
+        self.f_sym = self._with_inputs(self._convert_vector(rhs, xs, us, scratch.t, self.states,
+                                                            "rhs", symbol_of))
         self.l_sym = self._initial(initial, us, symbol_of)
         self.penalty_sym = sympy.Integer(0)
         if penalty is not None:
@@ -350,12 +416,15 @@ class EstimationProblem:
             bad = self.penalty_sym.free_symbols - set(self.u_sym)
             if bad:
                 raise ProblemError(f"penalty may depend on parameters only; uses {bad}")
+        self.path_constraints, self.parameter_constraints = self._constraints(
+            constraints, xs, us, scratch.t, symbol_of)
         if data is None:
             if T is None:
                 raise ProblemError("without data the final time T must be given")
             self._no_data()
         else:
             self._set_data(data, observe, sigma, weights, symbol_of, xs, us, scratch.t)
+            self.g_sym = self._with_inputs(self.g_sym)
         T = self.meas_times[-1] if T is None else float(T)
         if not np.isfinite(T) or T <= self.t0:
             raise ProblemError(f"final time T={T} must be finite and > t0={self.t0}")
@@ -364,11 +433,12 @@ class EstimationProblem:
                 f"measurement times must lie in [t0, T] = [{self.t0}, {T}]; got "
                 f"[{self.meas_times[0]}, {self.meas_times[-1]}]")
         self.T = T
+        self.switch_times = _switch_times(self.inputs, self.t0, T)
         self._check_start()
 
     # -- several experiments ------------------------------------------------
     def _init_experiments(self, states, parameters, rhs, initial, data, observe, sigma, weights,
-                          loss, t0, T, penalty, experiments):
+                          loss, t0, T, penalty, experiments, inputs, constraints):
         """Build one single-experiment problem per :class:`Experiment` over the
         full (expanded) parameter vector; see :class:`Experiment`."""
         if data is not None:
@@ -424,7 +494,13 @@ class EstimationProblem:
         symbol_of.update({id(scratch.u[p]): sympy.Symbol(p, real=True) for p in enames})
         symbol_of[id(scratch.t)] = self.t_sym
         xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
-        us = _Namespace("parameter", {p: scratch.u[p] for p in dnames})
+        if inputs is not None and not isinstance(inputs, Mapping):
+            inputs = {k: None for k in inputs}           # names; values per experiment
+        in_names = list(dict.fromkeys(list(inputs or {}) + [
+            k for e in exps for k in (e.inputs or {})]))
+        self.inputs = {k: None for k in _check_names(in_names, "input")}
+        in_vars = self._input_vars(scratch, symbol_of)
+        us = _Namespace("parameter", {**{p: scratch.u[p] for p in dnames}, **in_vars})
         us_all = _Namespace("parameter", {q.name: scratch.u[q.name] for q in expanded})
         self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs", symbol_of)
         if not isinstance(initial, Mapping):
@@ -447,6 +523,13 @@ class EstimationProblem:
             self.penalty_sym = pen
         else:
             self.penalty_sym = sympy.Integer(0)
+        if isinstance(constraints, (PathConstraint, ParameterConstraint)):
+            constraints = [constraints]
+        paths = [c for c in (constraints or []) if isinstance(c, PathConstraint)]
+        path_sym, _ = self._constraints(paths, xs, us, scratch.t, symbol_of)
+        _, self.parameter_constraints = self._constraints(
+            [c for c in (constraints or []) if not isinstance(c, PathConstraint)], xs, us_all,
+            scratch.t, symbol_of)
         subs_all, problems = [], []
         for n_e, e in enumerate(exps):
             subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
@@ -473,6 +556,11 @@ class EstimationProblem:
             obs_e = observe
             if obs_sym is not None:
                 obs_e = (lambda d: (lambda x, u, t: d))({k: v.subs(subs) for k, v in obs_sym.items()})
+            in_e = {k: v for k, v in (inputs or {}).items() if v is not None}
+            in_e.update(e.inputs or {})
+            missing = [k for k in self.inputs if k not in in_e]
+            if missing:
+                raise ProblemError(f"experiment '{e.name}': no value for inputs {missing}")
             own_w = e.sigma is not None or e.weights is not None
             try:
                 sub = EstimationProblem(
@@ -481,7 +569,9 @@ class EstimationProblem:
                     observe=obs_e, sigma=e.sigma if own_w else sigma,
                     weights=e.weights if own_w else weights, loss=self.loss,
                     t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
-                    name=f"{self.name}_{e.name}",
+                    name=f"{self.name}_{e.name}", inputs=in_e or None,
+                    constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
+                        ex.subs(subs)), c.at) for c, ex in path_sym] or None,
                     penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
             except ProblemError as err:
                 raise ProblemError(f"experiment '{e.name}': {err}") from None
@@ -489,11 +579,70 @@ class EstimationProblem:
             problems.append(sub)
         self.experiments = exps
         self.experiment_problems = problems
+        self.path_constraints = []
         self.t0 = min(sp.t0 for sp in problems)
         self.T = max(sp.T for sp in problems)
         self.obs_names = list(dict.fromkeys(o for sp in problems for o in sp.obs_names))
         self.l_sym = None
         self._scratch = (scratch, xs, us_all, symbol_of)
+
+    def _constraints(self, constraints, xs, us, t, symbol_of):
+        """``[(PathConstraint, sym)]`` and ``[(ParameterConstraint, sym)]`` (sym ≤ 0)."""
+        paths, params = [], []
+        if constraints is None:
+            return paths, params
+        if isinstance(constraints, (PathConstraint, ParameterConstraint)):
+            constraints = [constraints]
+        bad = [type(c).__name__ for c in constraints
+               if not isinstance(c, (PathConstraint, ParameterConstraint))]
+        if bad:
+            raise ProblemError(f"constraints must be PathConstraint or ParameterConstraint "
+                               f"objects, got {bad}")
+        _check_names([c.name for c in constraints], "constraint")
+        allowed = set(self.x_sym) | set(self.u_sym) | {self.t_sym}
+        for c in constraints:
+            if isinstance(c, PathConstraint):
+                ex = self._to_sym(c.fn(xs, us, t), f"path constraint '{c.name}'", symbol_of)
+                ex = self._with_inputs((ex,))[0]
+                paths.append((c, ex))
+            elif isinstance(c, ParameterConstraint):
+                ex = self._to_sym(c.fn(us), f"parameter constraint '{c.name}'", symbol_of)
+                bad = ex.free_symbols - set(self.u_sym)
+                if bad:
+                    raise ProblemError(f"parameter constraint '{c.name}' may depend on "
+                                       f"parameters only; uses {sorted(map(str, bad))}")
+                params.append((c, ex))
+                continue
+            bad = ex.free_symbols - allowed - {sympy.Symbol(k, real=True) for k in self.inputs}
+            if bad:
+                raise ProblemError(f"path constraint '{c.name}' uses {sorted(map(str, bad))}, "
+                                   f"which are not states, parameters, inputs or t")
+        return paths, params
+
+    @property
+    def has_constraints(self):
+        """True if the problem (or one of its experiments) has path or parameter constraints."""
+        subs = self.experiment_problems or []
+        return bool(self.parameter_constraints or self.path_constraints
+                    or any(sp.has_constraints for sp in subs))
+
+    def _input_vars(self, scratch, symbol_of):
+        """Scratch variables standing for the inputs inside user functions."""
+        if not self.inputs:
+            return {}
+        scratch.w = pyo.Var(list(self.inputs), initialize=1.0)
+        for k in self.inputs:
+            symbol_of[id(scratch.w[k])] = sympy.Symbol(k, real=True)
+        return {k: scratch.w[k] for k in self.inputs}
+
+    def _with_inputs(self, exprs):
+        """``exprs`` with each input symbol replaced by the input's expression in t."""
+        if not self.inputs or any(v is None for v in self.inputs.values()):
+            return exprs
+        sym_of = {p: s for p, s in zip(self.parameter_names, self.u_sym)}
+        subs = {sympy.Symbol(k, real=True): inp.expression(self.t_sym, sym_of.__getitem__)
+                for k, inp in self.inputs.items()}
+        return tuple(sympy.sympify(e).subs(subs) for e in exprs)
 
     @property
     def experiment_names(self):
@@ -828,7 +977,42 @@ class EstimationProblem:
                 f"{len(self.meas_times)} times, t in [{self.t0}, {self.T}])")
 
 
-_PER_EXPERIMENT = ("data", "mask", "weights", "meas_times", "cov", "g_sym")
+def _check_inputs(inputs, states, pnames):
+    """``{name: Input}`` checked against the states and parameters."""
+    from .inputs import Input
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise ProblemError("inputs must map input names to Input objects (PiecewiseConstant, "
+                           "PiecewiseLinear, Spline)")
+    names = _check_names(list(inputs), "input")
+    clash = set(names) & (set(states) | set(pnames))
+    if clash:
+        raise ProblemError(f"input names {sorted(clash)} are also state or parameter names")
+    for k, v in inputs.items():
+        if not isinstance(v, Input):
+            raise ProblemError(f"input '{k}' must be a PiecewiseConstant, PiecewiseLinear or "
+                               f"Spline, got {type(v).__name__}")
+        bad = [p for p in v.parameter_names() if p not in pnames]
+        if bad:
+            raise ProblemError(f"input '{k}': values {bad} name no parameter")
+    return dict(inputs)
+
+
+def _switch_times(inputs, t0, T):
+    """Breakpoints of the inputs inside (t0, T), sorted; a spline must cover [t0, T]."""
+    from .inputs import Spline
+    pts = [np.zeros(0)]
+    for k, v in inputs.items():
+        if isinstance(v, Spline) and (v.times[0] > t0 or v.times[-1] < T):
+            raise ProblemError(f"input '{k}': the spline covers [{v.times[0]}, {v.times[-1]}], "
+                               f"not the horizon [{t0}, {T}]")
+        pts.append(np.asarray(v.breakpoints, dtype=float))
+    sw = np.unique(np.concatenate(pts))
+    return sw[(sw > t0) & (sw < T)]
+
+
+_PER_EXPERIMENT = ("data", "mask", "weights", "meas_times", "cov", "g_sym", "switch_times")
 
 
 def require_single_experiment(problem, what):
@@ -837,6 +1021,26 @@ def require_single_experiment(problem, what):
         raise ProblemError(f"{what} does not take a problem with several experiments "
                            f"({problem.experiment_names}); use the simultaneous, reduced_space "
                            f"or continuous approach, or one experiment_problems[i]")
+
+
+def require_no_inputs(problem, what):
+    """Raise a :class:`ProblemError` naming ``what`` if ``problem`` has switching inputs."""
+    sw = problem.__dict__.get("switch_times")
+    if sw is not None and len(sw):
+        raise ProblemError(f"{what} does not take inputs with switching times "
+                           f"({list(problem.inputs)}, switches at {list(sw)[:5]}); use the "
+                           f"simultaneous, reduced_space or multiple_shooting approach")
+
+
+def require_no_constraints(problem, what):
+    """Raise a :class:`ProblemError` naming ``what`` if ``problem`` has constraints."""
+    if problem.has_constraints:
+        names = [c.name for c, _ in problem.parameter_constraints] + [
+            c.name for sp in (problem.experiment_problems or [problem])
+            for c, _ in sp.path_constraints]
+        raise ProblemError(f"{what} does not take path or parameter constraints "
+                           f"({sorted(set(names))}); use the simultaneous or reduced_space "
+                           f"approach")
 
 
 def _to_wide(data):

@@ -33,6 +33,7 @@ import pandas as pd
 import sympy
 
 from .declaration import EstimationProblem, GaussianNLL
+from .inputs import evaluate_inputs
 from ..symbolic.vectorfn import VectorFn, second_derivatives, sparse_jacobian
 
 __all__ = ["MeasurementMisfit", "misfit_sym", "misfit_constant", "observations"]
@@ -183,7 +184,8 @@ def misfit_sym(problem: EstimationProblem, j: int):
     tau = float(problem.meas_times[j])
     obs = np.flatnonzero(problem.mask[j])
     zbar = problem.data.to_numpy()[j]
-    r = [problem.g_sym[o].subs(problem.t_sym, tau) - sympy.Float(zbar[o], 17) for o in obs]
+    r = [evaluate_inputs(problem.g_sym[o].subs(problem.t_sym, tau)) - sympy.Float(zbar[o], 17)
+         for o in obs]
     if isinstance(problem.loss, GaussianNLL):
         S = problem.cov[np.ix_(obs, obs)]
         Si = np.linalg.inv(S)

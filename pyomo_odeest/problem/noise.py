@@ -17,9 +17,9 @@ noise can: typically a spurious local minimum (or a wrong model or σ).  One in
 the lower tail fits better than the noise allows (σ overstated, or
 over-fitting).
 
-:func:`noise_check` computes the statistic; :func:`flag_noise_level` adds a
-warning to ``result.warnings`` when the fit is inconsistent.  Both return
-nothing to test (``applicable=False``) when σ is not known.
+:func:`noise_check` computes the statistic (``applicable=False`` when σ is
+not known); :func:`pyomo_odeest.analysis.diagnostics.chi2_warning` turns an
+inconsistent fit into a warning of the result.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from scipy import stats
 
 from .declaration import EstimationProblem, GaussianNLL
 
-__all__ = ["noise_check", "flag_noise_level"]
+__all__ = ["noise_check"]
 
 
 def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict:
@@ -82,14 +82,3 @@ def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict
     else:
         out["message"] = f"chi2 = {chi2:.4g} on {dof} dof (P upper {p_up:.3f}): consistent"
     return out
-
-
-def flag_noise_level(problem: EstimationProblem, result, alpha: float = 0.01):
-    """Run :func:`noise_check`; store it in ``result.extra['noise_check']`` and, if
-    the fit is inconsistent with the noise level, add its message to
-    ``result.warnings``.  Returns ``result``."""
-    chk = noise_check(problem, result, alpha)
-    result.extra["noise_check"] = chk
-    if chk["consistent"] is False and chk["message"] not in result.warnings:
-        result.warnings.append(chk["message"])
-    return result

@@ -137,7 +137,8 @@ class EstimationResult:
         p_i of [GM-grad], eq. (52).
     multipliers : dict
         Stage name -> DataFrame of multipliers of that stage's equations,
-        indexed by step i (``'x'``: the equation defining x_{i+1}).
+        indexed by step i (``'x'``: the equation defining x_{i+1}); for each
+        path constraint, ``'path_<name>'``: its multipliers indexed by time.
     model : object
         The solved Pyomo model (simultaneous approach) or None.
     extra : dict
@@ -147,7 +148,7 @@ class EstimationResult:
         each with advice: from the sanity checks of
         :mod:`pyomo_odeest.analysis.diagnostics` (no convergence, a misfit
         inconsistent with the noise level,
-        :func:`~pyomo_odeest.problem.noise.flag_noise_level`, a parameter at a
+        :func:`~pyomo_odeest.problem.noise.noise_check`, a parameter at a
         bound, a stability-limited discretization, rank deficiency); shown by
         :meth:`summary`.
 

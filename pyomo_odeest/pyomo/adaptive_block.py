@@ -58,7 +58,8 @@ import sympy
 from ..discretization.adaptive import (AdaptiveAdjoint, AdaptiveError, AdaptiveModel, AdaptiveRun,
                        StepController, max_relative_discrepancy)
 from ..problem.misfit import misfit_sym, observations
-from ..problem.declaration import EstimationProblem, require_single_experiment
+from ..problem.declaration import (EstimationProblem, require_no_constraints, require_no_inputs,
+                                   require_single_experiment)
 from ..problem.result import EstimationResult
 from .solver import OdeestIpoptSolver
 from ..symbolic.convert import sympy_to_pyomo
@@ -361,6 +362,8 @@ def estimate_adaptive(problem: EstimationProblem, controller: StepController | N
         (α, γ per trial).
     """
     require_single_experiment(problem, "the adaptive approach")
+    require_no_inputs(problem, "the adaptive approach")
+    require_no_constraints(problem, "the adaptive approach")
     t_start = time.perf_counter()
     am = model if model is not None else AdaptiveModel(problem, controller, qmax)
     if isinstance(max_rebuilds, bool) or not isinstance(max_rebuilds, (int, np.integer)) \

@@ -21,6 +21,9 @@ component                         meaning
 ``b.misfit``                       J_k = Σ_j φ_j (an Expression)
 ``b.penalty``                      the problem's penalty R(u) (0 if none)
 ``b.objective``                    minimize ``b.misfit + b.penalty`` + user terms
+``b.input_<j>[i]``                 value of the j-th input term at grid point i
+``b.path_<name>[i]``               path constraint c(x_i, u, t_i) <= 0
+``b.param_<name>``                 parameter constraint r(u) <= 0
 ================================  ===============================================
 
 Each stage equation reads [GM-grad, eqs. (2), (4)–(6)]
@@ -44,16 +47,19 @@ from contextlib import contextmanager
 import numpy as np
 import pyomo.core.base.constraint as _pcon
 import pyomo.environ as pyo
+import sympy
 
 from ..discretization.grid import Grid, resolve_grid
 from ..problem.misfit import misfit_sym
-from ..problem.declaration import EstimationProblem
+from ..problem.declaration import EstimationProblem, ProblemError
+from ..problem.inputs import input_applications
 from ..discretization.schemes import get_scheme
 from ..symbolic.convert import sympy_to_pyomo
 
 _TemplateConstraintData = getattr(_pcon, "TemplateConstraintData", None)
 
-__all__ = ["build_block", "scheme_constraint", "add_objective_term", "set_parameter_vars"]
+__all__ = ["build_block", "scheme_constraint", "add_objective_term", "set_parameter_vars",
+           "add_parameter_constraints"]
 
 
 def _batch_tags(batches):
@@ -133,7 +139,12 @@ def _point_objects(b, i, pref, stage_S):
     return [comp[i, s] for s in stage_S], b.t[i + 1]
 
 
-def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot):
+def _point_index(i, pref):
+    """Grid index of a point of step ``i`` (stage points: that of x_{i+1})."""
+    return i - pref.lag if pref.kind == "past" else i + 1
+
+
+def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_syms=()):
     """Rule of the ``stage`` equation of state ``s`` for the steps of one batch.
 
     Components are looked up through the block argument (never captured), so
@@ -144,8 +155,9 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot):
     name = stage[0]
     S, pnames = list(problem.states), list(problem.parameter_names)
     u_sym, x_sym, t_sym = problem.u_sym, problem.x_sym, problem.t_sym
-    f_s = problem.f_sym[si]
+    f_s = (problem.f_sym if f_sym is None else f_sym)[si]
     fd_s = fdot[si] if d_points else None
+    in_names = [f"input_{j}" for j in range(len(in_syms))]
 
     def rule(b, i):
         base = {sym: b.u[p] for sym, p in zip(u_sym, pnames)}
@@ -155,6 +167,8 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot):
             objs = dict(base)
             objs.update(zip(x_sym, xv))
             objs[t_sym] = tv
+            for w, nm in zip(in_syms, in_names):
+                objs[w] = b.component(nm)[_point_index(i, pref)]
             return sympy_to_pyomo(expr_sym, objs)
 
         cf = b.component(cf_name)
@@ -222,13 +236,13 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     grid = resolve_grid(problem, grid, max_step, steps_per_interval)
     t = np.asarray(grid.t, dtype=float)
     k = len(t) - 1
-    batches = sch.batches(t)
+    batches = sch.batches(t, grid.restarts)
 
     b = block if block is not None else pyo.Block(concrete=True)
     b.problem = problem
     b.scheme = sch
     b.grid = grid
-    b.formulas = _LazyFormulas(sch, t)
+    b.formulas = _LazyFormulas(sch, t, grid.restarts)
     S = problem.states
     b.S = pyo.Set(initialize=S, ordered=True)
     b.P = pyo.Set(initialize=problem.parameter_names, ordered=True)
@@ -251,7 +265,21 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
         b.add_component(st, pyo.Var(b.steps, b.S, initialize=0.0))
 
     usub = {sym: b.u[p] for sym, p in zip(problem.u_sym, problem.parameter_names)}
+    f_sym = problem.f_sym
     fd_sym = problem.fdot_sym() if sch.needs_fdot else None
+    # inputs: each application F(t) is a Param b.input_<j> over the grid points
+    # (its value at t_i; the twin point before a switch carries the left piece)
+    c_sym = [ex for _, ex in problem.path_constraints]
+    apps = input_applications(tuple(f_sym) + tuple(fd_sym or ()) + tuple(c_sym))
+    in_syms = tuple(sympy.Dummy(f"w{j}") for j in range(len(apps)))
+    for j, a in enumerate(apps):
+        vals = np.broadcast_to(np.asarray(type(a)._imp_(t), dtype=float), t.shape).tolist()
+        b.add_component(f"input_{j}", pyo.Param(b.K, initialize=lambda b, i, v=vals: v[i]))
+    if apps:
+        rep = dict(zip(apps, in_syms))
+        f_sym = tuple(e.xreplace(rep) for e in f_sym)
+        fd_sym = None if fd_sym is None else tuple(e.xreplace(rep) for e in fd_sym)
+        c_sym = [e.xreplace(rep) for e in c_sym]
     tsym = problem.t_sym
     xs = problem.x_sym
 
@@ -285,7 +313,8 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
                 cname = f"ode_{sname}_{s}_{tag}"
                 with _templatized():
                     b.add_component(cname, pyo.Constraint(
-                        step_set, rule=_stage_rule(problem, si, s, stage, names[0], names[1], fd_sym)))
+                        step_set, rule=_stage_rule(problem, si, s, stage, names[0], names[1], fd_sym,
+                                         f_sym, in_syms)))
                 con = b.component(cname)
                 if _LazyRowData is not None:
                     for d in con._data.values():
@@ -306,7 +335,33 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.penalty = pyo.Expression(expr=sympy_to_pyomo(pen, usub) if pen.free_symbols else float(pen))
     b.extra_objective_terms = []
     b.objective = pyo.Objective(expr=b.misfit + b.penalty)
+
+    # path constraints c(x_i, u, t_i) <= 0 at grid points or measurement times
+    def point(ip):
+        objs = dict(usub)
+        objs.update(zip(xs, [b.x[ip, s] for s in S]))
+        objs[tsym] = b.t[ip]
+        objs.update({w: b.component(f"input_{j}")[ip] for j, w in enumerate(in_syms)})
+        return objs
+
+    for (pc, _), ex in zip(problem.path_constraints, c_sym):
+        pts = list(range(k + 1)) if pc.at == "grid" else sorted({int(i) for i in grid.J})
+
+        def crule(b, i, ex=ex, name=pc.name):
+            if ex.free_symbols:
+                return sympy_to_pyomo(ex, point(i)) <= 0
+            if float(ex) > 0:
+                raise ProblemError(f"path constraint '{name}' is the constant {float(ex)} > 0")
+            return pyo.Constraint.Skip
+        b.add_component(f"path_{pc.name}", pyo.Constraint(pts, rule=crule))
+    add_parameter_constraints(b, problem.parameter_constraints, usub)
     return b
+
+
+def add_parameter_constraints(b, constraints, usub):
+    """``b.param_<name>``: r(u) <= 0 for each (ParameterConstraint, sym) of ``constraints``."""
+    for pc, ex in constraints:
+        b.add_component(f"param_{pc.name}", pyo.Constraint(expr=sympy_to_pyomo(ex, usub) <= 0))
 
 
 def set_parameter_vars(var, parameters):
@@ -348,12 +403,13 @@ def scheme_constraint(b, i, state, stage="x"):
 class _LazyFormulas(Sequence):
     """``b.formulas``: the scheme's step formulas, built on first use."""
 
-    def __init__(self, scheme, t):
+    def __init__(self, scheme, t, restarts=()):
         self._scheme, self._t, self._list = scheme, t, None
+        self._restarts = restarts
 
     def _all(self):
         if self._list is None:
-            self._list = self._scheme.formulas(self._t)
+            self._list = self._scheme.formulas(self._t, self._restarts)
         return self._list
 
     def __len__(self):

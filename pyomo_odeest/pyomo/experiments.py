@@ -16,6 +16,7 @@ component                         meaning
                                    ``objective`` is deactivated)
 ``b.misfit``, ``b.penalty``        sums over the experiments' blocks
 ``b.objective``                    minimize ``b.misfit + b.penalty`` + user terms
+``b.param_<name>``                 parameter constraint r(u) <= 0
 ================================  ===============================================
 
 The NLP is the experiments' discrete problems [GM-grad, eq. (2)] side by side
@@ -28,7 +29,7 @@ import pyomo.environ as pyo
 
 from ..discretization.experiments import experiment_grid
 from ..problem.declaration import EstimationProblem, ProblemError
-from .block import build_block, set_parameter_vars
+from .block import add_parameter_constraints, build_block, set_parameter_vars
 
 __all__ = ["build_experiment_blocks"]
 
@@ -65,4 +66,6 @@ def build_experiment_blocks(problem: EstimationProblem, scheme="adams_pc", qmax=
     b.penalty = pyo.Expression(expr=sum(sb.penalty for sb in blocks))
     b.extra_objective_terms = []
     b.objective = pyo.Objective(expr=b.misfit + b.penalty)
+    usub = {sym: b.u[p] for sym, p in zip(problem.u_sym, problem.parameter_names)}
+    add_parameter_constraints(b, problem.parameter_constraints, usub)
     return b

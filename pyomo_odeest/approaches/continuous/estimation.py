@@ -12,7 +12,8 @@ from ...problem.validation import validate_estimator
 from ...nlp.cyipopt_adapter import solve_with_ipopt, start_value_magnitude
 from ...nlp.protocol import EvaluationError
 from ...problem.declaration import EstimationProblem, ProblemError
-from ...problem.result import EstimationResult
+from ...problem.result import EstimationResult, stack_experiments
+from ...discretization.experiments import ExperimentModels
 from .functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
 from .model import ContinuousModel
 
@@ -185,8 +186,14 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         raise ValueError(f"gradient must be one of {GRADIENT_METHODS}")
     if hessian is not None and hessian not in HESSIAN_METHODS:
         raise ValueError(f"hessian must be None or one of {HESSIAN_METHODS}")
-    cm = model if model is not None else ContinuousModel(problem, method=method, rtol=rtol,
-                                                         atol=atol)
+    if model is not None:
+        cm = model
+    elif problem.experiments:
+        cm = ContinuousExperiments(problem, [
+            ContinuousModel(sp, method=method, rtol=rtol, atol=atol)
+            for sp in problem.experiment_problems])
+    else:
+        cm = ContinuousModel(problem, method=method, rtol=rtol, atol=atol)
     u_start = cm._u(u0)
     free = problem.free_mask
     if not free.any():
@@ -243,11 +250,13 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     u_hat = obj.u(w)
     J = cm.objective(u_hat)
     g = cm.gradient(u_hat, "adjoint" if gradient == "fd" else gradient)
-    times = np.union1d(np.linspace(cm.t0, cm.T, n_grid), cm.tau)
-    states = cm.simulate(u_hat, times)
-    fitted = cm.observations(u_hat)
-    residuals = (fitted - problem.data).where(problem.mask)
-    lam = cm.adjoint(u_hat, times=times)["lambda"]
+    if problem.experiments:
+        parts = [_frames(sp, m, u_hat, n_grid) for sp, m in
+                 zip(problem.experiment_problems, cm.models)]
+        states, fitted, residuals, lam = (
+            stack_experiments(problem.experiment_names, [p[a] for p in parts]) for a in range(4))
+    else:
+        states, fitted, residuals, lam = _frames(problem, cm, u_hat, n_grid)
     res = EstimationResult(
         approach="continuous_adjoint", method=f"{mname}, gradient={gradient}",
         scheme=f"solve_ivp {cm.method} (rtol={cm.rtol:g}, atol={cm.atol:g})",
@@ -262,3 +271,41 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
                    objective_start=J_start, scale=s, continuous_model=cm))
     from ...analysis.diagnostics import diagnose
     return diagnose(problem, res)
+
+
+def _frames(problem, cm, u, n_grid):
+    """States on a fine grid, fitted observations, residuals and adjoint of one experiment."""
+    times = np.union1d(np.linspace(cm.t0, cm.T, n_grid), cm.tau)
+    states = cm.simulate(u, times)
+    fitted = cm.observations(u)
+    residuals = (fitted - problem.data).where(problem.mask)
+    return states, fitted, residuals, cm.adjoint(u, times=times)["lambda"]
+
+
+class ContinuousExperiments(ExperimentModels):
+    """:class:`ContinuousModel` of each experiment, summed (with the continuous
+    models' signatures: ``gradient(u, method, index)``, ``hessian(u, method, index)``)."""
+
+    def _u(self, u):
+        return self.models[0]._u(u)
+
+    def _misfit(self, u):
+        return float(sum(m._misfit(u) for m in self.models))
+
+    def objective(self, u=None, traj=None):
+        return float(sum(m.objective(u) for m in self.models))
+
+    def gradient(self, u=None, method="adjoint", index=None):
+        return sum(np.asarray(m.gradient(u, method, index), dtype=float) for m in self.models)
+
+    def hessian(self, u=None, method="soa", index=None, block=None):
+        return sum(np.asarray(m.hessian(u, method, index=index), dtype=float)
+                   for m in self.models)
+
+    @property
+    def counts(self):
+        out = {}
+        for m in self.models:
+            for k, v in m.counts.items():
+                out[k] = out.get(k, 0) + v
+        return out

@@ -10,7 +10,8 @@ import sympy
 from scipy.integrate import solve_ivp
 
 from ...problem.misfit import MeasurementMisfit, misfit_constant, observations
-from ...problem.declaration import EstimationProblem
+from ...problem.declaration import (EstimationProblem, require_no_constraints, require_no_inputs,
+                                    require_single_experiment)
 from .functions import (ODE_METHODS, _IMPLICIT, _SPARSE_OK, IntegrationError, _check_bounded,
                         _contract, _diff_entries, _SymArray, _SymBundle)
 
@@ -25,6 +26,9 @@ class Forward:
                  adjoint_atol=0.1):
         if not isinstance(problem, EstimationProblem):
             raise TypeError("ContinuousModel needs an EstimationProblem")
+        require_single_experiment(problem, "ContinuousModel (use one per experiment)")
+        require_no_inputs(problem, "the continuous approach")
+        require_no_constraints(problem, "the continuous approach")
         if method not in ODE_METHODS:
             raise ValueError(f"method must be one of {ODE_METHODS}, got {method!r}")
         if not (rtol > 0 and atol > 0):

@@ -35,7 +35,7 @@ class DiscreteEquations:
         self.k = len(t) - 1
         self.n = len(problem.states)
         self.m = len(problem.parameters)
-        self.formulas = self.scheme.formulas(t)
+        self.formulas = self.scheme.formulas(t, self.grid.restarts)
         self.nsim = self.ngrad = self.nhess = 0
         self._layout()
         self._symbolic()
