@@ -169,10 +169,9 @@ def _subproblems(problem):
 def chi2_warning(problem, result):
     """The χ² test of :func:`~pyomo_odeest.problem.noise.noise_check` (σ known),
     stored in ``result.extra['noise_check']``; its message when the fit is
-    inconsistent with the noise level (single-experiment problems)."""
+    inconsistent with the noise level (χ² and measured values summed over the
+    experiments of a problem with several)."""
     from ..problem.noise import noise_check
-    if getattr(problem, "experiments", None):
-        return []
     chk = noise_check(problem, result)
     result.extra["noise_check"] = chk
     if chk["consistent"] is not False:
