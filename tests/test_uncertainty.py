@@ -280,20 +280,22 @@ def _closed_form_experiments(d0, d1):
     return C @ X.T @ (w * z), C
 
 
-@pytest.mark.parametrize("approach", ["reduced_space", "simultaneous"])
-def test_several_experiments_covariance_matches_closed_form(approach):
+@pytest.mark.parametrize("approach, kw, rtol", [
+    ("reduced_space", dict(max_step=1.0), 1e-7),
+    ("simultaneous", dict(max_step=1.0, options={"tol": 1e-12}), 1e-7),
+    ("continuous", dict(), 1e-6)])
+def test_several_experiments_covariance_matches_closed_form(approach, kw, rtol):
     """Global a, c and a local x(0) per experiment: the covariance of the summed
     objective is the weighted least-squares one over both experiments' rows."""
     P, (d0, d1) = _linear_experiments()
     beta, C = _closed_form_experiments(d0, d1)
-    res = estimate(P, approach, max_step=1.0, **({"options": {"tol": 1e-12}}
-                                                  if approach == "simultaneous" else {}))
+    res = estimate(P, approach, **kw)
     assert res.success
     assert P.parameter_names == ["a", "b_e0", "b_e1", "c"]
-    np.testing.assert_allclose(res.x, beta, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(res.x, beta, rtol=rtol, atol=1e-9)
     for method in ("fim", "hessian"):
         cov = res.covariance(method)
-        np.testing.assert_allclose(cov.matrix.to_numpy(), C, rtol=1e-7, atol=1e-14)
+        np.testing.assert_allclose(cov.matrix.to_numpy(), C, rtol=rtol, atol=1e-14)
     assert cov.dof == 4 * len(TIMES) - 4
     rep = res.identifiability()
     assert rep.identifiable and rep.n_measurements == 4 * len(TIMES)
