@@ -85,7 +85,8 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
+from ..discretization.checks import validate_estimator
+from ..problem.validation import DEFAULT_MAX_ITER
 from ..problem.misfit import misfit_constant, misfit_sym, observations
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization.grid import Grid, make_grid, resolve_grid
@@ -697,8 +698,8 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
                        total_s=time.perf_counter() - t_start))
     res.extra.update(init=init_used, history=pd.DataFrame(
         history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"]))
-    from ..analysis.diagnostics import diagnose
-    return diagnose(problem, res, im.scheme, grid=im.grid)
+    from ..problem.result import post_solve_checks
+    return post_solve_checks(problem, res, im.scheme, grid=im.grid)
 
 
 def _node_trajectories(nlp, x):
