@@ -86,7 +86,8 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
+from ..discretization.checks import validate_estimator
+from ..problem.validation import DEFAULT_MAX_ITER
 from ..problem.misfit import misfit_constant, misfit_sym, observations
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization.grid import Grid, make_grid, resolve_grid
@@ -925,10 +926,10 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         res.multipliers.update(frames)
         if pmult:
             res.extra["parameter_constraint_multipliers"] = pmult
-    from ..analysis.diagnostics import diagnose
+    from ..problem.result import post_solve_checks
     if names:
-        return diagnose(problem, res)
-    return diagnose(problem, res, parts[0].im.scheme, grid=parts[0].im.grid)
+        return post_solve_checks(problem, res)
+    return post_solve_checks(problem, res, parts[0].im.scheme, grid=parts[0].im.grid)
 
 
 def shooting_nlp(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
