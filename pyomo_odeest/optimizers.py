@@ -285,7 +285,7 @@ def line_search_secant(phi, dphi, alpha0=1.0, *, tol=1e-10, max_iter=50,
 
     gtol = tol * abs(dphi0)
     lo, f_lo, g_lo = 0.0, float(phi0), float(dphi0)
-    hi, f_hi, g_hi = np.inf, np.nan, np.nan
+    hi, g_hi = np.inf, np.nan
     prev_a, prev_g = 0.0, float(dphi0)          # previous point with a finite derivative
     best_a, best_f = None, float(phi0)
     widths = []                                 # bracket widths, to detect stagnation
@@ -303,9 +303,9 @@ def line_search_secant(phi, dphi, alpha0=1.0, *, tol=1e-10, max_iter=50,
             return a, nfev, ngev                                   # φ'(α) ≈ 0
         # --- update the bracket
         if not valid or f > f_lo:
-            hi, f_hi, g_hi = a, f, (g if valid else np.nan)
+            hi, g_hi = a, (g if valid else np.nan)
         elif g > 0.0:
-            hi, f_hi, g_hi = a, f, g
+            hi, g_hi = a, g
         else:
             lo, f_lo, g_lo = a, f, g
         # --- secant step (25) from the two most recent points with finite φ'

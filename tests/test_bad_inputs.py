@@ -13,7 +13,8 @@ import pytest
 import pyomo_odeest as po
 from pyomo_odeest.analysis.diagnostics import amplification, diagnose
 from pyomo_odeest.discretization.schemes import AdamsMoulton, AdamsPC, Enright, SemiImplicitEnright
-from pyomo_odeest.problem.validation import ProblemTooLargeError, estimate_size
+from pyomo_odeest.discretization.checks import estimate_size
+from pyomo_odeest.problem.validation import ProblemTooLargeError
 
 T6 = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
 

@@ -84,7 +84,7 @@ def test_path_constraints_per_experiment():
 
 def test_unsupported_combinations_raise():
     P = _problem(0.5, ksum=1.2)
-    for approach in ("continuous", "multiple_shooting", "adaptive"):
+    for approach in ("continuous", "adaptive"):
         with pytest.raises(ProblemError, match="does not take path or parameter constraints"):
             estimate(P, approach)
     with pytest.raises(ProblemError, match="optimizer 'L-BFGS-B' does not take"):

@@ -21,7 +21,7 @@ from ..problem.result import RESULT_ANALYSES
 
 RESULT_ANALYSES.update(covariance=covariance, confidence_intervals=confidence_intervals,
                        profile=profile_likelihood, identifiability=identifiability_report,
-                       prediction_bands=prediction_bands)
+                       prediction_bands=prediction_bands, diagnose=diagnose)
 
 __all__ = ["DerivativeReport", "check_consistency", "check_derivatives", "check_gradient",
            "check_jacobian", "paper_adjoint", "paper_gradient", "paper_sensitivity_gradient",

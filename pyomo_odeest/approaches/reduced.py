@@ -29,7 +29,8 @@ from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from ..problem.result import EstimationResult, stack_experiments
-from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
+from ..discretization.checks import validate_estimator
+from ..problem.validation import DEFAULT_MAX_ITER
 from ..discretization.experiments import ExperimentModels, experiment_grid
 
 __all__ = ["ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced", "discrete_model"]
@@ -401,6 +402,6 @@ def _result(problem, dm, nlp, x, status, success, iters, method, timings):
         objective=float(obj), status=status, success=bool(success), iterations=int(iters),
         evaluations=dict(nlp.counts), timings=timings, states=states, fitted=fitted,
         residuals=residuals, extra={"discrete_model": dm})
-    from ..analysis.diagnostics import diagnose
+    from ..problem.result import post_solve_checks
     single = not problem.experiments
-    return diagnose(problem, res, dm.scheme if single else None, dm if single else None)
+    return post_solve_checks(problem, res, dm.scheme if single else None, dm if single else None)

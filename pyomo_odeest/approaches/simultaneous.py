@@ -23,7 +23,8 @@ from ..problem.misfit import misfit_constant, observations
 from ..nlp.cyipopt_adapter import start_value_scaling
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
-from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
+from ..discretization.checks import validate_estimator
+from ..problem.validation import DEFAULT_MAX_ITER
 from ..discretization.schemes import integrate
 from ..symbolic.vectorfn import VectorFn
 from ..pyomo.solver import OdeestIpoptSolver
@@ -239,8 +240,8 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         res.extra["parameter_constraint_multipliers"] = {
             pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
             for pc, _ in problem.parameter_constraints}
-    from ..analysis.diagnostics import diagnose
-    return diagnose(problem, res, *((None, None) if multi else (b.scheme, None)),
+    from ..problem.result import post_solve_checks
+    return post_solve_checks(problem, res, *((None, None) if multi else (b.scheme, None)),
                     grid=None if multi else b.grid)
 
 

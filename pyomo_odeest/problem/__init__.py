@@ -8,12 +8,11 @@ from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquar
 from .inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
 from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from .result import EstimationResult
-from .validation import ProblemTooLargeError, SizeEstimate, estimate_size, validate_estimator
+from .validation import ProblemTooLargeError
 from .noise import noise_check
 
 __all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "ParameterConstraint",
            "PathConstraint", "require_no_constraints", "require_no_inputs", "PiecewiseConstant",
            "PiecewiseLinear", "Spline", "inputs_from_frame", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
            "MeasurementMisfit", "misfit_constant", "misfit_sym", "observations",
-           "EstimationResult", "ProblemTooLargeError", "SizeEstimate", "estimate_size",
-           "validate_estimator", "noise_check"]
+           "EstimationResult", "ProblemTooLargeError", "noise_check"]

@@ -181,9 +181,9 @@ class PathConstraint:
         Imposed at every grid point (``'grid'``, the default) or at the
         measurement times only.
 
-    The simultaneous and reduced-space approaches impose it (the reduced space
-    as constraints over u with exact discrete derivatives); the others raise a
-    :class:`ProblemError`.
+    The simultaneous, reduced-space and multiple-shooting approaches impose it
+    (the sequential ones as constraints over u, and the node values, with
+    exact discrete derivatives); the others raise a :class:`ProblemError`.
     """
 
     name: str
@@ -1034,8 +1034,9 @@ def require_single_experiment(problem, what):
     """Raise a :class:`ProblemError` naming ``what`` if ``problem`` has several experiments."""
     if getattr(problem, "experiments", None):
         raise ProblemError(f"{what} does not take a problem with several experiments "
-                           f"({problem.experiment_names}); use the simultaneous, reduced_space "
-                           f"or continuous approach, or one experiment_problems[i]")
+                           f"({problem.experiment_names}); use the simultaneous, reduced_space, "
+                           f"multiple_shooting or continuous approach, or one "
+                           f"experiment_problems[i]")
 
 
 def require_no_inputs(problem, what):
@@ -1054,8 +1055,8 @@ def require_no_constraints(problem, what):
             c.name for sp in (problem.experiment_problems or [problem])
             for c, _ in sp.path_constraints]
         raise ProblemError(f"{what} does not take path or parameter constraints "
-                           f"({sorted(set(names))}); use the simultaneous or reduced_space "
-                           f"approach")
+                           f"({sorted(set(names))}); use the simultaneous, reduced_space or "
+                           f"multiple_shooting approach")
 
 
 def _to_wide(data):

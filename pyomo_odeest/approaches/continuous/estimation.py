@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ...problem.validation import validate_estimator
+from ...discretization.checks import validate_estimator
 from ...nlp.cyipopt_adapter import solve_with_ipopt, start_value_magnitude
 from ...nlp.protocol import EvaluationError
 from ...problem.declaration import EstimationProblem, ProblemError
@@ -269,8 +269,8 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         extra=dict(gradient=pd.Series(g, index=problem.parameter_names), adjoint=lam,
                    start=pd.Series(u_start, index=problem.parameter_names),
                    objective_start=J_start, scale=s, continuous_model=cm))
-    from ...analysis.diagnostics import diagnose
-    return diagnose(problem, res)
+    from ...problem.result import post_solve_checks
+    return post_solve_checks(problem, res)
 
 
 def _frames(problem, cm, u, n_grid):
