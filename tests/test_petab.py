@@ -320,6 +320,29 @@ def test_every_approach_and_compare_approaches_take_an_imported_condition():
     assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll
 
 
+def test_every_approach_takes_an_imported_problem_with_two_conditions():
+    """Two conditions of Bruno = two experiments (with the condition-specific constants
+    as fixed local coefficients): the simultaneous, reduced-space, multiple-shooting and
+    continuous approaches through compare_approaches reach the same optimum up to
+    their discretizations; with these two conditions only 4 of the 13 parameters are
+    determined, and every approach's result says which are not."""
+    from pyomo_odeest import compare_approaches
+    pe = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016"),
+                       conditions=["model1_data1", "model1_data2"])
+    assert pe.problem.experiment_names == ["model1_data1", "model1_data2"]
+    table, results = compare_approaches(
+        pe.problem, approaches=("simultaneous", "reduced_space", "multiple_shooting",
+                                "continuous_adjoint"), steps_per_interval=5)
+    assert table["success"].all(), table["status"]
+    nll = {k: pe.nll(r.objective) for k, r in results.items()}
+    assert nll["simultaneous"] == pytest.approx(nll["reduced_space"], abs=1e-7)
+    assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll
+    for r in results.values():
+        rep = r.identifiability()
+        assert rep.rank == 4 and "init_bcar2" in "".join(rep.warnings)
+        assert any("do not depend on" in w for w in r.warnings)
+
+
 def test_profiled_sigma_is_the_exact_minimiser():
     """Elowitz: one estimated sigma, profiled out. From residuals r at fixed theta,
     nll(objective) equals the simulated NLL at s* and no other s does better."""

@@ -283,7 +283,8 @@ def _closed_form_experiments(d0, d1):
 @pytest.mark.parametrize("approach, kw, rtol", [
     ("reduced_space", dict(max_step=1.0), 1e-7),
     ("simultaneous", dict(max_step=1.0, options={"tol": 1e-12}), 1e-7),
-    ("continuous", dict(), 1e-6)])
+    ("continuous", dict(), 1e-6),
+    ("multiple_shooting", dict(max_step=1.0, options={"tol": 1e-12}), 1e-6)])
 def test_several_experiments_covariance_matches_closed_form(approach, kw, rtol):
     """Global a, c and a local x(0) per experiment: the covariance of the summed
     objective is the weighted least-squares one over both experiments' rows."""

@@ -368,6 +368,8 @@ def diagnose(problem, result, scheme=None, model=None, grid=None):
     """
     if result.extra.get("diagnosed"):
         return result
+    if result.problem is None:                # the analyses find the problem here
+        result.extra["problem"] = problem
     w = list(status_warning(result))
     w += bound_warnings(problem, result)
     w += chi2_warning(problem, result)

@@ -196,7 +196,10 @@ def _free_names(problem):
 def discrete_model_for(result):
     """The :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` of a result's
     discretization: the reduced-space model itself, the simultaneous block's scheme
-    and grid, or (other approaches) the problem's default discretization."""
+    and grid, or (other approaches) the problem's default discretization.  With
+    several experiments the sum of one per experiment
+    (:class:`~pyomo_odeest.discretization.experiments.ExperimentModels`; multiple
+    shooting: single shooting on each experiment's grid)."""
     from ..discretization.discrete import DiscreteModel
     dm = result.extra.get("discrete_model")
     if dm is not None:
@@ -211,11 +214,12 @@ def discrete_model_for(result):
             return ExperimentModels(problem, [
                 DiscreteModel(sp, sb.scheme.name, sb.scheme.qmax, sb.grid)
                 for sp, sb in zip(problem.experiment_problems, blocks)])
-        im = result.extra.get("interval_models")
-        if im is not None and hasattr(im, "models"):
+        per = result.extra.get("experiments")          # multiple shooting: the same grids
+        ims = [(per or {}).get(n, {}).get("interval_models") for n in problem.experiment_names]
+        if all(im is not None for im in ims):
             return ExperimentModels(problem, [
-                DiscreteModel(sp, m.scheme.name, m.scheme.qmax, m.grid)
-                for sp, m in zip(problem.experiment_problems, im.models)])
+                DiscreteModel(sp, im.scheme.name, im.scheme.qmax, im.grid)
+                for sp, im in zip(problem.experiment_problems, ims)])
         return discrete_model(problem)
     if b is not None and hasattr(b, "grid") and hasattr(b, "scheme"):
         return DiscreteModel(problem, b.scheme.name, b.scheme.qmax, b.grid)
@@ -353,7 +357,12 @@ def kkt_reduced_hessian(model, block=None):
         raise ValueError("the model has inequality constraints; the reduced Hessian needs "
                          "equality constraints only")
     x = np.array([0.0 if v.value is None else v.value for v in ev.variables], dtype=float)
-    par = np.array([ev.column(b.u[p]) for p in names], dtype=int)
+    col = {id(v): k for k, v in enumerate(ev.variables)}
+    # a free parameter that enters no equation and no objective term (e.g. the initial
+    # value of a species in experiments that are not part of this problem) is not a
+    # column of the NLP: its rows and columns of H and its sensitivities are zero
+    present = np.array([id(b.u[p]) in col for p in names], dtype=bool)
+    par = np.array([col[id(b.u[p])] for p in names if id(b.u[p]) in col], dtype=int)
     dep = np.setdiff1d(np.arange(ev.n), par)
     r, c = ev.jacobian_structure()
     Jc = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
@@ -366,17 +375,18 @@ def kkt_reduced_hessian(model, block=None):
     W = sp.csr_matrix((np.concatenate([hv, hv[off]]),
                        (np.concatenate([hr, hc[off]]), np.concatenate([hc, hr[off]]))),
                       shape=(ev.n, ev.n))
-    Z = np.zeros((ev.n, len(par)))
-    Z[dep] = D
-    Z[par] = np.eye(len(par))
+    Zp = np.zeros((ev.n, len(par)))
+    Zp[dep] = D
+    Zp[par] = np.eye(len(par))
+    Z = np.zeros((ev.n, len(names)))
+    Z[:, present] = Zp
     H = Z.T @ (W @ Z)
-    col = {id(v): k for k, v in enumerate(ev.variables)}
 
     def state_rows(sb):
         out = {}
         for (i, s) in sb.x.keys():
             k = col.get(id(sb.x[i, s]))
-            out[(i, s)] = Z[k] if k is not None else np.zeros(len(par))
+            out[(i, s)] = Z[k] if k is not None else np.zeros(len(names))
         return out
     blocks = getattr(b, "experiment_blocks", None)
     dwdu = [state_rows(sb) for sb in blocks] if blocks is not None else state_rows(b)
