@@ -83,6 +83,11 @@ class Parameter:
                 raise ProblemError(f"parameter '{self.name}': {what}={v} is not finite")
         if self.lb is not None and self.ub is not None and self.lb > self.ub:
             raise ProblemError(f"parameter '{self.name}': lb={self.lb} > ub={self.ub}")
+        if not self.fixed and ((self.lb is not None and self.value < self.lb)
+                               or (self.ub is not None and self.value > self.ub)):
+            raise ProblemError(f"parameter '{self.name}': start value {self.value} is outside "
+                               f"its bounds [{self.lb}, {self.ub}]; start inside the bounds "
+                               f"(it would otherwise be moved silently)")
 
 
 @dataclass
