@@ -261,3 +261,124 @@ def test_several_experiments_refused_clearly():
     res = estimate(P, "reduced_space", max_step=1.0)
     with pytest.raises(ProblemError, match="several experiments"):
         res.covariance()
+
+
+@pytest.mark.parametrize("approach,options", [
+    ("continuous", {}), ("simultaneous", dict(scheme="enright", steps_per_interval=40))])
+def test_covariance_agrees_with_parmest(approach, options):
+    """parmest's Rooney–Biegler example, y = A (1 - exp(-B t)), written as the ODE
+    y' = B (A - y), y(0) = 0 with σ = 1 (parmest's measure_error): the package's estimates
+    and inverse-FIM covariance equal parmest's theta_est() and cov_est() (parmest runs
+    on the package's solver).  Measured: 1e-8 on θ, 2e-6 on the covariance (parmest
+    differentiates by finite differences)."""
+    pytest.importorskip("pyomo.contrib.parmest.parmest")
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "examples" / "parmest_rooney_biegler.py"
+    spec = importlib.util.spec_from_file_location("parmest_rooney_biegler", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    import pyomo_odeest
+    with pyomo_odeest.use_as_ipopt():
+        pest = ex.estimator()
+        _, theta = pest.theta_est()
+        cov_parmest = pest.cov_est().to_numpy()
+    data = pd.DataFrame({"y": ex.DATA["y"].to_numpy(float)},
+                        index=pd.Index(ex.DATA["hour"].to_numpy(float), name="time"))
+    P = EstimationProblem(states=["y"], parameters=[Parameter("A", 15.0), Parameter("B", 0.5)],
+                          rhs=lambda x, u, t: [u.B * (u.A - x.y)], initial={"y": 0.0},
+                          data=data, sigma=1.0, name="rooney_biegler")
+    res = estimate(P, approach, **options)
+    assert res.success
+    assert np.allclose(res.x, [theta["asymptote"], theta["rate_constant"]], rtol=1e-6)
+    C = covariance(res, "fim").matrix.to_numpy()
+    assert np.allclose(C, cov_parmest, rtol=1e-4, atol=0)
+
+
+def test_profile_with_unknown_sigma_is_the_profile_t_interval(linear):
+    """scale='residual' (σ unknown): for a model linear in its parameters the profile-t
+    interval equals the Wald interval of the residual-scaled covariance with Student t
+    quantiles, and the Wald columns of the profile result are those intervals."""
+    _, P, res = linear
+    pr = profile_likelihood(res, scale="residual")
+    wald = res.covariance("residual").intervals(0.95, "t")
+    iv = pr.intervals
+    assert list(iv["shape"]) == ["ok"] * 3
+    np.testing.assert_allclose(iv["lower"], wald["lower"], rtol=1e-6)
+    np.testing.assert_allclose(iv["upper"], wald["upper"], rtol=1e-6)
+    np.testing.assert_allclose(iv["wald_lower"], wald["lower"], rtol=1e-12)
+    known = profile_likelihood(res, parameters=["a"]).intervals.loc["a"]
+    s = np.sqrt(res.covariance("residual").s2)
+    # widths scale with s·t_{m-p} / z
+    ratio = (iv.loc["a", "upper"] - iv.loc["a", "lower"]) / (known["upper"] - known["lower"])
+    assert ratio == pytest.approx(s * stats.t.ppf(0.975, len(TIMES) * 2 - 3) / Z95, rel=1e-5)
+
+
+def _reciprocal_noisy(ub):
+    """The reciprocal model with noise so large that φ̂ − z·se(φ) < 0: θ = 1/φ has no
+    finite upper confidence limit."""
+    rng = np.random.default_rng(3)
+    t = np.arange(1.0, 6.0)
+    sig = 3.0
+    data = pd.DataFrame({"x": t / 2.0 + sig * rng.standard_normal(len(t))},
+                        index=pd.Index(t, name="time"))
+    P = EstimationProblem(states=["x"], parameters=[Parameter("theta", 1.5, lb=0.1, ub=ub)],
+                          rhs=lambda x, u, t: [1 / u.theta + 0 * x.x], initial={"x": 0.0},
+                          data=data, sigma=sig, name="reciprocal_noisy")
+    phi_hat = float(np.sum(t * data["x"]) / np.sum(t**2))
+    return P, phi_hat, sig / np.sqrt(np.sum(t**2))
+
+
+def test_one_sided_profile_stops_at_the_bound():
+    P, phi, s = _reciprocal_noisy(ub=50.0)
+    assert phi - Z95 * s < 0 < phi                         # no finite upper limit exists
+    res = estimate(P, "reduced_space", max_step=1.0)
+    row = profile_likelihood(res).intervals.loc["theta"]
+    assert row["shape"] == "one-sided"
+    assert row["lower_end"] == "crossed" and row["upper_end"] == "bound"
+    assert np.isnan(row["upper"])
+    assert row["lower"] == pytest.approx(1 / (phi + Z95 * s), rel=1e-4)
+    assert row["wald_lower"] < 0                           # Wald is meaningless here
+
+
+def test_one_sided_profile_without_bound_is_not_reached():
+    P, phi, s = _reciprocal_noisy(ub=None)
+    res = estimate(P, "reduced_space", max_step=1.0)
+    row = profile_likelihood(res, max_points=6).intervals.loc["theta"]
+    assert row["upper_end"] == "not reached" and np.isnan(row["upper"])
+    assert row["shape"] == "one-sided"
+    assert row["lower"] == pytest.approx(1 / (phi + Z95 * s), rel=1e-4)
+
+
+def test_flat_profile_of_an_unobserved_parameter():
+    """b drives a state that is not observed: its profile is flat (λ = 0 everywhere) and
+    reported as such, while the identifiable a gets its interval."""
+    t = np.arange(1.0, 6.0)
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"x": 0.7 * t + 0.05 * rng.standard_normal(len(t))},
+                        index=pd.Index(t, name="time"))
+    P = EstimationProblem(states=["x", "y"],
+                          parameters=[Parameter("a", 0.5), Parameter("b", 0.3, lb=0.0, ub=2.0)],
+                          rhs=lambda x, u, t: [u.a + 0 * x.x, u.b + 0 * x.y],
+                          initial={"x": 0.0, "y": 0.0}, data=data, observe=["x"], sigma=0.05,
+                          name="unobserved")
+    res = estimate(P, "reduced_space", max_step=1.0)
+    assert any("not identifiable along" in w and "b" in w for w in res.warnings)
+    pr = profile_likelihood(res)
+    iv = pr.intervals
+    assert iv.loc["b", "shape"] == "flat" and np.isnan(iv.loc["b", "lower"])
+    assert float(pr.curves["b"]["lr"].max()) < 1e-8
+    assert iv.loc["a", "shape"] == "ok"
+    assert np.isinf(iv.loc["b", "wald_upper"])
+
+
+def test_unlocated_crossing_is_reported_not_guessed():
+    """The first step of the lower side overshoots to the bound far above the threshold;
+    with one re-optimization allowed the crossing cannot be located, and the limit is
+    NaN with a warning (it used to be interpolated between two distant points)."""
+    P, phi, s = _reciprocal_noisy(ub=50.0)
+    res = estimate(P, "reduced_space", max_step=1.0)
+    pr = profile_likelihood(res, max_refine=1)
+    row = pr.intervals.loc["theta"]
+    assert row["lower_end"] == "not refined" and np.isnan(row["lower"])
+    assert any("not located" in w for w in pr.warnings)

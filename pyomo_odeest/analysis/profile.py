@@ -76,6 +76,11 @@ class ProfileTask:
         λ = 2ΔJ/(κ·scale) (1 for σ known, s² for σ unknown).
     options : dict
         Ipopt options of each re-optimization.
+    target_step, max_points, max_range, refine_tol, max_refine, flat_tol : float, int
+        Growth of the signed root per point, points per side, range explored (in
+        standard errors), tolerance on the signed root at the crossing (relative),
+        re-optimizations allowed to locate it, and the level (relative to the
+        threshold) below which a profile counts as flat.
     """
 
     problem: object
@@ -93,6 +98,7 @@ class ProfileTask:
     max_points: int = 30
     max_range: float = 50.0
     refine_tol: float = 1e-3
+    max_refine: int = 30
     flat_tol: float = 1e-3
 
 
@@ -233,7 +239,8 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
     ``parameter``, ``side``, ``value``, ``objective``, ``status``, ``success``,
     ``iterations``, ``seconds`` and the re-optimized parameters ``u:<name>``;
     ``attrs['end']`` says how the side ended: ``'crossed'``, ``'bound'``,
-    ``'not reached'`` or ``'failed'``.
+    ``'not reached'``, ``'not refined'`` (the threshold is bracketed but was not
+    located to ``refine_tol`` within ``max_refine`` re-optimizations) or ``'failed'``.
     """
     P = task.problem
     names = P.parameter_names
@@ -290,26 +297,17 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
         record(theta, u, J, st, it, time.perf_counter() - t)
         s = root(J)
         if s >= target:
-            theta_in, s_in, u_in = theta_prev, s_prev, u_prev
-            theta_out, s_out = theta, s
-            # secant refinement of the crossing on the signed root
-            u_out = u
-            for _ in range(4):
-                if min(abs(s_out - target), abs(s_in - target)) <= task.refine_tol * target:
-                    break
-                frac = (target - s_in) / (s_out - s_in) if s_out > s_in else 0.5
-                tc = theta_in + frac * (theta_out - theta_in)
+            # the crossing is bracketed: refine it on the signed root (Illinois)
+            def point(tc, start):
                 t = time.perf_counter()
-                uc, Jc, stc, itc = prof.solve(u_in + frac * (u_out - u_in), tc)
+                uc, Jc, stc, itc = prof.solve(start, tc)
                 if not (stc in _OK and np.isfinite(Jc)):
-                    break
+                    return None
                 record(tc, uc, Jc, stc, itc, time.perf_counter() - t)
-                sc = root(Jc)
-                if sc >= target:
-                    theta_out, s_out, u_out = tc, sc, uc
-                else:
-                    theta_in, s_in, u_in = tc, sc, uc
-            end = "crossed"
+                return uc, root(Jc) - target
+            ok = _illinois(point, (theta_prev, s_prev - target, u_prev),
+                           (theta, s - target, u), task.refine_tol * target, task.max_refine)
+            end = "crossed" if ok else "not refined"
             break
         if at_bound:
             end = "bound"
@@ -325,6 +323,44 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out.attrs["end"] = end
     return out
+
+
+def _illinois(point, inside, outside, ftol, max_iter):
+    """Locate f(θ) = 0 in the bracket ``inside = (θ, f < 0, u)``, ``outside = (θ, f ≥ 0, u)``
+    by the Illinois variant of regula falsi (superlinear, never leaves the bracket, and
+    unlike plain regula falsi does not creep when f is strongly convex, as the signed
+    root is near a singularity of the model).  ``point(θ, start) -> (u, f) | None``
+    re-optimizes at θ; a failed point is retried at the bracket's midpoint.  True when
+    a point with ``|f| <= ftol`` was found within ``max_iter`` re-optimizations."""
+    (a, fa, ua), (b, fb, ub) = inside, outside
+    ga, gb = fa, fb                        # the (possibly halved) values of the secant
+    side = 0
+    for _ in range(max_iter):
+        if min(abs(fa), abs(fb)) <= ftol:
+            return True
+        if abs(b - a) <= 1e-12 * max(1.0, abs(a), abs(b)):
+            return False
+        frac = ga / (ga - gb) if gb != ga else 0.5
+        frac = min(max(frac, 1e-6), 1 - 1e-6)
+        got = point(a + frac * (b - a), ua + frac * (ub - ua))
+        if got is None:
+            frac = 0.5
+            got = point(a + frac * (b - a), ua + frac * (ub - ua))
+            if got is None:
+                return False
+        tc = a + frac * (b - a)
+        uc, fc = got
+        if fc >= 0:
+            b, fb, gb, ub = tc, fc, fc, uc
+            if side == 1:
+                ga *= 0.5
+            side = 1
+        else:
+            a, fa, ga, ua = tc, fc, fc, uc
+            if side == -1:
+                gb *= 0.5
+            side = -1
+    return min(abs(fa), abs(fb)) <= ftol
 
 
 def _predict(problem, u, tangent, dtheta):
@@ -379,7 +415,8 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="kno
     bad = [p for p in parameters if p not in free]
     if bad:
         raise ValueError(f"cannot profile {bad}: not free parameters of the problem ({free})")
-    cov = cov if cov is not None else covariance(result, "fim", problem=P)
+    cov = cov if cov is not None else covariance(
+        result, "residual" if scale == "residual" else "fim", problem=P)
     thr = _thresholds(level, scale, cov.dof)
     sc = cov.s2 if scale == "residual" else 1.0
     u_hat = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
@@ -410,7 +447,7 @@ class ProfileResult:
     intervals : DataFrame
         Per parameter: ``estimate``, ``lower``, ``upper`` (NaN when open),
         ``lower_end`` / ``upper_end`` (``'crossed'``, ``'bound'``, ``'not reached'``,
-        ``'failed'``), ``shape`` (``'ok'``, ``'one-sided'``, ``'flat'``,
+        ``'not refined'``, ``'failed'``), ``shape`` (``'ok'``, ``'one-sided'``, ``'flat'``,
         ``'unbounded'``), ``wald_lower``, ``wald_upper`` (same level).
     level, threshold : float
     warnings : list of str
@@ -457,6 +494,11 @@ def assemble_profiles(segments, tasks, level=0.95, cov: Covariance | None = None
         lo = _crossing(df, theta_hat, -1, thr) if end.get(-1) == "crossed" else np.nan
         hi = _crossing(df, theta_hat, 1, thr) if end.get(1) == "crossed" else np.nan
         closed = [e == "crossed" for e in (end.get(-1), end.get(1))]
+        for dd, e in end.items():
+            if e == "not refined":
+                notes.append(f"the {'upper' if dd > 0 else 'lower'} limit of {name} is "
+                             f"bracketed but was not located within {t0.max_refine} "
+                             f"re-optimizations: reported as NaN; see the profile curve")
         flat = len(df) > 1 and float(df["lr"].max()) < t0.flat_tol * thr
         shape = ("flat" if flat else "ok" if all(closed) else
                  "one-sided" if any(closed) else "unbounded")
@@ -513,7 +555,7 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
     """
     t = time.perf_counter()
     P = problem if problem is not None else _problem_of(result)
-    cov = covariance(result, "fim", problem=P)
+    cov = covariance(result, "residual" if scale == "residual" else "fim", problem=P)
     tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P, **kw)
     run = runner if runner is not None else (lambda fn, ts: [fn(x) for x in ts])
     segments = run(profile_segment, tasks)
