@@ -171,17 +171,17 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
                 objs[w] = b.component(nm)[_point_index(i, pref)]
             return sympy_to_pyomo(expr_sym, objs)
 
+        # one flat sum x_i + sum_j (h c_j) f(P_j) + sum_j (h^2 d_j) fdot(P_j):
+        # its terms share a shape per right-hand side, so the solver
+        # differentiates f (fdot) once, not once per point
         cf = b.component(cf_name)
-        expr = 0
+        val = b.x[i, s]
         for j, pref in enumerate(f_points):
-            expr = expr + cf[i, j] * term(f_s, pref)
-        val = b.x[i, s] + b.h[i] * expr
+            val = val + (b.h[i] * cf[i, j]) * term(f_s, pref)
         if d_points:
             cd = b.component(cd_name)
-            dexpr = 0
             for j, pref in enumerate(d_points):
-                dexpr = dexpr + cd[i, j] * term(fd_s, pref)
-            val = val + b.h[i] ** 2 * dexpr
+                val = val + (b.h[i] ** 2 * cd[i, j]) * term(fd_s, pref)
         target = b.x[i + 1, s] if name == "x" else b.component(name)[i, s]
         return target == val
     return rule
