@@ -5,7 +5,15 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .projected import _check_common, _finish, _initial_step, _Problem, _search, _start
+from .projected import (
+    _check_common,
+    _finish,
+    _initial_step,
+    _Problem,
+    _search,
+    _start,
+    _stop_test,
+)
 from .results import OptimizeHistory, OptimizeResult
 
 
@@ -103,17 +111,9 @@ def minimize_bfgs(fun: Callable, grad: Callable, x0, *, line_search: str = "wolf
         s = xn - x
         x, f = xn, fn
         stop = callback(x.copy()) if callback is not None else False
-        if pg <= gtol:
-            g = gn
-            success, message = True, "projected gradient below gtol"
-            break
-        if f_old - f <= ftol * max(abs(f_old), abs(f), 1.0):
-            g = gn
-            success, message = True, "relative reduction of f below ftol"
-            break
-        if stop:
-            g = gn
-            message = "stopped by callback"
+        ended = _stop_test(pg, gtol, f_old, f, ftol, stop)
+        if ended:
+            (success, message), g = ended, gn
             break
         new_free = ~prob.binding(x, gn)
         if not np.array_equal(new_free, free):

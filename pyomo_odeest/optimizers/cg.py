@@ -13,6 +13,7 @@ from .projected import (
     _Problem,
     _search,
     _start,
+    _stop_test,
 )
 from .results import OptimizeHistory, OptimizeResult
 
@@ -144,17 +145,9 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
         x_old_free = free
         x, f = xn, fn
         stop = callback(x.copy()) if callback is not None else False
-        if pg <= gtol:
-            g = gn
-            success, message = True, "projected gradient below gtol"
-            break
-        if f_old - f <= ftol * max(abs(f_old), abs(f), 1.0):
-            g = gn
-            success, message = True, "relative reduction of f below ftol"
-            break
-        if stop:
-            g = gn
-            message = "stopped by callback"
+        ended = _stop_test(pg, gtol, f_old, f, ftol, stop)
+        if ended:
+            (success, message), g = ended, gn
             break
         # ---- new direction
         free = ~prob.binding(x, gn)

@@ -200,6 +200,18 @@ def _finish(prob, x, f, g, nit, success, message, hist, method, hess_inv=None):
                           hess_inv=None if hess_inv is None else hess_inv.copy())
 
 
+def _stop_test(pg, gtol, f_old, f, ftol, stop):
+    """``(success, message)`` if one of the stopping tests shared by CG and BFGS holds
+    (the projected gradient, the relative reduction of f, the user's callback), else None."""
+    if pg <= gtol:
+        return True, "projected gradient below gtol"
+    if f_old - f <= ftol * max(abs(f_old), abs(f), 1.0):
+        return True, "relative reduction of f below ftol"
+    if stop:
+        return False, "stopped by callback"
+    return None
+
+
 def _initial_step(g):
     gn = float(np.max(np.abs(g)))
     return min(1.0, 1.0 / gn) if gn > 0 else 1.0
