@@ -109,6 +109,10 @@ ERRORS = [
     ("bounds_lb_gt_ub", lambda: po.Parameter("k", 1.0, lb=2.0, ub=1.0), po.ProblemError,
      "lb=2.0 > ub=1.0"),
     ("param_value_nan", lambda: po.Parameter("k", np.nan), po.ProblemError, "not finite"),
+    ("param_start_below_lb", lambda: po.Parameter("k", -1.0, lb=0.0), po.ProblemError,
+     "start value -1.0 is outside its bounds"),
+    ("param_start_above_ub", lambda: po.Parameter("k", 3.0, ub=2.0), po.ProblemError,
+     "outside its bounds"),
     ("param_name_not_identifier", lambda: po.Parameter("k 1"), po.ProblemError, "identifier"),
     ("state_param_clash", lambda: decay(name="x"), po.ProblemError, "both as state and parameter"),
     ("duplicate_states", lambda: po.EstimationProblem(
@@ -446,7 +450,7 @@ def test_bad_inputs_leave_the_next_run_identical():
 def test_diagnose_runs_once():
     res = po.estimate_reduced(decay(ub=0.5, start=0.4), hessian=None)
     n = len(res.warnings)
-    assert diagnose(decay(ub=0.5), res) is res and len(res.warnings) == n
+    assert diagnose(decay(ub=0.5, start=0.4), res) is res and len(res.warnings) == n
 
 
 def test_lbfgs_abnormal_line_search_at_a_stationary_point():

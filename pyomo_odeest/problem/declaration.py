@@ -83,6 +83,11 @@ class Parameter:
                 raise ProblemError(f"parameter '{self.name}': {what}={v} is not finite")
         if self.lb is not None and self.ub is not None and self.lb > self.ub:
             raise ProblemError(f"parameter '{self.name}': lb={self.lb} > ub={self.ub}")
+        if not self.fixed and ((self.lb is not None and self.value < self.lb)
+                               or (self.ub is not None and self.value > self.ub)):
+            raise ProblemError(f"parameter '{self.name}': start value {self.value} is outside "
+                               f"its bounds [{self.lb}, {self.ub}]; start inside the bounds "
+                               f"(it would otherwise be moved silently)")
 
 
 @dataclass
@@ -183,7 +188,9 @@ class PathConstraint:
 
     The simultaneous, reduced-space and multiple-shooting approaches impose it
     (the sequential ones as constraints over u, and the node values, with
-    exact discrete derivatives); the others raise a :class:`ProblemError`.
+    exact discrete derivatives); the continuous approach at the measurement
+    times only (``at='measurements'``, exact sensitivities of the ODE); the
+    adaptive approach raises a :class:`ProblemError`.
     """
 
     name: str
@@ -1045,7 +1052,8 @@ def require_no_inputs(problem, what):
     if sw is not None and len(sw):
         raise ProblemError(f"{what} does not take inputs with switching times "
                            f"({list(problem.inputs)}, switches at {list(sw)[:5]}); use the "
-                           f"simultaneous, reduced_space or multiple_shooting approach")
+                           f"simultaneous, reduced_space, multiple_shooting or continuous "
+                           f"approach")
 
 
 def require_no_constraints(problem, what):
@@ -1056,7 +1064,8 @@ def require_no_constraints(problem, what):
             for c, _ in sp.path_constraints]
         raise ProblemError(f"{what} does not take path or parameter constraints "
                            f"({sorted(set(names))}); use the simultaneous, reduced_space or "
-                           f"multiple_shooting approach")
+                           f"multiple_shooting approach (or continuous, for path constraints "
+                           f"at the measurement times)")
 
 
 def _to_wide(data):
