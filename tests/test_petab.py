@@ -190,7 +190,7 @@ def test_laplace_noise_raises(tmp_path):
         read_petab(d)
 
 
-def test_preequilibration_and_steady_state_measurements_raise(tmp_path):
+def test_preequilibration_raises(tmp_path):
     d = copy_problem(tmp_path)
     f = table(d, "measurementData_")
     df = pd.read_csv(f, sep="\t")
@@ -198,12 +198,98 @@ def test_preequilibration_and_steady_state_measurements_raise(tmp_path):
     df.to_csv(f, sep="\t", index=False)
     with pytest.raises(UnsupportedFeatureError, match=r"measurementData_Crauste.*pre-equilibration"):
         read_petab(d)
-    df["preequilibrationConditionId"] = np.nan
+
+
+def test_steady_state_measurements_raise(tmp_path):
+    d = copy_problem(tmp_path)
+    f = table(d, "measurementData_")
+    df = pd.read_csv(f, sep="\t")
     df["time"] = df["time"].astype(float)
     df.loc[0, "time"] = np.inf
     df.to_csv(f, sep="\t", index=False)
     with pytest.raises(UnsupportedFeatureError, match=r"measurementData_Crauste.*steady-state"):
         read_petab(d)
+
+
+def _edit_sbml(d, edit):
+    xml = table(d, "model_")
+    doc = libsbml.readSBMLFromFile(str(xml))
+    assert doc.setLevelAndVersion(3, 2, False)           # rateOf, conversion factors: L3
+    edit(doc.getModel())
+    libsbml.writeSBMLToFile(doc, str(xml))
+
+
+def _kinetic_law(formula):
+    def edit(m):
+        kl = m.getReaction(0).getKineticLaw()
+        kl.setMath(libsbml.parseL3Formula(f"({libsbml.formulaToL3String(kl.getMath())}) * "
+                                          f"{formula}"))
+    return edit
+
+
+def _variable_compartment(m):
+    m.getCompartment(0).setConstant(False)
+
+
+def _conversion_factor(m):
+    p = m.createParameter()
+    p.setId("cf"), p.setValue(2.0), p.setConstant(True)
+    m.setConversionFactor("cf")
+
+
+@pytest.mark.parametrize("edit, feature", [
+    (_kinetic_law("delay(Naive, 1) / Naive"), "delay"),
+    (_kinetic_law("(1 + rateOf(Naive))"), "rateOf"),
+    (_variable_compartment, "compartment of variable size"),
+    (_conversion_factor, "conversion factor"),
+], ids=["delay", "rateOf", "variable_compartment", "conversion_factor"])
+def test_sbml_feature_raises(tmp_path, edit, feature):
+    d = copy_problem(tmp_path)
+    _edit_sbml(d, edit)
+    with pytest.raises(UnsupportedFeatureError, match=rf"model_Crauste.*{feature}"):
+        read_petab(d)
+
+
+def _yaml_edit(d, edit):
+    import yaml
+    f = table(d, "Crauste_CellSystems2017.yaml")
+    spec = yaml.safe_load(f.read_text())
+    edit(spec)
+    f.write_text(yaml.safe_dump(spec))
+
+
+@pytest.mark.parametrize("edit, feature", [
+    (lambda s: s["problems"][0].update(mapping_files=["mapping.tsv"]), "mapping tables"),
+    (lambda s: s["problems"][0]["sbml_files"].append("other.xml"), "2 models"),
+    (lambda s: s["problems"].append(dict(s["problems"][0])), "2 problems in one file"),
+    (lambda s: s.update(extensions={"sciml": {"version": "0.1"}}), "extensions"),
+    (lambda s: s.update(format_version=2), "format version 2"),
+], ids=["mapping_tables", "several_models", "several_problems", "extensions", "version_2"])
+def test_yaml_feature_raises(tmp_path, edit, feature):
+    d = copy_problem(tmp_path)
+    _yaml_edit(d, edit)
+    with pytest.raises(UnsupportedFeatureError, match=rf"Crauste_CellSystems2017\.yaml.*{feature}"):
+        read_petab(d)
+
+
+def test_sigma_that_cannot_be_profiled_raises(tmp_path):
+    """Two estimated noise parameters (one per observable group): the import names them
+    (the likelihood itself is still evaluated by simulation)."""
+    d = copy_problem(tmp_path)
+    f = table(d, "measurementData_")
+    df = pd.read_csv(f, sep="\t")
+    df["noiseParameters"] = np.where(df["observableId"] == "observable_Naive", "sd_a", "sd_b")
+    df.to_csv(f, sep="\t", index=False)
+    f = table(d, "parameters_")
+    par = pd.read_csv(f, sep="\t")
+    extra = pd.DataFrame([dict(parameterId=n, parameterName=n, parameterScale="log10",
+                               lowerBound=1e-2, upperBound=1e5, nominalValue=100.0, estimate=1)
+                          for n in ("sd_a", "sd_b")])
+    pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
+    model = read_petab(d)
+    assert np.isfinite(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
+    with pytest.raises(UnsupportedFeatureError, match=r"Crauste.*\['sd_a', 'sd_b'\].*profiled"):
+        petab_problem(model)
 
 
 def test_algebraic_rules_raise(tmp_path):
