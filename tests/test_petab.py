@@ -272,37 +272,65 @@ def test_yaml_feature_raises(tmp_path, edit, feature):
         read_petab(d)
 
 
-def test_sigma_that_cannot_be_profiled_raises(tmp_path):
-    """Two estimated noise parameters (one per observable group): the import names them
-    (the likelihood itself is still evaluated by simulation)."""
+def test_sigma_with_two_estimated_parameters_raises(tmp_path):
+    """sigma = sd_a * sd_b with both estimated: the import names them (the likelihood
+    itself is still evaluated by simulation)."""
     d = copy_problem(tmp_path)
+    f = table(d, "observables_")
+    obs = pd.read_csv(f, sep="\t")
+    obs.loc[obs["observableId"] == "observable_Naive", "noiseFormula"] = \
+        "noiseParameter1_observable_Naive * sd_b"
+    obs.to_csv(f, sep="\t", index=False)
     f = table(d, "measurementData_")
     df = pd.read_csv(f, sep="\t")
-    df["noiseParameters"] = np.where(df["observableId"] == "observable_Naive", "sd_a", "sd_b")
+    df["noiseParameters"] = df["noiseParameters"].astype(object)
+    df.loc[df["observableId"] == "observable_Naive", "noiseParameters"] = "sd_a"
     df.to_csv(f, sep="\t", index=False)
     f = table(d, "parameters_")
     par = pd.read_csv(f, sep="\t")
     extra = pd.DataFrame([dict(parameterId=n, parameterName=n, parameterScale="log10",
-                               lowerBound=1e-2, upperBound=1e5, nominalValue=100.0, estimate=1)
-                          for n in ("sd_a", "sd_b")])
+                               lowerBound=1e-2, upperBound=1e5, nominalValue=v, estimate=1)
+                          for n, v in (("sd_a", 100.0), ("sd_b", 1.0))])
     pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
     model = read_petab(d)
     assert np.isfinite(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
-    with pytest.raises(UnsupportedFeatureError, match=r"Crauste.*\['sd_a', 'sd_b'\].*profiled"):
+    with pytest.raises(UnsupportedFeatureError,
+                       match=r"Crauste.*several estimated parameters \['sd_a', 'sd_b'\]"):
         petab_problem(model)
 
 
-def test_algebraic_rules_raise(tmp_path):
-    d = copy_problem(tmp_path)
-    xml = table(d, "model_")
-    doc = libsbml.readSBMLFromFile(str(xml))
-    m = doc.getModel()
-    p = m.createParameter()
-    p.setId("z"), p.setConstant(False), p.setValue(0.0)
-    m.createAlgebraicRule().setMath(libsbml.parseL3Formula("z - Naive"))
-    libsbml.writeSBMLToFile(doc, str(xml))
-    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*algebraic rules"):
-        read_petab(d)
+def test_several_noise_parameters_estimated_jointly(tmp_path):
+    """One estimated noise parameter per observable (log10 scale): fit() alternates the
+    least-squares fit and the exact noise update; its NLL and estimates equal a direct
+    minimization of PEtab's NLL by simulation over all parameters, noise included."""
+    from scipy.optimize import minimize
+    from pyomo_odeest.petab import write_petab
+    prob = _time_dependent_problem()
+    folder = pathlib.Path(write_petab(prob, tmp_path / "lv")).parent
+    f = table(folder, "measurements_")
+    df = pd.read_csv(f, sep="\t")
+    df["noiseParameters"] = np.where(df["observableId"] == "x1", "sd_x1", "sd_x2")
+    df.to_csv(f, sep="\t", index=False)
+    f = table(folder, "parameters_")
+    par = pd.read_csv(f, sep="\t")
+    extra = pd.DataFrame([dict(parameterId=n, parameterScale="log10", lowerBound=1e-3,
+                               upperBound=10.0, nominalValue=0.3, estimate=1)
+                          for n in ("sd_x1", "sd_x2")])
+    pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
+    pe = petab_problem(folder)
+    assert pe.noise_parameters == ["sd_x1", "sd_x2"] and pe.sigma_parameter is None
+    assert "sd_x1" not in pe.problem.parameter_names
+    res = pe.fit("reduced_space", max_step=0.05, scheme="enright")
+    assert res.success and res.extra["petab_rounds"] > 2
+    sim = PetabSimulator(pe.model, rtol=1e-11, atol=1e-12)
+    ours = pe.scaled_estimates(res).to_numpy()
+    direct = minimize(sim.nll, ours + 0.05, method="L-BFGS-B",
+                      options=dict(ftol=1e-15, gtol=1e-9, maxiter=2000))
+    assert sim.nll(ours) == pytest.approx(direct.fun, abs=2e-5)
+    np.testing.assert_allclose(ours, direct.x, atol=2e-3)
+    assert res.extra["petab_nll"] == pytest.approx(sim.nll(ours), abs=1e-3)   # discretization
+    s = res.extra["petab_noise"]                       # measured: 0.216 and 0.315
+    assert s["sd_x2"] > 1.2 * s["sd_x1"]
 
 
 # ---------------------------------------------------------------------------
