@@ -29,7 +29,7 @@ def _simulate(k, x0, F, times=T_MEAS):
     return pd.DataFrame(np.vstack(out), index=times, columns=["x", "y"])
 
 
-def _problem(constraints=True, controls=True):
+def _problem(constraints=True, controls=True, at="grid"):
     """Two experiments with their own inputs (a piecewise-constant control in e1, a
     piecewise-linear and a spline input in e2), a local initial state, a path and a
     parameter constraint."""
@@ -40,7 +40,7 @@ def _problem(constraints=True, controls=True):
     d1 = _simulate(0.5, 1.0, F1) + 0.005 * rng.standard_normal((10, 2))
     d2 = _simulate(0.5, 1.5, lambda t: F2(t) + G2(t)) + 0.005 * rng.standard_normal((10, 2))
     ctl = PiecewiseConstant([0, 1.3, 2.7], ["c0", "c1", 0.3]) if controls else F1
-    cons = [PathConstraint("xmax", lambda x, u, t: x.x - 2.1),
+    cons = [PathConstraint("xmax", lambda x, u, t: x.x - 2.1, at=at),
             ParameterConstraint("csum", lambda u: u.c0 + u.c1 - 1.1)] if constraints else None
     return EstimationProblem(
         ["x", "y"], [Parameter("k", 0.6, lb=0), Parameter("c0", 0.5, lb=-2, ub=2),
@@ -118,3 +118,93 @@ def test_shooting_experiment_argument_errors():
         estimate(P, "multiple_shooting", nodes=[1.0, 2.0])
     with pytest.raises(ProblemError, match="no shooting nodes for experiment 'e2'"):
         estimate(P, "multiple_shooting", nodes={"e1": [1.0]})
+
+
+# ---------------------------------------------------------------------------
+# the continuous approach
+# ---------------------------------------------------------------------------
+def _input_problem(inp, data=None):
+    t = T_MEAS
+    data = pd.DataFrame({"x": np.exp(-0.5 * t)}, index=t) if data is None else data
+    ctl = not inp.parameter_names()
+    return EstimationProblem(
+        ["x", "y"], [Parameter("k", 0.5), Parameter("c0", 0.1, lb=-2, ub=2, fixed=ctl),
+                     Parameter("c1", 0.9, lb=-2, ub=2, fixed=ctl)],
+        rhs=lambda x, u, t: [-u.k * x.x + u.F * x.y, -0.1 * x.y + u.F * t],
+        initial={"x": 1.0, "y": 0.5}, data=data, inputs={"F": inp})
+
+
+CONT_INPUTS = {
+    "constant": PiecewiseConstant([0, 1.3, 2.7], [0.0, 1.0, 0.3]),
+    "linear": PiecewiseLinear([0, 1.3, 2.7, 5], [0.0, 1.0, 0.3, 0.5]),
+    "spline": Spline(np.linspace(0, 5, 8), np.sin(np.linspace(0, 5, 8))),
+    "control": PiecewiseConstant([0, 1.3, 2.7], ["c0", "c1", 0.3]),
+}
+
+
+@pytest.mark.parametrize("kind", list(CONT_INPUTS))
+def test_continuous_derivatives_exact_with_inputs(kind):
+    """The continuous adjoint and sensitivities restart at every switching time:
+    gradient and second-order-adjoint Hessian agree with differences."""
+    from pyomo_odeest.approaches import ContinuousModel
+    P = _input_problem(CONT_INPUTS[kind])
+    u = P.u0 * 1.1
+    cm = ContinuousModel(P)
+    g = cm.gradient(u, "adjoint")
+    np.testing.assert_allclose(cm.gradient(u, "sensitivity"), g, rtol=1e-7, atol=1e-7)
+    gf = ContinuousModel(P, fd_step=1e-4).gradient(u, "fd")
+    np.testing.assert_allclose(gf, g, rtol=1e-7, atol=1e-6)
+    H = cm.hessian(u, "soa")
+    np.testing.assert_allclose(H, cm.hessian(u, "adjoint_fd"), rtol=1e-6,
+                               atol=1e-6 * np.abs(H).max())
+
+
+def test_continuous_solution_exact_across_switches():
+    """x' = -k x + F(t), F piecewise constant: the integration matches the exact
+    piecewise solution (restart at each switch) to the integrator's tolerance."""
+    from pyomo_odeest.approaches import ContinuousModel
+    F = CONT_INPUTS["constant"]
+    P = EstimationProblem(["x"], [Parameter("k", 0.8)], lambda x, u, t: [-u.k * x.x + u.F],
+                          {"x": 1.0}, pd.DataFrame({"x": [0.0]}, index=[4.0]),
+                          inputs={"F": F})
+    x = 1.0
+    for a, b, v in [(0, 1.3, 0.0), (1.3, 2.7, 1.0), (2.7, 4.0, 0.3)]:
+        x = v / 0.8 + (x - v / 0.8) * np.exp(-0.8 * (b - a))
+    X = ContinuousModel(P).simulate(times=[1.3, 2.7, 4.0])["x"].to_numpy()
+    assert X[-1] == pytest.approx(x, rel=1e-9)
+
+
+def test_continuous_experiments_inputs_constraints_equal_simultaneous():
+    P = _problem(at="measurements")
+    rc = estimate(P, "continuous")
+    r = estimate(P, "simultaneous", scheme="enright", steps_per_interval=10)
+    assert rc.success and r.success
+    # the discretization error of the scheme (order 5, 10 steps per interval) and the
+    # integrator's tolerance separate the two at the 1e-5 level
+    np.testing.assert_allclose(rc.x, r.x, rtol=5e-5)
+    lam, lam_s = rc.multipliers["path_xmax"]["xmax"], r.multipliers["path_xmax"]["xmax"]
+    assert lam.idxmax() == lam_s.idxmax() == ("e2", 3.0)                  # active in e2
+    assert lam.max() == pytest.approx(lam_s.max(), rel=1e-3)
+    pm = rc.extra["parameter_constraint_multipliers"]["csum"]
+    assert pm > 0.1 and pm == pytest.approx(
+        r.extra["parameter_constraint_multipliers"]["csum"], rel=1e-4)
+    assert rc.fitted["x"].max() <= 2.1 + 1e-7
+    assert list(rc.states.index.get_level_values("experiment").unique()) == ["e1", "e2"]
+
+
+def test_continuous_constraint_jacobian_exact():
+    from pyomo_odeest.approaches.continuous.estimation import (ContinuousConstraints,
+                                                               ContinuousExperiments)
+    from pyomo_odeest.approaches import ContinuousModel
+    P = _problem(at="measurements")
+    cm = ContinuousExperiments(P, [ContinuousModel(sp) for sp in P.experiment_problems])
+    cons = ContinuousConstraints(P, cm, P.free_mask)
+    assert cons.m == 20 + 1
+    u = P.u0 * 1.05
+    free = np.flatnonzero(P.free_mask)
+
+    def vals(z):
+        v = u.copy()
+        v[free] = z
+        return cons.values(v)
+    np.testing.assert_allclose(cons.jacobian(u), _fd(vals, u[free]), rtol=1e-5, atol=1e-6)
