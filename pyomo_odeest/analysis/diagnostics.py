@@ -356,6 +356,16 @@ def status_warning(result):
             f"the estimates are not an optimum; {advice}"]
 
 
+def _experiment_rows(frame, name):
+    """The rows of experiment ``name`` of a frame indexed by ``(experiment, time)``."""
+    if frame is None or "experiment" not in (frame.index.names or ()):
+        return None
+    try:
+        return frame.xs(name, level="experiment")
+    except KeyError:
+        return None
+
+
 def diagnose(problem, result, scheme=None, model=None, grid=None):
     """Run every check on ``result`` and append the warnings to ``result.warnings``.
 
@@ -375,7 +385,12 @@ def diagnose(problem, result, scheme=None, model=None, grid=None):
     w += chi2_warning(problem, result)
     w += rank_warnings(problem, result, model, scheme, grid)
     w += simulation_warning(problem, result)
-    if not getattr(problem, "experiments", None):
+    if getattr(problem, "experiments", None):
+        for name, sp in zip(problem.experiment_names, problem.experiment_problems):
+            st = _experiment_rows(result.states, name)
+            w += [f"experiment '{name}': {m}"
+                  for m in stability_warnings(sp, scheme, st, result.x)]
+    else:
         w += stability_warnings(problem, scheme, result.states, result.x)
     result.warnings.extend(w)
     result.extra["diagnosed"] = True
