@@ -320,6 +320,29 @@ def test_every_approach_and_compare_approaches_take_an_imported_condition():
     assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll
 
 
+def test_every_approach_takes_an_imported_problem_with_two_conditions():
+    """Two conditions of Bruno = two experiments (with the condition-specific constants
+    as fixed local coefficients): the simultaneous, reduced-space, multiple-shooting and
+    continuous approaches through compare_approaches reach the same optimum up to
+    their discretizations; with these two conditions only 4 of the 13 parameters are
+    determined, and every approach's result says which are not."""
+    from pyomo_odeest import compare_approaches
+    pe = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016"),
+                       conditions=["model1_data1", "model1_data2"])
+    assert pe.problem.experiment_names == ["model1_data1", "model1_data2"]
+    table, results = compare_approaches(
+        pe.problem, approaches=("simultaneous", "reduced_space", "multiple_shooting",
+                                "continuous_adjoint"), steps_per_interval=5)
+    assert table["success"].all(), table["status"]
+    nll = {k: pe.nll(r.objective) for k, r in results.items()}
+    assert nll["simultaneous"] == pytest.approx(nll["reduced_space"], abs=1e-7)
+    assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll
+    for r in results.values():
+        rep = r.identifiability()
+        assert rep.rank == 4 and "init_bcar2" in "".join(rep.warnings)
+        assert any("do not depend on" in w for w in r.warnings)
+
+
 def test_profiled_sigma_is_the_exact_minimiser():
     """Elowitz: one estimated sigma, profiled out. From residuals r at fixed theta,
     nll(objective) equals the simulated NLL at s* and no other s does better."""
@@ -332,7 +355,7 @@ def test_profiled_sigma_is_the_exact_minimiser():
     scaled = pe.model.nominal_scaled()
     terms = sim.terms(scaled)
     r = terms["scaled_residual"] * terms["sigma"]
-    objective = float(np.sum(r**2 / (2 * pe._c**2)))
+    objective = float(np.sum(r**2 / pe._c**2))
     s_star = pe.profiled_sigma(objective)
     at = scaled.copy()
     at[k] = np.log10(s_star)
@@ -354,3 +377,33 @@ def test_multistart_takes_an_imported_problem():
     # the minimum of this condition (same value as the simultaneous fit of the
     # compare_approaches test, on the same discretization)
     assert pe.nll(res.best.objective) == pytest.approx(-8.794082, abs=1e-5)
+
+
+def test_uncertainty_of_an_imported_problem_with_six_conditions(bruno):
+    """Bruno: six conditions = six experiments sharing 13 log10-scale parameters.
+    The fit's covariance (Fisher information summed over the experiments), the
+    identifiability report, the chi-square check and a profile interval."""
+    from pyomo_odeest import estimate
+    res = estimate(bruno.problem, "reduced_space", steps_per_interval=5)
+    assert res.success, res.status
+    assert bruno.nll(res.objective) <= REFERENCE["Bruno_JExpBot2016"] + 1e-3
+    # the diagnostic's independent simulation is PEtab's likelihood too
+    assert bruno.nll(res.extra["simulated_objective"]) == pytest.approx(
+        bruno.simulated_nll(res), abs=1e-5)
+    assert not any(w.startswith("discretization error") for w in res.warnings)
+    chk = res.extra["noise_check"]                     # sigma known: J is a chi-square
+    n = int(sum(sp.mask.sum() for sp in bruno.problem.experiment_problems))
+    assert chk["chi2"] == pytest.approx(res.objective) and chk["dof"] == n - 13
+    cov = res.covariance()
+    iv = cov.intervals()
+    assert (iv["status"] == "ok").sum() == 13 and np.all(iv.loc[iv["status"] == "ok", "se"] > 0)
+    hess = res.covariance("hessian")
+    np.testing.assert_allclose(hess.se, cov.se, rtol=0.25)   # small residuals: GN ~ Hessian
+    rep = res.identifiability()
+    assert rep.identifiable and rep.rank == 13 and rep.n_measurements == n
+    pr = res.profile(parameters=["init_b10_1"])
+    row = pr.intervals.loc["init_b10_1"]
+    se = cov.se["init_b10_1"]
+    assert row["shape"] == "ok"
+    assert abs(row["lower"] - row["wald_lower"]) < 0.2 * se
+    assert abs(row["upper"] - row["wald_upper"]) < 0.2 * se

@@ -250,17 +250,103 @@ def test_profile_point_is_a_standalone_task():
     assert J == pytest.approx(float(np.sum(w * (z - Xr @ bc) ** 2)), rel=1e-8)
 
 
-def test_several_experiments_refused_clearly():
-    from pyomo_odeest import Experiment, ProblemError
-    exps = [Experiment(f"e{i}", _linear_data(seed=i)) for i in range(2)]
-    sigma = {"x": 0.1, "y": 0.1}
-    P = EstimationProblem(states=["x", "y"],
-                          parameters=[Parameter("a", 0.5), Parameter("b", 1.0), Parameter("c", 0.0)],
-                          rhs=lambda x, u, t: [u.a + 0 * x.x, u.c + 0 * x.y],
-                          initial={"x": "b", "y": 0.0}, data=None, experiments=exps, sigma=sigma)
+def _linear_experiments(y_in_first=True):
+    """Two experiments of the linear model with their own x(0) = b_e (local) and shared
+    a, c; with ``y_in_first=False`` the first experiment measures only y."""
+    from pyomo_odeest import Experiment
+    d0, d1 = _linear_data(seed=0), _linear_data(seed=1)
+    if not y_in_first:
+        d0 = d0[["y"]]
+    exps = [Experiment(f"e{i}", d, sigma=pd.DataFrame({"x": SIG_X, "y": SIG_Y},
+                                                      index=d.index)[list(d.columns)])
+            for i, d in enumerate((d0, d1))]
+    return EstimationProblem(
+        states=["x", "y"],
+        parameters=[Parameter("a", 0.5), Parameter("b", 1.0, local=True), Parameter("c", 0.0)],
+        rhs=lambda x, u, t: [u.a + 0 * x.x, u.c + 0 * x.y], initial={"x": "b", "y": 0.0},
+        data=None, experiments=exps), (d0, d1)
+
+
+def _closed_form_experiments(d0, d1):
+    """Columns a, b_e0, b_e1, c: rows x = a t + b_e, y = c t of both experiments."""
+    n = len(TIMES)
+    X = np.zeros((4 * n, 4))
+    for e, d in enumerate((d0, d1)):
+        X[2 * e * n:(2 * e + 1) * n, [0, 1 + e]] = np.c_[TIMES, np.ones(n)]
+        X[(2 * e + 1) * n:(2 * e + 2) * n, 3] = TIMES
+    w = np.tile(np.r_[np.full(n, 1 / SIG_X**2), np.full(n, 1 / SIG_Y**2)], 2)
+    z = np.concatenate([d0["x"], d0["y"], d1["x"], d1["y"]])
+    C = np.linalg.inv(X.T @ (w[:, None] * X))
+    return C @ X.T @ (w * z), C
+
+
+@pytest.mark.parametrize("approach, kw, rtol", [
+    ("reduced_space", dict(max_step=1.0), 1e-7),
+    ("simultaneous", dict(max_step=1.0, options={"tol": 1e-12}), 1e-7),
+    ("continuous", dict(), 1e-6),
+    ("multiple_shooting", dict(max_step=1.0, options={"tol": 1e-12}), 1e-6)])
+def test_several_experiments_covariance_matches_closed_form(approach, kw, rtol):
+    """Global a, c and a local x(0) per experiment: the covariance of the summed
+    objective is the weighted least-squares one over both experiments' rows."""
+    P, (d0, d1) = _linear_experiments()
+    beta, C = _closed_form_experiments(d0, d1)
+    res = estimate(P, approach, **kw)
+    assert res.success
+    assert P.parameter_names == ["a", "b_e0", "b_e1", "c"]
+    np.testing.assert_allclose(res.x, beta, rtol=rtol, atol=1e-9)
+    for method in ("fim", "hessian"):
+        cov = res.covariance(method)
+        np.testing.assert_allclose(cov.matrix.to_numpy(), C, rtol=rtol, atol=1e-14)
+    assert cov.dof == 4 * len(TIMES) - 4
+    rep = res.identifiability()
+    assert rep.identifiable and rep.n_measurements == 4 * len(TIMES)
+    bands = prediction_bands(res, kind="states")             # per experiment, own grid
+    t = bands.se.loc["e1"].index.to_numpy()
+    se_x = np.sqrt(C[0, 0] * t**2 + 2 * C[0, 2] * t + C[2, 2])
+    np.testing.assert_allclose(bands.se.loc["e1"]["x"].to_numpy(), se_x, rtol=1e-7)
+
+
+@pytest.mark.parametrize("approach", ["reduced_space", "simultaneous"])
+def test_several_experiments_profile_equals_wald(approach):
+    P, _ = _linear_experiments()
+    res = estimate(P, approach, max_step=1.0)
+    pr = profile_likelihood(res, parameters=["a", "b_e1"])
+    iv = pr.intervals
+    assert list(iv["shape"]) == ["ok", "ok"]
+    np.testing.assert_allclose(iv["lower"], iv["wald_lower"], rtol=1e-5)
+    np.testing.assert_allclose(iv["upper"], iv["wald_upper"], rtol=1e-5)
+
+
+def test_several_experiments_nonlinear_covariance_equals_the_problem_written_as_one():
+    """Three experiments of A -> B with a local A0: the simultaneous KKT covariance of
+    the multi-experiment NLP equals the reduced-space covariance of the same data
+    written by hand as one 6-state problem (exact Hessian and Gauss–Newton)."""
+    from test_experiments import _by_hand, _problem
+    P = _problem()
+    res = estimate(P, "simultaneous", max_step=0.05, scheme="enright", options={"tol": 1e-12})
+    one = estimate(_by_hand(P), "reduced_space", max_step=0.05, scheme="enright")
+    np.testing.assert_allclose(res.x, one.x, rtol=1e-6)
+    for method in ("fim", "hessian"):
+        np.testing.assert_allclose(res.covariance(method).matrix.to_numpy(),
+                                   one.covariance(method).matrix.to_numpy(), rtol=1e-5)
+    red = estimate(P, "reduced_space", max_step=0.05, scheme="enright")
+    np.testing.assert_allclose(red.covariance("hessian").matrix.to_numpy(),
+                               one.covariance("hessian").matrix.to_numpy(), rtol=1e-5)
+
+
+def test_several_experiments_unseen_local_parameter_flagged():
+    """The first experiment does not measure x, so its x(0) = b_e0 is not identifiable:
+    the report names exactly that direction; the covariance says so."""
+    P, _ = _linear_experiments(y_in_first=False)
     res = estimate(P, "reduced_space", max_step=1.0)
-    with pytest.raises(ProblemError, match="several experiments"):
-        res.covariance()
+    rep = res.identifiability()
+    assert rep.rank == 3 and not rep.identifiable
+    v = rep.null_directions[0]
+    assert abs(v["b_e0"]) == pytest.approx(1.0, abs=1e-8)
+    assert any("b_e0" in w for w in rep.warnings)
+    assert any("b_e0" in w for w in res.warnings)
+    cov = res.covariance()
+    assert np.isinf(cov.matrix.loc["b_e0", "b_e0"]) and np.isfinite(cov.se["c"])
 
 
 @pytest.mark.parametrize("approach,options", [

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .uncertainty import Covariance, _problem_of, covariance, nll_factor
+from .uncertainty import Covariance, _problem_of, covariance, discrete_model_for, nll_factor
 
 __all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment", "profile_point",
            "assemble_profiles", "profile_likelihood", "PROFILE_APPROACHES"]
@@ -109,16 +109,17 @@ _MODELS: "OrderedDict[str, object]" = OrderedDict()
 
 
 def _discrete_model(problem, disc):
-    """The discrete model of (problem, discretization), cached per process by object
-    identity (the tasks of one process that share a problem share the model)."""
-    from ..discretization.discrete import DiscreteModel
+    """The discrete model of (problem, discretization) — for several experiments the
+    sum of one per experiment — cached per process by object identity (the tasks
+    of one process that share a problem share the model)."""
+    from ..approaches.reduced import discrete_model
     k = (id(problem), disc.get("scheme"), disc.get("qmax"), id(disc.get("grid")),
          disc.get("max_step"), disc.get("steps_per_interval"))
     hit = _MODELS.get(k)
     dm = hit[0] if hit is not None and hit[1] is problem and hit[2] is disc.get("grid") else None
     if dm is None:
-        dm = DiscreteModel(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
-                           disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
+        dm = discrete_model(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
+                            disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
         _MODELS[k] = (dm, problem, disc.get("grid"))
         while len(_MODELS) > 16:
             _MODELS.popitem(last=False)
@@ -176,13 +177,16 @@ class _BlockProfiler:
         import pyomo.environ as pyo
         from ..approaches.simultaneous import initialize_block, scale_parameters
         from ..pyomo.block import build_block
+        from ..pyomo.experiments import build_experiment_blocks
         m = pyo.ConcreteModel()
-        m.est = build_block(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
-                            disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
+        build = build_experiment_blocks if problem.experiments else build_block
+        m.est = build(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
+                      disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
         b = m.est
         for p, v in zip(problem.parameter_names, u_hat):
             b.u[p].set_value(float(v))
-        initialize_block(b, np.asarray(u_hat, dtype=float), "auto")
+        for sb in getattr(b, "experiment_blocks", [b]):
+            initialize_block(sb, np.asarray(u_hat, dtype=float), "auto")
         scale_parameters(m, b)
         self.m, self.b, self.problem = m, b, problem
         self.parameter = parameter
@@ -375,6 +379,13 @@ def _predict(problem, u, tangent, dtheta):
 # tasks, assembly, the front function
 # ---------------------------------------------------------------------------
 def _discretization_of(result):
+    """Scheme and grid of a result (for several experiments ``grid`` maps each
+    experiment to its grid)."""
+    P = result.problem
+    if P is not None and P.experiments:
+        dm = discrete_model_for(result)
+        return dict(scheme=dm.models[0].scheme.name, qmax=dm.models[0].scheme.qmax,
+                    grid={n: m.grid for n, m in zip(P.experiment_names, dm.models)})
     dm = result.extra.get("discrete_model")
     if dm is not None:
         return dict(scheme=dm.scheme.name, qmax=dm.scheme.qmax, grid=dm.grid)

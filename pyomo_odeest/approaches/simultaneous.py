@@ -240,8 +240,8 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
             pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
             for pc, _ in problem.parameter_constraints}
     from ..problem.result import post_solve_checks
-    return post_solve_checks(problem, res, *((None, None) if multi else (b.scheme, None)),
-                    grid=None if multi else b.grid)
+    scheme = b.experiment_blocks[0].scheme if multi else b.scheme
+    return post_solve_checks(problem, res, scheme, None, grid=None if multi else b.grid)
 
 
 def scale_parameters(m, b):

@@ -20,13 +20,17 @@ condition overrides            initial states: the experiment's ``initial``;
                                fixed local (per-experiment) coefficients
 observable (with overrides)    one observed quantity per distinct formula,
                                :math:`g = \tau(y)` (τ: lin, log, log10)
-measurement :math:`m`          datum :math:`\tau(m)`, weight :math:`1/(2\sigma^2)`
+measurement :math:`m`          datum :math:`\tau(m)` with standard deviation σ
+                               (``sigma=``: weight :math:`1/\sigma^2`)
 constant terms                 :attr:`PetabEstimation.constant`:
                                :math:`\sum \tfrac12\log(2\pi\sigma^2)+\log J_\tau(m)`
 =============================  ==================================================
 
-so that the problem's objective plus :attr:`PetabEstimation.constant` *is*
-PEtab's negative log-likelihood on the discretization.
+so that the problem's objective :math:`J = \sum (\tau(y)-\tau(m))^2/\sigma^2`
+(the package's χ²) gives PEtab's negative log-likelihood on the discretization
+as :math:`J/2` + :attr:`PetabEstimation.constant` (:meth:`PetabEstimation.nll`).
+With σ stated as ``sigma=``, the covariance, χ² check and profiles of the
+package read the objective as a χ² statistic.
 
 **σ as an estimated parameter.**  When every σ of the problem is
 :math:`\sigma_i = c_i\, s` with numbers :math:`c_i` and one estimated
@@ -40,10 +44,11 @@ collection), :math:`s` is profiled out exactly: for any θ,
 
 where :math:`r_i = \tau(y_i) - \tau(m_i)`, so the joint minimiser in
 :math:`(\theta, s)` is the least-squares minimiser
-:math:`\theta^\star` of :math:`\sum_i r_i^2/(2c_i^2)` with
+:math:`\theta^\star` of :math:`\sum_i r_i^2/c_i^2` with
 :math:`s^\star` from the formula (clipped to the bounds of :math:`s`).  The
-estimation problem is then that least-squares problem and
-:meth:`PetabEstimation.nll` adds the profiled terms.  Any other use of an
+estimation problem is then that least-squares problem with weights
+:math:`1/c_i^2` (σ known only up to the factor s: use the covariance method
+``'residual'``) and :meth:`PetabEstimation.nll` adds the profiled terms.  Any other use of an
 estimated σ (two noise parameters, a σ mixing numbers and parameters
 across data) raises :class:`UnsupportedFeatureError` here; its likelihood
 is still evaluated by :func:`~pyomo_odeest.petab.petab_nll`.
@@ -102,7 +107,7 @@ class PetabEstimation:
         if self.sigma_parameter is None:
             return None
         p = self.model.parameter(self.sigma_parameter)
-        s = math.sqrt(max(2.0 * objective / self.n_data, 0.0))
+        s = math.sqrt(max(objective / self.n_data, 0.0))
         return min(max(s, p.lb), p.ub)
 
     def nll(self, objective):
@@ -110,9 +115,9 @@ class PetabEstimation:
         (the objective of an :class:`~pyomo_odeest.EstimationResult`)."""
         objective = float(objective)
         if self.sigma_parameter is None:
-            return objective + self.constant
+            return 0.5 * objective + self.constant
         s = self.profiled_sigma(objective)
-        ss = 2.0 * objective
+        ss = objective
         return (0.5 * np.sum(np.log(2 * np.pi * (self._c * s) ** 2)) + self._jac
                 + ss / (2 * s**2))
 
@@ -237,7 +242,7 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(),
                          "time": meas["time"].to_numpy(),
                          "name": [obs_name[(o, y)] for o, y in zip(meas["observableId"], meas["y"])],
-                         "value": value, "weight": 1.0 / (2.0 * c**2)})
+                         "value": value, "sigma": c})
     rep = long.groupby(["condition", "time", "name"]).cumcount().to_numpy()
     for i in np.flatnonzero(rep):
         base = long.at[i, "name"]
@@ -247,6 +252,12 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             names.append(nm)
             taken.add(nm)
         long.at[i, "name"] = nm
+
+    def noise(cond):
+        """``sigma=`` (σ known) or ``weights=`` 1/c² (σ = c·s with s profiled)."""
+        if sigma_parameter is None:
+            return dict(sigma=wide(cond, "sigma"))
+        return dict(weights=1.0 / wide(cond, "sigma") ** 2)
 
     def wide(cond, what):
         d = long[long["condition"] == cond]
@@ -315,13 +326,13 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         problem = EstimationProblem(
             states=states, parameters=params, rhs=rhs,
             initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
-            data=wide(cond, "value"), observe=observe, weights=wide(cond, "weight"),
+            data=wide(cond, "value"), observe=observe, **noise(cond),
             name=model.name)
     else:
         from ..problem.declaration import Experiment
         params = params + [Parameter(nm, 0.0, fixed=True, local=True) for nm, _ in local]
         experiments = [
-            Experiment(cond, data=wide(cond, "value"), weights=wide(cond, "weight"),
+            Experiment(cond, data=wide(cond, "value"), **noise(cond),
                        initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
                        parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local})
             for cond in conditions]

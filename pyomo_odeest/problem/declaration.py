@@ -83,6 +83,11 @@ class Parameter:
                 raise ProblemError(f"parameter '{self.name}': {what}={v} is not finite")
         if self.lb is not None and self.ub is not None and self.lb > self.ub:
             raise ProblemError(f"parameter '{self.name}': lb={self.lb} > ub={self.ub}")
+        if not self.fixed and ((self.lb is not None and self.value < self.lb)
+                               or (self.ub is not None and self.value > self.ub)):
+            raise ProblemError(f"parameter '{self.name}': start value {self.value} is outside "
+                               f"its bounds [{self.lb}, {self.ub}]; start inside the bounds "
+                               f"(it would otherwise be moved silently)")
 
 
 @dataclass
@@ -857,22 +862,37 @@ class EstimationProblem:
         ----------
         values : array (times, observables) or DataFrame like ``data``, optional
             New measurement values at the same times; entries that are not
-            measured (``mask`` False) are ignored.
+            measured (``mask`` False) are ignored.  With several experiments:
+            a mapping experiment name -> such an array (of that experiment's
+            ``experiment_problems[i]``); experiments not named keep their data.
         multiplicity : array (times,) or (times, observables), optional
             Non-negative factors on the weights (how often a measurement was
-            drawn in case resampling; 0 drops it).  Least squares only.
+            drawn in case resampling; 0 drops it).  Least squares only.  With
+            several experiments: a mapping experiment name -> such an array.
         fix : mapping parameter name -> value, optional
             Parameters held fixed at these values.
         start : mapping parameter name -> value, optional
             New start values of (free) parameters.
         """
         if getattr(self, "experiments", None) is not None:
-            if values is not None or multiplicity is not None:
-                raise ProblemError("variant: values and multiplicity apply to a single-experiment "
-                                   "problem; resample each Experiment's data instead")
+            names = self.experiment_names
+            per = {}
+            for what, arg in (("values", values), ("multiplicity", multiplicity)):
+                if arg is None:
+                    continue
+                if not isinstance(arg, Mapping):
+                    raise ProblemError(f"variant: with several experiments, {what} must be a "
+                                       f"mapping experiment name -> array ({names})")
+                bad = sorted(set(arg) - set(names))
+                if bad:
+                    raise ProblemError(f"variant: {what} names {bad}, which are not experiments "
+                                       f"({names})")
+                per[what] = arg
             out = copy.copy(self)
-            out.experiment_problems = [sp.variant(fix=fix, start=start)
-                                       for sp in self.experiment_problems]
+            out.experiment_problems = [
+                sp.variant(values=per.get("values", {}).get(n),
+                           multiplicity=per.get("multiplicity", {}).get(n), fix=fix, start=start)
+                for n, sp in zip(names, self.experiment_problems)]
             out.parameters = out.experiment_problems[0].parameters
             return out
         out = copy.copy(self)
