@@ -465,3 +465,43 @@ def test_lbfgs_abnormal_line_search_at_a_stationary_point():
     assert ok and "stationary point" in status
     away = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([-5.0, 1e-9]), fun=2.0)
     assert _stationary(nlp, away, msg) == (False, msg)
+
+
+def test_stiffness_is_checked_per_experiment():
+    """Two experiments of the stiff problem, one sampled coarsely (h k = 10 at one step per
+    interval) and one finely (h k = 2.5): only the coarse one is beyond the stability region
+    of Adams PC, and the warning names it.  The reduced space ends pinned at the stability
+    limit (k = 13) and is warned both as stiff and by the independent simulation; the
+    simultaneous block ends at another discrete optimum (k = 7.6) that the simulation check
+    flags."""
+    from scipy.integrate import solve_ivp
+
+    def data(dt):
+        t = np.round(np.arange(dt, 2.0 + 1e-9, dt), 10)
+        sol = solve_ivp(lambda tt, x: -50.0 * (x - np.cos(tt)), (0, 2), [0.0], method="Radau",
+                        t_eval=t, rtol=1e-10, atol=1e-12)
+        return pd.DataFrame({"x": sol.y[0]}, index=t)
+
+    prob = po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("k", 40.0, lb=0.0)],
+        rhs=lambda x, u, t: [-u.k * (x.x - pyo.cos(t))], initial={"x": 0.0}, data=None,
+        experiments=[po.Experiment("coarse", data(0.2)), po.Experiment("fine", data(0.05))])
+    res = po.estimate(prob, "reduced_space", scheme="adams_pc", steps_per_interval=1)
+    assert res.estimates["k"] == pytest.approx(13.0, abs=0.1)
+    stiff = [w for w in res.warnings if "stiff: at t=" in w]
+    assert stiff and all(w.startswith("experiment 'coarse': stiff") for w in stiff), res.warnings
+    assert any(w.startswith("discretization error") for w in res.warnings)
+    sim = po.estimate(prob, "simultaneous", scheme="adams_pc", steps_per_interval=1)
+    assert any(w.startswith("discretization error") for w in sim.warnings)
+    assert all(w.startswith("experiment 'coarse'") for w in sim.warnings if "stiff: at t=" in w)
+    ok = po.estimate(prob, "simultaneous", scheme="enright", steps_per_interval=1)
+    assert not any("stiff: at t=" in w for w in ok.warnings)
+
+
+def test_parameter_fixed_by_equal_bounds_is_said_once():
+    prob = decay(lb=0.7, ub=0.7)
+    for approach in ("reduced_space", "simultaneous"):
+        res = po.estimate(prob, approach)
+        assert res.estimates["k"] == 0.7
+        bw = [w for w in res.warnings if "'k'" in w]
+        assert len(bw) == 1 and "lb = ub = 0.7" in bw[0], res.warnings

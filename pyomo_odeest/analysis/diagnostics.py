@@ -188,6 +188,11 @@ def bound_warnings(problem, result, rtol=1e-6):
     for k, p in enumerate(problem.parameters):
         if p.fixed:
             continue
+        if p.lb is not None and p.lb == p.ub:
+            u[k] = p.lb
+            out.append(f"parameter '{p.name}' has lb = ub = {p.lb:g}: its bounds fix it, it "
+                       f"was not estimated (declare it fixed=True, or widen the bounds)")
+            continue
         for b, side in ((p.lb, "lower"), (p.ub, "upper")):
             if b is None or not np.isfinite(u[k]):
                 continue
@@ -356,6 +361,16 @@ def status_warning(result):
             f"the estimates are not an optimum; {advice}"]
 
 
+def _experiment_rows(frame, name):
+    """The rows of experiment ``name`` of a frame indexed by ``(experiment, time)``."""
+    if frame is None or "experiment" not in (frame.index.names or ()):
+        return None
+    try:
+        return frame.xs(name, level="experiment")
+    except KeyError:
+        return None
+
+
 def diagnose(problem, result, scheme=None, model=None, grid=None):
     """Run every check on ``result`` and append the warnings to ``result.warnings``.
 
@@ -375,7 +390,12 @@ def diagnose(problem, result, scheme=None, model=None, grid=None):
     w += chi2_warning(problem, result)
     w += rank_warnings(problem, result, model, scheme, grid)
     w += simulation_warning(problem, result)
-    if not getattr(problem, "experiments", None):
+    if getattr(problem, "experiments", None):
+        for name, sp in zip(problem.experiment_names, problem.experiment_problems):
+            st = _experiment_rows(result.states, name)
+            w += [f"experiment '{name}': {m}"
+                  for m in stability_warnings(sp, scheme, st, result.x)]
+    else:
         w += stability_warnings(problem, scheme, result.states, result.x)
     result.warnings.extend(w)
     result.extra["diagnosed"] = True

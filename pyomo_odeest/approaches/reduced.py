@@ -404,4 +404,5 @@ def _result(problem, dm, nlp, x, status, success, iters, method, timings):
         residuals=residuals, extra={"discrete_model": dm})
     from ..problem.result import post_solve_checks
     single = not problem.experiments
-    return post_solve_checks(problem, res, dm.scheme if single else None, dm if single else None)
+    return post_solve_checks(problem, res, dm.scheme if single else dm.models[0].scheme,
+                             dm if single else None)

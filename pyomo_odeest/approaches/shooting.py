@@ -928,7 +928,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
             res.extra["parameter_constraint_multipliers"] = pmult
     from ..problem.result import post_solve_checks
     if names:
-        return post_solve_checks(problem, res)
+        return post_solve_checks(problem, res, parts[0].im.scheme)
     return post_solve_checks(problem, res, parts[0].im.scheme, grid=parts[0].im.grid)
 
 

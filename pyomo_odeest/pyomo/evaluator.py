@@ -868,24 +868,32 @@ class PyomoNLPEvaluator(NLPEvaluator):
         self.x_lb, self.x_ub = lb, ub
         self.x0 = np.clip(x0, lb, ub)
 
-        # Jacobian structure
+        # Jacobian structure: per family, slots reading the same column in
+        # every row (a parameter in every term of a stage equation) are summed
+        # into one entry; families hold disjoint rows, so entries are unique
+        # unless one row reads one variable through two different slot columns
         jr, jc, self._jac_plan = [], [], []
+        dup = False
         for fam in self.con_families:
             rows = fam.row0 + np.arange(fam.nrows)
-            for k in fam.compiled.d1_slots:
-                cols = fam.idx[:, k]
+            plan, gcols = [], []
+            for poss, cols in _merged_slots(fam.idx, fam.compiled.d1_slots):
                 mask = cols < n
                 allm = bool(mask.all())
-                self._jac_plan.append(None if allm else mask)
+                plan.append((poss, None if allm else mask))
                 jr.append(rows if allm else rows[mask])
                 jc.append(cols if allm else cols[mask])
+                gcols.append(np.where(mask, cols, -1 - len(gcols)))
+            self._jac_plan.append(plan)
+            if len(gcols) > 1 and not dup:
+                srt = np.sort(np.stack(gcols, axis=1), axis=1)
+                dup = bool(np.any(srt[:, 1:] == srt[:, :-1]))
         jr = np.concatenate(jr) if jr else np.zeros(0, np.int64)
         jc = np.concatenate(jc) if jc else np.zeros(0, np.int64)
-        key = jr * max(n, 1) + jc
-        ukey, inv = _unique_inverse(key)
-        if ukey.size == key.size:
+        if not dup:
             self._jac_rows, self._jac_cols, self._jac_inv = jr, jc, None
         else:
+            ukey, inv = _unique_inverse(jr * max(n, 1) + jc)
             self._jac_rows = ukey // max(n, 1)
             self._jac_cols = ukey % max(n, 1)
             self._jac_inv = inv.ravel()
@@ -898,20 +906,48 @@ class PyomoNLPEvaluator(NLPEvaluator):
                 mask = cols < n
                 self._grad_plan.append((None if mask.all() else mask, cols[mask]))
 
-        # Hessian structure (lower triangle)
+        # Hessian structure (lower triangle): per family, slot pairs that read
+        # the same two columns in every row are summed first; a pair of
+        # row-invariant columns (parameter x parameter) is one entry
         hr, hc, self._hess_plan = [], [], []
         for fam in self.obj_families + self.con_families:
-            for (a, b) in fam.compiled.d2_pairs:
-                ca, cb = fam.idx[:, a], fam.idx[:, b]
+            pairs = fam.compiled.d2_pairs
+            fplan = []
+            self._hess_plan.append(fplan)
+            if not pairs:
+                continue
+            slots = sorted({k for pr in pairs for k in pr})
+            gid, gcol = {}, []
+            for g, (poss, cols) in enumerate(_merged_slots(fam.idx, slots)):
+                gcol.append((cols, cols.size > 0 and bool(np.all(cols == cols[0]))))
+                for q in poss:
+                    gid[slots[q]] = g
+            by_pair = {}
+            for q, (a, b) in enumerate(pairs):
+                ga, gb = gid[a], gid[b]
+                w = 2.0 if (ga == gb and a != b) else 1.0
+                by_pair.setdefault((min(ga, gb), max(ga, gb)), ([], []))
+                by_pair[(min(ga, gb), max(ga, gb))][0].append(q)
+                by_pair[(min(ga, gb), max(ga, gb))][1].append(w)
+            for (ga, gb), (poss, wts) in by_pair.items():
+                (ca, ka), (cb, kb) = gcol[ga], gcol[gb]
+                if ka and kb:
+                    ca0, cb0 = int(ca[0]), int(cb[0])
+                    if ca0 >= n or cb0 >= n:
+                        continue
+                    fplan.append((poss, wts, "sum", 2.0 if (ga != gb and ca0 == cb0) else 1.0))
+                    hr.append(np.array([max(ca0, cb0)]))
+                    hc.append(np.array([min(ca0, cb0)]))
+                    continue
                 mask = (ca < n) & (cb < n)
                 allm = bool(mask.all())
                 ca_, cb_ = (ca, cb) if allm else (ca[mask], cb[mask])
                 factor = None
-                if a != b:
+                if ga != gb:
                     same = ca_ == cb_
                     if same.any():
                         factor = np.where(same, 2.0, 1.0)
-                self._hess_plan.append((None if allm else mask, factor))
+                fplan.append((poss, wts, None if allm else mask, factor))
                 hr.append(np.maximum(ca_, cb_))
                 hc.append(np.minimum(ca_, cb_))
         hr = np.concatenate(hr) if hr else np.zeros(0, np.int64)
@@ -987,13 +1023,15 @@ class PyomoNLPEvaluator(NLPEvaluator):
     def jacobian(self, x):
         _, cargs = self._args(x)
         parts = []
-        plan = iter(self._jac_plan)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                for f, a in zip(self.con_families, cargs):
-                    for d in f.first(a):
-                        mask = next(plan)
+                for f, a, fplan in zip(self.con_families, cargs, self._jac_plan):
+                    ds = f.first(a)
+                    for poss, mask in fplan:
+                        d = ds[poss[0]]
+                        for q in poss[1:]:
+                            d = d + ds[q]
                         parts.append(d if mask is None else d[mask])
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
@@ -1009,28 +1047,31 @@ class PyomoNLPEvaluator(NLPEvaluator):
         oargs, cargs = self._args(x)
         lam = np.asarray(lam, dtype=float)
         parts = []
-        plan = iter(self._hess_plan)
+        fams = self.obj_families + self.con_families
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                for f, a in zip(self.obj_families, oargs):
-                    if not f.compiled.d2_pairs:
+                nobj = len(self.obj_families)
+                for j, (f, a, fplan) in enumerate(zip(fams, oargs + cargs, self._hess_plan)):
+                    if not fplan:
                         continue
-                    wgt = obj_factor * self.sense
-                    for d in f.second(a):
-                        mask, factor = next(plan)
+                    if j < nobj:
+                        wgt = obj_factor * self.sense
+                    else:
+                        wgt = lam[f.row0:f.row0 + f.nrows]
+                    ds = f.second(a)
+                    for poss, wts, mask, factor in fplan:
+                        d = ds[poss[0]] if wts[0] == 1.0 else wts[0] * ds[poss[0]]
+                        for q, w in zip(poss[1:], wts[1:]):
+                            d = d + (ds[q] if w == 1.0 else w * ds[q])
                         v = d * wgt
-                        v = v if mask is None else v[mask]
-                        parts.append(v if factor is None else v * factor)
-                for f, a in zip(self.con_families, cargs):
-                    if not f.compiled.d2_pairs:
-                        continue
-                    wgt = lam[f.row0:f.row0 + f.nrows]
-                    for d in f.second(a):
-                        mask, factor = next(plan)
-                        v = d * wgt
-                        v = v if mask is None else v[mask]
-                        parts.append(v if factor is None else v * factor)
+                        if mask is None:
+                            parts.append(v if factor is None else v * factor)
+                        elif mask.__class__ is np.ndarray:
+                            v = v[mask]
+                            parts.append(v if factor is None else v * factor)
+                        else:               # "sum": one entry for every row
+                            parts.append(np.atleast_1d(factor * np.sum(v)))
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
         v = np.concatenate(parts) if parts else np.zeros(0)
@@ -1049,6 +1090,22 @@ class PyomoNLPEvaluator(NLPEvaluator):
         """Write a primal point into the Pyomo variables."""
         for v, val in zip(self.variables, np.asarray(x, dtype=float).tolist()):
             v.set_value(val, skip_validation=True)
+
+
+def _merged_slots(idx, slots):
+    """``[(positions in slots, column array)]``: the slots of ``slots`` grouped
+    by equal columns ``idx[:, k]`` (their derivatives add up)."""
+    groups, out = {}, []
+    for p, k in enumerate(slots):
+        c = idx[:, k]
+        key = (c.tobytes() if c.size and not np.all(c == c[0])
+               else (int(c[0]) if c.size else None))
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = ([], c)
+            out.append(g)
+        g[0].append(p)
+    return out
 
 
 def _unique_inverse(key):
