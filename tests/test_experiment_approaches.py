@@ -238,3 +238,18 @@ def test_each_unsupported_combination_raises_a_clear_error():
     table, _ = compare_approaches(exps, ("adaptive",))
     assert "adaptive approach does not take a problem with several experiments" in \
         table.loc["adaptive", "status"]
+
+
+def test_shooting_includes_the_penalty():
+    """R(u) is part of the shooting objective: one interval = the reduced space."""
+    t = T_MEAS
+    P = EstimationProblem(["x"], [Parameter("k", 0.5)], lambda x, u, t: [-u.k * x.x],
+                          {"x": 1.0}, pd.DataFrame({"x": np.exp(-0.5 * t)}, index=t),
+                          penalty=lambda u: 0.1 * (u.k - 0.8) ** 2)
+    rr = estimate(P, "reduced_space", steps_per_interval=4)
+    rm = estimate(P, "multiple_shooting", steps_per_interval=4, nodes=[],
+                  options={"tol": 1e-10})
+    assert rr.success and rm.success
+    assert 0.5 < rr.x[0] < 0.8                       # pulled towards 0.8 by the penalty
+    assert rm.x[0] == pytest.approx(rr.x[0], rel=1e-7)
+    assert rm.objective == pytest.approx(rr.objective, rel=1e-9)
