@@ -316,7 +316,8 @@ class MultipleShootingNLP(NLPEvaluator):
 
     Objective: eq. (7), :math:`\sum_j \varphi_j` with :func:`~pyomo_odeest.problem.misfit.misfit_sym`
     evaluated at the node value of the measurement time (or on the interval
-    trajectory for a measurement time that is not a node).  Its gradient is
+    trajectory for a measurement time that is not a node), plus the problem's
+    penalty :math:`R(u)` if it has one.  Its gradient is
     explicit for node measurements (Remark 2) and one adjoint sweep per
     interval holding off-node measurements.  A failing interval simulation
     raises :class:`~pyomo_odeest.nlp.protocol.EvaluationError` (Ipopt cuts
