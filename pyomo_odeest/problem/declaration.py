@@ -226,6 +226,16 @@ class EstimationProblem(SeveralExperiments):
                                    f"which are not states, parameters, inputs or t")
         return paths, params
 
+    def parameter_constraint_functions(self):
+        """``(r, dr)``: per parameter constraint :math:`r(u) \\le 0`, the function
+        ``r(u)`` and its gradient ``dr(u)`` over all parameters, lambdified once
+        (shared by the approaches that treat them as constraints over u)."""
+        us = tuple(self.u_sym)
+        pcs = self.parameter_constraints
+        return ([sympy.lambdify((us,), ex, "numpy") for _, ex in pcs],
+                [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
+                 for _, ex in pcs])
+
     @property
     def has_constraints(self):
         """True if the problem (or one of its experiments) has path or parameter constraints."""
