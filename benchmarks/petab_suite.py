@@ -1,28 +1,41 @@
-"""PEtab benchmark suite: import, nominal likelihood, fits from several starts.
+"""PEtab benchmark suite: import, nominal likelihood, multistart fits on the runner.
 
-    python benchmarks/petab_suite.py [FOLDER ...] [--approaches simultaneous,reduced_space]
-                                     [--starts 2] [--spread 0.3] [--scheme enright]
-                                     [--grid-points 300 | --max-step H]
+    python benchmarks/petab_suite.py [FOLDER ...] [--approaches reduced_space,simultaneous]
+                                     [--starts 4] [--spread 0.3] [--scheme enright]
+                                     [--grid-points 300] [--refine 2] [--workers 0]
 
 Every FOLDER holding one PEtab YAML file is a problem (a folder holding
 problem folders is searched one level down); default: the problems shipped
 with the tests (``tests/data/petab``).  Per problem:
 
-1. import (SBML + tables) and the nominal NLL by an independent simulation,
-   compared with ``references.tsv`` beside the problems when it lists them;
-2. fits with every approach (discrete ones on Enright's scheme, largest
-   step horizon/300 by default) from the nominal point and ``starts - 1``
-   starts perturbed uniformly by ±``spread`` on the parameters' scales
-   (log10 units for log10 parameters), seeded;
-3. the best fit's NLL by the independent simulation at its estimates.
+1. import (SBML + tables) and the nominal NLL by an independent simulation
+   (:func:`pyomo_odeest.petab.petab_nll`), compared with ``references.tsv``
+   beside the problems when it lists them;
+2. per approach, :func:`pyomo_odeest.runner.multistart` on the runner: the
+   nominal point plus ``starts - 1`` Sobol starts in the box nominal ±
+   ``spread`` on the parameters' scales (log10 units for log10 parameters),
+   clipped to the bounds, seeded; discrete approaches on ``--scheme`` with
+   largest step horizon/``grid-points``;
+3. every converged start is also evaluated by an independent simulation at its
+   estimates (the result's ``simulated_objective``); when the best start's
+   discrete and simulated objectives disagree (the result's
+   "discretization error" warning), the approach is rerun from that start and
+   the nominal point on a grid three times finer; when no start converged,
+   from the nominal point on a grid three times finer; at most ``--refine``
+   times;
+4. the best fit is the converged start with the lowest NLL *by simulation*
+   (PEtab's NLL by :class:`~pyomo_odeest.petab.PetabSimulator` at its
+   estimates), so a discretization artefact cannot be reported as a fit.
 
 Prints one line per problem,
-``petab_problem: name=... nominal_nll=... best_nll=... best_approach=... wall_s=... status=...``,
+``petab_problem: name=... nominal_nll=... best_nll=... best_approach=... wall_s=... status=...``
+(followed by the reference, the discrete NLL of the best start and its grid),
 and ends with ``petab_suite: problems=... imported=... median_wall_s=...``.
 ``status`` is ``ok`` (nominal within 1e-4 relative of the reference when
 there is one, and the best fit no worse than the reference + 1e-3),
-``nominal_mismatch``, ``worse_than_reference``, ``fit_failed`` or
-``import_failed`` (with the exception's name).
+``nominal_mismatch``, ``worse_than_reference``, ``discretization_mismatch``
+(the best start still disagrees with its simulation after refining),
+``fit_failed`` or ``import_failed`` (with the exception's name).
 """
 from __future__ import annotations
 
@@ -59,23 +72,59 @@ def references(folders):
     return ref
 
 
-def starts(pe, n, spread, seed):
+def start_box(problem, spread):
+    """Sampling box nominal ± spread (scaled), clipped to the bounds, per free parameter."""
+    box = {}
+    for p in problem.parameters:
+        if p.fixed:
+            continue
+        lo = p.value - spread if p.lb is None else max(p.lb, p.value - spread)
+        hi = p.value + spread if p.ub is None else min(p.ub, p.value + spread)
+        if hi > lo:
+            box[p.name] = (lo, hi)
+    return box
+
+
+class _Estimates:
+    """The two fields of a result that :meth:`PetabEstimation.simulated_nll` reads."""
+
+    def __init__(self, estimates, objective):
+        self.estimates, self.objective = estimates, objective
+
+
+def fits(pe, approach, args, runner, h, starts):
+    """Multistart of one approach; the table with PEtab's NLL per converged start."""
+    from pyomo_odeest.runner import multistart
     prob = pe.problem
-    u0 = prob.u0
-    free = prob.free_mask
-    lb = np.array([-np.inf if p.lb is None else p.lb for p in prob.parameters])
-    ub = np.array([np.inf if p.ub is None else p.ub for p in prob.parameters])
-    rng = np.random.default_rng(seed)
-    out = [u0]
-    for _ in range(n - 1):
-        u = u0.copy()
-        u[free] += rng.uniform(-spread, spread, free.sum())
-        out.append(np.clip(u, lb, ub))
-    return out
+    opts = {} if approach.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
+    ms = multistart(prob, n=args.starts - 1 if starts is None else 0, runner=runner,
+                    approach=approach, space="linear", bounds=start_box(prob, args.spread),
+                    starts=starts if starts is not None else [prob.u0], seed=args.seed,
+                    options=opts)
+    tab = ms.table.copy()
+    names = prob.parameter_names
+    nll_d, nll_s = [], []
+    for _, r in tab.iterrows():
+        if not bool(r["success"]) or not np.isfinite(float(r.get("objective", np.nan))):
+            nll_d.append(np.nan)
+            nll_s.append(np.nan)
+            continue
+        est = pd.Series([float(r[f"p_{k}"]) for k in names], index=names)
+        nll_d.append(pe.nll(float(r["objective"])))
+        try:
+            nll_s.append(pe.simulated_nll(_Estimates(est, float(r["objective"]))))
+        except Exception:  # noqa: BLE001 - a start whose estimates cannot be simulated
+            nll_s.append(np.nan)
+    tab["nll_discrete"], tab["nll_simulated"] = nll_d, nll_s
+    tab["max_step"] = h
+    return tab
 
 
-def run_problem(folder, args, ref):
-    from pyomo_odeest import estimate
+def mismatch(row):
+    return "discretization error" in str(row.get("warnings", ""))
+
+
+def run_problem(folder, args, ref, runner):
     from pyomo_odeest.petab import petab_problem, read_petab, petab_nll
     name = os.path.basename(folder)
     t0 = time.perf_counter()
@@ -87,66 +136,102 @@ def run_problem(folder, args, ref):
                     wall_s=time.perf_counter() - t0, status=f"import_failed:{type(err).__name__}",
                     imported=False, detail=str(err)[:200])
     nominal = petab_nll(model)
-    best, best_app = np.inf, "-"
-    detail = []
+    prob = pe.problem
+    tables = []
     for approach in args.approaches:
-        h = args.max_step or (pe.problem.T - pe.problem.t0) / args.grid_points
-        kw = {} if approach == "continuous" else dict(scheme=args.scheme, max_step=h)
-        for k, u0 in enumerate(starts(pe, args.starts, args.spread, args.seed)):
-            try:
-                res = estimate(pe.problem, approach, u0=u0, **kw)
-            except Exception as err:  # noqa: BLE001 - one failing start does not stop the suite
-                detail.append(f"{approach}#{k}:{type(err).__name__}")
-                continue
-            if not res.success:
-                detail.append(f"{approach}#{k}:{res.status}")
-                continue
-            nll = pe.simulated_nll(res)
-            print(f"  {name} {approach} start {k}: {res.status}, {res.iterations} iterations, "
-                  f"nll(discrete)={pe.nll(res.objective):.6f} nll(simulated)={nll:.6f} "
-                  f"({res.timings.get('total_s', np.nan):.1f} s)", flush=True)
-            if nll < best:
-                best, best_app = nll, approach
+        h = (prob.T - prob.t0) / args.grid_points
+        tab = fits(pe, approach, args, runner, h, None)
+        for _ in range(args.refine):
+            if approach.startswith("continuous"):
+                break
+            cur = tab[tab["max_step"] == h]
+            ok = cur[np.isfinite(cur["nll_simulated"])]
+            if ok.empty:                  # every start failed on this grid: refine, restart
+                starts = [prob.u0]
+                why = "no start converged"
+            else:
+                best = ok.loc[ok["nll_discrete"].idxmin()]
+                if not mismatch(best):
+                    break
+                starts = [prob.u0, best[[f"p_{k}" for k in prob.parameter_names]]
+                          .to_numpy(dtype=float)]
+                why = (f"discrete NLL {best['nll_discrete']:.6f} but "
+                       f"{best['nll_simulated']:.6f} by simulation")
+            h /= 3.0
+            print(f"  {name} {approach}: {why}; refit on max_step={h:.4g}", flush=True)
+            tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts)],
+                            ignore_index=True)
+        for _, r in tab.iterrows():
+            print(f"  {name} {approach} max_step={r['max_step']:.4g} start {int(r['task'])}: "
+                  f"{r['status']}, {r.get('iterations', 0)} it, nll(discrete)="
+                  f"{r['nll_discrete']:.6f} nll(simulated)={r['nll_simulated']:.6f} "
+                  f"({r.get('wall_s', np.nan):.1f} s)", flush=True)
+        tables.append(tab)
+    tab = pd.concat(tables, ignore_index=True)
+    ok = tab[np.isfinite(tab["nll_simulated"])]
     r = ref.get(name)
-    if not np.isfinite(best):
-        status = "fit_failed"
-    elif r is not None and abs(nominal - r) > 1e-4 * abs(r):
+    detail = ";".join(f"{a}:{s}" for a, s in zip(tab["approach"], tab["status"])
+                      if s not in ("Solve_Succeeded", "Solved_To_Acceptable_Level"))
+    if ok.empty:
+        return dict(name=name, nominal_nll=nominal, best_nll=np.nan, best_approach="-",
+                    wall_s=time.perf_counter() - t0, status="fit_failed", imported=True,
+                    detail=detail)
+    best = ok.loc[ok["nll_simulated"].idxmin()]
+    best_nll = float(best["nll_simulated"])
+    if r is not None and abs(nominal - r) > 1e-4 * abs(r):
         status = "nominal_mismatch"
-    elif r is not None and best > r + 1e-3:
+    elif mismatch(best):
+        status = "discretization_mismatch"
+    elif r is not None and best_nll > r + 1e-3:
         status = "worse_than_reference"
     else:
         status = "ok"
-    return dict(name=name, nominal_nll=nominal, best_nll=best, best_approach=best_app,
-                wall_s=time.perf_counter() - t0, status=status, imported=True,
-                detail=";".join(detail))
+    return dict(name=name, nominal_nll=nominal, best_nll=best_nll,
+                best_approach=best["approach"], wall_s=time.perf_counter() - t0, status=status,
+                imported=True, detail=detail, best_discrete=float(best["nll_discrete"]),
+                best_step=float(best["max_step"]))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", default=[DEFAULT])
-    ap.add_argument("--approaches", default="simultaneous,reduced_space",
+    ap.add_argument("--approaches", default="reduced_space,simultaneous",
                     type=lambda s: [a.strip() for a in s.split(",") if a.strip()])
-    ap.add_argument("--starts", type=int, default=2)
+    ap.add_argument("--starts", type=int, default=4,
+                    help="starts per approach: the nominal point and starts-1 Sobol points")
     ap.add_argument("--spread", type=float, default=0.3)
     ap.add_argument("--scheme", default="enright",
                     help="scheme of the discrete approaches (Enright's implicit scheme copes "
                          "with the stiff problems of the collection)")
     ap.add_argument("--grid-points", type=int, default=300,
-                    help="largest step = horizon / grid-points (unless --max-step)")
-    ap.add_argument("--max-step", type=float, default=None)
+                    help="largest step = horizon / grid-points")
+    ap.add_argument("--refine", type=int, default=2,
+                    help="grid refinements (step / 3 each) when the best start disagrees "
+                         "with its simulation")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="Dask worker processes of the runner (0: serial)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    from pyomo_odeest.runner import Runner
     folders = problem_folders(args.folders)
     ref = references(folders)
     rows = []
-    for f in folders:
-        row = run_problem(f, args, ref)
-        rows.append(row)
-        ref_txt = f" reference_nll={ref[row['name']]:.6f}" if row["name"] in ref else ""
-        print(f"petab_problem: name={row['name']} nominal_nll={row['nominal_nll']:.6f} "
-              f"best_nll={row['best_nll']:.6f} best_approach={row['best_approach']} "
-              f"wall_s={row['wall_s']:.1f} status={row['status']}{ref_txt}"
-              + (f" failures={row['detail']}" if row["detail"] else ""), flush=True)
+    runner = (Runner(mode="dask", n_workers=args.workers, progress=False) if args.workers
+              else Runner(mode="serial", progress=False))
+    try:
+        for f in folders:
+            row = run_problem(f, args, ref, runner)
+            rows.append(row)
+            extra = f" reference_nll={ref[row['name']]:.6f}" if row["name"] in ref else ""
+            if "best_discrete" in row:
+                extra += (f" best_discrete_nll={row['best_discrete']:.6f} "
+                          f"best_max_step={row['best_step']:.4g}")
+            print(f"petab_problem: name={row['name']} nominal_nll={row['nominal_nll']:.6f} "
+                  f"best_nll={row['best_nll']:.6f} best_approach={row['best_approach']} "
+                  f"wall_s={row['wall_s']:.1f} status={row['status']}{extra}"
+                  + (f" failures={row['detail']}" if row["detail"] else ""), flush=True)
+    finally:
+        runner.close()
     walls = [r["wall_s"] for r in rows]
     print(f"petab_suite: problems={len(rows)} imported={sum(r['imported'] for r in rows)} "
           f"median_wall_s={np.median(walls) if walls else float('nan'):.1f}")

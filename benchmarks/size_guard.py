@@ -5,7 +5,7 @@ simultaneous approach's Pyomo block with its evaluator (Jacobian and Hessian
 evaluated once) and the reduced space's discrete model (gradient and
 second-order-adjoint Hessian evaluated once), Lotka–Volterra with adams_pc,
 each in a fresh process, and compares with
-``pyomo_odeest.problem.validation.BYTES_PER_UNKNOWN``.
+``pyomo_odeest.discretization.checks.BYTES_PER_UNKNOWN``.
 
 Run:  python benchmarks/size_guard.py
 Last line:  size_guard: simultaneous_bytes_per_unknown=... reduced_bytes_per_unknown=...
@@ -49,7 +49,7 @@ def measure(what, spi):
 
 
 def main():
-    from pyomo_odeest.problem.validation import BYTES_PER_UNKNOWN
+    from pyomo_odeest.discretization.checks import BYTES_PER_UNKNOWN
     res = {}
     for what, spi in (("simultaneous", 400), ("reduced_space", 1000)):
         n, b = measure(what, spi)

@@ -42,7 +42,10 @@ Recipe (what differs from an IDAES ``dae.finite_difference`` workflow):
    simulation), or IDAES's own initializer pointed at ``odeest_ipopt``
    (:func:`initialize`); then one square solve.
 8. Least-squares objective, ``A`` unfixed, ``SolverFactory('odeest_ipopt')``;
-   IDAES's DiagnosticsToolbox on the square model at the estimate.
+   IDAES's DiagnosticsToolbox on the square model at the estimate (its numerical
+   checks need PyNumero's ASL interface: ``apt install libamplsolver-dev g++`` and
+   ``python -m pyomo_odeest.pyomo.pynumero_asl``; without it only the structural
+   checks run).
 
 Usage: ``python examples/idaes_cstr.py``.
 """
@@ -230,34 +233,11 @@ def apply_idaes_scaling(m):
         CSTRScaler().scale_model(m.fs.unit)
 
 
-class _NLPColumns:
-    """The part of Pynumero's ``PyomoNLP`` that IDAES's numerical checks read."""
-
-    def __init__(self, clist, vlist):
-        self.clist, self.vlist = clist, vlist
-
-    def get_pyomo_constraints(self):
-        return self.clist
-
-    def get_pyomo_equality_constraints(self):
-        return [c for c in self.clist if c.equality]
-
-    def get_pyomo_variables(self):
-        return self.vlist
-
-    def n_primals(self):
-        return len(self.vlist)
-
-    def n_constraints(self):
-        return len(self.clist)
-
-
-def jacobian_without_pynumero(m, include_scaling_factors=True, **_):
-    """``(jac, nlp)`` like ``idaes.core.scaling.util.get_jacobian``, from odeest's evaluator.
-
-    IDAES computes the Jacobian through Pynumero, which needs the compiled ASL
-    interface; this evaluates the same matrix (active constraints × free
-    variables, IDAES scaling factors applied) with :mod:`pyomo_odeest.nlp`.
+def odeest_jacobian(m, include_scaling_factors=True):
+    """The Jacobian IDAES's numerical checks use (active constraints × free variables,
+    IDAES scaling factors applied), from odeest's own evaluator: ``(jac, constraints,
+    variables)``.  A cross-check of ``idaes.core.scaling.util.get_jacobian``, which
+    obtains it through PyNumero's ASL interface.
     """
     from idaes.core.scaling import get_scaling_factor
     from scipy.sparse import coo_matrix, diags
@@ -273,28 +253,30 @@ def jacobian_without_pynumero(m, include_scaling_factors=True, **_):
         sc = np.array([get_scaling_factor(c, default=1, warning=False)
                        for c in ev.constraint_rows], dtype=float)
         jac = (diags(sc) @ (jac @ diags(1.0 / sv))).tocsr()
-    return jac, _NLPColumns(list(ev.constraint_rows), list(ev.variables))
+    return jac, list(ev.constraint_rows), list(ev.variables)
 
 
 def diagnostics(m, numerical=True):
-    """IDAES's DiagnosticsToolbox reports (text): structural, then numerical.
+    """IDAES's DiagnosticsToolbox reports (text), unpatched: structural, then numerical.
 
-    The numerical report needs a Jacobian; without Pynumero's ASL library it is
-    taken from :func:`jacobian_without_pynumero` (patched in for the call only).
+    IDAES's numerical checks read the Jacobian through PyNumero's ASL
+    interface; where it is missing, the report says how to build it
+    (``python -m pyomo_odeest.pyomo.pynumero_asl``, with Debian's
+    ``libamplsolver-dev``) and only the structural checks run.
     """
-    from unittest import mock
+    from idaes.core.util.diagnostics_tools import DiagnosticsToolbox
 
-    from idaes.core.util.diagnostics_tools import diagnostics_toolbox as dtb
-    dt = dtb.DiagnosticsToolbox(m)
+    from pyomo_odeest.pyomo.pynumero_asl import pynumero_asl_available
+    dt = DiagnosticsToolbox(m)
     out = io.StringIO()
     dt.report_structural_issues(stream=out)
     if numerical:
-        from pyomo.contrib.pynumero.asl import AmplInterface
-        if AmplInterface.available():
+        if pynumero_asl_available():
             dt.report_numerical_issues(stream=out)
         else:
-            with mock.patch.object(dtb, "get_jacobian", jacobian_without_pynumero):
-                dt.report_numerical_issues(stream=out)
+            out.write("IDAES's numerical checks skipped: they need PyNumero's ASL interface; "
+                      "build it with `apt install libamplsolver-dev g++` and "
+                      "`python -m pyomo_odeest.pyomo.pynumero_asl`\n")
     return out.getvalue(), dt
 
 

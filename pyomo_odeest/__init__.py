@@ -15,12 +15,13 @@ from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
                       Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
                       PiecewiseLinear, ProblemError, ProblemTooLargeError, Spline,
-                      estimate_size, inputs_from_frame, noise_check)
+                      inputs_from_frame, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
-                             SimulationError, StepController, get_scheme, make_grid)
+                             SimulationError, StepController, estimate_size, get_scheme,
+                             make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
                     build_adaptive_block, build_block, build_experiment_blocks,
-                    estimate_adaptive, problem_from_dae,
+                    dae_result, estimate_adaptive, problem_from_dae,
                     scheme_constraint, use_as_ipopt)
 from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
@@ -49,7 +50,7 @@ __all__ = [
     # pyomo
     "SOLVER_NAME", "OdeestIpoptSolver", "PyomoNLPEvaluator", "UnsupportedModelError",
     "build_adaptive_block", "build_block", "build_experiment_blocks", "estimate_adaptive", "problem_from_dae",
-    "scheme_constraint", "use_as_ipopt",
+    "dae_result", "scheme_constraint", "use_as_ipopt",
     # approaches
     "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",
     "estimate_multiple_shooting", "estimate_reduced", "estimate_simultaneous", "simulate",

@@ -220,7 +220,7 @@ def _run(argv):
     if approach != "compare" and approach not in REGISTERED:
         raise UsageError(f"approach {approach!r} is not available in this installation")
     # every argument is checked before anything runs
-    from .problem.validation import validate_estimator
+    from .discretization.checks import validate_estimator
     for a in (names if approach == "compare" else [approach]):
         validate_estimator(a, problem, options=options or None, **common)
     out = Path(args.out)

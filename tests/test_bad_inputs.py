@@ -13,7 +13,8 @@ import pytest
 import pyomo_odeest as po
 from pyomo_odeest.analysis.diagnostics import amplification, diagnose
 from pyomo_odeest.discretization.schemes import AdamsMoulton, AdamsPC, Enright, SemiImplicitEnright
-from pyomo_odeest.problem.validation import ProblemTooLargeError, estimate_size
+from pyomo_odeest.discretization.checks import estimate_size
+from pyomo_odeest.problem.validation import ProblemTooLargeError
 
 T6 = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
 
@@ -108,6 +109,10 @@ ERRORS = [
     ("bounds_lb_gt_ub", lambda: po.Parameter("k", 1.0, lb=2.0, ub=1.0), po.ProblemError,
      "lb=2.0 > ub=1.0"),
     ("param_value_nan", lambda: po.Parameter("k", np.nan), po.ProblemError, "not finite"),
+    ("param_start_below_lb", lambda: po.Parameter("k", -1.0, lb=0.0), po.ProblemError,
+     "start value -1.0 is outside its bounds"),
+    ("param_start_above_ub", lambda: po.Parameter("k", 3.0, ub=2.0), po.ProblemError,
+     "outside its bounds"),
     ("param_name_not_identifier", lambda: po.Parameter("k 1"), po.ProblemError, "identifier"),
     ("state_param_clash", lambda: decay(name="x"), po.ProblemError, "both as state and parameter"),
     ("duplicate_states", lambda: po.EstimationProblem(
@@ -365,6 +370,26 @@ def test_stiff_problem_beyond_the_stability_region_is_warned():
     assert not any(w.startswith("stiff") for w in ok.warnings)
 
 
+def test_discrete_optimum_that_the_ode_does_not_have_is_flagged():
+    """cos(t) data, start ω = 3: on two Adams PC steps per interval (h = 0.25) the
+    discrete fit ends at ω ≈ 4.2 with an objective the ODE does not have there
+    (the oscillation is mis-resolved); the re-simulated objective disagrees by far
+    and the result says so.  On a fine grid the two agree and nothing is flagged."""
+    from pyomo_odeest.approaches import ContinuousModel
+    from pyomo_odeest.models import oscillator_problem
+    prob = oscillator_problem(omega0=3.0)
+    bad = po.estimate_reduced(prob, scheme="adams_pc", steps_per_interval=2)
+    assert bad.success
+    sim = ContinuousModel(prob, rtol=1e-10, atol=1e-12).objective(bad.x)
+    assert bad.extra["simulated_objective"] == pytest.approx(sim, rel=1e-6)
+    assert abs(sim - bad.objective) > 0.3 * bad.objective
+    assert any(w.startswith("discretization error") for w in bad.warnings)
+    assert "discretization error" in bad.summary()
+    good = po.estimate_reduced(prob, scheme="adams_pc", steps_per_interval=20)
+    assert good.extra["simulated_objective"] == pytest.approx(good.objective, rel=1e-4)
+    assert not any(w.startswith("discretization error") for w in good.warnings)
+
+
 @pytest.mark.parametrize("scheme, z, expected", [
     (AdamsPC(2), -1.0, 0.5),                                          # Heun: 1 + z + z²/2
     (AdamsMoulton(2), -1.0, 1 / 3),                                   # trapezoid
@@ -425,7 +450,7 @@ def test_bad_inputs_leave_the_next_run_identical():
 def test_diagnose_runs_once():
     res = po.estimate_reduced(decay(ub=0.5, start=0.4), hessian=None)
     n = len(res.warnings)
-    assert diagnose(decay(ub=0.5), res) is res and len(res.warnings) == n
+    assert diagnose(decay(ub=0.5, start=0.4), res) is res and len(res.warnings) == n
 
 
 def test_lbfgs_abnormal_line_search_at_a_stationary_point():
@@ -440,3 +465,43 @@ def test_lbfgs_abnormal_line_search_at_a_stationary_point():
     assert ok and "stationary point" in status
     away = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([-5.0, 1e-9]), fun=2.0)
     assert _stationary(nlp, away, msg) == (False, msg)
+
+
+def test_stiffness_is_checked_per_experiment():
+    """Two experiments of the stiff problem, one sampled coarsely (h k = 10 at one step per
+    interval) and one finely (h k = 2.5): only the coarse one is beyond the stability region
+    of Adams PC, and the warning names it.  The reduced space ends pinned at the stability
+    limit (k = 13) and is warned both as stiff and by the independent simulation; the
+    simultaneous block ends at another discrete optimum (k = 7.6) that the simulation check
+    flags."""
+    from scipy.integrate import solve_ivp
+
+    def data(dt):
+        t = np.round(np.arange(dt, 2.0 + 1e-9, dt), 10)
+        sol = solve_ivp(lambda tt, x: -50.0 * (x - np.cos(tt)), (0, 2), [0.0], method="Radau",
+                        t_eval=t, rtol=1e-10, atol=1e-12)
+        return pd.DataFrame({"x": sol.y[0]}, index=t)
+
+    prob = po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("k", 40.0, lb=0.0)],
+        rhs=lambda x, u, t: [-u.k * (x.x - pyo.cos(t))], initial={"x": 0.0}, data=None,
+        experiments=[po.Experiment("coarse", data(0.2)), po.Experiment("fine", data(0.05))])
+    res = po.estimate(prob, "reduced_space", scheme="adams_pc", steps_per_interval=1)
+    assert res.estimates["k"] == pytest.approx(13.0, abs=0.1)
+    stiff = [w for w in res.warnings if "stiff: at t=" in w]
+    assert stiff and all(w.startswith("experiment 'coarse': stiff") for w in stiff), res.warnings
+    assert any(w.startswith("discretization error") for w in res.warnings)
+    sim = po.estimate(prob, "simultaneous", scheme="adams_pc", steps_per_interval=1)
+    assert any(w.startswith("discretization error") for w in sim.warnings)
+    assert all(w.startswith("experiment 'coarse'") for w in sim.warnings if "stiff: at t=" in w)
+    ok = po.estimate(prob, "simultaneous", scheme="enright", steps_per_interval=1)
+    assert not any("stiff: at t=" in w for w in ok.warnings)
+
+
+def test_parameter_fixed_by_equal_bounds_is_said_once():
+    prob = decay(lb=0.7, ub=0.7)
+    for approach in ("reduced_space", "simultaneous"):
+        res = po.estimate(prob, approach)
+        assert res.estimates["k"] == 0.7
+        bw = [w for w in res.warnings if "'k'" in w]
+        assert len(bw) == 1 and "lb = ub = 0.7" in bw[0], res.warnings

@@ -84,9 +84,14 @@ def test_path_constraints_per_experiment():
 
 def test_unsupported_combinations_raise():
     P = _problem(0.5, ksum=1.2)
-    for approach in ("continuous", "multiple_shooting", "adaptive"):
-        with pytest.raises(ProblemError, match="does not take path or parameter constraints"):
-            estimate(P, approach)
+    with pytest.raises(ProblemError, match="adaptive approach does not take path or "
+                                           "parameter constraints"):
+        estimate(P, "adaptive")
+    with pytest.raises(ProblemError, match="continuous approach imposes path constraints at "
+                                           "the measurement times only.*'bmax' has at='grid'"):
+        estimate(P, "continuous")
+    with pytest.raises(ProblemError, match="optimizer 'L-BFGS-B' does not take"):
+        estimate(_problem(0.5, ksum=1.2, at="measurements"), "continuous", optimizer="L-BFGS-B")
     with pytest.raises(ProblemError, match="optimizer 'L-BFGS-B' does not take"):
         estimate(P, "reduced_space", optimizer="L-BFGS-B")
     with pytest.raises(ProblemError, match="at must be"):

@@ -132,8 +132,9 @@ def test_errors_name_the_culprit():
     with pytest.raises(ProblemError, match="identifier"):
         Experiment("exp 1", d)
     P = _problem()
-    with pytest.raises(ProblemError, match="several experiments"):
-        estimate(P, "multiple_shooting")
+    with pytest.raises(ProblemError, match="adaptive approach does not take a problem with "
+                                           "several experiments"):
+        estimate(P, "adaptive")
     with pytest.raises(ProblemError, match="mapping experiment"):
         from pyomo_odeest import make_grid
         estimate(P, "simultaneous", grid=make_grid(TIMES))
@@ -165,8 +166,17 @@ def test_continuous_approach_sums_experiments():
 
 def test_compare_approaches_takes_experiments():
     from pyomo_odeest import compare_approaches
-    table, results = compare_approaches(_problem(), ("simultaneous", "multiple_shooting"))
-    assert table.loc["simultaneous", "success"]
-    assert table.loc["simultaneous", "A0_e3"] == pytest.approx(0.5, abs=0.05)
-    assert "does not take a problem with several experiments" in \
-        table.loc["multiple_shooting", "status"]
+    table, results = compare_approaches(_problem(), ("simultaneous", "reduced_space",
+                                                     "multiple_shooting", "continuous_adjoint",
+                                                     "adaptive"))
+    for a in ("simultaneous", "reduced_space", "multiple_shooting", "continuous_adjoint"):
+        assert table.loc[a, "success"], a
+        assert table.loc[a, "A0_e3"] == pytest.approx(0.5, abs=0.05)
+        for frame in (results[a].states, results[a].fitted, results[a].residuals):
+            assert isinstance(frame, pd.DataFrame)
+            assert list(frame.index.get_level_values("experiment").unique()) == ["e1", "e2", "e3"]
+    np.testing.assert_allclose(results["multiple_shooting"].x, results["simultaneous"].x,
+                               rtol=1e-3)
+    assert "the adaptive approach does not take a problem with several experiments" in \
+        table.loc["adaptive", "status"]
+    assert "adaptive" not in results

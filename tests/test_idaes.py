@@ -72,14 +72,41 @@ def test_idaes_initializer_pointed_at_odeest_ipopt_agrees_with_block_decompositi
     assert np.max(np.abs(ys[0] - ys[1])) < 1e-8
 
 
-def test_numerical_report_runs_without_pynumero(ex):
+def _asl():
+    from pyomo_odeest.pyomo.pynumero_asl import pynumero_asl_available
+    if not pynumero_asl_available():
+        pytest.skip("PyNumero's ASL interface is not built (python -m pyomo_odeest.pyomo.pynumero_asl)")
+
+
+def test_idaes_numerical_report_unpatched_and_its_jacobian_equals_odeests(ex):
+    """IDAES's own numerical checks run on the transformed flowsheet (no patching), and the
+    Jacobian they read through PyNumero's ASL equals odeest's evaluator's, scaled and not."""
+    _asl()
+    from idaes.core.scaling.util import get_jacobian
     m = ex.build_model(times=[0.0, 1.0], steps_per_interval=2)
     ex.initialize(m)
-    jac, nlp = ex.jacobian_without_pynumero(m)
-    assert jac.shape == (len(nlp.get_pyomo_constraints()), len(nlp.get_pyomo_variables()))
-    assert jac.shape[0] == jac.shape[1]             # square model
+    ex.apply_idaes_scaling(m)
     text, _ = ex.diagnostics(m, numerical=True)
-    assert "Jacobian Condition Number" in text
+    assert "Jacobian Condition Number" in text and "skipped" not in text
+    for scaled in (False, True):
+        jac, nlp = get_jacobian(m, include_scaling_factors=scaled)
+        ours, cons, vars_ = ex.odeest_jacobian(m, include_scaling_factors=scaled)
+        rpos = {id(c): i for i, c in enumerate(cons)}
+        cpos = {id(v): j for j, v in enumerate(vars_)}
+        ri = [rpos[id(c)] for c in nlp.get_pyomo_constraints()]
+        ci = [cpos[id(v)] for v in nlp.get_pyomo_variables()]
+        assert jac.shape == ours.shape and jac.shape[0] == jac.shape[1]   # square model
+        diff = abs(jac.toarray() - ours.toarray()[np.ix_(ri, ci)])
+        assert diff.max() <= 1e-10 * max(1.0, abs(jac).max()), diff.max()
+
+
+def test_numerical_report_says_how_to_get_it_without_pynumero(ex, monkeypatch):
+    from pyomo_odeest.pyomo import pynumero_asl
+    monkeypatch.setattr(pynumero_asl, "pynumero_asl_available", lambda: False)
+    m = ex.build_model(times=[0.0, 1.0], steps_per_interval=2)
+    ex.initialize(m)
+    text, _ = ex.diagnostics(m, numerical=True)
+    assert "pyomo_odeest.pyomo.pynumero_asl" in text and "Jacobian Condition" not in text
 
 
 def test_water_is_index_reduced(ex):

@@ -225,5 +225,43 @@ def test_several_experiments_pickle_and_fix():
     r3 = estimate(fixed, "reduced_space")
     assert r3.estimates["k"] == 0.6 and r3.objective > r1.objective
     assert not prob.parameters[0].fixed
-    with pytest.raises(ProblemError, match="single-experiment"):
+    with pytest.raises(ProblemError, match="mapping experiment name"):
         prob.variant(values=np.zeros((6, 1)))
+    with pytest.raises(ProblemError, match="not experiments"):
+        prob.variant(values={"e9": np.zeros((6, 1))})
+    # resampling within one experiment leaves the others as they are
+    v = prob.variant(values={"e2": np.ones((6, 1))}, multiplicity={"e1": np.arange(6.0)})
+    np.testing.assert_array_equal(v.experiment_problems[1].data.to_numpy(), np.ones((6, 1)))
+    np.testing.assert_array_equal(v.experiment_problems[0].data, prob.experiment_problems[0].data)
+    np.testing.assert_array_equal(v.experiment_problems[0].weights[:, 0], np.arange(6.0))
+    np.testing.assert_array_equal(v.experiment_problems[1].weights,
+                                  prob.experiment_problems[1].weights)
+
+
+def test_bootstrap_of_several_experiments_resamples_within_each():
+    """Residual and case bootstrap of two experiments (shared k, local x0): every
+    sample refits all parameters; the spread of k agrees with its Wald standard
+    error (a near-linear problem), and every experiment keeps its own design."""
+    from pyomo_odeest import EstimationProblem, Experiment, Parameter
+    rng = np.random.default_rng(5)
+    t = np.linspace(0.25, 3.0, 12)
+    exps = [Experiment(f"e{i}", pd.DataFrame(
+        {"x": x0 * np.exp(-0.7 * t) + 0.02 * rng.standard_normal(t.size)}, index=t),
+        parameters={"x0": x0}) for i, x0 in enumerate((2.0, 1.0))]
+    prob = EstimationProblem(states=["x"], parameters=[Parameter("k", 0.5, 0, 5),
+                                                      Parameter("x0", 1.5, 0, 5, local=True)],
+                             rhs=lambda x, u, t: [-u.k * x.x], initial={"x": "x0"}, data=None,
+                             experiments=exps, sigma=0.02)
+    fit = estimate(prob, "reduced_space")
+    chk = fit.extra["noise_check"]                 # χ² over both experiments, 24 - 3 dof
+    assert chk["applicable"] and chk["dof"] == 21 and chk["consistent"]
+    r = fit.residuals["x"].to_numpy()
+    assert chk["chi2"] == pytest.approx(float(np.sum(r**2)) / 0.02**2, rel=1e-10)
+    se = fit.covariance().se
+    bs = bootstrap(prob, n=40, kind="residual", approach="reduced_space", fit=fit, seed=3)
+    est = bs.estimates
+    assert len(est) == 40 and list(est.columns) == ["k", "x0_e0", "x0_e1"]
+    assert est["k"].std() == pytest.approx(se["k"], rel=0.35)
+    assert est["x0_e0"].std() == pytest.approx(se["x0_e0"], rel=0.35)
+    case = bootstrap(prob, n=6, kind="case", approach="reduced_space", fit=fit, seed=4)
+    assert case.table["success"].all() and case.estimates["k"].std() > 0

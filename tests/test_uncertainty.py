@@ -250,14 +250,221 @@ def test_profile_point_is_a_standalone_task():
     assert J == pytest.approx(float(np.sum(w * (z - Xr @ bc) ** 2)), rel=1e-8)
 
 
-def test_several_experiments_refused_clearly():
-    from pyomo_odeest import Experiment, ProblemError
-    exps = [Experiment(f"e{i}", _linear_data(seed=i)) for i in range(2)]
-    sigma = {"x": 0.1, "y": 0.1}
-    P = EstimationProblem(states=["x", "y"],
-                          parameters=[Parameter("a", 0.5), Parameter("b", 1.0), Parameter("c", 0.0)],
-                          rhs=lambda x, u, t: [u.a + 0 * x.x, u.c + 0 * x.y],
-                          initial={"x": "b", "y": 0.0}, data=None, experiments=exps, sigma=sigma)
+def _linear_experiments(y_in_first=True):
+    """Two experiments of the linear model with their own x(0) = b_e (local) and shared
+    a, c; with ``y_in_first=False`` the first experiment measures only y."""
+    from pyomo_odeest import Experiment
+    d0, d1 = _linear_data(seed=0), _linear_data(seed=1)
+    if not y_in_first:
+        d0 = d0[["y"]]
+    exps = [Experiment(f"e{i}", d, sigma=pd.DataFrame({"x": SIG_X, "y": SIG_Y},
+                                                      index=d.index)[list(d.columns)])
+            for i, d in enumerate((d0, d1))]
+    return EstimationProblem(
+        states=["x", "y"],
+        parameters=[Parameter("a", 0.5), Parameter("b", 1.0, local=True), Parameter("c", 0.0)],
+        rhs=lambda x, u, t: [u.a + 0 * x.x, u.c + 0 * x.y], initial={"x": "b", "y": 0.0},
+        data=None, experiments=exps), (d0, d1)
+
+
+def _closed_form_experiments(d0, d1):
+    """Columns a, b_e0, b_e1, c: rows x = a t + b_e, y = c t of both experiments."""
+    n = len(TIMES)
+    X = np.zeros((4 * n, 4))
+    for e, d in enumerate((d0, d1)):
+        X[2 * e * n:(2 * e + 1) * n, [0, 1 + e]] = np.c_[TIMES, np.ones(n)]
+        X[(2 * e + 1) * n:(2 * e + 2) * n, 3] = TIMES
+    w = np.tile(np.r_[np.full(n, 1 / SIG_X**2), np.full(n, 1 / SIG_Y**2)], 2)
+    z = np.concatenate([d0["x"], d0["y"], d1["x"], d1["y"]])
+    C = np.linalg.inv(X.T @ (w[:, None] * X))
+    return C @ X.T @ (w * z), C
+
+
+@pytest.mark.parametrize("approach, kw, rtol", [
+    ("reduced_space", dict(max_step=1.0), 1e-7),
+    ("simultaneous", dict(max_step=1.0, options={"tol": 1e-12}), 1e-7),
+    ("continuous", dict(), 1e-6),
+    ("multiple_shooting", dict(max_step=1.0, options={"tol": 1e-12}), 1e-6)])
+def test_several_experiments_covariance_matches_closed_form(approach, kw, rtol):
+    """Global a, c and a local x(0) per experiment: the covariance of the summed
+    objective is the weighted least-squares one over both experiments' rows."""
+    P, (d0, d1) = _linear_experiments()
+    beta, C = _closed_form_experiments(d0, d1)
+    res = estimate(P, approach, **kw)
+    assert res.success
+    assert P.parameter_names == ["a", "b_e0", "b_e1", "c"]
+    np.testing.assert_allclose(res.x, beta, rtol=rtol, atol=1e-9)
+    for method in ("fim", "hessian"):
+        cov = res.covariance(method)
+        np.testing.assert_allclose(cov.matrix.to_numpy(), C, rtol=rtol, atol=1e-14)
+    assert cov.dof == 4 * len(TIMES) - 4
+    rep = res.identifiability()
+    assert rep.identifiable and rep.n_measurements == 4 * len(TIMES)
+    bands = prediction_bands(res, kind="states")             # per experiment, own grid
+    t = bands.se.loc["e1"].index.to_numpy()
+    se_x = np.sqrt(C[0, 0] * t**2 + 2 * C[0, 2] * t + C[2, 2])
+    np.testing.assert_allclose(bands.se.loc["e1"]["x"].to_numpy(), se_x, rtol=1e-7)
+
+
+@pytest.mark.parametrize("approach", ["reduced_space", "simultaneous"])
+def test_several_experiments_profile_equals_wald(approach):
+    P, _ = _linear_experiments()
+    res = estimate(P, approach, max_step=1.0)
+    pr = profile_likelihood(res, parameters=["a", "b_e1"])
+    iv = pr.intervals
+    assert list(iv["shape"]) == ["ok", "ok"]
+    np.testing.assert_allclose(iv["lower"], iv["wald_lower"], rtol=1e-5)
+    np.testing.assert_allclose(iv["upper"], iv["wald_upper"], rtol=1e-5)
+
+
+def test_several_experiments_nonlinear_covariance_equals_the_problem_written_as_one():
+    """Three experiments of A -> B with a local A0: the simultaneous KKT covariance of
+    the multi-experiment NLP equals the reduced-space covariance of the same data
+    written by hand as one 6-state problem (exact Hessian and Gauss–Newton)."""
+    from test_experiments import _by_hand, _problem
+    P = _problem()
+    res = estimate(P, "simultaneous", max_step=0.05, scheme="enright", options={"tol": 1e-12})
+    one = estimate(_by_hand(P), "reduced_space", max_step=0.05, scheme="enright")
+    np.testing.assert_allclose(res.x, one.x, rtol=1e-6)
+    for method in ("fim", "hessian"):
+        np.testing.assert_allclose(res.covariance(method).matrix.to_numpy(),
+                                   one.covariance(method).matrix.to_numpy(), rtol=1e-5)
+    red = estimate(P, "reduced_space", max_step=0.05, scheme="enright")
+    np.testing.assert_allclose(red.covariance("hessian").matrix.to_numpy(),
+                               one.covariance("hessian").matrix.to_numpy(), rtol=1e-5)
+
+
+def test_several_experiments_unseen_local_parameter_flagged():
+    """The first experiment does not measure x, so its x(0) = b_e0 is not identifiable:
+    the report names exactly that direction; the covariance says so."""
+    P, _ = _linear_experiments(y_in_first=False)
     res = estimate(P, "reduced_space", max_step=1.0)
-    with pytest.raises(ProblemError, match="several experiments"):
-        res.covariance()
+    rep = res.identifiability()
+    assert rep.rank == 3 and not rep.identifiable
+    v = rep.null_directions[0]
+    assert abs(v["b_e0"]) == pytest.approx(1.0, abs=1e-8)
+    assert any("b_e0" in w for w in rep.warnings)
+    assert any("b_e0" in w for w in res.warnings)
+    cov = res.covariance()
+    assert np.isinf(cov.matrix.loc["b_e0", "b_e0"]) and np.isfinite(cov.se["c"])
+
+
+@pytest.mark.parametrize("approach,options", [
+    ("continuous", {}), ("simultaneous", dict(scheme="enright", steps_per_interval=40))])
+def test_covariance_agrees_with_parmest(approach, options):
+    """parmest's Rooney–Biegler example, y = A (1 - exp(-B t)), written as the ODE
+    y' = B (A - y), y(0) = 0 with σ = 1 (parmest's measure_error): the package's estimates
+    and inverse-FIM covariance equal parmest's theta_est() and cov_est() (parmest runs
+    on the package's solver).  Measured: 1e-8 on θ, 2e-6 on the covariance (parmest
+    differentiates by finite differences)."""
+    pytest.importorskip("pyomo.contrib.parmest.parmest")
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "examples" / "parmest_rooney_biegler.py"
+    spec = importlib.util.spec_from_file_location("parmest_rooney_biegler", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    import pyomo_odeest
+    with pyomo_odeest.use_as_ipopt():
+        pest = ex.estimator()
+        _, theta = pest.theta_est()
+        cov_parmest = pest.cov_est().to_numpy()
+    data = pd.DataFrame({"y": ex.DATA["y"].to_numpy(float)},
+                        index=pd.Index(ex.DATA["hour"].to_numpy(float), name="time"))
+    P = EstimationProblem(states=["y"], parameters=[Parameter("A", 15.0), Parameter("B", 0.5)],
+                          rhs=lambda x, u, t: [u.B * (u.A - x.y)], initial={"y": 0.0},
+                          data=data, sigma=1.0, name="rooney_biegler")
+    res = estimate(P, approach, **options)
+    assert res.success
+    assert np.allclose(res.x, [theta["asymptote"], theta["rate_constant"]], rtol=1e-6)
+    C = covariance(res, "fim").matrix.to_numpy()
+    assert np.allclose(C, cov_parmest, rtol=1e-4, atol=0)
+
+
+def test_profile_with_unknown_sigma_is_the_profile_t_interval(linear):
+    """scale='residual' (σ unknown): for a model linear in its parameters the profile-t
+    interval equals the Wald interval of the residual-scaled covariance with Student t
+    quantiles, and the Wald columns of the profile result are those intervals."""
+    _, P, res = linear
+    pr = profile_likelihood(res, scale="residual")
+    wald = res.covariance("residual").intervals(0.95, "t")
+    iv = pr.intervals
+    assert list(iv["shape"]) == ["ok"] * 3
+    np.testing.assert_allclose(iv["lower"], wald["lower"], rtol=1e-6)
+    np.testing.assert_allclose(iv["upper"], wald["upper"], rtol=1e-6)
+    np.testing.assert_allclose(iv["wald_lower"], wald["lower"], rtol=1e-12)
+    known = profile_likelihood(res, parameters=["a"]).intervals.loc["a"]
+    s = np.sqrt(res.covariance("residual").s2)
+    # widths scale with s·t_{m-p} / z
+    ratio = (iv.loc["a", "upper"] - iv.loc["a", "lower"]) / (known["upper"] - known["lower"])
+    assert ratio == pytest.approx(s * stats.t.ppf(0.975, len(TIMES) * 2 - 3) / Z95, rel=1e-5)
+
+
+def _reciprocal_noisy(ub):
+    """The reciprocal model with noise so large that φ̂ − z·se(φ) < 0: θ = 1/φ has no
+    finite upper confidence limit."""
+    rng = np.random.default_rng(3)
+    t = np.arange(1.0, 6.0)
+    sig = 3.0
+    data = pd.DataFrame({"x": t / 2.0 + sig * rng.standard_normal(len(t))},
+                        index=pd.Index(t, name="time"))
+    P = EstimationProblem(states=["x"], parameters=[Parameter("theta", 1.5, lb=0.1, ub=ub)],
+                          rhs=lambda x, u, t: [1 / u.theta + 0 * x.x], initial={"x": 0.0},
+                          data=data, sigma=sig, name="reciprocal_noisy")
+    phi_hat = float(np.sum(t * data["x"]) / np.sum(t**2))
+    return P, phi_hat, sig / np.sqrt(np.sum(t**2))
+
+
+def test_one_sided_profile_stops_at_the_bound():
+    P, phi, s = _reciprocal_noisy(ub=50.0)
+    assert phi - Z95 * s < 0 < phi                         # no finite upper limit exists
+    res = estimate(P, "reduced_space", max_step=1.0)
+    row = profile_likelihood(res).intervals.loc["theta"]
+    assert row["shape"] == "one-sided"
+    assert row["lower_end"] == "crossed" and row["upper_end"] == "bound"
+    assert np.isnan(row["upper"])
+    assert row["lower"] == pytest.approx(1 / (phi + Z95 * s), rel=1e-4)
+    assert row["wald_lower"] < 0                           # Wald is meaningless here
+
+
+def test_one_sided_profile_without_bound_is_not_reached():
+    P, phi, s = _reciprocal_noisy(ub=None)
+    res = estimate(P, "reduced_space", max_step=1.0)
+    row = profile_likelihood(res, max_points=6).intervals.loc["theta"]
+    assert row["upper_end"] == "not reached" and np.isnan(row["upper"])
+    assert row["shape"] == "one-sided"
+    assert row["lower"] == pytest.approx(1 / (phi + Z95 * s), rel=1e-4)
+
+
+def test_flat_profile_of_an_unobserved_parameter():
+    """b drives a state that is not observed: its profile is flat (λ = 0 everywhere) and
+    reported as such, while the identifiable a gets its interval."""
+    t = np.arange(1.0, 6.0)
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"x": 0.7 * t + 0.05 * rng.standard_normal(len(t))},
+                        index=pd.Index(t, name="time"))
+    P = EstimationProblem(states=["x", "y"],
+                          parameters=[Parameter("a", 0.5), Parameter("b", 0.3, lb=0.0, ub=2.0)],
+                          rhs=lambda x, u, t: [u.a + 0 * x.x, u.b + 0 * x.y],
+                          initial={"x": 0.0, "y": 0.0}, data=data, observe=["x"], sigma=0.05,
+                          name="unobserved")
+    res = estimate(P, "reduced_space", max_step=1.0)
+    assert any("not identifiable along" in w and "b" in w for w in res.warnings)
+    pr = profile_likelihood(res)
+    iv = pr.intervals
+    assert iv.loc["b", "shape"] == "flat" and np.isnan(iv.loc["b", "lower"])
+    assert float(pr.curves["b"]["lr"].max()) < 1e-8
+    assert iv.loc["a", "shape"] == "ok"
+    assert np.isinf(iv.loc["b", "wald_upper"])
+
+
+def test_unlocated_crossing_is_reported_not_guessed():
+    """The first step of the lower side overshoots to the bound far above the threshold;
+    with one re-optimization allowed the crossing cannot be located, and the limit is
+    NaN with a warning (it used to be interpolated between two distant points)."""
+    P, phi, s = _reciprocal_noisy(ub=50.0)
+    res = estimate(P, "reduced_space", max_step=1.0)
+    pr = profile_likelihood(res, max_refine=1)
+    row = pr.intervals.loc["theta"]
+    assert row["lower_end"] == "not refined" and np.isnan(row["lower"])
+    assert any("not located" in w for w in pr.warnings)

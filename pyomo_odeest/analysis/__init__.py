@@ -16,12 +16,12 @@ from .profile import ProfileResult, ProfileTask, profile_likelihood, profile_seg
 from .identifiability import IdentifiabilityReport, identifiability_report
 from .prediction import PredictionBands, prediction_bands
 from .plots import plot_bands, plot_profiles
-from .diagnostics import amplification, diagnose
+from .diagnostics import amplification, diagnose, simulation_warning
 from ..problem.result import RESULT_ANALYSES
 
 RESULT_ANALYSES.update(covariance=covariance, confidence_intervals=confidence_intervals,
                        profile=profile_likelihood, identifiability=identifiability_report,
-                       prediction_bands=prediction_bands)
+                       prediction_bands=prediction_bands, diagnose=diagnose)
 
 __all__ = ["DerivativeReport", "check_consistency", "check_derivatives", "check_gradient",
            "check_jacobian", "paper_adjoint", "paper_gradient", "paper_sensitivity_gradient",
@@ -30,4 +30,4 @@ __all__ = ["DerivativeReport", "check_consistency", "check_derivatives", "check_
            "delta_method", "kkt_reduced_hessian", "ProfileResult", "ProfileTask",
            "profile_likelihood", "profile_segment", "profile_tasks", "IdentifiabilityReport",
            "identifiability_report", "PredictionBands", "prediction_bands", "plot_bands",
-           "plot_profiles", "amplification", "diagnose"]
+           "plot_profiles", "amplification", "diagnose", "simulation_warning"]

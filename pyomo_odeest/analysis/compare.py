@@ -55,6 +55,17 @@ def _continuous(problem, **kw):
     return estimate_continuous(problem, **kw)
 
 
+def _adaptive(problem, **kw):
+    """The adaptive step-size model (55); it chooses its own grid, so only ``qmax`` of the
+    discretization settings applies to it (default 2 when not given)."""
+    from ..pyomo.adaptive_block import estimate_adaptive
+    for key in ("scheme", "grid", "max_step", "steps_per_interval"):
+        kw.pop(key, None)
+    if kw.get("qmax") is None:
+        kw.pop("qmax", None)
+    return estimate_adaptive(problem, **kw)
+
+
 #: name -> (callable, default keyword arguments); extended by other backends.
 APPROACHES = {
     "simultaneous": (_simultaneous, {}),
@@ -63,6 +74,7 @@ APPROACHES = {
     "multiple_shooting": (_multiple_shooting, {"jacobian": "adjoint"}),
     "continuous_adjoint": (_continuous, {"optimizer": "ipopt", "hessian": "soa"}),
     "continuous_adjoint_lbfgs": (_continuous, {"optimizer": "ipopt", "hessian": None}),
+    "adaptive": (_adaptive, {}),
 }
 
 

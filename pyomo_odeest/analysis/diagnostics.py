@@ -23,7 +23,12 @@ by :meth:`~EstimationResult.summary`) when
   result's own approach, or, where that does not apply, from the
   Gauss–Newton matrix :math:`2\sum_j S_j^\top A_j S_j`
   (:math:`S_j = \partial r_j/\partial u`) of the discrete model, scaled by
-  the parameter magnitudes.
+  the parameter magnitudes;
+* the discretization does not resolve the solution at the estimates: the
+  objective recomputed by an independent simulation (the continuous
+  approach's adaptive integrator, :func:`simulation_warning`) disagrees with
+  the discrete objective that the approach minimised — an optimum of the
+  discretized problem that is not one of the ODE's.
 """
 from __future__ import annotations
 
@@ -31,10 +36,13 @@ import numpy as np
 import sympy
 
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
-           "bound_warnings", "rank_warnings", "status_warning"]
+           "bound_warnings", "rank_warnings", "status_warning", "simulation_warning",
+           "SIMULATION_RTOL"]
 
 #: Relative singular-value threshold (of the scaled Gauss–Newton matrix).
 RANK_RTOL = 1e-10
+#: Relative disagreement of the discrete and the simulated objective that is flagged.
+SIMULATION_RTOL = 0.05
 #: Largest number of grid points at which the stability check looks.
 STABILITY_POINTS = 400
 
@@ -161,10 +169,9 @@ def _subproblems(problem):
 def chi2_warning(problem, result):
     """The χ² test of :func:`~pyomo_odeest.problem.noise.noise_check` (σ known),
     stored in ``result.extra['noise_check']``; its message when the fit is
-    inconsistent with the noise level (single-experiment problems)."""
+    inconsistent with the noise level (χ² and measured values summed over the
+    experiments of a problem with several)."""
     from ..problem.noise import noise_check
-    if getattr(problem, "experiments", None):
-        return []
     chk = noise_check(problem, result)
     result.extra["noise_check"] = chk
     if chk["consistent"] is not False:
@@ -180,6 +187,11 @@ def bound_warnings(problem, result, rtol=1e-6):
     u = result.estimates.to_numpy(dtype=float).copy()
     for k, p in enumerate(problem.parameters):
         if p.fixed:
+            continue
+        if p.lb is not None and p.lb == p.ub:
+            u[k] = p.lb
+            out.append(f"parameter '{p.name}' has lb = ub = {p.lb:g}: its bounds fix it, it "
+                       f"was not estimated (declare it fixed=True, or widen the bounds)")
             continue
         for b, side in ((p.lb, "lower"), (p.ub, "upper")):
             if b is None or not np.isfinite(u[k]):
@@ -255,6 +267,73 @@ def rank_warnings(problem, result, dm=None, scheme=None, grid=None):
     return []
 
 
+#: Approaches whose objective is that of a discretization (checked by simulation).
+_DISCRETE_APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting")
+
+
+def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim_atol=1e-10):
+    r"""Compare the discrete objective with an independent simulation at the estimates.
+
+    A discrete approach minimises :math:`J_h(u)`, the objective on its grid.
+    At the estimates :math:`\hat u` the misfit is recomputed by the
+    continuous approach's adaptive integrator
+    (:class:`~pyomo_odeest.approaches.ContinuousModel`, LSODA at ``sim_rtol``;
+    one per experiment), :math:`J(\hat u)`.  The result is flagged when
+
+    .. math:: |J_h(\hat u) - J(\hat u)| > \mathrm{rtol}\cdot\max(|J_h|, |J|) + a,
+
+    with :math:`a = \kappa/2` (half a unit of negative log-likelihood, κ of
+    :func:`~pyomo_odeest.analysis.uncertainty.nll_factor`) when σ is known and
+    otherwise :math:`a = 10^{-6}\sum_j w_j\bar z_j^2` (a millionth of the
+    data's weighted size, so that exact fits of noise-free data are not
+    flagged).  The grid then does not resolve the solution at the estimates
+    (too coarse, or unstable there), and the estimate may be an optimum of
+    the discretization only.  A simulation that fails at the estimates is
+    flagged too.  Stores ``result.extra['simulated_objective']`` (None when
+    the check does not apply: other approaches, inputs with switching times,
+    path constraints).
+    """
+    from ..approaches.continuous import ContinuousModel, IntegrationError
+    from ..problem.declaration import ProblemError
+    from .uncertainty import nll_factor
+    if result.approach not in _DISCRETE_APPROACHES or not np.isfinite(result.objective):
+        return []
+    u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
+    if not np.all(np.isfinite(u)):
+        return []
+    subs = _subproblems(problem)
+    try:
+        models = [ContinuousModel(sp, method="LSODA", rtol=sim_rtol, atol=sim_atol)
+                  for sp in subs]
+    except (ProblemError, ValueError, TypeError):
+        result.extra["simulated_objective"] = None
+        return []
+    from ..problem.misfit import misfit_constant
+    try:
+        J_sim = float(sum(cm.objective(u) - cm.constant for cm in models))
+    except (IntegrationError, ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        result.extra["simulated_objective"] = np.nan
+        return [f"the independent simulation (LSODA, rtol={sim_rtol:g}) fails at the estimates "
+                f"({err}): the discrete solution the estimate fits may not exist for the ODE; "
+                f"use a finer grid (smaller max_step / more steps_per_interval) or another start"]
+    result.extra["simulated_objective"] = J_sim + misfit_constant(problem)
+    J_d = float(result.objective) - misfit_constant(problem)
+    if all(sp.sigma_known for sp in subs):
+        atol = 0.5 * nll_factor(problem)
+    else:
+        atol = 1e-6 * sum(float(np.sum(np.where(sp.mask, np.asarray(sp.weights, float)
+                                                 * np.nan_to_num(sp.data.to_numpy(float)) ** 2,
+                                                 0.0))) for sp in subs)
+    if not np.isfinite(J_sim) or abs(J_d - J_sim) > rtol * max(abs(J_d), abs(J_sim)) + atol:
+        return [f"discretization error: the objective at the estimates is {J_d:.6g} on the "
+                f"approach's grid but {J_sim:.6g} by an independent simulation (LSODA, "
+                f"rtol={sim_rtol:g}): the grid does not resolve the solution at the estimates, "
+                f"and the estimate may be an optimum of the discretization only; refit on a "
+                f"finer grid (smaller max_step / more steps_per_interval; for stiff problems "
+                f"scheme='enright') or with the continuous approach"]
+    return []
+
+
 _ADVICE = {
     "Maximum_Iterations_Exceeded": "the iteration limit was reached",
     "Repeated_Evaluation_Errors": "the optimizer kept stepping where the model cannot be "
@@ -282,6 +361,16 @@ def status_warning(result):
             f"the estimates are not an optimum; {advice}"]
 
 
+def _experiment_rows(frame, name):
+    """The rows of experiment ``name`` of a frame indexed by ``(experiment, time)``."""
+    if frame is None or "experiment" not in (frame.index.names or ()):
+        return None
+    try:
+        return frame.xs(name, level="experiment")
+    except KeyError:
+        return None
+
+
 def diagnose(problem, result, scheme=None, model=None, grid=None):
     """Run every check on ``result`` and append the warnings to ``result.warnings``.
 
@@ -294,11 +383,19 @@ def diagnose(problem, result, scheme=None, model=None, grid=None):
     """
     if result.extra.get("diagnosed"):
         return result
+    if result.problem is None:                # the analyses find the problem here
+        result.extra["problem"] = problem
     w = list(status_warning(result))
     w += bound_warnings(problem, result)
     w += chi2_warning(problem, result)
     w += rank_warnings(problem, result, model, scheme, grid)
-    if not getattr(problem, "experiments", None):
+    w += simulation_warning(problem, result)
+    if getattr(problem, "experiments", None):
+        for name, sp in zip(problem.experiment_names, problem.experiment_problems):
+            st = _experiment_rows(result.states, name)
+            w += [f"experiment '{name}': {m}"
+                  for m in stability_warnings(sp, scheme, st, result.x)]
+    else:
         w += stability_warnings(problem, scheme, result.states, result.x)
     result.warnings.extend(w)
     result.extra["diagnosed"] = True

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .uncertainty import Curvature, curvature
+from .uncertainty import Curvature, ExperimentCurvature, curvature
 
 __all__ = ["IdentifiabilityReport", "identifiability_report", "format_direction"]
 
@@ -98,7 +98,8 @@ def format_direction(v: pd.Series, tol=0.05) -> str:
 
 
 def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e-7, poor=1.0,
-                           scale="relative", discretization=None, curv: Curvature | None = None
+                           scale="relative", discretization=None,
+                           curv: Curvature | ExperimentCurvature | None = None
                            ) -> IdentifiabilityReport:
     """Identifiability of the free parameters at ``result``'s estimates.
 
@@ -113,7 +114,8 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
         array in problem order), discretized by ``discretization`` (keywords of
         :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`: ``scheme``,
         ``qmax``, ``grid``, ``max_step``, ``steps_per_interval``; default: the
-        problem's default discretization).
+        problem's default discretization; with several experiments one
+        model per experiment, ``grid`` a mapping experiment -> Grid).
     rtol : float
         Relative singular-value threshold of numerical rank deficiency.
     poor : float
@@ -141,7 +143,7 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
         raise ValueError(f"scale must be 'relative' or 'absolute', got {scale!r}")
     R = R * d[None, :]
     p = len(names)
-    m = int(P.mask.sum())
+    m = curv.n_measured
     rows = np.linalg.norm(R, axis=1) if R.size else np.zeros(0)
     n_inf = int(np.sum(rows > 1e-10 * max(rows.max(initial=0.0), 1e-300))) if m else 0
     if R.shape[0] >= p:
@@ -180,10 +182,8 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
 
 
 def _curvature_at(problem, estimates, discretization):
-    from ..discretization.discrete import DiscreteModel
-    from ..problem.declaration import require_single_experiment
+    from ..approaches.reduced import discrete_model
     from .uncertainty import _curvature_discrete
-    require_single_experiment(problem, "identifiability_report")
     if isinstance(estimates, (dict, pd.Series)):
         est = pd.Series(estimates)
         missing = [n for n in problem.parameter_names if n not in est.index]
@@ -198,5 +198,9 @@ def _curvature_at(problem, estimates, discretization):
     free = np.flatnonzero(problem.free_mask)
     names = [problem.parameter_names[k] for k in free]
     source = f"discrete sensitivities ({discretization or 'default discretization'})"
-    return _curvature_discrete(DiscreteModel(problem, **discretization), problem, u, free, names,
-                               False, source)
+    dm = discrete_model(problem, **discretization)
+    if not problem.experiments:
+        return _curvature_discrete(dm, problem, u, free, names, False, source)
+    parts = [_curvature_discrete(m, sp, u, free, names, False, source)
+             for m, sp in zip(dm.models, problem.experiment_problems)]
+    return ExperimentCurvature(problem, names, u, free, parts, None, source)

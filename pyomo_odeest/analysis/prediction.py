@@ -54,6 +54,9 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     cov : Covariance, optional
         Default ``covariance(result, method)``.
     kind : 'observables' | 'states'
+
+    With several experiments the frames are indexed by ``(experiment, time)``,
+    each experiment on its own grid.
     """
     if kind not in ("observables", "states"):
         raise ValueError(f"kind must be 'observables' or 'states', got {kind!r}")
@@ -61,10 +64,24 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     cov = cov if cov is not None else covariance(result, method, problem=P)
     dm = discrete_model_for(result)
     u = cov.estimates.reindex(P.parameter_names).to_numpy(dtype=float)
+    cols = [P.parameter_names.index(n) for n in cov.names]
+    C = cov.matrix.to_numpy()
+    q = cov.quantile(level, dist)
+    if not P.experiments:
+        Y, se = _bands(P, dm, u, cols, C, kind)
+        return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
+    from ..problem.result import stack_experiments
+    parts = [_bands(sp, m, u, cols, C, kind) for sp, m in zip(P.experiment_problems, dm.models)]
+    Y = stack_experiments(P.experiment_names, [a for a, _ in parts])
+    se = stack_experiments(P.experiment_names, [b for _, b in parts])
+    return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
+
+
+def _bands(P, dm, u, cols, C, kind):
+    """Values and delta-method standard errors on one experiment's grid."""
     traj = dm.simulate(u)
     M = dm.state_sensitivities(traj)                        # (k+1, n, m)
     X, t = traj.X, dm.t
-    cols = [P.parameter_names.index(n) for n in cov.names]
     if kind == "states":
         Y, G, names = X, M, P.states
     else:
@@ -73,12 +90,7 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
         G = mf.gx.matmat(mf.gx.values(X, u, t), M) + mf.gu.dense(mf.gu.values(X, u, t))
         names = P.obs_names
     G = G[:, :, cols]
-    C = cov.matrix.to_numpy()
     var = np.einsum("tym,mn,tyn->ty", G, C, G)
     se = np.sqrt(np.clip(var, 0, None))
-    q = cov.quantile(level, dist)
     idx = pd.Index(t, name="time")
-
-    def frame(a):
-        return pd.DataFrame(a, index=idx, columns=names)
-    return PredictionBands(frame(Y), frame(se), frame(Y - q * se), frame(Y + q * se), level, kind)
+    return pd.DataFrame(Y, index=idx, columns=names), pd.DataFrame(se, index=idx, columns=names)

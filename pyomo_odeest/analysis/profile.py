@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .uncertainty import Covariance, _problem_of, covariance, nll_factor
+from .uncertainty import Covariance, _problem_of, covariance, discrete_model_for, nll_factor
 
 __all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment", "profile_point",
            "assemble_profiles", "profile_likelihood", "PROFILE_APPROACHES"]
@@ -76,6 +76,11 @@ class ProfileTask:
         λ = 2ΔJ/(κ·scale) (1 for σ known, s² for σ unknown).
     options : dict
         Ipopt options of each re-optimization.
+    target_step, max_points, max_range, refine_tol, max_refine, flat_tol : float, int
+        Growth of the signed root per point, points per side, range explored (in
+        standard errors), tolerance on the signed root at the crossing (relative),
+        re-optimizations allowed to locate it, and the level (relative to the
+        threshold) below which a profile counts as flat.
     """
 
     problem: object
@@ -93,6 +98,7 @@ class ProfileTask:
     max_points: int = 30
     max_range: float = 50.0
     refine_tol: float = 1e-3
+    max_refine: int = 30
     flat_tol: float = 1e-3
 
 
@@ -103,16 +109,17 @@ _MODELS: "OrderedDict[str, object]" = OrderedDict()
 
 
 def _discrete_model(problem, disc):
-    """The discrete model of (problem, discretization), cached per process by object
-    identity (the tasks of one process that share a problem share the model)."""
-    from ..discretization.discrete import DiscreteModel
+    """The discrete model of (problem, discretization) — for several experiments the
+    sum of one per experiment — cached per process by object identity (the tasks
+    of one process that share a problem share the model)."""
+    from ..approaches.reduced import discrete_model
     k = (id(problem), disc.get("scheme"), disc.get("qmax"), id(disc.get("grid")),
          disc.get("max_step"), disc.get("steps_per_interval"))
     hit = _MODELS.get(k)
     dm = hit[0] if hit is not None and hit[1] is problem and hit[2] is disc.get("grid") else None
     if dm is None:
-        dm = DiscreteModel(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
-                           disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
+        dm = discrete_model(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
+                            disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
         _MODELS[k] = (dm, problem, disc.get("grid"))
         while len(_MODELS) > 16:
             _MODELS.popitem(last=False)
@@ -170,13 +177,16 @@ class _BlockProfiler:
         import pyomo.environ as pyo
         from ..approaches.simultaneous import initialize_block, scale_parameters
         from ..pyomo.block import build_block
+        from ..pyomo.experiments import build_experiment_blocks
         m = pyo.ConcreteModel()
-        m.est = build_block(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
-                            disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
+        build = build_experiment_blocks if problem.experiments else build_block
+        m.est = build(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
+                      disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
         b = m.est
         for p, v in zip(problem.parameter_names, u_hat):
             b.u[p].set_value(float(v))
-        initialize_block(b, np.asarray(u_hat, dtype=float), "auto")
+        for sb in getattr(b, "experiment_blocks", [b]):
+            initialize_block(sb, np.asarray(u_hat, dtype=float), "auto")
         scale_parameters(m, b)
         self.m, self.b, self.problem = m, b, problem
         self.parameter = parameter
@@ -233,7 +243,8 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
     ``parameter``, ``side``, ``value``, ``objective``, ``status``, ``success``,
     ``iterations``, ``seconds`` and the re-optimized parameters ``u:<name>``;
     ``attrs['end']`` says how the side ended: ``'crossed'``, ``'bound'``,
-    ``'not reached'`` or ``'failed'``.
+    ``'not reached'``, ``'not refined'`` (the threshold is bracketed but was not
+    located to ``refine_tol`` within ``max_refine`` re-optimizations) or ``'failed'``.
     """
     P = task.problem
     names = P.parameter_names
@@ -290,26 +301,17 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
         record(theta, u, J, st, it, time.perf_counter() - t)
         s = root(J)
         if s >= target:
-            theta_in, s_in, u_in = theta_prev, s_prev, u_prev
-            theta_out, s_out = theta, s
-            # secant refinement of the crossing on the signed root
-            u_out = u
-            for _ in range(4):
-                if min(abs(s_out - target), abs(s_in - target)) <= task.refine_tol * target:
-                    break
-                frac = (target - s_in) / (s_out - s_in) if s_out > s_in else 0.5
-                tc = theta_in + frac * (theta_out - theta_in)
+            # the crossing is bracketed: refine it on the signed root (Illinois)
+            def point(tc, start):
                 t = time.perf_counter()
-                uc, Jc, stc, itc = prof.solve(u_in + frac * (u_out - u_in), tc)
+                uc, Jc, stc, itc = prof.solve(start, tc)
                 if not (stc in _OK and np.isfinite(Jc)):
-                    break
+                    return None
                 record(tc, uc, Jc, stc, itc, time.perf_counter() - t)
-                sc = root(Jc)
-                if sc >= target:
-                    theta_out, s_out, u_out = tc, sc, uc
-                else:
-                    theta_in, s_in, u_in = tc, sc, uc
-            end = "crossed"
+                return uc, root(Jc) - target
+            ok = _illinois(point, (theta_prev, s_prev - target, u_prev),
+                           (theta, s - target, u), task.refine_tol * target, task.max_refine)
+            end = "crossed" if ok else "not refined"
             break
         if at_bound:
             end = "bound"
@@ -327,6 +329,44 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
     return out
 
 
+def _illinois(point, inside, outside, ftol, max_iter):
+    """Locate f(θ) = 0 in the bracket ``inside = (θ, f < 0, u)``, ``outside = (θ, f ≥ 0, u)``
+    by the Illinois variant of regula falsi (superlinear, never leaves the bracket, and
+    unlike plain regula falsi does not creep when f is strongly convex, as the signed
+    root is near a singularity of the model).  ``point(θ, start) -> (u, f) | None``
+    re-optimizes at θ; a failed point is retried at the bracket's midpoint.  True when
+    a point with ``|f| <= ftol`` was found within ``max_iter`` re-optimizations."""
+    (a, fa, ua), (b, fb, ub) = inside, outside
+    ga, gb = fa, fb                        # the (possibly halved) values of the secant
+    side = 0
+    for _ in range(max_iter):
+        if min(abs(fa), abs(fb)) <= ftol:
+            return True
+        if abs(b - a) <= 1e-12 * max(1.0, abs(a), abs(b)):
+            return False
+        frac = ga / (ga - gb) if gb != ga else 0.5
+        frac = min(max(frac, 1e-6), 1 - 1e-6)
+        got = point(a + frac * (b - a), ua + frac * (ub - ua))
+        if got is None:
+            frac = 0.5
+            got = point(a + frac * (b - a), ua + frac * (ub - ua))
+            if got is None:
+                return False
+        tc = a + frac * (b - a)
+        uc, fc = got
+        if fc >= 0:
+            b, fb, gb, ub = tc, fc, fc, uc
+            if side == 1:
+                ga *= 0.5
+            side = 1
+        else:
+            a, fa, ga, ua = tc, fc, fc, uc
+            if side == -1:
+                gb *= 0.5
+            side = -1
+    return min(abs(fa), abs(fb)) <= ftol
+
+
 def _predict(problem, u, tangent, dtheta):
     """Start of the next point: ``u + tangent·Δθ``, clipped into the bounds."""
     v = u + tangent * dtheta
@@ -339,6 +379,13 @@ def _predict(problem, u, tangent, dtheta):
 # tasks, assembly, the front function
 # ---------------------------------------------------------------------------
 def _discretization_of(result):
+    """Scheme and grid of a result (for several experiments ``grid`` maps each
+    experiment to its grid)."""
+    P = result.problem
+    if P is not None and P.experiments:
+        dm = discrete_model_for(result)
+        return dict(scheme=dm.models[0].scheme.name, qmax=dm.models[0].scheme.qmax,
+                    grid={n: m.grid for n, m in zip(P.experiment_names, dm.models)})
     dm = result.extra.get("discrete_model")
     if dm is not None:
         return dict(scheme=dm.scheme.name, qmax=dm.scheme.qmax, grid=dm.grid)
@@ -379,7 +426,8 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="kno
     bad = [p for p in parameters if p not in free]
     if bad:
         raise ValueError(f"cannot profile {bad}: not free parameters of the problem ({free})")
-    cov = cov if cov is not None else covariance(result, "fim", problem=P)
+    cov = cov if cov is not None else covariance(
+        result, "residual" if scale == "residual" else "fim", problem=P)
     thr = _thresholds(level, scale, cov.dof)
     sc = cov.s2 if scale == "residual" else 1.0
     u_hat = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
@@ -410,7 +458,7 @@ class ProfileResult:
     intervals : DataFrame
         Per parameter: ``estimate``, ``lower``, ``upper`` (NaN when open),
         ``lower_end`` / ``upper_end`` (``'crossed'``, ``'bound'``, ``'not reached'``,
-        ``'failed'``), ``shape`` (``'ok'``, ``'one-sided'``, ``'flat'``,
+        ``'not refined'``, ``'failed'``), ``shape`` (``'ok'``, ``'one-sided'``, ``'flat'``,
         ``'unbounded'``), ``wald_lower``, ``wald_upper`` (same level).
     level, threshold : float
     warnings : list of str
@@ -457,6 +505,11 @@ def assemble_profiles(segments, tasks, level=0.95, cov: Covariance | None = None
         lo = _crossing(df, theta_hat, -1, thr) if end.get(-1) == "crossed" else np.nan
         hi = _crossing(df, theta_hat, 1, thr) if end.get(1) == "crossed" else np.nan
         closed = [e == "crossed" for e in (end.get(-1), end.get(1))]
+        for dd, e in end.items():
+            if e == "not refined":
+                notes.append(f"the {'upper' if dd > 0 else 'lower'} limit of {name} is "
+                             f"bracketed but was not located within {t0.max_refine} "
+                             f"re-optimizations: reported as NaN; see the profile curve")
         flat = len(df) > 1 and float(df["lr"].max()) < t0.flat_tol * thr
         shape = ("flat" if flat else "ok" if all(closed) else
                  "one-sided" if any(closed) else "unbounded")
@@ -513,7 +566,7 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
     """
     t = time.perf_counter()
     P = problem if problem is not None else _problem_of(result)
-    cov = covariance(result, "fim", problem=P)
+    cov = covariance(result, "residual" if scale == "residual" else "fim", problem=P)
     tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P, **kw)
     run = runner if runner is not None else (lambda fn, ts: [fn(x) for x in ts])
     segments = run(profile_segment, tasks)

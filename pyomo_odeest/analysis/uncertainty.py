@@ -35,6 +35,16 @@ the solution (simultaneous: the reduced Hessian :math:`Z^\top\nabla^2 L\,Z`
 with :math:`Z` spanning the null space of the constraint Jacobian;
 multiple shooting: the same null space for the sensitivities), or the
 continuous sensitivities and second-order adjoint [MHV, eqs. (8), (19)–(20)].
+
+**Several experiments.**  The objective of a problem with experiments is
+:math:`J = \sum_e J_e(u)` over one parameter vector (the global parameters
+and each experiment's copies of the local ones), so its Fisher information,
+Hessian and χ² are the sums of the experiments' terms, each with the
+sensitivities of its own simulation (a local parameter of another experiment
+has zero sensitivity there); m counts every experiment's measured values
+(:class:`ExperimentCurvature`).  In the simultaneous approach the reduced
+Hessian and the sensitivities come from the KKT system of the whole
+multi-experiment NLP.
 """
 from __future__ import annotations
 
@@ -47,10 +57,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy import stats
 
-from ..problem.declaration import GaussianNLL, require_single_experiment
+from ..problem.declaration import GaussianNLL
 from ..problem.misfit import MeasurementMisfit
 
-__all__ = ["Covariance", "Curvature", "covariance", "confidence_intervals", "curvature",
+__all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature",
            "delta_method", "kkt_reduced_hessian", "nll_factor", "COVARIANCE_METHODS",
            "bound_status", "discrete_model_for"]
 
@@ -101,6 +111,11 @@ class Curvature:
     def kappa(self):
         return nll_factor(self.problem)
 
+    @property
+    def n_measured(self) -> int:
+        """Number of measured values m."""
+        return int(self.problem.mask.sum())
+
     def fim(self) -> np.ndarray:
         """Fisher information :math:`\\sum_j S_j^\\top P_j S_j` (+ R''/κ)."""
         F = 2.0 / self.kappa * np.einsum("jop,joq->pq", self.S, self.misfit.AS(self.S))
@@ -132,6 +147,40 @@ class Curvature:
         return R
 
 
+@dataclass
+class ExperimentCurvature:
+    """Derivatives of :math:`J = \sum_e J_e` for a problem with several experiments:
+    one :class:`Curvature` per experiment (``parts``, over the same free
+    parameters) with the interface of one — :meth:`fim`, :meth:`chi2`,
+    :meth:`scaled_rows` and ``n_measured`` are sums (stacks) over the parts;
+    ``H`` is the Hessian of the sum."""
+
+    problem: object
+    names: list
+    u: np.ndarray
+    free: np.ndarray
+    parts: list
+    H: np.ndarray | None = None
+    source: str = ""
+
+    @property
+    def kappa(self):
+        return nll_factor(self.problem)
+
+    @property
+    def n_measured(self) -> int:
+        return int(sum(c.n_measured for c in self.parts))
+
+    def fim(self) -> np.ndarray:
+        return sum(c.fim() for c in self.parts)
+
+    def chi2(self) -> float:
+        return float(sum(c.chi2() for c in self.parts))
+
+    def scaled_rows(self) -> np.ndarray:
+        return np.vstack([c.scaled_rows() for c in self.parts])
+
+
 def _obs_sensitivities(misfit, Xm, u, Xs):
     """dz/du at the measurement times from state sensitivities Xs (N, n, m)."""
     t = misfit.t
@@ -147,13 +196,31 @@ def _free_names(problem):
 def discrete_model_for(result):
     """The :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` of a result's
     discretization: the reduced-space model itself, the simultaneous block's scheme
-    and grid, or (other approaches) the problem's default discretization."""
+    and grid, or (other approaches) the problem's default discretization.  With
+    several experiments the sum of one per experiment
+    (:class:`~pyomo_odeest.discretization.experiments.ExperimentModels`; multiple
+    shooting: single shooting on each experiment's grid)."""
     from ..discretization.discrete import DiscreteModel
     dm = result.extra.get("discrete_model")
     if dm is not None:
         return dm
     b = getattr(result.model, "est", None) if result.model is not None else None
     problem = _problem_of(result)
+    if problem.experiments:
+        from ..approaches.reduced import discrete_model
+        from ..discretization.experiments import ExperimentModels
+        blocks = getattr(b, "experiment_blocks", None)
+        if blocks is not None:
+            return ExperimentModels(problem, [
+                DiscreteModel(sp, sb.scheme.name, sb.scheme.qmax, sb.grid)
+                for sp, sb in zip(problem.experiment_problems, blocks)])
+        per = result.extra.get("experiments")          # multiple shooting: the same grids
+        ims = [(per or {}).get(n, {}).get("interval_models") for n in problem.experiment_names]
+        if all(im is not None for im in ims):
+            return ExperimentModels(problem, [
+                DiscreteModel(sp, im.scheme.name, im.scheme.qmax, im.grid)
+                for sp, im in zip(problem.experiment_problems, ims)])
+        return discrete_model(problem)
     if b is not None and hasattr(b, "grid") and hasattr(b, "scheme"):
         return DiscreteModel(problem, b.scheme.name, b.scheme.qmax, b.grid)
     im = result.extra.get("interval_models")
@@ -174,12 +241,12 @@ def curvature(result, hessian=False, problem=None) -> Curvature:
     """Sensitivities (and with ``hessian`` the exact Hessian of J) at ``result``'s
     estimates, from the machinery of the result's approach (see the module docstring)."""
     P = problem if problem is not None else _problem_of(result)
-    require_single_experiment(P, "the uncertainty analysis (covariance, profiles, "
-                                 "identifiability, bands)")
     u = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
     free = np.flatnonzero(P.free_mask)
     names = [P.parameter_names[k] for k in free]
     approach = result.approach
+    if P.experiments:
+        return _curvature_experiments(result, P, u, free, names, hessian)
     if approach == "simultaneous" and result.model is not None and hasattr(result.model, "est"):
         return _curvature_kkt(result, P, u, free, names, hessian)
     if approach == "continuous_adjoint" and "continuous_model" in result.extra:
@@ -199,6 +266,43 @@ def curvature(result, hessian=False, problem=None) -> Curvature:
               f"discrete sensitivities / second-order adjoint of the reduced space on the "
               f"{approach} result's discretization")
     return _curvature_discrete(discrete_model_for(result), P, u, free, names, hessian, source)
+
+
+def _curvature_experiments(result, P, u, free, names, hessian):
+    """:class:`ExperimentCurvature` of a result of a problem with experiments."""
+    subs = P.experiment_problems
+    b = getattr(result.model, "est", None) if result.model is not None else None
+    if result.approach == "simultaneous" and getattr(b, "experiment_blocks", None) is not None:
+        H, dwdu, kkt_names, _ = kkt_reduced_hessian(result.model)
+        if kkt_names != names:
+            raise ValueError(f"free parameters of the model {kkt_names} differ from the "
+                             f"problem's {names}")
+        parts = [_kkt_part(sb, sp, dwdu[e], u, free, names)
+                 for e, (sb, sp) in enumerate(zip(b.experiment_blocks, subs))]
+        return ExperimentCurvature(P, names, u, free, parts, H if hessian else None,
+                                   "KKT system of the multi-experiment simultaneous NLP "
+                                   "(reduced Hessian Z^T W Z)")
+    cm = result.extra.get("continuous_model")
+    if result.approach.startswith("continuous") and hasattr(cm, "models"):
+        parts = []
+        for sp, c in zip(subs, cm.models):
+            _, Xm, Xs = c.sensitivities(u)
+            mf = c.misfit
+            Hc = None
+            if hessian:
+                Hc = c.hessian(u, "soa", index=free)
+                Hc = 0.5 * (Hc + Hc.T)
+            parts.append(Curvature(sp, names, u, free, _obs_sensitivities(mf, Xm, u, Xs)[:, :, free],
+                                   mf.residuals(Xm, u) * sp.mask, mf, Hc, "continuous"))
+        source = "continuous sensitivities / second-order adjoint per experiment [MHV, (8), (19)-(20)]"
+    else:
+        dm = discrete_model_for(result)
+        source = ("discrete sensitivities / second-order adjoint per experiment [GM-grad, (51), "
+                  f"§2.5] on the {result.approach} result's discretization")
+        parts = [_curvature_discrete(m, sp, u, free, names, hessian, source)
+                 for m, sp in zip(dm.models, subs)]
+    H = sum(c.H for c in parts) if hessian else None
+    return ExperimentCurvature(P, names, u, free, parts, H, source)
 
 
 def _curvature_discrete(dm, P, u, free, names, hessian, source):
@@ -240,8 +344,9 @@ def kkt_reduced_hessian(model, block=None):
     Returns
     -------
     H : (p, p) array, dwdu : dict (i, state) -> (p,) sensitivities of the grid
-    states, names : list of the free parameters, lam : multipliers (row order of
-    the evaluator).
+    states (for a block of several experiments: a list of such dicts, one per
+    experiment), names : list of the free parameters, lam : multipliers (row
+    order of the evaluator).
     """
     from ..pyomo.evaluator import PyomoNLPEvaluator
     b = model.est if block is None else block
@@ -252,7 +357,12 @@ def kkt_reduced_hessian(model, block=None):
         raise ValueError("the model has inequality constraints; the reduced Hessian needs "
                          "equality constraints only")
     x = np.array([0.0 if v.value is None else v.value for v in ev.variables], dtype=float)
-    par = np.array([ev.column(b.u[p]) for p in names], dtype=int)
+    col = {id(v): k for k, v in enumerate(ev.variables)}
+    # a free parameter that enters no equation and no objective term (e.g. the initial
+    # value of a species in experiments that are not part of this problem) is not a
+    # column of the NLP: its rows and columns of H and its sensitivities are zero
+    present = np.array([id(b.u[p]) in col for p in names], dtype=bool)
+    par = np.array([col[id(b.u[p])] for p in names if id(b.u[p]) in col], dtype=int)
     dep = np.setdiff1d(np.arange(ev.n), par)
     r, c = ev.jacobian_structure()
     Jc = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
@@ -265,24 +375,27 @@ def kkt_reduced_hessian(model, block=None):
     W = sp.csr_matrix((np.concatenate([hv, hv[off]]),
                        (np.concatenate([hr, hc[off]]), np.concatenate([hc, hr[off]]))),
                       shape=(ev.n, ev.n))
-    Z = np.zeros((ev.n, len(par)))
-    Z[dep] = D
-    Z[par] = np.eye(len(par))
+    Zp = np.zeros((ev.n, len(par)))
+    Zp[dep] = D
+    Zp[par] = np.eye(len(par))
+    Z = np.zeros((ev.n, len(names)))
+    Z[:, present] = Zp
     H = Z.T @ (W @ Z)
-    col = {id(v): k for k, v in enumerate(ev.variables)}
-    dwdu = {}
-    for (i, s) in b.x.keys():
-        v = b.x[i, s]
-        k = col.get(id(v))
-        dwdu[(i, s)] = Z[k] if k is not None else np.zeros(len(par))
+
+    def state_rows(sb):
+        out = {}
+        for (i, s) in sb.x.keys():
+            k = col.get(id(sb.x[i, s]))
+            out[(i, s)] = Z[k] if k is not None else np.zeros(len(names))
+        return out
+    blocks = getattr(b, "experiment_blocks", None)
+    dwdu = [state_rows(sb) for sb in blocks] if blocks is not None else state_rows(b)
     return 0.5 * (H + H.T), dwdu, names, lam
 
 
-def _curvature_kkt(result, P, u, free, names, hessian):
-    b = result.model.est
-    H, dwdu, kkt_names, _ = kkt_reduced_hessian(result.model)
-    if kkt_names != names:
-        raise ValueError(f"free parameters of the model {kkt_names} differ from the problem's {names}")
+def _kkt_part(b, P, dwdu, u, free, names, H=None,
+              source="KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)"):
+    """:class:`Curvature` of one block (one experiment) from the KKT null space."""
     J = np.asarray(b.grid.J)
     Xm = np.array([[float(b.x[i, s].value) for s in P.states] for i in J], dtype=float)
     Xs_free = np.array([[dwdu[(i, s)] for s in P.states] for i in J])        # (N, n, p)
@@ -290,9 +403,15 @@ def _curvature_kkt(result, P, u, free, names, hessian):
     Xs[:, :, free] = Xs_free
     mf = MeasurementMisfit(P)
     S = _obs_sensitivities(mf, Xm, u, Xs)[:, :, free]
-    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf,
-                     H if hessian else None,
-                     "KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)")
+    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H, source)
+
+
+def _curvature_kkt(result, P, u, free, names, hessian):
+    b = result.model.est
+    H, dwdu, kkt_names, _ = kkt_reduced_hessian(result.model)
+    if kkt_names != names:
+        raise ValueError(f"free parameters of the model {kkt_names} differ from the problem's {names}")
+    return _kkt_part(b, P, dwdu, u, free, names, H if hessian else None)
 
 
 def _curvature_shooting(result, P, u, free, names, hessian):
@@ -491,7 +610,7 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
         Needed only when the result does not carry it.
     bound_rtol : float
         Relative distance to a bound below which a parameter counts as at the bound.
-    curv : Curvature, optional
+    curv : Curvature or ExperimentCurvature, optional
         Precomputed derivatives (reused across methods).
     """
     if method not in COVARIANCE_METHODS:
@@ -503,7 +622,7 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     at_bound = bound_status(P, u, bound_rtol)
     keep = np.array([n not in at_bound for n in curv.names], dtype=bool)
     names = [n for n, k in zip(curv.names, keep) if k]
-    m_obs = int(P.mask.sum())
+    m_obs = curv.n_measured
     dof = m_obs - len(names)
     chi2 = curv.chi2()
     s2 = chi2 / dof if dof > 0 else np.nan

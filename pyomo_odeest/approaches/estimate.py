@@ -25,7 +25,7 @@ import inspect
 
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult
-from ..problem.validation import validate_estimator
+from ..discretization.checks import validate_estimator
 
 __all__ = ["estimate", "APPROACH_NAMES", "approach_options"]
 
@@ -105,5 +105,5 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
         raise ProblemError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
     if approach == "adaptive":
         validate_estimator("adaptive", problem, **options)
-    from ..analysis.diagnostics import diagnose
-    return diagnose(problem, fn(problem, **options))
+    from ..problem.result import post_solve_checks
+    return post_solve_checks(problem, fn(problem, **options))

@@ -21,7 +21,6 @@ import time
 
 import numpy as np
 import pandas as pd
-import sympy
 
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
@@ -29,7 +28,8 @@ from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from ..problem.result import EstimationResult, stack_experiments
-from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
+from ..discretization.checks import validate_estimator
+from ..problem.validation import DEFAULT_MAX_ITER
 from ..discretization.experiments import ExperimentModels, experiment_grid
 
 __all__ = ["ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced", "discrete_model"]
@@ -62,10 +62,7 @@ class ReducedConstraints:
                                    sparse_jacobian((ex,), xs, xs, us, ts),
                                    sparse_jacobian((ex,), us, xs, us, ts)))
         pcs = problem.parameter_constraints
-        us = tuple(problem.u_sym)
-        self._r = [sympy.lambdify((us,), ex, "numpy") for _, ex in pcs]
-        self._dr = [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
-                    for _, ex in pcs]
+        self._r, self._dr = problem.parameter_constraint_functions()
         self.names = [pc.name for pc, _ in pcs]
         self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
 
@@ -401,6 +398,7 @@ def _result(problem, dm, nlp, x, status, success, iters, method, timings):
         objective=float(obj), status=status, success=bool(success), iterations=int(iters),
         evaluations=dict(nlp.counts), timings=timings, states=states, fitted=fitted,
         residuals=residuals, extra={"discrete_model": dm})
-    from ..analysis.diagnostics import diagnose
+    from ..problem.result import post_solve_checks
     single = not problem.experiments
-    return diagnose(problem, res, dm.scheme if single else None, dm if single else None)
+    return post_solve_checks(problem, res, dm.scheme if single else dm.models[0].scheme,
+                             dm if single else None)

@@ -80,24 +80,27 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 import sympy
 
-from ..problem.validation import DEFAULT_MAX_ITER, validate_estimator
+from ..discretization.checks import validate_estimator
+from ..problem.validation import DEFAULT_MAX_ITER
 from ..problem.misfit import misfit_constant, misfit_sym, observations
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization.grid import Grid, make_grid, resolve_grid
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
-from ..problem.declaration import (EstimationProblem, Parameter, ProblemError,
-                                   require_no_constraints, require_single_experiment)
-from ..problem.result import EstimationResult
+from ..problem.declaration import EstimationProblem, Parameter, ProblemError
+from ..problem.result import EstimationResult, stack_experiments
+from ..discretization.experiments import experiment_grid
+from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from ..discretization.schemes import get_scheme
 
-__all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "estimate_multiple_shooting",
-           "node_start_values"]
+__all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
+           "estimate_multiple_shooting", "node_start_values", "shooting_nlp"]
 
 _OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
 
@@ -313,7 +316,8 @@ class MultipleShootingNLP(NLPEvaluator):
 
     Objective: eq. (7), :math:`\sum_j \varphi_j` with :func:`~pyomo_odeest.problem.misfit.misfit_sym`
     evaluated at the node value of the measurement time (or on the interval
-    trajectory for a measurement time that is not a node).  Its gradient is
+    trajectory for a measurement time that is not a node), plus the problem's
+    penalty :math:`R(u)` if it has one.  Its gradient is
     explicit for node measurements (Remark 2) and one adjoint sweep per
     interval holding off-node measurements.  A failing interval simulation
     raises :class:`~pyomo_odeest.nlp.protocol.EvaluationError` (Ipopt cuts
@@ -327,10 +331,11 @@ class MultipleShootingNLP(NLPEvaluator):
         if jacobian not in ("sensitivity", "adjoint"):
             raise ValueError(f"jacobian must be 'sensitivity' or 'adjoint', got {jacobian!r}")
         P = problem
-        if P.penalty_sym != 0:
-            raise NotImplementedError("multiple shooting does not yet include a problem penalty "
-                                      "R(u); use the simultaneous or reduced-space backend")
         self.problem, self.im = P, im
+        pen = sympy.sympify(P.penalty_sym)
+        self._pen = None if pen == 0 else sympy.lambdify((P.u_sym,), pen, "numpy")
+        self._dpen = None if pen == 0 else sympy.lambdify(
+            (P.u_sym,), [sympy.diff(pen, v) for v in P.u_sym], "numpy")
         self.formulation, self.jacobian_method = formulation, jacobian
         self.nx = nx = len(P.states)
         self.mp = len(P.parameters)
@@ -471,6 +476,8 @@ class MultipleShootingNLP(NLPEvaluator):
             for a, lst in self.off_meas.items():
                 for j, i in lst:
                     v += float(self.phi[j](trajs[a].X[i], u))
+        if self._pen is not None:
+            v += float(self._pen(u))
         if not np.isfinite(v):
             raise EvaluationError("non-finite objective")
         return v
@@ -495,6 +502,8 @@ class MultipleShootingNLP(NLPEvaluator):
                 gi = self.im.models[a].functional_gradient(tr, dFdx)
                 gu += gi[:mp]
                 gS[a] += gi[mp:]
+        if self._dpen is not None:
+            gu += np.asarray(self._dpen(u), dtype=float)
         g = np.concatenate([gS.ravel(), gu[self.free]])
         if not np.all(np.isfinite(g)):
             raise EvaluationError("non-finite objective gradient")
@@ -590,6 +599,194 @@ class MultipleShootingNLP(NLPEvaluator):
         raise NotImplementedError("multiple shooting uses hessian_approximation=limited-memory")
 
 
+class ShootingNLP(NLPEvaluator):
+    r"""Multiple shooting of a whole problem: one :class:`MultipleShootingNLP`
+    per experiment, the parameters shared, and the problem's constraints.
+
+    Variables ``x = (S^{(1)}, ..., S^{(E)}, p_free)``: the node values of
+    each experiment (its own nodes, grid, initial state and data), then the
+    free parameters once (global parameters shared, each experiment's copy of
+    a local one among them).  Objective: the sum of the experiments'
+    objectives (7) (the problem's penalty :math:`R(u)` once, in the first);
+    its gradient the sum of theirs, placed in the experiment's node columns
+    and the shared parameter columns.  Constraints, in this order:
+
+    * each experiment's initial-state and continuity rows (eq. (4) or (8));
+    * path constraints :math:`c(x, u, t) \le 0` at the grid points (or the
+      measurement times) of each experiment, evaluated on the interval
+      trajectory that holds the point (at a node: the node value
+      :math:`s_j`, which starts interval ``j``; at ``T``: the end of the last
+      interval), with the exact Jacobian
+      :math:`c_x\,\partial x_i/\partial(u, s_j) + c_u` from the interval's
+      forward sensitivities [GM-grad, eq. (51)];
+    * parameter constraints :math:`r(u) \le 0`.
+
+    With one experiment and no constraints it is the :class:`MultipleShootingNLP`
+    itself (same variables, rows and values).
+    """
+
+    def __init__(self, problem, parts):
+        self.problem, self.parts = problem, list(parts)
+        p0 = self.parts[0]
+        self.free, self.mp, self.nx = p0.free, p0.mp, p0.nx
+        self.u_full = p0.u_full.copy()
+        self.offsets = np.concatenate([[0], np.cumsum([p.ns for p in self.parts])]).astype(int)
+        self.ns = int(self.offsets[-1])
+        nf = len(self.free)
+        self.n = self.ns + nf
+        self.x_lb = np.concatenate([p.x_lb[:p.ns] for p in self.parts] + [p0.x_lb[p0.ns:]])
+        self.x_ub = np.concatenate([p.x_ub[:p.ns] for p in self.parts] + [p0.x_ub[p0.ns:]])
+        self.x0 = np.concatenate([p.x0[:p.ns] for p in self.parts] + [p0.x0[p0.ns:]])
+        self.row_offsets = np.concatenate([[0], np.cumsum([p.m for p in self.parts])]).astype(int)
+        self.m_cont = int(self.row_offsets[-1])
+        subs = problem.experiment_problems or [problem]
+        self.paths = []
+        for e, (sp, part) in enumerate(zip(subs, self.parts)):
+            im = part.im
+            for pc, ex in sp.path_constraints:
+                pts = (np.arange(len(im.grid.t)) if pc.at == "grid"
+                       else np.unique(np.asarray(im.grid.J, dtype=int)))
+                a = np.clip(np.searchsorted(im.node_index, pts, side="right") - 1, 0, im.N - 1)
+                xs, us, ts = sp.x_sym, sp.u_sym, sp.t_sym
+                self.paths.append(dict(
+                    e=e, name=pc.name, pts=pts, interval=a, local=pts - im.node_index[a],
+                    t=np.asarray(im.grid.t, dtype=float)[pts], fn=VectorFn((ex,), xs, us, ts),
+                    jx=sparse_jacobian((ex,), xs, xs, us, ts),
+                    ju=sparse_jacobian((ex,), us, xs, us, ts)))
+        pcs = problem.parameter_constraints
+        self._r, self._dr = problem.parameter_constraint_functions()
+        self.parameter_constraint_names = [pc.name for pc, _ in pcs]
+        self.m_path = sum(len(d["pts"]) for d in self.paths)
+        self.m = self.m_cont + self.m_path + len(pcs)
+        self.g_lb = np.concatenate([p.g_lb for p in self.parts]
+                                   + [np.full(self.m - self.m_cont, -np.inf)])
+        self.g_ub = np.concatenate([p.g_ub for p in self.parts] + [np.zeros(self.m - self.m_cont)])
+        self._structure()
+
+    # -- layout ----------------------------------------------------------------
+    def part_x(self, x, e):
+        """The point of experiment ``e``'s :class:`MultipleShootingNLP`."""
+        x = np.asarray(x, dtype=float)
+        return np.concatenate([x[self.offsets[e]:self.offsets[e + 1]], x[self.ns:]])
+
+    def _cols(self, e, c):
+        """Columns of experiment ``e``'s NLP in this one."""
+        c = np.asarray(c, dtype=int)
+        ns_e = self.parts[e].ns
+        return np.where(c < ns_e, self.offsets[e] + c, self.ns + (c - ns_e))
+
+    def _structure(self):
+        rows, cols = [], []
+        for e, part in enumerate(self.parts):
+            r, c = part.jacobian_structure()
+            rows.append(np.asarray(r, dtype=int) + self.row_offsets[e])
+            cols.append(self._cols(e, c))
+        pcols = self.ns + np.arange(len(self.free))
+        r0 = self.m_cont
+        for d in self.paths:
+            for a in d["interval"]:
+                c = np.concatenate([self.offsets[d["e"]] + a * self.nx + np.arange(self.nx),
+                                    pcols])
+                rows.append(np.full(len(c), r0))
+                cols.append(c)
+                r0 += 1
+        for _ in self._r:
+            rows.append(np.full(len(pcols), r0))
+            cols.append(pcols)
+            r0 += 1
+        self._jr = np.concatenate(rows).astype(int) if rows else np.zeros(0, int)
+        self._jc = np.concatenate(cols).astype(int) if cols else np.zeros(0, int)
+
+    def split(self, x):
+        """``([S^{(e)}], u_full)`` of an NLP point."""
+        x = np.asarray(x, dtype=float)
+        S = [x[self.offsets[e]:self.offsets[e + 1]].reshape(-1, self.nx)
+             for e in range(len(self.parts))]
+        u = self.u_full.copy()
+        u[self.free] = x[self.ns:]
+        return S, u
+
+    # -- objective -------------------------------------------------------------
+    def objective(self, x):
+        return float(sum(p.objective(self.part_x(x, e)) for e, p in enumerate(self.parts)))
+
+    def gradient(self, x):
+        g = np.zeros(self.n)
+        for e, p in enumerate(self.parts):
+            ge = p.gradient(self.part_x(x, e))
+            g[self.offsets[e]:self.offsets[e + 1]] = ge[:p.ns]
+            g[self.ns:] += ge[p.ns:]
+        return g
+
+    # -- constraints -----------------------------------------------------------
+    def _path_points(self, x, d):
+        part = self.parts[d["e"]]
+        trajs = part.trajectories(self.part_x(x, d["e"]))
+        return np.array([trajs[a].X[i] for a, i in zip(d["interval"], d["local"])])
+
+    def constraints(self, x):
+        _, u = self.split(x)
+        out = [p.constraints(self.part_x(x, e)) for e, p in enumerate(self.parts)]
+        for d in self.paths:
+            out.append(d["fn"](self._path_points(x, d), u, d["t"])[:, 0])
+        out += [np.atleast_1d(float(r(u))) for r in self._r]
+        c = np.concatenate(out) if out else np.zeros(0)
+        if not np.all(np.isfinite(c)):
+            raise EvaluationError("non-finite constraint value")
+        return c
+
+    def jacobian_structure(self):
+        return self._jr, self._jc
+
+    def jacobian(self, x):
+        _, u = self.split(x)
+        vals = [p.jacobian(self.part_x(x, e)) for e, p in enumerate(self.parts)]
+        mp, free = self.mp, self.free
+        sens = {}
+        for d in self.paths:
+            part = self.parts[d["e"]]
+            trajs = part.trajectories(self.part_x(x, d["e"]))
+            X = self._path_points(x, d)
+            cx = d["jx"].dense(d["jx"].values(X, u, d["t"]))[:, 0, :]
+            cu = d["ju"].dense(d["ju"].values(X, u, d["t"]))[:, 0, :]
+            for r, (a, i) in enumerate(zip(d["interval"], d["local"])):
+                key = (d["e"], int(a))
+                if key not in sens:
+                    sens[key] = part.im.models[a].state_sensitivities(trajs[a])
+                D = sens[key][i]                              # (n, mp + n)
+                row = cx[r] @ D
+                vals.append(np.concatenate([row[mp:], row[:mp][free] + cu[r][free]]))
+        vals += [np.asarray(dr(u), dtype=float).reshape(-1)[free] for dr in self._dr]
+        v = np.concatenate(vals) if vals else np.zeros(0)
+        if not np.all(np.isfinite(v)):
+            raise EvaluationError("non-finite constraint Jacobian")
+        return v
+
+    def constraint_multipliers(self, lam):
+        """Ipopt's multipliers of the path and parameter constraints:
+        ``({'path_<name>': DataFrame}, {name: float})`` as the reduced space reports them."""
+        lam = np.asarray(lam, dtype=float)
+        per, a = {}, self.m_cont
+        for d in self.paths:
+            n = len(d["pts"])
+            fr = pd.DataFrame({d["name"]: lam[a:a + n]}, index=pd.Index(d["t"], name="time"))
+            per.setdefault(f"path_{d['name']}", []).append((d["e"], fr))
+            a += n
+        frames = {}
+        names = self.problem.experiment_names
+        for key, lst in per.items():
+            frames[key] = (stack_experiments([names[e] for e, _ in lst], [f for _, f in lst])
+                           if names else lst[0][1])
+        return frames, {n: float(v) for n, v in zip(self.parameter_constraint_names, lam[a:])}
+
+    # -- Hessian: limited-memory only -----------------------------------------
+    def hessian_structure(self):
+        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+
+    def hessian(self, x, lam, obj_factor=1.0):
+        raise NotImplementedError("multiple shooting uses hessian_approximation=limited-memory")
+
+
 # ---------------------------------------------------------------------------
 # estimation
 # ---------------------------------------------------------------------------
@@ -609,7 +806,8 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
     nodes : sequence of float, optional
         Shooting nodes; default :math:`\{t_0\} \cup \{\tau_j\} \cup \{T\}`
         (Assumption 1).  ``t0`` and ``T`` are always added.  ``(t0, T)`` is
-        single shooting.
+        single shooting.  With several experiments: a mapping experiment
+        name -> nodes (as ``grid``: a mapping experiment name -> Grid).
     formulation : 'vector' | 'scalar'
         Continuity constraints :math:`G_j = 0` (eq. (4)) or
         :math:`\|G_j\|^2 = 0` (eq. (8); degenerate, see the module docstring).
@@ -638,6 +836,14 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         without.  Use it when parameters are orders of magnitude from 1
         (α-pinene: 11 iterations with it, ``Restoration_Failed`` without).
 
+    Several experiments, inputs and constraints.  Each experiment is shot
+    on its own nodes and grid (which contains every switching time of its
+    inputs, the order ramp restarting there too), the parameters shared
+    (:class:`ShootingNLP`); the problem's path constraints are imposed at the
+    grid points (or measurement times) of each experiment on the interval
+    trajectories, its parameter constraints on u, both with exact Jacobians;
+    the penalty :math:`R(u)` is part of the objective.
+
     Returns
     -------
     EstimationResult
@@ -651,19 +857,23 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         ``node_trajectories`` / ``node_trajectories_initial`` (one DataFrame per
         interval, at the final and initial iterate), ``continuity_multipliers``,
         ``history`` (Ipopt iterations: objective, inf_pr, inf_du),
-        ``init``, ``interval_models``.
+        ``init``, ``interval_models``.  With several experiments ``states``,
+        ``fitted``, ``residuals`` and the node frames are indexed by
+        ``(experiment, time)``, ``extra['experiments']`` holds each
+        experiment's extras and ``max_defect`` is the largest.  Constraint
+        multipliers: ``multipliers['path_<name>']`` and
+        ``extra['parameter_constraint_multipliers']`` (as the reduced space).
     """
-    require_single_experiment(problem, "multiple shooting")
     validate_estimator("multiple_shooting", problem, scheme=scheme, qmax=qmax, grid=grid,
                        max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
                        options=options, tee=tee, formulation=formulation, jacobian=jacobian,
                        init=init)
-    require_no_constraints(problem, "multiple shooting")
     t_start = time.perf_counter()
-    im = interval_models(problem, scheme, qmax, grid, max_step, steps_per_interval, nodes)
-    u_start = problem.u0.copy() if u0 is None else np.asarray(u0, dtype=float).copy()
-    S0, init_used = node_start_values(problem, im.nodes, u_start, init, im)
-    nlp = MultipleShootingNLP(problem, im, formulation, jacobian, u_start, S0)
+    names = problem.experiment_names
+    subs = problem.experiment_problems if names else [problem]
+    nlp, inits = shooting_nlp(problem, scheme, qmax, grid, max_step, steps_per_interval, nodes,
+                              formulation, jacobian, u0, init)
+    parts = nlp.parts
     build_s = time.perf_counter() - t_start
     x_init = nlp.x0.copy()
     opts = {"tol": 1e-8, "hessian_approximation": "limited-memory", "max_iter": DEFAULT_MAX_ITER}
@@ -690,15 +900,97 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         x, status, iters, success = x_init, f"Simulation_Failed_At_Start: {err}", 0, False
         counts, eval_s = {}, 0.0
     solve_s = time.perf_counter() - t_solve
-    counts.update(nlp.counts)
-    res = _result(problem, nlp, x, x_init, status, success, iters, mult,
-                  f"ipopt/{formulation}-{jacobian}+lbfgs", counts,
-                  dict(build_s=build_s, setup_s=0.0, solve_s=solve_s, eval_s=eval_s,
-                       total_s=time.perf_counter() - t_start))
-    res.extra.update(init=init_used, history=pd.DataFrame(
-        history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"]))
-    from ..analysis.diagnostics import diagnose
-    return diagnose(problem, res, im.scheme, grid=im.grid)
+    for p in parts:
+        for k, v in p.counts.items():
+            counts[k] = counts.get(k, 0) + v
+    method = f"ipopt/{formulation}-{jacobian}+lbfgs"
+    timings = dict(build_s=build_s, setup_s=0.0, solve_s=solve_s, eval_s=eval_s,
+                   total_s=time.perf_counter() - t_start)
+    results = [_result(sp, part, nlp.part_x(x, e), nlp.part_x(x_init, e), status, success,
+                       iters, None if mult is None else
+                       np.asarray(mult)[nlp.row_offsets[e]:nlp.row_offsets[e + 1]],
+                       method, counts, timings)
+               for e, (sp, part) in enumerate(zip(subs, parts))]
+    hist = pd.DataFrame(history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"])
+    if names:
+        res = _combine(problem, nlp, x, results, status, success, iters, method, counts,
+                       timings)
+        res.extra.update(init=dict(zip(names, inits)), history=hist)
+    else:
+        res = results[0]
+        res.extra.update(init=inits[0], history=hist)
+    if mult is not None and nlp.m > nlp.m_cont:
+        frames, pmult = nlp.constraint_multipliers(mult)
+        res.multipliers.update(frames)
+        if pmult:
+            res.extra["parameter_constraint_multipliers"] = pmult
+    from ..problem.result import post_solve_checks
+    if names:
+        return post_solve_checks(problem, res, parts[0].im.scheme)
+    return post_solve_checks(problem, res, parts[0].im.scheme, grid=parts[0].im.grid)
+
+
+def shooting_nlp(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
+                 steps_per_interval=None, nodes=None, formulation="vector",
+                 jacobian="sensitivity", u0=None, init="data"):
+    """The :class:`ShootingNLP` of ``problem`` (arguments as for
+    :func:`estimate_multiple_shooting`) and the node initialization used per
+    experiment."""
+    names = problem.experiment_names
+    subs = problem.experiment_problems if names else [problem]
+    u_start = problem.u0.copy() if u0 is None else np.asarray(u0, dtype=float).copy()
+    parts, inits = [], []
+    for name, sp in zip(names or [None], subs):
+        g, nd = ((experiment_grid(grid, name), _experiment_nodes(nodes, name)) if names
+                 else (grid, nodes))
+        im = interval_models(sp, scheme, qmax, g, max_step, steps_per_interval, nd)
+        S0, used = node_start_values(sp, im.nodes, u_start, init, im)
+        parts.append(MultipleShootingNLP(sp, im, formulation, jacobian, u_start, S0))
+        inits.append(used)
+    return ShootingNLP(problem, parts), inits
+
+
+def _experiment_nodes(nodes, name):
+    """Shooting nodes of experiment ``name`` from ``nodes`` (None or a mapping name -> nodes)."""
+    if nodes is None:
+        return None
+    if isinstance(nodes, Mapping):
+        if name not in nodes:
+            raise ProblemError(f"nodes: no shooting nodes for experiment '{name}' (give a "
+                               f"mapping experiment name -> nodes with every experiment, or "
+                               f"None)")
+        return nodes[name]
+    raise ProblemError("with several experiments, nodes must be a mapping experiment name -> "
+                       "node times (or None)")
+
+
+def _combine(problem, nlp, x, results, status, success, iters, method, counts, timings):
+    """One result of several experiments from the per-experiment results."""
+    names = problem.experiment_names
+    _, u = nlp.split(x)
+    ok = all(r.success for r in results)
+    bad = [r.status for r in results if not r.success and r.status != status]
+    st = bad[0] if (success and not ok and bad) else status
+    per = {n: r.extra for n, r in zip(names, results)}
+    extra = dict(experiments=per,
+                 max_defect=float(np.max([r.extra.get("max_defect", np.nan) for r in results])),
+                 formulation=nlp.parts[0].formulation)
+    for key in ("node_values", "node_values_initial", "defects", "continuity_multipliers"):
+        frames = [r.extra.get(key) for r in results]
+        if all(isinstance(f, pd.DataFrame) for f in frames):
+            extra[key] = stack_experiments(names, frames)
+    im = [p.im for p in nlp.parts]
+    k = ", ".join(f"k[{n}]={len(m.grid.t) - 1}, N[{n}]={m.N}" for n, m in zip(names, im))
+    return EstimationResult(
+        approach="multiple_shooting", method=method,
+        scheme=f"{im[0].scheme.name}(qmax={im[0].scheme.qmax}), {k}",
+        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+        objective=float(sum(r.objective for r in results)), status=st,
+        success=bool(success and ok), iterations=int(iters), evaluations=counts,
+        timings=timings,
+        **{a: stack_experiments(names, [getattr(r, a) for r in results])
+           for a in ("states", "fitted", "residuals")},
+        extra=extra)
 
 
 def _node_trajectories(nlp, x):

@@ -6,8 +6,10 @@ from .grid import STARTUP_MODES, Grid, make_grid, resolve_grid
 from .schemes import SCHEMES, get_scheme, integrate
 from .discrete import DiscreteModel, SimulationError, Trajectory
 from .experiments import ExperimentModels, experiment_grid
+from .checks import SizeEstimate, estimate_size, validate_estimator
 from .adaptive import AdaptiveError, AdaptiveModel, AdaptiveRun, PowerLaw, StepController
 
 __all__ = ["STARTUP_MODES", "Grid", "make_grid", "resolve_grid", "SCHEMES", "get_scheme",
            "integrate", "DiscreteModel", "SimulationError", "Trajectory", "ExperimentModels", "experiment_grid", "AdaptiveError",
-           "AdaptiveModel", "AdaptiveRun", "PowerLaw", "StepController"]
+           "AdaptiveModel", "AdaptiveRun", "PowerLaw", "StepController", "SizeEstimate",
+           "estimate_size", "validate_estimator"]

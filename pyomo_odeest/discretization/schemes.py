@@ -1170,8 +1170,8 @@ def integrate(
     # f (fdot) at grid points, computed once per point when first needed
     F = np.empty((k + 1, n))
     D = np.empty((k + 1, n)) if sch.needs_fdot else None
-    have_f = np.zeros(k + 1, dtype=bool)
-    have_d = np.zeros(k + 1, dtype=bool)
+    have_f = [False] * (k + 1)
+    have_d = [False] * (k + 1)
 
     def call(fun, z, tt, what, i, stage):
         v = fun(z, tt)
@@ -1195,38 +1195,60 @@ def integrate(
         return store[idx]
 
     eye = np.eye(n)
+    # inverse Newton matrix per stage, kept across iterations and steps while
+    # Newton contracts fast (a simplified Newton method: the solution is that
+    # of the equations, to newton_tol, whichever matrix drives the iteration)
+    newton_inv: dict = {}
+
+    def _matrix(z, tn, hc, hhd):
+        a = eye - hc * (np.asarray(jac(z, tn), dtype=float) if jac is not None
+                        else _fd_jacobian(f, z, tn, f(z, tn)))
+        if hhd:
+            a = a - hhd * (np.asarray(fdot_jac(z, tn), dtype=float) if fdot_jac is not None
+                           else _fd_jacobian(fdot, z, tn, fdot(z, tn)))
+        return np.linalg.inv(a)
 
     def _newton(i, stage, base, c_self, d_self, z):
         """Solve z = base + h c f(z, t_{i+1}) + h^2 d fdot(z, t_{i+1})."""
         h = t[i + 1] - t[i]
         tn = t[i + 1]
+        hc, hhd = h * c_self, h * h * d_self
+        cached = newton_inv.get(stage)
+        inv = None
+        if (cached is not None and abs(cached[0] - hc) <= 0.1 * abs(hc)
+                and abs(cached[1] - hhd) <= 0.1 * abs(hhd)):
+            inv = cached[2]
+        fresh = False
         prev = None
         for _ in range(int(max_newton)):
-            fz = call(f, z, tn, "f", i, stage)
-            g = z - base - h * c_self * fz
-            jz = np.asarray(jac(z, tn), dtype=float) if jac is not None else _fd_jacobian(f, z, tn, fz)
-            a = eye - h * c_self * jz
+            g = z - base - hc * call(f, z, tn, "f", i, stage)
             if d_self:
-                dz = call(fdot, z, tn, "fdot", i, stage)
-                g = g - h * h * d_self * dz
-                jd = (np.asarray(fdot_jac(z, tn), dtype=float) if fdot_jac is not None
-                      else _fd_jacobian(fdot, z, tn, dz))
-                a = a - h * h * d_self * jd
-            try:
-                delta = np.linalg.solve(a, -g)
-            except np.linalg.LinAlgError as exc:
-                raise RuntimeError(f"singular Newton matrix at step {i} (t={t[i]:.6g}), stage {stage!r}") from exc
+                g = g - hhd * call(fdot, z, tn, "fdot", i, stage)
+            if inv is None:
+                try:
+                    inv = _matrix(z, tn, hc, hhd)
+                except np.linalg.LinAlgError as exc:
+                    raise RuntimeError(f"singular Newton matrix at step {i} (t={t[i]:.6g}), stage {stage!r}") from exc
+                newton_inv[stage] = (hc, hhd, inv)
+                fresh = True
+            delta = -(inv @ g)
             z = z + delta
-            if not np.all(np.isfinite(z)):
+            tot = z.sum()
+            if tot - tot != 0:
                 raise RuntimeError(f"Newton produced non-finite values at step {i} (t={t[i]:.6g}), stage {stage!r}")
-            dn = np.max(np.abs(delta))
-            tol = newton_tol * (1.0 + np.max(np.abs(z)))
+            dn = np.abs(delta).max()
+            # an old matrix converges only linearly: it must reach 1e-4 of the
+            # tolerance (Newton's quadratic step leaves an error far below
+            # it); when it stalls, a fresh matrix takes over
+            tol = newton_tol * (1.0 + np.abs(z).max()) * (1.0 if fresh else 1e-4)
             if dn <= tol:
                 return z
             if prev is not None and prev > 0:
                 theta = dn / prev  # observed contraction: remaining error <= theta/(1-theta) |delta|
                 if theta < 1.0 and theta / (1.0 - theta) * dn <= tol:
                     return z
+                if theta > 0.25 and not fresh:
+                    inv = None          # slow with an old matrix: a fresh one next
             prev = dn
         raise RuntimeError(
             f"Newton did not converge in {max_newton} iterations at step {i} "

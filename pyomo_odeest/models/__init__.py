@@ -4,7 +4,9 @@ from .lotka_volterra import lotka_volterra_data, lotka_volterra_problem, LV_P0, 
 from .diagonal_linear import (diagonal_linear_problem, diagonal_linear_exact_gradient,
                               diagonal_linear_exact_hessian, diagonal_linear_solution)
 from .seird import seird_problem, seird_data, seird_solution
-from .cops import GASOIL_OPTIMUM, PINENE_OPTIMUM, gasoil_problem, pinene_problem
+from .bellman import BELLMAN_K, BELLMAN_OPTIMUM, bellman_problem
+from .cops import (GASOIL_OPTIMUM, MARINE_OPTIMUM, PINENE_OPTIMUM, gasoil_problem,
+                   marine_problem, pinene_problem)
 from .oscillator import OSC_OMEGA, oscillator_data, oscillator_problem
 from .hiv import HIV_PARAMETERS, HIV_ESTIMATED, HIV_STATES, HIV_TIMES, hiv_problem, hiv_simulate
 
@@ -13,4 +15,5 @@ __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
            "diagonal_linear_exact_hessian", "diagonal_linear_solution",
            "HIV_PARAMETERS", "HIV_ESTIMATED", "HIV_STATES", "HIV_TIMES", "hiv_problem",
            "hiv_simulate", "seird_problem", "seird_data", "seird_solution",
-           "OSC_OMEGA", "oscillator_data", "oscillator_problem", "pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM"]
+           "OSC_OMEGA", "oscillator_data", "oscillator_problem", "pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM",
+           "marine_problem", "MARINE_OPTIMUM", "bellman_problem", "BELLMAN_OPTIMUM", "BELLMAN_K"]

@@ -1,8 +1,9 @@
-r"""Two published estimation problems with known optima (COPS 3.0 collection).
+r"""Three published estimation problems with known optima (COPS 3.0 collection).
 
 E. D. Dolan, J. J. Moré and T. S. Munson, *Benchmarking optimization software
-with COPS 3.0*, Argonne report ANL/MCS-TM-273 (2004), problems "pinene" and
-"gasoil"; the data are those of the original studies.
+with COPS 3.0*, Argonne report ANL/MCS-TM-273 (2004), problems "pinene",
+"gasoil" and "marine"; the data are those of the original studies (for
+"marine", the COPS data set).
 
 **Isomerization of α-pinene** (Box, Hunter, MacGregor & Erjavec, 1973):
 five states, five first-order rate constants of order 1e-5–1e-4 s⁻¹, all
@@ -33,6 +34,22 @@ least squares,
 
 Published optimum :math:`f^* = 5.2366\cdot 10^{-3}` (COPS); the minimizer is
 near (11.85, 8.34, 1.00).
+
+**Marine population dynamics** (Rothschild et al.; COPS problem 6): eight
+stages of a marine species, stage-specific mortality rates
+:math:`m_1..m_8 \ge 0` and growth rates :math:`g_1..g_7 \ge 0`,
+
+.. math::
+
+    \dot y_1 = -(m_1 + g_1) y_1,\quad
+    \dot y_j = g_{j-1} y_{j-1} - (m_j + g_j) y_j\ (j = 2..7),\quad
+    \dot y_8 = g_7 y_7 - m_8 y_8,
+
+with the initial abundances :math:`y(0)` estimated too (23 parameters);
+all stages counted at 21 times in [0, 10] (counts up to 2·10⁴); unweighted
+least squares. Published optimum :math:`f^* = 1.97465\cdot 10^{7}` (COPS,
+every mesh). One mortality rate (:math:`m_6`) sits at its bound 0 at the
+optimum.
 """
 from __future__ import annotations
 
@@ -41,11 +58,13 @@ import pandas as pd
 
 from ..problem.declaration import EstimationProblem, Parameter
 
-__all__ = ["pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM"]
+__all__ = ["pinene_problem", "gasoil_problem", "marine_problem", "PINENE_OPTIMUM",
+           "GASOIL_OPTIMUM", "MARINE_OPTIMUM"]
 
 #: published optimal objective values (COPS 3.0)
 PINENE_OPTIMUM = 19.872
 GASOIL_OPTIMUM = 5.2366e-3
+MARINE_OPTIMUM = 1.97465e7
 
 _PINENE_T = [1230.0, 3060.0, 4920.0, 7800.0, 10680.0, 15030.0, 22620.0, 36420.0]
 _PINENE_Y = [[88.35, 76.4, 65.1, 50.4, 37.5, 25.9, 14.0, 4.5],
@@ -91,3 +110,51 @@ def gasoil_problem(theta0=(0.0, 0.0, 0.0)):
                              u.theta1 * y.y1 ** 2 - u.theta2 * y.y2],
         initial={"y1": 1.0, "y2": 0.0},
         data=data, name="gasoil")
+
+
+_MARINE_Z = [
+    [20000, 17000, 10000, 15000, 12000, 9000, 7000, 3000],
+    [12445, 15411, 13040, 13338, 13484, 8426, 6615, 4022],
+    [7705, 13074, 14623, 11976, 12453, 9272, 6891, 5020],
+    [4664, 8579, 12434, 12603, 11738, 9710, 6821, 5722],
+    [2977, 7053, 11219, 11340, 13665, 8534, 6242, 5695],
+    [1769, 5054, 10065, 11232, 12112, 9600, 6647, 7034],
+    [943, 3907, 9473, 10334, 11115, 8826, 6842, 7348],
+    [581, 2624, 7421, 10297, 12427, 8747, 7199, 7684],
+    [355, 1744, 5369, 7748, 10057, 8698, 6542, 7410],
+    [223, 1272, 4713, 6869, 9564, 8766, 6810, 6961],
+    [137, 821, 3451, 6050, 8671, 8291, 6827, 7525],
+    [87, 577, 2649, 5454, 8430, 7411, 6423, 8388],
+    [49, 337, 2058, 4115, 7435, 7627, 6268, 7189],
+    [32, 228, 1440, 3790, 6474, 6658, 5859, 7467],
+    [17, 168, 1178, 3087, 6524, 5880, 5562, 7144],
+    [11, 99, 919, 2596, 5360, 5762, 4480, 7256],
+    [7, 65, 647, 1873, 4556, 5058, 4944, 7538],
+    [4, 44, 509, 1571, 4009, 4527, 4233, 6649],
+    [2, 27, 345, 1227, 3677, 4229, 3805, 6378],
+    [1, 20, 231, 934, 3197, 3695, 3159, 6454],
+    [1, 12, 198, 707, 2562, 3163, 3232, 5566]]
+
+
+def marine_problem(rate0=0.5):
+    """The marine population dynamics problem (module docstring): rates m1..m8, g1..g7
+    ≥ 0 starting at ``rate0``, initial abundances y0_1..y0_8 starting at the first counts."""
+    stages = [f"y{i}" for i in range(1, 9)]
+    z = np.array(_MARINE_Z, dtype=float)
+    data = pd.DataFrame(z, index=pd.Index(0.5 * np.arange(len(z)), name="time"),
+                        columns=stages)
+
+    def rhs(y, u, t):
+        x = [y[s] for s in stages]
+        m = [u[f"m{i}"] for i in range(1, 9)]
+        g = [u[f"g{i}"] for i in range(1, 8)]
+        return ([-(m[0] + g[0]) * x[0]]
+                + [g[j - 1] * x[j - 1] - (m[j] + g[j]) * x[j] for j in range(1, 7)]
+                + [g[6] * x[6] - m[7] * x[7]])
+
+    params = ([Parameter(f"m{i}", rate0, lb=0.0) for i in range(1, 9)]
+              + [Parameter(f"g{i}", rate0, lb=0.0) for i in range(1, 8)]
+              + [Parameter(f"y0_{i}", float(z[0, i - 1])) for i in range(1, 9)])
+    return EstimationProblem(states=stages, parameters=params, rhs=rhs,
+                             initial={s: f"y0_{i}" for i, s in enumerate(stages, 1)},
+                             data=data, name="marine")

@@ -9,7 +9,8 @@ weighted residual sum at the true parameters,
     \chi^2 = \sum_j r_j^\top \Sigma_j^{-1} r_j
            = \sum_{j,o} \frac{(z_o(\tau_j) - \bar z_{jo})^2}{\sigma_{jo}^2},
 
-is χ²-distributed with *n* degrees of freedom (n measured values); at a
+is χ²-distributed with *n* degrees of freedom (n measured values, summed over
+the experiments of a problem with several); at a
 least-squares estimate of *p* free parameters, approximately with
 *n − p* (exact for a model linear in the parameters).  A fit whose χ² lies in
 the upper tail (p-value below ``alpha``) explains the data worse than the
@@ -43,27 +44,19 @@ def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict
         raise ValueError(f"alpha must lie in (0, 0.5), got {alpha}")
     out = dict(applicable=False, chi2=np.nan, dof=0, p_upper=np.nan, p_lower=np.nan,
                consistent=None, message="")
-    if not getattr(problem, "sigma_known", False):
+    subs = problem.experiment_problems if getattr(problem, "experiments", None) else [problem]
+    if not all(getattr(sp, "sigma_known", False) for sp in subs):
         out["message"] = "noise level unknown (no sigma given): no chi-square test"
         return out
     res = getattr(result, "residuals", None)
     if res is None:
         out["message"] = "result has no residuals: no chi-square test"
         return out
-    r = res.reindex(index=problem.data.index, columns=problem.obs_names).to_numpy(dtype=float)
-    mask = problem.mask
-    if isinstance(problem.loss, GaussianNLL):
-        used = mask
-        chi2 = 0.0
-        for j in range(mask.shape[0]):
-            o = np.flatnonzero(mask[j])
-            if len(o):
-                chi2 += float(r[j, o] @ np.linalg.solve(problem.cov[np.ix_(o, o)], r[j, o]))
-    else:
-        w = np.asarray(problem.weights, dtype=float)
-        used = mask & (w > 0)
-        chi2 = float(np.sum(w[used] * r[used] ** 2))
-    n = int(used.sum())
+    chi2, n = 0.0, 0
+    for e, sp in enumerate(subs):
+        part = res.loc[problem.experiment_names[e]] if sp is not problem else res
+        c, k = _weighted_sum(sp, part)
+        chi2, n = chi2 + c, n + k
     dof = n - int(np.sum(problem.free_mask))
     out.update(chi2=chi2, dof=dof)
     if dof <= 0 or not np.isfinite(chi2):
@@ -82,3 +75,19 @@ def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict
     else:
         out["message"] = f"chi2 = {chi2:.4g} on {dof} dof (P upper {p_up:.3f}): consistent"
     return out
+
+
+def _weighted_sum(problem, res):
+    """χ² and the number of measured values of one single-experiment problem."""
+    r = res.reindex(index=problem.data.index, columns=problem.obs_names).to_numpy(dtype=float)
+    mask = problem.mask
+    if isinstance(problem.loss, GaussianNLL):
+        chi2 = 0.0
+        for j in range(mask.shape[0]):
+            o = np.flatnonzero(mask[j])
+            if len(o):
+                chi2 += float(r[j, o] @ np.linalg.solve(problem.cov[np.ix_(o, o)], r[j, o]))
+        return chi2, int(mask.sum())
+    w = np.asarray(problem.weights, dtype=float)
+    used = mask & (w > 0)
+    return float(np.sum(w[used] * r[used] ** 2)), int(used.sum())

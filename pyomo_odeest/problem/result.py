@@ -7,13 +7,15 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import pandas as pd
 
-__all__ = ["EstimationResult", "stack_experiments"]
+__all__ = ["EstimationResult", "stack_experiments", "post_solve_checks"]
 
 
 #: The analyses offered as methods of :class:`EstimationResult`,
-#: ``name -> fn(result, ...)``.  :mod:`pyomo_odeest.analysis` fills it when it is
-#: imported (importing ``pyomo_odeest`` does), so this layer imports nothing from
-#: the analysis layer above it.
+#: ``name -> fn(result, ...)``, and the post-solve checks every approach runs
+#: (``"diagnose"``, see :func:`post_solve_checks`).  :mod:`pyomo_odeest.analysis`
+#: fills it when it is imported (importing any part of ``pyomo_odeest`` does, through
+#: the package's ``__init__``), so this layer, and the approaches above it, import
+#: nothing from the analysis layer.
 RESULT_ANALYSES = {}
 
 
@@ -23,6 +25,17 @@ def _analysis(name):
     except KeyError:
         raise RuntimeError(f"EstimationResult.{name} is provided by pyomo_odeest.analysis; "
                            "import pyomo_odeest first") from None
+
+
+def post_solve_checks(problem, result, *args, **kwargs):
+    """Run the post-solve checks on ``result`` (status, active bounds, χ², rank,
+    stability: :func:`pyomo_odeest.analysis.diagnostics.diagnose`) and return it.
+
+    Every approach calls this before returning, so a doubtful result always
+    carries its warnings in ``result.warnings``.  The checks live in the
+    analysis layer and are reached through :data:`RESULT_ANALYSES`.
+    """
+    return _analysis("diagnose")(problem, result, *args, **kwargs)
 
 
 def stack_experiments(names, frames):

@@ -6,11 +6,12 @@ Two entry points, one per moment:
   :func:`as_data_frame`, :func:`as_spec` and :func:`check_weights` turn the
   user's data, standard deviations and weights into numbers or refuse them
   with the column, row or observable named;
-* before an estimator builds its model, :func:`validate_estimator` checks
-  the estimator's arguments (scheme, order, grid, start values, solver
-  options, method names) and :func:`estimate_size` refuses a discretization
-  that cannot fit in the machine's memory, giving the numbers and the
-  largest grid that fits.
+* before an estimator builds its model,
+  :func:`pyomo_odeest.discretization.checks.validate_estimator` checks the
+  estimator's arguments (scheme, order, grid, start values, solver options,
+  method names) with the checks defined here, and refuses a discretization
+  that cannot fit in the machine's memory (it needs the grids and schemes of
+  the discretization layer, so it lives there).
 
 Nothing here repairs an input silently: every refusal is a
 :class:`ProblemError` (a :class:`ValueError`) or a :class:`TypeError` whose
@@ -21,17 +22,15 @@ callbacks becomes an evaluation error, not an error the caller sees.
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["ProblemError", "ProblemTooLargeError", "SizeEstimate", "as_data_frame", "as_spec",
-           "check_weights", "validate_estimator", "estimate_size", "available_memory",
-           "METHOD_CHOICES", "DEFAULT_MAX_ITER"]
+__all__ = ["ProblemError", "ProblemTooLargeError", "as_data_frame", "as_spec", "check_weights",
+           "positive_int", "positive_float", "check_u0", "check_options", "METHOD_CHOICES",
+           "DEFAULT_MAX_ITER"]
 
 
 class ProblemError(ValueError):
@@ -160,7 +159,7 @@ def check_weights(w, mask):
 # ---------------------------------------------------------------------------
 # estimator arguments
 # ---------------------------------------------------------------------------
-def _positive_int(v, what, lo=1, hi=None):
+def positive_int(v, what, lo=1, hi=None):
     if isinstance(v, bool) or not isinstance(v, Integral):
         if isinstance(v, float) and v.is_integer():
             v = int(v)
@@ -173,14 +172,14 @@ def _positive_int(v, what, lo=1, hi=None):
     return v
 
 
-def _positive_float(v, what):
+def positive_float(v, what):
     x = _number(v, what) if v is not None else None
     if x is None or not math.isfinite(x) or x <= 0:
         raise ProblemError(f"{what} must be a positive finite number, got {v!r}")
     return x
 
 
-def _check_u0(problem, u0):
+def check_u0(problem, u0):
     names = problem.parameter_names
     try:
         u = np.asarray(u0, dtype=float)
@@ -200,7 +199,7 @@ def _check_u0(problem, u0):
                                f"[{p.lb}, {p.ub}]; start inside the bounds")
 
 
-def _check_options(options):
+def check_options(options):
     if options is None:
         return
     if not isinstance(options, Mapping):
@@ -209,163 +208,6 @@ def _check_options(options):
         if not isinstance(k, str):
             raise ProblemError(f"option names must be strings, got {k!r}")
         if k in ("max_iter", "maxiter"):
-            _positive_int(v, f"options['{k}']", lo=0)
+            positive_int(v, f"options['{k}']", lo=0)
         elif k in ("tol", "acceptable_tol", "gtol", "ftol", "xtol", "constr_viol_tol"):
-            _positive_float(v, f"options['{k}']")
-
-
-def validate_estimator(approach: str, problem, **args):
-    """Check an estimator's arguments before it builds anything.
-
-    ``approach`` is a key of :data:`METHOD_CHOICES`; ``args`` are the
-    estimator's arguments by name (those it does not take are ignored).
-    Raises :class:`ProblemError` (or :class:`TypeError` for a wrong type of
-    problem or grid) naming the argument and the valid choices, and
-    :class:`ProblemTooLargeError` when the discretization cannot fit in
-    memory (see :func:`estimate_size`).
-    """
-    from .declaration import EstimationProblem
-    if not isinstance(problem, EstimationProblem):
-        raise TypeError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
-    if not problem.parameters:
-        raise ProblemError("the problem has no parameter to estimate; declare at least one "
-                           "Parameter")
-    if not problem.free_mask.any() and approach != "simultaneous":
-        raise ProblemError(f"all parameters {problem.parameter_names} are fixed: nothing to "
-                           f"estimate; set fixed=False on at least one")
-    subs = list(problem.experiment_problems) if problem.experiments else [problem]
-    if approach != "adaptive" and any(len(sp.meas_times) == 0 for sp in subs):
-        raise ProblemError("the problem has no data (data=None): there is nothing to fit")
-    for name, choices in METHOD_CHOICES.get(approach, {}).items():
-        if name in args and args[name] not in choices:
-            raise ProblemError(f"unknown {name} {args[name]!r} for the {approach} approach; "
-                               f"valid: {list(choices)}")
-    if "tee" in args and not isinstance(args["tee"], (bool, np.bool_, int)):
-        raise ProblemError(f"tee must be True or False, got {args['tee']!r}")
-    if args.get("u0") is not None:
-        _check_u0(problem, args["u0"])
-    _check_options(args.get("options"))
-    if "scheme" in args or "grid" in args:
-        grid = args.get("grid")
-        sizes = [estimate_size(sp, approach, args.get("scheme", "adams_pc"), args.get("qmax"),
-                               grid.get(name) if isinstance(grid, Mapping) else grid,
-                               args.get("max_step"), args.get("steps_per_interval"),
-                               refuse=True)
-                 for name, sp in zip(problem.experiment_names or [None], subs)]
-        return sizes[0] if len(sizes) == 1 else sizes
-    return None
-
-
-# ---------------------------------------------------------------------------
-# size guard
-# ---------------------------------------------------------------------------
-#: Peak memory per unknown (bytes), Lotka–Volterra, adams_pc, measured by
-#: ``benchmarks/size_guard.py``: building the Pyomo block with its evaluator
-#: (Jacobian and Hessian evaluated once) grows the peak by 3.6–6.6 kB per
-#: unknown, before Ipopt's factorization; a whole simultaneous solve at 10⁵
-#: steps took 1.8 GB (4.5 kB per unknown).  The discrete model of the reduced
-#: space (gradient and second-order adjoint evaluated once): 2.3 kB.
-BYTES_PER_UNKNOWN = {"simultaneous": 6000, "reduced_space": 2500, "multiple_shooting": 2500}
-
-
-@dataclass(frozen=True)
-class SizeEstimate:
-    """Size of the discretized problem before it is built."""
-
-    steps: int
-    unknowns: int        # state and stage values (and free parameters)
-    constraints: int
-    bytes: int
-    available: int | None
-
-    @property
-    def fits(self) -> bool:
-        return self.available is None or self.bytes <= 0.8 * self.available
-
-    def __str__(self):
-        gb = 1024 ** 3
-        avail = "unknown" if self.available is None else f"{self.available / gb:.1f} GB"
-        return (f"{self.steps} steps, {self.unknowns} unknowns, {self.constraints} constraints, "
-                f"about {self.bytes / gb:.2f} GB (available: {avail})")
-
-
-def available_memory():
-    """Bytes of memory available to this process (None if unknown)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _intervals(problem):
-    pts = np.unique(np.concatenate([[problem.t0, problem.T], problem.meas_times]))
-    return np.diff(pts)
-
-
-def _steps(lengths, max_step, spi):
-    n = np.full(lengths.shape, 1 if spi is None else int(spi), dtype=float)
-    if max_step is not None:
-        n = np.maximum(n, np.ceil(lengths / max_step * (1.0 - 1e-12)))
-    return int(n.sum())
-
-
-def estimate_size(problem, approach="simultaneous", scheme="adams_pc", qmax=None, grid=None,
-                  max_step=None, steps_per_interval=None, refuse=False, available=None):
-    """Steps, unknowns, constraints and memory of the discretization, before building it.
-
-    Also checks ``scheme``, ``qmax``, ``grid``, ``max_step`` and
-    ``steps_per_interval``.  With ``refuse=True`` a discretization whose
-    memory exceeds 80 % of the available memory raises
-    :class:`ProblemTooLargeError` with the numbers and the largest
-    ``steps_per_interval`` (or smallest ``max_step``) that fits.
-    """
-    from ..discretization.grid import Grid
-    from ..discretization.schemes import QMAX_RANGE, get_scheme
-    if qmax is not None:
-        _positive_int(qmax, "qmax", *QMAX_RANGE)
-    try:
-        sch = get_scheme(scheme, qmax)
-    except ValueError as err:
-        raise ProblemError(f"scheme: {err}") from None
-    if grid is not None:
-        if not isinstance(grid, Grid):
-            raise TypeError(f"grid must be a pyomo_odeest.Grid (see make_grid), got "
-                            f"{type(grid).__name__}")
-        if max_step is not None or steps_per_interval is not None:
-            raise ProblemError("give either grid or max_step / steps_per_interval, not both")
-        steps = grid.k
-    else:
-        if max_step is not None:
-            max_step = _positive_float(max_step, "max_step")
-        if steps_per_interval is not None:
-            steps_per_interval = _positive_int(steps_per_interval, "steps_per_interval")
-        if max_step is None and steps_per_interval is None:
-            steps_per_interval = 10
-        steps = _steps(_intervals(problem), max_step, steps_per_interval)
-    n, stages = len(problem.states), len(sch.stage_names)
-    p = int(problem.free_mask.sum())
-    unknowns = (steps + 1) * n + steps * n * (stages - 1) + p
-    constraints = steps * n * stages + n
-    per = BYTES_PER_UNKNOWN.get(approach, BYTES_PER_UNKNOWN["reduced_space"])
-    est = SizeEstimate(steps, unknowns, constraints, int(unknowns * per),
-                       available_memory() if available is None else available)
-    if refuse and not est.fits:
-        budget = 0.8 * est.available / per
-        per_step = n * stages
-        max_steps = max(int((budget - n - p) // per_step), 0)
-        lengths = _intervals(problem)
-        hint = f"at most {max_steps} steps fit"
-        if max_steps >= len(lengths):
-            spi = max_steps // len(lengths)
-            hint += (f": steps_per_interval <= {spi}, or max_step >= "
-                     f"{float(lengths.sum()) / max_steps:.3g}")
-        raise ProblemTooLargeError(
-            f"the discretized problem is too large for this machine: {est}; {hint}")
-    return est
+            positive_float(v, f"options['{k}']")

@@ -171,17 +171,17 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
                 objs[w] = b.component(nm)[_point_index(i, pref)]
             return sympy_to_pyomo(expr_sym, objs)
 
+        # one flat sum x_i + sum_j (h c_j) f(P_j) + sum_j (h^2 d_j) fdot(P_j):
+        # its terms share a shape per right-hand side, so the solver
+        # differentiates f (fdot) once, not once per point
         cf = b.component(cf_name)
-        expr = 0
+        val = b.x[i, s]
         for j, pref in enumerate(f_points):
-            expr = expr + cf[i, j] * term(f_s, pref)
-        val = b.x[i, s] + b.h[i] * expr
+            val = val + (b.h[i] * cf[i, j]) * term(f_s, pref)
         if d_points:
             cd = b.component(cd_name)
-            dexpr = 0
             for j, pref in enumerate(d_points):
-                dexpr = dexpr + cd[i, j] * term(fd_s, pref)
-            val = val + b.h[i] ** 2 * dexpr
+                val = val + (b.h[i] ** 2 * cd[i, j]) * term(fd_s, pref)
         target = b.x[i + 1, s] if name == "x" else b.component(name)[i, s]
         return target == val
     return rule
@@ -249,8 +249,10 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.K = pyo.RangeSet(0, k)
     b.steps = pyo.RangeSet(0, k - 1)
     t_list, h_list = t.tolist(), np.diff(t).tolist()
-    b.t = pyo.Param(b.K, initialize=lambda b, i: t_list[i])
-    b.h = pyo.Param(b.steps, initialize=lambda b, i: h_list[i])
+    # float data computed here: ``within=Any`` skips Pyomo's per-entry check
+    # of the implicit domain (a test against Reals, most of the build time)
+    b.t = pyo.Param(b.K, initialize=lambda b, i: t_list[i], within=pyo.Any)
+    b.h = pyo.Param(b.steps, initialize=lambda b, i: h_list[i], within=pyo.Any)
     b.x = pyo.Var(b.K, b.S, initialize=0.0)
     if parameters is not None:
         b.u = pyo.Reference(parameters[:])
@@ -274,7 +276,8 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     in_syms = tuple(sympy.Dummy(f"w{j}") for j in range(len(apps)))
     for j, a in enumerate(apps):
         vals = np.broadcast_to(np.asarray(type(a)._imp_(t), dtype=float), t.shape).tolist()
-        b.add_component(f"input_{j}", pyo.Param(b.K, initialize=lambda b, i, v=vals: v[i]))
+        b.add_component(f"input_{j}", pyo.Param(b.K, initialize=lambda b, i, v=vals: v[i],
+                                                             within=pyo.Any))
     if apps:
         rep = dict(zip(apps, in_syms))
         f_sym = tuple(e.xreplace(rep) for e in f_sym)
@@ -308,7 +311,8 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
                 if terms:
                     table = np.stack([c for _, c in terms], axis=1)
                     b.add_component(cname, pyo.Param(
-                        step_set, range(len(terms)), initialize=_coefficient_param(steps, table)))
+                        step_set, range(len(terms)), initialize=_coefficient_param(steps, table),
+                        within=pyo.Any))
             for si, s in enumerate(S):
                 cname = f"ode_{sname}_{s}_{tag}"
                 with _templatized():

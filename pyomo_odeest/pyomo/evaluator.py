@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from operator import itemgetter
 
 import numpy as np
 import sympy
@@ -135,43 +136,114 @@ class _Registry:
         return ci
 
 
+class _Const:
+    """An index value shared by every row of a template (``x[i, 'a']``'s ``'a'``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
 class _ComponentIndex:
-    """Vectorised look-up from index values to positions in ``w``."""
+    """Vectorised look-up from index values to positions in ``w``.
+
+    Every index dimension is coded as integers: integer dimensions by their
+    value, other dimensions (state names, ...) by the order of their distinct
+    values; the codes address a dense table of ordinals when it is not much
+    larger than the component (a dictionary of keys otherwise).  The values
+    of a Param are read into the constant pool in one piece.
+    """
 
     def __init__(self, comp, registry):
         self.comp = comp
         self.registry = registry
         keys = list(comp.keys())
-        self.datas = [comp[k] for k in keys] if comp.ctype is Param else list(comp.values())
+        datas = list(comp.values())
+        self.is_param = comp.ctype is Param
+        self.datas = None if self.is_param else datas
         self.pos = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
-        tkeys = [k if isinstance(k, tuple) else (k,) for k in keys]
-        self.dim = len(tkeys[0]) if tkeys else 0
         self.table = None
         self.dict = None
-        if tkeys and all(len(k) == self.dim for k in tkeys) and all(
-                isinstance(c, (int, np.integer)) and not isinstance(c, bool)
-                for k in tkeys for c in k):
-            arr = np.array(tkeys, dtype=np.int64)
-            lo = arr.min(axis=0)
-            shape = arr.max(axis=0) - lo + 1
-            if np.prod(shape.astype(float)) <= 4 * len(keys) + 64:
-                self.lo = lo
+        self.codes = None
+        if not keys:
+            self.dim = 0
+        elif isinstance(keys[0], tuple):
+            lens = set(map(len, keys))
+            self.dim = len(keys[0]) if len(lens) == 1 else -1
+            columns = ([list(map(itemgetter(d), keys)) for d in range(self.dim)]
+                       if self.dim > 0 else None)
+        else:
+            self.dim = 1
+            columns = None if any(isinstance(k, tuple) for k in keys) else [keys]
+        if columns is not None:
+            codes, lo, shape, cols = [], [], [], []
+            for col in columns:
+                if set(map(type, col)) == {int}:
+                    arr = np.array(col, dtype=np.int64)
+                    codes.append(None)
+                else:
+                    cmap = {v: j for j, v in enumerate(dict.fromkeys(col))}
+                    arr = np.fromiter(map(cmap.__getitem__, col), dtype=np.int64,
+                                      count=len(col))
+                    codes.append(cmap)
+                cols.append(arr)
+                lo.append(int(arr.min()))
+                shape.append(int(arr.max()) - int(arr.min()) + 1)
+            if np.prod(np.array(shape, dtype=float)) <= 4 * len(keys) + 64:
+                self.codes = codes
+                self.lo = np.array(lo, dtype=np.int64)
                 self.table = np.full(tuple(shape), -1, dtype=np.int64)
-                self.table[tuple((arr - lo).T)] = np.arange(len(keys))
+                self.table[tuple(c - l for c, l in zip(cols, lo))] = np.arange(len(keys))
         if self.table is None:
-            self.dict = {k: o for o, k in enumerate(tkeys)}
+            self.dict = {(k if isinstance(k, tuple) else (k,)): o for o, k in enumerate(keys)}
+        if self.is_param:
+            self._pool_param(datas)
 
-    def ordinals(self, cols):
-        """``cols``: one array per index dimension (values for every row)."""
+    def _pool_param(self, vals):
+        try:
+            arr = np.array([v if v.__class__ in native_numeric_types else value(v)
+                            for v in vals], dtype=float)
+        except (TypeError, ValueError):
+            self.datas = vals          # entry by entry (the error names the entry)
+            return
+        if arr.size:
+            self.pos[:] = self.registry.pool_array(arr)
+
+    def _dim_ints(self, d, c, nrows):
+        """Integer codes of the index values ``c`` of dimension ``d``."""
+        cmap = self.codes[d]
+        if c.__class__ is _Const:
+            v = c.value
+            if cmap is None:
+                if v.__class__ is not int and not (isinstance(v, (float, np.number))
+                                                   and float(v) == int(v)):
+                    raise KeyError("non-integer index")
+                code = int(v)
+            else:
+                code = cmap[v]
+            return np.full(nrows, code - self.lo[d], dtype=np.int64)
+        c = np.asarray(c)
+        if cmap is not None:
+            return np.fromiter((cmap[v] for v in c.tolist()), dtype=np.int64,
+                               count=c.size) - self.lo[d]
+        if c.dtype.kind not in "iuf":
+            raise KeyError("non-numeric index")
+        ci = np.rint(c.astype(float)).astype(np.int64)
+        if c.dtype.kind == "f" and not np.all(ci == c):
+            raise KeyError("non-integer index")
+        return ci - self.lo[d]
+
+    def ordinals(self, cols, nrows=None):
+        """``cols``: one array (or :class:`_Const`) per index dimension."""
         if len(cols) != self.dim:
             raise KeyError("index dimension mismatch")
+        if nrows is None:
+            nrows = next((np.size(c) for c in cols if c.__class__ is not _Const), 1)
         if self.table is not None:
             ints = []
             for d, c in enumerate(cols):
-                c = np.asarray(c)
-                ci = np.rint(c.astype(float)).astype(np.int64) - self.lo[d]
-                if c.dtype.kind == "f" and not np.all(ci + self.lo[d] == c):
-                    raise KeyError("non-integer index")
+                ci = self._dim_ints(d, c, nrows)
                 if np.any(ci < 0) or np.any(ci >= self.table.shape[d]):
                     raise KeyError("index out of range")
                 ints.append(ci)
@@ -179,14 +251,17 @@ class _ComponentIndex:
             if np.any(o < 0):
                 raise KeyError("index not in component")
             return o
-        rows = zip(*[np.asarray(c).tolist() for c in cols])
-        return np.fromiter((self.dict[r] for r in rows), dtype=np.int64)
+        full = [[c.value] * nrows if c.__class__ is _Const else np.asarray(c).tolist()
+                for c in cols]
+        return np.fromiter((self.dict[r] for r in zip(*full)), dtype=np.int64, count=nrows)
 
     def positions(self, ordinals):
         missing = self.pos[ordinals] == np.iinfo(np.int64).min
         if missing.any():
+            position = self.registry.position
+            datas = self.datas
             for o in np.unique(ordinals[missing]).tolist():
-                self.pos[o] = self.registry.position(self.datas[o])
+                self.pos[o] = position(datas[o])
         return self.pos[ordinals]
 
 
@@ -238,6 +313,9 @@ def _has_template(e):
     return False
 
 
+_INDEX_FN = {}     # structure of an index expression -> its numpy function
+
+
 class _TemplateResolver:
     """Positions of the leaves of a template for every row of a constraint."""
 
@@ -260,14 +338,18 @@ class _TemplateResolver:
             self.values[id(t)] = arr
 
     def index_values(self, e):
-        if e.__class__ in (int, float, str, tuple) or isinstance(e, (int, float, str)):
-            return np.full(self.nrows, e, dtype=object if isinstance(e, str) else None)
+        """Values of the index expression ``e`` for every row: an array, or a
+        :class:`_Const` when ``e`` holds no index template."""
+        if e.__class__ in native_numeric_types or isinstance(e, (str, tuple)):
+            return _Const(e)
         if isinstance(e, IndexTemplate):
             return self.values[id(e)]
         leaves = []
         s = walk(e, leaves, template=True)
-        syms = sympy.symbols(f"i0:{len(leaves)}")
-        fn = sympy.lambdify(syms, to_sympy(s, syms), modules="numpy")
+        fn = _INDEX_FN.get(s)
+        if fn is None:
+            syms = sympy.symbols(f"i0:{len(leaves)}")
+            fn = _INDEX_FN[s] = sympy.lambdify(syms, to_sympy(s, syms), modules="numpy")
         args = []
         for kind, payload in leaves:
             if kind == "T":
@@ -298,7 +380,7 @@ class _TemplateResolver:
             raise KeyError("unsupported templated component")
         cols = [self.index_values(a) for a in payload.args[1:]]
         ci = self.registry.component_index(base)
-        return ci.positions(ci.ordinals(cols))
+        return ci.positions(ci.ordinals(cols, self.nrows))
 
 
 def _flatten_sum(expr, out):
@@ -549,7 +631,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
 
         for g in groups.values():
             idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
-            comp = compile_family(g.structure, g.kinds, to_sympy)
+            comp = compile_family(g.structure, g.kinds, to_sympy, split=templatize)
             b = np.array(g.bounds, dtype=float).reshape(-1, 2)
             con_fams.append((Family("general", comp, idx, g.objs), b[:, 0], b[:, 1]))
             self.stats["general_families"] += 1
@@ -589,7 +671,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
                 for g in ogroups.values():
                     idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
                     obj_fams.append(Family("objective",
-                                           compile_family(g.structure, g.kinds, to_sympy), idx))
+                                           compile_family(g.structure, g.kinds, to_sympy, split=False), idx))
 
         self._finalize(con_fams, obj_fams)
         self.stats["setup_s"] = time.perf_counter() - t_start
@@ -786,24 +868,32 @@ class PyomoNLPEvaluator(NLPEvaluator):
         self.x_lb, self.x_ub = lb, ub
         self.x0 = np.clip(x0, lb, ub)
 
-        # Jacobian structure
+        # Jacobian structure: per family, slots reading the same column in
+        # every row (a parameter in every term of a stage equation) are summed
+        # into one entry; families hold disjoint rows, so entries are unique
+        # unless one row reads one variable through two different slot columns
         jr, jc, self._jac_plan = [], [], []
+        dup = False
         for fam in self.con_families:
             rows = fam.row0 + np.arange(fam.nrows)
-            for k in fam.compiled.d1_slots:
-                cols = fam.idx[:, k]
+            plan, gcols = [], []
+            for poss, cols in _merged_slots(fam.idx, fam.compiled.d1_slots):
                 mask = cols < n
                 allm = bool(mask.all())
-                self._jac_plan.append(None if allm else mask)
+                plan.append((poss, None if allm else mask))
                 jr.append(rows if allm else rows[mask])
                 jc.append(cols if allm else cols[mask])
+                gcols.append(np.where(mask, cols, -1 - len(gcols)))
+            self._jac_plan.append(plan)
+            if len(gcols) > 1 and not dup:
+                srt = np.sort(np.stack(gcols, axis=1), axis=1)
+                dup = bool(np.any(srt[:, 1:] == srt[:, :-1]))
         jr = np.concatenate(jr) if jr else np.zeros(0, np.int64)
         jc = np.concatenate(jc) if jc else np.zeros(0, np.int64)
-        key = jr * max(n, 1) + jc
-        ukey, inv = np.unique(key, return_inverse=True)
-        if ukey.size == key.size:
+        if not dup:
             self._jac_rows, self._jac_cols, self._jac_inv = jr, jc, None
         else:
+            ukey, inv = _unique_inverse(jr * max(n, 1) + jc)
             self._jac_rows = ukey // max(n, 1)
             self._jac_cols = ukey % max(n, 1)
             self._jac_inv = inv.ravel()
@@ -816,26 +906,54 @@ class PyomoNLPEvaluator(NLPEvaluator):
                 mask = cols < n
                 self._grad_plan.append((None if mask.all() else mask, cols[mask]))
 
-        # Hessian structure (lower triangle)
+        # Hessian structure (lower triangle): per family, slot pairs that read
+        # the same two columns in every row are summed first; a pair of
+        # row-invariant columns (parameter x parameter) is one entry
         hr, hc, self._hess_plan = [], [], []
         for fam in self.obj_families + self.con_families:
-            for (a, b) in fam.compiled.d2_pairs:
-                ca, cb = fam.idx[:, a], fam.idx[:, b]
+            pairs = fam.compiled.d2_pairs
+            fplan = []
+            self._hess_plan.append(fplan)
+            if not pairs:
+                continue
+            slots = sorted({k for pr in pairs for k in pr})
+            gid, gcol = {}, []
+            for g, (poss, cols) in enumerate(_merged_slots(fam.idx, slots)):
+                gcol.append((cols, cols.size > 0 and bool(np.all(cols == cols[0]))))
+                for q in poss:
+                    gid[slots[q]] = g
+            by_pair = {}
+            for q, (a, b) in enumerate(pairs):
+                ga, gb = gid[a], gid[b]
+                w = 2.0 if (ga == gb and a != b) else 1.0
+                by_pair.setdefault((min(ga, gb), max(ga, gb)), ([], []))
+                by_pair[(min(ga, gb), max(ga, gb))][0].append(q)
+                by_pair[(min(ga, gb), max(ga, gb))][1].append(w)
+            for (ga, gb), (poss, wts) in by_pair.items():
+                (ca, ka), (cb, kb) = gcol[ga], gcol[gb]
+                if ka and kb:
+                    ca0, cb0 = int(ca[0]), int(cb[0])
+                    if ca0 >= n or cb0 >= n:
+                        continue
+                    fplan.append((poss, wts, "sum", 2.0 if (ga != gb and ca0 == cb0) else 1.0))
+                    hr.append(np.array([max(ca0, cb0)]))
+                    hc.append(np.array([min(ca0, cb0)]))
+                    continue
                 mask = (ca < n) & (cb < n)
                 allm = bool(mask.all())
                 ca_, cb_ = (ca, cb) if allm else (ca[mask], cb[mask])
                 factor = None
-                if a != b:
+                if ga != gb:
                     same = ca_ == cb_
                     if same.any():
                         factor = np.where(same, 2.0, 1.0)
-                self._hess_plan.append((None if allm else mask, factor))
+                fplan.append((poss, wts, None if allm else mask, factor))
                 hr.append(np.maximum(ca_, cb_))
                 hc.append(np.minimum(ca_, cb_))
         hr = np.concatenate(hr) if hr else np.zeros(0, np.int64)
         hc = np.concatenate(hc) if hc else np.zeros(0, np.int64)
         hkey = hr * max(n, 1) + hc
-        hukey, hinv = np.unique(hkey, return_inverse=True)
+        hukey, hinv = _unique_inverse(hkey)
         self._hess_rows = hukey // max(n, 1)
         self._hess_cols = hukey % max(n, 1)
         self._hess_inv = hinv.ravel()
@@ -905,13 +1023,15 @@ class PyomoNLPEvaluator(NLPEvaluator):
     def jacobian(self, x):
         _, cargs = self._args(x)
         parts = []
-        plan = iter(self._jac_plan)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                for f, a in zip(self.con_families, cargs):
-                    for d in f.first(a):
-                        mask = next(plan)
+                for f, a, fplan in zip(self.con_families, cargs, self._jac_plan):
+                    ds = f.first(a)
+                    for poss, mask in fplan:
+                        d = ds[poss[0]]
+                        for q in poss[1:]:
+                            d = d + ds[q]
                         parts.append(d if mask is None else d[mask])
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
@@ -927,28 +1047,31 @@ class PyomoNLPEvaluator(NLPEvaluator):
         oargs, cargs = self._args(x)
         lam = np.asarray(lam, dtype=float)
         parts = []
-        plan = iter(self._hess_plan)
+        fams = self.obj_families + self.con_families
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                for f, a in zip(self.obj_families, oargs):
-                    if not f.compiled.d2_pairs:
+                nobj = len(self.obj_families)
+                for j, (f, a, fplan) in enumerate(zip(fams, oargs + cargs, self._hess_plan)):
+                    if not fplan:
                         continue
-                    wgt = obj_factor * self.sense
-                    for d in f.second(a):
-                        mask, factor = next(plan)
+                    if j < nobj:
+                        wgt = obj_factor * self.sense
+                    else:
+                        wgt = lam[f.row0:f.row0 + f.nrows]
+                    ds = f.second(a)
+                    for poss, wts, mask, factor in fplan:
+                        d = ds[poss[0]] if wts[0] == 1.0 else wts[0] * ds[poss[0]]
+                        for q, w in zip(poss[1:], wts[1:]):
+                            d = d + (ds[q] if w == 1.0 else w * ds[q])
                         v = d * wgt
-                        v = v if mask is None else v[mask]
-                        parts.append(v if factor is None else v * factor)
-                for f, a in zip(self.con_families, cargs):
-                    if not f.compiled.d2_pairs:
-                        continue
-                    wgt = lam[f.row0:f.row0 + f.nrows]
-                    for d in f.second(a):
-                        mask, factor = next(plan)
-                        v = d * wgt
-                        v = v if mask is None else v[mask]
-                        parts.append(v if factor is None else v * factor)
+                        if mask is None:
+                            parts.append(v if factor is None else v * factor)
+                        elif mask.__class__ is np.ndarray:
+                            v = v[mask]
+                            parts.append(v if factor is None else v * factor)
+                        else:               # "sum": one entry for every row
+                            parts.append(np.atleast_1d(factor * np.sum(v)))
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
         v = np.concatenate(parts) if parts else np.zeros(0)
@@ -967,6 +1090,36 @@ class PyomoNLPEvaluator(NLPEvaluator):
         """Write a primal point into the Pyomo variables."""
         for v, val in zip(self.variables, np.asarray(x, dtype=float).tolist()):
             v.set_value(val, skip_validation=True)
+
+
+def _merged_slots(idx, slots):
+    """``[(positions in slots, column array)]``: the slots of ``slots`` grouped
+    by equal columns ``idx[:, k]`` (their derivatives add up)."""
+    groups, out = {}, []
+    for p, k in enumerate(slots):
+        c = idx[:, k]
+        key = (c.tobytes() if c.size and not np.all(c == c[0])
+               else (int(c[0]) if c.size else None))
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = ([], c)
+            out.append(g)
+        g[0].append(p)
+    return out
+
+
+def _unique_inverse(key):
+    """``np.unique(key, return_inverse=True)`` with a stable sort: the keys come
+    in long sorted runs (one per family and slot), which a merge sort exploits
+    (several times faster than the default quicksort at 10⁷ keys)."""
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    flag = np.empty(sk.size, dtype=bool)
+    flag[:1] = True
+    np.not_equal(sk[1:], sk[:-1], out=flag[1:])
+    inv = np.empty(sk.size, dtype=np.int64)
+    inv[order] = flag.astype(np.int64).cumsum() - 1
+    return sk[flag], inv
 
 
 def _check_supported(model):

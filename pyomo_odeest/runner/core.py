@@ -142,6 +142,8 @@ def result_row(res: EstimationResult) -> dict:
     row.update(objective=float(res.objective), status=str(res.status), success=bool(res.success),
                iterations=int(res.iterations), approach=res.approach, method=res.method,
                chi2_p=float(chk.get("p_upper", np.nan)),
+               simulated_objective=float(np.nan if res.extra.get("simulated_objective") is None
+                                         else res.extra["simulated_objective"]),
                warnings=" | ".join(res.warnings))
     return row
 

@@ -237,22 +237,45 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
 # ---------------------------------------------------------------------------
 # bootstrap
 # ---------------------------------------------------------------------------
-def _bootstrap_task(problem, kind, fitted, std_resid, approach, u0, options, rng):
+def _resample(sp, kind, fitted, std_resid, rng):
+    """Resampled values (``'residual'``) or multiplicities (``'case'``) of one
+    single-experiment problem."""
     if kind == "residual":
-        w = np.asarray(problem.weights, dtype=float)
+        w = np.asarray(sp.weights, dtype=float)
         sigma = np.where(w > 0, 1.0 / np.sqrt(np.where(w > 0, w, 1.0)), 0.0)
         values = fitted.copy()
         for o in range(values.shape[1]):
             pool = std_resid[o]
-            rows = np.flatnonzero(problem.mask[:, o])
+            rows = np.flatnonzero(sp.mask[:, o])
             draw = pool[rng.integers(0, len(pool), size=len(rows))]
             values[rows, o] = fitted[rows, o] - sigma[rows, o] * draw
-        sample = problem.variant(values=values)
+        return values
+    N = sp.mask.shape[0]
+    return np.bincount(rng.integers(0, N, size=N), minlength=N)
+
+
+def _bootstrap_task(problem, kind, fitted, std_resid, approach, u0, options, rng):
+    key = "values" if kind == "residual" else "multiplicity"
+    if problem.experiments:
+        draws = {n: _resample(sp, kind, fitted[n], std_resid[n], rng)
+                 for n, sp in zip(problem.experiment_names, problem.experiment_problems)}
+        sample = problem.variant(**{key: draws})
     else:
-        N = problem.mask.shape[0]
-        counts = np.bincount(rng.integers(0, N, size=N), minlength=N)
-        sample = problem.variant(multiplicity=counts)
+        sample = problem.variant(**{key: _resample(problem, kind, fitted, std_resid, rng)})
     return estimate_task(sample, approach, u0, options)
+
+
+def _fitted_and_pools(sp, fitted, residuals):
+    """Fitted values and the per-observable pools of centred standardized residuals."""
+    fv = fitted.reindex(index=sp.data.index, columns=sp.obs_names).to_numpy(dtype=float)
+    r = residuals.reindex(index=sp.data.index, columns=sp.obs_names).to_numpy(dtype=float)
+    w = np.asarray(sp.weights, dtype=float)
+    pools = []
+    for o in range(r.shape[1]):
+        m = sp.mask[:, o] & (w[:, o] > 0)
+        e = r[m, o] * np.sqrt(w[m, o])
+        pools.append(e - e.mean() if len(e) else e)
+    return fv, pools
 
 
 @dataclass
@@ -288,7 +311,9 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
     with replacement) from the centred standardized residuals
     :math:`(z - \\bar z)/\\sigma` of the fit (σ = 1/√w).  ``kind='case'``:
     measurement times drawn with replacement (a time drawn k times weighs k
-    times; least squares only).  ``fit`` is the reference estimate (computed
+    times; least squares only).  With several experiments both resample
+    within each experiment (its own residual pools, its own times), so every
+    sample keeps the design of the experiments.  ``fit`` is the reference estimate (computed
     here if None); every refit starts from it.
     """
     if kind not in ("residual", "case"):
@@ -297,18 +322,19 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
         fit = estimate_task(problem, approach, None, options)
     if not fit.success:
         raise ValueError(f"the reference fit did not converge ({fit.status}); bootstrap needs one")
-    if kind == "case":
-        problem.variant(multiplicity=np.ones(problem.mask.shape[0]))   # loss check, early
-    fitted = fit.fitted.reindex(index=problem.data.index,
-                                columns=problem.obs_names).to_numpy(dtype=float)
-    r = fit.residuals.reindex(index=problem.data.index,
-                              columns=problem.obs_names).to_numpy(dtype=float)
-    w = np.asarray(problem.weights, dtype=float)
-    std_resid = []
-    for o in range(r.shape[1]):
-        m = problem.mask[:, o] & (w[:, o] > 0)
-        e = r[m, o] * np.sqrt(w[m, o])
-        std_resid.append(e - e.mean())
+    if problem.experiments:
+        if kind == "case":                                            # loss check, early
+            problem.variant(multiplicity={e: np.ones(sp.mask.shape[0]) for e, sp in
+                                          zip(problem.experiment_names,
+                                              problem.experiment_problems)})
+        fitted, std_resid = {}, {}
+        for e, sp in zip(problem.experiment_names, problem.experiment_problems):
+            fitted[e], std_resid[e] = _fitted_and_pools(sp, fit.fitted.loc[e],
+                                                        fit.residuals.loc[e])
+    else:
+        if kind == "case":
+            problem.variant(multiplicity=np.ones(problem.mask.shape[0]))   # loss check, early
+        fitted, std_resid = _fitted_and_pools(problem, fit.fitted, fit.residuals)
     rn = _runner(runner)
     sp = _share(rn, problem)
     args = (sp, kind, fitted, std_resid, approach, fit.x, options)

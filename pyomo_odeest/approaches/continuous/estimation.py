@@ -8,16 +8,17 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ...problem.validation import validate_estimator
+from ...discretization.checks import validate_estimator
 from ...nlp.cyipopt_adapter import solve_with_ipopt, start_value_magnitude
 from ...nlp.protocol import EvaluationError
 from ...problem.declaration import EstimationProblem, ProblemError
 from ...problem.result import EstimationResult, stack_experiments
 from ...discretization.experiments import ExperimentModels
+from ...symbolic.vectorfn import VectorFn, sparse_jacobian
 from .functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
 from .model import ContinuousModel
 
-__all__ = ["estimate_continuous"]
+__all__ = ["estimate_continuous", "ContinuousConstraints"]
 
 _SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
 
@@ -63,18 +64,96 @@ class _ScaledObjective:
         return H * np.outer(self.s, self.s)
 
 
+class ContinuousConstraints:
+    r"""The problem's constraints on the continuous solution, as constraints over u.
+
+    Rows: :math:`c(x_e(\tau_{e,j}), u, \tau_{e,j}) \le 0` at the measurement
+    times of each experiment e (path constraints declared
+    ``at='measurements'``), then :math:`r(u) \le 0`.  Jacobian
+    :math:`c_x S(\tau_j) + c_u` with the forward sensitivities
+    :math:`S = \partial x/\partial u` [MHV, eq. (8)] of the free parameters
+    (one augmented solve per experiment).  A path constraint declared
+    ``at='grid'`` has no meaning here (the integration is adaptive, there is
+    no grid): it raises a :class:`ProblemError`.
+    """
+
+    def __init__(self, problem, cm, free):
+        subs = problem.experiment_problems or [problem]
+        models = cm.models if problem.experiments else [cm]
+        self.free = np.flatnonzero(free)
+        self.parts = []
+        for e, (sp, m) in enumerate(zip(subs, models)):
+            for pc, ex in sp.path_constraints:
+                if pc.at != "measurements":
+                    raise ProblemError(
+                        f"the continuous approach imposes path constraints at the measurement "
+                        f"times only (it integrates adaptively, without a grid); path "
+                        f"constraint '{pc.name}' has at={pc.at!r}: declare it with "
+                        f"at='measurements', or use the simultaneous, reduced_space or "
+                        f"multiple_shooting approach")
+                tau, pts = np.unique(m.tau, return_index=True)
+                xs, us, ts = sp.x_sym, sp.u_sym, sp.t_sym
+                self.parts.append((e, pc.name, pts, tau, m, VectorFn((ex,), xs, us, ts),
+                                   sparse_jacobian((ex,), xs, xs, us, ts),
+                                   sparse_jacobian((ex,), us, xs, us, ts)))
+        pcs = problem.parameter_constraints
+        self._r, self._dr = problem.parameter_constraint_functions()
+        self.names = [pc.name for pc, _ in pcs]
+        self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
+
+    def values(self, u):
+        out = []
+        for e, _, pts, tau, m, fn, _, _ in self.parts:
+            _, Xm = m._forward(m._u(u))
+            out.append(fn(Xm[pts], u, tau)[:, 0])
+        out += [np.atleast_1d(float(r(u))) for r in self._r]
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def jacobian(self, u):
+        """Dense (m, free) Jacobian over the free parameters."""
+        rows, sens = [], {}
+        V = np.eye(len(u))[:, self.free]
+        for e, _, pts, tau, m, fn, jx, ju in self.parts:
+            if e not in sens:
+                _, Xm, Sm = m.sensitivities(u, V)
+                sens[e] = (Xm, Sm)
+            Xm, Sm = sens[e]
+            X = Xm[pts]
+            cx = jx.dense(jx.values(X, u, tau))[:, 0, :]
+            cu = ju.dense(ju.values(X, u, tau))[:, 0, :]
+            rows.append(np.einsum("jn,jnk->jk", cx, Sm[pts]) + cu[:, self.free])
+        rows += [np.asarray(dr(u), dtype=float).reshape(1, -1)[:, self.free] for dr in self._dr]
+        return np.vstack(rows) if rows else np.zeros((0, len(self.free)))
+
+    def multipliers(self, problem, lam):
+        """``({'path_<name>': DataFrame}, {name: float})`` (as the reduced space)."""
+        per, a = {}, 0
+        for e, name, pts, tau, *_ in self.parts:
+            fr = pd.DataFrame({name: lam[a:a + len(pts)]}, index=pd.Index(tau, name="time"))
+            per.setdefault(f"path_{name}", []).append((e, fr))
+            a += len(pts)
+        frames = {}
+        for key, lst in per.items():
+            frames[key] = (stack_experiments([problem.experiment_names[e] for e, _ in lst],
+                                             [f for _, f in lst])
+                           if problem.experiments else lst[0][1])
+        return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
+
+
 class _IpoptProblem:
-    """The bound-constrained problem (m = 0) as an evaluator for
-    :func:`~pyomo_odeest.nlp.cyipopt_adapter.solve_with_ipopt`."""
+    """The problem over the scaled free parameters as an evaluator for
+    :func:`~pyomo_odeest.nlp.cyipopt_adapter.solve_with_ipopt`: bounds, and the
+    problem's constraints (:class:`ContinuousConstraints`, ``g(w) <= 0``) if any;
+    with constraints the exact Hessian is that of J alone (same KKT point)."""
 
-    m = 0
-    g_lb = g_ub = np.zeros(0)
-
-    def __init__(self, obj, w0, wl, wu):
+    def __init__(self, obj, w0, wl, wu, cons=None):
         self.obj = obj
         self.n = len(w0)
         self.x0, self.x_lb, self.x_ub = w0, wl, wu
         self._rows, self._cols = np.tril_indices(self.n)
+        self.cons = cons
+        self.m = 0 if cons is None else cons.m
+        self.g_lb, self.g_ub = np.full(self.m, -np.inf), np.zeros(self.m)
 
     def _guard(self, fn, *args):
         try:
@@ -94,13 +173,18 @@ class _IpoptProblem:
         return self._guard(self.obj.gradient, w)
 
     def constraints(self, w):
-        return np.zeros(0)
+        if self.cons is None:
+            return np.zeros(0)
+        return self._guard(self.cons.values, self.obj.u(w))
 
     def jacobian(self, w):
-        return np.zeros(0)
+        if self.cons is None:
+            return np.zeros(0)
+        return (self._guard(self.cons.jacobian, self.obj.u(w)) * self.obj.s[None, :]).ravel()
 
     def jacobian_structure(self):
-        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+        r, c = np.meshgrid(np.arange(self.m), np.arange(self.n), indexing="ij")
+        return r.ravel(), c.ravel()
 
     def hessian_structure(self):
         return self._rows, self._cols
@@ -205,10 +289,15 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     obj = _ScaledObjective(cm, u_start, free, s, gradient, hessian)
     w0 = uf / s
     wl, wu = lb / s, ub / s
+    cons = ContinuousConstraints(problem, cm, free) if problem.has_constraints else None
+    if cons is not None and optimizer != "ipopt":
+        raise ProblemError(f"optimizer {optimizer!r} does not take the problem's path or "
+                           f"parameter constraints; use optimizer='ipopt'")
     J_start = cm.objective(obj.u(w0))
     build_s = time.perf_counter() - t_start
 
     t_solve = time.perf_counter()
+    mult_g = None
     if optimizer == "ipopt":
         opts = dict(tol=1e-8, acceptable_tol=1e-2, acceptable_iter=5,
                     acceptable_obj_change_tol=max(1e-12, 10 * cm.rtol), max_iter=500)
@@ -216,8 +305,9 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
             opts["hessian_approximation"] = "limited-memory"
         opts.update(options or {})
         # exceptions other than failed evaluations (and Ctrl-C) stop Ipopt and are re-raised
-        r = solve_with_ipopt(_IpoptProblem(obj, w0, wl, wu), options=opts, tee=tee)
+        r = solve_with_ipopt(_IpoptProblem(obj, w0, wl, wu, cons), options=opts, tee=tee)
         w, status, iterations = r.x, r.status_name, r.iterations
+        mult_g = np.asarray(r.mult_g, dtype=float) if cons is not None else None
         success = status in _SUCCESS
         mname = f"ipopt/{'limited-memory' if hessian is None else 'exact-hessian:' + hessian}"
     else:
@@ -269,8 +359,13 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         extra=dict(gradient=pd.Series(g, index=problem.parameter_names), adjoint=lam,
                    start=pd.Series(u_start, index=problem.parameter_names),
                    objective_start=J_start, scale=s, continuous_model=cm))
-    from ...analysis.diagnostics import diagnose
-    return diagnose(problem, res)
+    if mult_g is not None:
+        frames, pmult = cons.multipliers(problem, mult_g)
+        res.multipliers.update(frames)
+        if pmult:
+            res.extra["parameter_constraint_multipliers"] = pmult
+    from ...problem.result import post_solve_checks
+    return post_solve_checks(problem, res)
 
 
 def _frames(problem, cm, u, n_grid):

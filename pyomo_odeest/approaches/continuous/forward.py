@@ -10,12 +10,39 @@ import sympy
 from scipy.integrate import solve_ivp
 
 from ...problem.misfit import MeasurementMisfit, misfit_constant, observations
-from ...problem.declaration import (EstimationProblem, require_no_constraints, require_no_inputs,
-                                    require_single_experiment)
+from ...problem.declaration import EstimationProblem, require_single_experiment
 from .functions import (ODE_METHODS, _IMPLICIT, _SPARSE_OK, IntegrationError, _check_bounded,
                         _contract, _diff_entries, _SymArray, _SymBundle)
 
 __all__ = ["Forward"]
+
+
+class _PiecewiseSolution:
+    """Solutions of consecutive pieces as one: ``y[:, -1]`` is the end of the
+    integration, ``sol(t)`` the dense output of the piece that holds ``t``
+    (the later piece at a common end point)."""
+
+    def __init__(self, pieces, dense):
+        self.y = pieces[-1][1].y
+        order = sorted(pieces, key=lambda p: p[0])
+        self._sols = [p[1].sol for p in order]
+        self._starts = np.array([p[0] for p in order[1:]])
+        if not dense:
+            self.sol = None
+
+    def sol(self, t):
+        t = np.asarray(t, dtype=float)
+        k = np.searchsorted(self._starts, t, side="right")
+        if t.ndim == 0:
+            return self._sols[int(k)](float(t))
+        out = None
+        for piece in np.unique(k):
+            sel = k == piece
+            v = np.atleast_2d(self._sols[int(piece)](t[sel]))
+            if out is None:
+                out = np.empty((v.shape[0], len(t)))
+            out[:, sel] = v
+        return out if out is not None else np.zeros((0, 0))
 
 
 class Forward:
@@ -27,8 +54,6 @@ class Forward:
         if not isinstance(problem, EstimationProblem):
             raise TypeError("ContinuousModel needs an EstimationProblem")
         require_single_experiment(problem, "ContinuousModel (use one per experiment)")
-        require_no_inputs(problem, "the continuous approach")
-        require_no_constraints(problem, "the continuous approach")
         if method not in ODE_METHODS:
             raise ValueError(f"method must be one of {ODE_METHODS}, got {method!r}")
         if not (rtol > 0 and atol > 0):
@@ -45,6 +70,8 @@ class Forward:
         self.p = len(problem.parameters)
         self.t0, self.T = float(problem.t0), float(problem.T)
         self.tau = np.asarray(problem.meas_times, dtype=float)
+        #: switching times of the inputs: every integration restarts there
+        self.switches = np.asarray(problem.switch_times, dtype=float)
         self.constant = misfit_constant(problem)
 
         X, U, t = problem.x_sym, problem.u_sym, problem.t_sym
@@ -117,6 +144,42 @@ class Forward:
         return self.method in _SPARSE_OK and dim > self.sparse_jacobian
 
     def _solve(self, fun, jac, t_span, y0, dense=True, atol=None):
+        r"""Integrate over ``t_span`` (forward or backward), restarting at every
+        switching time :math:`\sigma` of the inputs inside it.
+
+        Each piece :math:`[a, b]` between switching times is integrated with
+        the right-hand side evaluated at :math:`\min(t, b^-)` when :math:`b` is
+        a switching time (:math:`b^-` the preceding floating-point number), so
+        the integrator sees one smooth piece of every input, as the grids of
+        the discrete schemes do (their twin points :math:`\sigma^-`).  The
+        states, sensitivities and adjoints are continuous at :math:`\sigma`
+        (fixed switching times): a restart, no jump.  Returns the solution of
+        one piece, or a :class:`_PiecewiseSolution` of several.
+        """
+        if not len(self.switches):
+            return self._solve_piece(fun, jac, t_span, y0, dense, atol)
+        a, b = float(t_span[0]), float(t_span[1])
+        lo, hi = min(a, b), max(a, b)
+        inner = self.switches[(self.switches > lo) & (self.switches < hi)]
+        edges = np.concatenate([[lo], inner, [hi]])
+        if a > b:
+            edges = edges[::-1]
+        pieces, y = [], np.asarray(y0, dtype=float)
+        for s, e in zip(edges[:-1], edges[1:]):
+            top = max(s, e)
+            if np.any(self.switches == top):
+                top = float(np.nextafter(top, -np.inf))
+                f = (lambda fn, c: (lambda t, yy: fn(min(t, c), yy)))(fun, top)
+                jj = None if jac is None else (lambda fn, c: (lambda t, yy: fn(min(t, c), yy)))(
+                    jac, top)
+            else:
+                f, jj = fun, jac
+            sol = self._solve_piece(f, jj, (s, e), y, dense, atol)
+            pieces.append((min(s, e), sol))
+            y = sol.y[:, -1]
+        return pieces[0][1] if len(pieces) == 1 else _PiecewiseSolution(pieces, dense)
+
+    def _solve_piece(self, fun, jac, t_span, y0, dense=True, atol=None):
         kw = dict(method=self.method, rtol=self.rtol, dense_output=dense,
                   atol=self.atol if atol is None else atol,
                   max_step=self.max_step)
