@@ -21,7 +21,7 @@ from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerL
                              make_grid)
 from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
                     build_adaptive_block, build_block, build_experiment_blocks,
-                    estimate_adaptive, problem_from_dae,
+                    dae_result, estimate_adaptive, problem_from_dae,
                     scheme_constraint, use_as_ipopt)
 from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
@@ -50,7 +50,7 @@ __all__ = [
     # pyomo
     "SOLVER_NAME", "OdeestIpoptSolver", "PyomoNLPEvaluator", "UnsupportedModelError",
     "build_adaptive_block", "build_block", "build_experiment_blocks", "estimate_adaptive", "problem_from_dae",
-    "scheme_constraint", "use_as_ipopt",
+    "dae_result", "scheme_constraint", "use_as_ipopt",
     # approaches
     "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",
     "estimate_multiple_shooting", "estimate_reduced", "estimate_simultaneous", "simulate",

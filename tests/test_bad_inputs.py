@@ -496,3 +496,12 @@ def test_stiffness_is_checked_per_experiment():
     assert all(w.startswith("experiment 'coarse'") for w in sim.warnings if "stiff: at t=" in w)
     ok = po.estimate(prob, "simultaneous", scheme="enright", steps_per_interval=1)
     assert not any("stiff: at t=" in w for w in ok.warnings)
+
+
+def test_parameter_fixed_by_equal_bounds_is_said_once():
+    prob = decay(lb=0.7, ub=0.7)
+    for approach in ("reduced_space", "simultaneous"):
+        res = po.estimate(prob, approach)
+        assert res.estimates["k"] == 0.7
+        bw = [w for w in res.warnings if "'k'" in w]
+        assert len(bw) == 1 and "lb = ub = 0.7" in bw[0], res.warnings

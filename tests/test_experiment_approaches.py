@@ -208,3 +208,48 @@ def test_continuous_constraint_jacobian_exact():
         v[free] = z
         return cons.values(v)
     np.testing.assert_allclose(cons.jacobian(u), _fd(vals, u[free]), rtol=1e-5, atol=1e-6)
+
+
+def test_each_unsupported_combination_raises_a_clear_error():
+    """What an approach cannot do is refused with a ProblemError naming the feature
+    (never ignored), also as the status of compare_approaches' row."""
+    from pyomo_odeest import compare_approaches
+    exps = _problem(constraints=False)                     # experiments and inputs
+    single = _input_problem(CONT_INPUTS["constant"])       # inputs only
+    grid_path = _problem(at="grid")                        # path constraint on the grid
+    with pytest.raises(ProblemError, match="adaptive approach does not take a problem with "
+                                           "several experiments"):
+        estimate(exps, "adaptive")
+    with pytest.raises(ProblemError, match="adaptive approach does not take inputs"):
+        estimate(single, "adaptive")
+    with pytest.raises(ProblemError, match="adaptive approach does not take path or parameter "
+                                           "constraints"):
+        estimate(EstimationProblem(
+            ["x"], [Parameter("k", 0.5)], lambda x, u, t: [-u.k * x.x], {"x": 1.0},
+            pd.DataFrame({"x": np.exp(-0.5 * T_MEAS)}, index=T_MEAS),
+            constraints=[ParameterConstraint("kmax", lambda u: u.k - 1)]), "adaptive")
+    with pytest.raises(ProblemError, match="continuous approach imposes path constraints at the "
+                                           "measurement times only.*at='grid'"):
+        estimate(grid_path, "continuous")
+    for approach in ("reduced_space", "continuous"):
+        with pytest.raises(ProblemError, match="optimizer 'L-BFGS-B' does not take the "
+                                               "problem's path or parameter constraints"):
+            estimate(_problem(at="measurements"), approach, optimizer="L-BFGS-B")
+    table, _ = compare_approaches(exps, ("adaptive",))
+    assert "adaptive approach does not take a problem with several experiments" in \
+        table.loc["adaptive", "status"]
+
+
+def test_shooting_includes_the_penalty():
+    """R(u) is part of the shooting objective: one interval = the reduced space."""
+    t = T_MEAS
+    P = EstimationProblem(["x"], [Parameter("k", 0.5)], lambda x, u, t: [-u.k * x.x],
+                          {"x": 1.0}, pd.DataFrame({"x": np.exp(-0.5 * t)}, index=t),
+                          penalty=lambda u: 0.1 * (u.k - 0.8) ** 2)
+    rr = estimate(P, "reduced_space", steps_per_interval=4)
+    rm = estimate(P, "multiple_shooting", steps_per_interval=4, nodes=[],
+                  options={"tol": 1e-10})
+    assert rr.success and rm.success
+    assert 0.5 < rr.x[0] < 0.8                       # pulled towards 0.8 by the penalty
+    assert rm.x[0] == pytest.approx(rr.x[0], rel=1e-7)
+    assert rm.objective == pytest.approx(rr.objective, rel=1e-9)

@@ -190,7 +190,7 @@ def test_laplace_noise_raises(tmp_path):
         read_petab(d)
 
 
-def test_preequilibration_and_steady_state_measurements_raise(tmp_path):
+def test_preequilibration_raises(tmp_path):
     d = copy_problem(tmp_path)
     f = table(d, "measurementData_")
     df = pd.read_csv(f, sep="\t")
@@ -198,7 +198,12 @@ def test_preequilibration_and_steady_state_measurements_raise(tmp_path):
     df.to_csv(f, sep="\t", index=False)
     with pytest.raises(UnsupportedFeatureError, match=r"measurementData_Crauste.*pre-equilibration"):
         read_petab(d)
-    df["preequilibrationConditionId"] = np.nan
+
+
+def test_steady_state_measurements_raise(tmp_path):
+    d = copy_problem(tmp_path)
+    f = table(d, "measurementData_")
+    df = pd.read_csv(f, sep="\t")
     df["time"] = df["time"].astype(float)
     df.loc[0, "time"] = np.inf
     df.to_csv(f, sep="\t", index=False)
@@ -206,17 +211,126 @@ def test_preequilibration_and_steady_state_measurements_raise(tmp_path):
         read_petab(d)
 
 
-def test_algebraic_rules_raise(tmp_path):
-    d = copy_problem(tmp_path)
+def _edit_sbml(d, edit):
     xml = table(d, "model_")
     doc = libsbml.readSBMLFromFile(str(xml))
-    m = doc.getModel()
-    p = m.createParameter()
-    p.setId("z"), p.setConstant(False), p.setValue(0.0)
-    m.createAlgebraicRule().setMath(libsbml.parseL3Formula("z - Naive"))
+    assert doc.setLevelAndVersion(3, 2, False)           # rateOf, conversion factors: L3
+    edit(doc.getModel())
     libsbml.writeSBMLToFile(doc, str(xml))
-    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*algebraic rules"):
+
+
+def _kinetic_law(formula):
+    def edit(m):
+        kl = m.getReaction(0).getKineticLaw()
+        kl.setMath(libsbml.parseL3Formula(f"({libsbml.formulaToL3String(kl.getMath())}) * "
+                                          f"{formula}"))
+    return edit
+
+
+def _variable_compartment(m):
+    m.getCompartment(0).setConstant(False)
+
+
+def _conversion_factor(m):
+    p = m.createParameter()
+    p.setId("cf"), p.setValue(2.0), p.setConstant(True)
+    m.setConversionFactor("cf")
+
+
+@pytest.mark.parametrize("edit, feature", [
+    (_kinetic_law("delay(Naive, 1) / Naive"), "delay"),
+    (_kinetic_law("(1 + rateOf(Naive))"), "rateOf"),
+    (_variable_compartment, "compartment of variable size"),
+    (_conversion_factor, "conversion factor"),
+], ids=["delay", "rateOf", "variable_compartment", "conversion_factor"])
+def test_sbml_feature_raises(tmp_path, edit, feature):
+    d = copy_problem(tmp_path)
+    _edit_sbml(d, edit)
+    with pytest.raises(UnsupportedFeatureError, match=rf"model_Crauste.*{feature}"):
         read_petab(d)
+
+
+def _yaml_edit(d, edit):
+    import yaml
+    f = table(d, "Crauste_CellSystems2017.yaml")
+    spec = yaml.safe_load(f.read_text())
+    edit(spec)
+    f.write_text(yaml.safe_dump(spec))
+
+
+@pytest.mark.parametrize("edit, feature", [
+    (lambda s: s["problems"][0].update(mapping_files=["mapping.tsv"]), "mapping tables"),
+    (lambda s: s["problems"][0]["sbml_files"].append("other.xml"), "2 models"),
+    (lambda s: s["problems"].append(dict(s["problems"][0])), "2 problems in one file"),
+    (lambda s: s.update(extensions={"sciml": {"version": "0.1"}}), "extensions"),
+    (lambda s: s.update(format_version=2), "format version 2"),
+], ids=["mapping_tables", "several_models", "several_problems", "extensions", "version_2"])
+def test_yaml_feature_raises(tmp_path, edit, feature):
+    d = copy_problem(tmp_path)
+    _yaml_edit(d, edit)
+    with pytest.raises(UnsupportedFeatureError, match=rf"Crauste_CellSystems2017\.yaml.*{feature}"):
+        read_petab(d)
+
+
+def test_sigma_with_two_estimated_parameters_raises(tmp_path):
+    """sigma = sd_a * sd_b with both estimated: the import names them (the likelihood
+    itself is still evaluated by simulation)."""
+    d = copy_problem(tmp_path)
+    f = table(d, "observables_")
+    obs = pd.read_csv(f, sep="\t")
+    obs.loc[obs["observableId"] == "observable_Naive", "noiseFormula"] = \
+        "noiseParameter1_observable_Naive * sd_b"
+    obs.to_csv(f, sep="\t", index=False)
+    f = table(d, "measurementData_")
+    df = pd.read_csv(f, sep="\t")
+    df["noiseParameters"] = df["noiseParameters"].astype(object)
+    df.loc[df["observableId"] == "observable_Naive", "noiseParameters"] = "sd_a"
+    df.to_csv(f, sep="\t", index=False)
+    f = table(d, "parameters_")
+    par = pd.read_csv(f, sep="\t")
+    extra = pd.DataFrame([dict(parameterId=n, parameterName=n, parameterScale="log10",
+                               lowerBound=1e-2, upperBound=1e5, nominalValue=v, estimate=1)
+                          for n, v in (("sd_a", 100.0), ("sd_b", 1.0))])
+    pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
+    model = read_petab(d)
+    assert np.isfinite(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
+    with pytest.raises(UnsupportedFeatureError,
+                       match=r"Crauste.*several estimated parameters \['sd_a', 'sd_b'\]"):
+        petab_problem(model)
+
+
+def test_several_noise_parameters_estimated_jointly(tmp_path):
+    """One estimated noise parameter per observable (log10 scale): fit() alternates the
+    least-squares fit and the exact noise update; its NLL and estimates equal a direct
+    minimization of PEtab's NLL by simulation over all parameters, noise included."""
+    from scipy.optimize import minimize
+    from pyomo_odeest.petab import write_petab
+    prob = _time_dependent_problem()
+    folder = pathlib.Path(write_petab(prob, tmp_path / "lv")).parent
+    f = table(folder, "measurements_")
+    df = pd.read_csv(f, sep="\t")
+    df["noiseParameters"] = np.where(df["observableId"] == "x1", "sd_x1", "sd_x2")
+    df.to_csv(f, sep="\t", index=False)
+    f = table(folder, "parameters_")
+    par = pd.read_csv(f, sep="\t")
+    extra = pd.DataFrame([dict(parameterId=n, parameterScale="log10", lowerBound=1e-3,
+                               upperBound=10.0, nominalValue=0.3, estimate=1)
+                          for n in ("sd_x1", "sd_x2")])
+    pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
+    pe = petab_problem(folder)
+    assert pe.noise_parameters == ["sd_x1", "sd_x2"] and pe.sigma_parameter is None
+    assert "sd_x1" not in pe.problem.parameter_names
+    res = pe.fit("reduced_space", max_step=0.05, scheme="enright")
+    assert res.success and res.extra["petab_rounds"] > 2
+    sim = PetabSimulator(pe.model, rtol=1e-11, atol=1e-12)
+    ours = pe.scaled_estimates(res).to_numpy()
+    direct = minimize(sim.nll, ours + 0.05, method="L-BFGS-B",
+                      options=dict(ftol=1e-15, gtol=1e-9, maxiter=2000))
+    assert sim.nll(ours) == pytest.approx(direct.fun, abs=2e-5)
+    np.testing.assert_allclose(ours, direct.x, atol=2e-3)
+    assert res.extra["petab_nll"] == pytest.approx(sim.nll(ours), abs=1e-3)   # discretization
+    s = res.extra["petab_noise"]                       # measured: 0.216 and 0.315
+    assert s["sd_x2"] > 1.2 * s["sd_x1"]
 
 
 # ---------------------------------------------------------------------------

@@ -188,6 +188,11 @@ def bound_warnings(problem, result, rtol=1e-6):
     for k, p in enumerate(problem.parameters):
         if p.fixed:
             continue
+        if p.lb is not None and p.lb == p.ub:
+            u[k] = p.lb
+            out.append(f"parameter '{p.name}' has lb = ub = {p.lb:g}: its bounds fix it, it "
+                       f"was not estimated (declare it fixed=True, or widen the bounds)")
+            continue
         for b, side in ((p.lb, "lower"), (p.ub, "upper")):
             if b is None or not np.isfinite(u[k]):
                 continue

@@ -316,7 +316,8 @@ class MultipleShootingNLP(NLPEvaluator):
 
     Objective: eq. (7), :math:`\sum_j \varphi_j` with :func:`~pyomo_odeest.problem.misfit.misfit_sym`
     evaluated at the node value of the measurement time (or on the interval
-    trajectory for a measurement time that is not a node).  Its gradient is
+    trajectory for a measurement time that is not a node), plus the problem's
+    penalty :math:`R(u)` if it has one.  Its gradient is
     explicit for node measurements (Remark 2) and one adjoint sweep per
     interval holding off-node measurements.  A failing interval simulation
     raises :class:`~pyomo_odeest.nlp.protocol.EvaluationError` (Ipopt cuts
@@ -653,10 +654,7 @@ class ShootingNLP(NLPEvaluator):
                     jx=sparse_jacobian((ex,), xs, xs, us, ts),
                     ju=sparse_jacobian((ex,), us, xs, us, ts)))
         pcs = problem.parameter_constraints
-        us = tuple(problem.u_sym)
-        self._r = [sympy.lambdify((us,), ex, "numpy") for _, ex in pcs]
-        self._dr = [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
-                    for _, ex in pcs]
+        self._r, self._dr = problem.parameter_constraint_functions()
         self.parameter_constraint_names = [pc.name for pc, _ in pcs]
         self.m_path = sum(len(d["pts"]) for d in self.paths)
         self.m = self.m_cont + self.m_path + len(pcs)

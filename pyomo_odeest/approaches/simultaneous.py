@@ -20,14 +20,13 @@ import sympy
 from ..pyomo.block import build_block
 from ..pyomo.experiments import build_experiment_blocks
 from ..problem.misfit import misfit_constant, observations
-from ..nlp.cyipopt_adapter import start_value_scaling
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
 from ..discretization.checks import validate_estimator
 from ..problem.validation import DEFAULT_MAX_ITER
 from ..discretization.schemes import integrate
 from ..symbolic.vectorfn import VectorFn
-from ..pyomo.solver import OdeestIpoptSolver
+from ..pyomo.solver import OdeestIpoptSolver, add_scaling_factors
 
 __all__ = ["estimate_simultaneous", "simulate", "numeric_functions", "initialize_block"]
 
@@ -249,14 +248,9 @@ def scale_parameters(m, b):
     """Put ``1/|u_k|`` (1 where u_k = 0) on ``m.scaling_factor`` for every free
     parameter of block ``b`` that has no factor there yet."""
     sf = getattr(m, "scaling_factor", None)
-    if sf is None:
-        m.scaling_factor = sf = pyo.Suffix(direction=pyo.Suffix.EXPORT)
-    elif not isinstance(sf, pyo.Suffix):
+    if sf is not None and not isinstance(sf, pyo.Suffix):
         raise ProblemError("model.scaling_factor exists and is not a Suffix")
-    for p in b.problem.parameter_names:
-        v = b.u[p]
-        if not v.fixed and v not in sf:
-            sf[v] = float(start_value_scaling([v.value])[0])
+    add_scaling_factors(m, [b.u[p] for p in b.problem.parameter_names])
 
 
 def collect_result(b, m, info, build_s, total_s):

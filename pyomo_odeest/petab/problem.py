@@ -52,6 +52,18 @@ estimation problem is then that least-squares problem with weights
 estimated σ (two noise parameters, a σ mixing numbers and parameters
 across data) raises :class:`UnsupportedFeatureError` here; its likelihood
 is still evaluated by :func:`~pyomo_odeest.petab.petab_nll`.
+
+**Several estimated noise parameters.**  When every σ is a number, or a
+number times one of several estimated parameters
+(:math:`\sigma_i = c_i\, s_{g(i)}`, e.g. one noise parameter per
+observable), the problem is built with σ at the current
+:math:`s` and :meth:`PetabEstimation.fit` minimizes the joint NLL by
+alternating the two exact partial minimizations: the least-squares fit of θ
+with weights :math:`1/(c_i s_{g(i)})^2`, then
+:math:`s_g^2 = \mathrm{clip}\big(\frac{1}{N_g}\sum_{i\in g} r_i^2/c_i^2\big)`;
+each step lowers the NLL, and a fixed point is a stationary point of the
+joint NLL in :math:`(\theta, s)`.  A σ formula holding two estimated
+parameters (or a state) raises :class:`UnsupportedFeatureError`.
 """
 from __future__ import annotations
 
@@ -85,10 +97,14 @@ class PetabEstimation:
         Constant terms of the NLL (those of the profiled σ excluded).
     sigma_parameter : str or None
         The estimated σ parameter profiled out (see the module docstring).
+    noise_parameters : list of str
+        Several estimated noise parameters, estimated by :meth:`fit` (empty
+        otherwise); ``noise_start`` their start values (linear scale), at
+        which σ of :attr:`problem` is stated.
     """
 
     def __init__(self, model: PetabModel, problem, constant, sigma_parameter, sigma_factors,
-                 jacobian_sum, conditions):
+                 jacobian_sum, conditions, groups=None, data=None):
         self.model = model
         self.conditions = list(conditions)
         self.problem = problem
@@ -97,6 +113,10 @@ class PetabEstimation:
         self._c = sigma_factors
         self._jac = jacobian_sum
         self._simulator = None
+        self._groups = groups                      # per datum: noise parameter id or None
+        self._data = data                          # per datum: condition, time, name
+        self.noise_parameters = sorted({g for g in (groups or []) if g is not None})
+        self.noise_start = {g: self.model.parameter(g).nominal for g in self.noise_parameters}
 
     @property
     def n_data(self):
@@ -110,10 +130,17 @@ class PetabEstimation:
         s = math.sqrt(max(objective / self.n_data, 0.0))
         return min(max(s, p.lb), p.ub)
 
-    def nll(self, objective):
+    def nll(self, objective, noise=None):
         """PEtab's negative log-likelihood from the problem's objective value
-        (the objective of an :class:`~pyomo_odeest.EstimationResult`)."""
+        (the objective of an :class:`~pyomo_odeest.EstimationResult`); with several
+        noise parameters, of a problem whose σ was stated at ``noise`` (default:
+        their start values; a result of :meth:`fit` holds them in
+        ``extra['petab_noise']``)."""
         objective = float(objective)
+        if self.noise_parameters:
+            s = self._sigma_factor(noise)
+            return 0.5 * objective + self._jac + float(
+                np.sum(0.5 * np.log(2 * np.pi * (self._c * s) ** 2)))
         if self.sigma_parameter is None:
             return 0.5 * objective + self.constant
         s = self.profiled_sigma(objective)
@@ -125,10 +152,13 @@ class PetabEstimation:
         """The estimated PEtab parameters on their scales (a Series in the parameter
         table's order), the profiled σ included."""
         est = result.estimates
+        noise = {**self.noise_start, **(result.extra.get("petab_noise") or {})}
         out = {}
         for p in self.model.estimated:
             if p.id == self.sigma_parameter:
                 out[p.id] = scale_value(self.profiled_sigma(result.objective), p.scale)
+            elif p.id in noise:
+                out[p.id] = scale_value(noise[p.id], p.scale)
             else:
                 out[p.id] = float(est[p.id])
         return pd.Series(out, name="scaled")
@@ -143,6 +173,73 @@ class PetabEstimation:
             self._simulator = PetabSimulator(self.model)
         scaled = None if result is None else self.scaled_estimates(result).to_numpy()
         return self._simulator.nll(scaled)
+
+    # -- several estimated noise parameters ----------------------------------
+    def _sigma_factor(self, noise=None):
+        """Per datum: the factor s of σ = c·s (1 where σ is a number)."""
+        noise = {**self.noise_start, **(noise or {})}
+        return np.array([1.0 if g is None else float(noise[g]) for g in self._groups])
+
+    def _residuals(self, result):
+        """Per datum: τ(y) − τ(m) of ``result``, in the order of the measurements."""
+        R = result.residuals
+        d = self._data
+        if self.problem.experiments:
+            return np.array([float(R.loc[(c, t), n]) for c, t, n in
+                             zip(d["condition"], d["time"], d["name"])])
+        return np.array([float(R.loc[t, n]) for t, n in zip(d["time"], d["name"])])
+
+    def _stated(self, noise):
+        """The problem with σ stated at ``noise`` (weights rescaled from the start)."""
+        ratio = (self._sigma_factor(None) / self._sigma_factor(noise)) ** 2
+        P = self.problem
+        d = self._data.assign(m=ratio)
+
+        def multiplicity(sp, rows):
+            M = np.ones(sp.mask.shape)
+            col = {n: k for k, n in enumerate(sp.obs_names)}
+            row = {t: k for k, t in enumerate(sp.meas_times)}
+            for t, n, m in zip(rows["time"], rows["name"], rows["m"]):
+                M[row[t], col[n]] = m
+            return M
+        if P.experiments:
+            return P.variant(multiplicity={c: multiplicity(sp, d[d["condition"] == c])
+                                           for c, sp in zip(P.experiment_names,
+                                                            P.experiment_problems)})
+        return P.variant(multiplicity=multiplicity(P, d))
+
+    def fit(self, approach="reduced_space", rounds=50, rtol=1e-9, **options):
+        r"""Estimate θ and several noise parameters by alternating exact partial
+        minimizations (see the module docstring): ``rounds`` at most, until the
+        noise parameters change by less than ``rtol`` (relative).  ``options`` go
+        to :func:`~pyomo_odeest.estimate` (``u0`` starts the first round).
+        Returns the last round's result with ``extra['petab_noise']`` (the noise
+        parameters, linear scale), ``extra['petab_rounds']`` and
+        ``extra['petab_nll']`` (PEtab's NLL on the discretization)."""
+        from ..approaches.estimate import estimate
+        if not self.noise_parameters:
+            res = estimate(self.problem, approach, **options)
+            res.extra["petab_nll"] = self.nll(res.objective)
+            return res
+        noise = dict(self.noise_start)
+        groups = np.array([g if g is not None else "" for g in self._groups])
+        for k in range(1, rounds + 1):
+            res = estimate(self._stated(noise), approach, **options)
+            if not res.success:
+                break
+            options["u0"] = res.x
+            r2 = (self._residuals(res) / self._c) ** 2
+            new = {}
+            for g in self.noise_parameters:
+                p = self.model.parameter(g)
+                new[g] = min(max(float(np.sqrt(np.mean(r2[groups == g]))), p.lb), p.ub)
+            change = max(abs(new[g] / noise[g] - 1.0) for g in noise)
+            res.extra.update(petab_noise=dict(noise), petab_rounds=k)
+            noise = new
+            if change < rtol:
+                break
+        res.extra["petab_nll"] = self.nll(res.objective, res.extra.get("petab_noise"))
+        return res
 
     def __repr__(self):
         return (f"PetabEstimation({self.model.name}: {self.problem!r}, constant={self.constant:.6g}"
@@ -190,13 +287,19 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     sig_rows = [{s.name for s in sgm.free_symbols} & est_ids for sgm in meas["sigma"]]
     sig_par = set().union(*sig_rows)
     sigma_parameter = None
+    groups = None
     if sig_par:
-        if len(sig_par) > 1 or any(not u for u in sig_rows):
+        several = [sorted(u) for u in sig_rows if len(u) > 1]
+        if several:
             raise UnsupportedFeatureError(
-                f"{model.name}: noise parameters {sorted(sig_par)} are estimated in a way that "
-                "cannot be profiled (supported: every sigma = number * one estimated parameter)")
-        sigma_parameter = sig_par.pop()
+                f"{model.name}: a noise formula holds several estimated parameters "
+                f"{several[0]} (supported: sigma = number * one estimated parameter)")
+        if len(sig_par) == 1 and all(sig_rows):
+            sigma_parameter = sig_par.pop()
+        else:
+            groups = [next(iter(u)) if u else None for u in sig_rows]
     s_sym = symbol(sigma_parameter) if sigma_parameter else None
+    s_of = [None] * len(meas) if groups is None else [symbol(g) if g else None for g in groups]
     fixed_sub = {symbol(p.id): sympy.Float(p.nominal, 17) for p in model.parameters
                  if not p.estimate}
     c = np.empty(len(meas))
@@ -204,6 +307,8 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         e = sgm.xreplace(fixed_sub)
         if s_sym is not None:
             e = sympy.simplify(e / s_sym)
+        elif s_of[i] is not None:
+            e = sympy.simplify(e / s_of[i])
         if e.free_symbols:
             raise UnsupportedFeatureError(
                 f"{model.name}: noise formula {sgm} of {meas['observableId'][i]} is not a "
@@ -213,7 +318,10 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         raise ValueError(f"{model.name}: sigma must be positive; got {c[~(c > 0)][:3]}")
 
     # parameters on their scales
-    estimated = [p for p in model.estimated if p.id != sigma_parameter]
+    noise_ids = set(groups or []) - {None}
+    estimated = [p for p in model.estimated if p.id != sigma_parameter and p.id not in noise_ids]
+    s_start = np.array([1.0 if g is None else model.parameter(g).nominal
+                        for g in (groups or [None] * len(meas))])
     params = [Parameter(p.id, p.scaled_nominal, *p.scaled_bounds) for p in estimated]
     to_scaled = dict(fixed_sub)
     to_scaled.update({symbol(p.id): unscale_sym(symbol(p.id), p.scale) for p in estimated})
@@ -242,7 +350,7 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(),
                          "time": meas["time"].to_numpy(),
                          "name": [obs_name[(o, y)] for o, y in zip(meas["observableId"], meas["y"])],
-                         "value": value, "sigma": c})
+                         "value": value, "sigma": c * s_start})
     rep = long.groupby(["condition", "time", "name"]).cumcount().to_numpy()
     for i in np.flatnonzero(rep):
         base = long.at[i, "name"]
@@ -296,7 +404,7 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     x0 = {cond: [scaled(model.initial[cond][s]) for s in states] for cond in conditions}
 
     if sigma_parameter is None:
-        constant = float(np.sum(0.5 * np.log(2 * np.pi * c**2) + jac))
+        constant = float(np.sum(0.5 * np.log(2 * np.pi * (c * s_start)**2) + jac))
     else:
         constant = float(np.sum(jac))
 
@@ -340,4 +448,4 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             states=states, parameters=params, rhs=rhs, initial={s: 0.0 for s in states},
             data=None, observe=observe, experiments=experiments, name=model.name)
     return PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)),
-                           conditions)
+                           conditions, groups, long[["condition", "time", "name"]].copy())

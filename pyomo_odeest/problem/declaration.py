@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -34,12 +33,22 @@ import pandas as pd
 import pyomo.environ as pyo
 import sympy
 
-from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.convert import pyomo_to_sympy
-from .validation import ProblemError, as_data_frame, as_spec, check_weights
-
-#: Name of the time symbol: not an identifier, so no state or parameter has it.
-TIME_NAME = "t(time)"
+from ..symbolic.structure import UnsupportedExpressionError
+from .components import (
+    TIME_NAME,
+    Experiment,
+    GaussianNLL,
+    LeastSquares,
+    Parameter,
+    ParameterConstraint,
+    PathConstraint,
+    _check_names,
+    _Namespace,
+)
+from .data import _check_inputs, _switch_times, _to_wide, _weights
+from .several import SeveralExperiments
+from .validation import ProblemError, as_data_frame, check_weights
 
 __all__ = ["Parameter", "Experiment", "PathConstraint", "ParameterConstraint",
            "require_no_constraints", "require_single_experiment", "require_no_inputs",
@@ -47,268 +56,7 @@ __all__ = ["Parameter", "Experiment", "PathConstraint", "ParameterConstraint",
            "ProblemError"]
 
 
-@dataclass
-class Parameter:
-    """An unknown (or fixed) parameter u_k.
-
-    Parameters
-    ----------
-    name : str
-    value : float
-        Initial guess (or the value, if ``fixed``).
-    lb, ub : float or None
-        Bounds.
-    fixed : bool
-        Keep the parameter at ``value`` during estimation.
-    local : bool
-        Problems with several experiments (:class:`Experiment`) only: one copy of the
-        parameter per experiment, named ``<name>_<experiment>`` (e.g. an
-        initial concentration estimated per experiment).  Inside ``rhs``,
-        ``initial`` and ``observe`` it is still written ``u.<name>``.
-    """
-
-    name: str
-    value: float = 1.0
-    lb: float | None = None
-    ub: float | None = None
-    fixed: bool = False
-    local: bool = False
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"parameter name {self.name!r} must be a Python identifier")
-        for what in ("value", "lb", "ub"):
-            v = getattr(self, what)
-            if v is not None and not np.isfinite(float(v)):
-                raise ProblemError(f"parameter '{self.name}': {what}={v} is not finite")
-        if self.lb is not None and self.ub is not None and self.lb > self.ub:
-            raise ProblemError(f"parameter '{self.name}': lb={self.lb} > ub={self.ub}")
-        if not self.fixed and ((self.lb is not None and self.value < self.lb)
-                               or (self.ub is not None and self.value > self.ub)):
-            raise ProblemError(f"parameter '{self.name}': start value {self.value} is outside "
-                               f"its bounds [{self.lb}, {self.ub}]; start inside the bounds "
-                               f"(it would otherwise be moved silently)")
-
-
-@dataclass
-class Experiment:
-    r"""One experiment of a problem with several data sets sharing parameters.
-
-    An experiment has its own data, initial state, weights and time horizon;
-    the dynamics ``rhs`` and the observation function ``observe`` are the
-    problem's.  Pass a list of experiments as ``EstimationProblem(...,
-    data=None, experiments=[...])``; the objective is the sum of the
-    experiments' misfits (plus the problem's penalty, once):
-
-    .. math:: J(u) = \sum_e \sum_j \varphi_{e,j}\big(g(x_e(\tau_{e,j}), u_e, \tau_{e,j}),
-              \bar z_{e,j}\big) + R(u),\qquad \dot x_e = f(x_e, u_e, t),\;
-              x_e(t_{0,e}) = l_e(u_e),
-
-    where :math:`u_e` holds the global parameters and experiment e's copies
-    of the local ones (:attr:`Parameter.local`).
-
-    Parameters
-    ----------
-    name : str
-        A Python identifier; local parameter ``k`` of experiment ``e1`` is
-        named ``k_e1`` in the estimates.
-    data : pandas.DataFrame
-        Measurements (wide or long format, as ``EstimationProblem.data``).
-    initial : mapping state -> number | parameter name | callable(u), optional
-        Overrides entries of the problem's ``initial``.  A parameter name may
-        be a local parameter (the initial state is then estimated per
-        experiment) or a global one.
-    sigma, weights : optional
-        As for :class:`EstimationProblem`; default: the problem's.
-    t0, T : float, optional
-        Time horizon; default: the problem's ``t0`` and the last
-        measurement time (or the problem's ``T``).
-    parameters : mapping name -> float or Parameter, optional
-        Start value (a float) or start value, bounds and ``fixed`` flag (a
-        :class:`Parameter`) of this experiment's copy of a local parameter.
-    inputs : mapping name -> Input, optional
-        This experiment's inputs (:mod:`pyomo_odeest.problem.inputs`),
-        overriding the problem's.
-
-    Example
-    -------
-    >>> prob = EstimationProblem(                                  # doctest: +SKIP
-    ...     states=["A", "B"],
-    ...     parameters=[Parameter("k1", 1.0, lb=0), Parameter("A0", 1.0, local=True)],
-    ...     rhs=lambda x, u, t: [-u.k1 * x.A, u.k1 * x.A],
-    ...     initial={"A": "A0", "B": 0.0}, data=None,
-    ...     experiments=[Experiment("e1", df1, parameters={"A0": 2.0}),
-    ...                  Experiment("e2", df2, initial={"B": 0.5}, T=12.0)])
-    >>> prob.parameter_names                                       # doctest: +SKIP
-    ['k1', 'A0_e1', 'A0_e2']
-
-    Every approach estimates such a problem (one simultaneous block per
-    experiment under one model; one simulation per experiment, objectives
-    and gradients summed, in the sequential approaches); the result's
-    ``states``, ``fitted`` and ``residuals`` (and the multipliers of the
-    simultaneous approach) are DataFrames indexed by ``(experiment, time)``.
-    ``problem.experiment_problems`` holds one single-experiment
-    :class:`EstimationProblem` per experiment over the full parameter vector.
-    """
-
-    name: str
-    data: object = None
-    initial: Mapping | None = None
-    sigma: object = None
-    weights: object = None
-    t0: float | None = None
-    T: float | None = None
-    parameters: Mapping | None = None
-    inputs: Mapping | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"experiment name {self.name!r} must be a Python identifier")
-        if self.data is None:
-            raise ProblemError(f"experiment '{self.name}': data are required")
-        for what in ("initial", "parameters"):
-            v = getattr(self, what)
-            if v is not None and not isinstance(v, Mapping):
-                raise ProblemError(f"experiment '{self.name}': {what} must be a mapping")
-
-
-@dataclass
-class PathConstraint:
-    r"""A path constraint :math:`c(x, u, t) \le 0` on the states.
-
-    Parameters
-    ----------
-    name : str
-        A Python identifier (the block component is ``path_<name>``).
-    fn : callable ``fn(x, u, t)``
-        One expression, written like ``rhs`` (inputs available as ``u.<input>``).
-    at : ``'grid'`` | ``'measurements'``
-        Imposed at every grid point (``'grid'``, the default) or at the
-        measurement times only.
-
-    The simultaneous, reduced-space and multiple-shooting approaches impose it
-    (the sequential ones as constraints over u, and the node values, with
-    exact discrete derivatives); the continuous approach at the measurement
-    times only (``at='measurements'``, exact sensitivities of the ODE); the
-    adaptive approach raises a :class:`ProblemError`.
-    """
-
-    name: str
-    fn: object
-    at: str = "grid"
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
-        if not callable(self.fn):
-            raise ProblemError(f"path constraint '{self.name}': fn must be callable as fn(x, u, t)")
-        if self.at not in ("grid", "measurements"):
-            raise ProblemError(f"path constraint '{self.name}': at must be 'grid' or "
-                               f"'measurements', got {self.at!r}")
-
-
-@dataclass
-class ParameterConstraint:
-    r"""A constraint :math:`r(u) \le 0` on the parameters (``fn(u)``: one expression)."""
-
-    name: str
-    fn: object
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
-        if not callable(self.fn):
-            raise ProblemError(f"parameter constraint '{self.name}': fn must be callable as fn(u)")
-
-
-# ---------------------------------------------------------------------------
-# losses φ
-# ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LeastSquares:
-    r"""Weighted least squares: :math:`\varphi_j = \sum_o w_{jo} (z_{jo} - \bar z_{jo})^2`.
-
-    Weights are ``1/σ²`` when standard deviations are given, otherwise the
-    user's weights, otherwise 1.  Missing measurements contribute nothing.
-    """
-
-    def terms(self, r_sym, w):
-        return [wi * ri**2 for ri, wi in zip(r_sym, w)]
-
-
-@dataclass(frozen=True)
-class GaussianNLL:
-    r"""Gaussian negative log-likelihood with covariance Σ [MHV, eq. (2)–(5)]:
-
-    .. math:: \varphi_j = \tfrac12 r_j^\top Σ^{-1} r_j + \tfrac12 \log\det(2\pi Σ),
-
-    with :math:`r_j = z(\tau_j) - \bar z_j` over the observed quantities of
-    time :math:`\tau_j`.  ``cov`` is a matrix over the observed quantities (in
-    the problem's observable order) or a vector of variances.  The constant
-    term is kept out of the NLP and reported in :attr:`constant`.
-    """
-
-    cov: object
-
-    def matrix(self, n_obs):
-        c = np.asarray(self.cov, dtype=float)
-        if c.ndim == 0:
-            c = np.full(n_obs, float(c))
-        if c.ndim == 1:
-            c = np.diag(c)
-        if c.shape != (n_obs, n_obs):
-            raise ProblemError(f"GaussianNLL: covariance must be {n_obs}x{n_obs}, got {c.shape}")
-        if not np.allclose(c, c.T) or np.any(np.linalg.eigvalsh(c) <= 0):
-            raise ProblemError("GaussianNLL: covariance must be symmetric positive definite")
-        return c
-
-
-# ---------------------------------------------------------------------------
-# name spaces handed to user functions
-# ---------------------------------------------------------------------------
-class _Namespace:
-    """``ns.name`` and ``ns['name']`` access to named objects."""
-
-    def __init__(self, kind, items):
-        object.__setattr__(self, "_kind", kind)
-        object.__setattr__(self, "_items", dict(items))
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name in ("_kind", "_items"):
-            raise AttributeError(name)          # (un)pickling looks these up before __init__
-        try:
-            return self._items[name]
-        except KeyError:
-            raise AttributeError(f"no {self._kind} named '{name}' "
-                                 f"(known: {', '.join(self._items)})") from None
-
-    def __getitem__(self, name):
-        if isinstance(name, int):
-            return list(self._items.values())[name]
-        try:
-            return self._items[name]
-        except KeyError:
-            raise KeyError(f"no {self._kind} named {name!r} "
-                           f"(known: {', '.join(self._items)})") from None
-
-    def __iter__(self):
-        return iter(self._items.values())
-
-    def __len__(self):
-        return len(self._items)
-
-
-def _check_names(names, what):
-    names = list(names)
-    for s in names:
-        if not isinstance(s, str) or not s.isidentifier():
-            raise ProblemError(f"{what} name {s!r} must be a Python identifier")
-    if len(set(names)) != len(names):
-        raise ProblemError(f"duplicate {what} names in {names}")
-    return names
-
-
-class EstimationProblem:
+class EstimationProblem(SeveralExperiments):
     r"""An ODE inverse problem, [GM-grad] eq. (1).
 
     Parameters
@@ -444,154 +192,6 @@ class EstimationProblem:
         self._check_start()
 
     # -- several experiments ------------------------------------------------
-    def _init_experiments(self, states, parameters, rhs, initial, data, observe, sigma, weights,
-                          loss, t0, T, penalty, experiments, inputs, constraints):
-        """Build one single-experiment problem per :class:`Experiment` over the
-        full (expanded) parameter vector; see :class:`Experiment`."""
-        if data is not None:
-            raise ProblemError("with experiments, give the data per Experiment(data=...); "
-                               "data must be None")
-        exps = list(experiments)
-        if not exps:
-            raise ProblemError("experiments must hold at least one Experiment")
-        bad = [type(e).__name__ for e in exps if not isinstance(e, Experiment)]
-        if bad:
-            raise ProblemError(f"experiments must be Experiment objects; got {bad}")
-        _check_names([e.name for e in exps], "experiment")
-        self.states = _check_names(states, "state")
-        if not self.states:
-            raise ProblemError("at least one state is required")
-        declared = [p if isinstance(p, Parameter) else Parameter(str(p)) for p in parameters]
-        dnames = _check_names([p.name for p in declared], "parameter")
-        local = [p.name for p in declared if p.local]
-        expanded = []
-        for e in exps:
-            unknown = [k for k in (e.parameters or {}) if k not in local]
-            if unknown:
-                raise ProblemError(f"experiment '{e.name}': parameters {unknown} are not local "
-                                   f"parameters (local: {local})")
-        for p in declared:
-            if not p.local:
-                expanded.append(Parameter(p.name, p.value, p.lb, p.ub, p.fixed))
-                continue
-            for e in exps:
-                spec = (e.parameters or {}).get(p.name)
-                if isinstance(spec, Parameter):
-                    expanded.append(Parameter(f"{p.name}_{e.name}", spec.value, spec.lb, spec.ub,
-                                              spec.fixed))
-                else:
-                    expanded.append(Parameter(f"{p.name}_{e.name}",
-                                              p.value if spec is None else float(spec),
-                                              p.lb, p.ub, p.fixed))
-        enames = _check_names([q.name for q in expanded] + local, "parameter")
-        clash = set(enames) & set(self.states)
-        if clash:
-            raise ProblemError(f"names used both as state and parameter: {sorted(clash)}")
-        self.parameters = expanded
-        self.t0 = float(t0)
-        self.loss = LeastSquares() if loss is None else loss
-        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
-        self.u_sym = tuple(sympy.Symbol(q.name, real=True) for q in expanded)
-        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
-        scratch = pyo.ConcreteModel()
-        scratch.x = pyo.Var(self.states, initialize=1.0)
-        scratch.u = pyo.Var(enames, initialize=1.0)
-        scratch.t = pyo.Var(initialize=0.0)
-        symbol_of = {id(scratch.x[s]): sym for s, sym in zip(self.states, self.x_sym)}
-        symbol_of.update({id(scratch.u[p]): sympy.Symbol(p, real=True) for p in enames})
-        symbol_of[id(scratch.t)] = self.t_sym
-        xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
-        if inputs is not None and not isinstance(inputs, Mapping):
-            inputs = {k: None for k in inputs}           # names; values per experiment
-        in_names = list(dict.fromkeys(list(inputs or {}) + [
-            k for e in exps for k in (e.inputs or {})]))
-        self.inputs = {k: None for k in _check_names(in_names, "input")}
-        in_vars = self._input_vars(scratch, symbol_of)
-        us = _Namespace("parameter", {**{p: scratch.u[p] for p in dnames}, **in_vars})
-        us_all = _Namespace("parameter", {q.name: scratch.u[q.name] for q in expanded})
-        self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs", symbol_of)
-        if not isinstance(initial, Mapping):
-            try:
-                initial = dict(zip(self.states, list(initial), strict=True))
-            except (TypeError, ValueError):
-                raise ProblemError(f"initial must map each state {self.states} to a value") from None
-        obs_sym = None
-        if callable(observe):
-            out = observe(xs, us, scratch.t)
-            if not isinstance(out, Mapping):
-                raise ProblemError("observe(x, u, t) must return a mapping name -> expression")
-            obs_sym = {k: self._to_sym(out[k], f"observe[{k}]", symbol_of)
-                       for k in _check_names(list(out), "observable")}
-        pen = None
-        if penalty is not None:
-            if not callable(penalty):
-                raise ProblemError("penalty must be callable as penalty(u)")
-            pen = self._to_sym(penalty(us_all), "penalty", symbol_of)
-            self.penalty_sym = pen
-        else:
-            self.penalty_sym = sympy.Integer(0)
-        if isinstance(constraints, (PathConstraint, ParameterConstraint)):
-            constraints = [constraints]
-        paths = [c for c in (constraints or []) if isinstance(c, PathConstraint)]
-        path_sym, _ = self._constraints(paths, xs, us, scratch.t, symbol_of)
-        _, self.parameter_constraints = self._constraints(
-            [c for c in (constraints or []) if not isinstance(c, PathConstraint)], xs, us_all,
-            scratch.t, symbol_of)
-        subs_all, problems = [], []
-        for n_e, e in enumerate(exps):
-            subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
-                    for k in local}
-            init = dict(initial)
-            extra = [k for k in (e.initial or {}) if k not in self.states]
-            if extra:
-                raise ProblemError(f"experiment '{e.name}': initial names {extra}, which are "
-                                   f"not states {self.states}")
-            init.update(e.initial or {})
-            l_e = {}
-            for st, v in init.items():
-                if isinstance(v, str):
-                    if v not in enames:
-                        raise ProblemError(f"experiment '{e.name}': initial['{st}'] = '{v}' "
-                                           f"names no parameter")
-                    v = sympy.Symbol(v, real=True)
-                elif callable(v):
-                    v = self._to_sym(v(us), f"initial[{st}]", symbol_of)
-                else:
-                    v = self._to_sym(v, f"initial[{st}]", symbol_of)
-                l_e[st] = v.subs(subs)
-            f_e = [fi.subs(subs) for fi in self.f_sym]
-            obs_e = observe
-            if obs_sym is not None:
-                obs_e = (lambda d: (lambda x, u, t: d))({k: v.subs(subs) for k, v in obs_sym.items()})
-            in_e = {k: v for k, v in (inputs or {}).items() if v is not None}
-            in_e.update(e.inputs or {})
-            missing = [k for k in self.inputs if k not in in_e]
-            if missing:
-                raise ProblemError(f"experiment '{e.name}': no value for inputs {missing}")
-            own_w = e.sigma is not None or e.weights is not None
-            try:
-                sub = EstimationProblem(
-                    self.states, [Parameter(q.name, q.value, q.lb, q.ub, q.fixed) for q in expanded],
-                    rhs=(lambda f: (lambda x, u, t: list(f)))(f_e), initial=l_e, data=e.data,
-                    observe=obs_e, sigma=e.sigma if own_w else sigma,
-                    weights=e.weights if own_w else weights, loss=self.loss,
-                    t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
-                    name=f"{self.name}_{e.name}", inputs=in_e or None,
-                    constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
-                        ex.subs(subs)), c.at) for c, ex in path_sym] or None,
-                    penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
-            except ProblemError as err:
-                raise ProblemError(f"experiment '{e.name}': {err}") from None
-            subs_all.append(subs)
-            problems.append(sub)
-        self.experiments = exps
-        self.experiment_problems = problems
-        self.path_constraints = []
-        self.t0 = min(sp.t0 for sp in problems)
-        self.T = max(sp.T for sp in problems)
-        self.obs_names = list(dict.fromkeys(o for sp in problems for o in sp.obs_names))
-        self.l_sym = None
-        self._scratch = (scratch, xs, us_all, symbol_of)
 
     def _constraints(self, constraints, xs, us, t, symbol_of):
         """``[(PathConstraint, sym)]`` and ``[(ParameterConstraint, sym)]`` (sym ≤ 0)."""
@@ -626,6 +226,16 @@ class EstimationProblem:
                                    f"which are not states, parameters, inputs or t")
         return paths, params
 
+    def parameter_constraint_functions(self):
+        """``(r, dr)``: per parameter constraint :math:`r(u) \\le 0`, the function
+        ``r(u)`` and its gradient ``dr(u)`` over all parameters, lambdified once
+        (shared by the approaches that treat them as constraints over u)."""
+        us = tuple(self.u_sym)
+        pcs = self.parameter_constraints
+        return ([sympy.lambdify((us,), ex, "numpy") for _, ex in pcs],
+                [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
+                 for _, ex in pcs])
+
     @property
     def has_constraints(self):
         """True if the problem (or one of its experiments) has path or parameter constraints."""
@@ -650,34 +260,6 @@ class EstimationProblem:
         subs = {sympy.Symbol(k, real=True): inp.expression(self.t_sym, sym_of.__getitem__)
                 for k, inp in self.inputs.items()}
         return tuple(sympy.sympify(e).subs(subs) for e in exprs)
-
-    @property
-    def experiment_names(self):
-        """Names of the experiments (``[]`` for a single-experiment problem)."""
-        return [e.name for e in self.experiments] if self.experiments else []
-
-    def experiment_problem(self, name):
-        """The single-experiment problem of experiment ``name``."""
-        for e, sp in zip(self.experiments or [], self.experiment_problems or []):
-            if e.name == name:
-                return sp
-        raise KeyError(f"no experiment named {name!r} (known: {self.experiment_names})")
-
-    def __getattr__(self, name):
-        # only reached when normal lookup fails: per-experiment attributes of a
-        # problem with several experiments
-        if name in _PER_EXPERIMENT and self.__dict__.get("experiment_problems"):
-            raise AttributeError(
-                f"problem '{self.name}' has several experiments: '{name}' is per experiment "
-                f"(problem.experiment_problems[i].{name}); this operation does not take "
-                f"several experiments")
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-
-    def _single(self, what):
-        if self.experiments:
-            raise ProblemError(f"{what} needs a single-experiment problem; problem "
-                               f"'{self.name}' has several experiments {self.experiment_names} "
-                               f"(see problem.experiment_problems)")
 
     # -- conversions -------------------------------------------------------
     def _adopt(self, e):
@@ -999,44 +581,6 @@ class EstimationProblem:
                 f"{len(self.meas_times)} times, t in [{self.t0}, {self.T}])")
 
 
-def _check_inputs(inputs, states, pnames):
-    """``{name: Input}`` checked against the states and parameters."""
-    from .inputs import Input
-    if inputs is None:
-        return {}
-    if not isinstance(inputs, Mapping):
-        raise ProblemError("inputs must map input names to Input objects (PiecewiseConstant, "
-                           "PiecewiseLinear, Spline)")
-    names = _check_names(list(inputs), "input")
-    clash = set(names) & (set(states) | set(pnames))
-    if clash:
-        raise ProblemError(f"input names {sorted(clash)} are also state or parameter names")
-    for k, v in inputs.items():
-        if not isinstance(v, Input):
-            raise ProblemError(f"input '{k}' must be a PiecewiseConstant, PiecewiseLinear or "
-                               f"Spline, got {type(v).__name__}")
-        bad = [p for p in v.parameter_names() if p not in pnames]
-        if bad:
-            raise ProblemError(f"input '{k}': values {bad} name no parameter")
-    return dict(inputs)
-
-
-def _switch_times(inputs, t0, T):
-    """Breakpoints of the inputs inside (t0, T), sorted; a spline must cover [t0, T]."""
-    from .inputs import Spline
-    pts = [np.zeros(0)]
-    for k, v in inputs.items():
-        if isinstance(v, Spline) and (v.times[0] > t0 or v.times[-1] < T):
-            raise ProblemError(f"input '{k}': the spline covers [{v.times[0]}, {v.times[-1]}], "
-                               f"not the horizon [{t0}, {T}]")
-        pts.append(np.asarray(v.breakpoints, dtype=float))
-    sw = np.unique(np.concatenate(pts))
-    return sw[(sw > t0) & (sw < T)]
-
-
-_PER_EXPERIMENT = ("data", "mask", "weights", "meas_times", "cov", "g_sym", "switch_times")
-
-
 def require_single_experiment(problem, what):
     """Raise a :class:`ProblemError` naming ``what`` if ``problem`` has several experiments."""
     if getattr(problem, "experiments", None):
@@ -1066,89 +610,3 @@ def require_no_constraints(problem, what):
                            f"({sorted(set(names))}); use the simultaneous, reduced_space or "
                            f"multiple_shooting approach (or continuous, for path constraints "
                            f"at the measurement times)")
-
-
-def _to_wide(data):
-    """Wide frame (index = time) and, for long input, a wide frame of sigmas."""
-    cols = [str(c).lower() for c in data.columns]
-    if "time" in cols and "value" in cols and ("name" in cols or "observable" in cols):
-        d = data.rename(columns={c: str(c).lower() for c in data.columns})
-        key = "name" if "name" in d.columns else "observable"
-        v = d["value"].to_numpy(dtype=float)
-        if np.any(~np.isfinite(v)):
-            i = int(np.argmax(~np.isfinite(v)))
-            raise ProblemError(f"long-format measurement in row {i} ({d[key].iloc[i]} at "
-                               f"t={d['time'].iloc[i]}) is {v[i]}: a value is required")
-        tt = d["time"].to_numpy(dtype=float)
-        if np.any(~np.isfinite(tt)):
-            raise ProblemError("long-format data contain a non-finite time")
-        dup = d.duplicated(subset=["time", key])
-        if dup.any():
-            i = int(np.argmax(dup.to_numpy()))
-            raise ProblemError(f"duplicate measurement of {d[key].iloc[i]} at t={d['time'].iloc[i]}")
-        wide = d.pivot(index="time", columns=key, values="value").sort_index()
-        sig = None
-        if "sigma" in d.columns:
-            sig = d.pivot(index="time", columns=key, values="sigma").sort_index()
-        wide.columns = [str(c) for c in wide.columns]
-        return wide, sig
-    idx = data.index.to_numpy()
-    try:
-        times = idx.astype(float)
-    except (TypeError, ValueError):
-        raise ProblemError("wide data need a numeric time index "
-                           "(or use long format with columns time, name, value)") from None
-    if np.any(~np.isfinite(times)):
-        raise ProblemError("data index contains a non-finite time")
-    if len(times) > 1 and np.any(np.diff(times) == 0) or len(np.unique(times)) != len(times):
-        raise ProblemError("data times contain duplicates; each time must appear once")
-    if np.any(np.diff(times) < 0):
-        raise ProblemError("data times are not sorted increasingly")
-    wide = data.copy()
-    wide.index = pd.Index(times, name="time")
-    wide.columns = [str(c) for c in wide.columns]
-    return wide, None
-
-
-def _expand_spec(spec, wide, names, what):
-    """A float, mapping or frame → array like the wide data."""
-    shape = (len(wide.index), len(names))
-    spec = as_spec(spec, wide.index, names, what)
-    if isinstance(spec, pd.DataFrame):
-        s = spec.copy()
-        s.columns = [str(c) for c in s.columns]
-        s.index = s.index.astype(float)
-        bad = [c for c in s.columns if c not in names]
-        if bad:
-            raise ProblemError(f"{what} columns {bad} name no observed quantity")
-        return s.reindex(index=wide.index, columns=names).to_numpy(dtype=float)
-    if isinstance(spec, Mapping):
-        bad = [c for c in spec if c not in names]
-        if bad:
-            raise ProblemError(f"{what} names {bad}, which are not observed quantities")
-        return np.array([[float(spec.get(c, np.nan)) for c in names]] * shape[0]).reshape(shape)
-    return np.full(shape, float(spec))
-
-
-def _weights(sigma, weights, sig_long, wide, names, mask):
-    if sigma is not None and weights is not None:
-        raise ProblemError("give either sigma or weights, not both")
-    if sigma is None and sig_long is not None:
-        sigma = sig_long.reindex(index=wide.index, columns=names)
-    if sigma is not None:
-        s = _expand_spec(sigma, wide, names, "sigma")
-        sm = s[mask]
-        if np.any(np.isnan(sm)):
-            raise ProblemError("sigma is missing for some measurements")
-        if np.any(~(sm > 0)) or np.any(np.isinf(sm)):
-            raise ProblemError(f"standard deviations must be positive and finite; got "
-                               f"{sm[~((sm > 0) & np.isfinite(sm))][:3]}")
-        w = np.where(mask, 1.0 / np.where(mask, s, 1.0) ** 2, 0.0)
-        return w
-    if weights is not None:
-        w = _expand_spec(weights, wide, names, "weights")
-        wm = w[mask]
-        if np.any(np.isnan(wm)) or np.any(wm < 0) or np.any(np.isinf(wm)):
-            raise ProblemError("weights must be finite and non-negative for every measurement")
-        return np.where(mask, w, 0.0)
-    return mask.astype(float)

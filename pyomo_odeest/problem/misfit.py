@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 import sympy
 
+from ..symbolic.vectorfn import VectorFn, second_derivatives, sparse_jacobian
 from .declaration import EstimationProblem, GaussianNLL
 from .inputs import evaluate_inputs
-from ..symbolic.vectorfn import VectorFn, second_derivatives, sparse_jacobian
 
 __all__ = ["MeasurementMisfit", "misfit_sym", "misfit_constant", "observations"]
 

@@ -18,6 +18,16 @@ same ContinuousSet, DerivativeVar and ODE constraints::
     m.ode = Constraint(m.t, rule=lambda m, t: m.dxdt[t] == -m.k * m.x[t])
     TransformationFactory('odeest.adams').apply_to(m, wrt=m.t, qmax=4, steps_per_interval=10)
 
+Two options make the estimation route need no hand-holding, both on by
+default: ``initialize='simulate'`` sets the states (and the derivative and
+stage variables) to the scheme's own simulation at the current parameter
+values (``initialize=False``: leave them), and ``scale_parameters=True`` puts
+``scaling_factor`` 1/|p0| on the free parameters of the ODEs, as
+:func:`~pyomo_odeest.approaches.simultaneous.estimate_simultaneous` does
+(``scale_parameters=False``: none); both apply to models that
+:func:`problem_from_dae` reads.  :func:`dae_result` reports the solved model
+as an ``EstimationResult`` with the post-solve checks of every approach.
+
 Points already in the ContinuousSet stay grid points [GM-grad, eq. (3)];
 ``steps_per_interval`` or ``max_step`` subdivide the intervals.  The ODE
 constraints stay in the model and define the derivative variables at every
@@ -60,7 +70,8 @@ from pyomo.repn import generate_standard_repn
 from ..discretization.grid import make_grid
 from ..discretization.schemes import QMAX_RANGE, get_scheme
 
-__all__ = ["AdamsTransformation", "EnrightTransformation", "DaeSchemeError", "ode_rhs", "problem_from_dae"]
+__all__ = ["AdamsTransformation", "EnrightTransformation", "DaeSchemeError", "ode_rhs", "problem_from_dae",
+           "dae_result"]
 
 
 class DaeSchemeError(ValueError):
@@ -92,7 +103,25 @@ def _config(name, variants, default):
                                                 description="equal steps between existing points"))
     c.declare("max_step", ConfigValue(default=None, domain=_positive_float,
                                       description="largest step between existing points"))
+    c.declare("initialize", ConfigValue(
+        default="simulate", domain=_initialize,
+        description="'simulate' (default): set the states, derivatives and stage variables "
+                    "to the scheme's simulation at the current parameter values; False: "
+                    "leave them as they are"))
+    c.declare("scale_parameters", ConfigValue(
+        default=True, domain=bool,
+        description="put scaling_factor 1/|p0| (1 where p0 = 0) on every free parameter of "
+                    "the ODEs that has none (default True; models that problem_from_dae "
+                    "reads: an autonomous ODE in states and parameters)"))
     return c
+
+
+def _initialize(v):
+    if v in (False, None, "none"):
+        return False
+    if v in (True, "simulate"):
+        return "simulate"
+    raise ValueError(f"initialize must be 'simulate' or False, got {v!r}")
 
 
 class _SchemeTransformation(Transformation):
@@ -118,6 +147,10 @@ class _SchemeTransformation(Transformation):
                                  f"'{cs.name}': there is no ODE to discretize")
         scheme = get_scheme(self._variants[cfg.variant], cfg.qmax)
         pts = sorted(float(p) for p in cs)
+        try:           # the model as an EstimationProblem, read before the grid is refined
+            dae_problem = _problem_parts(model, cs)
+        except (ValueError, TypeError) as err:   # DaeSchemeError, ProblemError, unsupported
+            dae_problem = err                    # expression: no start values, no scaling
         sp = cfg.steps_per_interval
         if sp is None and cfg.max_step is None:
             sp = 1
@@ -147,15 +180,22 @@ class _SchemeTransformation(Transformation):
                     raise DaeSchemeError(
                         f"no ODE constraint defines '{d.name}' (the ODE must hold at every point "
                         "of the ContinuousSet, the first one included: do not skip it)")
+        model._odeest_initialization = (
+            _simulate_start(model, cs, dae_problem, scheme, t, rhs) if cfg.initialize
+            else "none (initialize=False)")
         ctx = _Context(model, cs, t, scheme, formulas, rhs)
         for dv in dvs:
-            ctx.make_stage_vars(dv)
+            ctx.make_stage_vars(dv)              # start values: the states at t_{i+1}
         for dv in dvs:
             ctx.make_equations(dv)
         for dv in dvs:
             dv.parent_block().reclassify_component_type(dv, pyo.Var)
         model._odeest_scheme = scheme
         model._odeest_grid = np.array(t)
+        model._odeest_dae = None if isinstance(dae_problem, Exception) else dae_problem
+        if cfg.scale_parameters and model._odeest_dae is not None:
+            from .solver import add_scaling_factors
+            add_scaling_factors(model, model._odeest_dae["parameters"])
 
 
 @TransformationFactory.register("odeest.adams", doc="Adams predictor-corrector (variant='pc') or "
@@ -386,32 +426,18 @@ def _identifier(name):
     return s if s and not s[0].isdigit() else f"v_{s}"
 
 
-def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
-    """An :class:`~pyomo_odeest.problem.declaration.EstimationProblem` from a pyomo.dae model.
-
-    The states are the differential variables (one per DerivativeVar index),
-    named by their Pyomo names made identifiers (``x[A]`` → ``x_A``); ``data``
-    columns use these names.  The parameters are the free Vars not indexed by
-    the ContinuousSet that appear in the ODEs (or the given list of VarData),
-    with their current values and bounds.  The initial state is the fixed value
-    of each state at the first point, or a parameter ``<state>_0`` if it is not
-    fixed.  The right-hand side is read from the ODE constraints at the first
-    point; it must be autonomous (the same at every point) — checked.  Call it
-    on the model *before* transforming it.
-    """
+def _problem_parts(model, cs, parameters=None):
+    """The pieces of :func:`problem_from_dae`: state names and VarData at the first
+    point, the parameter VarData, and the problem without data (``T`` = last point)."""
     from ..problem.declaration import EstimationProblem, Parameter
     from ..symbolic.convert import pyomo_to_sympy
     import sympy
 
-    sets = list(model.component_objects(ContinuousSet, descend_into=True))
-    cs = wrt or (sets[0] if len(sets) == 1 else None)
-    if cs is None:
-        raise DaeSchemeError("say which ContinuousSet with wrt=")
     rhs = ode_rhs(model, cs)
     states = _state_info(model, cs)
     pts = sorted(cs)
     t0, t1 = pts[0], pts[min(1, len(pts) - 1)]
-    names, x_at, f_at = [], {t0: [], t1: []}, {t0: [], t1: []}
+    names, keys, x_at, f_at = [], [], {t0: [], t1: []}, {t0: [], t1: []}
     for dv, sv, loc in states:
         for key in dv.keys():
             tv, rest = _split(key, loc)
@@ -419,6 +445,7 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
                 continue
             names.append(_identifier(sv.local_name if not rest
                                      else sv.local_name + "_" + "_".join(map(str, rest))))
+            keys.append((dv, sv, rest, loc))
             for tt in (t0, t1):
                 k2 = _join(tt, rest, loc)
                 x_at[tt].append(sv[k2])
@@ -430,17 +457,7 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
         names = [f"x{i}" for i in range(len(names))]
     state_ids = {id(v) for tt in x_at for v in x_at[tt]}
     if parameters is None:
-        seen = {}
-        for e in f_at[t0] + f_at[t1]:
-            for v in identify_variables(e, include_fixed=False):
-                if id(v) in state_ids:
-                    continue
-                comp = v.parent_component()
-                if comp.is_indexed() and any(s is cs for s in comp.index_set().subsets()):
-                    raise DaeSchemeError(f"the ODEs depend on the algebraic variable '{v.name}'; "
-                                         "the reduced-space backend needs an ODE")
-                seen[id(v)] = v
-        parameters = list(seen.values())
+        parameters = list(_ode_parameters(f_at[t0] + f_at[t1], cs, state_ids))
     pnames = [_identifier(v.name) for v in parameters]
     params = [Parameter(n, 0.0 if v.value is None else float(v.value), v.lb, v.ub)
               for n, v in zip(pnames, parameters)]
@@ -470,5 +487,158 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
         subst.update({id(v): u[n] for v, n in zip(parameters, pnames)})
         return [replace_expressions(e, subst, remove_named_expressions=True) for e in f_at[t0]]
 
-    return EstimationProblem(states=names, parameters=params, rhs=rhs_fn, initial=initial,
-                             data=data, t0=float(t0), **problem_kwargs)
+    return dict(names=names, keys=keys, parameters=parameters, params=params, initial=initial,
+                rhs=rhs_fn, t0=float(t0), T=float(pts[-1]),
+                problem=EstimationProblem(states=names, parameters=params, rhs=rhs_fn,
+                                          initial=initial, data=None, t0=float(t0),
+                                          T=float(pts[-1])))
+
+
+def _ode_parameters(exprs, cs, state_ids):
+    """Free VarData in ``exprs`` that are not states (the parameters); an algebraic
+    variable (indexed by ``cs``) raises :class:`DaeSchemeError`."""
+    seen = {}
+    for e in exprs:
+        for v in identify_variables(e, include_fixed=False):
+            if id(v) in state_ids or id(v) in seen:
+                continue
+            comp = v.parent_component()
+            if comp.is_indexed() and any(s is cs for s in comp.index_set().subsets()):
+                raise DaeSchemeError(f"the ODEs depend on the algebraic variable '{v.name}'; "
+                                     "the reduced-space backend needs an ODE")
+            seen[id(v)] = v
+    return seen.values()
+
+
+def _simulate_start(model, cs, parts, scheme, t, rhs):
+    """Set the unfixed states at every grid point to the scheme's simulation at the
+    current parameter values (the discrete equations then hold at the start, up to the
+    stage variables' start values), and the derivative variables to f there.  Returns
+    how the model was initialized (``model._odeest_initialization``)."""
+    from ..discretization.discrete import DiscreteModel, SimulationError
+    from ..discretization.grid import Grid
+    if isinstance(parts, Exception):
+        return f"none: no simulation ({parts})"
+    P = parts["problem"]
+    u = P.u0
+    if any(v.value is None for v in parts["parameters"]):
+        return "none: a parameter has no value"
+    x0 = [v.value for v in (k[1][_join(parts["t0"], k[2], k[3])] for k in parts["keys"])]
+    if any(v is None for v in x0):
+        return "none: an initial state has no value"
+    g = Grid(t=np.asarray(t, dtype=float), meas_times=np.zeros(0),
+             I=np.zeros(len(t), dtype=int), J=np.zeros(0, dtype=int), restarts=())
+    try:
+        X = DiscreteModel(P, scheme, grid=g).simulate(u).X
+    except SimulationError as err:
+        return f"none: the simulation at the start failed ({err})"
+    tpts = list(t)
+    for s, (dv, sv, rest, loc) in enumerate(parts["keys"]):
+        for i, tt in enumerate(tpts):
+            v = sv[_join(tt, rest, loc)]
+            if not v.fixed:
+                v.set_value(float(X[i, s]))
+    for s, (dv, sv, rest, loc) in enumerate(parts["keys"]):
+        for tt in tpts:
+            d = dv[_join(tt, rest, loc)]
+            if not d.fixed and id(d) in rhs:
+                d.set_value(float(pyo.value(rhs[id(d)])))
+    return "simulate"
+
+
+def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
+    """An :class:`~pyomo_odeest.problem.declaration.EstimationProblem` from a pyomo.dae model.
+
+    The states are the differential variables (one per DerivativeVar index),
+    named by their Pyomo names made identifiers (``x[A]`` → ``x_A``); ``data``
+    columns use these names.  The parameters are the free Vars not indexed by
+    the ContinuousSet that appear in the ODEs (or the given list of VarData),
+    with their current values and bounds.  The initial state is the fixed value
+    of each state at the first point, or a parameter ``<state>_0`` if it is not
+    fixed.  The right-hand side is read from the ODE constraints at the first
+    point; it must be autonomous (the same at every point) — checked.  Call it
+    on the model *before* transforming it.
+    """
+    from ..problem.declaration import EstimationProblem
+    sets = list(model.component_objects(ContinuousSet, descend_into=True))
+    cs = wrt or (sets[0] if len(sets) == 1 else None)
+    if cs is None:
+        raise DaeSchemeError("say which ContinuousSet with wrt=")
+    parts = _problem_parts(model, cs, parameters)
+    return EstimationProblem(states=parts["names"], parameters=parts["params"],
+                             rhs=parts["rhs"], initial=parts["initial"], data=data,
+                             t0=parts["t0"], **problem_kwargs)
+
+
+def dae_result(model, data, results=None, sigma=None, weights=None):
+    """The estimate of a transformed, solved pyomo.dae model as an
+    :class:`~pyomo_odeest.problem.result.EstimationResult`, with the post-solve
+    checks of every approach (:func:`~pyomo_odeest.analysis.diagnostics.diagnose`:
+    status, parameters at bounds, χ² when ``sigma`` is given, rank, stability of the
+    scheme along the solution) in its ``warnings``.
+
+    Parameters
+    ----------
+    model
+        A model transformed by ``odeest.adams`` / ``odeest.enright`` and solved.
+        Its ODEs must be an ODE in the states and parameters (no algebraic
+        variables, autonomous), as for :func:`problem_from_dae`.
+    data : pandas.DataFrame
+        The measurements the objective fits (columns named like the states of
+        :func:`problem_from_dae`), for the fitted values, residuals and the χ²
+        test.
+    results : pyomo SolverResults, optional
+        What ``SolverFactory(...).solve`` returned (status and iterations);
+        without it the result's status is ``'unknown'``.
+    sigma, weights
+        Noise level or weights of the measurements, as for
+        :class:`~pyomo_odeest.problem.declaration.EstimationProblem`.
+    """
+    import pandas as pd
+    from ..problem.declaration import EstimationProblem
+    from ..problem.misfit import misfit_constant, observations
+    from ..problem.result import EstimationResult, post_solve_checks
+    parts = getattr(model, "_odeest_dae", None)
+    if parts is None:
+        raise DaeSchemeError("dae_result needs a model transformed by odeest.adams or "
+                             "odeest.enright whose ODEs are an autonomous ODE in the states and "
+                             "parameters (see problem_from_dae)")
+    base = parts["problem"]
+    f = tuple(base.f_sym)
+    P = EstimationProblem(states=parts["names"], parameters=parts["params"],
+                          rhs=lambda x, u, t: list(f), initial=parts["initial"], data=data,
+                          sigma=sigma, weights=weights, t0=parts["t0"], T=parts["T"],
+                          name="pyomo_dae")
+    t = np.asarray(model._odeest_grid, dtype=float)
+    X = np.array([[pyo.value(sv[_join(tt, rest, loc)]) for (_, sv, rest, loc) in parts["keys"]]
+                  for tt in t], dtype=float)
+    u = np.array([np.nan if v.value is None else float(v.value) for v in parts["parameters"]]
+                 + [X[0, k] for k, n in enumerate(parts["names"])
+                    if not isinstance(parts["initial"][n], float)], dtype=float)
+    idx = np.searchsorted(t, P.meas_times)
+    if np.any(idx >= len(t)) or not np.allclose(t[np.minimum(idx, len(t) - 1)], P.meas_times):
+        raise DaeSchemeError("every measurement time of data must be a point of the ContinuousSet")
+    fitted = observations(P, X[idx], u)
+    residuals = (fitted - P.data).where(P.mask)
+    from ..problem.misfit import MeasurementMisfit
+    obj = float(MeasurementMisfit(P).value(X[idx], u)) + misfit_constant(P)
+    status, success, iters = "unknown", False, 0
+    if results is not None:
+        tc = str(results.solver.termination_condition)
+        status = str(getattr(results.solver, "message", None) or tc)
+        success = tc in ("optimal", "locallyOptimal")
+        iters = int(getattr(results.solver, "iterations", 0) or 0)
+    scheme = model._odeest_scheme
+    res = EstimationResult(
+        approach="pyomo_dae", method=model._odeest_initialization,
+        scheme=f"{scheme.name}(qmax={scheme.qmax}), k={len(t) - 1}",
+        estimates=pd.Series(u, index=P.parameter_names, name="estimate"), objective=obj,
+        status=status, success=success, iterations=iters, evaluations={}, timings={},
+        states=pd.DataFrame(X, index=pd.Index(t, name="time"), columns=P.states),
+        fitted=fitted, residuals=residuals, extra={"problem": P})
+    from ..discretization.grid import Grid
+    J = idx.astype(int)
+    I = np.zeros(len(t), dtype=int)
+    I[J] = np.arange(1, len(J) + 1)
+    grid = Grid(t=t, meas_times=np.asarray(P.meas_times, dtype=float), I=I, J=J, restarts=())
+    return post_solve_checks(P, res, scheme, grid=grid)

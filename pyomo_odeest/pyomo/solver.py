@@ -39,7 +39,7 @@ from pyomo.core.base.symbol_map import SymbolMap
 from pyomo.core.staleflag import StaleFlagManager
 from pyomo.opt import SolutionStatus, SolverFactory, SolverResults, TerminationCondition
 
-from ..nlp.cyipopt_adapter import ipopt_version, solve_with_ipopt
+from ..nlp.cyipopt_adapter import ipopt_version, solve_with_ipopt, start_value_scaling
 from .evaluator import PyomoNLPEvaluator
 
 __all__ = ["OdeestIpoptSolver", "SOLVER_NAME", "use_as_ipopt"]
@@ -70,6 +70,22 @@ _TERMINATION = {
     "Insufficient_Memory": TerminationCondition.resourceInterrupt,
     "Internal_Error": TerminationCondition.internalSolverError,
 }
+
+
+def add_scaling_factors(model, variables):
+    """Put ``1/|v|`` (1 where v = 0 or has no value) on ``model.scaling_factor`` for every
+    unfixed variable of ``variables`` that has no factor there yet (the Suffix is
+    created if needed); the scaling of parameters by their start values that
+    :func:`~pyomo_odeest.nlp.cyipopt_adapter.start_value_scaling` defines."""
+    sf = getattr(model, "scaling_factor", None)
+    if sf is None:
+        model.scaling_factor = sf = Suffix(direction=Suffix.EXPORT)
+    elif not isinstance(sf, Suffix):
+        raise ValueError("model.scaling_factor exists and is not a Suffix")
+    for v in variables:
+        if not v.fixed and v not in sf:
+            sf[v] = float(start_value_scaling([0.0 if v.value is None else v.value])[0])
+    return sf
 
 
 def user_scaling(model, ev):
