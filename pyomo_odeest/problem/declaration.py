@@ -35,17 +35,8 @@ import sympy
 
 from ..symbolic.convert import pyomo_to_sympy
 from ..symbolic.structure import UnsupportedExpressionError
-from .components import (
-    TIME_NAME,
-    Experiment,
-    GaussianNLL,
-    LeastSquares,
-    Parameter,
-    ParameterConstraint,
-    PathConstraint,
-    _check_names,
-    _Namespace,
-)
+from .components import (TIME_NAME, Experiment, GaussianNLL, LeastSquares, Parameter,
+                         ParameterConstraint, PathConstraint, _check_names, _Namespace)
 from .data import _check_inputs, _switch_times, _to_wide, _weights
 from .several import SeveralExperiments
 from .validation import ProblemError, as_data_frame, check_weights

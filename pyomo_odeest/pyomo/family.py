@@ -178,10 +178,11 @@ def _compile(structure, kinds, sympy_builder, classes):
             d1_exprs.append(d)
     d2_pairs, d2_exprs = [], []
     for a, da in zip(d1_slots, d1_exprs):
-        if not da.free_symbols:
+        free = da.free_symbols
+        if not free:
             continue
         for b in d1_slots:
-            if b < a or syms[b] not in da.free_symbols:
+            if b < a or syms[b] not in free:
                 continue
             d = _drop_delta(sympy.diff(da, syms[b]))
             if d != 0:
