@@ -41,20 +41,31 @@ median time of sens / adj at p = 122; ``discrete_adjoint_obs_slope``: slope of
 log(time) of ``disc`` against log(number of observations) in sweep (b)
 (0 = flat, 1 = proportional).
 
+BLAS runs single-threaded (``OPENBLAS_NUM_THREADS=1`` etc. unless set): the
+gradients factor small dense matrices (the adjoint's n + p Jacobian), and
+on a loaded 2-core machine OpenBLAS's worker threads spin-wait, which made a
+244 × 244 LU take 0.12 s instead of about 1 ms (at p = 122 the adjoint
+took 15 s with threads and 0.44 s without, forward sensitivities 10 s and
+0.78 s).
+
 Usage: python benchmarks/mhv_figures.py [--draws N] [--fd-draws M] [--quick] [--no-plot]
 """
 from __future__ import annotations
 
-import argparse
 import os
-import time
-import warnings
 
-import numpy as np
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")          # before numpy is imported
 
-from pyomo_odeest.approaches.continuous import ContinuousModel
-from pyomo_odeest.discretization.discrete import DiscreteModel
-from pyomo_odeest.models.diagonal_linear import (diagonal_linear_exact_gradient,
+import argparse  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from pyomo_odeest.approaches.continuous import ContinuousModel  # noqa: E402
+from pyomo_odeest.discretization.discrete import DiscreteModel  # noqa: E402
+from pyomo_odeest.models.diagonal_linear import (diagonal_linear_exact_gradient,  # noqa: E402
                                                  diagonal_linear_problem)
 
 RTOL, ATOL, METHOD = 1e-8, 1e-10, "BDF"
@@ -172,7 +183,9 @@ def main(argv=None):
     draws = 1 if args.quick else args.draws
     fd_draws = min(draws, args.fd_draws)
     print(f"integrator {METHOD}, rtol={RTOL:g}, atol={ATOL:g}; {draws} draws per point "
-          f"(finite differences on {fd_draws}); discrete: adams_pc, qmax 4, h <= 0.5")
+          f"(finite differences on {fd_draws}); discrete: adams_pc, qmax 4, h <= 0.5; "
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; load average "
+          f"{os.getloadavg()[0]:.1f}")
     p_last = sizes[-1]
     rows_p = sweep([(p, 11) for p in sizes], draws, fd_draws, "(a)")
     rows_o = sweep([(50 if not args.quick else 12, k) for k in sizes], draws, fd_draws, "(b)")

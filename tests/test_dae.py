@@ -121,6 +121,75 @@ def test_time_dependent_rhs_rejected_for_reduced_space():
         problem_from_dae(m, DATA)
 
 
+def _lv_f(x1, x2, p, tt, drift):
+    """The right-hand side of dae_model (drift != 0: p1 scaled by 1 + drift·t) and its Jacobian."""
+    a = p[0] * (1 + drift * tt)
+    f = np.array([-a * x1 + p[1] * x1 * x2, p[2] * x2 - p[3] * x1 * x2])
+    J = np.array([[-a + p[1] * x2, p[1] * x1], [-p[3] * x2, p[2] - p[3] * x1]])
+    return f, J
+
+
+@pytest.mark.parametrize("drift", [0.0, 0.01])
+@pytest.mark.parametrize("family,variant", [
+    ("odeest.adams", "pc"), ("odeest.adams", "moulton"),
+    ("odeest.enright", "implicit"), ("odeest.enright", "semi_implicit")])
+def test_scheme_rows_match_the_step_formulas(family, variant, drift):
+    """Every scheme row, at random values of all variables, has the residual of its step formula
+    [GM-grad eqs. (4)-(6)] computed here in NumPy.  drift = 0: the right-hand side is the same
+    function at every point (rendered once and reused); drift != 0: it changes with t, so each
+    point's rows must use that point's own right-hand side (predictor-corrector), or be
+    refused (Enright's ḟ has no ∂f/∂t)."""
+    m = dae_model()
+    if drift:
+        m.ode1.deactivate()
+        m.ode1b = pyo.Constraint(m.t, rule=lambda m, t: m.dx1[t] == -m.p[1] * (1 + drift * t) * m.x1[t]
+                                 + m.p[2] * m.x1[t] * m.x2[t])
+    if drift and family == "odeest.enright":              # ḟ = D_x f·f needs an autonomous f
+        with pytest.raises(DaeSchemeError, match="autonomous"):
+            pyo.TransformationFactory(family).apply_to(m, wrt=m.t, variant=variant, qmax=4,
+                                                       steps_per_interval=3)
+        return
+    pyo.TransformationFactory(family).apply_to(m, wrt=m.t, variant=variant, qmax=4, steps_per_interval=3)
+    rng = np.random.default_rng(3)
+    t = np.array([float(v) for v in m.t])
+    for v in m.component_data_objects(pyo.Var):
+        v.set_value(float(rng.uniform(0.5, 1.5)))
+    p = np.array([pyo.value(m.p[k]) for k in range(1, 5)])
+    X = np.array([[pyo.value(m.x1[tt]), pyo.value(m.x2[tt])] for tt in t])
+    D = np.array([[pyo.value(m.dx1[tt]), pyo.value(m.dx2[tt])] for tt in t])
+    stage_vals = {st: np.array([[pyo.value(getattr(m, f"dx{s}_odeest_{st}")[i]) for s in (1, 2)]
+                                for i in range(len(t) - 1)])
+                  for st in m._odeest_scheme.stage_names if st != "x"}
+    checked = 0
+    for i, formula in enumerate(m._odeest_scheme.formulas(t)):
+        h, tn = t[i + 1] - t[i], t[i + 1]
+        for stage in formula.stages:
+            val = X[i].copy()
+            for pref, c in stage.f_terms:
+                if pref.kind == "past":
+                    fv = D[i - pref.lag]
+                elif pref.kind == "new":
+                    fv = D[i + 1]
+                else:
+                    fv = _lv_f(*stage_vals[pref.stage][i], p, tn, drift)[0]
+                val = val + h * c * fv
+            for pref, d in stage.fdot_terms:
+                assert pref.kind in ("new", "stage")
+                if pref.kind == "new":
+                    fdot = _lv_f(*X[i + 1], p, tn, drift)[1] @ D[i + 1]
+                else:
+                    f, J = _lv_f(*stage_vals[pref.stage][i], p, tn, drift)
+                    fdot = J @ f
+                val = val + h * h * d * fdot
+            target = X[i + 1] if stage.name == "x" else stage_vals[stage.name][i]
+            for s in (1, 2):
+                con = getattr(m, f"dx{s}_odeest_eq_{stage.name}")[i]
+                res = pyo.value(con.body) - pyo.value(con.upper)
+                assert res == pytest.approx(target[s - 1] - val[s - 1], rel=1e-12, abs=1e-12)
+                checked += 1
+    assert checked == 2 * len(m._odeest_scheme.stage_names) * (len(t) - 1)
+
+
 def _cli_snippet():
     import re
     from pathlib import Path

@@ -133,3 +133,27 @@ def test_doe_fim_matches_gauss_newton():
     r = _example("doe_lotka_volterra").run()
     assert r["rel_err"] < 1e-3
     assert np.all(np.diag(r["fim_doe"]) > 1.0)
+
+
+def test_mumps_defaults_apply_unless_the_options_name_them(monkeypatch):
+    """solve_with_ipopt gives Ipopt the measured MUMPS defaults; options naming a MUMPS
+    setting (or another linear solver) win; the estimate does not depend on the ordering."""
+    from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
+    from pyomo_odeest.models import lotka_volterra_problem
+    from pyomo_odeest.nlp import MUMPS_DEFAULTS
+    from pyomo_odeest.nlp import cyipopt_adapter as ca
+    seen = []
+    real = ca._add_options
+
+    def spy(nlp, opts):
+        seen.append(dict(opts))
+        return real(nlp, opts)
+    monkeypatch.setattr(ca, "_add_options", spy)
+    prob = lotka_volterra_problem()
+    a = estimate_simultaneous(prob, "adams_pc", 3, steps_per_interval=2)
+    assert all(seen[-1][k] == v for k, v in MUMPS_DEFAULTS.items())
+    other = 0 if MUMPS_DEFAULTS["mumps_pivot_order"] != 0 else 2
+    b = estimate_simultaneous(prob, "adams_pc", 3, steps_per_interval=2,
+                              options={"mumps_pivot_order": other})
+    assert seen[-1]["mumps_pivot_order"] == other
+    np.testing.assert_allclose(a.x, b.x, rtol=1e-8)

@@ -654,10 +654,7 @@ class ShootingNLP(NLPEvaluator):
                     jx=sparse_jacobian((ex,), xs, xs, us, ts),
                     ju=sparse_jacobian((ex,), us, xs, us, ts)))
         pcs = problem.parameter_constraints
-        us = tuple(problem.u_sym)
-        self._r = [sympy.lambdify((us,), ex, "numpy") for _, ex in pcs]
-        self._dr = [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
-                    for _, ex in pcs]
+        self._r, self._dr = problem.parameter_constraint_functions()
         self.parameter_constraint_names = [pc.name for pc, _ in pcs]
         self.m_path = sum(len(d["pts"]) for d in self.paths)
         self.m = self.m_cont + self.m_path + len(pcs)

@@ -5,8 +5,8 @@ from .diagonal_linear import (diagonal_linear_problem, diagonal_linear_exact_gra
                               diagonal_linear_exact_hessian, diagonal_linear_solution)
 from .seird import seird_problem, seird_data, seird_solution
 from .bellman import BELLMAN_K, BELLMAN_OPTIMUM, bellman_problem
-from .cops import (GASOIL_OPTIMUM, MARINE_OPTIMUM, PINENE_OPTIMUM, gasoil_problem,
-                   marine_problem, pinene_problem)
+from .cops import (GASOIL_OPTIMUM, MARINE_OPTIMUM, METHANOL_OPTIMUM, PINENE_OPTIMUM,
+                   gasoil_problem, marine_problem, methanol_problem, pinene_problem)
 from .oscillator import OSC_OMEGA, oscillator_data, oscillator_problem
 from .hiv import HIV_PARAMETERS, HIV_ESTIMATED, HIV_STATES, HIV_TIMES, hiv_problem, hiv_simulate
 
@@ -16,4 +16,4 @@ __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
            "HIV_PARAMETERS", "HIV_ESTIMATED", "HIV_STATES", "HIV_TIMES", "hiv_problem",
            "hiv_simulate", "seird_problem", "seird_data", "seird_solution",
            "OSC_OMEGA", "oscillator_data", "oscillator_problem", "pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM",
-           "marine_problem", "MARINE_OPTIMUM", "bellman_problem", "BELLMAN_OPTIMUM", "BELLMAN_K"]
+           "marine_problem", "MARINE_OPTIMUM", "methanol_problem", "METHANOL_OPTIMUM", "bellman_problem", "BELLMAN_OPTIMUM", "BELLMAN_K"]

@@ -50,6 +50,19 @@ all stages counted at 21 times in [0, 10] (counts up to 2·10⁴); unweighted
 least squares. Published optimum :math:`f^* = 1.97465\cdot 10^{7}` (COPS,
 every mesh). One mortality rate (:math:`m_6`) sits at its bound 0 at the
 optimum.
+
+**Methanol to hydrocarbons** (Maria, 1989; COPS problem 12): three states,
+five rate constants :math:`\theta \ge 0`, a rational right-hand side,
+
+.. math::
+
+    \dot y_1 = -\Big(2\theta_2 - \frac{\theta_1 y_2}{D} + \theta_3 + \theta_4\Big) y_1,\quad
+    \dot y_2 = \frac{\theta_1 y_1 (\theta_2 y_1 - y_2)}{D} + \theta_3 y_1,\quad
+    \dot y_3 = \frac{\theta_1 y_1 (y_2 + \theta_5 y_1)}{D} + \theta_4 y_1,
+
+:math:`D = (\theta_2 + \theta_5) y_1 + y_2`, :math:`y(0) = (1, 0, 0)`, all
+states measured at 17 times in [0, 1.122]; unweighted least squares, start
+:math:`\theta = 1`. Published optimum :math:`f^* = 9.02229\cdot 10^{-3}` (COPS).
 """
 from __future__ import annotations
 
@@ -58,13 +71,14 @@ import pandas as pd
 
 from ..problem.declaration import EstimationProblem, Parameter
 
-__all__ = ["pinene_problem", "gasoil_problem", "marine_problem", "PINENE_OPTIMUM",
-           "GASOIL_OPTIMUM", "MARINE_OPTIMUM"]
+__all__ = ["pinene_problem", "gasoil_problem", "marine_problem", "methanol_problem",
+           "PINENE_OPTIMUM", "GASOIL_OPTIMUM", "MARINE_OPTIMUM", "METHANOL_OPTIMUM"]
 
 #: published optimal objective values (COPS 3.0)
 PINENE_OPTIMUM = 19.872
 GASOIL_OPTIMUM = 5.2366e-3
 MARINE_OPTIMUM = 1.97465e7
+METHANOL_OPTIMUM = 9.02229e-3
 
 _PINENE_T = [1230.0, 3060.0, 4920.0, 7800.0, 10680.0, 15030.0, 22620.0, 36420.0]
 _PINENE_Y = [[88.35, 76.4, 65.1, 50.4, 37.5, 25.9, 14.0, 4.5],
@@ -158,3 +172,31 @@ def marine_problem(rate0=0.5):
     return EstimationProblem(states=stages, parameters=params, rhs=rhs,
                              initial={s: f"y0_{i}" for i, s in enumerate(stages, 1)},
                              data=data, name="marine")
+
+
+_METHANOL_T = [0.0, 0.050, 0.065, 0.080, 0.123, 0.233, 0.273, 0.354, 0.397, 0.418, 0.502,
+               0.553, 0.681, 0.750, 0.916, 0.937, 1.122]
+_METHANOL_Y = [[1.0000, 0.7085, 0.5971, 0.5537, 0.3684, 0.1712, 0.1198, 0.0747, 0.0529,
+                0.0415, 0.0261, 0.0208, 0.0085, 0.0053, 0.0019, 0.0018, 0.0006],
+               [0.0000, 0.1621, 0.1855, 0.1989, 0.2845, 0.3491, 0.3098, 0.3576, 0.3347,
+                0.3388, 0.3557, 0.3483, 0.3836, 0.3611, 0.3609, 0.3485, 0.3698],
+               [0.0000, 0.0811, 0.0965, 0.1198, 0.1535, 0.2097, 0.2628, 0.2467, 0.2884,
+                0.2757, 0.3167, 0.2954, 0.2950, 0.2937, 0.2831, 0.2846, 0.2899]]
+
+
+def methanol_problem(theta0=(1.0, 1.0, 1.0, 1.0, 1.0)):
+    """The methanol-to-hydrocarbons problem (module docstring); θ1..θ5 ≥ 0."""
+    names = ["y1", "y2", "y3"]
+    data = pd.DataFrame(np.array(_METHANOL_Y).T, index=pd.Index(_METHANOL_T, name="time"),
+                        columns=names)
+
+    def rhs(y, u, t):
+        d = (u.theta2 + u.theta5) * y.y1 + y.y2
+        return [-(2 * u.theta2 - u.theta1 * y.y2 / d + u.theta3 + u.theta4) * y.y1,
+                u.theta1 * y.y1 * (u.theta2 * y.y1 - y.y2) / d + u.theta3 * y.y1,
+                u.theta1 * y.y1 * (y.y2 + u.theta5 * y.y1) / d + u.theta4 * y.y1]
+
+    return EstimationProblem(
+        states=names,
+        parameters=[Parameter(f"theta{i}", float(v), lb=0.0) for i, v in enumerate(theta0, 1)],
+        rhs=rhs, initial={"y1": 1.0, "y2": 0.0, "y3": 0.0}, data=data, name="methanol")

@@ -3,6 +3,6 @@ on demand) and the thin cyipopt adapter that drives Ipopt from any evaluator.
 The Pyomo evaluator lives in :mod:`pyomo_odeest.pyomo`; the reduced-space and
 shooting evaluators in :mod:`pyomo_odeest.approaches`."""
 from .protocol import EvaluationError, NLPEvaluator
-from .cyipopt_adapter import IpoptResult, solve_with_ipopt
+from .cyipopt_adapter import MUMPS_DEFAULTS, IpoptResult, solve_with_ipopt
 
-__all__ = ["EvaluationError", "NLPEvaluator", "IpoptResult", "solve_with_ipopt"]
+__all__ = ["EvaluationError", "NLPEvaluator", "IpoptResult", "solve_with_ipopt", "MUMPS_DEFAULTS"]

@@ -36,7 +36,7 @@ import numpy as np
 from .protocol import EvaluationError
 
 __all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_scaling",
-           "ipopt_version",
+           "ipopt_version", "MUMPS_DEFAULTS",
            "start_value_magnitude",
            "CYIPOPT_MISSING"]
 
@@ -311,11 +311,22 @@ def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8)
     return float(factor(np.array(gf))), factor(rowmax)
 
 
+MUMPS_DEFAULTS = {"mumps_pivot_order": 7}
+"""MUMPS settings that :func:`solve_with_ipopt` gives Ipopt unless the options name them (or
+ask for another ``linear_solver``), chosen by ``benchmarks/linear_solver.py`` on the
+Lotka–Volterra NLP (see "Linear algebra" in the solver guide): MUMPS's automatic ordering
+was within 5 % of the best ordering per iteration, AMD and AMF were 5–7x slower, and PORD
+crashed Debian's Ipopt 3.11 at 120 000 variables.  Switching MUMPS's scalings off
+(``mumps_scaling=0``, ``mumps_permuting_scaling=0``) was about 20 % faster per iteration
+there but is left to the options: it weakens pivoting on badly scaled systems."""
+
+
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
                      g_scaling=None, obj_scaling=None):
     """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
 
-    ``options`` are passed to Ipopt unchanged.  With ``tee=False`` Ipopt is
+    ``options`` are passed to Ipopt unchanged, after :data:`MUMPS_DEFAULTS` for
+    the MUMPS settings they do not name.  With ``tee=False`` Ipopt is
     silent (``print_level=0``) unless the options set ``print_level``.
     ``x_scaling`` (length n), ``g_scaling`` (length m), ``obj_scaling``
     (scalar): user scaling; Ipopt works internally with ``x_scaling * x``,
@@ -337,6 +348,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     cu = np.where(np.isfinite(ev.g_ub), ev.g_ub, big)
     nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
     opts = dict(options or {})
+    if str(opts.get("linear_solver", "mumps")).lower() == "mumps":
+        for k, v in MUMPS_DEFAULTS.items():
+            opts.setdefault(k, v)
     if x_scaling is not None or g_scaling is not None or obj_scaling is not None:
         xs = _positive_vector(x_scaling, ev.n, "x_scaling")
         gs = _positive_vector(g_scaling, ev.m, "g_scaling", np.nan, allow_nan=True)

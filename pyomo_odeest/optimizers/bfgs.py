@@ -5,15 +5,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .projected import (
-    _check_common,
-    _finish,
-    _initial_step,
-    _Problem,
-    _search,
-    _start,
-    _stop_test,
-)
+from .projected import (_check_common, _finish, _initial_step, _Problem, _search, _start,
+                        _stop_test)
 from .results import OptimizeHistory, OptimizeResult
 
 

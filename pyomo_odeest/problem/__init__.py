@@ -2,19 +2,9 @@
 (:mod:`.declaration`); the measurement misfit shared by every approach
 (:mod:`.misfit`); the result type every approach returns (:mod:`.result`); and
 the χ² test of a fit against the noise level (:mod:`.noise`)."""
-from .declaration import (
-                          EstimationProblem,
-                          Experiment,
-                          GaussianNLL,
-                          LeastSquares,
-                          Parameter,
-                          ParameterConstraint,
-                          PathConstraint,
-                          ProblemError,
-                          require_no_constraints,
-                          require_no_inputs,
-                          require_single_experiment,
-)
+from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquares, Parameter,
+                          ParameterConstraint, PathConstraint, ProblemError,
+                          require_no_constraints, require_no_inputs, require_single_experiment)
 from .inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
 from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from .noise import noise_check

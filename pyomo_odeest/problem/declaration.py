@@ -35,17 +35,8 @@ import sympy
 
 from ..symbolic.convert import pyomo_to_sympy
 from ..symbolic.structure import UnsupportedExpressionError
-from .components import (
-    TIME_NAME,
-    Experiment,
-    GaussianNLL,
-    LeastSquares,
-    Parameter,
-    ParameterConstraint,
-    PathConstraint,
-    _check_names,
-    _Namespace,
-)
+from .components import (TIME_NAME, Experiment, GaussianNLL, LeastSquares, Parameter,
+                         ParameterConstraint, PathConstraint, _check_names, _Namespace)
 from .data import _check_inputs, _switch_times, _to_wide, _weights
 from .several import SeveralExperiments
 from .validation import ProblemError, as_data_frame, check_weights
@@ -225,6 +216,16 @@ class EstimationProblem(SeveralExperiments):
                 raise ProblemError(f"path constraint '{c.name}' uses {sorted(map(str, bad))}, "
                                    f"which are not states, parameters, inputs or t")
         return paths, params
+
+    def parameter_constraint_functions(self):
+        """``(r, dr)``: per parameter constraint :math:`r(u) \\le 0`, the function
+        ``r(u)`` and its gradient ``dr(u)`` over all parameters, lambdified once
+        (shared by the approaches that treat them as constraints over u)."""
+        us = tuple(self.u_sym)
+        pcs = self.parameter_constraints
+        return ([sympy.lambdify((us,), ex, "numpy") for _, ex in pcs],
+                [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
+                 for _, ex in pcs])
 
     @property
     def has_constraints(self):

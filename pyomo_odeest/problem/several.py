@@ -8,16 +8,8 @@ from typing import Mapping
 import pyomo.environ as pyo
 import sympy
 
-from .components import (
-    TIME_NAME,
-    Experiment,
-    LeastSquares,
-    Parameter,
-    ParameterConstraint,
-    PathConstraint,
-    _check_names,
-    _Namespace,
-)
+from .components import (TIME_NAME, Experiment, LeastSquares, Parameter, ParameterConstraint,
+                         PathConstraint, _check_names, _Namespace)
 from .validation import ProblemError
 
 __all__ = ["SeveralExperiments", "PER_EXPERIMENT"]

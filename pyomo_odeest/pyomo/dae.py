@@ -62,7 +62,10 @@ from pyomo.common.config import ConfigBlock, ConfigValue, In, PositiveInt
 from pyomo.core.base.transformation import Transformation, TransformationFactory
 from pyomo.core.base.units_container import pint_available
 from pyomo.core.expr.calculus.derivatives import Modes, differentiate
-from pyomo.core.expr.visitor import identify_variables, replace_expressions
+import pyomo.core.expr.numeric_expr as nx
+from pyomo.common.numeric_types import native_numeric_types, native_types
+from pyomo.core.expr.relational_expr import EqualityExpression
+from pyomo.core.expr.visitor import ExpressionReplacementVisitor, identify_variables, replace_expressions
 from pyomo.dae import ContinuousSet, DerivativeVar
 from pyomo.dae.misc import expand_components
 from pyomo.repn import generate_standard_repn
@@ -166,7 +169,7 @@ class _SchemeTransformation(Transformation):
         info["nfe"] = len(grid.t) - 1
         expand_components(model)
         t = [float(v) for v in cs]                     # the ContinuousSet's own (float) keys
-        formulas = scheme.formulas(np.array(t))
+        batches = scheme.batches(np.array(t))
         dvs = [dv for dv in model.component_objects(DerivativeVar, descend_into=True)
                if cs in dv.get_continuousset_list()]
         for dv in dvs:
@@ -183,7 +186,7 @@ class _SchemeTransformation(Transformation):
         model._odeest_initialization = (
             _simulate_start(model, cs, dae_problem, scheme, t, rhs) if cfg.initialize
             else "none (initialize=False)")
-        ctx = _Context(model, cs, t, scheme, formulas, rhs)
+        ctx = _Context(model, cs, t, scheme, batches, rhs)
         for dv in dvs:
             ctx.make_stage_vars(dv)              # start values: the states at t_{i+1}
         for dv in dvs:
@@ -259,7 +262,7 @@ def ode_rhs(model, cs):
     """f of every (derivative VarData): {id(dxdt[...]): expression}, from the ODE constraints.
 
     Each derivative VarData must appear linearly, with a constant coefficient,
-    in exactly one active constraint.
+    in exactly one active constraint.  A constraint written ``dxdt == f`` gives ``f`` itself.
     """
     dvars = {}
     for dv in model.component_objects((DerivativeVar, pyo.Var), descend_into=True):
@@ -268,54 +271,284 @@ def ode_rhs(model, cs):
                 dvars[id(d)] = d
     rhs = {}
     for con in model.component_data_objects(pyo.Constraint, active=True, descend_into=True):
-        ds = [v for v in identify_variables(con.body, include_fixed=False) if id(v) in dvars]
-        if not ds:
+        got = _rhs_of(con, dvars)
+        if got is None:
             continue
-        if len(ds) > 1:
-            raise DaeSchemeError(f"constraint '{con.name}' contains several derivatives "
-                                 f"({', '.join(d.name for d in ds)}); write one ODE per derivative")
-        d = ds[0]
-        repn = generate_standard_repn(con.body, compute_values=False, quadratic=False)
-        ids = [id(v) for v in repn.linear_vars]
-        if id(d) not in ids or (repn.nonlinear_vars and any(id(v) == id(d) for v in repn.nonlinear_vars)):
-            raise DaeSchemeError(f"derivative '{d.name}' must appear linearly in '{con.name}'")
-        c = repn.linear_coefs[ids.index(id(d))]
-        if not isinstance(c, (int, float)):
-            c = pyo.value(c)
-        rest = repn.constant
-        for coef, v in zip(repn.linear_coefs, repn.linear_vars):
-            if v is not d:
-                rest = rest + coef * v
-        if repn.nonlinear_expr is not None:
-            rest = rest + repn.nonlinear_expr
-        rhs_val = con.upper if con.upper is not None else con.lower
-        if con.lower is None or con.upper is None or pyo.value(con.lower) != pyo.value(con.upper):
-            raise DaeSchemeError(f"ODE constraint '{con.name}' must be an equality")
+        d, f = got
         if id(d) in rhs:
             raise DaeSchemeError(f"derivative '{d.name}' appears in two constraints")
-        rhs[id(d)] = (rhs_val - rest) / c
+        rhs[id(d)] = f
     return rhs
 
 
-class _Context:
-    """Shared data of one transformation: grid, formulas, f per derivative VarData."""
+def _rhs_of(con, dvars):
+    """(derivative VarData, f) of one ODE constraint, None if it has no free derivative."""
+    expr = con.expr
+    if type(expr) is EqualityExpression:              # fast path: ``dxdt == f`` or ``f == dxdt``
+        for side, other in ((0, 1), (1, 0)):
+            d = expr.args[side]
+            if id(d) in dvars and not d.fixed:
+                f = expr.args[other]
+                fv = () if type(f) in native_numeric_types else identify_variables(f, include_fixed=False)
+                if not any(id(v) in dvars for v in fv):
+                    return d, f
+                break
+    ds = [v for v in identify_variables(con.body, include_fixed=False) if id(v) in dvars]
+    if not ds:
+        return None
+    if len(ds) > 1:
+        raise DaeSchemeError(f"constraint '{con.name}' contains several derivatives "
+                             f"({', '.join(d.name for d in ds)}); write one ODE per derivative")
+    d = ds[0]
+    repn = generate_standard_repn(con.body, compute_values=False, quadratic=False)
+    ids = [id(v) for v in repn.linear_vars]
+    if id(d) not in ids or (repn.nonlinear_vars and any(id(v) == id(d) for v in repn.nonlinear_vars)):
+        raise DaeSchemeError(f"derivative '{d.name}' must appear linearly in '{con.name}'")
+    c = repn.linear_coefs[ids.index(id(d))]
+    if not isinstance(c, (int, float)):
+        c = pyo.value(c)
+    rest = repn.constant
+    for coef, v in zip(repn.linear_coefs, repn.linear_vars):
+        if v is not d:
+            rest = rest + coef * v
+    if repn.nonlinear_expr is not None:
+        rest = rest + repn.nonlinear_expr
+    lo, up = con.lower, con.upper
+    if lo is None or up is None or pyo.value(lo) != pyo.value(up):
+        raise DaeSchemeError(f"ODE constraint '{con.name}' must be an equality")
+    return d, (up - rest) / c
 
-    def __init__(self, model, cs, t, scheme, formulas, rhs):
-        self.cs, self.t, self.scheme, self.formulas, self.rhs = cs, t, scheme, formulas, rhs
+
+# Expression node types whose meaning is fully given by their type and their arguments (plus the
+# function name for unary functions); rows of other types are rendered point by point.
+_PLAIN_NODES = frozenset({
+    nx.SumExpression, nx.LinearExpression, nx.NPV_SumExpression, nx.ProductExpression,
+    nx.NPV_ProductExpression, nx.MonomialTermExpression, nx.DivisionExpression,
+    nx.NPV_DivisionExpression, nx.PowExpression, nx.NPV_PowExpression, nx.NegationExpression,
+    nx.NPV_NegationExpression, nx.AbsExpression, nx.NPV_AbsExpression,
+    nx.UnaryFunctionExpression, nx.NPV_UnaryFunctionExpression})
+_FUNCTION_NODES = (nx.UnaryFunctionExpression, nx.NPV_UnaryFunctionExpression)
+
+
+def _same_function(a, b, slot_a, slot_b):
+    """Is expression ``b`` expression ``a`` with every state leaf of ``a`` (keys of ``slot_a``)
+    replaced by the state of the same slot in ``b`` (``slot_b``), all other leaves identical?"""
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta in native_types:
+        return a == b
+    if ta not in _PLAIN_NODES:
+        if a.is_expression_type():                     # named expressions and anything unusual
+            return False
+        sa = slot_a.get(id(a))
+        if sa is None:
+            return a is b and id(b) not in slot_b
+        return sa == slot_b.get(id(b))
+    if a.nargs() != b.nargs():
+        return False
+    if ta in _FUNCTION_NODES and a.getname() != b.getname():
+        return False
+    return all(_same_function(x, y, slot_a, slot_b) for x, y in zip(a.args, b.args))
+
+
+def _compile(expr, slot):
+    """A function ``build(L)`` returning ``expr`` with each leaf ``v`` of ``slot`` replaced by
+    ``L[slot[id(v)]]`` (straight-line generated code, one node constructor call per node
+    above a replaced leaf; subtrees without such leaves are shared), or None if ``expr``
+    holds a node type this does not know (the caller then uses the replacement walker)."""
+    consts, lines = [], []
+
+    def const(obj):
+        consts.append(obj)
+        return f"K[{len(consts) - 1}]"
+
+    def emit(e):                                   # -> (code, depends on L)
+        if type(e) in native_types:
+            return const(e), False
+        if not e.is_expression_type():
+            k = slot.get(id(e))
+            return (f"L[{k}]", True) if k is not None else (const(e), False)
+        if type(e) not in _PLAIN_NODES:
+            raise _NotPlain
+        parts = [emit(a) for a in e.args]
+        if not any(dep for _, dep in parts):
+            return const(e), False
+        make = const(e.create_node_with_local_data)
+        lines.append(f"    v{len(lines)} = {make}(({', '.join(c for c, _ in parts)},))")
+        return f"v{len(lines) - 1}", True
+
+    try:
+        code, dep = emit(expr)
+    except (_NotPlain, RecursionError):
+        return None
+    if not dep:
+        return lambda L: expr
+    src = "def build(L):\n" + "\n".join(lines) + f"\n    return {code}\n"
+    env = {"K": consts}
+    exec(compile(src, "<odeest template>", "exec"), env)
+    return env["build"]
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _compile_matcher(exprs, slot):
+    """A function ``match(bs, S)``: is ``bs[k]`` the same function as ``exprs[k]`` for every k,
+    state leaves (``slot``, resp. ``S`` for ``bs``) matched by slot and every other leaf
+    identical?  Generated code doing what :func:`_same_function` does; None if an
+    expression holds a node type outside ``_PLAIN_NODES``."""
+    consts, lines = [], []
+
+    def const(obj):
+        consts.append(obj)
+        return f"K[{len(consts) - 1}]"
+
+    def emit(a, var):
+        ta = type(a)
+        if ta in native_types:
+            lines.append(f"    if type({var}) is not {const(ta)} or {var} != {const(a)}: return False")
+            return
+        if ta not in _PLAIN_NODES:
+            if a.is_expression_type():
+                raise _NotPlain
+            k = slot.get(id(a))
+            if k is not None:
+                lines.append(f"    if S.get(id({var})) != {k}: return False")
+            else:
+                lines.append(f"    if {var} is not {const(a)} or id({var}) in S: return False")
+            return
+        args = a.args
+        av = f"a{len(lines)}"
+        lines.append(f"    if type({var}) is not {const(ta)}: return False")
+        lines.append(f"    {av} = {var}.args")
+        lines.append(f"    if len({av}) != {len(args)}: return False")
+        if ta in _FUNCTION_NODES:
+            lines.append(f"    if {var}.getname() != {a.getname()!r}: return False")
+        for k, x in enumerate(args):
+            emit(x, f"{av}[{k}]")
+
+    try:
+        for k, e in enumerate(exprs):
+            emit(e, f"bs[{k}]")
+    except (_NotPlain, RecursionError):
+        return None
+    src = "def match(bs, S):\n" + "\n".join(lines) + "\n    return True\n"
+    env = {"K": consts}
+    exec(compile(src, "<odeest template match>", "exec"), env)
+    return env["match"]
+
+
+class _Template:
+    """The right-hand sides at one grid point, reused at every point where they are the same
+    function of that point's states: f, and ḟ = Σ_r ∂f/∂x_r·f_r, are rendered (and ḟ
+    differentiated) once, then only have their state leaves replaced per row."""
+
+    def __init__(self, ctx, j):
+        self.ctx, self.j = ctx, j
+        self.x = [col[j] for col in ctx.xcols]                       # states at the point
+        self.d = [col[j] for col in ctx.dcols]                       # derivatives at the point
+        self.slot = {id(v): s for s, v in enumerate(self.x)}
+        self.f = [ctx.f_of(d) for d in self.d]
+        self._fdot, self._built, self._slot_of_key = {}, {}, {}
+        self._match = False
+
+    def matches(self, j):
+        ctx = self.ctx
+        slot_b = {id(col[j]): s for s, col in enumerate(ctx.xcols)}
+        if self._match is False:
+            self._match = _compile_matcher(self.f, self.slot)
+        if self._match is not None:
+            bs = [ctx.rhs.get(id(col[j])) for col in ctx.dcols]
+            return None not in bs and self._match(bs, slot_b)
+        for s, col in enumerate(ctx.dcols):
+            fb = ctx.rhs.get(id(col[j]))
+            if fb is None or not _same_function(self.f[s], fb, self.slot, slot_b):
+                return False
+        return True
+
+    def fdot(self, s, with_f):
+        """ḟ_s at the template point, with f_r (``with_f``) or the derivative variables."""
+        key = (s, with_f)
+        if key not in self._fdot:
+            f = self.f[s]
+            total = 0
+            for r, xr in enumerate(self.x):
+                dfx = differentiate(f, wrt=xr, mode=Modes.sympy)
+                if isinstance(dfx, (int, float)) and dfx == 0:
+                    continue
+                total = total + dfx * (self.f[r] if with_f else self.d[r])
+            self._fdot[key] = total
+        return self._fdot[key]
+
+    def render(self, what, s, leaves):
+        """Expression ``what`` of slot s (``'f'``: f, ``'fdot_f'``: ḟ with f_r, ``'fdot_d'``: ḟ
+        with the derivative variables) with the template point's states replaced by
+        ``leaves`` (and, for ``'fdot_d'``, its derivatives by ``leaves[S:]``)."""
+        key = (what, s)
+        build = self._built.get(key, False)
+        if build is False:
+            expr = self.f[s] if what == "f" else self.fdot(s, what == "fdot_f")
+            slot = dict(self.slot)
+            if what == "fdot_d":
+                n = len(self.x)
+                slot.update({id(v): n + r for r, v in enumerate(self.d)})
+            self._slot_of_key[key] = slot
+            build = self._built[key] = _compile(expr, slot)
+        if build is not None:
+            return build(leaves)
+        expr = self.f[s] if what == "f" else self.fdot(s, what == "fdot_f")
+        return self.ctx.replace(expr, {k: leaves[r] for k, r in self._slot_of_key[key].items()})
+
+
+class _Context:
+    """Shared data of one transformation: grid, scheme batches, f per derivative VarData.
+
+    Every state (one per DerivativeVar index off the time set) is a *slot* ``s``;
+    ``xcols[s][j]`` and ``dcols[s][j]`` are its state and derivative VarData at grid point ``j``.
+    """
+
+    _MAX_TEMPLATES = 8
+
+    def __init__(self, model, cs, t, scheme, batches, rhs):
+        self.cs, self.t, self.scheme, self.rhs = cs, t, scheme, rhs
         self.k = len(t) - 1
+        self.h = [t[i + 1] - t[i] for i in range(self.k)]
         self.states = _state_info(model, cs)
-        self.state_ids = {id(sv[key]) for _, sv, _ in self.states for key in sv.keys()}
+        self.slots, self.xcols, self.dcols = [], [], []
+        self.slot_of = {}                   # (id(dv), rest) -> slot
+        for dv, sv, loc in self.states:
+            rests = sorted({_split(key, loc)[1] for key in dv.keys()}, key=repr)
+            for r in rests:
+                self.slot_of[(id(dv), r)] = len(self.slots)
+                self.slots.append((dv, sv, loc, r))
+                self.xcols.append([sv[_join(tv, r, loc)] for tv in t])
+                self.dcols.append([dv[_join(tv, r, loc)] for tv in t])
+        self.state_ids = {id(v) for col in self.xcols for v in col}
         self.stage_vars = {}            # (id(dv), stage) -> Var
-        # derivative keys by time point, built once: looking them up per row
-        # keeps the transformation linear in the number of points
-        self.keys_at = {}               # t -> [(dv, sv, key, rest)]
-        for dv2, sv2, loc2 in self.states:
-            for key in dv2.keys():
-                tv, r2 = _split(key, loc2)
-                self.keys_at.setdefault(tv, []).append((dv2, sv2, key, r2))
+        self.stage_cols = {}            # (slot, stage) -> [stage VarData per step]
+        # step i -> (batch, position in batch); per batch and stage: terms with float lists
+        self.pos = [None] * self.k
+        self.stages = []
+        for b, batch in enumerate(batches):
+            for r, i in enumerate(batch.steps.tolist()):
+                self.pos[i] = (b, r)
+            self.stages.append({name: ([(p, c.tolist()) for p, c in ft], [(p, c.tolist()) for p, c in dt])
+                                for name, ft, dt in batch.stages})
+        self.replacer = ExpressionReplacementVisitor(remove_named_expressions=False)
+        self.templates = []
+        self.template_at = {}           # grid index -> _Template or None
+        self.checked = set()            # ids of right-hand sides checked for algebraic variables
 
     def rests(self, dv, loc):
         return sorted({_split(key, loc)[1] for key in dv.keys()}, key=repr)
+
+    def replace(self, expr, subst):
+        if not subst:
+            return expr
+        self.replacer.substitute = subst
+        return self.replacer.walk_expression(expr)
 
     def make_stage_vars(self, dv):
         sv = dv.get_state_var()
@@ -327,26 +560,26 @@ class _Context:
             index = [(i,) + r for i in range(self.k) for r in rests]
             v = pyo.Var(index, dense=True, units=_units_of(next(iter(sv.values()))))
             dv.parent_block().add_component(f"{dv.local_name}_odeest_{st}", v)
-            for i in range(self.k):
-                for r in rests:
-                    start = sv[_join(self.t[i + 1], r, loc)].value
-                    v[(i,) + r].set_value(0.0 if start is None else start)
+            for r in rests:
+                s = self.slot_of[(id(dv), r)]
+                xcol = self.xcols[s]
+                col = [v[(i,) + r] for i in range(self.k)]
+                for i, vd in enumerate(col):
+                    start = xcol[i + 1].value
+                    vd.set_value(0.0 if start is None else start)
+                self.stage_cols[(s, st)] = col
             self.stage_vars[(id(dv), st)] = v
 
-    def f_at(self, dv, key):
-        d = dv[key]
+    def f_of(self, d):
         try:
             return self.rhs[id(d)]
         except KeyError:
             raise DaeSchemeError(f"no ODE constraint defines '{d.name}' (the ODE must hold at "
                                  "every point of the ContinuousSet, the first one included)") from None
 
-    def stage_map(self, st, i):
-        """{id(state VarData at t_{i+1}): stage VarData} over all derivative variables."""
-        return {id(sv2[key]): self.stage_vars[(id(dv2), st)][(i,) + r2]
-                for dv2, sv2, key, r2 in self.keys_at.get(self.t[i + 1], ())}
-
     def check_no_algebraic(self, expr, dv, what):
+        if id(expr) in self.checked:
+            return
         for v in identify_variables(expr, include_fixed=False):
             if id(v) in self.state_ids:
                 continue
@@ -356,63 +589,119 @@ class _Context:
                     f"{what} needs f at points that are not grid points, but the ODE for "
                     f"'{dv.name}' depends on the algebraic variable '{v.name}'; use "
                     "odeest.adams with variant='moulton'")
+        self.checked.add(id(expr))
 
-    def fdot(self, dv, key, subst):
-        """ḟ = Σ_r ∂f/∂x_r f_r at the time of ``key`` (or at a stage via ``subst``)."""
-        fexpr = self.f_at(dv, key)
-        self.check_no_algebraic(fexpr, dv, "Enright's scheme")
-        tval = _split(key, dv.get_state_var()._contset[self.cs] if dv.get_state_var().dim() > 1 else 0)[0]
-        total = 0
-        for dv2, sv2, key2, _ in self.keys_at.get(tval, ()):
-            dfx = differentiate(fexpr, wrt=sv2[key2], mode=Modes.sympy)
-            if isinstance(dfx, (int, float)) and dfx == 0:
-                continue
-            f2 = self.f_at(dv2, key2) if subst is not None else dv2[key2]
-            total = total + dfx * f2
-        if subst is None:
-            return total
-        return replace_expressions(total, subst, remove_named_expressions=False)
+    def template(self, j):
+        """The :class:`_Template` valid at grid point ``j``, or None (render that point's rows
+        from its own right-hand sides)."""
+        if j in self.template_at:
+            return self.template_at[j]
+        found = None
+        if all(id(col[j]) in self.rhs for col in self.dcols):
+            for tp in reversed(self.templates):
+                if tp.matches(j):
+                    found = tp
+                    break
+            if found is None and len(self.templates) < self._MAX_TEMPLATES:
+                found = _Template(self, j)
+                self.templates.append(found)
+        self.template_at[j] = found
+        return found
+
+    def stage_subst(self, st, i):
+        """{id(state at t_{i+1}): stage VarData of step i}."""
+        return {id(col[i + 1]): self.stage_cols[(s, st)][i] for s, col in enumerate(self.xcols)}
+
+    def stage_leaves(self, st, i):
+        return [self.stage_cols[(s, st)][i] for s in range(len(self.slots))]
+
+    def f_stage(self, s, st, i):
+        """f of slot s at step i's stage ``st`` (the states at t_{i+1} replaced by the stage)."""
+        tp = self.template(i + 1)
+        dv = self.slots[s][0]
+        if tp is not None:
+            self.check_no_algebraic(tp.f[s], dv, "the predictor-corrector")
+            return tp.render("f", s, self.stage_leaves(st, i))
+        fexpr = self.f_of(self.dcols[s][i + 1])
+        self.check_no_algebraic(fexpr, dv, "the predictor-corrector")
+        return self.replace(fexpr, self.stage_subst(st, i))
+
+    def fdot(self, s, j, stage=None, i=None):
+        """ḟ = Σ_r ∂f/∂x_r f_r of slot s at grid point j, or at step i's stage ``stage``
+        (the states at t_{i+1} = t_j replaced by the stage values).
+
+        ḟ = D_x f·f only for an autonomous f (∂f/∂t is not available from a pyomo.dae model):
+        the right-hand sides must be the same function of the states at every point."""
+        dv = self.slots[s][0]
+        tp = self.template(j)
+        if tp is None:
+            for col in self.dcols:
+                self.f_of(col[j])                   # explains a missing ODE
+        if tp is None or tp is not self.templates[0]:
+            t0 = self.t[self.templates[0].j] if self.templates else self.t[0]
+            raise DaeSchemeError(
+                f"Enright's scheme needs an autonomous right-hand side (ḟ = D_x f·f; ∂f/∂t is not "
+                f"available from a pyomo.dae model), but the ODEs at t = {self.t[j]} are not those "
+                f"at t = {t0} with the states renamed (time-dependent terms or inputs); use "
+                "odeest.adams")
+        self.check_no_algebraic(tp.f[s], dv, "Enright's scheme")
+        if stage is None:
+            return tp.render("fdot_d", s, [col[j] for col in self.xcols] + [col[j] for col in self.dcols])
+        return tp.render("fdot_f", s, self.stage_leaves(stage, i))
 
     def make_equations(self, dv):
         sv = dv.get_state_var()
         loc = sv._contset[self.cs] if sv.dim() > 1 else 0
-        t, formulas = self.t, self.formulas
         rests = self.rests(dv, loc)
         # unit of the independent variable (state units / derivative units), so that the scheme
         # equations are unit-consistent when the model declares units (e.g. IDAES); None if none
         key0 = next(iter(dv.keys()))
         tu = _units_of(sv[key0] / dv[key0])
+        pos, stages, hs = self.pos, self.stages, self.h
 
         for st_name in self.scheme.stage_names:
             def rule(b, i, *rest, st_name=st_name):
-                rest = tuple(rest)
-                stage = formulas[i].stage(st_name)
-                h = t[i + 1] - t[i] if tu is None else (t[i + 1] - t[i]) * tu
-                val = sv[_join(t[i], rest, loc)]
-                for pref, c in stage.f_terms:
-                    if pref.kind == "past":
-                        fv = dv[_join(t[i - pref.lag], rest, loc)]
-                    elif pref.kind == "new":
-                        fv = dv[_join(t[i + 1], rest, loc)]
+                s = self.slot_of[(id(dv), tuple(rest))]
+                xcol, dcol = self.xcols[s], self.dcols[s]
+                bi, r = pos[i]
+                f_terms, fdot_terms = stages[bi][st_name]
+                h = hs[i]
+                terms, linear = [xcol[i]], True
+                for pref, cl in f_terms:
+                    c = cl[r]
+                    if c == 0.0:
+                        continue
+                    if pref.kind == "stage":
+                        fv, linear = self.f_stage(s, pref.stage, i), False
                     else:
-                        fexpr = self.f_at(dv, _join(t[i + 1], rest, loc))
-                        self.check_no_algebraic(fexpr, dv, "the predictor-corrector")
-                        fv = replace_expressions(fexpr, self.stage_map(pref.stage, i),
-                                                 remove_named_expressions=False)
-                    val = val + h * c * fv
-                for pref, d in stage.fdot_terms:
+                        fv = dcol[i - pref.lag] if pref.kind == "past" else dcol[i + 1]
+                        if tu is None:
+                            terms.append(nx.MonomialTermExpression((h * c, fv)))
+                            continue
+                    terms.append((h * c) * fv if tu is None else (h * c * tu) * fv)
+                for pref, dl in fdot_terms:
+                    d = dl[r]
+                    if d == 0.0:
+                        continue
                     if pref.kind == "new":
-                        fd = self.fdot(dv, _join(t[i + 1], rest, loc), None)
+                        fd = self.fdot(s, i + 1)
                     elif pref.kind == "stage":
-                        fd = self.fdot(dv, _join(t[i + 1], rest, loc), self.stage_map(pref.stage, i))
+                        fd = self.fdot(s, i + 1, pref.stage, i)
                     else:
-                        fd = self.fdot(dv, _join(t[i - pref.lag], rest, loc), None)
-                    val = val + h * h * d * fd
-                if st_name == "x":
-                    target = sv[_join(t[i + 1], rest, loc)]
+                        fd = self.fdot(s, i - pref.lag)
+                    terms.append((h * h * d) * fd if tu is None else (h * h * d * tu * tu) * fd)
+                    linear = False
+                if tu is None:
+                    val = nx.LinearExpression(terms) if linear else nx.SumExpression(terms)
                 else:
-                    target = self.stage_vars[(id(dv), st_name)][(i,) + rest]
-                return target == val
+                    val = terms[0]
+                    for term in terms[1:]:
+                        val = val + term
+                if st_name == "x":
+                    target = xcol[i + 1]
+                else:
+                    target = self.stage_cols[(s, st_name)][i]
+                return EqualityExpression((target, val))
 
             index = [(i,) + r for i in range(self.k) for r in rests]
             dv.parent_block().add_component(

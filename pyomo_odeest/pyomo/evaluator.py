@@ -57,7 +57,7 @@ except ImportError:       # pragma: no cover - older Pyomo
     class _TemplateDataMixin:   # noqa: D101 - nothing is an instance of it
         pass
 
-from .family import Family, compile_family
+from .family import Family, compile_family, slot_classes
 from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..symbolic.structure import UnsupportedExpressionError, to_sympy, walk
 
@@ -631,7 +631,8 @@ class PyomoNLPEvaluator(NLPEvaluator):
 
         for g in groups.values():
             idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
-            comp = compile_family(g.structure, g.kinds, to_sympy, split=templatize)
+            comp = compile_family(g.structure, g.kinds, to_sympy, split=templatize,
+                                  classes=slot_classes(idx, g.kinds) if templatize else None)
             b = np.array(g.bounds, dtype=float).reshape(-1, 2)
             con_fams.append((Family("general", comp, idx, g.objs), b[:, 0], b[:, 1]))
             self.stats["general_families"] += 1
@@ -692,7 +693,8 @@ class PyomoNLPEvaluator(NLPEvaluator):
         res = _TemplateResolver(self._reg, templates, keys)
         cols = [res.leaf_positions(k, p) for k, p in leaves]
         idx = np.stack(cols, axis=1) if cols else np.zeros((len(keys), 0), np.int64)
-        comp = compile_family(s, _kinds(leaves), to_sympy)
+        comp = compile_family(s, _kinds(leaves), to_sympy,
+                              classes=slot_classes(idx, _kinds(leaves)))
         n = len(keys)
         self.stats["template_families"] += 1
         self.stats["template_rows"] += n
@@ -766,7 +768,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
             slots = range(offs[j], offs[j + 1])
         lo, hi = _bound_values(mode, rels, ds)
         idx, kinds = self._slot_positions(structure, wleaves, slots, leaves)
-        comp = compile_family(structure, kinds, to_sympy)
+        comp = compile_family(structure, kinds, to_sympy, classes=slot_classes(idx, kinds))
         name = ds[0].parent_component().name
         return Family(name, comp, idx, list(ds)), lo, hi
 
@@ -786,7 +788,8 @@ class PyomoNLPEvaluator(NLPEvaluator):
             wleaves = []
             structure = walk(ts[0], wleaves, template=True)
             idx, kinds = self._slot_positions(structure, wleaves, range(len(leaves[0])), leaves)
-            fams.append(Family("objective", compile_family(structure, kinds, to_sympy), idx))
+            fams.append(Family("objective", compile_family(structure, kinds, to_sympy,
+                                                            classes=slot_classes(idx, kinds)), idx))
         return fams
 
     def _slot_positions(self, structure, wleaves, slots, leaves):

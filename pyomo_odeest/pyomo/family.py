@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-__all__ = ["Family", "compile_family"]
+__all__ = ["Family", "compile_family", "slot_classes"]
 
 _CACHE: dict = {}
 
@@ -65,50 +65,111 @@ def _leaf_count(s):
     return sum(_leaf_count(c) for c in s[1:])
 
 
-def _additive_terms(s, off=0, sign=1.0, out=None):
-    """``[(sign, term structure, first slot)]``: the terms of nested sums and
-    negations at the top of ``s`` (each term's slots are contiguous)."""
+def _has_var(s):
+    if s == "V":
+        return True
+    if s == "C" or not isinstance(s, tuple):
+        return False
+    return any(_has_var(c) for c in s[1:])
+
+
+def _additive_terms(s, slots, sign=1.0, out=None):
+    """``[(sign, term structure, its slots)]``: the terms of the sums at the
+    top of ``s`` (through negations, and through products with a factor free
+    of variables, such as ``(h^2 d) * (a + b)``: that factor's slots are then
+    shared by the terms).  ``slots``: the slots of ``s`` in walk order."""
     out = [] if out is None else out
     if isinstance(s, tuple) and s[0] == "+":
+        off = 0
         for c in s[1:]:
-            _additive_terms(c, off, sign, out)
-            off += _leaf_count(c)
-    elif isinstance(s, tuple) and s[0] == "neg":
-        _additive_terms(s[1], off, -sign, out)
-    else:
-        out.append((sign, s, off))
+            cnt = _leaf_count(c)
+            _additive_terms(c, slots[off:off + cnt], sign, out)
+            off += cnt
+        return out
+    if isinstance(s, tuple) and s[0] == "neg":
+        return _additive_terms(s[1], slots, -sign, out)
+    if isinstance(s, tuple) and s[0] == "*":
+        na = _leaf_count(s[1])
+        sa, sb = slots[:na], slots[na:]
+        for j, (fac, other) in enumerate(((s[1], s[2]), (s[2], s[1]))):
+            if _has_var(fac):
+                continue
+            fslots, oslots = (sa, sb) if j == 0 else (sb, sa)
+            inner = _additive_terms(other, oslots)
+            if len(inner) > 1:
+                for sg, t, ts in inner:
+                    out.append((sign * sg, ("*", fac, t) if j == 0 else ("*", t, fac),
+                                fslots + ts if j == 0 else ts + fslots))
+                return out
+    out.append((sign, s, slots))
     return out
 
 
-def compile_family(structure, kinds, sympy_builder, split=True):
+def _term_classes(classes, slots):
+    """Slot classes of a term reading ``slots`` (first equal slot, relative)."""
+    first, out = {}, []
+    for j, k in enumerate(slots):
+        out.append(first.setdefault(classes[k], j))
+    return tuple(out)
+
+
+def compile_family(structure, kinds, sympy_builder, split=True, classes=None):
     """Compile (and cache by structure) the value and derivatives of a shape.
 
     ``kinds`` gives 'V' or 'C' per slot; only 'V' slots are differentiated.
+    ``classes`` (optional, one entry per slot: the first slot that reads the
+    same column of ``w`` in every row) lets slots that always hold the same
+    variable share one symbol, so each variable is differentiated once, not
+    once per occurrence (a parameter occurring twenty times in ``f``).
     With ``split`` (default), a sum is compiled term by term (each term shape
     once, cached across rows, components and models: the ``k`` terms
     ``h c_j f(P_j)`` of a stage equation share one compiled ``f`` term) and
     terms of one shape are evaluated together (:class:`_SumCompiled`);
     ``split=False`` compiles the whole expression at once.
     """
+    K = len(kinds)
+    if classes is not None and tuple(classes) == tuple(range(K)):
+        classes = None
+    classes = None if classes is None else tuple(classes)
     if split:
-        terms = _additive_terms(structure)
+        terms = _additive_terms(structure, tuple(range(K)))
         if len(terms) > 1:
-            key = ("split", structure)
+            key = ("split", structure, classes)
             hit = _CACHE.get(key)
             if hit is None:
-                hit = _CACHE[key] = _SumCompiled(len(kinds), [
-                    (sign, compile_family(term, kinds[off:off + _leaf_count(term)],
-                                          sympy_builder, split=False), off)
-                    for sign, term, off in terms])
+                parts = []
+                for sign, term, slots in terms:
+                    sub = None if classes is None else _term_classes(classes, slots)
+                    parts.append((sign, compile_family(term, tuple(kinds[k] for k in slots),
+                                                       sympy_builder, split=False, classes=sub),
+                                  slots))
+                hit = _CACHE[key] = _SumCompiled(K, parts)
             return hit
-    key = structure
+    key = (structure, classes)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
+    comp = _compile(structure, kinds, sympy_builder, classes)
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[key] = comp
+    return comp
+
+
+def _select(fn, sel):
+    """``fn`` called with the arguments at positions ``sel`` only."""
+    if fn is None:
+        return None
+    return lambda *args: fn(*[args[k] for k in sel])
+
+
+def _compile(structure, kinds, sympy_builder, classes):
     K = len(kinds)
     syms = sympy.symbols(f"s0:{K}", real=True) if K else ()
-    expr = sympy_builder(structure, syms)
-    vslots = [k for k in range(K) if kinds[k] == "V"]
+    reps = list(range(K)) if classes is None else sorted(set(classes))
+    slot_syms = syms if classes is None else [syms[c] for c in classes]
+    expr = sympy_builder(structure, slot_syms)
+    vslots = [k for k in reps if kinds[k] == "V"]
     d1_slots, d1_exprs = [], []
     for k in vslots:
         d = _drop_delta(sympy.diff(expr, syms[k]))
@@ -117,77 +178,90 @@ def compile_family(structure, kinds, sympy_builder, split=True):
             d1_exprs.append(d)
     d2_pairs, d2_exprs = [], []
     for a, da in zip(d1_slots, d1_exprs):
-        if not da.free_symbols:
+        free = da.free_symbols
+        if not free:
             continue
         for b in d1_slots:
-            if b < a or syms[b] not in da.free_symbols:
+            if b < a or syms[b] not in free:
                 continue
             d = _drop_delta(sympy.diff(da, syms[b]))
             if d != 0:
                 d2_pairs.append((a, b))
                 d2_exprs.append(d)
-    value_fn = sympy.lambdify(syms, expr, modules="numpy", cse=True)
-    d1_fn, d1_const = _lambdify(syms, d1_exprs)
-    d2_fn, d2_const = _lambdify(syms, d2_exprs)
-    comp = _Compiled(K, value_fn, tuple(d1_slots), d1_fn, d1_const,
+    arg_syms = [syms[k] for k in reps]
+    value_fn = sympy.lambdify(arg_syms, expr, modules="numpy", cse=True)
+    d1_fn, d1_const = _lambdify(arg_syms, d1_exprs)
+    d2_fn, d2_const = _lambdify(arg_syms, d2_exprs)
+    if classes is not None:
+        value_fn, d1_fn, d2_fn = (_select(f, reps) for f in (value_fn, d1_fn, d2_fn))
+    return _Compiled(K, value_fn, tuple(d1_slots), d1_fn, d1_const,
                      tuple(d2_pairs), d2_fn, d2_const)
-    if len(_CACHE) > 4096:
-        _CACHE.clear()
-    _CACHE[key] = comp
-    return comp
+
+
+def slot_classes(idx, kinds):
+    """Per slot, the first slot of the same kind whose column ``idx[:, k]`` is
+    equal in every row (see :func:`compile_family`)."""
+    first, out = {}, []
+    for k in range(idx.shape[1]):
+        c = idx[:, k]
+        key = (kinds[k], c.tobytes() if c.size and not np.all(c == c[0])
+               else (int(c[0]) if c.size else None))
+        out.append(first.setdefault(key, k))
+    return tuple(out)
 
 
 class _SumCompiled:
     """A sum of compiled terms, presented as one compiled expression.
 
-    Every slot belongs to exactly one term, so first and second derivatives
-    are those of the terms (cross-term second derivatives vanish).  Terms of
+    Every variable slot belongs to exactly one term (only factors free of
+    variables are shared), so first and second derivatives are those of the
+    terms (cross-term second derivatives vanish).  Terms of
     one compiled shape are evaluated in one call on stacked arguments.
     """
 
     def __init__(self, nslots, parts):
         self.nslots = nslots
         groups = {}
-        for sign, comp, off in parts:
+        for sign, comp, slots in parts:
             g = groups.setdefault(id(comp), (comp, [], []))
             g[1].append(sign)
-            g[2].append(off)
-        self.groups = [(comp, np.array(signs), offs) for comp, signs, offs in groups.values()]
+            g[2].append(tuple(slots))
+        self.groups = [(comp, np.array(signs), maps) for comp, signs, maps in groups.values()]
         d1, d2 = [], []
-        for comp, _, offs in self.groups:
-            for off in offs:
-                d1.extend(off + k for k in comp.d1_slots)
-                d2.extend((off + a, off + b) for a, b in comp.d2_pairs)
+        for comp, _, maps in self.groups:
+            for mp in maps:
+                d1.extend(mp[k] for k in comp.d1_slots)
+                d2.extend((mp[a], mp[b]) for a, b in comp.d2_pairs)
         self.d1_slots = tuple(d1)
         self.d1_const = (None,) * len(d1)
         self.d2_pairs = tuple(d2)
         self.d2_const = (None,) * len(d2)
 
     @staticmethod
-    def _stacked(comp, offs, args):
+    def _stacked(comp, maps, args):
         nrows = max((np.size(a) for a in args), default=1)
-        if len(offs) == 1:
-            return [args[offs[0] + k] for k in range(comp.nslots)], nrows
-        return [np.concatenate([np.broadcast_to(np.asarray(args[o + k], dtype=float), (nrows,))
-                                for o in offs]) for k in range(comp.nslots)], nrows
+        if len(maps) == 1:
+            return [args[k] for k in maps[0]], nrows
+        return [np.concatenate([np.broadcast_to(np.asarray(args[mp[k]], dtype=float), (nrows,))
+                                for mp in maps]) for k in range(comp.nslots)], nrows
 
     def value(self, *args):
         total = 0.0
-        for comp, signs, offs in self.groups:
-            sa, nrows = self._stacked(comp, offs, args)
-            v = np.broadcast_to(np.asarray(comp.value(*sa), dtype=float), (len(offs) * nrows,))
-            total = total + signs @ v.reshape(len(offs), nrows)
+        for comp, signs, maps in self.groups:
+            sa, nrows = self._stacked(comp, maps, args)
+            v = np.broadcast_to(np.asarray(comp.value(*sa), dtype=float), (len(maps) * nrows,))
+            total = total + signs @ v.reshape(len(maps), nrows)
         return total
 
     def _derivs(self, which, args):
         out = []
-        for comp, signs, offs in self.groups:
+        for comp, signs, maps in self.groups:
             fn, consts = (comp.d1, comp.d1_const) if which == 1 else (comp.d2, comp.d2_const)
             if not consts:
                 continue
-            sa, nrows = self._stacked(comp, offs, args)
-            vals = [v.reshape(len(offs), nrows) for v in
-                    _expand(fn, consts, sa, len(offs) * nrows)]
+            sa, nrows = self._stacked(comp, maps, args)
+            vals = [v.reshape(len(maps), nrows) for v in
+                    _expand(fn, consts, sa, len(maps) * nrows)]
             for p, sign in enumerate(signs.tolist()):
                 out.extend(v[p] if sign == 1.0 else sign * v[p] for v in vals)
         return out

@@ -7,7 +7,6 @@ import warnings
 
 import numpy as np
 import pandas as pd
-import sympy
 
 from ...discretization.checks import validate_estimator
 from ...nlp.cyipopt_adapter import solve_with_ipopt, start_value_magnitude
@@ -98,10 +97,7 @@ class ContinuousConstraints:
                                    sparse_jacobian((ex,), xs, xs, us, ts),
                                    sparse_jacobian((ex,), us, xs, us, ts)))
         pcs = problem.parameter_constraints
-        us = tuple(problem.u_sym)
-        self._r = [sympy.lambdify((us,), ex, "numpy") for _, ex in pcs]
-        self._dr = [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
-                    for _, ex in pcs]
+        self._r, self._dr = problem.parameter_constraint_functions()
         self.names = [pc.name for pc, _ in pcs]
         self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
 
