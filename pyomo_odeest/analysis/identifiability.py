@@ -131,7 +131,6 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
             if problem is None or estimates is None:
                 raise ValueError("give a result, or problem= and estimates=")
             curv = _curvature_at(problem, estimates, discretization or {})
-    P = curv.problem
     names = curv.names
     R = curv.scaled_rows()
     if scale == "relative":

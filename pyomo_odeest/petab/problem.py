@@ -79,7 +79,7 @@ from ..symbolic.convert import sympy_to_pyomo
 from .likelihood import PetabSimulator
 from .sbml import TIME, UnsupportedFeatureError, symbol
 from .tables import (PetabModel, log_jacobian, read_petab, scale_value, transform_sym,
-                     transform_value, unscale_sym, unscale_value)
+                     transform_value, unscale_sym)
 
 __all__ = ["PetabEstimation", "petab_problem"]
 
