@@ -3,6 +3,7 @@
     python benchmarks/petab_suite.py [FOLDER ...] [--approaches reduced_space,simultaneous]
                                      [--starts 4] [--spread 0.3] [--scheme enright]
                                      [--grid-points 300] [--refine 2] [--workers 0]
+                                     [--max-wall-time SECONDS]
 
 Every FOLDER holding one PEtab YAML file is a problem (a folder holding
 problem folders is searched one level down); default: the problems shipped
@@ -89,7 +90,7 @@ class _Estimates:
     """The two fields of a result that :meth:`PetabEstimation.simulated_nll` reads."""
 
     def __init__(self, estimates, objective):
-        self.estimates, self.objective = estimates, objective
+        self.estimates, self.objective, self.extra = estimates, objective, {}
 
 
 def fits(pe, approach, args, runner, h, starts):
@@ -97,6 +98,8 @@ def fits(pe, approach, args, runner, h, starts):
     from pyomo_odeest.runner import multistart
     prob = pe.problem
     opts = {} if approach.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
+    if args.max_wall_time:
+        opts["options"] = {"max_wall_time": float(args.max_wall_time)}
     ms = multistart(prob, n=args.starts - 1 if starts is None else 0, runner=runner,
                     approach=approach, space="linear", bounds=start_box(prob, args.spread),
                     starts=starts if starts is not None else [prob.u0], seed=args.seed,
@@ -208,6 +211,9 @@ def main(argv=None):
     ap.add_argument("--refine", type=int, default=2,
                     help="grid refinements (step / 3 each) when the best start disagrees "
                          "with its simulation")
+    ap.add_argument("--max-wall-time", type=float, default=None,
+                    help="Ipopt's max_wall_time (seconds) of every fit; a fit that hits it "
+                         "counts as failed")
     ap.add_argument("--workers", type=int, default=0,
                     help="Dask worker processes of the runner (0: serial)")
     ap.add_argument("--seed", type=int, default=0)
