@@ -12,10 +12,8 @@ from .experiments import build_experiment_blocks
 from .adaptive_block import build_adaptive_block, estimate_adaptive
 from .dae import (AdamsTransformation, DaeSchemeError, EnrightTransformation, dae_result,
                   problem_from_dae)
-from .pynumero_asl import PynumeroBuildError, build_pynumero_asl, pynumero_asl_available
 
 __all__ = ["PyomoNLPEvaluator", "UnsupportedModelError", "SOLVER_NAME", "OdeestIpoptSolver",
            "add_objective_term", "build_block", "build_experiment_blocks", "scheme_constraint", "build_adaptive_block",
            "estimate_adaptive", "AdamsTransformation", "DaeSchemeError", "EnrightTransformation",
-           "problem_from_dae", "dae_result", "use_as_ipopt", "PynumeroBuildError", "build_pynumero_asl",
-           "pynumero_asl_available"]
+           "problem_from_dae", "dae_result", "use_as_ipopt"]
