@@ -26,7 +26,6 @@ from ..discretization.discrete import DiscreteModel, SimulationError
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import EstimationProblem, ProblemError
-from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from ..problem.result import EstimationResult, stack_experiments
 from ..discretization.checks import validate_estimator
 from ..problem.validation import DEFAULT_MAX_ITER
@@ -54,13 +53,10 @@ class ReducedConstraints:
         subs = problem.experiment_problems or [problem]
         models = dm.models if problem.experiments else [dm]
         for e, (sp, d) in enumerate(zip(subs, models)):
-            for pc, ex in sp.path_constraints:
+            for pc, fn, jx, ju in sp.path_constraint_functions():
                 pts = (np.arange(d.k + 1) if pc.at == "grid"
                        else np.unique(np.asarray(d.grid.J, dtype=int)))
-                xs, us, ts = sp.x_sym, sp.u_sym, sp.t_sym
-                self.parts.append((e, pc.name, pts, d, VectorFn((ex,), xs, us, ts),
-                                   sparse_jacobian((ex,), xs, xs, us, ts),
-                                   sparse_jacobian((ex,), us, xs, us, ts)))
+                self.parts.append((e, pc.name, pts, d, fn, jx, ju))
         pcs = problem.parameter_constraints
         self._r, self._dr = problem.parameter_constraint_functions()
         self.names = [pc.name for pc, _ in pcs]

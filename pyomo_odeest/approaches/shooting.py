@@ -96,7 +96,6 @@ from ..nlp.protocol import EvaluationError, NLPEvaluator
 from ..problem.declaration import EstimationProblem, Parameter, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
 from ..discretization.experiments import experiment_grid
-from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from ..discretization.schemes import get_scheme
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
@@ -643,16 +642,13 @@ class ShootingNLP(NLPEvaluator):
         self.paths = []
         for e, (sp, part) in enumerate(zip(subs, self.parts)):
             im = part.im
-            for pc, ex in sp.path_constraints:
+            for pc, fn, jx, ju in sp.path_constraint_functions():
                 pts = (np.arange(len(im.grid.t)) if pc.at == "grid"
                        else np.unique(np.asarray(im.grid.J, dtype=int)))
                 a = np.clip(np.searchsorted(im.node_index, pts, side="right") - 1, 0, im.N - 1)
-                xs, us, ts = sp.x_sym, sp.u_sym, sp.t_sym
                 self.paths.append(dict(
                     e=e, name=pc.name, pts=pts, interval=a, local=pts - im.node_index[a],
-                    t=np.asarray(im.grid.t, dtype=float)[pts], fn=VectorFn((ex,), xs, us, ts),
-                    jx=sparse_jacobian((ex,), xs, xs, us, ts),
-                    ju=sparse_jacobian((ex,), us, xs, us, ts)))
+                    t=np.asarray(im.grid.t, dtype=float)[pts], fn=fn, jx=jx, ju=ju))
         pcs = problem.parameter_constraints
         self._r, self._dr = problem.parameter_constraint_functions()
         self.parameter_constraint_names = [pc.name for pc, _ in pcs]

@@ -35,6 +35,7 @@ import sympy
 
 from ..symbolic.convert import pyomo_to_sympy
 from ..symbolic.structure import UnsupportedExpressionError
+from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from .components import (TIME_NAME, Experiment, GaussianNLL, LeastSquares, Parameter,
                          ParameterConstraint, PathConstraint, _check_names, _Namespace)
 from .data import _check_inputs, _switch_times, _to_wide, _weights
@@ -216,6 +217,15 @@ class EstimationProblem(SeveralExperiments):
                 raise ProblemError(f"path constraint '{c.name}' uses {sorted(map(str, bad))}, "
                                    f"which are not states, parameters, inputs or t")
         return paths, params
+
+    def path_constraint_functions(self):
+        """``[(PathConstraint, c, dc/dx, dc/du)]``: per path constraint
+        :math:`c(x, u, t) \\le 0` of this (single-experiment) problem, the vectorised
+        function and its sparse Jacobians in the states and the parameters, built once
+        (shared by the approaches that impose path constraints outside a Pyomo block)."""
+        xs, us, ts = self.x_sym, self.u_sym, self.t_sym
+        return [(pc, VectorFn((ex,), xs, us, ts), sparse_jacobian((ex,), xs, xs, us, ts),
+                 sparse_jacobian((ex,), us, xs, us, ts)) for pc, ex in self.path_constraints]
 
     def parameter_constraint_functions(self):
         """``(r, dr)``: per parameter constraint :math:`r(u) \\le 0`, the function

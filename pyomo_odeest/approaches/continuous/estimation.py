@@ -14,7 +14,6 @@ from ...nlp.protocol import EvaluationError
 from ...problem.declaration import EstimationProblem, ProblemError
 from ...problem.result import EstimationResult, stack_experiments
 from ...discretization.experiments import ExperimentModels
-from ...symbolic.vectorfn import VectorFn, sparse_jacobian
 from .functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
 from .model import ContinuousModel
 
@@ -83,7 +82,7 @@ class ContinuousConstraints:
         self.free = np.flatnonzero(free)
         self.parts = []
         for e, (sp, m) in enumerate(zip(subs, models)):
-            for pc, ex in sp.path_constraints:
+            for pc, fn, jx, ju in sp.path_constraint_functions():
                 if pc.at != "measurements":
                     raise ProblemError(
                         f"the continuous approach imposes path constraints at the measurement "
@@ -92,10 +91,7 @@ class ContinuousConstraints:
                         f"at='measurements', or use the simultaneous, reduced_space or "
                         f"multiple_shooting approach")
                 tau, pts = np.unique(m.tau, return_index=True)
-                xs, us, ts = sp.x_sym, sp.u_sym, sp.t_sym
-                self.parts.append((e, pc.name, pts, tau, m, VectorFn((ex,), xs, us, ts),
-                                   sparse_jacobian((ex,), xs, xs, us, ts),
-                                   sparse_jacobian((ex,), us, xs, us, ts)))
+                self.parts.append((e, pc.name, pts, tau, m, fn, jx, ju))
         pcs = problem.parameter_constraints
         self._r, self._dr = problem.parameter_constraint_functions()
         self.names = [pc.name for pc, _ in pcs]
