@@ -557,3 +557,28 @@ def test_crauste_stiff_fit_finishes_with_the_simultaneous_enright_block():
     assert pe.nll(res.objective) <= ref
     assert pe.simulated_nll(res) <= ref
     assert not any(w.startswith("discretization error") for w in res.warnings)
+
+
+def test_suite_limits_bound_push_for_starts_on_bounds():
+    """benchmarks/petab_suite.py: Ipopt's bound push is limited exactly when a start puts a
+    free parameter on one of its bounds (Borghans' init_A_state = 1 - 4e-14 of [0, 1],
+    Crauste's mu_LE and mu_P); Bruno starts inside its box and keeps Ipopt's default."""
+    import importlib.util
+    import types
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "petab_suite.py")
+    spec = importlib.util.spec_from_file_location("petab_suite", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    args = types.SimpleNamespace(max_wall_time=30.0)
+    expect = {"Borghans_BiophysChem1997": ["init_A_state"],
+              "Crauste_CellSystems2017": ["mu_LE", "mu_P"], "Bruno_JExpBot2016": []}
+    for name, on in expect.items():
+        prob = petab_problem(os.path.join(DATA, name)).problem
+        assert suite.on_bound(prob, prob.u0) == on
+        opts = suite.ipopt_options(prob, [prob.u0], args)
+        assert opts["max_wall_time"] == 30.0
+        assert (opts.get("bound_push"), opts.get("bound_frac")) == ((1e-8, 1e-8) if on else (None, None))
+    prob = petab_problem(os.path.join(DATA, "Borghans_BiophysChem1997")).problem
+    u = prob.u0.copy()
+    u[prob.parameter_names.index("init_A_state")] = 0.5          # moved inside: default push
+    assert suite.on_bound(prob, u) == [] and "bound_push" not in suite.ipopt_options(prob, [u], args)
