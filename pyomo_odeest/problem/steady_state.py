@@ -58,6 +58,10 @@ class SteadyStateError(ProblemError):
     """No (stable, nonsingular) steady state of the pre-equilibration was found."""
 
 
+class _Budget(Exception):
+    """The simulation to steady state used up its evaluations."""
+
+
 def conservation_laws(f_sym, x_sym, u_sym, x_ref, u_ref, samples=6, rtol=1e-9, seed=0):
     r"""Rows :math:`W` (orthonormal, ``(k, n)``) spanning the constant vectors
     :math:`w` with :math:`w^\top f(x, u) \equiv 0`.
@@ -213,22 +217,43 @@ class SteadyState:
             return True
         return bool(np.max(np.linalg.eigvals(N.T @ fx @ N).real) < 0)
 
-    def _simulate(self, x0, u):
-        """Integrate the pre-equilibration dynamics until ‖f‖ ≤ 1e-8 + 1e-6‖x‖ (or t = 1e10)."""
+    def _simulate(self, x0, u, budget=200_000):
+        """Integrate the pre-equilibration dynamics until ‖f‖ ≤ 1e-8 + 1e-6‖x‖ (t ≤ 1e10,
+        at most ``budget`` evaluations of f): the state, or None and why not."""
+        calls = [0]
+
         def rhs(t, x):
+            calls[0] += 1
+            if calls[0] > budget:
+                raise _Budget()
             return np.asarray(self._f(x, u)[0], dtype=float).reshape(-1)
 
         def jac(t, x):
             return np.asarray(self._f(x, u)[1], dtype=float)
         x, t = np.array(x0, dtype=float), 0.0
+        bound = 1e12 * (1 + np.max(np.abs(x)))
+
+        def escape(t, x):
+            return bound - np.max(np.abs(x))
+        escape.terminal = True
         for T in 10.0 ** np.arange(1, 11):
-            sol = solve_ivp(rhs, (t, T), x, method="LSODA", jac=jac, rtol=1e-9, atol=1e-12)
-            if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
-                return None, f"simulation failed at t={sol.t[-1]:.3g}: {sol.message}"
+            try:
+                with np.errstate(all="ignore"):
+                    sol = solve_ivp(rhs, (t, T), x, method="LSODA", jac=jac, rtol=1e-9,
+                                    atol=1e-12, events=escape, t_eval=[T])
+            except _Budget:
+                return None, (f"the simulation does not settle within {budget} evaluations "
+                              f"of f (t < {T:.3g}; oscillating?)")
+            if sol.status == 1:
+                return None, (f"the simulation diverges (|x| > {bound:.3g} at "
+                              f"t={sol.t_events[0][0]:.3g})")
+            if not sol.success or not sol.y.size or not np.all(np.isfinite(sol.y[:, -1])):
+                return None, f"the simulation fails after t={t:.3g}: {sol.message}"
             x, t = sol.y[:, -1], T
-            if np.linalg.norm(rhs(t, x)) <= 1e-8 + 1e-6 * np.linalg.norm(x):
+            if np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float)) <= 1e-8 + 1e-6 * np.linalg.norm(x):
                 return x, None
-        return None, f"no steady state reached by t={t:.3g} (|f| = {np.linalg.norm(rhs(t, x)):.3g})"
+        fn = np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float))
+        return None, f"no steady state reached by t={t:.3g} (|f| = {fn:.3g})"
 
     def _solve(self, u):
         x0 = np.asarray(self._x0(u), dtype=float).reshape(-1)
@@ -241,7 +266,7 @@ class SteadyState:
         xs, why = self._simulate(x0, u)
         if xs is None:
             raise SteadyStateError(f"{self.name}: no steady state of the pre-equilibration at "
-                                   f"{self._at(u)}: Newton from the start failed and {why}")
+                                   f"{self._at(u)}: Newton from the start finds no stable root and {why}")
         x = self._newton(xs, u)
         if x is None:
             raise SteadyStateError(f"{self.name}: the pre-equilibration settles near {xs} at "
