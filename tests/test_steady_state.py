@@ -162,13 +162,15 @@ def test_discrete_gradient_and_exact_hessian_through_the_steady_state():
 
 
 @pytest.mark.parametrize("approach", ["simultaneous", "reduced_space", "multiple_shooting",
-                                      "continuous"])
+                                      "continuous", "adaptive"])
 def test_fits_recover_the_parameters(approach):
-    opts = {} if approach == "continuous" else dict(steps_per_interval=20)
+    """Exact data: the estimates are the true values up to the discretization error (the
+    adaptive approach's default tolerance is coarse: a few percent)."""
+    opts = {} if approach in ("continuous", "adaptive") else dict(steps_per_interval=20)
     res = estimate(problem(), approach=approach, **opts)
     assert res.success, res.status
     np.testing.assert_allclose(res.estimates[list(TRUE)].to_numpy(), list(TRUE.values()),
-                               rtol=2e-4)
+                               rtol=3e-2 if approach == "adaptive" else 2e-4)
 
 
 def test_experiments_with_their_own_preequilibration():
