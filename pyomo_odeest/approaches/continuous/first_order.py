@@ -31,8 +31,7 @@ class FirstOrder:
 
             .. math::
 
-                \dot\lambda = -f_x^\top\lambda,\qquad \dot q = -f_u^\top\lambda,
-                \qquad \lambda(T^+) = 0,\; q(T) = 0,
+                \dot\lambda = -f_x^\top\lambda,\qquad \lambda(T^+) = 0,
 
             restarted at every :math:`\tau_j` with
             :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j`
@@ -41,9 +40,11 @@ class FirstOrder:
             .. math::
 
                 \nabla J = l_u^\top\lambda(t_0) + \int_{t_0}^{T} f_u^\top\lambda\,dt
-                + \sum_j \nabla_u\varphi_j.
+                + \sum_j \nabla_u\varphi_j,
 
-            Cost independent of p; use it when p is large and N moderate.
+            the integral by adaptive quadrature on the dense outputs (see
+            :meth:`adjoint`).  The backward system has n unknowns whatever p;
+            use it when p is large and N moderate.
 
             ``'sensitivity'`` [MHV, eq. (8)]: the augmented forward
             system :math:`\dot S = f_x S + f_u`, :math:`S(t_0) = l_u`
