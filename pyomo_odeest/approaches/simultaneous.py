@@ -19,6 +19,7 @@ import sympy
 
 from ..pyomo.block import build_block
 from ..pyomo.experiments import build_experiment_blocks
+from ..pyomo.steady_state import initialize_steady_state
 from ..problem.misfit import misfit_constant, observations
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
@@ -141,6 +142,7 @@ def initialize_block(b, u=None, init="auto"):
             raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
         X = problem.interpolate_states(t, u)
     _load(b.x, X)
+    initialize_steady_state(b, problem, u)
     with np.errstate(all="ignore"):
         stages = _stage_values(b, X, u)
     for name, v in stages.items():
