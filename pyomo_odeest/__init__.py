@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
                       Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
-                      PiecewiseLinear, ProblemError, ProblemTooLargeError, Spline,
+                      PiecewiseLinear, Preequilibration, ProblemError, SteadyStateError, ProblemTooLargeError, Spline,
                       inputs_from_frame, noise_check)
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, estimate_size, get_scheme,
@@ -40,7 +40,7 @@ __all__ = [
     # nlp
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
-    "EstimationProblem", "EstimationResult", "Experiment", "GaussianNLL", "ParameterConstraint",
+    "EstimationProblem", "EstimationResult", "Experiment", "Preequilibration", "SteadyStateError", "GaussianNLL", "ParameterConstraint",
     "PathConstraint", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
     "LeastSquares", "Parameter", "ProblemError", "ProblemTooLargeError", "estimate_size",
     "noise_check",

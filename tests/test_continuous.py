@@ -100,6 +100,8 @@ def test_gradients_agree_nonstiff(method, gaussian):
 
 @pytest.mark.parametrize("method", ["BDF", "Radau"])
 def test_gradients_agree_stiff_robertson(method):
+    """Stiff: after each jump λ has a boundary layer of width ~1/k2; the quadrature of
+    f_u^T λ must resolve it (on the integrator's steps), as the step-size control did."""
     prob = robertson_problem()
     u = prob.u0
     cm = ContinuousModel(prob, method=method)
@@ -122,10 +124,92 @@ def test_gradients_agree_stiff_hiv_bdf(hiv1):
     assert rel(cm.gradient(u, "sensitivity", index=free) * u[free], gs[free]) < 1e-8
 
 
+def linear_time_varying_problem():
+    r"""x1' = -a (1 + 0.8 sin 2t) x1 + b,  x2' = a x1 - c x2 + b cos t, x(0) = (x0, 0):
+    f_x free of x but not of t (the backward system needs no x(t)); f_u depends on x;
+    12 measurement times (11 jumps inside the horizon), one value missing."""
+    t = np.linspace(0.0, 6.0, 12)
+    z1 = 1.2 * np.exp(-0.4 * t) + 0.3
+    z2 = 0.5 * np.sin(t) + 0.6
+    z2[4] = np.nan
+    data = pd.DataFrame({"z1": z1, "z2": z2}, index=t)
+    return po.EstimationProblem(
+        states=["x1", "x2"],
+        parameters=[po.Parameter("a", 0.6), po.Parameter("b", 0.3), po.Parameter("c", 0.9),
+                    po.Parameter("x0", 1.1)],
+        rhs=lambda x, u, t: [-u.a * (1 + 0.8 * pyo.sin(2 * t)) * x.x1 + u.b,
+                             u.a * x.x1 - u.c * x.x2 + u.b * pyo.cos(t)],
+        initial={"x1": "x0", "x2": 0.0},
+        observe=lambda x, u, t: {"z1": x.x1, "z2": x.x2},
+        data=data, sigma=0.05)
+
+
+@pytest.mark.parametrize("method", ["LSODA", "BDF", "Radau", "DOP853"])
+def test_adjoint_many_jumps_every_integrator(method):
+    """The adjoint (n unknowns backward, quadrature afterwards) on a linear time-varying and
+    on a linear time-invariant model with many measurement times: = sensitivities (1e-8),
+    = central FD (1e-6), = the closed form of the diagonal model (1e-8)."""
+    prob = linear_time_varying_problem()
+    cm = ContinuousModel(prob, method=method, fd_step=1e-5)
+    assert not cm._fx_has_x and not cm._fx_const
+    u = prob.u0
+    ga, gs, gf = (cm.gradient(u, m) for m in ("adjoint", "sensitivity", "fd"))
+    assert np.all(np.abs(ga) > 1e-2)
+    assert rel(ga, gs) < 1e-8
+    assert rel(ga, gf) < 1e-6
+    dprob = diagonal_linear_problem(5, n_obs=9, seed=3)
+    du = dprob.true_values + 0.03
+    dm = ContinuousModel(dprob, method=method)
+    assert dm._fx_const
+    assert rel(dm.gradient(du), diagonal_linear_exact_gradient(du, dprob)) < 1e-8
+
+
+@pytest.mark.parametrize("method", ["LSODA", "BDF", "Radau", "RK45"])
+@pytest.mark.parametrize("span", [(0.0, 7.0), (7.0, 0.0)])
+def test_dense_values_equal_ode_solution(method, span):
+    """The vectorised evaluation of LSODA's and BDF's interpolants (all steps at once) gives
+    OdeSolution's numbers; other interpolants go through OdeSolution itself."""
+    from scipy.integrate import solve_ivp
+    from pyomo_odeest.approaches.continuous.functions import _dense_values
+
+    def f(t, y):
+        return np.array([-0.5 * y[0] + np.sin(3 * t), y[0] - 2 * y[1], -y[2] * y[0]])
+    sol = solve_ivp(f, span, [1.0, 0.3, 2.0], method=method, rtol=1e-9, atol=1e-12,
+                    dense_output=True)
+    t = np.random.default_rng(0).uniform(0.0, 7.0, 400)
+    ref = sol.sol(t)
+    assert len(sol.t) > 20
+    assert np.max(np.abs(_dense_values(sol.sol, t) - ref)) < 1e-12 * np.max(np.abs(ref))
+
+
+def test_adaptive_quadrature_rule_and_layers():
+    """Kronrod 7 exact to degree 11; a layer of width 1e-7 at an edge is integrated to
+    1e-10 once the edges resolve it, and an unresolvable integrand raises."""
+    from pyomo_odeest.approaches.continuous.functions import _GK7, _adaptive_quadrature
+    x, wk, wg = _GK7
+    for d in range(12):
+        assert abs(wk @ x**d - (1 - (-1) ** (d + 1)) / (d + 1)) < 1e-14
+    for d in range(6):
+        assert abs(wg @ x**d - (1 - (-1) ** (d + 1)) / (d + 1)) < 1e-14
+    w = 1e-7
+
+    def fun(t):
+        return np.vstack([np.exp(-(2.0 - t) / w) + np.cos(t), t**2])
+    exact = np.array([w * (1 - np.exp(-2.0 / w)) + np.sin(2.0), 8.0 / 3.0])
+    layer = 2.0 - w * np.geomspace(1e3, 1e-3, 40)           # steps an integrator would take
+    edges = np.concatenate([[0.0], np.linspace(0.1, 1.9, 10), layer, [2.0]])
+    got = _adaptive_quadrature(fun, edges, 1e-12, 1e-14, 0.1)
+    assert rel(got, exact) < 1e-10
+    with pytest.raises(IntegrationError, match="panels"):
+        _adaptive_quadrature(lambda t: np.atleast_2d(np.sign(np.sin(1e4 * t))),
+                             [0.0, 1.0], 1e-12, 1e-14, 0.1, max_panels=50)
+
+
 @pytest.mark.parametrize("sparse_jacobian", [10**6, 0])
 def test_augmented_jacobians_are_exact(sparse_jacobian):
-    """The Jacobians handed to BDF for [x, S], [λ, q] and [λ, μ, Q] equal FD of their rhs,
-    dense and scipy.sparse alike; results do not depend on the format."""
+    """The Jacobians handed to BDF for x, λ (the adjoint: n unknowns, its quadrature is
+    computed afterwards), [x, S] and [λ, μ, Q] equal FD of their rhs, dense and scipy.sparse
+    alike; results do not depend on the format."""
     import scipy.sparse as sp
     prob = nonlinear_problem()
     cm = ContinuousModel(prob, method="BDF", sparse_jacobian=sparse_jacobian)
@@ -149,7 +233,7 @@ def test_augmented_jacobians_are_exact(sparse_jacobian):
     g = cm.gradient(U_NL)
     gs = cm.gradient(U_NL, "sensitivity")
     H = cm.hessian(U_NL)
-    assert set(seen) == {2, 6, 10, 26}        # x, [λ, q], [x, S], [λ, μ, Q]
+    assert set(seen) == {2, 10, 26}           # x and λ, [x, S], [λ, μ, Q]
     assert max(seen.values()) < 1e-8
     ref = ContinuousModel(prob, method="BDF")
     assert rel(g, ref.gradient(U_NL)) < 1e-12 and rel(gs, g) < 1e-6

@@ -149,6 +149,8 @@ def test_docs_snippet_runs_as_written():
         exec(compile(code, "experiments.md", "exec"), ns)
     assert ns["res"].success
     assert ns["res"].estimates["k"] == pytest.approx(0.7, rel=1e-4)
+    est = ns["pre_res"].estimates                      # the pre-equilibration example
+    np.testing.assert_allclose(est[["k1", "k2", "ks", "kd"]], [0.7, 0.4, 1.5, 0.6], rtol=1e-3)
 
 
 def test_continuous_approach_sums_experiments():

@@ -8,8 +8,7 @@ from pyomo_odeest import EstimationProblem, Parameter, estimate
 from pyomo_odeest.analysis.identifiability import identifiability_report
 from pyomo_odeest.analysis.prediction import prediction_bands
 from pyomo_odeest.analysis.profile import profile_likelihood, profile_point
-from pyomo_odeest.analysis.uncertainty import (covariance, curvature, delta_method,
-                                               kkt_reduced_hessian)
+from pyomo_odeest.analysis.uncertainty import (covariance, curvature, delta_method)
 from pyomo_odeest.models.lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
 
 TIMES = np.arange(1.0, 9.0)

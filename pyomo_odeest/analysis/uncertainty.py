@@ -149,7 +149,7 @@ class Curvature:
 
 @dataclass
 class ExperimentCurvature:
-    """Derivatives of :math:`J = \sum_e J_e` for a problem with several experiments:
+    r"""Derivatives of :math:`J = \sum_e J_e` for a problem with several experiments:
     one :class:`Curvature` per experiment (``parts``, over the same free
     parameters) with the interface of one — :meth:`fim`, :meth:`chi2`,
     :meth:`scaled_rows` and ``n_measured`` are sums (stacks) over the parts;

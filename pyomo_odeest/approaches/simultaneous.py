@@ -19,6 +19,7 @@ import sympy
 
 from ..pyomo.block import build_block
 from ..pyomo.experiments import build_experiment_blocks
+from ..pyomo.steady_state import initialize_steady_state, steady_state_mismatch
 from ..problem.misfit import misfit_constant, observations
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
@@ -141,6 +142,7 @@ def initialize_block(b, u=None, init="auto"):
             raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
         X = problem.interpolate_states(t, u)
     _load(b.x, X)
+    initialize_steady_state(b, problem, u)
     with np.errstate(all="ignore"):
         stages = _stage_values(b, X, u)
     for name, v in stages.items():
@@ -234,6 +236,11 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     else:
         res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
     res.extra["init"] = init_used
+    wrong = [w for blk in (b.experiment_blocks if multi else [b])
+             for w in steady_state_mismatch(blk, res.x)]
+    if wrong:                             # a root of G = 0 that is not the steady state
+        res.success = False
+        res.warnings.extend(wrong)
     dual = getattr(m, "dual", None)
     if problem.parameter_constraints and dual is not None:
         res.extra["parameter_constraint_multipliers"] = {

@@ -3,15 +3,17 @@
 (:mod:`.misfit`); the result type every approach returns (:mod:`.result`); and
 the χ² test of a fit against the noise level (:mod:`.noise`)."""
 from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquares, Parameter,
-                          ParameterConstraint, PathConstraint, ProblemError,
+                          ParameterConstraint, PathConstraint, Preequilibration, ProblemError,
                           require_no_constraints, require_no_inputs, require_single_experiment)
 from .inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
 from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from .noise import noise_check
+from .steady_state import SteadyState, SteadyStateError, conservation_laws
 from .result import EstimationResult
 from .validation import ProblemTooLargeError
 
-__all__ = ["EstimationProblem", "Experiment", "require_single_experiment", "ParameterConstraint",
+__all__ = ["EstimationProblem", "Experiment", "Preequilibration", "SteadyState",
+           "SteadyStateError", "conservation_laws", "require_single_experiment", "ParameterConstraint",
            "PathConstraint", "require_no_constraints", "require_no_inputs", "PiecewiseConstant",
            "PiecewiseLinear", "Spline", "inputs_from_frame", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
            "MeasurementMisfit", "misfit_constant", "misfit_sym", "observations",

@@ -12,7 +12,7 @@ from .validation import ProblemError
 #: Name of the time symbol: not an identifier, so no state or parameter has it.
 TIME_NAME = "t(time)"
 
-__all__ = ["Parameter", "Experiment", "PathConstraint", "ParameterConstraint", "LeastSquares",
+__all__ = ["Parameter", "Experiment", "Preequilibration", "PathConstraint", "ParameterConstraint", "LeastSquares",
            "GaussianNLL"]
 
 
@@ -98,6 +98,9 @@ class Experiment:
     inputs : mapping name -> Input, optional
         This experiment's inputs (:mod:`pyomo_odeest.problem.inputs`),
         overriding the problem's.
+    preequilibration : Preequilibration, optional
+        The experiment starts from a steady state (see :class:`Preequilibration`;
+        its ``initial`` and ``parameters`` may name local parameters).
 
     Example
     -------
@@ -129,16 +132,69 @@ class Experiment:
     T: float | None = None
     parameters: Mapping | None = None
     inputs: Mapping | None = None
+    preequilibration: "Preequilibration | None" = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise ProblemError(f"experiment name {self.name!r} must be a Python identifier")
+        if self.preequilibration is not None and \
+                not isinstance(self.preequilibration, Preequilibration):
+            raise ProblemError(f"experiment '{self.name}': preequilibration must be a "
+                               f"Preequilibration")
         if self.data is None:
             raise ProblemError(f"experiment '{self.name}': data are required")
         for what in ("initial", "parameters"):
             v = getattr(self, what)
             if v is not None and not isinstance(v, Mapping):
                 raise ProblemError(f"experiment '{self.name}': {what} must be a mapping")
+
+
+@dataclass
+class Preequilibration:
+    r"""The initial state is a steady state of the dynamics (pre-equilibration).
+
+    Before the experiment the system runs, under the pre-equilibration's
+    parameter values, from ``initial`` to its steady state :math:`x_{ss}(u)`,
+    :math:`f_P(x_{ss}, u) = 0`; the experiment starts at ``t0`` from
+    :math:`x_{ss}`, except the states listed in ``reset``, which take their
+    value from the problem's (or the experiment's) ``initial``.  Conserved
+    moieties of :math:`f_P` are detected and keep their totals from ``initial``
+    (:mod:`pyomo_odeest.problem.steady_state`).
+
+    Parameters
+    ----------
+    parameters : mapping name -> number | parameter name, optional
+        Parameter values during pre-equilibration (e.g. ``{"ligand": 0.0}``);
+        the others keep their (estimated) values.
+    initial : mapping state -> number | parameter name | callable(u), optional
+        Where the pre-equilibration starts; entries override the problem's (the
+        experiment's) ``initial``.
+    rhs : callable ``rhs(x, u, t)``, optional
+        Other dynamics during pre-equilibration (default: the problem's); it
+        must not depend on ``t`` or on inputs.
+    reset : sequence of state names
+        States set to their ``initial`` value after pre-equilibration.
+
+    The simultaneous approach adds :math:`x_{ss}` as variables with the
+    steady-state equations; the sequential approaches solve them by Newton's
+    method (or simulation) with derivatives by the implicit function theorem.
+    """
+
+    parameters: Mapping | None = None
+    initial: Mapping | None = None
+    rhs: object = None
+    reset: tuple = ()
+
+    def __post_init__(self):
+        for what in ("parameters", "initial"):
+            v = getattr(self, what)
+            if v is not None and not isinstance(v, Mapping):
+                raise ProblemError(f"Preequilibration: {what} must be a mapping")
+        if self.rhs is not None and not callable(self.rhs):
+            raise ProblemError("Preequilibration: rhs must be callable as rhs(x, u, t)")
+        if isinstance(self.reset, str):
+            self.reset = (self.reset,)
+        self.reset = tuple(self.reset)
 
 
 @dataclass

@@ -37,18 +37,20 @@ from ..symbolic.convert import pyomo_to_sympy
 from ..symbolic.structure import UnsupportedExpressionError
 from ..symbolic.vectorfn import VectorFn, sparse_jacobian
 from .components import (TIME_NAME, Experiment, GaussianNLL, LeastSquares, Parameter,
-                         ParameterConstraint, PathConstraint, _check_names, _Namespace)
+                         ParameterConstraint, PathConstraint, Preequilibration, _check_names,
+                         _Namespace)
 from .data import _check_inputs, _switch_times, _to_wide, _weights
+from .preequilibration import Preequilibrated
 from .several import SeveralExperiments
 from .validation import ProblemError, as_data_frame, check_weights
 
-__all__ = ["Parameter", "Experiment", "PathConstraint", "ParameterConstraint",
+__all__ = ["Parameter", "Experiment", "Preequilibration", "PathConstraint", "ParameterConstraint",
            "require_no_constraints", "require_single_experiment", "require_no_inputs",
            "EstimationProblem", "LeastSquares", "GaussianNLL",
            "ProblemError"]
 
 
-class EstimationProblem(SeveralExperiments):
+class EstimationProblem(SeveralExperiments, Preequilibrated):
     r"""An ODE inverse problem, [GM-grad] eq. (1).
 
     Parameters
@@ -95,18 +97,22 @@ class EstimationProblem(SeveralExperiments):
         Inputs given as data (:mod:`pyomo_odeest.problem.inputs`), written
         ``u.<name>`` inside ``rhs`` and ``observe``, standing for their value
         at ``t``; the grid contains every switching time.
+    preequilibration : Preequilibration, optional
+        The initial state is a steady state of the dynamics (under other
+        parameter values, from another start); see :class:`Preequilibration`.
+        With experiments: the default of each :class:`Experiment`.
     """
 
     def __init__(self, states, parameters, rhs, initial, data, observe=None,
                  sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None,
-                 experiments=None, inputs=None, constraints=None):
+                 experiments=None, inputs=None, constraints=None, preequilibration=None):
         self.name = name
         self.experiments = None
         self.experiment_problems = None
         if experiments is not None:
             self._init_experiments(states, parameters, rhs, initial, data, observe, sigma,
                                    weights, loss, t0, T, penalty, experiments, inputs,
-                                   constraints)
+                                   constraints, preequilibration)
             return
         local = [p.name for p in parameters if isinstance(p, Parameter) and p.local]
         if local:
@@ -155,6 +161,9 @@ class EstimationProblem(SeveralExperiments):
         self.f_sym = self._with_inputs(self._convert_vector(rhs, xs, us, scratch.t, self.states,
                                                             "rhs", symbol_of))
         self.l_sym = self._initial(initial, us, symbol_of)
+        self.steady_state = self.preequilibration = None
+        if preequilibration is not None:
+            self._preequilibrate(preequilibration, initial, xs, us, scratch.t, symbol_of)
         self.penalty_sym = sympy.Integer(0)
         if penalty is not None:
             if not callable(penalty):

@@ -3,6 +3,7 @@ one single-experiment problem per :class:`~pyomo_odeest.problem.components.Exper
 full (expanded) parameter vector, and the per-experiment attributes."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 import pyomo.environ as pyo
@@ -23,7 +24,8 @@ class SeveralExperiments:
     experiments."""
 
     def _init_experiments(self, states, parameters, rhs, initial, data, observe, sigma, weights,
-                          loss, t0, T, penalty, experiments, inputs, constraints):
+                          loss, t0, T, penalty, experiments, inputs, constraints,
+                          preequilibration=None):
         """Build one single-experiment problem per :class:`Experiment` over the
         full (expanded) parameter vector; see :class:`Experiment`."""
         if data is not None:
@@ -125,18 +127,28 @@ class SeveralExperiments:
                 raise ProblemError(f"experiment '{e.name}': initial names {extra}, which are "
                                    f"not states {self.states}")
             init.update(e.initial or {})
-            l_e = {}
-            for st, v in init.items():
-                if isinstance(v, str):
-                    if v not in enames:
-                        raise ProblemError(f"experiment '{e.name}': initial['{st}'] = '{v}' "
-                                           f"names no parameter")
-                    v = sympy.Symbol(v, real=True)
-                elif callable(v):
-                    v = self._to_sym(v(us), f"initial[{st}]", symbol_of)
-                else:
-                    v = self._to_sym(v, f"initial[{st}]", symbol_of)
-                l_e[st] = v.subs(subs)
+
+            def convert(mapping, e=e):
+                out = {}
+                for st, v in mapping.items():
+                    if isinstance(v, str):
+                        if v not in enames:
+                            raise ProblemError(f"experiment '{e.name}': initial['{st}'] = '{v}' "
+                                               f"names no parameter")
+                        v = sympy.Symbol(v, real=True)
+                    elif callable(v):
+                        v = self._to_sym(v(us), f"initial[{st}]", symbol_of)
+                    else:
+                        v = self._to_sym(v, f"initial[{st}]", symbol_of)
+                    out[st] = v
+                return out
+            l_e = {st: v.subs(subs) for st, v in convert(init).items()}
+            pre_e = None
+            if (e.preequilibration or preequilibration) is not None:
+                if e.preequilibration is None:
+                    e = dataclasses.replace(e, preequilibration=preequilibration)
+                pre_e = self._experiment_preequilibration(e, init, convert, subs, enames, xs, us,
+                                                          scratch.t, symbol_of)
             f_e = [fi.subs(subs) for fi in self.f_sym]
             obs_e = observe
             if obs_sym is not None:
@@ -154,7 +166,7 @@ class SeveralExperiments:
                     observe=obs_e, sigma=e.sigma if own_w else sigma,
                     weights=e.weights if own_w else weights, loss=self.loss,
                     t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
-                    name=f"{self.name}_{e.name}", inputs=in_e or None,
+                    name=f"{self.name}_{e.name}", inputs=in_e or None, preequilibration=pre_e,
                     constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
                         ex.subs(subs)), c.at) for c, ex in path_sym] or None,
                     penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
@@ -169,6 +181,8 @@ class SeveralExperiments:
         self.T = max(sp.T for sp in problems)
         self.obs_names = list(dict.fromkeys(o for sp in problems for o in sp.obs_names))
         self.l_sym = None
+        self.steady_state = None
+        self.preequilibration = preequilibration
         self._scratch = (scratch, xs, us_all, symbol_of)
 
     @property

@@ -63,6 +63,7 @@ from ..problem.declaration import (EstimationProblem, require_no_constraints, re
 from ..problem.result import EstimationResult
 from .solver import OdeestIpoptSolver
 from ..symbolic.convert import sympy_to_pyomo
+from .steady_state import initial_state_expressions
 
 __all__ = ["build_adaptive_block", "run_from_block", "block_multipliers",
            "compare_block_multipliers", "estimate_adaptive", "adaptive_constraint"]
@@ -145,7 +146,7 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
         return Q, o
 
     # x0 = l(u)
-    l_py = [sympy_to_pyomo(e, usub) if e.free_symbols else float(e) for e in P.l_sym]
+    l_py = initial_state_expressions(b, P, usub)
     b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
 
     def pred_rule(b, i, s):

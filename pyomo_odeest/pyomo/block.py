@@ -55,6 +55,7 @@ from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.inputs import input_applications
 from ..discretization.schemes import get_scheme
 from ..symbolic.convert import sympy_to_pyomo
+from .steady_state import initial_state_expressions
 
 _TemplateConstraintData = getattr(_pcon, "TemplateConstraintData", None)
 
@@ -287,7 +288,7 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     xs = problem.x_sym
 
     # x0 = l(u)
-    l_py = [sympy_to_pyomo(e, usub) if e.free_symbols else float(e) for e in problem.l_sym]
+    l_py = initial_state_expressions(b, problem, usub)
     b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
 
     # one constraint per (batch, stage, state), stored as a template: every

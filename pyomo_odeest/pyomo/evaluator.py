@@ -631,7 +631,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
 
         for g in groups.values():
             idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
-            comp = compile_family(g.structure, g.kinds, to_sympy, split=templatize,
+            comp = compile_family(g.structure, g.kinds, split=templatize,
                                   classes=slot_classes(idx, g.kinds) if templatize else None)
             b = np.array(g.bounds, dtype=float).reshape(-1, 2)
             con_fams.append((Family("general", comp, idx, g.objs), b[:, 0], b[:, 1]))
@@ -672,7 +672,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
                 for g in ogroups.values():
                     idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
                     obj_fams.append(Family("objective",
-                                           compile_family(g.structure, g.kinds, to_sympy, split=False), idx))
+                                           compile_family(g.structure, g.kinds, split=False), idx))
 
         self._finalize(con_fams, obj_fams)
         self.stats["setup_s"] = time.perf_counter() - t_start
@@ -693,7 +693,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
         res = _TemplateResolver(self._reg, templates, keys)
         cols = [res.leaf_positions(k, p) for k, p in leaves]
         idx = np.stack(cols, axis=1) if cols else np.zeros((len(keys), 0), np.int64)
-        comp = compile_family(s, _kinds(leaves), to_sympy,
+        comp = compile_family(s, _kinds(leaves),
                               classes=slot_classes(idx, _kinds(leaves)))
         n = len(keys)
         self.stats["template_families"] += 1
@@ -768,7 +768,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
             slots = range(offs[j], offs[j + 1])
         lo, hi = _bound_values(mode, rels, ds)
         idx, kinds = self._slot_positions(structure, wleaves, slots, leaves)
-        comp = compile_family(structure, kinds, to_sympy, classes=slot_classes(idx, kinds))
+        comp = compile_family(structure, kinds, classes=slot_classes(idx, kinds))
         name = ds[0].parent_component().name
         return Family(name, comp, idx, list(ds)), lo, hi
 
@@ -788,7 +788,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
             wleaves = []
             structure = walk(ts[0], wleaves, template=True)
             idx, kinds = self._slot_positions(structure, wleaves, range(len(leaves[0])), leaves)
-            fams.append(Family("objective", compile_family(structure, kinds, to_sympy,
+            fams.append(Family("objective", compile_family(structure, kinds,
                                                             classes=slot_classes(idx, kinds)), idx))
         return fams
 

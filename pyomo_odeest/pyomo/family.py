@@ -4,9 +4,11 @@ A family holds a sympy expression ``e(s_0, ..., s_{K-1})`` in K slot symbols
 and an integer array ``idx`` of shape ``(rows, K)``: row ``r`` evaluates
 ``e(w[idx[r, 0]], ..., w[idx[r, K-1]])`` where ``w = [x, pool]`` is the vector of
 free variables followed by the constant pool (fixed variables, parameters,
-numbers).  Its first and second derivatives are derived symbolically once and
-lambdified (numpy, common-subexpression elimination) so that every callback is
-one vectorised call per family.
+numbers).  Its first and second derivatives are derived symbolically once, by
+forward differentiation of the structure's tree
+(:func:`~pyomo_odeest.symbolic.treediff.differentiate_structure`), and
+lambdified (numpy, straight-line code over the tree's shared nodes) so that
+every callback is one vectorised call per family.
 """
 from __future__ import annotations
 
@@ -15,21 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
+from ..symbolic.structure import to_sympy
+from ..symbolic.treediff import differentiate_structure
+
 __all__ = ["Family", "compile_family", "slot_classes"]
 
 _CACHE: dict = {}
-
-
-def _drop_delta(d):
-    """Drop ``DiracDelta`` terms (the derivative of ``sign`` away from 0).
-
-    ``abs`` is differentiated as ``sign``; its second derivative contains
-    ``DiracDelta``, which is zero wherever ``abs`` is differentiable and which
-    numpy cannot evaluate.
-    """
-    if d.has(sympy.DiracDelta):
-        d = d.replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
-    return d
 
 
 @dataclass
@@ -44,12 +37,12 @@ class _Compiled:
     d2_const: tuple
 
 
-def _lambdify(syms, exprs):
+def _lambdify(syms, exprs, tree):
     consts = tuple(
         float(e) if not e.free_symbols else None for e in exprs
     )
     live = [e for e, c in zip(exprs, consts) if c is None]
-    fn = sympy.lambdify(syms, live, modules="numpy", cse=True) if live else None
+    fn = sympy.lambdify(syms, live, modules="numpy", cse=tree.cse_for(live)) if live else None
     return fn, consts
 
 
@@ -113,7 +106,7 @@ def _term_classes(classes, slots):
     return tuple(out)
 
 
-def compile_family(structure, kinds, sympy_builder, split=True, classes=None):
+def compile_family(structure, kinds, split=True, classes=None):
     """Compile (and cache by structure) the value and derivatives of a shape.
 
     ``kinds`` gives 'V' or 'C' per slot; only 'V' slots are differentiated.
@@ -141,7 +134,7 @@ def compile_family(structure, kinds, sympy_builder, split=True, classes=None):
                 for sign, term, slots in terms:
                     sub = None if classes is None else _term_classes(classes, slots)
                     parts.append((sign, compile_family(term, tuple(kinds[k] for k in slots),
-                                                       sympy_builder, split=False, classes=sub),
+                                                       split=False, classes=sub),
                                   slots))
                 hit = _CACHE[key] = _SumCompiled(K, parts)
             return hit
@@ -149,7 +142,7 @@ def compile_family(structure, kinds, sympy_builder, split=True, classes=None):
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    comp = _compile(structure, kinds, sympy_builder, classes)
+    comp = _compile(structure, kinds, classes)
     if len(_CACHE) > 4096:
         _CACHE.clear()
     _CACHE[key] = comp
@@ -163,35 +156,25 @@ def _select(fn, sel):
     return lambda *args: fn(*[args[k] for k in sel])
 
 
-def _compile(structure, kinds, sympy_builder, classes):
+def _compile(structure, kinds, classes):
     K = len(kinds)
     syms = sympy.symbols(f"s0:{K}", real=True) if K else ()
     reps = list(range(K)) if classes is None else sorted(set(classes))
     slot_syms = syms if classes is None else [syms[c] for c in classes]
-    expr = sympy_builder(structure, slot_syms)
     vslots = [k for k in reps if kinds[k] == "V"]
-    d1_slots, d1_exprs = [], []
-    for k in vslots:
-        d = _drop_delta(sympy.diff(expr, syms[k]))
-        if d != 0:
-            d1_slots.append(k)
-            d1_exprs.append(d)
+    tree = differentiate_structure(structure, slot_syms, [syms[k] for k in vslots])
+    d1_slots = [vslots[i] for i in sorted(tree.d1)]
+    d1_exprs = [tree.d1[i] for i in sorted(tree.d1)]
     d2_pairs, d2_exprs = [], []
-    for a, da in zip(d1_slots, d1_exprs):
-        free = da.free_symbols
-        if not free:
-            continue
-        for b in d1_slots:
-            if b < a or syms[b] not in free:
-                continue
-            d = _drop_delta(sympy.diff(da, syms[b]))
-            if d != 0:
-                d2_pairs.append((a, b))
-                d2_exprs.append(d)
+    for i in sorted(tree.d1):
+        for j in sorted(tree.d1):
+            if j >= i and (i, j) in tree.d2:
+                d2_pairs.append((vslots[i], vslots[j]))
+                d2_exprs.append(tree.d2[i, j])
     arg_syms = [syms[k] for k in reps]
-    value_fn = sympy.lambdify(arg_syms, expr, modules="numpy", cse=True)
-    d1_fn, d1_const = _lambdify(arg_syms, d1_exprs)
-    d2_fn, d2_const = _lambdify(arg_syms, d2_exprs)
+    value_fn = sympy.lambdify(arg_syms, to_sympy(structure, slot_syms), modules="numpy", cse=True)
+    d1_fn, d1_const = _lambdify(arg_syms, d1_exprs, tree)
+    d2_fn, d2_const = _lambdify(arg_syms, d2_exprs, tree)
     if classes is not None:
         value_fn, d1_fn, d2_fn = (_select(f, reps) for f in (value_fn, d1_fn, d2_fn))
     return _Compiled(K, value_fn, tuple(d1_slots), d1_fn, d1_const,

@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from .functions import _IMPLICIT, GRADIENT_METHODS, _check_bounded, _rel, _segment_atol, _steps
+from .forward import _values
+from .functions import (_IMPLICIT, GRADIENT_METHODS, _adaptive_quadrature, _check_bounded, _rel,
+                        _segment_atol, _steps)
 
 __all__ = ["FirstOrder"]
 
@@ -29,8 +31,7 @@ class FirstOrder:
 
             .. math::
 
-                \dot\lambda = -f_x^\top\lambda,\qquad \dot q = -f_u^\top\lambda,
-                \qquad \lambda(T^+) = 0,\; q(T) = 0,
+                \dot\lambda = -f_x^\top\lambda,\qquad \lambda(T^+) = 0,
 
             restarted at every :math:`\tau_j` with
             :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j`
@@ -39,9 +40,11 @@ class FirstOrder:
             .. math::
 
                 \nabla J = l_u^\top\lambda(t_0) + \int_{t_0}^{T} f_u^\top\lambda\,dt
-                + \sum_j \nabla_u\varphi_j.
+                + \sum_j \nabla_u\varphi_j,
 
-            Cost independent of p; use it when p is large and N moderate.
+            the integral by adaptive quadrature on the dense outputs (see
+            :meth:`adjoint`).  The backward system has n unknowns whatever p;
+            use it when p is large and N moderate.
 
             ``'sensitivity'`` [MHV, eq. (8)]: the augmented forward
             system :math:`\dot S = f_x S + f_u`, :math:`S(t_0) = l_u`
@@ -146,9 +149,15 @@ class FirstOrder:
 
         Solves :math:`\dot\lambda = -f_x^\top\lambda` backward from
         :math:`\lambda(T^+) = 0` with jumps
-        :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j` and the
-        quadrature :math:`q(t) = \int_t^T f_u^\top\lambda\,ds`, using the
-        forward dense output for :math:`x(t)`.
+        :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j`, using the
+        forward dense output for :math:`x(t)`: n unknowns, whatever p.  The
+        quadrature :math:`q = \int_{t_0}^T f_u^\top\lambda\,dt` is not carried
+        as p extra states of the backward system (they would enlarge its
+        Newton matrix to n + p and take part in its step-size control); it is
+        computed segment by segment afterwards from the two dense outputs by
+        adaptive Gauss–Legendre quadrature (:func:`_adaptive_quadrature`,
+        Kronrod 15 against Gauss 7 nodes per panel, to the tolerances of the
+        integration).
 
         Parameters
         ----------
@@ -166,49 +175,63 @@ class FirstOrder:
         u = self._u(u)
         sol, Xm = self._forward(u)
         n, p = self.n, self.p
-        adj, fxu = self._adj, self._fxu
+        adj_x, adj_u, fx = self._adj_x, self._adj_u, self.f_x
         xs = sol.sol
         ul = u.tolist()
-        sparse = self._jac_format(n + p)
+        sparse = self._jac_format(n)
+        # f_x free of x (a linear ODE): the backward system needs no x(t); free of
+        # x and t as well: it is λ' = -Aᵀλ with one matrix A = f_x(u)
+        xt = (lambda t: xs(t).tolist()) if self._fx_has_x else (lambda t, z=[0.0] * n: z)
+        if self._fx_const:
+            mAT = -fx.dense(xt(self.t0), ul, self.t0).T
+            mAT_jac = sp.csc_matrix(mAT) if sparse else mAT
 
-        def rhs(t, y):
-            hx, hu = adj(xs(t).tolist(), ul, t, y[:n].tolist())
-            return -np.concatenate([hx, hu])
+            def rhs(t, y):
+                return mAT @ y
 
-        def jac(t, y):
-            A, B = fxu(xs(t).tolist(), ul, t)
-            J = np.zeros((n + p, n + p))
-            J[:n, :n] = -A.T
-            J[n:, :n] = -B.T
-            return sp.csc_matrix(J) if sparse else J
+            def jac(t, y):
+                return mAT_jac
+        else:
+            def rhs(t, y):
+                return -adj_x.dense(xt(t), ul, t, y.tolist())
+
+            def jac(t, y):
+                J = -fx.dense(xt(t), ul, t).T
+                return sp.csc_matrix(J) if sparse else J
 
         jumps, gu = self.misfit.gradients(Xm, u)
         gu = gu + self.misfit.penalty_gradient(u)
-        parts = (slice(0, n), slice(n, n + p))
-
-        def atol(y, t_hi, t_lo):
-            growth = abs(t_hi - t_lo) * float(np.max(np.abs(rhs(t_hi, y)[n:]), initial=0.0))
-            return _segment_atol(self.atol, self.rtol, self.adjoint_atol, y, parts,
-                                 parts[1], growth)
-        lam = np.zeros(n)
+        whole = (slice(0, n),)
         q = np.zeros(p)
+        lam = np.zeros(n)
         segments = []
+
+        def sweep(t_hi, t_lo, lam):
+            s = self._solve(rhs, jac, (t_hi, t_lo), lam,
+                            atol=_segment_atol(self.atol, self.rtol, self.adjoint_atol, lam,
+                                               whole))
+            if p:
+                def integrand(t):
+                    return adj_u.many(len(t), list(_values(sol, t)), ul, t, list(_values(s, t)))[0]
+                inner = np.concatenate([self.switches, s.t, sol.t])
+                edges = np.unique(np.concatenate([[t_lo, t_hi],
+                                                  inner[(inner > t_lo) & (inner < t_hi)]]))
+                return s, _adaptive_quadrature(integrand, edges, self.rtol, self.atol,
+                                               self.adjoint_atol)
+            return s, np.zeros(0)
+
         t_hi = self.T
         for j in range(len(self.tau) - 1, -1, -1):
             tau = self.tau[j]
             if tau < t_hi:
-                y = np.concatenate([lam, q])
-                s = self._solve(rhs, jac, (t_hi, tau), y, dense=times is not None,
-                                atol=atol(y, t_hi, tau))
-                lam, q = s.y[:n, -1].copy(), s.y[n:, -1].copy()
+                s, dq = sweep(t_hi, tau, lam)
+                lam, q = s.y[:, -1].copy(), q + dq
                 segments.append((tau, t_hi, s))
             lam = lam + jumps[j]
             t_hi = tau
         if self.t0 < t_hi:
-            y = np.concatenate([lam, q])
-            s = self._solve(rhs, jac, (t_hi, self.t0), y, dense=times is not None,
-                            atol=atol(y, t_hi, self.t0))
-            lam, q = s.y[:n, -1].copy(), s.y[n:, -1].copy()
+            s, dq = sweep(t_hi, self.t0, lam)
+            lam, q = s.y[:, -1].copy(), q + dq
             segments.append((self.t0, t_hi, s))
         self.counts["adjoint"] += 1
         grad = self.l_u.dense(u).T @ lam + q + gu
@@ -222,7 +245,7 @@ class FirstOrder:
                     continue
                 for lo, hi, s in segments:
                     if lo < tt <= hi:
-                        L[i] = s.sol(tt)[:n]
+                        L[i] = s.sol(tt)
                         break
             out["lambda"] = pd.DataFrame(L, index=pd.Index(times, name="time"),
                                          columns=self.problem.states)

@@ -12,7 +12,7 @@ from scipy.integrate import solve_ivp
 from ...problem.misfit import MeasurementMisfit, misfit_constant, observations
 from ...problem.declaration import EstimationProblem, require_single_experiment
 from .functions import (ODE_METHODS, _IMPLICIT, _SPARSE_OK, IntegrationError, _check_bounded,
-                        _contract, _diff_entries, _SymArray, _SymBundle)
+                        _contract, _dense_values, _diff_entries, _SymArray, _SymBundle)
 
 __all__ = ["Forward"]
 
@@ -24,6 +24,8 @@ class _PiecewiseSolution:
 
     def __init__(self, pieces, dense):
         self.y = pieces[-1][1].y
+        #: the accepted step points of all pieces, in the order of integration
+        self.t = np.concatenate([p[1].t for p in pieces])
         order = sorted(pieces, key=lambda p: p[0])
         self._sols = [p[1].sol for p in order]
         self._starts = np.array([p[0] for p in order[1:]])
@@ -43,6 +45,23 @@ class _PiecewiseSolution:
                 out = np.empty((v.shape[0], len(t)))
             out[:, sel] = v
         return out if out is not None else np.zeros((0, 0))
+
+
+def _values(result, t):
+    """Dense output of a solve (one piece or a :class:`_PiecewiseSolution`) at the
+    times ``t``, (n, m), through :func:`_dense_values`."""
+    t = np.asarray(t, dtype=float)
+    if not isinstance(result, _PiecewiseSolution):
+        return _dense_values(result.sol, t)
+    k = np.searchsorted(result._starts, t, side="right")
+    out = None
+    for piece in np.unique(k):
+        sel = k == piece
+        v = _dense_values(result._sols[int(piece)], t[sel])
+        if out is None:
+            out = np.empty((v.shape[0], len(t)))
+        out[:, sel] = v
+    return out
 
 
 class Forward:
@@ -91,10 +110,15 @@ class Forward:
         #: l and l_u
         self.l = _SymArray(self._e_l, (n,), (U,))
         self.l_u = _SymArray(self._e_lu, (n, p), (U,))
-        # adjoint: h_x = f_x^T λ, h_u = f_u^T λ  (h = λ^T f), and the Jacobian blocks
-        self._adj = _SymBundle([(_contract(self._e_fx, self._L), (n,)),
-                                (_contract(self._e_fu, self._L), (p,))], args + (self._L,))
-        self._fxu = _SymBundle([(self._e_fx, (n, n)), (self._e_fu, (n, p))], args)
+        # adjoint: h_x = f_x^T λ (its right-hand side) and h_u = f_u^T λ (its
+        # quadrature, evaluated at many points at once), h = λ^T f
+        self._adj_x = _SymArray(_contract(self._e_fx, self._L), (n,), args + (self._L,))
+        self._adj_u = _SymArray(_contract(self._e_fu, self._L), (p,), args + (self._L,))
+        fx_syms = set().union(set(), *(e.free_symbols for _, e in self._e_fx))
+        #: f_x free of x (a linear ODE) / of x and t (time-invariant too): the
+        #: adjoint's backward system then needs no x(t) / is a fixed matrix
+        self._fx_has_x = bool(fx_syms & set(X))
+        self._fx_const = not (fx_syms & (set(X) | {t}))
         self._sens = _SymBundle([(self._e_f, (n,)), (self._e_fx, (n, n)),
                                  (self._e_fu, (n, p))], args)
         self._second = None

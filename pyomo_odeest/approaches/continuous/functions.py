@@ -87,6 +87,20 @@ class _SymBundle:
         return out
 
 
+    def many(self, m, *args):
+        """The arrays at ``m`` points at once: array arguments of length ``m``
+        (scalars broadcast); returns arrays of shape ``shape + (m,)``."""
+        vals = self._fn(*args) if self._fn is not None else []
+        out = []
+        for shape, size, cf, cv, vf, a, b in self._parts:
+            d = np.zeros((size, m))
+            d[cf] = cv[:, None]
+            for row, k in zip(vf, range(a, b)):
+                d[row] = np.broadcast_to(np.asarray(vals[k], dtype=float), (m,))
+            out.append(d.reshape(shape + (m,)))
+        return out
+
+
 class _SymArray(_SymBundle):
     """One sparse symbolic array; :meth:`dense` evaluates it."""
 
@@ -146,6 +160,113 @@ def _segment_atol(atol, rtol, factor, y, parts, quad=None, growth=None):
             s = max(s, growth)
         out[sl] = max(atol, factor * rtol * s)
     return out
+
+
+def _dense_values(ode_solution, t):
+    r"""Values (n, m) of a SciPy ``OdeSolution`` at the times ``t`` (each inside one step).
+
+    Same numbers as ``ode_solution(t)``, without its Python call per step:
+    for the interpolants of LSODA (Nordsieck arrays
+    :math:`y = \sum_k yh_k ((t - t_n)/h)^k`) and BDF (modified divided
+    differences, :math:`y = D_0 + \sum_k D_k \prod_{i<k}(t - t_{n-i})/(h(i+1))`)
+    all steps are evaluated at once from their stored arrays; any other
+    interpolant (Radau, RK) goes through ``ode_solution(t)``.
+    """
+    t = np.asarray(t, dtype=float)
+    interps = ode_solution.interpolants
+    kinds = {type(f).__name__ for f in interps}
+    if kinds not in ({"LsodaDenseOutput"}, {"BdfDenseOutput"}) or not len(t):
+        return np.atleast_2d(ode_solution(t))
+    ts = np.asarray(ode_solution.ts, dtype=float)
+    nseg = len(interps)
+    asc = ts[-1] >= ts[0]
+    k = np.clip(np.searchsorted(ts if asc else ts[::-1], t, side="right") - 1, 0, nseg - 1)
+    if not asc:
+        k = nseg - 1 - k
+    used, inv = np.unique(k, return_inverse=True)
+    if kinds == {"LsodaDenseOutput"}:
+        K = max(len(interps[i].p) for i in used)
+        Y = np.zeros((len(used), K, interps[used[0]].yh.shape[0]))
+        tn, h = np.empty(len(used)), np.empty(len(used))
+        for a, i in enumerate(used):
+            f = interps[i]
+            Y[a, :len(f.p)] = f.yh.T
+            tn[a], h[a] = f.t, f.h
+        x = np.vander((t - tn[inv]) / h[inv], K, increasing=True)
+        return np.einsum("mk,mkn->nm", x, Y[inv], optimize=False)
+    K = max(interps[i].order for i in used)
+    D = np.zeros((len(used), K + 1, interps[used[0]].D.shape[1]))
+    shift, denom = np.zeros((len(used), K)), np.ones((len(used), K))
+    for a, i in enumerate(used):
+        f = interps[i]
+        D[a, :f.order + 1] = f.D[:f.order + 1]
+        shift[a, :f.order], denom[a, :f.order] = f.t_shift, f.denom
+    prod = np.cumprod((t[:, None] - shift[inv]) / denom[inv], axis=1)
+    return D[inv, 0].T + np.einsum("mk,mkn->nm", prod, D[inv, 1:])
+
+
+def _gauss_kronrod_7():
+    """Nodes on [-1, 1] and the weights of the 7-point Kronrod rule (exact to degree 11)
+    and of the 3-point Gauss rule on its nodes ±√(3/5), 0 (zeros elsewhere)."""
+    x = np.array([-0.9604912687080202, -0.7745966692414834, -0.4342437493468026, 0.0,
+                  0.4342437493468026, 0.7745966692414834, 0.9604912687080202])
+    w = np.array([0.1046562260264672, 0.2684880898683334, 0.4013974147759622,
+                  0.4509165386584741, 0.4013974147759622, 0.2684880898683334,
+                  0.1046562260264672])
+    g = np.array([0.0, 5.0 / 9.0, 0.0, 8.0 / 9.0, 0.0, 5.0 / 9.0, 0.0])
+    return x, w, g
+
+
+_GK7 = _gauss_kronrod_7()
+
+
+def _adaptive_quadrature(fun, edges, rtol, atol, floor, max_panels=None):
+    r"""Adaptive Gauss–Kronrod quadrature of a vector integrand over ``[edges[0], edges[-1]]``.
+
+    ``fun(t)`` takes an array of m times and returns the (p, m) values.
+    The first panels lie between consecutive ``edges`` (the caller passes the
+    accepted steps of the integrations that the integrand interpolates, and
+    the switching times of the inputs, so that every feature the integrators
+    resolved — a boundary layer after a jump of a stiff adjoint — is
+    resolved here too).  Every panel is integrated by the 7-point Kronrod
+    rule and the 3-point Gauss rule on its nodes, all panels of one pass in
+    one call of ``fun``; a panel is accepted when, componentwise,
+    :math:`|K_7 - G_3| \le \frac{b-a}{L}\max(\text{atol}, \text{rtol}\cdot
+    \max(S_k, \text{floor}\cdot\|S\|_\infty))`, with :math:`S_k` the first
+    pass's estimate of :math:`\int|g_k|` over the whole interval and
+    :math:`L` its length, and split in halves otherwise.  The Kronrod value
+    of every accepted panel is summed (its error is far below the Gauss
+    error that is tested).  Raises :class:`IntegrationError` beyond
+    ``max_panels`` panel evaluations (default 100 per first panel).
+    """
+    edges = np.asarray(edges, dtype=float)
+    length = abs(edges[-1] - edges[0])
+    lo, hi = np.minimum(edges[:-1], edges[1:]), np.maximum(edges[:-1], edges[1:])
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    total, tol, used = None, None, 0
+    if max_panels is None:
+        max_panels = 100 * len(lo)
+    x, wk, wg = _GK7
+    while len(lo):
+        used += len(lo)
+        if used > max_panels:
+            raise IntegrationError(f"adaptive quadrature needed more than {max_panels} panels")
+        mid, half = 0.5 * (lo + hi), 0.5 * (hi - lo)
+        vals = np.asarray(fun((mid[:, None] + half[:, None] * x).ravel()), dtype=float)
+        vals = vals.reshape(vals.shape[0], len(lo), len(x))
+        ik = (vals @ wk) * half
+        err = np.abs((vals @ wg) * half - ik)
+        if total is None:
+            total = np.zeros(ik.shape[0])
+            scale = ((np.abs(vals) @ wk) * half).sum(axis=1)
+            tol = np.maximum(atol, rtol * np.maximum(scale, floor * float(np.max(scale,
+                                                                                  initial=0.0))))
+        ok = np.all(err <= tol[:, None] * (2.0 * half / length), axis=0)
+        total += ik[:, ok].sum(axis=1)
+        lo, hi, mid = lo[~ok], hi[~ok], mid[~ok]
+        lo, hi = np.concatenate([lo, mid]), np.concatenate([mid, hi])
+    return np.zeros(0) if total is None else total
 
 
 def _rel(a, b):
