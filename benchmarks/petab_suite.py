@@ -2,7 +2,7 @@
 
     python benchmarks/petab_suite.py [FOLDER ...] [--approaches reduced_space,simultaneous]
                                      [--starts 4] [--spread 0.3] [--scheme enright]
-                                     [--grid-points 300] [--refine 2] [--workers 0]
+                                     [--grid-points 300] [--grid auto|uniform] [--refine 2] [--workers 0]
                                      [--max-wall-time SECONDS] [--all-approaches]
 
 Every FOLDER holding one PEtab YAML file is a problem (a folder holding
@@ -16,7 +16,8 @@ with the tests (``tests/data/petab``).  Per problem:
    nominal point plus ``starts - 1`` Sobol starts in the box nominal ±
    ``spread`` on the parameters' scales (log10 units for log10 parameters),
    clipped to the bounds, seeded; discrete approaches on ``--scheme`` with
-   largest step horizon/``grid-points``;
+   largest step horizon/``grid-points``, and (``--grid auto``, the default) no
+   more than the median step of LSODA at the start (:func:`largest_step`);
 3. every converged start is also evaluated by an independent simulation at its
    estimates (the result's ``simulated_objective``); when the best start's
    discrete and simulated objectives disagree (the result's
@@ -97,6 +98,29 @@ class _Estimates:
 
     def __init__(self, estimates, objective):
         self.estimates, self.objective, self.extra = estimates, objective, {}
+
+
+def simulation_step(problem, rtol=1e-6):
+    """Median step of LSODA (``rtol``, ``atol = 1e-3 rtol``) at the start, over the
+    experiments: the time scale on which the solution changes."""
+    from scipy.integrate import solve_ivp
+    steps = []
+    for sp in (problem.experiment_problems if problem.experiments else [problem]):
+        f, u = sp.numeric_rhs(), sp.u0
+        sol = solve_ivp(lambda t, x: f(x, u, t), (sp.t0, sp.T), sp.initial_state(u),
+                        method="LSODA", rtol=rtol, atol=1e-3 * rtol)
+        steps.append(np.diff(sol.t))
+    return float(np.median(np.concatenate(steps)))
+
+
+def largest_step(problem, args):
+    """Largest step of the discrete approaches: horizon/``grid-points``, and with
+    ``--grid auto`` no more than the median step of an adaptive integrator at the
+    start (:func:`simulation_step`), so fast dynamics get a grid that resolves them."""
+    h = (problem.T - problem.t0) / args.grid_points
+    if args.grid == "auto":
+        h = min(h, simulation_step(problem))
+    return h
 
 
 def on_bound(problem, u, rtol=1e-8):
@@ -194,8 +218,9 @@ def run_problem(folder, args, ref, runner):
     nominal = petab_nll(model)
     prob = pe.problem
     tables = []
+    h0 = largest_step(prob, args)
     for approach in args.approaches:
-        h = (prob.T - prob.t0) / args.grid_points
+        h = h0
         tab = fits(pe, approach, args, runner, h, None)
         for _ in range(args.refine):
             if approach.startswith("continuous"):
@@ -256,6 +281,9 @@ def main(argv=None):
                          "with the stiff problems of the collection)")
     ap.add_argument("--grid-points", type=int, default=300,
                     help="largest step = horizon / grid-points")
+    ap.add_argument("--grid", choices=("auto", "uniform"), default="auto",
+                    help="auto: largest step no more than the median step of LSODA "
+                         "(rtol 1e-6) at the start; uniform: horizon/grid-points")
     ap.add_argument("--refine", type=int, default=2,
                     help="grid refinements (step / 3 each) when the best start disagrees "
                          "with its simulation")

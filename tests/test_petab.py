@@ -549,7 +549,7 @@ def test_crauste_stiff_fit_finishes_with_the_simultaneous_enright_block():
     assert not any(w.startswith("discretization error") for w in res.warnings)
 
 
-def test_suite_limits_bound_push_for_starts_on_bounds():
+def test_suite_bound_push_and_grid_rules():
     """benchmarks/petab_suite.py: Ipopt's bound push is limited exactly when a start puts a
     free parameter on one of its bounds (Borghans' init_A_state = 1 - 4e-14 of [0, 1],
     Crauste's mu_LE and mu_P); Bruno starts inside its box and keeps Ipopt's default."""
@@ -568,7 +568,13 @@ def test_suite_limits_bound_push_for_starts_on_bounds():
         opts = suite.ipopt_options(prob, [prob.u0], args)
         assert opts["max_wall_time"] == 30.0
         assert (opts.get("bound_push"), opts.get("bound_frac")) == ((1e-8, 1e-8) if on else (None, None))
+    # the grid: Borghans' calcium spikes need steps below horizon/300 (the median LSODA
+    # step at the start, 0.0074); Bruno's slow dynamics keep horizon/300
+    grid = types.SimpleNamespace(grid_points=300, grid="auto")
+    prob = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016")).problem
+    assert suite.largest_step(prob, grid) == pytest.approx(prob.T / 300)
     prob = petab_problem(os.path.join(DATA, "Borghans_BiophysChem1997")).problem
+    assert 0.004 < suite.largest_step(prob, grid) < 0.01 < prob.T / 300
     u = prob.u0.copy()
     u[prob.parameter_names.index("init_A_state")] = 0.5          # moved inside: default push
     assert suite.on_bound(prob, u) == [] and "bound_push" not in suite.ipopt_options(prob, [u], args)
