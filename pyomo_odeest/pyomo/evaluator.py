@@ -1053,8 +1053,13 @@ class PyomoNLPEvaluator(NLPEvaluator):
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
         v = np.concatenate(parts) if parts else np.zeros(0)
+        del parts
         if self._jac_inv is not None:
             v = np.bincount(self._jac_inv, weights=v, minlength=self._jac_rows.size)
+        # Ipopt factorizes after the Jacobian (least-squares multipliers) and
+        # after the Hessian: the gathered arguments (a float per slot and row)
+        # are dropped then, not held through MUMPS's peak
+        self._cache_x = self._cache_args = None
         return self._checked(v, "Jacobian entry")
 
     def hessian_structure(self):
@@ -1094,9 +1099,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
         v = np.concatenate(parts) if parts else np.zeros(0)
         del parts
         h = np.bincount(self._hess_inv, weights=v, minlength=self._hess_nnz)
-        # Ipopt asks for the Hessian last at a point, then factorizes: the
-        # gathered arguments are dropped before that (the next point is new)
-        self._cache_x = self._cache_args = None
+        self._cache_x = self._cache_args = None      # as in jacobian()
         return self._checked(h, "Hessian entry")
 
     # -- model I/O -----------------------------------------------------------
