@@ -2,15 +2,16 @@
 
 Problem: [MHV]'s diagonal linear model (eqs. (24)–(27)) with p parameters and
 11 observation times on [0, 100] (``benchmarks/mhv_figures.py`` times the
-gradients; this script counts what they cost).  For SciPy's BDF and LSODA
-(rtol 1e-8, atol 1e-10, as in ``mhv_figures.py``) it reports
+gradients; this script counts what they cost).  For SciPy's BDF, LSODA and
+Radau (rtol 1e-8, atol 1e-10, as in ``mhv_figures.py``) it reports
 
 * the accepted steps of the forward solve, of the forward-sensitivity solve
   and of the adjoint's backward sweep (one solve per interval between
   measurement times, restarted after each jump of λ);
-* for BDF, the share of the backward steps taken before the step size first
+* the share of the backward steps taken before the step size first
   reaches the median step of its interval (the ramp-up after each restart:
-  BDF starts at order 1 with a step of about 1e-5);
+  BDF starts at order 1 with a step of about 1e-5; Radau, a one-step
+  method, has no order to ramp up);
 * CPU seconds of one forward solve, the adjoint's backward sweep (forward
   trajectory given) and the sensitivity gradient, medians of ``--repeats``
   interleaved repeats;
@@ -22,7 +23,7 @@ gradients; this script counts what they cost).  For SciPy's BDF and LSODA
 
 Last line: ``adjoint_steps: p=... bdf_backward_over_forward_steps=...
 bdf_rampup_share=... lsoda_backward_over_forward_steps=...
-compiled_backward_over_sens=...`` (the last: CPU time of the compiled backward
+radau_backward_over_forward_steps=... compiled_backward_over_sens=...`` (the last: CPU time of the compiled backward
 sweep alone over the compiled sensitivity gradient; above 1 means the
 adjoint loses at this p whatever the stepping overhead).
 
@@ -136,7 +137,7 @@ def main(argv=None):
           f"atol={ATOL:g}; CPU seconds, medians of {args.repeats}; load average "
           f"{os.getloadavg()[0]:.1f}")
     ratio = {}
-    for method in ("BDF", "LSODA"):
+    for method in ("BDF", "LSODA", "Radau"):
         cm = ContinuousModel(prob, method=method, rtol=RTOL, atol=ATOL)
         cm.gradient(prob.u0, "adjoint")
         cm.gradient(prob.u0, "sensitivity", index=[0])
@@ -162,6 +163,7 @@ def main(argv=None):
     print(f"adjoint_steps: p={p} bdf_backward_over_forward_steps={ratio['BDF'][0]:.2f} "
           f"bdf_rampup_share={ratio['BDF'][1]:.2f} "
           f"lsoda_backward_over_forward_steps={ratio['LSODA'][0]:.2f} "
+          f"radau_backward_over_forward_steps={ratio['Radau'][0]:.2f} "
           f"compiled_backward_over_sens={t_cb / t_cs:.2f}")
 
 
