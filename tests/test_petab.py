@@ -190,16 +190,6 @@ def test_laplace_noise_raises(tmp_path):
         read_petab(d)
 
 
-def test_preequilibration_raises(tmp_path):
-    d = copy_problem(tmp_path)
-    f = table(d, "measurementData_")
-    df = pd.read_csv(f, sep="\t")
-    df["preequilibrationConditionId"] = "model1_data1"
-    df.to_csv(f, sep="\t", index=False)
-    with pytest.raises(UnsupportedFeatureError, match=r"measurementData_Crauste.*pre-equilibration"):
-        read_petab(d)
-
-
 def test_steady_state_measurements_raise(tmp_path):
     d = copy_problem(tmp_path)
     f = table(d, "measurementData_")

@@ -198,3 +198,20 @@ def test_experiments_with_their_own_preequilibration():
     est = res.estimates
     np.testing.assert_allclose(est[list(TRUE)].to_numpy(), list(TRUE.values()), rtol=2e-4)
     assert est["A0_e2"] == pytest.approx(1.5, rel=2e-4)
+
+
+def test_unstable_root_rejected_and_flagged_in_the_block():
+    """x' = -p (x-1)(x-2)(x-3) from 1.8: Newton goes to the unstable root 2, the simulation
+    to 1; the accepted state is 1, and a block whose x_ss sits at 2 is flagged."""
+    from pyomo_odeest import build_block
+    from pyomo_odeest.pyomo.steady_state import steady_state_mismatch
+    P = EstimationProblem(["x"], [Parameter("p", 1.0)],
+                          lambda x, u, t: [-u.p * (x.x - 1) * (x.x - 2) * (x.x - 3)], {"x": 1.8},
+                          pd.DataFrame({"x": [1.0, 1.0]}, index=[1.0, 2.0]),
+                          preequilibration=Preequilibration())
+    assert P.initial_state([1.0])[0] == pytest.approx(1.0, abs=1e-12)
+    b = build_block(P, "adams_pc", 2, steps_per_interval=2)
+    assert b.x_ss["x"].value == pytest.approx(1.0, abs=1e-12)
+    assert steady_state_mismatch(b, [1.0]) == []
+    b.x_ss["x"].set_value(2.0)
+    assert "not the stable state" in steady_state_mismatch(b, [1.0])[0]

@@ -19,7 +19,7 @@ import sympy
 
 from ..pyomo.block import build_block
 from ..pyomo.experiments import build_experiment_blocks
-from ..pyomo.steady_state import initialize_steady_state
+from ..pyomo.steady_state import initialize_steady_state, steady_state_mismatch
 from ..problem.misfit import misfit_constant, observations
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
@@ -236,6 +236,11 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
     else:
         res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
     res.extra["init"] = init_used
+    wrong = [w for blk in (b.experiment_blocks if multi else [b])
+             for w in steady_state_mismatch(blk, res.x)]
+    if wrong:                             # a root of G = 0 that is not the steady state
+        res.success = False
+        res.warnings.extend(wrong)
     dual = getattr(m, "dual", None)
     if problem.parameter_constraints and dual is not None:
         res.extra["parameter_constraint_multipliers"] = {

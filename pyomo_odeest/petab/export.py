@@ -70,6 +70,9 @@ def write_petab(problem: EstimationProblem, folder, name=None):
         raise ValueError("write_petab takes least-squares problems (PEtab noise is per datum)")
     if sympy.sympify(problem.penalty_sym) != 0:
         raise ValueError("write_petab cannot write a penalty R(u) (PEtab v1 has no such term)")
+    if getattr(problem, "steady_state", None) is not None:
+        raise ValueError("write_petab cannot write a pre-equilibrated problem (the "
+                         "pre-equilibration would need its own condition)")
     if problem.t0 != 0.0:
         raise ValueError(f"PEtab simulations start at t = 0; the problem starts at "
                          f"t0 = {problem.t0}")

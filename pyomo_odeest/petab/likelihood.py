@@ -11,7 +11,10 @@ LSODA (Adams/BDF switching) at tight tolerances, with the exact Jacobian
 
 over the data (see :mod:`pyomo_odeest.petab.tables`).  It is the first check
 of an import: at the nominal parameters it reproduces the value published
-with a benchmark problem.  It does not use the package's discretizations,
+with a benchmark problem.  A pre-equilibrated condition starts from the state
+its pre-equilibration condition settles to by simulation (the species the
+condition sets are reset), independently of the Newton solves of
+:mod:`pyomo_odeest.problem.steady_state`.  It does not use the package's discretizations,
 so it is also the yardstick for the fits of every approach.
 """
 from __future__ import annotations
@@ -46,7 +49,8 @@ class PetabSimulator:
         psyms = [symbol(p) for p in self.pids]
         xs = [symbol(s) for s in model.ode.states]
         self._f, self._jac, self._x0 = {}, {}, {}
-        for c in model.conditions:
+        for c in list(model.conditions) + [p for p in dict.fromkeys(
+                model.preequilibration.values()) if p not in model.conditions]:
             f = model.rhs(c)
             self._f[c] = sympy.lambdify((xs, psyms, TIME), f, "numpy")
             self._jac[c] = sympy.lambdify((xs, psyms, TIME), sympy.Matrix(f).jacobian(xs), "numpy")
@@ -60,23 +64,52 @@ class PetabSimulator:
         for s in set(meas["sigma"]):
             self._sfun[s] = sympy.lambdify((psyms,), s, "numpy")
 
-    def simulate(self, condition, times, values):
-        """States at ``times`` (rows) of ``condition`` at parameter ``values``
-        (linear scale, in the order of the parameter table)."""
-        p = np.asarray(values, dtype=float)
+    def _integrate(self, condition, p, x0, T, t_eval=None):
         f, jac = self._f[condition], self._jac[condition]
-        x0 = np.asarray(self._x0[condition](p), dtype=float).reshape(-1)
-        times = np.asarray(times, dtype=float)
-        T = float(times.max()) if len(times) else 0.0
-        if T == 0.0:
-            return np.tile(x0, (len(times), 1))
         sol = solve_ivp(lambda t, x: np.asarray(f(x, p, t), dtype=float).reshape(-1),
-                        (0.0, T), x0, method=self.method, t_eval=np.unique(times),
+                        (0.0, T), x0, method=self.method, t_eval=t_eval,
                         rtol=self.rtol, atol=self.atol,
                         jac=lambda t, x: np.asarray(jac(x, p, t), dtype=float))
         if not sol.success:
             raise RuntimeError(f"{self.model.name}: simulation of condition {condition} failed: "
                                f"{sol.message}")
+        return sol
+
+    def steady_state(self, condition, values, tol=1e-10):
+        """The state that ``condition`` settles to from its initial state (simulated until
+        ‖f‖ ≤ tol·(1 + ‖x‖), up to t = 1e12)."""
+        p = np.asarray(values, dtype=float)
+        x = np.asarray(self._x0[condition](p), dtype=float).reshape(-1)
+        f = self._f[condition]
+        for T in 10.0 ** np.arange(1, 13):
+            x = self._integrate(condition, p, x, T).y[:, -1]
+            if np.linalg.norm(np.asarray(f(x, p, 0.0), dtype=float)) <= tol * (1 + np.linalg.norm(x)):
+                return x
+        raise RuntimeError(f"{self.model.name}: pre-equilibration condition {condition} reaches "
+                           f"no steady state by t = 1e12")
+
+    def initial_state(self, condition, values):
+        """The initial state of ``condition``: with pre-equilibration, the steady state of
+        its pre-equilibration condition, the species set by ``condition`` reset."""
+        p = np.asarray(values, dtype=float)
+        x0 = np.asarray(self._x0[condition](p), dtype=float).reshape(-1)
+        pre = self.model.preequilibration.get(condition)
+        if pre is None:
+            return x0
+        x = self.steady_state(pre, p)
+        keep = [s not in self.model.reset[condition] for s in self.model.ode.states]
+        return np.where(keep, x, x0)
+
+    def simulate(self, condition, times, values):
+        """States at ``times`` (rows) of ``condition`` at parameter ``values``
+        (linear scale, in the order of the parameter table)."""
+        p = np.asarray(values, dtype=float)
+        x0 = self.initial_state(condition, p)
+        times = np.asarray(times, dtype=float)
+        T = float(times.max()) if len(times) else 0.0
+        if T == 0.0:
+            return np.tile(x0, (len(times), 1))
+        sol = self._integrate(condition, p, x0, T, np.unique(times))
         idx = np.searchsorted(sol.t, times)
         return sol.y.T[idx]
 

@@ -14,6 +14,10 @@ estimated parameter θ          :class:`~pyomo_odeest.Parameter` named by its id
 fixed parameter                its nominal value, substituted
 simulation condition           one :class:`~pyomo_odeest.Experiment` (a single
                                condition: a plain problem)
+pre-equilibration condition    the experiment's
+                               :class:`~pyomo_odeest.Preequilibration`: the
+                               condition's rhs and initial state, the species
+                               set by the simulation condition reset
 condition overrides            initial states: the experiment's ``initial``;
                                model constants that differ between conditions:
                                :math:`k = a_k + \sum_q b_{kq}\theta_q` with
@@ -74,7 +78,7 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ..problem.declaration import EstimationProblem, Parameter
+from ..problem.declaration import EstimationProblem, Parameter, Preequilibration
 from ..symbolic.convert import sympy_to_pyomo
 from .likelihood import PetabSimulator
 from .sbml import TIME, UnsupportedFeatureError, symbol
@@ -429,20 +433,35 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     def initial_fn(e):
         return _InitialValue(e, u_names) if e.free_symbols else float(e)
 
+    def preequilibration(cond):
+        """The steady state of the pre-equilibration condition, the species ``cond`` sets reset."""
+        pre = model.preequilibration.get(cond)
+        if pre is None:
+            return None
+        f_pre = [scaled(e) for e in model.rhs(pre)]
+
+        def rhs_pre(x, u, t):
+            o = objects(x, u, t)
+            return [sympy_to_pyomo(e, o) for e in f_pre]
+        return Preequilibration(
+            rhs=rhs_pre, reset=model.reset[cond],
+            initial={s: initial_fn(scaled(model.initial[pre][s])) for s in states})
+
     if len(conditions) == 1:
         cond = conditions[0]
         problem = EstimationProblem(
             states=states, parameters=params, rhs=rhs,
             initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
             data=wide(cond, "value"), observe=observe, **noise(cond),
-            name=model.name)
+            name=model.name, preequilibration=preequilibration(cond))
     else:
         from ..problem.declaration import Experiment
         params = params + [Parameter(nm, 0.0, fixed=True, local=True) for nm, _ in local]
         experiments = [
             Experiment(cond, data=wide(cond, "value"), **noise(cond),
                        initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
-                       parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local})
+                       parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local},
+                       preequilibration=preequilibration(cond))
             for cond in conditions]
         problem = EstimationProblem(
             states=states, parameters=params, rhs=rhs, initial={s: 0.0 for s in states},

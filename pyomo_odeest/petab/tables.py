@@ -33,15 +33,16 @@ Unsupported features raise
 feature and the file: priors on the objective, Laplace noise,
 noise formulas that depend on states or observables, steady-state
 measurements (``time = inf``), mapping tables, several models or problems
-in one file, PEtab extensions; and pre-equilibration (a steady state before
-the experiment).
+in one file, PEtab extensions, and a simulation condition used with several
+pre-equilibration conditions.  Pre-equilibration (``preequilibrationConditionId``)
+is read into :attr:`PetabModel.preequilibration` and :attr:`PetabModel.reset`.
 """
 from __future__ import annotations
 
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -150,6 +151,13 @@ class PetabModel:
         sympy expression in the state symbols, the parameter symbols and
         :data:`~pyomo_odeest.petab.sbml.TIME`) and ``sigma`` (sympy, in the
         parameter symbols only).
+    preequilibration : dict condition -> condition
+        The pre-equilibration condition of each simulation condition that has
+        one (its ``constants`` and ``initial`` are held like a simulation
+        condition's).
+    reset : dict condition -> list of states
+        Per pre-equilibrated simulation condition: the species its row sets
+        (reset after pre-equilibration; the others keep the steady state).
     """
 
     name: str
@@ -162,6 +170,8 @@ class PetabModel:
     observables: dict
     measurements: pd.DataFrame
     yaml_path: str = ""
+    preequilibration: dict = field(default_factory=dict)
+    reset: dict = field(default_factory=dict)
 
     # -- parameters -------------------------------------------------------
     @property
@@ -350,10 +360,6 @@ def read_petab(yaml_path) -> PetabModel:
 
     # -- measurements -----------------------------------------------------------
     meas = meas_df.reset_index(drop=True).copy()
-    if "preequilibrationConditionId" in meas.columns and \
-            meas["preequilibrationConditionId"].map(lambda v: not _is_empty(v)).any():
-        raise UnsupportedFeatureError(
-            f"{meas_files}: pre-equilibration (preequilibrationConditionId) is not supported")
     times = meas["time"].astype(float).to_numpy()
     if np.any(np.isinf(times)):
         raise UnsupportedFeatureError(f"{meas_files}: steady-state measurements (time = inf) "
@@ -364,17 +370,19 @@ def read_petab(yaml_path) -> PetabModel:
     if unknown:
         raise ValueError(f"{meas_files}: observables {unknown} are not in the observable table")
     conditions = list(dict.fromkeys(str(c) for c in meas["simulationConditionId"]))
+    preeq = _preequilibration(meas, conditions, meas_files)
     if cond_df is None:
         cond_df = pd.DataFrame(index=pd.Index([], name="conditionId"))
-    missing = [c for c in conditions if c not in cond_df.index]
+    used = conditions + [p for p in dict.fromkeys(preeq.values()) if p and p not in conditions]
+    missing = [c for c in used if c not in cond_df.index]
     if missing:
         raise ValueError(f"{meas_files}: conditions {missing} are not in the condition table "
                          f"({cond_files})")
 
     # -- conditions: constants and initial states ---------------------------------
     state_syms = {symbol(s) for s in ode.states}
-    constants, initial = {}, {}
-    for c in conditions:
+    constants, initial, reset = {}, {}, {}
+    for c in used:
         row = cond_df.loc[c]
         sub = {}
         for k, v in ode.constants.items():
@@ -389,6 +397,7 @@ def read_petab(yaml_path) -> PetabModel:
                                      "parameter or condition table")
                 sub[symbol(k)] = sympy.Float(v, 17)
         init = {}
+        reset[c] = [s for s in ode.states if s in row.index and not _is_empty(row[s])]
         for s in ode.states:
             if s in row.index and not _is_empty(row[s]):
                 init[s] = _value_or_symbol(row[s], pids, f"{cond_files}: condition {c}, column {s}")
@@ -451,4 +460,25 @@ def read_petab(yaml_path) -> PetabModel:
     meas["measurement"] = meas["measurement"].astype(float)
     return PetabModel(name=name, folder=folder, ode=ode, parameters=params, conditions=conditions,
                       constants=constants, initial=initial, observables=observables,
-                      measurements=meas, yaml_path=os.path.abspath(yaml_path))
+                      measurements=meas, yaml_path=os.path.abspath(yaml_path),
+                      preequilibration={c: p for c, p in preeq.items() if p},
+                      reset={c: reset[c] for c, p in preeq.items() if p})
+
+
+def _preequilibration(meas, conditions, meas_files):
+    """Per simulation condition: its pre-equilibration condition (or None)."""
+    col = "preequilibrationConditionId"
+    if col not in meas.columns:
+        return {c: None for c in conditions}
+    pre = [None if _is_empty(v) else str(v).strip() for v in meas[col]]
+    sim = meas["simulationConditionId"].astype(str).to_list()
+    out = {}
+    for c in conditions:
+        used = {p for p, s in zip(pre, sim) if s == c}
+        if len(used) > 1:
+            raise UnsupportedFeatureError(
+                f"{meas_files}: simulation condition {c} is used with several "
+                f"pre-equilibrations {sorted(map(str, used))} (one per simulation condition "
+                f"is supported)")
+        out[c] = used.pop()
+    return out

@@ -18,7 +18,7 @@ import sympy
 from ..problem.steady_state import SteadyStateError
 from ..symbolic.convert import sympy_to_pyomo
 
-__all__ = ["initial_state_expressions", "initialize_steady_state"]
+__all__ = ["initial_state_expressions", "initialize_steady_state", "steady_state_mismatch"]
 
 
 def initial_state_expressions(b, problem, usub):
@@ -56,3 +56,25 @@ def initialize_steady_state(b, problem, u):
         x = ss.state(problem.u0[idx])
     for s, v in zip(problem.states, x):
         b.x_ss[s].set_value(float(v), skip_validation=True)
+
+
+def steady_state_mismatch(b, u, rtol=1e-6):
+    """Why the solved ``b.x_ss`` is not the pre-equilibration's steady state at ``u``
+    (full parameter vector): ``G = 0`` also holds at unstable or other roots, so the
+    solution is compared with the state the Newton/simulation solve of the problem
+    accepts (stable, reached from the pre-equilibration's start).  ``[]`` if it is
+    (or without pre-equilibration)."""
+    problem = b.problem
+    ss = getattr(problem, "steady_state", None)
+    if ss is None or not hasattr(b, "x_ss"):
+        return []
+    idx = [list(problem.u_sym).index(s) for s in ss.u_sym]
+    got = np.array([pyo.value(b.x_ss[s]) for s in problem.states])
+    try:
+        want = ss.state(np.asarray(u, dtype=float)[idx])
+    except SteadyStateError as err:
+        return [f"{problem.name}: the block's steady state {got} is not confirmed: {err}"]
+    if np.all(np.abs(got - want) <= rtol * (1 + np.abs(want))):
+        return []
+    return [f"{problem.name}: the block's steady state {got} is a root of the steady-state "
+            f"equations but not the stable state the pre-equilibration reaches ({want})"]
