@@ -21,7 +21,7 @@ over Ipopt> bytes_per_var=<ours: peak resident memory above the process after it
 imports, per NLP variable>``; the line before it gives the whole peak per
 variable, imports included.  ``bytes_per_var`` is ``(ru_maxrss at the end -
 ru_maxrss after importing pyomo_odeest's simultaneous approach and cyipopt) /
-(2 (N + 1) + 4)``: everything the estimate holds at its peak (Pyomo block,
+NLP variables``: everything the estimate holds at its peak (Pyomo block,
 initial simulation, evaluator, Ipopt and MUMPS, malloc's unreturned pages), in
 bytes per NLP variable.
 """
