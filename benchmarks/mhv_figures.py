@@ -13,8 +13,9 @@ drawn φ by
             (eqs. (15)–(16)),
 
 all with :class:`pyomo_odeest.approaches.continuous.ContinuousModel` using SciPy's BDF
-with exact Jacobians ([MHV] used CVODES BDF), rtol = 1e-8, atol = 1e-10;
-and by
+with exact Jacobians ([MHV] used CVODES BDF; ``--method LSODA`` for the
+package's default integrator, the same for all three), rtol = 1e-8,
+atol = 1e-10; and by
 
 * ``disc``  the package's discrete adjoint (simulation + backward sweep of
             [GM-grad], eqs. (52)/(54)) of the Adams predictor–corrector,
@@ -49,6 +50,7 @@ took 15 s with threads and 0.44 s without, forward sensitivities 10 s and
 0.78 s).
 
 Usage: python benchmarks/mhv_figures.py [--draws N] [--fd-draws M] [--quick] [--no-plot]
+       [--method BDF|LSODA|Radau]
 """
 from __future__ import annotations
 
@@ -82,11 +84,11 @@ def _rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
 
 
-def measure(p, n_obs, draw, with_fd):
+def measure(p, n_obs, draw, with_fd, method=METHOD):
     """Times (s) and relative errors of the gradient methods for one draw."""
     prob = diagonal_linear_problem(p, n_obs=n_obs, seed=1000 * p + 7 * n_obs + draw)
     u = np.asarray(prob.true_values, dtype=float)
-    cm = ContinuousModel(prob, method=METHOD, rtol=RTOL, atol=ATOL)
+    cm = ContinuousModel(prob, method=method, rtol=RTOL, atol=ATOL)
     dm = DiscreteModel(prob, "adams_pc", 4, max_step=0.5)
     u0 = prob.u0
     cm.gradient(u0, "adjoint")                       # compile everything once
@@ -105,13 +107,13 @@ def measure(p, n_obs, draw, with_fd):
     return times, errs
 
 
-def sweep(configs, draws, fd_draws, label):
+def sweep(configs, draws, fd_draws, label, method=METHOD):
     rows = []
     for p, n_obs in configs:
         T = {m: [] for m in METHODS}
         E = {m: [] for m in METHODS}
         for d in range(draws):
-            t, e = measure(p, n_obs, d, d < fd_draws)
+            t, e = measure(p, n_obs, d, d < fd_draws, method)
             for m in t:
                 T[m].append(t[m])
             for m in e:
@@ -176,19 +178,22 @@ def main(argv=None):
     ap.add_argument("--fd-draws", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="few sizes, one draw (smoke test)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--method", default=METHOD, choices=("BDF", "LSODA", "Radau"),
+                    help="integrator of the continuous gradients (all three alike)")
     ap.add_argument("--outdir", default=os.path.join(os.path.dirname(__file__), "..", "docs", "img"))
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     sizes = [2, 12, 22] if args.quick else list(range(2, 123, 10))
     draws = 1 if args.quick else args.draws
     fd_draws = min(draws, args.fd_draws)
-    print(f"integrator {METHOD}, rtol={RTOL:g}, atol={ATOL:g}; {draws} draws per point "
+    print(f"integrator {args.method}, rtol={RTOL:g}, atol={ATOL:g}; {draws} draws per point "
           f"(finite differences on {fd_draws}); discrete: adams_pc, qmax 4, h <= 0.5; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; load average "
           f"{os.getloadavg()[0]:.1f}")
     p_last = sizes[-1]
-    rows_p = sweep([(p, 11) for p in sizes], draws, fd_draws, "(a)")
-    rows_o = sweep([(50 if not args.quick else 12, k) for k in sizes], draws, fd_draws, "(b)")
+    rows_p = sweep([(p, 11) for p in sizes], draws, fd_draws, "(a)", args.method)
+    rows_o = sweep([(50 if not args.quick else 12, k) for k in sizes], draws, fd_draws, "(b)",
+                   args.method)
     if not args.no_plot:
         for path in plot(rows_p, rows_o, args.outdir):
             print("figure:", os.path.normpath(path))

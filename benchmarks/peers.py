@@ -1,9 +1,11 @@
 """The same NLP in pyomo_odeest and in CasADi (SX with expand, MX).
 
-Lotka–Volterra [AT] with both states measured at t = 1..10, N trapezoid steps
-(``adams_moulton`` with ``qmax=2`` here; the same equations
-``x_{i+1} = x_i + h/2 (f(x_i) + f(x_{i+1}))`` written with CasADi), states
-unbounded, the same start point (our simulated initialization, handed to
+Lotka–Volterra [AT] with both states measured at t = 1..10, N steps of a
+scheme of the package (``--scheme``, ``--qmax``; default the trapezoid,
+``adams_moulton`` with ``qmax=2``), written for CasADi from the same step
+batches the Pyomo block is rendered from (``casadi_schemes.py``: the same
+variables, stage by stage, and the same equations), states unbounded, the
+same start point (our simulated initialization, stages included, handed to
 CasADi), Ipopt with ``tol=1e-8`` on both sides (CasADi brings its own Ipopt
 and MUMPS).  Every run is a fresh subprocess; runs are interleaved
 (ours, SX, MX, ours, ...) and the minimum per method is kept.  CPU seconds are
@@ -11,13 +13,17 @@ the child's user+system time, wall seconds its elapsed time; memory is the
 child's peak resident set (``ru_maxrss``).
 
     pip install -e ".[bench]"        # casadi
-    python benchmarks/peers.py [N ...] [--repeats R]
+    python benchmarks/peers.py [N ...] [--repeats R] [--scheme NAME --qmax Q]
 
-The last line reads ``peers: N=<largest> ours_over_sx=<cpu ratio>
+The last line reads ``peers: N=<largest> [scheme=... qmax=...] ours_over_sx=<cpu ratio>
 ours_over_mx=<cpu ratio> build_over_solve=<ours: build+initialization+set-up
 over Ipopt> bytes_per_var=<ours: peak resident memory above the process after its
 imports, per NLP variable>``; the line before it gives the whole peak per
-variable, imports included.
+variable, imports included.  ``bytes_per_var`` is ``(ru_maxrss at the end -
+ru_maxrss after importing pyomo_odeest's simultaneous approach and cyipopt) /
+NLP variables``: everything the estimate holds at its peak (Pyomo block,
+initial simulation, evaluator, Ipopt and MUMPS, malloc's unreturned pages), in
+bytes per NLP variable.
 """
 from __future__ import annotations
 
@@ -32,70 +38,93 @@ import time
 import numpy as np
 
 
-def run_ours(n):
+def run_ours(n, scheme, qmax):
     from pyomo_odeest.models import lotka_volterra_problem
     from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
-    res = estimate_simultaneous(prob, "adams_moulton", 2, steps_per_interval=n // 10,
+    res = estimate_simultaneous(prob, scheme, qmax, steps_per_interval=n // 10,
                                 options={"tol": 1e-8, "print_level": 0})
     t = res.timings
-    nvar = (n + 1) * 2 + 4
     return dict(obj=res.objective, u=res.x.tolist(), iters=res.iterations, status=res.status,
-                pre_s=t["build_s"] + t["setup_s"], solve_s=t["solve_s"], nvar=nvar)
+                pre_s=t["build_s"] + t["setup_s"], solve_s=t["solve_s"], nvar=_nvar(scheme, qmax, n))
 
 
-def run_casadi(n, expand):
+def _nvar(scheme, qmax, n):
+    """NLP variables: 4 parameters, 2 states at N + 1 points, 2 per stage and step."""
+    from pyomo_odeest.discretization.schemes import get_scheme
+    stages = get_scheme(scheme, qmax).batches(np.linspace(0.0, 10.0, 11))[-1].stages
+    return 4 + 2 * (n + 1) + 2 * n * (len(stages) - 1)
+
+
+def _start_point(prob, scheme, qmax, n, layout):
+    """Our block's start point (simulated initialization), in CasADi's layout."""
+    import pyomo.environ as pyo
+    from pyomo_odeest.approaches.simultaneous import initialize_block
+    from pyomo_odeest.pyomo.block import build_block
+    m = pyo.ConcreteModel()
+    b = m.est = build_block(prob, scheme, qmax, steps_per_interval=n // 10)
+    initialize_block(b, np.array(prob.u0))
+    k = len(b.t) - 1
+    parts = []
+    for kind, name in layout:
+        if kind == "u":
+            parts.append([pyo.value(b.u[p]) for p in prob.parameter_names])
+        elif kind == "x":
+            parts.append([pyo.value(b.x[i, s]) for i in range(k + 1) for s in prob.states])
+        else:
+            comp = getattr(b, name)
+            parts.append([pyo.value(comp[i, s]) for i in range(k) for s in prob.states])
+    return np.concatenate(parts), np.asarray(b.t)
+
+
+def run_casadi(n, expand, scheme, qmax):
     import casadi as ca
-    from pyomo_odeest.models import lotka_volterra_problem
+    from casadi_schemes import casadi_nlp
     from pyomo_odeest.discretization.grid import resolve_grid
-    from pyomo_odeest.approaches.simultaneous import simulate
+    from pyomo_odeest.discretization.schemes import get_scheme
+    from pyomo_odeest.models import lotka_volterra_problem
     from pyomo_odeest.problem.misfit import misfit_constant
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     grid = resolve_grid(prob, None, None, n // 10)
-    t = np.asarray(grid.t)
-    X0 = simulate(prob, "adams_moulton", t, prob.u0)     # the start point ours uses
-    c0 = time.perf_counter()
-    xa, xb, p, h = ca.MX.sym("xa", 2), ca.MX.sym("xb", 2), ca.MX.sym("p", 4), ca.MX.sym("h")
+    sch = get_scheme(scheme, qmax)
 
-    def f(x):
+    def f(x, p):
         return ca.vertcat(-p[0] * x[0] + p[1] * x[0] * x[1], p[2] * x[1] - p[3] * x[0] * x[1])
-    step = ca.Function("step", [xa, xb, p, h], [xb - xa - h / 2 * (f(xa) + f(xb))])
-    P = ca.MX.sym("P", 4)
-    X = ca.MX.sym("X", 2, n + 1)
-    G = step.map(n)(X[:, :-1], X[:, 1:], ca.repmat(P, 1, n), ca.DM(np.diff(t)).T)
-    J = np.asarray(grid.J)
-    Z = prob.data[["x1", "x2"]].to_numpy().T
-    obj = ca.sumsqr(X[:, J.tolist()] - ca.DM(Z))
-    g = ca.vertcat(X[:, 0] - ca.DM([0.4, 1.0]), ca.vec(G))
-    nlp = {"x": ca.vertcat(P, ca.vec(X)), "f": obj, "g": g}
+    c0 = time.perf_counter()
+    nlp, layout = casadi_nlp(f, 2, 4, sch, np.asarray(grid.t), [0.4, 1.0], np.asarray(grid.J),
+                             prob.data[["x1", "x2"]].to_numpy().T, expand)
     solver = ca.nlpsol("s", "ipopt", nlp, {"expand": expand, "print_time": False,
                                             "ipopt": {"tol": 1e-8, "print_level": 0}})
     build = time.perf_counter() - c0
-    w0 = np.concatenate([prob.u0, X0.T.ravel(order="F")])
+    w0, t = _start_point(prob, scheme, qmax, n, layout)     # the start point ours uses
+    assert np.array_equal(t, np.asarray(grid.t))
     c1 = time.perf_counter()
     sol = solver(x0=w0, lbg=0, ubg=0)
     solve = time.perf_counter() - c1
     st = solver.stats()
     return dict(obj=float(sol["f"]) + misfit_constant(prob), u=np.asarray(sol["x"])[:4, 0].tolist(),
                 iters=st["iter_count"], status=st["return_status"], pre_s=build, solve_s=solve,
-                nvar=(n + 1) * 2 + 4)
+                nvar=int(nlp["x"].numel()))
 
 
-def child(method, n):
+def child(method, n, scheme, qmax):
     w0 = time.perf_counter()
     import pyomo_odeest.approaches.simultaneous  # noqa: F401  (imports before the baseline)
-    if method != "ours":
+    if method == "ours":
+        import cyipopt  # noqa: F401  (imported lazily by the solve: an import, not NLP memory)
+    else:
         import casadi  # noqa: F401
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    out = run_ours(n) if method == "ours" else run_casadi(n, expand=(method == "sx"))
+    out = (run_ours(n, scheme, qmax) if method == "ours"
+           else run_casadi(n, method == "sx", scheme, qmax))
     ru = resource.getrusage(resource.RUSAGE_SELF)
     out.update(cpu_s=ru.ru_utime + ru.ru_stime, wall_s=time.perf_counter() - w0,
                maxrss=ru.ru_maxrss * 1024, base_rss=base)
     print("RESULT " + json.dumps(out))
 
 
-def spawn(method, n):
-    p = subprocess.run([sys.executable, __file__, "--child", method, str(n)],
+def spawn(method, n, scheme, qmax):
+    p = subprocess.run([sys.executable, __file__, "--child", method, str(n), scheme, str(qmax)],
                        capture_output=True, text=True, env=dict(os.environ))
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -108,10 +137,14 @@ def main(argv=None):
     ap.add_argument("sizes", nargs="*", type=int, default=[1000, 10000])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--methods", nargs="*", default=["ours", "sx", "mx"])
-    ap.add_argument("--child", nargs=2)
+    ap.add_argument("--scheme", default="adams_moulton",
+                    help="a scheme name of the package (default: adams_moulton, the trapezoid with qmax 2)")
+    ap.add_argument("--qmax", type=int, default=2)
+    ap.add_argument("--child", nargs=4)
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child[0], int(args.child[1]))
+        return child(args.child[0], int(args.child[1]), args.child[2], int(args.child[3]))
+    print(f"scheme {args.scheme}, qmax {args.qmax}")
     print("CPU/wall seconds of a fresh process each (import, build, initialization, solve); "
           f"{os.cpu_count()} cores, shared; minimum of {args.repeats} interleaved runs")
     print(f"{'N':>8} {'method':>6} {'cpu_s':>8} {'wall_s':>8} {'build_s':>8} {'ipopt_s':>8} "
@@ -120,7 +153,7 @@ def main(argv=None):
     for n in args.sizes:
         for _ in range(args.repeats):
             for meth in args.methods:
-                r = spawn(meth, n)
+                r = spawn(meth, n, args.scheme, args.qmax)
                 if (n, meth) not in best or r["cpu_s"] < best[(n, meth)]["cpu_s"]:
                     best[(n, meth)] = r
         objs = [best[(n, m)]["obj"] for m in args.methods]
@@ -132,7 +165,8 @@ def main(argv=None):
         print(f"{n:>8} max objective difference {max(objs) - min(objs):.2e}")
     n = args.sizes[-1]
     o = best.get((n, "ours"))
-    parts = [f"peers: N={n}"]
+    parts = [f"peers: N={n}"] + ([] if args.scheme == "adams_moulton" and args.qmax == 2
+                                 else [f"scheme={args.scheme} qmax={args.qmax}"])
     for m in ("sx", "mx"):
         if o and (n, m) in best:
             parts.append(f"ours_over_{m}={o['cpu_s'] / best[(n, m)]['cpu_s']:.3f}")

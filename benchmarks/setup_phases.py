@@ -9,11 +9,24 @@ the set-up (build + initialization + evaluator) of every scheme on COPS
 methanol (``qmax=4``, ``max_step=0.01``), each in a fresh process so that no
 compiled term is cached.
 
-    python benchmarks/setup_phases.py [N ...] [--methanol]
+With ``--memory``, where the bytes go at N steps (``adams_moulton``,
+``qmax=2``, the NLP of ``benchmarks/peers.py``), each in a fresh process:
+the resident set (``VmRSS``) after the imports and after each phase (build,
+initialization, evaluator set-up), the peak of the process (``VmHWM``, reached
+in the solve) above the state after the set-up, and, in
+a second process, Ipopt and MUMPS alone: the same structure handed to
+cyipopt with callbacks that return stored arrays (Jacobian, Hessian, ...
+computed beforehand, everything else freed), so that its peak above its own
+start is the memory of Ipopt and MUMPS for this NLP.
+
+    python benchmarks/setup_phases.py [N ...] [--methanol] [--memory [--ipopt-options k=v ...]]
 
 The last line reads ``setup_phases: N=<largest> worst_ratio=<max over schemes
 of (build + init + set-up) / Ipopt> scheme=<that scheme>`` (with
-``--methanol``: ``methanol_setup_max=<CPU s> scheme=<slowest>``).
+``--methanol``: ``methanol_setup_max=<CPU s> scheme=<slowest>``; with
+``--memory``: ``memory: N=<N> bytes_per_var=<peak above the imports per NLP
+variable> block=... init=... evaluator=... solve=<peak above the set-up>
+ipopt_alone=...``, each in bytes per NLP variable).
 """
 from __future__ import annotations
 
@@ -83,6 +96,111 @@ def child_methanol(scheme):
     return dict(build=c1 - c, init=c2 - c1, setup=c3 - c2, total=c3 - c)
 
 
+def _rss():
+    """(VmRSS, VmHWM) of this process in bytes."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("VmRSS", "VmHWM")):
+                k, v = line.split(":")
+                out[k] = int(v.split()[0]) * 1024
+    return out["VmRSS"], out["VmHWM"]
+
+
+def child_memory(n):
+    """Resident memory after each phase of the estimate (adams_moulton, qmax=2)."""
+    import numpy as np
+    import pyomo.environ as pyo
+    import cyipopt  # noqa: F401  (an import: part of the baseline)
+    import pyomo_odeest.pyomo.solver as sv
+    from pyomo_odeest.approaches.simultaneous import initialize_block, scale_parameters
+    from pyomo_odeest.models import lotka_volterra_problem
+    from pyomo_odeest.pyomo.block import build_block
+
+    prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
+    out = {"imports": _rss()[0]}
+    m = pyo.ConcreteModel()
+    m.est = build_block(prob, "adams_moulton", 2, steps_per_interval=n // 10)
+    out["block"] = _rss()[0]
+    initialize_block(m.est, np.array(prob.u0))
+    scale_parameters(m, m.est)
+    m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
+    out["init"] = _rss()[0]
+    base = sv.PyomoNLPEvaluator
+
+    class Measured(base):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            out["evaluator"] = _rss()[0]
+            out.update(n=self.n, m=self.m, jac_nnz=self.stats["jac_nnz"],
+                       hess_nnz=self.stats["hess_nnz"])
+
+    sv.PyomoNLPEvaluator = Measured
+    solver = sv.OdeestIpoptSolver()
+    solver.solve(m, options={"tol": 1e-8, "print_level": 0})
+    out["peak"] = _rss()[1]
+    out["iters"] = solver.last_info["iterations"]
+    return out
+
+
+def child_ipopt_alone(n, options=()):
+    """Peak of Ipopt + MUMPS alone on the NLP of :func:`child_memory`
+    (``options``: more Ipopt options as ``key=value``)."""
+    import ctypes
+    import gc
+
+    import numpy as np
+    import pyomo.environ as pyo
+    import cyipopt
+    from pyomo_odeest.approaches.simultaneous import initialize_block
+    from pyomo_odeest.models import lotka_volterra_problem
+    from pyomo_odeest.nlp.cyipopt_adapter import MUMPS_DEFAULTS
+    from pyomo_odeest.pyomo.block import build_block
+    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
+
+    prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
+    m = pyo.ConcreteModel()
+    m.est = build_block(prob, "adams_moulton", 2, steps_per_interval=n // 10)
+    initialize_block(m.est, np.array(prob.u0))
+    ev = PyomoNLPEvaluator(m)
+    x0 = ev.x0.copy()
+    st = dict(jac=tuple(a.copy() for a in ev.jacobian_structure()),
+              hess=tuple(a.copy() for a in ev.hessian_structure()))
+    vals = dict(f=ev.objective(x0), g=ev.gradient(x0), c=ev.constraints(x0), J=ev.jacobian(x0),
+                H=ev.hessian(x0, np.ones(ev.m)))
+    nn, mm, cl, cu = ev.n, ev.m, ev.g_lb.copy(), ev.g_ub.copy()
+    del ev, m
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:                        # pragma: no cover - not glibc
+        pass
+
+    class Stored:
+        def objective(self, x): return vals["f"]
+        def gradient(self, x): return vals["g"]
+        def constraints(self, x): return vals["c"]
+        def jacobian(self, x): return vals["J"]
+        def jacobianstructure(self): return st["jac"]
+        def hessian(self, x, lam, of): return vals["H"]
+        def hessianstructure(self): return st["hess"]
+
+    start = _rss()[0]
+    with open("/proc/self/clear_refs", "w") as fh:      # VmHWM := VmRSS
+        fh.write("5")
+    nlp = cyipopt.Problem(n=nn, m=mm, problem_obj=Stored(), lb=np.full(nn, -1e20),
+                          ub=np.full(nn, 1e20), cl=cl, cu=cu)
+    opts = {**MUMPS_DEFAULTS, "print_level": 0, "max_iter": 3}
+    for kv in options:
+        k, v = kv.split("=")
+        opts[k] = int(v) if v.lstrip("-").isdigit() else v
+    for k, v in opts.items():
+        nlp.add_option(k, v)
+    nlp.solve(x0)
+    nlp.close()
+    return dict(ipopt_alone=_rss()[1] - start)
+
+
 def spawn(*args):
     p = subprocess.run([sys.executable, __file__, "--child", *map(str, args)],
                        capture_output=True, text=True)
@@ -96,12 +214,39 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("sizes", nargs="*", type=int, default=[20000, 100000])
     ap.add_argument("--methanol", action="store_true")
+    ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--ipopt-options", nargs="*", default=[],
+                    help="key=value options of the Ipopt-alone run of --memory")
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args(argv)
     if args.child:
         kind, scheme = args.child[0], args.child[1]
-        r = child_methanol(scheme) if kind == "methanol" else child_lv(scheme, int(args.child[2]))
+        if kind == "memory":
+            r = child_memory(int(scheme))
+        elif kind == "ipopt_alone":
+            r = child_ipopt_alone(int(scheme), args.child[2:])
+        else:
+            r = child_methanol(scheme) if kind == "methanol" else child_lv(scheme, int(args.child[2]))
         print("RESULT " + json.dumps(r))
+        return
+    if args.memory:
+        print(f"{'N':>8} {'n':>8} {'jac nnz':>9} {'hess nnz':>9} | MB: {'imports':>7} "
+              f"{'+block':>6} {'+init':>6} {'+evaluator':>10} {'+solve peak':>11} {'peak':>6} "
+              f"{'Ipopt alone':>11}")
+        for n in args.sizes:
+            r = spawn("memory", n)
+            r.update(spawn("ipopt_alone", n, *args.ipopt_options))
+            mb = 2.0 ** 20
+            print(f"{n:>8} {r['n']:>8} {r['jac_nnz']:>9} {r['hess_nnz']:>9} | "
+                  f"{r['imports'] / mb:11.0f} {(r['block'] - r['imports']) / mb:6.0f} "
+                  f"{(r['init'] - r['block']) / mb:6.0f} {(r['evaluator'] - r['init']) / mb:10.0f} "
+                  f"{(r['peak'] - r['evaluator']) / mb:11.0f} {r['peak'] / mb:6.0f} "
+                  f"{r['ipopt_alone'] / mb:11.0f}", flush=True)
+        per = lambda b: f"{b / r['n']:.0f}"          # noqa: E731
+        print(f"setup_phases: memory: N={n} bytes_per_var={per(r['peak'] - r['imports'])} "
+              f"block={per(r['block'] - r['imports'])} init={per(r['init'] - r['block'])} "
+              f"evaluator={per(r['evaluator'] - r['init'])} "
+              f"solve={per(r['peak'] - r['evaluator'])} ipopt_alone={per(r['ipopt_alone'])}")
         return
     if args.methanol:
         print(f"{'scheme':>22} {'build':>6} {'init':>6} {'setup':>6} {'total':>6}  (CPU s)")

@@ -215,3 +215,27 @@ def test_unstable_root_rejected_and_flagged_in_the_block():
     assert steady_state_mismatch(b, [1.0]) == []
     b.x_ss["x"].set_value(2.0)
     assert "not the stable state" in steady_state_mismatch(b, [1.0])[0]
+
+
+def test_initial_hessian_of_steady_state_and_explicit_entries():
+    """∂²l/∂u²: the steady-state rows from the implicit function theorem (against the closed
+    form), a reset row with an explicit initial value ks² kd symbolically."""
+    P = problem(Preequilibration(parameters={"L": LP}, reset=["C"]))
+    P2 = EstimationProblem(["A", "B", "C"], parameters(), rhs,
+                           {"A": 1.0, "B": 0.0, "C": lambda u: u.ks ** 2 * u.kd},
+                           data(closed_form(*TRUE.values())),
+                           preequilibration=Preequilibration(parameters={"L": LP}, reset=["C"]))
+    u = np.array([0.9, 0.35, 1.2, 0.5, 1.0])
+    k = sympy.symbols("k1 k2 ks kd")
+    cf = closed_form(*k)
+    H_cf = np.array([[[float(sympy.diff(cf[i], k[a], k[b]).subs(dict(zip(k, u))))
+                       for b in range(4)] for a in range(4)] for i in range(2)])
+    for prob in (P, P2):
+        H = prob.initial_hessian()(u)
+        assert H.shape == (3, 5, 5)
+        np.testing.assert_allclose(H[:2, :4, :4], H_cf, rtol=1e-10, atol=1e-13)
+        assert np.all(H[:, 4, :] == 0) and np.all(H[:, :, 4] == 0)     # L: fixed at L_p
+    np.testing.assert_allclose(P.initial_hessian()(u)[2], 0.0)
+    C = np.zeros((5, 5))
+    C[2, 2], C[2, 3], C[3, 2] = 2 * u[3], 2 * u[2], 2 * u[2]            # d²(ks² kd)
+    np.testing.assert_allclose(P2.initial_hessian()(u)[2], C, rtol=1e-14)

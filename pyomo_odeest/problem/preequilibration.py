@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
 import sympy
 
 from .components import Preequilibration
 from .steady_state import SteadyState
 from .validation import ProblemError
 
-__all__ = ["Preequilibrated"]
+__all__ = ["Preequilibrated", "InitialHessian"]
 
 
 def _check(pre, states, where):
@@ -25,8 +26,64 @@ def _check(pre, states, where):
                            f"{states}")
 
 
+class InitialHessian:
+    r"""``H(u)``: the second derivatives :math:`\partial^2 l_i/\partial u_j\partial u_k`
+    ``(n, m, m)`` of the initial state.  Explicit entries of :math:`l` are
+    differentiated symbolically; the steady-state entries take
+    :meth:`SteadyState.second` (numeric, by the implicit function theorem), which
+    avoids the :math:`n m^2` symbolic derivatives of the steady-state functions
+    (tens of seconds for 15 states and 28 parameters).  ``dense(u)`` is ``H(u)``."""
+
+    def __init__(self, problem):
+        self.n, self.m = len(problem.states), len(problem.u_sym)
+        ss = problem.steady_state
+        apps = ss.applications(problem.l_sym) if ss is not None else {}
+        us = tuple(problem.u_sym)
+        self._ss, self._rows = ss, []
+        if ss is not None:
+            self._pos = np.array([us.index(s) for s in ss.u_sym], dtype=np.intp)
+            self._rows = [(k, i) for k, e in enumerate(problem.l_sym) for a, i in apps.items()
+                          if e == a]
+        implicit = {k for k, _ in self._rows}
+        entries = []
+        for k, e in enumerate(problem.l_sym):
+            if k in implicit:
+                continue
+            e = sympy.sympify(e)
+            for a, sa in enumerate(us):
+                if sa not in e.free_symbols:
+                    continue
+                da = sympy.diff(e, sa)
+                for b in range(a, len(us)):
+                    d = sympy.diff(da, us[b]) if us[b] in da.free_symbols else 0
+                    if d != 0:
+                        entries.append((k, a, b, d))
+        self._entries = entries
+        self._fn = sympy.lambdify((us,), [d for *_, d in entries], "numpy") if entries else None
+
+    def __call__(self, u):
+        u = np.asarray(u, dtype=float).reshape(-1)
+        H = np.zeros((self.n, self.m, self.m))
+        if self._fn is not None:
+            for (k, a, b, _), v in zip(self._entries, self._fn(u)):
+                H[k, a, b] = H[k, b, a] = float(v)
+        if self._rows:
+            T = self._ss.second(u[self._pos])
+            ix = np.ix_(self._pos, self._pos)
+            for k, i in self._rows:
+                H[k][ix] = T[i]
+        return H
+
+    dense = __call__
+
+
 class Preequilibrated:
     """Mixin of :class:`~pyomo_odeest.problem.declaration.EstimationProblem`: pre-equilibration."""
+
+    def initial_hessian(self):
+        """:class:`InitialHessian` of this (single-experiment) problem's :math:`l(u)`."""
+        self._single("initial_hessian")
+        return InitialHessian(self)
 
     def _overrides(self, pre, names, us, symbol_of, where):
         """``{symbol: value}`` of the pre-equilibration's parameter values."""

@@ -293,30 +293,33 @@ class SteadyState:
                 self._cache.popitem(last=False)
         return u, hit
 
-    def state(self, u):
-        """:math:`x_{ss}(u)` (``u``: values of :attr:`u_sym`)."""
-        return self._entry(u)[1]["x"].copy()
-
-    def sensitivity(self, u):
-        """:math:`\\partial x_{ss}/\\partial u` ``(n, len(u_sym))`` by the implicit function theorem."""
+    def _get(self, u, what):
+        """The cached ``x``, ``xu`` or ``xuu`` at ``u`` (not a copy)."""
         u, hit = self._entry(u)
-        if "xu" not in hit:
+        if what != "x" and "xu" not in hit:
             _, gx, gu = self._eval(hit["x"], u)
             hit["gx"] = gx
             hit["xu"] = -np.linalg.solve(gx, gu)
-        return hit["xu"].copy()
-
-    def second(self, u):
-        """:math:`\\partial^2 x_{ss}/\\partial u^2` ``(n, m, m)``."""
-        u, hit = self._entry(u)
-        if "xuu" not in hit:
-            xu = self.sensitivity(u)
+        if what == "xuu" and "xuu" not in hit:
+            xu = hit["xu"]
             n, m = xu.shape
             Z = np.vstack([xu, np.eye(m)])
             Gzz = self._second_derivatives(hit["x"], u)
             T = np.einsum("rab,aj,bk->rjk", Gzz, Z, Z)
             hit["xuu"] = -np.linalg.solve(hit["gx"], T.reshape(n, m * m)).reshape(n, m, m)
-        return hit["xuu"].copy()
+        return hit[what]
+
+    def state(self, u):
+        """:math:`x_{ss}(u)` (``u``: values of :attr:`u_sym`)."""
+        return self._get(u, "x").copy()
+
+    def sensitivity(self, u):
+        """:math:`\\partial x_{ss}/\\partial u` ``(n, len(u_sym))`` by the implicit function theorem."""
+        return self._get(u, "xu").copy()
+
+    def second(self, u):
+        """:math:`\\partial^2 x_{ss}/\\partial u^2` ``(n, m, m)``."""
+        return self._get(u, "xuu").copy()
 
     def _second_derivatives(self, x, u):
         if self._Gzz is None:
@@ -349,11 +352,11 @@ class SteadyState:
         """Component ``i`` of :math:`x_{ss}` (``idx = ()``) or of its derivative in
         the parameters ``idx`` (positions in :attr:`u_sym`, at most two)."""
         if len(idx) == 0:
-            return float(self.state(u)[i])
+            return float(self._get(u, "x")[i])
         if len(idx) == 1:
-            return float(self.sensitivity(u)[i, idx[0]])
+            return float(self._get(u, "xu")[i, idx[0]])
         if len(idx) == 2:
-            return float(self.second(u)[i, idx[0], idx[1]])
+            return float(self._get(u, "xuu")[i, idx[0], idx[1]])
         raise ProblemError(f"{self.name}: derivatives of order {len(idx)} of a pre-equilibrated "
                            f"initial state are not available (at most second order)")
 
@@ -371,12 +374,21 @@ class SteadyState:
             def fdiff(fself, argindex=1):
                 return ss.function(key[0], key[1] + (argindex - 1,))(*fself.args)
 
+            def derivative(fself, sym):
+                # the arguments are distinct parameter symbols: d/du_j is fdiff(j) alone
+                # (sympy's chain rule over every argument costs O(m) per call)
+                if all(a.is_Symbol for a in fself.args):
+                    return fdiff(fself, fself.args.index(sym) + 1) if sym in fself.args \
+                        else sympy.Integer(0)
+                return sympy.Function._eval_derivative(fself, sym)
+
             def reduce(fself, *_):
                 return (_rebuild, (ss, key[0], key[1], fself.args))
 
             name = f"steady_state{self._key}_x{i}" + "".join(f"_d{j}" for j in key[1])
             cls = type(name, (sympy.Function,), {
                 "nargs": len(self.u_sym), "fdiff": fdiff, "_imp_": staticmethod(imp),
+                "_eval_derivative": derivative, "is_commutative": True, "is_real": True,
                 "__reduce__": reduce, "__reduce_ex__": reduce})
             self._classes[key] = cls
         return cls

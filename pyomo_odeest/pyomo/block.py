@@ -188,16 +188,44 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
     return rule
 
 
+def _once(init_of):
+    """``(initializer, release)``: ``init_of(data)`` reads ``data`` only while an
+    immutable Param is constructed; ``release()`` drops the data afterwards.
+
+    A Param keeps its initializer for its lifetime, but an immutable Param
+    never calls it again once built (missing entries take the default, and
+    clones copy values), so the Python lists behind it (about 100 bytes per
+    entry) need not live as long as the model."""
+    box = {}
+
+    def init(b, *idx):
+        return box["f"](*idx)
+
+    def bind(data):
+        box["f"] = init_of(data)
+        return init
+    return bind, box.clear
+
+
+def _list_param(values):
+    """``(initializer i -> values[i], release)`` (see :func:`_once`)."""
+    bind, release = _once(lambda v: v.__getitem__)
+    return bind(values), release
+
+
 def _coefficient_param(steps, table):
-    """Immutable Param ``[i, j]`` holding ``table[r, j]`` for step ``steps[r]``."""
+    """``(initializer, release)`` of an immutable Param ``[i, j]`` holding
+    ``table[r, j]`` for step ``steps[r]`` (see :func:`_once`)."""
     i0 = int(steps[0])
     contiguous = bool(np.all(np.diff(steps) == 1))
-    rows = table.tolist()
     pos = None if contiguous else {int(i): r for r, i in enumerate(steps.tolist())}
 
-    def init(b, i, j):
-        return rows[i - i0][j] if pos is None else rows[pos[i]][j]
-    return init
+    def reader(rows):
+        if pos is None:
+            return lambda i, j: rows[i - i0][j]
+        return lambda i, j: rows[pos[i]][j]
+    bind, release = _once(reader)
+    return bind(table.tolist()), release
 
 
 def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,
@@ -249,11 +277,14 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.P = pyo.Set(initialize=problem.parameter_names, ordered=True)
     b.K = pyo.RangeSet(0, k)
     b.steps = pyo.RangeSet(0, k - 1)
-    t_list, h_list = t.tolist(), np.diff(t).tolist()
     # float data computed here: ``within=Any`` skips Pyomo's per-entry check
     # of the implicit domain (a test against Reals, most of the build time)
-    b.t = pyo.Param(b.K, initialize=lambda b, i: t_list[i], within=pyo.Any)
-    b.h = pyo.Param(b.steps, initialize=lambda b, i: h_list[i], within=pyo.Any)
+    init, release = _list_param(t.tolist())
+    b.t = pyo.Param(b.K, initialize=init, within=pyo.Any)
+    release()
+    init, release = _list_param(np.diff(t).tolist())
+    b.h = pyo.Param(b.steps, initialize=init, within=pyo.Any)
+    release()
     b.x = pyo.Var(b.K, b.S, initialize=0.0)
     if parameters is not None:
         b.u = pyo.Reference(parameters[:])
@@ -277,8 +308,9 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     in_syms = tuple(sympy.Dummy(f"w{j}") for j in range(len(apps)))
     for j, a in enumerate(apps):
         vals = np.broadcast_to(np.asarray(type(a)._imp_(t), dtype=float), t.shape).tolist()
-        b.add_component(f"input_{j}", pyo.Param(b.K, initialize=lambda b, i, v=vals: v[i],
-                                                             within=pyo.Any))
+        init, release = _list_param(vals)
+        b.add_component(f"input_{j}", pyo.Param(b.K, initialize=init, within=pyo.Any))
+        release()
     if apps:
         rep = dict(zip(apps, in_syms))
         f_sym = tuple(e.xreplace(rep) for e in f_sym)
@@ -311,9 +343,10 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
                 names.append(cname)
                 if terms:
                     table = np.stack([c for _, c in terms], axis=1)
+                    init, release = _coefficient_param(steps, table)
                     b.add_component(cname, pyo.Param(
-                        step_set, range(len(terms)), initialize=_coefficient_param(steps, table),
-                        within=pyo.Any))
+                        step_set, range(len(terms)), initialize=init, within=pyo.Any))
+                    release()
             for si, s in enumerate(S):
                 cname = f"ode_{sname}_{s}_{tag}"
                 with _templatized():

@@ -675,6 +675,11 @@ class PyomoNLPEvaluator(NLPEvaluator):
                                            compile_family(g.structure, g.kinds, split=False), idx))
 
         self._finalize(con_fams, obj_fams)
+        # the registry (column dictionary, per-component look-up tables, pool
+        # chunks now copied into ``_w``) is set-up data: released here, the
+        # columns of :meth:`column` are rebuilt from ``variables`` on demand
+        self._reg = None
+        self._col_of = None
         self.stats["setup_s"] = time.perf_counter() - t_start
 
     # -- building ----------------------------------------------------------
@@ -840,10 +845,15 @@ class PyomoNLPEvaluator(NLPEvaluator):
         self.n = n
         self.variables = reg.variables
         pool = np.concatenate(reg.pool_chunks) if reg.pool_chunks else np.zeros(0)
+        reg.pool_chunks = []
         self._w = np.concatenate([np.zeros(n), pool])
+        del pool
+        # positions in w, Jacobian/Hessian structure and scatter maps are held
+        # as 32-bit integers whenever w fits (half the memory of int64)
+        itype = _index_type(self._w.size)
 
         def fix(fam):
-            fam.idx = np.where(fam.idx >= 0, fam.idx, n + (-1 - fam.idx))
+            fam.idx = np.where(fam.idx >= 0, fam.idx, n + (-1 - fam.idx)).astype(itype, copy=False)
 
         self.con_families = []
         self.constraint_rows = []
@@ -878,7 +888,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
         jr, jc, self._jac_plan = [], [], []
         dup = False
         for fam in self.con_families:
-            rows = fam.row0 + np.arange(fam.nrows)
+            rows = np.arange(fam.row0, fam.row0 + fam.nrows, dtype=_index_type(self.m))
             plan, gcols = [], []
             for poss, cols in _merged_slots(fam.idx, fam.compiled.d1_slots):
                 mask = cols < n
@@ -891,15 +901,16 @@ class PyomoNLPEvaluator(NLPEvaluator):
             if len(gcols) > 1 and not dup:
                 srt = np.sort(np.stack(gcols, axis=1), axis=1)
                 dup = bool(np.any(srt[:, 1:] == srt[:, :-1]))
-        jr = np.concatenate(jr) if jr else np.zeros(0, np.int64)
-        jc = np.concatenate(jc) if jc else np.zeros(0, np.int64)
+        jr = np.concatenate(jr) if jr else np.zeros(0, itype)
+        jc = np.concatenate(jc) if jc else np.zeros(0, itype)
         if not dup:
             self._jac_rows, self._jac_cols, self._jac_inv = jr, jc, None
         else:
-            ukey, inv = _unique_inverse(jr * max(n, 1) + jc)
-            self._jac_rows = ukey // max(n, 1)
-            self._jac_cols = ukey % max(n, 1)
-            self._jac_inv = inv.ravel()
+            ukey, inv = _unique_inverse(jr.astype(np.int64) * max(n, 1) + jc)
+            del jr, jc
+            self._jac_rows = (ukey // max(n, 1)).astype(_index_type(self.m))
+            self._jac_cols = (ukey % max(n, 1)).astype(itype)
+            self._jac_inv = inv.astype(_index_type(inv.size))
 
         # gradient plan
         self._grad_plan = []
@@ -953,13 +964,16 @@ class PyomoNLPEvaluator(NLPEvaluator):
                 fplan.append((poss, wts, None if allm else mask, factor))
                 hr.append(np.maximum(ca_, cb_))
                 hc.append(np.minimum(ca_, cb_))
-        hr = np.concatenate(hr) if hr else np.zeros(0, np.int64)
+        hr = np.concatenate(hr).astype(np.int64, copy=False) if hr else np.zeros(0, np.int64)
         hc = np.concatenate(hc) if hc else np.zeros(0, np.int64)
         hkey = hr * max(n, 1) + hc
+        del hr, hc
         hukey, hinv = _unique_inverse(hkey)
-        self._hess_rows = hukey // max(n, 1)
-        self._hess_cols = hukey % max(n, 1)
-        self._hess_inv = hinv.ravel()
+        del hkey
+        self._hess_rows = (hukey // max(n, 1)).astype(itype)
+        self._hess_cols = (hukey % max(n, 1)).astype(itype)
+        self._hess_inv = hinv.astype(_index_type(hukey.size))
+        del hinv
         self._hess_nnz = hukey.size
         self._cache_x = None
         self.stats.update(n=n, m=self.m, jac_nnz=int(self._jac_rows.size),
@@ -1039,8 +1053,13 @@ class PyomoNLPEvaluator(NLPEvaluator):
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
         v = np.concatenate(parts) if parts else np.zeros(0)
+        del parts
         if self._jac_inv is not None:
             v = np.bincount(self._jac_inv, weights=v, minlength=self._jac_rows.size)
+        # Ipopt factorizes after the Jacobian (least-squares multipliers) and
+        # after the Hessian: the gathered arguments (a float per slot and row)
+        # are dropped then, not held through MUMPS's peak
+        self._cache_x = self._cache_args = None
         return self._checked(v, "Jacobian entry")
 
     def hessian_structure(self):
@@ -1078,13 +1097,17 @@ class PyomoNLPEvaluator(NLPEvaluator):
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
         v = np.concatenate(parts) if parts else np.zeros(0)
+        del parts
         h = np.bincount(self._hess_inv, weights=v, minlength=self._hess_nnz)
+        self._cache_x = self._cache_args = None      # as in jacobian()
         return self._checked(h, "Hessian entry")
 
     # -- model I/O -----------------------------------------------------------
     def column(self, var):
         """Column of a free VarData in ``x`` (KeyError if it is not a column)."""
-        pos = self._reg.col_of.get(id(var))
+        if self._col_of is None:
+            self._col_of = {id(v): k for k, v in enumerate(self.variables)}
+        pos = self._col_of.get(id(var))
         if pos is None or pos < 0 or pos >= self.n or self.variables[pos] is not var:
             raise KeyError(f"'{var.name}' is not a free variable of this NLP")
         return pos
@@ -1093,6 +1116,11 @@ class PyomoNLPEvaluator(NLPEvaluator):
         """Write a primal point into the Pyomo variables."""
         for v, val in zip(self.variables, np.asarray(x, dtype=float).tolist()):
             v.set_value(val, skip_validation=True)
+
+
+def _index_type(size):
+    """int32 when every index below ``size`` fits, else int64."""
+    return np.int32 if size < np.iinfo(np.int32).max else np.int64
 
 
 def _merged_slots(idx, slots):

@@ -137,7 +137,6 @@ class Forward:
             fxx = _diff_entries(self._e_fx, X)
             fxu = _diff_entries(self._e_fx, U)
             fuu = _diff_entries(self._e_fu, U)
-            luu = _diff_entries(self._e_lu, U)
             args = self._args
             self._second = dict(
                 # sensitivity Jacobian: f_x, f_xx, f_xu
@@ -151,7 +150,7 @@ class Forward:
                 soa_jac=_SymBundle([(self._e_fx, (n, n)), (self._e_fu, (n, p)),
                                     (fxx, (n, n, n)), (fxu, (n, n, p)), (fuu, (n, p, p))],
                                    args),
-                l_uu=_SymArray(luu, (n, p, p), (U,)))
+                l_uu=self.problem.initial_hessian())
         return self._second
 
     # -- integration ---------------------------------------------------------

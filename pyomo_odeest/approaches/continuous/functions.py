@@ -170,13 +170,22 @@ def _dense_values(ode_solution, t):
     :math:`y = \sum_k yh_k ((t - t_n)/h)^k`) and BDF (modified divided
     differences, :math:`y = D_0 + \sum_k D_k \prod_{i<k}(t - t_{n-i})/(h(i+1))`)
     all steps are evaluated at once from their stored arrays; any other
-    interpolant (Radau, RK) goes through ``ode_solution(t)``.
+    interpolant (Radau, RK), or interpolants without these arrays (another
+    SciPy version), go through ``ode_solution(t)``.
     """
     t = np.asarray(t, dtype=float)
+    kinds = {type(f).__name__ for f in ode_solution.interpolants}
+    if kinds in ({"LsodaDenseOutput"}, {"BdfDenseOutput"}) and len(t):
+        try:
+            return _stacked_values(ode_solution, t, kinds == {"LsodaDenseOutput"})
+        except AttributeError:
+            pass
+    return np.atleast_2d(ode_solution(t))
+
+
+def _stacked_values(ode_solution, t, lsoda):
+    """:func:`_dense_values` for LSODA (``lsoda``) or BDF interpolants."""
     interps = ode_solution.interpolants
-    kinds = {type(f).__name__ for f in interps}
-    if kinds not in ({"LsodaDenseOutput"}, {"BdfDenseOutput"}) or not len(t):
-        return np.atleast_2d(ode_solution(t))
     ts = np.asarray(ode_solution.ts, dtype=float)
     nseg = len(interps)
     asc = ts[-1] >= ts[0]
@@ -184,7 +193,7 @@ def _dense_values(ode_solution, t):
     if not asc:
         k = nseg - 1 - k
     used, inv = np.unique(k, return_inverse=True)
-    if kinds == {"LsodaDenseOutput"}:
+    if lsoda:
         K = max(len(interps[i].p) for i in used)
         Y = np.zeros((len(used), K, interps[used[0]].yh.shape[0]))
         tn, h = np.empty(len(used)), np.empty(len(used))

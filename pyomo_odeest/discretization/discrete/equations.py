@@ -131,7 +131,7 @@ class DiscreteEquations:
             d = {"f": second_derivatives(P.f_sym, xs, us, ts)}
             if self.needs_fdot:
                 d["fd"] = second_derivatives(self._fd_sym, xs, us, ts)
-            d["l"] = second_derivatives(P.l_sym, (), us, ts)
+            d["l"] = P.initial_hessian()
             self._second = d
         return self._second
 

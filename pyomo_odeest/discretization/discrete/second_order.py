@@ -94,9 +94,7 @@ class SecondOrder:
             np.add.at(LwwM_Lwu, pt, contrib)
             Lu_tot += np.einsum("txm,txn->mn", hxu.dense(hxuv), M[pt]) + huu.dense(huuv).sum(axis=0)
         # initial condition G_0 = x_0 − l(u): −(p_0ᵀ l)_uu
-        _, _, _, luu = sec["l"]
-        luuv = luu.values(np.zeros((1, 0)), u, np.array([self.t[0]]), -P[0][None, :])
-        Lu_tot += luu.dense(luuv)[0]
+        Lu_tot -= np.tensordot(P[0], sec["l"](u), axes=1)
         # second-order adjoint 𝓜: (∂G/∂w)ᵀ 𝓜 = −(L_ww M + L_wu), one column per parameter
         Gw = self.jacobian_w(W, u, pv)
         lu = spla.splu(Gw.T.tocsc())
