@@ -19,7 +19,7 @@ cyipopt with callbacks that return stored arrays (Jacobian, Hessian, ...
 computed beforehand, everything else freed), so that its peak above its own
 start is the memory of Ipopt and MUMPS for this NLP.
 
-    python benchmarks/setup_phases.py [N ...] [--methanol] [--memory]
+    python benchmarks/setup_phases.py [N ...] [--methanol] [--memory [--ipopt-options k=v ...]]
 
 The last line reads ``setup_phases: N=<largest> worst_ratio=<max over schemes
 of (build + init + set-up) / Ipopt> scheme=<that scheme>`` (with
@@ -143,8 +143,9 @@ def child_memory(n):
     return out
 
 
-def child_ipopt_alone(n):
-    """Peak of Ipopt + MUMPS alone on the NLP of :func:`child_memory`."""
+def child_ipopt_alone(n, options=()):
+    """Peak of Ipopt + MUMPS alone on the NLP of :func:`child_memory`
+    (``options``: more Ipopt options as ``key=value``)."""
     import ctypes
     import gc
 
@@ -189,7 +190,11 @@ def child_ipopt_alone(n):
         fh.write("5")
     nlp = cyipopt.Problem(n=nn, m=mm, problem_obj=Stored(), lb=np.full(nn, -1e20),
                           ub=np.full(nn, 1e20), cl=cl, cu=cu)
-    for k, v in {**MUMPS_DEFAULTS, "print_level": 0, "max_iter": 3}.items():
+    opts = {**MUMPS_DEFAULTS, "print_level": 0, "max_iter": 3}
+    for kv in options:
+        k, v = kv.split("=")
+        opts[k] = int(v) if v.lstrip("-").isdigit() else v
+    for k, v in opts.items():
         nlp.add_option(k, v)
     nlp.solve(x0)
     nlp.close()
@@ -210,6 +215,8 @@ def main(argv=None):
     ap.add_argument("sizes", nargs="*", type=int, default=[20000, 100000])
     ap.add_argument("--methanol", action="store_true")
     ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--ipopt-options", nargs="*", default=[],
+                    help="key=value options of the Ipopt-alone run of --memory")
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args(argv)
     if args.child:
@@ -217,7 +224,7 @@ def main(argv=None):
         if kind == "memory":
             r = child_memory(int(scheme))
         elif kind == "ipopt_alone":
-            r = child_ipopt_alone(int(scheme))
+            r = child_ipopt_alone(int(scheme), args.child[2:])
         else:
             r = child_methanol(scheme) if kind == "methanol" else child_lv(scheme, int(args.child[2]))
         print("RESULT " + json.dumps(r))
@@ -228,7 +235,7 @@ def main(argv=None):
               f"{'Ipopt alone':>11}")
         for n in args.sizes:
             r = spawn("memory", n)
-            r.update(spawn("ipopt_alone", n))
+            r.update(spawn("ipopt_alone", n, *args.ipopt_options))
             mb = 2.0 ** 20
             print(f"{n:>8} {r['n']:>8} {r['jac_nnz']:>9} {r['hess_nnz']:>9} | "
                   f"{r['imports'] / mb:11.0f} {(r['block'] - r['imports']) / mb:6.0f} "

@@ -79,7 +79,7 @@ def test_model_reads_preequilibration_and_reset():
 def test_nominal_nll_against_independent_computation(imported):
     import petab.v1 as pv1
     expected = independent_nll(NOMINAL)
-    meas, sim = independent_simulation(NOMINAL)
+    _, sim = independent_simulation(NOMINAL)
     prob = pv1.Problem.from_yaml(os.path.join(FOLDER, "problem.yaml"))
     assert -pv1.calculate_llh(prob.measurement_df, sim, prob.observable_df,
                               prob.parameter_df) == pytest.approx(expected, rel=1e-12)

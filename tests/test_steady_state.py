@@ -15,7 +15,7 @@ from scipy.integrate import solve_ivp
 
 from pyomo_odeest import (DiscreteModel, EstimationProblem, Experiment, Parameter,
                           Preequilibration, SteadyStateError, estimate)
-from pyomo_odeest.problem import SteadyState, conservation_laws
+from pyomo_odeest.problem import conservation_laws
 
 TRUE = {"k1": 0.7, "k2": 0.4, "ks": 1.5, "kd": 0.6}
 LP = 0.1

@@ -1037,23 +1037,43 @@ class PyomoNLPEvaluator(NLPEvaluator):
     def jacobian_structure(self):
         return self._jac_rows, self._jac_cols
 
+    def _arg_source(self, x):
+        """``args(j, family)``: the gathered arguments of family ``j`` (objective
+        families first), from the cache at the cached point, otherwise gathered
+        when asked, so that one family's arguments are alive at a time."""
+        x = np.asarray(x, dtype=float)
+        if self._cache_x is not None and np.array_equal(x, self._cache_x):
+            cached = self._cache_args[0] + self._cache_args[1]
+            return lambda j, f: cached[j]
+        self._cache_x = self._cache_args = None
+        w = self._w
+        w[: self.n] = x
+        return lambda j, f: f.slot_args(w)
+
     def jacobian(self, x):
-        _, cargs = self._args(x)
-        parts = []
+        args = self._arg_source(x)
+        nobj = len(self.obj_families)
+        # entries written in place (no list of pieces and concatenated copy)
+        v = np.empty(self._jac_rows.size if self._jac_inv is None else self._jac_inv.size)
+        o = 0
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                for f, a, fplan in zip(self.con_families, cargs, self._jac_plan):
-                    ds = f.first(a)
+                for k, (f, fplan) in enumerate(zip(self.con_families, self._jac_plan)):
+                    ds = f.first(args(nobj + k, f))
                     for poss, mask in fplan:
                         d = ds[poss[0]]
                         for q in poss[1:]:
                             d = d + ds[q]
-                        parts.append(d if mask is None else d[mask])
+                        if mask is not None:
+                            d = d[mask]
+                        v[o:o + d.size] = d
+                        o += d.size
+                    del ds
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
-        v = np.concatenate(parts) if parts else np.zeros(0)
-        del parts
+        if o != v.size:                            # pragma: no cover - a set-up bug
+            raise AssertionError(f"Jacobian: {o} entries written, {v.size} expected")
         if self._jac_inv is not None:
             v = np.bincount(self._jac_inv, weights=v, minlength=self._jac_rows.size)
         # Ipopt factorizes after the Jacobian (least-squares multipliers) and
@@ -1066,38 +1086,43 @@ class PyomoNLPEvaluator(NLPEvaluator):
         return self._hess_rows, self._hess_cols
 
     def hessian(self, x, lam, obj_factor=1.0):
-        oargs, cargs = self._args(x)
+        args = self._arg_source(x)
         lam = np.asarray(lam, dtype=float)
-        parts = []
+        out = np.empty(self._hess_inv.size)      # entries before merging, in place
+        o = 0
         fams = self.obj_families + self.con_families
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 nobj = len(self.obj_families)
-                for j, (f, a, fplan) in enumerate(zip(fams, oargs + cargs, self._hess_plan)):
+                for j, (f, fplan) in enumerate(zip(fams, self._hess_plan)):
                     if not fplan:
                         continue
                     if j < nobj:
                         wgt = obj_factor * self.sense
                     else:
                         wgt = lam[f.row0:f.row0 + f.nrows]
-                    ds = f.second(a)
+                    ds = f.second(args(j, f))
                     for poss, wts, mask, factor in fplan:
                         d = ds[poss[0]] if wts[0] == 1.0 else wts[0] * ds[poss[0]]
                         for q, w in zip(poss[1:], wts[1:]):
                             d = d + (ds[q] if w == 1.0 else w * ds[q])
                         v = d * wgt
                         if mask is None:
-                            parts.append(v if factor is None else v * factor)
+                            v = v if factor is None else v * factor
                         elif mask.__class__ is np.ndarray:
                             v = v[mask]
-                            parts.append(v if factor is None else v * factor)
+                            v = v if factor is None else v * factor
                         else:               # "sum": one entry for every row
-                            parts.append(np.atleast_1d(factor * np.sum(v)))
+                            v = np.atleast_1d(factor * np.sum(v))
+                        out[o:o + v.size] = v
+                        o += v.size
+                    del ds
             except (ArithmeticError, ValueError) as err:
                 raise EvaluationError(str(err)) from None
-        v = np.concatenate(parts) if parts else np.zeros(0)
-        del parts
+        if o != out.size:                          # pragma: no cover - a set-up bug
+            raise AssertionError(f"Hessian: {o} entries written, {out.size} expected")
+        v = out
         h = np.bincount(self._hess_inv, weights=v, minlength=self._hess_nnz)
         self._cache_x = self._cache_args = None      # as in jacobian()
         return self._checked(h, "Hessian entry")

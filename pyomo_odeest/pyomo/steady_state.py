@@ -76,5 +76,5 @@ def steady_state_mismatch(b, u, rtol=1e-6):
         return [f"{problem.name}: the block's steady state {got} is not confirmed: {err}"]
     if np.all(np.abs(got - want) <= rtol * (1 + np.abs(want))):
         return []
-    return [f"{problem.name}: the block's steady state {got} is a root of the steady-state "
-            f"equations but not the stable state the pre-equilibration reaches ({want})"]
+    return [(f"{problem.name}: the block's steady state {got} is a root of the steady-state "
+             f"equations but not the stable state the pre-equilibration reaches ({want})")]
