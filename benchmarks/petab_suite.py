@@ -2,8 +2,8 @@
 
     python benchmarks/petab_suite.py [FOLDER ...] [--approaches reduced_space,simultaneous]
                                      [--starts 4] [--spread 0.3] [--scheme enright]
-                                     [--grid-points 300] [--refine 2] [--workers 0]
-                                     [--max-wall-time SECONDS]
+                                     [--grid-points 300] [--grid auto|uniform] [--refine 2] [--workers 0]
+                                     [--max-wall-time SECONDS] [--all-approaches]
 
 Every FOLDER holding one PEtab YAML file is a problem (a folder holding
 problem folders is searched one level down); default: the problems shipped
@@ -16,7 +16,8 @@ with the tests (``tests/data/petab``).  Per problem:
    nominal point plus ``starts - 1`` Sobol starts in the box nominal ±
    ``spread`` on the parameters' scales (log10 units for log10 parameters),
    clipped to the bounds, seeded; discrete approaches on ``--scheme`` with
-   largest step horizon/``grid-points``;
+   largest step horizon/``grid-points``, and (``--grid auto``, the default) no
+   more than the median step of LSODA at the start (:func:`largest_step`);
 3. every converged start is also evaluated by an independent simulation at its
    estimates (the result's ``simulated_objective``); when the best start's
    discrete and simulated objectives disagree (the result's
@@ -26,7 +27,13 @@ with the tests (``tests/data/petab``).  Per problem:
    times;
 4. the best fit is the converged start with the lowest NLL *by simulation*
    (PEtab's NLL by :class:`~pyomo_odeest.petab.PetabSimulator` at its
-   estimates), so a discretization artefact cannot be reported as a fit.
+   estimates), so a discretization artefact cannot be reported as a fit;
+5. the approaches are tried in the order given and the next one only when the
+   fits so far are not ``ok`` (``--all-approaches``: every one).
+
+Ipopt options: ``max_wall_time`` from ``--max-wall-time``; when a start puts a
+free parameter on one of its bounds, ``bound_push = bound_frac = 1e-8``
+(:func:`ipopt_options`), so the fit starts where the user's start is.
 
 Prints one line per problem,
 ``petab_problem: name=... nominal_nll=... best_nll=... best_approach=... wall_s=... status=...``
@@ -93,13 +100,68 @@ class _Estimates:
         self.estimates, self.objective, self.extra = estimates, objective, {}
 
 
+def simulation_step(problem, rtol=1e-6):
+    """Median step of LSODA (``rtol``, ``atol = 1e-3 rtol``) at the start, over the
+    experiments: the time scale on which the solution changes."""
+    from scipy.integrate import solve_ivp
+    steps = []
+    for sp in (problem.experiment_problems if problem.experiments else [problem]):
+        f, u = sp.numeric_rhs(), sp.u0
+        sol = solve_ivp(lambda t, x: f(x, u, t), (sp.t0, sp.T), sp.initial_state(u),
+                        method="LSODA", rtol=rtol, atol=1e-3 * rtol)
+        steps.append(np.diff(sol.t))
+    return float(np.median(np.concatenate(steps)))
+
+
+def largest_step(problem, args):
+    """Largest step of the discrete approaches: horizon/``grid-points``, and with
+    ``--grid auto`` no more than the median step of an adaptive integrator at the
+    start (:func:`simulation_step`), so fast dynamics get a grid that resolves them."""
+    h = (problem.T - problem.t0) / args.grid_points
+    if args.grid == "auto":
+        h = min(h, simulation_step(problem))
+    return h
+
+
+def on_bound(problem, u, rtol=1e-8):
+    """Names of the free parameters that ``u`` (all parameters) puts on one of their bounds."""
+    out = []
+    for p, v in zip(problem.parameters, np.asarray(u, dtype=float)):
+        if p.fixed:
+            continue
+        for b in (p.lb, p.ub):
+            if b is not None and abs(v - b) <= rtol * max(1.0, abs(b)):
+                out.append(p.name)
+                break
+    return out
+
+
+def ipopt_options(problem, starts, args):
+    """Ipopt options of one multistart call.
+
+    ``max_wall_time`` from ``--max-wall-time``; when a start puts a free
+    parameter on its bound, ``bound_push = bound_frac = 1e-8``: Ipopt would
+    otherwise move it into the interior by up to 1e-2 of the bound's magnitude
+    before the first iteration (0.01 of an initial concentration in [0, 1],
+    0.11 log10 units of a rate on its bound), far from the start the user gave.
+    Starts inside the box by more than 1e-8 are not affected by either option.
+    """
+    opts = {}
+    if args.max_wall_time:
+        opts["max_wall_time"] = float(args.max_wall_time)
+    if any(on_bound(problem, u) for u in starts):
+        opts.update(bound_push=1e-8, bound_frac=1e-8)
+    return opts
+
+
 def fits(pe, approach, args, runner, h, starts):
     """Multistart of one approach; the table with PEtab's NLL per converged start."""
     from pyomo_odeest.runner import multistart
     prob = pe.problem
     opts = {} if approach.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
-    if args.max_wall_time:
-        opts["options"] = {"max_wall_time": float(args.max_wall_time)}
+    ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts, args)
+    if ipopt:
+        opts["options"] = ipopt
     ms = multistart(prob, n=args.starts - 1 if starts is None else 0, runner=runner,
                     approach=approach, space="linear", bounds=start_box(prob, args.spread),
                     starts=starts if starts is not None else [prob.u0], seed=args.seed,
@@ -127,6 +189,21 @@ def mismatch(row):
     return "discretization error" in str(row.get("warnings", ""))
 
 
+def assess(tab, nominal, r):
+    """Status of a problem from its fits so far and the best converged start (or None)."""
+    ok = tab[np.isfinite(tab["nll_simulated"])]
+    if ok.empty:
+        return "fit_failed", None
+    best = ok.loc[ok["nll_simulated"].idxmin()]
+    if r is not None and abs(nominal - r) > 1e-4 * abs(r):
+        return "nominal_mismatch", best
+    if mismatch(best):
+        return "discretization_mismatch", best
+    if r is not None and float(best["nll_simulated"]) > r + 1e-3:
+        return "worse_than_reference", best
+    return "ok", best
+
+
 def run_problem(folder, args, ref, runner):
     from pyomo_odeest.petab import petab_problem, read_petab, petab_nll
     name = os.path.basename(folder)
@@ -141,8 +218,9 @@ def run_problem(folder, args, ref, runner):
     nominal = petab_nll(model)
     prob = pe.problem
     tables = []
+    h0 = largest_step(prob, args)
     for approach in args.approaches:
-        h = (prob.T - prob.t0) / args.grid_points
+        h = h0
         tab = fits(pe, approach, args, runner, h, None)
         for _ in range(args.refine):
             if approach.startswith("continuous"):
@@ -170,25 +248,20 @@ def run_problem(folder, args, ref, runner):
                   f"{r['nll_discrete']:.6f} nll(simulated)={r['nll_simulated']:.6f} "
                   f"({r.get('wall_s', np.nan):.1f} s)", flush=True)
         tables.append(tab)
+        status, best = assess(pd.concat(tables, ignore_index=True), nominal, ref.get(name))
+        if status == "ok" and not args.all_approaches and approach != args.approaches[-1]:
+            rest = args.approaches[args.approaches.index(approach) + 1:]
+            print(f"  {name}: {approach} fits; not run: {','.join(rest)}", flush=True)
+            break
     tab = pd.concat(tables, ignore_index=True)
-    ok = tab[np.isfinite(tab["nll_simulated"])]
-    r = ref.get(name)
     detail = ";".join(f"{a}:{s}" for a, s in zip(tab["approach"], tab["status"])
                       if s not in ("Solve_Succeeded", "Solved_To_Acceptable_Level"))
-    if ok.empty:
+    status, best = assess(tab, nominal, ref.get(name))
+    if best is None:
         return dict(name=name, nominal_nll=nominal, best_nll=np.nan, best_approach="-",
-                    wall_s=time.perf_counter() - t0, status="fit_failed", imported=True,
+                    wall_s=time.perf_counter() - t0, status=status, imported=True,
                     detail=detail)
-    best = ok.loc[ok["nll_simulated"].idxmin()]
     best_nll = float(best["nll_simulated"])
-    if r is not None and abs(nominal - r) > 1e-4 * abs(r):
-        status = "nominal_mismatch"
-    elif mismatch(best):
-        status = "discretization_mismatch"
-    elif r is not None and best_nll > r + 1e-3:
-        status = "worse_than_reference"
-    else:
-        status = "ok"
     return dict(name=name, nominal_nll=nominal, best_nll=best_nll,
                 best_approach=best["approach"], wall_s=time.perf_counter() - t0, status=status,
                 imported=True, detail=detail, best_discrete=float(best["nll_discrete"]),
@@ -208,12 +281,18 @@ def main(argv=None):
                          "with the stiff problems of the collection)")
     ap.add_argument("--grid-points", type=int, default=300,
                     help="largest step = horizon / grid-points")
+    ap.add_argument("--grid", choices=("auto", "uniform"), default="auto",
+                    help="auto: largest step no more than the median step of LSODA "
+                         "(rtol 1e-6) at the start; uniform: horizon/grid-points")
     ap.add_argument("--refine", type=int, default=2,
                     help="grid refinements (step / 3 each) when the best start disagrees "
                          "with its simulation")
     ap.add_argument("--max-wall-time", type=float, default=None,
                     help="Ipopt's max_wall_time (seconds) of every fit; a fit that hits it "
                          "counts as failed")
+    ap.add_argument("--all-approaches", action="store_true",
+                    help="run every approach (default: stop at the first whose best start "
+                         "is ok)")
     ap.add_argument("--workers", type=int, default=0,
                     help="Dask worker processes of the runner (0: serial)")
     ap.add_argument("--seed", type=int, default=0)

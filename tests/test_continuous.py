@@ -478,3 +478,23 @@ def test_continuous_approach_in_the_comparison():
     assert d_fine < 1e-4 and d_fine < d_coarse
     assert table.loc["continuous_adjoint", "objective"] == pytest.approx(
         table.loc["simultaneous", "objective"], rel=1e-4)
+
+
+def test_complex_power_is_an_evaluation_error():
+    """A negative base to a non-integer power (Python gives a complex number) is an
+    integration failure, which Ipopt's evaluator turns into an evaluation error (the line
+    search backs off) instead of a TypeError that stops the fit."""
+    from pyomo_odeest.approaches.continuous.estimation import _IpoptProblem, _ScaledObjective
+    from pyomo_odeest.nlp.protocol import EvaluationError
+    t = np.array([0.5, 1.0])
+    prob = po.EstimationProblem(states=["x"], parameters=[po.Parameter("x0", 1.0)],
+                                rhs=lambda x, u, t: [-x.x**1.5], initial={"x": "x0"},
+                                data=pd.DataFrame({"x": [0.6, 0.45]}, index=t))
+    cm = ContinuousModel(prob)
+    assert np.isfinite(cm.objective([1.0]))
+    with pytest.raises(IntegrationError, match="complex value"):
+        cm.objective([-1.0])
+    obj = _ScaledObjective(cm, np.array([1.0]), np.array([True]), np.ones(1), "adjoint", None)
+    ev = _IpoptProblem(obj, np.ones(1), np.full(1, -2.0), np.full(1, 2.0))
+    with pytest.raises(EvaluationError):
+        ev.objective(np.array([-1.0]))

@@ -69,7 +69,14 @@ class _SymBundle:
         self._fn = sympy.lambdify(args, exprs, "numpy", cse=True) if exprs else None
 
     def __call__(self, *args):
-        vals = np.asarray(self._fn(*args), dtype=float) if self._fn is not None else None
+        vals = None
+        if self._fn is not None:
+            raw = self._fn(*args)
+            try:
+                vals = np.asarray(raw, dtype=float)
+            except TypeError:       # Python's power of a negative base: a complex value
+                raise ValueError("complex value (a negative number to a non-integer "
+                                 "power?) in the model's functions") from None
         out = []
         for shape, size, cf, cv, vf, a, b in self._parts:
             d = np.zeros(size)
