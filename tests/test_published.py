@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from pyomo_odeest.models import lotka_volterra_problem
 from pyomo_odeest.models import (BELLMAN_K, BELLMAN_OPTIMUM, GASOIL_OPTIMUM, MARINE_OPTIMUM, PINENE_OPTIMUM, gasoil_problem,
                                  bellman_problem, marine_problem, pinene_problem)
 from pyomo_odeest.approaches.reduced import estimate_reduced
@@ -58,8 +59,36 @@ def test_simultaneous_scaling_is_on_the_model_and_keeps_user_factors():
     m.est = build_block(prob, "adams_pc", 4, max_step=200.0)
     m.scaling_factor = pyo.Suffix(direction=pyo.Suffix.EXPORT)
     m.scaling_factor[m.est.u["theta4"]] = 1e3                 # user's own factor is kept
+    m.scaling_factor[m.est.x[3, "y2"]] = 7.0
     r = estimate_simultaneous(prob, model=m)
     assert r.success
     assert m.scaling_factor[m.est.u["theta4"]] == 1e3
     assert m.scaling_factor[m.est.u["theta1"]] == pytest.approx(1e5)
     assert abs(r.objective / PINENE_OPTIMUM - 1) < 2e-4
+    # states above 1 in magnitude: 1/max over the initial trajectory, grid points and stages
+    b, sf = m.est, m.scaling_factor
+    k = len(b.t) - 1
+    assert sf[b.x[3, "y2"]] == 7.0
+    for s in prob.states:
+        start = [sf[b.x[i, s]] for i in range(k + 1) if (i, s) != (3, "y2")]
+        assert len(set(start)) == 1 and 1e-3 < start[0] < 1.0
+        assert all(sf[b.y[i, s]] == start[0] for i in range(k))
+    assert sf[b.x[0, "y1"]] == pytest.approx(1 / 100.0)          # y1(0) = 100 is its largest value
+
+
+def test_state_scaling_leaves_small_states_alone():
+    import pyomo.environ as pyo
+    from pyomo_odeest.approaches.simultaneous import initialize_block, scale_states
+    from pyomo_odeest.pyomo.block import build_block
+    prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
+    m = pyo.ConcreteModel()
+    m.est = b = build_block(prob, "adams_pc", 3, steps_per_interval=4)
+    initialize_block(b, np.array(prob.u0))
+    for i in range(len(b.t)):                    # x1 at most 0.9 in magnitude, x2 up to 30
+        b.x[i, "x1"].set_value(0.9 * np.sin(i))
+        b.x[i, "x2"].set_value(30.0 * np.cos(i) ** 2)
+    scale_states(m, b)
+    sf = m.scaling_factor
+    big = max(abs(b.x[i, "x2"].value) for i in range(len(b.t)))
+    assert not any(b.x[i, "x1"] in sf for i in range(len(b.t)))
+    assert all(sf[b.x[i, "x2"]] == 1 / big for i in range(len(b.t)))

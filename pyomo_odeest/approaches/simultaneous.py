@@ -180,7 +180,8 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         Scale each free parameter by its start value inside Ipopt
         (``scaling_factor = 1/|u0_k|``, 1 where u0_k = 0), as the reduced-space
         estimator does, so that parameters of very different magnitudes are
-        O(1) for Ipopt.  The factors go to the model's ``scaling_factor``
+        O(1) for Ipopt; and every state whose magnitude exceeds 1 on the
+        initial trajectory by that magnitude (:func:`scale_states`).  The factors go to the model's ``scaling_factor``
         Suffix (created if missing; factors the user set there are kept), which
         the solver passes to Ipopt as user scaling.  Values and multipliers
         are returned unscaled.
@@ -222,6 +223,7 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         init_used = initialize_block(b, u_start, init)
     if scale:
         scale_parameters(m, b)
+        scale_states(m, b)
     if not hasattr(m, "dual"):
         m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     build_s = time.perf_counter() - t_start
@@ -258,6 +260,33 @@ def scale_parameters(m, b):
     if sf is not None and not isinstance(sf, pyo.Suffix):
         raise ProblemError("model.scaling_factor exists and is not a Suffix")
     add_scaling_factors(m, [b.u[p] for p in b.problem.parameter_names])
+
+
+def scale_states(m, b):
+    """Put ``1/max_i |x_{i,s}|`` on ``m.scaling_factor`` for the values of every
+    state ``s`` (grid points and stages) that exceeds 1 in magnitude on the
+    block's current (initial) trajectory, where no factor is set yet.
+
+    States of 1e5 next to parameters of 1e-10 (PEtab's Crauste problem) make
+    Ipopt's path depend on round-off; with the states O(1) it is not.  States
+    of magnitude at most 1 are left alone (scaling up a state that is small
+    because it starts at 0 would amplify noise).  ``b`` is a block of
+    :func:`build_block` or of :func:`build_experiment_blocks` (each experiment
+    scaled on its own trajectory)."""
+    sf = add_scaling_factors(m, [])
+    for blk in getattr(b, "experiment_blocks", None) or [b]:
+        S = blk.problem.states
+        k = len(blk.t) - 1
+        stages = [blk.component(st) for st in blk.scheme.stage_names if st != "x"]
+        for s in S:
+            big = max((abs(v) for v in (blk.x[i, s].value for i in range(k + 1))
+                       if v is not None and np.isfinite(v)), default=0.0)
+            if not big > 1.0:
+                continue
+            for var in [blk.x[i, s] for i in range(k + 1)] + [c[i, s] for c in stages
+                                                                if c is not None for i in range(k)]:
+                if not var.fixed and var not in sf:
+                    sf[var] = 1.0 / big
 
 
 def collect_result(b, m, info, build_s, total_s):
