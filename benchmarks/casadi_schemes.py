@@ -30,7 +30,7 @@ def casadi_nlp(f, n_states, n_params, scheme, t, x0, data_idx, data, expand):
     SX = ca.SX if expand else ca.MX
     n, k = n_states, len(t) - 1
     batches = scheme.batches(np.asarray(t, dtype=float))
-    stage_names = [name for name, _, _ in batches[0].stages if name != "x"]
+    stage_names = [name for name in scheme.stage_names if name != "x"]
     U = SX.sym("u", n_params)
     X = SX.sym("X", n, k + 1)
     S = {name: SX.sym(name, n, k) for name in stage_names}

@@ -52,8 +52,7 @@ def run_ours(n, scheme, qmax):
 def _nvar(scheme, qmax, n):
     """NLP variables: 4 parameters, 2 states at N + 1 points, 2 per stage and step."""
     from pyomo_odeest.discretization.schemes import get_scheme
-    stages = get_scheme(scheme, qmax).batches(np.linspace(0.0, 10.0, 11))[-1].stages
-    return 4 + 2 * (n + 1) + 2 * n * (len(stages) - 1)
+    return 4 + 2 * (n + 1) + 2 * n * (len(get_scheme(scheme, qmax).stage_names) - 1)
 
 
 def _start_point(prob, scheme, qmax, n, layout):

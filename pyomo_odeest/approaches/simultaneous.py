@@ -181,8 +181,9 @@ def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=No
         (``scaling_factor = 1/|u0_k|``, 1 where u0_k = 0), as the reduced-space
         estimator does, so that parameters of very different magnitudes are
         O(1) for Ipopt; and every state whose magnitude exceeds 1 on the
-        initial trajectory by that magnitude (:func:`scale_states`).  The factors go to the model's ``scaling_factor``
-        Suffix (created if missing; factors the user set there are kept), which
+        initial trajectory by that magnitude (:func:`scale_states`).  The
+        factors go to the model's ``scaling_factor`` Suffix (created if
+        missing; factors the user set there are kept), which
         the solver passes to Ipopt as user scaling.  Values and multipliers
         are returned unscaled.
 

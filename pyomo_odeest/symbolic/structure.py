@@ -130,6 +130,39 @@ def walk(node, leaves, template=False):
     )
 
 
+def children(structure):
+    """The sub-trees of a structure node (the exponent of ``^k`` and the name
+    of a unary function are not sub-trees)."""
+    op = structure[0]
+    if op == "^k":
+        return (structure[1],)
+    if op == "f":
+        return (structure[2],)
+    return structure[1:]
+
+
+def node_value(structure, args):
+    """The sympy value of a structure node whose sub-trees evaluate to ``args``."""
+    op = structure[0]
+    if op == "+":
+        return sympy.Add(*args)
+    if op == "*":
+        return args[0] * args[1]
+    if op == "/":
+        return args[0] / args[1]
+    if op == "^k":
+        return args[0] ** sympy.sympify(structure[2])
+    if op == "^":
+        return args[0] ** args[1]
+    if op == "neg":
+        return -args[0]
+    if op == "abs":
+        return sympy.Abs(args[0])
+    if op == "f":
+        return _UNARY[structure[1]](args[0])
+    raise AssertionError(f"unknown structure node {op!r}")
+
+
 def to_sympy(structure, symbols):
     """Build the sympy expression of ``structure`` with one symbol per leaf.
 
@@ -140,24 +173,6 @@ def to_sympy(structure, symbols):
     def build(s):
         if s == "V" or s == "C":
             return next(it)
-        op = s[0]
-        if op == "+":
-            return sympy.Add(*[build(c) for c in s[1:]])
-        if op == "*":
-            return build(s[1]) * build(s[2])
-        if op == "/":
-            return build(s[1]) / build(s[2])
-        if op == "^k":
-            return build(s[1]) ** sympy.sympify(s[2])
-        if op == "^":
-            b = build(s[1])
-            return b ** build(s[2])
-        if op == "neg":
-            return -build(s[1])
-        if op == "abs":
-            return sympy.Abs(build(s[1]))
-        if op == "f":
-            return _UNARY[s[1]](build(s[2]))
-        raise AssertionError(f"unknown structure node {op!r}")
+        return node_value(s, [build(c) for c in children(s)])
 
     return build(structure)

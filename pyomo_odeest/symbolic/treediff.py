@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import sympy
 
-from .structure import _UNARY
+from .structure import _UNARY, children, node_value
 
 __all__ = ["TreeDerivatives", "differentiate_structure"]
 
@@ -36,11 +36,9 @@ _Z = sympy.Symbol("z")
 
 @lru_cache(maxsize=None)
 def _unary_partials(name):
-    """``(g', g'')`` of the unary function ``name`` as functions of one argument."""
-    g = _UNARY[name](_Z)
-    d1 = sympy.diff(g, _Z)
-    d2 = sympy.diff(d1, _Z)
-    return g, d1, d2
+    """``(g', g'')`` of the unary function ``name``, in the symbol ``z``."""
+    d1 = sympy.diff(_UNARY[name](_Z), _Z)
+    return d1, sympy.diff(d1, _Z)
 
 
 class TreeDerivatives:
@@ -89,24 +87,35 @@ class TreeDerivatives:
         return lambda exprs: (keep, exprs)
 
 
-def _local(op, args):
-    """Local first partials ``[∂op/∂a_i]`` and second partials
-    ``{(i, j): ∂²op/∂a_i∂a_j}`` (``i <= j``) of one node with argument
+def _rule(s, args):
+    """Value, local first partials ``[∂op/∂a_i]`` and local second partials
+    ``{(i, j): ∂²op/∂a_i∂a_j}`` (``i <= j``) of node ``s`` with argument
     symbols ``args``."""
+    op, value = s[0], node_value(s, args)
     if op == "+":
-        return [sympy.S.One] * len(args), {}
+        return value, [sympy.S.One] * len(args), {}
     if op == "*":
         a, b = args
-        return [b, a], {(0, 1): sympy.S.One}
+        return value, [b, a], {(0, 1): sympy.S.One}
     if op == "/":
         a, b = args
-        return [1 / b, -a / b**2], {(0, 1): -1 / b**2, (1, 1): 2 * a / b**3}
+        return value, [1 / b, -a / b**2], {(0, 1): -1 / b**2, (1, 1): 2 * a / b**3}
     if op == "neg":
-        return [sympy.S.NegativeOne], {}
+        return value, [sympy.S.NegativeOne], {}
     if op == "abs":
         # |a|'' is a Dirac delta, zero wherever |a| is differentiable
-        return [sympy.sign(args[0])], {}
-    raise AssertionError(op)
+        return value, [sympy.sign(args[0])], {}
+    if op == "^k":
+        a, k = args[0], sympy.sympify(s[2])
+        return value, [k * a ** (k - 1)], {(0, 0): k * (k - 1) * a ** (k - 2)}
+    if op == "^":
+        a, b = args
+        la = sympy.log(a)
+        return value, [b * a ** (b - 1), value * la], {
+            (0, 0): b * (b - 1) * a ** (b - 2), (0, 1): a ** (b - 1) * (1 + b * la),
+            (1, 1): value * la**2}
+    d1, d2 = _unary_partials(s[1])                      # op == "f"
+    return value, [d1.subs(_Z, args[0])], {(0, 0): d2.subs(_Z, args[0])}
 
 
 def differentiate_structure(structure, symbols, wrt):
@@ -127,63 +136,27 @@ def differentiate_structure(structure, symbols, wrt):
             v = next(it)
             k = wrt.get(v)
             return v, ({} if k is None else {k: sympy.S.One}), {}
-        op = s[0]
-        if op == "^k":
-            base, kexp = node(s[1]), sympy.sympify(s[2])
-            children, head = [base], None
-        elif op == "f":
-            children, head = [node(s[2])], s[1]
-        else:
-            children, head = [node(c) for c in s[1:]], None
-        args = [c[0] for c in children]
-        if op == "+":
-            value = sympy.Add(*args)
-        elif op == "*":
-            value = args[0] * args[1]
-        elif op == "/":
-            value = args[0] / args[1]
-        elif op == "neg":
-            value = -args[0]
-        elif op == "abs":
-            value = sympy.Abs(args[0])
-        elif op == "^k":
-            a = args[0]
-            value = a**kexp
-            g1, g2 = [kexp * a ** (kexp - 1)], {(0, 0): kexp * (kexp - 1) * a ** (kexp - 2)}
-        elif op == "^":
-            a, b = args
-            value = a**b
-            la = sympy.log(a)
-            g1 = [b * a ** (b - 1), value * la]
-            g2 = {(0, 0): b * (b - 1) * a ** (b - 2), (0, 1): a ** (b - 1) * (1 + b * la),
-                  (1, 1): value * la**2}
-        elif op == "f":
-            g, d1, d2 = _unary_partials(head)
-            value = g.subs(_Z, args[0])
-            g1, g2 = [d1.subs(_Z, args[0])], {(0, 0): d2.subs(_Z, args[0])}
-        else:
-            raise AssertionError(f"unknown structure node {op!r}")
-        if op in ("+", "*", "/", "neg", "abs"):
-            g1, g2 = _local(op, args)
+        kids = [node(c) for c in children(s)]
+        value, g1, g2 = _rule(s, [c[0] for c in kids])
         w = out.bind(value)
-        if all(not c[1] for c in children):
+        if all(not c[1] for c in kids):
             return w, {}, {}
         if w is not value:           # exp' = exp, (a^b)_b = a^b log a: reuse the node
             g1 = [g.xreplace({value: w}) for g in g1]
             g2 = {ij: g.xreplace({value: w}) for ij, g in g2.items()}
-        g1 = [out.bind(g) if not g.is_Atom and c[1] else g for g, c in zip(g1, children)]
+        g1 = [out.bind(g) if not g.is_Atom and c[1] else g for g, c in zip(g1, kids)]
         grad = {}
-        for gi, c in zip(g1, children):
+        for gi, c in zip(g1, kids):
             for k, t in c[1].items():
                 grad[k] = grad.get(k, zero) + gi * t
         hess = {}
-        for gi, c in zip(g1, children):
+        for gi, c in zip(g1, kids):
             for kl, t in c[2].items():
                 hess[kl] = hess.get(kl, zero) + gi * t
         for (i, j), gij in g2.items():
             if gij == 0:
                 continue
-            ti, tj = children[i][1], children[j][1]
+            ti, tj = kids[i][1], kids[j][1]
             if not ti or not tj:
                 continue
             gij = out.bind(gij)
