@@ -498,3 +498,61 @@ def test_complex_power_is_an_evaluation_error():
     ev = _IpoptProblem(obj, np.ones(1), np.full(1, -2.0), np.full(1, 2.0))
     with pytest.raises(EvaluationError):
         ev.objective(np.array([-1.0]))
+
+
+# ---------------------------------------------------------------------------
+# no wrong answer reported as success
+# ---------------------------------------------------------------------------
+def _blow_up_problem(k0):
+    t = np.array([0.5, 2.0])
+    return po.EstimationProblem(states=["x"],
+                                parameters=[po.Parameter("k", k0, lb=0.0, ub=10.0)],
+                                rhs=lambda x, u, t: [u.k * x.x**2], initial={"x": 1.0},
+                                data=pd.DataFrame({"x": [1.1, 1.3]}, index=t))
+
+
+@pytest.mark.parametrize("optimizer", ["ipopt", "L-BFGS-B"])
+def test_start_that_cannot_be_simulated_is_a_failed_result(optimizer):
+    """x = 1/(1 - 4t) blows up before the last measurement: a failed result, not a
+    traceback, with either optimizer."""
+    res = po.estimate(_blow_up_problem(4.0), "continuous", optimizer=optimizer)
+    assert not res.success and res.status.startswith("Simulation_Failed_At_Start")
+    assert res.iterations == 0 and np.isnan(res.objective)
+
+
+def test_scipy_trial_points_that_cannot_be_simulated_are_backed_off():
+    """L-BFGS-B's trial points may leave the region where the ODE has a solution on the
+    horizon; those evaluations count as J = ∞ and the line search backs off."""
+    prob = _blow_up_problem(0.1)
+    prob.data.loc[2.0, "x"] = 40.0                   # pulls k towards the blow-up at 0.5
+    res = po.estimate(prob, "continuous", optimizer="L-BFGS-B")
+    assert np.isfinite(res.objective) and res.x[0] < 0.5
+
+
+def test_loose_stopping_test_is_not_reported_as_success():
+    """L-BFGS-B told to stop on a 10 % relative decrease ends far from stationarity:
+    the success is withdrawn (projected gradient 0.94 against the limit 0.01)."""
+    prob = nonlinear_problem()
+    ok = po.estimate(prob, "continuous", optimizer="L-BFGS-B")
+    assert ok.success and ok.extra["stationarity"]["projected_gradient"] < 1e-4
+    res = po.estimate(prob, "continuous", optimizer="L-BFGS-B", options=dict(ftol=1e-1))
+    assert not res.success and "not stationary" in res.status
+    st = res.extra["stationarity"]
+    assert st["projected_gradient"] > 10 * st["limit"]
+
+
+def test_inexact_gradient_convergence_is_not_reported_as_success():
+    """Ipopt on central differences with a 5 % step converges (acceptable level) where the
+    exact gradient, recomputed at tighter tolerances, is 0.14: not a success; with the
+    default step the same fit is a success."""
+    prob = nonlinear_problem()
+    cm = ContinuousModel(prob)
+    cm.fd_step = 1e-4
+    good = po.estimate(prob, "continuous", gradient="fd", model=cm)
+    assert good.success
+    cm = ContinuousModel(prob)
+    cm.fd_step = 0.05
+    res = po.estimate(prob, "continuous", gradient="fd", model=cm)
+    assert not res.success and res.status.startswith("Solved_To_Acceptable_Level; not stationary")
+    assert res.extra["stationarity"]["projected_gradient"] > 0.1
+    assert cm.rtol == 1e-10 and cm.atol == 1e-12          # tolerances restored

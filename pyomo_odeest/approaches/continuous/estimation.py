@@ -136,6 +136,52 @@ class ContinuousConstraints:
         return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
 
 
+def _guarded(fn, *args):
+    """``fn(*args)``; a failed integration or a non-finite value becomes an
+    :class:`~pyomo_odeest.nlp.protocol.EvaluationError` (the optimizer backs off)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            v = fn(*args)
+    except (IntegrationError, ArithmeticError, ValueError, np.linalg.LinAlgError) as err:
+        raise EvaluationError(str(err)) from None
+    if not np.all(np.isfinite(v)):
+        raise EvaluationError("non-finite value")
+    return v
+
+
+def _projected_gradient(g, w, wl, wu, tol=1e-6):
+    """The gradient with the components that push against an active bound set to 0
+    (a bound is active within ``tol·(1 + |bound|)``: interior-point iterates stay
+    strictly inside)."""
+    with np.errstate(invalid="ignore"):
+        at_lb = np.isfinite(wl) & (w <= wl + tol * (1 + np.abs(wl)))
+        at_ub = np.isfinite(wu) & (w >= wu - tol * (1 + np.abs(wu)))
+    return np.where((at_lb & (g > 0)) | (at_ub & (g < 0)), 0.0, g)
+
+
+def _gradient_at_tighter_tolerance(cm, u, method, index, factor=100.0, floor=1e-13):
+    """∇J(u) integrated with ``rtol/factor`` and ``atol/factor`` (not below ``floor``)."""
+    models = getattr(cm, "models", [cm])
+    saved = [(m.rtol, m.atol) for m in models]
+    try:
+        for m in models:
+            m.rtol, m.atol = max(m.rtol / factor, floor), max(m.atol / factor, floor * 1e-2)
+            m._fwd_key = None
+        return _guarded(cm.gradient, u, method, index)
+    finally:
+        for m, (r, a) in zip(models, saved):
+            m.rtol, m.atol = r, a
+            m._fwd_key = None
+
+
+#: A success of the optimizer is kept only if the projected gradient (of the
+#: Lagrangian with the problem's constraints; scaled variables), recomputed with the integration tolerances divided by 100, is below
+#: ``STATIONARITY_TOL · max(1, ‖∇J(w₀)‖∞ / 100)``: Ipopt's acceptable level (1e-2)
+#: under its gradient-based objective scaling.
+STATIONARITY_TOL = 1e-2
+
+
 class _IpoptProblem:
     """The problem over the scaled free parameters as an evaluator for
     :func:`~pyomo_odeest.nlp.cyipopt_adapter.solve_with_ipopt`: bounds, and the
@@ -151,16 +197,9 @@ class _IpoptProblem:
         self.m = 0 if cons is None else cons.m
         self.g_lb, self.g_ub = np.full(self.m, -np.inf), np.zeros(self.m)
 
-    def _guard(self, fn, *args):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                v = fn(*args)
-        except (IntegrationError, ArithmeticError, ValueError, np.linalg.LinAlgError) as err:
-            raise EvaluationError(str(err)) from None
-        if not np.all(np.isfinite(v)):
-            raise EvaluationError("non-finite value")
-        return v
+    @staticmethod
+    def _guard(fn, *args):
+        return _guarded(fn, *args)
 
     def objective(self, w):
         return self._guard(self.obj.objective, w)
@@ -289,7 +328,12 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     if cons is not None and optimizer != "ipopt":
         raise ProblemError(f"optimizer {optimizer!r} does not take the problem's path or "
                            f"parameter constraints; use optimizer='ipopt'")
-    J_start = cm.objective(obj.u(w0))
+    try:
+        J_start = _guarded(cm.objective, obj.u(w0))
+        g0 = _guarded(obj.gradient, w0)
+    except EvaluationError as err:
+        return _failed_at_start(problem, obj.u(w0), f"Simulation_Failed_At_Start: {err}",
+                                time.perf_counter() - t_start)
     build_s = time.perf_counter() - t_start
 
     t_solve = time.perf_counter()
@@ -321,9 +365,14 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         if optimizer == "trust-constr":
             from scipy.optimize import BFGS
             kw["hess"] = obj.hessian if hessian is not None else BFGS()
+        def fun(w):
+            try:
+                return _guarded(obj.objective, w), _guarded(obj.gradient, w)
+            except EvaluationError:                      # the line search backs off
+                return np.inf, np.zeros_like(w)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            r = minimize(obj.objective, w0, jac=obj.gradient, method=optimizer, bounds=bounds,
+            r = minimize(fun, w0, jac=True, method=optimizer, bounds=bounds,
                          options=opts, **kw)
         w = r.x
         success = bool(r.success)
@@ -334,6 +383,25 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     solve_s = time.perf_counter() - t_solve
 
     u_hat = obj.u(w)
+    stationarity = None
+    if success:
+        # An f-tolerance stop in a steep valley, or a gradient the integration
+        # tolerance does not resolve, is not a minimum: check stationarity with
+        # the gradient at tighter tolerances.
+        gm = "adjoint" if gradient == "fd" else gradient
+        try:
+            g_check = _gradient_at_tighter_tolerance(cm, u_hat, gm, np.flatnonzero(free)) * s
+            if mult_g is not None and len(mult_g):       # the Lagrangian's gradient
+                g_check = g_check + (_guarded(cons.jacobian, u_hat) * s[None, :]).T @ mult_g
+            pg = float(np.max(np.abs(_projected_gradient(g_check, w, wl, wu)), initial=0.0))
+        except EvaluationError:
+            pg = float("inf")
+        limit = STATIONARITY_TOL * max(1.0, float(np.max(np.abs(g0), initial=0.0)) / 100)
+        stationarity = dict(projected_gradient=pg, limit=limit)
+        if pg > limit:
+            success = False
+            status = (f"{status}; not stationary: projected gradient {pg:.3g} > {limit:.3g} "
+                      f"(scaled parameters, integration tolerances / 100)")
     J = cm.objective(u_hat)
     g = cm.gradient(u_hat, "adjoint" if gradient == "fd" else gradient)
     if problem.experiments:
@@ -354,12 +422,25 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         states=states, fitted=fitted, residuals=residuals,
         extra=dict(gradient=pd.Series(g, index=problem.parameter_names), adjoint=lam,
                    start=pd.Series(u_start, index=problem.parameter_names),
-                   objective_start=J_start, scale=s, continuous_model=cm))
+                   objective_start=J_start, scale=s, continuous_model=cm,
+                   stationarity=stationarity))
     if mult_g is not None:
         frames, pmult = cons.multipliers(problem, mult_g)
         res.multipliers.update(frames)
         if pmult:
             res.extra["parameter_constraint_multipliers"] = pmult
+    from ...problem.result import post_solve_checks
+    return post_solve_checks(problem, res)
+
+
+def _failed_at_start(problem, u, status, elapsed):
+    """The result of a fit whose start cannot be simulated (no optimizer step taken)."""
+    res = EstimationResult(
+        approach="continuous_adjoint", method="-", scheme="solve_ivp",
+        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+        objective=float("nan"), status=status, success=False, iterations=0,
+        evaluations={}, timings=dict(build_s=elapsed, setup_s=0.0, solve_s=0.0,
+                                     total_s=elapsed))
     from ...problem.result import post_solve_checks
     return post_solve_checks(problem, res)
 
