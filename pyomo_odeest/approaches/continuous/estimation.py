@@ -253,6 +253,13 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     ``acceptable_iter=5`` iterations with scaled NLP error below
     ``acceptable_tol=1e-2`` and relative objective change below
     ``acceptable_obj_change_tol=10·rtol``; L-BFGS-B uses ``ftol=10·rtol``.
+    A success is kept only if the projected gradient (of the Lagrangian with
+    constraints) in the scaled parameters, recomputed with the integration
+    tolerances divided by 100, is below :data:`STATIONARITY_TOL` ·
+    max(1, ‖∇J(w₀)‖∞/100); otherwise the status says ``not stationary``
+    (numbers in ``extra['stationarity']``).  A start that cannot be
+    simulated gives a failed result (``Simulation_Failed_At_Start``); SciPy
+    trial points that cannot be simulated count as J = ∞.
 
     Parameters
     ----------
