@@ -142,7 +142,17 @@ class Slow:
         return slow
 
 
-def test_sigint_ends_a_solve_within_a_second():
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler for the test (a process started in the background
+    by a non-interactive shell inherits SIGINT ignored, and Python keeps it so)."""
+    prev = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, prev)
+
+
+def test_sigint_ends_a_solve_within_a_second(python_sigint_handler):
     ev = Slow(PyomoNLPEvaluator(model(20)))
     sent = []
 

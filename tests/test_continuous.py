@@ -29,7 +29,7 @@ def rel(a, b):
     return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
 
 
-def nonlinear_problem(gaussian=True):
+def nonlinear_problem(gaussian=True, **extra):
     r"""Two states, time-dependent rhs, x0 = l(u), observation depending on u, one value missing.
 
     x' = -a x + b x y + 0.1 sin(c t),  y' = c (1 - y) - a b x y,
@@ -50,7 +50,7 @@ def nonlinear_problem(gaussian=True):
                              u.c * (1 - x.y) - u.a * u.b * x.x * x.y],
         initial={"x": "x0", "y": lambda u: u.b * u.x0**2},
         observe=lambda x, u, t: {"z1": x.x, "z2": x.x + u.c * x.y},
-        data=data, loss=loss)
+        data=data, loss=loss, **extra)
 
 
 def robertson_problem():
@@ -556,3 +556,49 @@ def test_inexact_gradient_convergence_is_not_reported_as_success():
     assert not res.success and res.status.startswith("Solved_To_Acceptable_Level; not stationary")
     assert res.extra["stationarity"]["projected_gradient"] > 0.1
     assert cm.rtol == 1e-10 and cm.atol == 1e-12          # tolerances restored
+
+
+# ---------------------------------------------------------------------------
+# Gauss-Newton trust region (optimizer='least_squares')
+# ---------------------------------------------------------------------------
+def test_weighted_residuals_are_the_misfit_and_their_jacobian_is_exact():
+    """ρ_j = W_j r_j with W_jᵀW_j = 2A_j (full covariance, one value missing): ½Σ‖ρ_j‖² is
+    the misfit, Jᵀρ its gradient, and J agrees with central differences of ρ."""
+    prob = nonlinear_problem()
+    cm = ContinuousModel(prob)
+    mf = cm.misfit
+    _, Xm, Sm = cm.sensitivities(U_NL)
+    rho = mf.weighted_residuals(Xm, U_NL)
+    assert 0.5 * np.sum(rho**2) == pytest.approx(mf.value(Xm, U_NL), rel=1e-13)
+    assert np.all(rho[np.isnan(prob.data.to_numpy())] == 0.0)
+    Jr = mf.weighted_jacobian(Xm, U_NL, Sm, np.arange(cm.p))
+    np.testing.assert_allclose(np.einsum("jak,ja->k", Jr, rho),
+                               cm.gradient(U_NL, "sensitivity"), rtol=1e-12)
+    for k in range(cm.p):
+        h = 1e-5
+        up, um = U_NL.copy(), U_NL.copy()
+        up[k] += h
+        um[k] -= h
+        fd = (mf.weighted_residuals(cm._forward(up)[1], up)
+              - mf.weighted_residuals(cm._forward(um)[1], um)) / (2 * h)
+        np.testing.assert_allclose(Jr[:, :, k], fd, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("gaussian", [True, False])
+def test_least_squares_reaches_the_optimum_of_ipopt(gaussian):
+    prob = nonlinear_problem(gaussian)
+    a = po.estimate(prob, "continuous")
+    b = po.estimate(prob, "continuous", optimizer="least_squares")
+    assert a.success and b.success, (a.status, b.status)
+    assert "least_squares" in b.method
+    np.testing.assert_allclose(b.x, a.x, rtol=2e-6)
+    assert b.objective == pytest.approx(a.objective, rel=1e-10)
+
+
+def test_least_squares_refuses_what_is_not_a_sum_of_squares():
+    prob = nonlinear_problem()
+    pen = nonlinear_problem(penalty=lambda u: 0.5 * (u.a - 0.7) ** 2)
+    with pytest.raises(po.ProblemError, match="penalty"):
+        po.estimate(pen, "continuous", optimizer="least_squares")
+    with pytest.raises(ValueError, match="hessian=None"):
+        po.estimate(prob, "continuous", optimizer="least_squares", hessian="soa")

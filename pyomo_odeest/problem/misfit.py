@@ -86,6 +86,7 @@ class MeasurementMisfit:
         self._dR = sympy.lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
         self._d2R = sympy.lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
         self._second = None
+        self._root = None
 
     # -- the quadratic form -------------------------------------------------
     def Ar(self, r):
@@ -103,6 +104,33 @@ class MeasurementMisfit:
     def residuals(self, Xm, u):
         r""":math:`r_j = g(x_j, u, \tau_j) - \bar z_j` (N, n_obs)."""
         return self.g(Xm, u, self.t) - self.zbar
+
+    # -- as a sum of squares -------------------------------------------------
+    def root(self):
+        r""":math:`W_j` with :math:`W_j^\top W_j = 2A_j` (N, n_obs, n_obs), or for
+        least squares its diagonal :math:`\sqrt{2w_j}` (N, n_obs): then
+        :math:`\varphi_j = \tfrac12\lVert W_j r_j\rVert^2`."""
+        if self._root is None:
+            if self.A is None:
+                self._root = np.sqrt(2 * self.A_diag)
+            else:
+                lam, Q = np.linalg.eigh(2 * self.A)               # A_j is symmetric PSD
+                self._root = np.sqrt(np.clip(lam, 0.0, None))[:, :, None] * \
+                    np.transpose(Q, (0, 2, 1))
+        return self._root
+
+    def weighted_residuals(self, Xm, u):
+        r""":math:`\rho_j = W_j r_j` (N, n_obs): :math:`\sum_j\varphi_j = \tfrac12\sum_j\lVert\rho_j\rVert^2`."""
+        W, r = self.root(), self.residuals(Xm, u)
+        return W * r if self.A is None else np.einsum("jab,jb->ja", W, r)
+
+    def weighted_jacobian(self, Xm, u, S, columns):
+        r""":math:`\partial\rho_j/\partial u_c = W_j(g_x S_j + g_u)_{:,c}` (N, n_obs, k) for the
+        parameters ``columns``, with ``S`` (N, n, k) the state sensitivities to them."""
+        R = self.gx.matmat(self.gx.values(Xm, u, self.t), S) + \
+            self.gu.dense(self.gu.values(Xm, u, self.t))[:, :, columns]
+        W = self.root()
+        return W[:, :, None] * R if self.A is None else np.einsum("jab,jbk->jak", W, R)
 
     def value(self, Xm, u):
         r""":math:`\sum_j\varphi_j` (without the constant and the penalty)."""

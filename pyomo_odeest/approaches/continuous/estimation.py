@@ -20,6 +20,7 @@ from .model import ContinuousModel
 __all__ = ["estimate_continuous", "ContinuousConstraints"]
 
 _SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+OPTIMIZERS = ("ipopt", "L-BFGS-B", "trust-constr", "least_squares")
 
 
 class _ScaledObjective:
@@ -264,12 +265,18 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     Parameters
     ----------
     problem : EstimationProblem
-    optimizer : {'ipopt', 'L-BFGS-B', 'trust-constr'}
+    optimizer : {'ipopt', 'L-BFGS-B', 'trust-constr', 'least_squares'}
         ``'ipopt'``: Ipopt through ``cyipopt.Problem(n, m=0, ...)`` with the
         parameter bounds; ``hessian_approximation=limited-memory`` unless
-        ``hessian`` is given.  The others: :func:`scipy.optimize.minimize`
-        (trust-constr uses the exact Hessian when ``hessian`` is given, BFGS
-        updates otherwise).
+        ``hessian`` is given.  ``'L-BFGS-B'``, ``'trust-constr'``:
+        :func:`scipy.optimize.minimize` (trust-constr uses the exact Hessian
+        when ``hessian`` is given, BFGS updates otherwise).
+        ``'least_squares'``: the Gauss–Newton trust region of
+        :func:`scipy.optimize.least_squares` (``'trf'``, bounds,
+        ``x_scale='jac'``) on the weighted residuals
+        :math:`W_j r_j` (:math:`W_j^\top W_j = 2A_j`, so J − c is half their
+        squared norm), with their Jacobian from the forward sensitivities;
+        not with a penalty R(u) or constraints.
     gradient : {'adjoint', 'sensitivity', 'fd'}
     hessian : None or {'soa', 'adjoint_fd', 'sensitivity_fd', 'fd'}
         Exact (or finite-difference) Hessian for Ipopt / trust-constr.
@@ -280,7 +287,9 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     options : dict
         Ipopt options (defaults: see "Stopping", ``max_iter=500``) or
         ``scipy.optimize.minimize`` options (L-BFGS-B: ``ftol=10·rtol``,
-        ``gtol=1e-8``; trust-constr: ``gtol=1e-10``, ``xtol=1e-12``).
+        ``gtol=1e-8``; trust-constr: ``gtol=1e-10``, ``xtol=1e-12``) or
+        keyword arguments of ``least_squares`` (``ftol=10·rtol``,
+        ``xtol=gtol=1e-10``, ``x_scale='jac'``, ``max_nfev``).
     tee : bool
         Show Ipopt's log (``disp`` for SciPy).
     scale : bool
@@ -306,12 +315,15 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
                        optimizer=optimizer, gradient=gradient, hessian=hessian,
                        **({} if model is not None else dict(method=method)))
     t_start = time.perf_counter()
-    if optimizer not in ("ipopt", "L-BFGS-B", "trust-constr"):
-        raise ValueError("optimizer must be 'ipopt', 'L-BFGS-B' or 'trust-constr'")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if gradient not in GRADIENT_METHODS:
         raise ValueError(f"gradient must be one of {GRADIENT_METHODS}")
     if hessian is not None and hessian not in HESSIAN_METHODS:
         raise ValueError(f"hessian must be None or one of {HESSIAN_METHODS}")
+    if optimizer == "least_squares" and hessian is not None:
+        raise ValueError("optimizer 'least_squares' uses the Gauss-Newton matrix of the "
+                         "residuals; leave hessian=None")
     if model is not None:
         cm = model
     elif problem.experiments:
@@ -357,6 +369,10 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         mult_g = np.asarray(r.mult_g, dtype=float) if cons is not None else None
         success = status in _SUCCESS
         mname = f"ipopt/{'limited-memory' if hessian is None else 'exact-hessian:' + hessian}"
+    elif optimizer == "least_squares":
+        r = _least_squares(cm, obj, w0, wl, wu, options, tee)
+        w, success, status, iterations = r.x, bool(r.status > 0), str(r.message), int(r.njev)
+        mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
     else:
         from scipy.optimize import Bounds, minimize
         bounds = Bounds(wl, wu)
@@ -438,6 +454,50 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
             res.extra["parameter_constraint_multipliers"] = pmult
     from ...problem.result import post_solve_checks
     return post_solve_checks(problem, res)
+
+
+def _least_squares(cm, obj, w0, wl, wu, options, tee):
+    r"""Gauss–Newton trust region (SciPy's ``least_squares``, ``'trf'``) on
+    :math:`J - c = \tfrac12\sum_j\lVert W_j r_j\rVert^2` over the scaled free
+    parameters; the Jacobian of the weighted residuals from the forward
+    sensitivities [MHV, eq. (8)] (one augmented solve per experiment)."""
+    from scipy.optimize import least_squares
+    models = getattr(cm, "models", [cm])
+    if any(m.misfit.has_penalty for m in models):
+        raise ProblemError("optimizer 'least_squares' needs J as a sum of squares; the "
+                           "problem's penalty R(u) is not one: use optimizer='ipopt'")
+    cols = np.flatnonzero(obj.free)
+    V = np.eye(len(obj.u_full))[:, cols]
+    size = sum(m.misfit.zbar.size for m in models)
+
+    def residuals(w):
+        obj.counts["objective"] += 1
+        u = obj.u(w)
+
+        def stacked():
+            return np.concatenate([m.misfit.weighted_residuals(m._forward(u)[1], u).ravel()
+                                   for m in models])
+        try:
+            return _guarded(stacked)
+        except EvaluationError:                          # the trust region shrinks
+            return np.full(size, np.inf)
+
+    def jacobian(w):
+        obj.counts["gradient"] += 1
+        u = obj.u(w)
+        blocks = []
+        for m in models:
+            _, Xm, Sm = m.sensitivities(u, V)
+            blocks.append(m.misfit.weighted_jacobian(Xm, u, Sm, cols).reshape(-1, len(cols)))
+        return np.vstack(blocks) * obj.s[None, :]
+
+    opts = dict(ftol=max(1e-14, 10 * models[0].rtol), xtol=1e-10, gtol=1e-10,
+                x_scale="jac", max_nfev=None)
+    opts.update(options or {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return least_squares(residuals, w0, jac=jacobian, bounds=(wl, wu), method="trf",
+                             verbose=2 if tee else 0, **opts)
 
 
 def _failed_at_start(problem, u, status, elapsed):
