@@ -135,6 +135,19 @@ def test_reduced_matches_simultaneous(optimizer, hessian):
     assert red.states.shape == sim.states.shape
 
 
+def test_scipy_stop_away_from_a_stationary_point_is_not_a_success():
+    """L-BFGS-B told to stop on a 10 % relative decrease of J reports convergence far
+    from the optimum; the reduced space withdraws the success (projected gradient
+    against the limit of :mod:`pyomo_odeest.nlp.stationarity`)."""
+    prob = nonlinear_problem()
+    good = estimate_reduced(prob, "adams_pc", 4, steps_per_interval=5, optimizer="L-BFGS-B")
+    assert good.success, good.status
+    res = estimate_reduced(prob, "adams_pc", 4, steps_per_interval=5, optimizer="L-BFGS-B",
+                           options=dict(ftol=1e-1))
+    assert not res.success and "not stationary" in res.status
+    assert rel(res.x, good.x) > 1e-2
+
+
 def test_reduced_respects_bounds():
     prob = lotka_volterra_problem(p0=(0.8,) * 4, bounds={"p3": (0.0, 0.95)})
     for opt in ("ipopt", "L-BFGS-B", "trust-constr"):

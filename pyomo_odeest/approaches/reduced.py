@@ -25,6 +25,7 @@ import pandas as pd
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..nlp.cyipopt_adapter import solve_with_ipopt, start_value_scaling
 from ..nlp.protocol import EvaluationError, NLPEvaluator
+from ..nlp.stationarity import projected_gradient, stationarity_check
 from ..problem.declaration import EstimationProblem, ProblemError
 from ..problem.result import EstimationResult, stack_experiments
 from ..discretization.checks import validate_estimator
@@ -292,10 +293,20 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
             kw["options"].setdefault("ftol", 1e-15)
         try:
             nlp.objective(nlp.x0)
+            g0 = nlp.gradient(nlp.x0)
             sol = minimize(fun, nlp.x0, **kw)
             x, status, success = sol.x, str(sol.message), bool(sol.success)
             if not success and "ABNORMAL" in status:
                 success, status = _stationary(nlp, sol, status)
+            elif success:
+                # a stop on the relative decrease of J (ftol) or on the step (xtol) is
+                # not a minimum unless the projected gradient is small
+                stationary = stationarity_check(nlp.gradient(x), x, nlp.x_lb, nlp.x_ub, g0)
+                if stationary["projected_gradient"] > stationary["limit"]:
+                    success = False
+                    status = (f"{status}; not stationary: projected gradient "
+                              f"{stationary['projected_gradient']:.3g} > "
+                              f"{stationary['limit']:.3g}")
             iters = int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0))
         except EvaluationError as err:
             x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
@@ -335,9 +346,7 @@ class _FailureWatch:
 def _stationary(nlp, sol, status, rtol=1e-6):
     """L-BFGS-B's ABNORMAL line search at a stationary point is convergence:
     accept it when the projected gradient is below ``rtol`` (1 + |J|)."""
-    g = np.asarray(sol.jac, dtype=float)
-    x = sol.x
-    pg = np.where(((x <= nlp.x_lb) & (g > 0)) | ((x >= nlp.x_ub) & (g < 0)), 0.0, g)
+    pg = projected_gradient(sol.jac, sol.x, nlp.x_lb, nlp.x_ub, tol=0.0)
     norm = float(np.max(np.abs(pg))) if pg.size else 0.0
     if np.isfinite(sol.fun) and norm <= rtol * (1 + abs(float(sol.fun))):
         return True, f"{status} at a stationary point (projected gradient {norm:.2g})"

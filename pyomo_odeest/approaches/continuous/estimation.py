@@ -11,6 +11,7 @@ import pandas as pd
 from ...discretization.checks import validate_estimator
 from ...nlp.cyipopt_adapter import solve_with_ipopt, start_value_magnitude
 from ...nlp.protocol import EvaluationError
+from ...nlp.stationarity import stationarity_check
 from ...problem.declaration import EstimationProblem, ProblemError
 from ...problem.result import EstimationResult, stack_experiments
 from ...discretization.experiments import ExperimentModels
@@ -151,16 +152,6 @@ def _guarded(fn, *args):
     return v
 
 
-def _projected_gradient(g, w, wl, wu, tol=1e-6):
-    """The gradient with the components that push against an active bound set to 0
-    (a bound is active within ``tol·(1 + |bound|)``: interior-point iterates stay
-    strictly inside)."""
-    with np.errstate(invalid="ignore"):
-        at_lb = np.isfinite(wl) & (w <= wl + tol * (1 + np.abs(wl)))
-        at_ub = np.isfinite(wu) & (w >= wu - tol * (1 + np.abs(wu)))
-    return np.where((at_lb & (g > 0)) | (at_ub & (g < 0)), 0.0, g)
-
-
 def _gradient_at_tighter_tolerance(cm, u, method, index, factor=100.0, floor=1e-13):
     """∇J(u) integrated with ``rtol/factor`` and ``atol/factor`` (not below ``floor``)."""
     models = getattr(cm, "models", [cm])
@@ -176,11 +167,6 @@ def _gradient_at_tighter_tolerance(cm, u, method, index, factor=100.0, floor=1e-
             m._fwd_key = None
 
 
-#: A success of the optimizer is kept only if the projected gradient (of the
-#: Lagrangian with the problem's constraints; scaled variables), recomputed with the integration tolerances divided by 100, is below
-#: ``STATIONARITY_TOL · max(1, ‖∇J(w₀)‖∞ / 100)``: Ipopt's acceptable level (1e-2)
-#: under its gradient-based objective scaling.
-STATIONARITY_TOL = 1e-2
 
 
 class _IpoptProblem:
@@ -256,7 +242,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     ``acceptable_obj_change_tol=10·rtol``; L-BFGS-B uses ``ftol=10·rtol``.
     A success is kept only if the projected gradient (of the Lagrangian with
     constraints) in the scaled parameters, recomputed with the integration
-    tolerances divided by 100, is below :data:`STATIONARITY_TOL` ·
+    tolerances divided by 100, is below :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` ·
     max(1, ‖∇J(w₀)‖∞/100); otherwise the status says ``not stationary``
     (numbers in ``extra['stationarity']``).  A start that cannot be
     simulated gives a failed result (``Simulation_Failed_At_Start``); SciPy
@@ -406,7 +392,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     solve_s = time.perf_counter() - t_solve
 
     u_hat = obj.u(w)
-    stationarity = None
+    stationary = None
     if success:
         # An f-tolerance stop in a steep valley, or a gradient the integration
         # tolerance does not resolve, is not a minimum: check stationarity with
@@ -416,11 +402,10 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
             g_check = _gradient_at_tighter_tolerance(cm, u_hat, gm, np.flatnonzero(free)) * s
             if mult_g is not None and len(mult_g):       # the Lagrangian's gradient
                 g_check = g_check + (_guarded(cons.jacobian, u_hat) * s[None, :]).T @ mult_g
-            pg = float(np.max(np.abs(_projected_gradient(g_check, w, wl, wu)), initial=0.0))
         except EvaluationError:
-            pg = float("inf")
-        limit = STATIONARITY_TOL * max(1.0, float(np.max(np.abs(g0), initial=0.0)) / 100)
-        stationarity = dict(projected_gradient=pg, limit=limit)
+            g_check = np.full(len(w), np.inf)
+        stationary = stationarity_check(g_check, w, wl, wu, g0)
+        pg, limit = stationary["projected_gradient"], stationary["limit"]
         if pg > limit:
             success = False
             status = (f"{status}; not stationary: projected gradient {pg:.3g} > {limit:.3g} "
@@ -446,7 +431,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         extra=dict(gradient=pd.Series(g, index=problem.parameter_names), adjoint=lam,
                    start=pd.Series(u_start, index=problem.parameter_names),
                    objective_start=J_start, scale=s, continuous_model=cm,
-                   stationarity=stationarity))
+                   stationarity=stationary))
     if mult_g is not None:
         frames, pmult = cons.multipliers(problem, mult_g)
         res.multipliers.update(frames)
