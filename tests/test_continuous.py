@@ -602,3 +602,14 @@ def test_least_squares_refuses_what_is_not_a_sum_of_squares():
         po.estimate(pen, "continuous", optimizer="least_squares")
     with pytest.raises(ValueError, match="hessian=None"):
         po.estimate(prob, "continuous", optimizer="least_squares", hessian="soa")
+    with pytest.raises(ValueError, match=r"does not take the options \['tol'\]"):
+        po.estimate(prob, "continuous", optimizer="least_squares", options={"tol": 1e-8})
+
+
+def test_least_squares_in_the_comparison():
+    from pyomo_odeest.analysis.compare import compare_approaches
+    table, res = compare_approaches(nonlinear_problem(),
+                                    ("continuous_adjoint", "continuous_least_squares"))
+    assert table["success"].all(), table["status"]
+    np.testing.assert_allclose(res["continuous_least_squares"].x, res["continuous_adjoint"].x,
+                               rtol=2e-6)

@@ -74,6 +74,7 @@ APPROACHES = {
     "multiple_shooting": (_multiple_shooting, {"jacobian": "adjoint"}),
     "continuous_adjoint": (_continuous, {"optimizer": "ipopt", "hessian": "soa"}),
     "continuous_adjoint_lbfgs": (_continuous, {"optimizer": "ipopt", "hessian": None}),
+    "continuous_least_squares": (_continuous, {"optimizer": "least_squares"}),
     "adaptive": (_adaptive, {}),
 }
 

@@ -2,6 +2,7 @@ r"""Estimation on the continuous objective: :func:`estimate_continuous` (Ipopt t
 cyipopt, or SciPy) on the scaled free parameters."""
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 
@@ -478,6 +479,12 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
 
     opts = dict(ftol=max(1e-14, 10 * models[0].rtol), xtol=1e-10, gtol=1e-10,
                 x_scale="jac", max_nfev=None)
+    known = set(inspect.signature(least_squares).parameters) - {
+        "fun", "x0", "jac", "bounds", "method", "args", "kwargs", "verbose"}
+    unknown = sorted(set(options or {}) - known)
+    if unknown:
+        raise ValueError(f"optimizer 'least_squares' does not take the options {unknown} "
+                         f"(Ipopt options?); it takes {sorted(known)}")
     opts.update(options or {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
