@@ -613,3 +613,21 @@ def test_least_squares_in_the_comparison():
     assert table["success"].all(), table["status"]
     np.testing.assert_allclose(res["continuous_least_squares"].x, res["continuous_adjoint"].x,
                                rtol=2e-6)
+
+
+def test_least_squares_jacobian_failure_is_a_failed_result(monkeypatch):
+    """Forward sensitivities that fail at an accepted point (the residuals were finite
+    there) end the fit at that point with a failed status, not a traceback."""
+    prob = nonlinear_problem()
+    orig = ContinuousModel.sensitivities
+    calls = []
+
+    def failing(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise IntegrationError("injected")
+        return orig(self, *a, **k)
+    monkeypatch.setattr(ContinuousModel, "sensitivities", failing)
+    res = po.estimate(prob, "continuous", optimizer="least_squares")
+    assert not res.success and res.status.startswith("Jacobian_Failed") and "injected" in res.status
+    assert np.isfinite(res.objective) and res.iterations == 2

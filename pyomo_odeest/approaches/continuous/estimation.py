@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import time
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -412,7 +413,10 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
             status = (f"{status}; not stationary: projected gradient {pg:.3g} > {limit:.3g} "
                       f"(scaled parameters, integration tolerances / 100)")
     J = cm.objective(u_hat)
-    g = cm.gradient(u_hat, "adjoint" if gradient == "fd" else gradient)
+    try:                          # the optimizer may stop where the derivatives fail
+        g = _guarded(cm.gradient, u_hat, "adjoint" if gradient == "fd" else gradient)
+    except EvaluationError:
+        g = np.full(len(u_hat), np.nan)
     if problem.experiments:
         parts = [_frames(sp, m, u_hat, n_grid) for sp, m in
                  zip(problem.experiment_problems, cm.models)]
@@ -468,14 +472,24 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
         except EvaluationError:                          # the trust region shrinks
             return np.full(size, np.inf)
 
+    njev = [0]
+
     def jacobian(w):
         obj.counts["gradient"] += 1
         u = obj.u(w)
-        blocks = []
-        for m in models:
-            _, Xm, Sm = m.sensitivities(u, V)
-            blocks.append(m.misfit.weighted_jacobian(Xm, u, Sm, cols).reshape(-1, len(cols)))
-        return np.vstack(blocks) * obj.s[None, :]
+
+        def stacked():
+            blocks = []
+            for m in models:
+                _, Xm, Sm = m.sensitivities(u, V)
+                blocks.append(m.misfit.weighted_jacobian(Xm, u, Sm, cols).reshape(-1, len(cols)))
+            return np.vstack(blocks)
+        try:
+            J = _guarded(stacked) * obj.s[None, :]
+            njev[0] += 1
+            return J
+        except EvaluationError as err:    # at a point whose residuals were finite
+            raise _JacobianFailed(np.array(w, dtype=float), str(err)) from None
 
     opts = dict(ftol=max(1e-14, 10 * models[0].rtol), xtol=1e-10, gtol=1e-10,
                 x_scale="jac", max_nfev=None)
@@ -488,8 +502,21 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
     opts.update(options or {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return least_squares(residuals, w0, jac=jacobian, bounds=(wl, wu), method="trf",
-                             verbose=2 if tee else 0, **opts)
+        try:
+            return least_squares(residuals, w0, jac=jacobian, bounds=(wl, wu), method="trf",
+                                 verbose=2 if tee else 0, **opts)
+        except _JacobianFailed as stop:
+            return SimpleNamespace(x=stop.w, status=-100, njev=njev[0],
+                                   message=f"Jacobian_Failed: the forward sensitivities "
+                                           f"failed at an accepted point ({stop.reason})")
+
+
+class _JacobianFailed(Exception):
+    """The residual Jacobian could not be computed at ``w`` (its residuals were finite)."""
+
+    def __init__(self, w, reason):
+        super().__init__(reason)
+        self.w, self.reason = w, reason
 
 
 def _failed_at_start(problem, u, status, elapsed):
@@ -510,7 +537,11 @@ def _frames(problem, cm, u, n_grid):
     states = cm.simulate(u, times)
     fitted = cm.observations(u)
     residuals = (fitted - problem.data).where(problem.mask)
-    return states, fitted, residuals, cm.adjoint(u, times=times)["lambda"]
+    try:
+        lam = _guarded(lambda: cm.adjoint(u, times=times)["lambda"])
+    except EvaluationError:
+        lam = None
+    return states, fitted, residuals, lam
 
 
 class ContinuousExperiments(ExperimentModels):
