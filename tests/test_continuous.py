@@ -604,6 +604,8 @@ def test_least_squares_refuses_what_is_not_a_sum_of_squares():
         po.estimate(prob, "continuous", optimizer="least_squares", hessian="soa")
     with pytest.raises(ValueError, match=r"does not take the options \['tol'\]"):
         po.estimate(prob, "continuous", optimizer="least_squares", options={"tol": 1e-8})
+    with pytest.raises(ValueError, match=r"does not take the options \['loss'\]"):
+        po.estimate(prob, "continuous", optimizer="least_squares", options={"loss": "soft_l1"})
 
 
 def test_least_squares_in_the_comparison():

@@ -493,8 +493,10 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
 
     opts = dict(ftol=max(1e-14, 10 * models[0].rtol), xtol=1e-10, gtol=1e-10,
                 x_scale="jac", max_nfev=None)
+    # a robust loss (loss=, f_scale=) would minimize another function than J
     known = set(inspect.signature(least_squares).parameters) - {
-        "fun", "x0", "jac", "bounds", "method", "args", "kwargs", "verbose"}
+        "fun", "x0", "jac", "bounds", "method", "args", "kwargs", "verbose", "loss",
+        "f_scale", "diff_step", "jac_sparsity"}
     unknown = sorted(set(options or {}) - known)
     if unknown:
         raise ValueError(f"optimizer 'least_squares' does not take the options {unknown} "
