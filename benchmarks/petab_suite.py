@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -200,6 +201,14 @@ def fits(pe, approach, args, runner, h, starts):
     return tab
 
 
+def status_token(status):
+    """A status as one ``key=value``-safe token: the part before its first ':' with every
+    run of other characters than letters, digits, '.' and '_' turned into '_'
+    (``"`xtol` termination ...; not stationary: ..."`` ->
+    ``xtol_termination_..._not_stationary``)."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", str(status).split(":")[0]).strip("_")
+
+
 def mismatch(row):
     return "discretization error" in str(row.get("warnings", ""))
 
@@ -269,8 +278,8 @@ def run_problem(folder, args, ref, runner):
             print(f"  {name}: {approach} fits; not run: {','.join(rest)}", flush=True)
             break
     tab = pd.concat(tables, ignore_index=True)
-    detail = ";".join(f"{a}:{s}" for a, s, ok in zip(tab["approach"], tab["status"],
-                                                     tab["success"]) if not bool(ok))
+    detail = ";".join(f"{a}:{status_token(s)}" for a, s, ok in
+                      zip(tab["approach"], tab["status"], tab["success"]) if not bool(ok))
     status, best = assess(tab, nominal, ref.get(name))
     if best is None:
         return dict(name=name, nominal_nll=nominal, best_nll=np.nan, best_approach="-",
