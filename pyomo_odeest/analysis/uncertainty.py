@@ -181,14 +181,6 @@ class ExperimentCurvature:
         return np.vstack([c.scaled_rows() for c in self.parts])
 
 
-def _obs_sensitivities(misfit, Xm, u, Xs):
-    """dz/du at the measurement times from state sensitivities Xs (N, n, m)."""
-    t = misfit.t
-    gxv = misfit.gx.values(Xm, u, t)
-    guv = misfit.gu.values(Xm, u, t)
-    return misfit.gx.matmat(gxv, Xs) + misfit.gu.dense(guv)
-
-
 def _free_names(problem):
     return [p.name for p in problem.parameters if not p.fixed]
 
@@ -253,7 +245,7 @@ def curvature(result, hessian=False, problem=None) -> Curvature:
         cm = result.extra["continuous_model"]
         _, Xm, Xs = cm.sensitivities(u)
         mf = cm.misfit
-        S = _obs_sensitivities(mf, Xm, u, Xs)[:, :, free]
+        S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
         H = cm.hessian(u, "soa", index=free) if hessian else None
         if H is not None:
             H = 0.5 * (H + H.T)
@@ -292,8 +284,9 @@ def _curvature_experiments(result, P, u, free, names, hessian):
             if hessian:
                 Hc = c.hessian(u, "soa", index=free)
                 Hc = 0.5 * (Hc + Hc.T)
-            parts.append(Curvature(sp, names, u, free, _obs_sensitivities(mf, Xm, u, Xs)[:, :, free],
-                                   mf.residuals(Xm, u) * sp.mask, mf, Hc, "continuous"))
+            S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
+            parts.append(Curvature(sp, names, u, free, S, mf.residuals(Xm, u) * sp.mask, mf, Hc,
+                                   "continuous"))
         source = "continuous sensitivities / second-order adjoint per experiment [MHV, (8), (19)-(20)]"
     else:
         dm = discrete_model_for(result)
@@ -310,7 +303,7 @@ def _curvature_discrete(dm, P, u, free, names, hessian, source):
     Xm = traj.X[np.asarray(dm.grid.J)]
     Xs = dm.state_sensitivities(traj)[np.asarray(dm.grid.J)]
     mf = dm.misfit
-    S = _obs_sensitivities(mf, Xm, u, Xs)[:, :, free]
+    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
     H = dm.hessian(u, "soa")[np.ix_(free, free)] if hessian else None
     return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H, source)
 
@@ -402,7 +395,7 @@ def _kkt_part(b, P, dwdu, u, free, names, H=None,
     Xs = np.zeros(Xs_free.shape[:2] + (len(u),))
     Xs[:, :, free] = Xs_free
     mf = MeasurementMisfit(P)
-    S = _obs_sensitivities(mf, Xm, u, Xs)[:, :, free]
+    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
     return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H, source)
 
 
@@ -440,7 +433,7 @@ def _curvature_shooting(result, P, u, free, names, hessian):
         Xm[j] = S0[a]
         Xs[j][:, free] = dS[a]
     mf = MeasurementMisfit(P)
-    S = _obs_sensitivities(mf, Xm, u, Xs)[:, :, free]
+    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
     H = None
     if hessian:
         H = _shooting_hessian(nlp, x, dep, par)

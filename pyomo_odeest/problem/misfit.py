@@ -124,11 +124,19 @@ class MeasurementMisfit:
         W, r = self.root(), self.residuals(Xm, u)
         return W * r if self.A is None else np.einsum("jab,jb->ja", W, r)
 
+    def observation_sensitivities(self, Xm, u, S, columns=None):
+        r""":math:`\partial z_j/\partial u = g_x S_j + g_u` at the measurement times
+        (N, n_obs, k), with ``S`` (N, n, k) the state sensitivities to the parameters
+        ``columns`` (default: all p)."""
+        Gu = self.gu.dense(self.gu.values(Xm, u, self.t))
+        if columns is not None:
+            Gu = Gu[:, :, columns]
+        return self.gx.matmat(self.gx.values(Xm, u, self.t), S) + Gu
+
     def weighted_jacobian(self, Xm, u, S, columns):
         r""":math:`\partial\rho_j/\partial u_c = W_j(g_x S_j + g_u)_{:,c}` (N, n_obs, k) for the
         parameters ``columns``, with ``S`` (N, n, k) the state sensitivities to them."""
-        R = self.gx.matmat(self.gx.values(Xm, u, self.t), S) + \
-            self.gu.dense(self.gu.values(Xm, u, self.t))[:, :, columns]
+        R = self.observation_sensitivities(Xm, u, S, columns)
         W = self.root()
         return W[:, :, None] * R if self.A is None else np.einsum("jab,jbk->jak", W, R)
 

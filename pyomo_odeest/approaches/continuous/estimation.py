@@ -169,8 +169,6 @@ def _gradient_at_tighter_tolerance(cm, u, method, index, factor=100.0, floor=1e-
             m._fwd_key = None
 
 
-
-
 class _IpoptProblem:
     """The problem over the scaled free parameters as an evaluator for
     :func:`~pyomo_odeest.nlp.cyipopt_adapter.solve_with_ipopt`: bounds, and the
@@ -186,25 +184,21 @@ class _IpoptProblem:
         self.m = 0 if cons is None else cons.m
         self.g_lb, self.g_ub = np.full(self.m, -np.inf), np.zeros(self.m)
 
-    @staticmethod
-    def _guard(fn, *args):
-        return _guarded(fn, *args)
-
     def objective(self, w):
-        return self._guard(self.obj.objective, w)
+        return _guarded(self.obj.objective, w)
 
     def gradient(self, w):
-        return self._guard(self.obj.gradient, w)
+        return _guarded(self.obj.gradient, w)
 
     def constraints(self, w):
         if self.cons is None:
             return np.zeros(0)
-        return self._guard(self.cons.values, self.obj.u(w))
+        return _guarded(self.cons.values, self.obj.u(w))
 
     def jacobian(self, w):
         if self.cons is None:
             return np.zeros(0)
-        return (self._guard(self.cons.jacobian, self.obj.u(w)) * self.obj.s[None, :]).ravel()
+        return (_guarded(self.cons.jacobian, self.obj.u(w)) * self.obj.s[None, :]).ravel()
 
     def jacobian_structure(self):
         r, c = np.meshgrid(np.arange(self.m), np.arange(self.n), indexing="ij")
@@ -214,7 +208,7 @@ class _IpoptProblem:
         return self._rows, self._cols
 
     def hessian(self, w, lagrange, obj_factor):
-        H = self._guard(self.obj.hessian, w)
+        H = _guarded(self.obj.hessian, w)
         return obj_factor * H[self._rows, self._cols]
 
 

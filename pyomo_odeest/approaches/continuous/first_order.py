@@ -155,8 +155,9 @@ class FirstOrder:
         as p extra states of the backward system (they would enlarge its
         Newton matrix to n + p and take part in its step-size control); it is
         computed segment by segment afterwards from the two dense outputs by
-        adaptive Gauss–Legendre quadrature (:func:`_adaptive_quadrature`,
-        Kronrod 15 against Gauss 7 nodes per panel, to the tolerances of the
+        adaptive Gauss–Kronrod quadrature (:func:`_adaptive_quadrature`,
+        the 7-point Kronrod rule against the 3-point Gauss rule on its nodes per
+        panel, to the tolerances of the
         integration).
 
         Parameters

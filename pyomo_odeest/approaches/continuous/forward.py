@@ -40,7 +40,7 @@ class _PiecewiseSolution:
         out = None
         for piece in np.unique(k):
             sel = k == piece
-            v = np.atleast_2d(self._sols[int(piece)](t[sel]))
+            v = _dense_values(self._sols[int(piece)], t[sel])
             if out is None:
                 out = np.empty((v.shape[0], len(t)))
             out[:, sel] = v
@@ -51,17 +51,9 @@ def _values(result, t):
     """Dense output of a solve (one piece or a :class:`_PiecewiseSolution`) at the
     times ``t``, (n, m), through :func:`_dense_values`."""
     t = np.asarray(t, dtype=float)
-    if not isinstance(result, _PiecewiseSolution):
-        return _dense_values(result.sol, t)
-    k = np.searchsorted(result._starts, t, side="right")
-    out = None
-    for piece in np.unique(k):
-        sel = k == piece
-        v = _dense_values(result._sols[int(piece)], t[sel])
-        if out is None:
-            out = np.empty((v.shape[0], len(t)))
-        out[:, sel] = v
-    return out
+    if isinstance(result, _PiecewiseSolution):
+        return result.sol(t)
+    return _dense_values(result.sol, t)
 
 
 class Forward:
@@ -114,7 +106,7 @@ class Forward:
         # quadrature, evaluated at many points at once), h = λ^T f
         self._adj_x = _SymArray(_contract(self._e_fx, self._L), (n,), args + (self._L,))
         self._adj_u = _SymArray(_contract(self._e_fu, self._L), (p,), args + (self._L,))
-        fx_syms = set().union(set(), *(e.free_symbols for _, e in self._e_fx))
+        fx_syms = set().union(*(e.free_symbols for _, e in self._e_fx))
         #: f_x free of x (a linear ODE) / of x and t (time-invariant too): the
         #: adjoint's backward system then needs no x(t) / is a fixed matrix
         self._fx_has_x = bool(fx_syms & set(X))

@@ -86,7 +86,6 @@ class _SymBundle:
             out.append(d.reshape(shape))
         return out
 
-
     def many(self, m, *args):
         """The arrays at ``m`` points at once: array arguments of length ``m``
         (scalars broadcast); returns arrays of shape ``shape + (m,)``."""
