@@ -35,7 +35,7 @@ import numpy as np
 from pyomo_odeest import estimate
 from pyomo_odeest.approaches.continuous import ContinuousModel
 from pyomo_odeest.nlp import projected_gradient, stationarity_check
-from pyomo_odeest.petab import petab_problem
+from pyomo_odeest.petab_io import petab_problem
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT = os.path.join(HERE, "..", "tests", "data", "petab", "Borghans_BiophysChem1997")

@@ -1,7 +1,7 @@
 """Any multistep scheme of the package rendered as a CasADi NLP (for benchmarks).
 
 The stage equations are read from the scheme's step batches
-(``MultistepScheme.batches``), the same data :func:`pyomo_odeest.pyomo.block.build_block`
+(``MultistepScheme.batches``), the same data :func:`pyomo_odeest.transcription._block.build_block`
 renders into Pyomo, so both sides solve the same NLP: variables ``u``, the
 states ``x_i`` and one vector per non-``x`` stage and step (the predictor ``y``,
 the corrector ``yc``), constraints ``x_0 = l(u)`` and per step and stage

@@ -39,10 +39,10 @@ MAX_STEP = 0.25
 
 def _one(seed):
     from pyomo_odeest import estimate
-    from pyomo_odeest.analysis.profile import profile_likelihood
-    from pyomo_odeest.analysis.uncertainty import covariance
+    from pyomo_odeest.analysis._profile import profile_likelihood
+    from pyomo_odeest.analysis._uncertainty import covariance
     from pyomo_odeest import EstimationProblem, Parameter
-    from pyomo_odeest.models.lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
+    from pyomo_odeest.models._lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
 
     t = time.perf_counter()
     data = lotka_volterra_data(seed=seed, variance=SIGMA ** 2)

@@ -44,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from pyomo_odeest.discretization.discrete import DiscreteModel
-from pyomo_odeest.models.diagonal_linear import diagonal_linear_problem
-from pyomo_odeest.problem.declaration import EstimationProblem, Parameter
+from pyomo_odeest.models._diagonal_linear import diagonal_linear_problem
+from pyomo_odeest.problem._declaration import EstimationProblem, Parameter
 
 
 def _median_time(fn, repeats):

@@ -59,11 +59,11 @@ def child(sizes, rotate, skip):
     import warnings
     warnings.simplefilter("ignore")
     import numpy as np
-    from pyomo_odeest.approaches.simultaneous import initialize_block
+    from pyomo_odeest.approaches._simultaneous import initialize_block
     from pyomo_odeest.models import lotka_volterra_problem
-    from pyomo_odeest.nlp.cyipopt_adapter import ipopt_version, solve_with_ipopt
-    from pyomo_odeest.pyomo.block import build_block
-    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.nlp._cyipopt_adapter import ipopt_version, solve_with_ipopt
+    from pyomo_odeest.transcription._block import build_block
+    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
     import pyomo.environ as pyo
     sets = settings()
     sets = sets[rotate % len(sets):] + sets[:rotate % len(sets)]

@@ -67,7 +67,7 @@ import numpy as np  # noqa: E402
 
 from pyomo_odeest.approaches.continuous import ContinuousModel  # noqa: E402
 from pyomo_odeest.discretization.discrete import DiscreteModel  # noqa: E402
-from pyomo_odeest.models.diagonal_linear import (diagonal_linear_exact_gradient,  # noqa: E402
+from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient,  # noqa: E402
                                                  diagonal_linear_problem)
 
 RTOL, ATOL, METHOD = 1e-8, 1e-10, "BDF"

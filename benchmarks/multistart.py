@@ -2,7 +2,7 @@ r"""64 starts of a problem with spurious local minima, on 1 and on 2 Dask worker
 
 Problem: the harmonic oscillator :math:`\ddot x = -\omega^2 x`, x(0) = 1,
 :math:`x_1 = \cos\omega t` measured at 20 times in (0, 10] with σ = 0.05
-(``pyomo_odeest.models.oscillator``), ω estimated by the simultaneous block.
+(``pyomo_odeest.models._oscillator``), ω estimated by the simultaneous block.
 Its misfit has local minima besides ω ≈ 1 (ω ≈ 0.244, 1.741, 2.972, 4.2, ...):
 the table of minima printed below shows them with their χ² verdict.
 

@@ -40,7 +40,7 @@ import numpy as np
 
 def run_ours(n, scheme, qmax):
     from pyomo_odeest.models import lotka_volterra_problem
-    from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
+    from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     res = estimate_simultaneous(prob, scheme, qmax, steps_per_interval=n // 10,
                                 options={"tol": 1e-8, "print_level": 0})
@@ -58,8 +58,8 @@ def _nvar(scheme, qmax, n):
 def _start_point(prob, scheme, qmax, n, layout):
     """Our block's start point (simulated initialization), in CasADi's layout."""
     import pyomo.environ as pyo
-    from pyomo_odeest.approaches.simultaneous import initialize_block
-    from pyomo_odeest.pyomo.block import build_block
+    from pyomo_odeest.approaches._simultaneous import initialize_block
+    from pyomo_odeest.transcription._block import build_block
     m = pyo.ConcreteModel()
     b = m.est = build_block(prob, scheme, qmax, steps_per_interval=n // 10)
     initialize_block(b, np.array(prob.u0))
@@ -79,10 +79,10 @@ def _start_point(prob, scheme, qmax, n, layout):
 def run_casadi(n, expand, scheme, qmax):
     import casadi as ca
     from casadi_schemes import casadi_nlp
-    from pyomo_odeest.discretization.grid import resolve_grid
+    from pyomo_odeest.discretization._grid import resolve_grid
     from pyomo_odeest.discretization.schemes import get_scheme
     from pyomo_odeest.models import lotka_volterra_problem
-    from pyomo_odeest.problem.misfit import misfit_constant
+    from pyomo_odeest.problem._misfit import misfit_constant
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     grid = resolve_grid(prob, None, None, n // 10)
     sch = get_scheme(scheme, qmax)
@@ -108,7 +108,7 @@ def run_casadi(n, expand, scheme, qmax):
 
 def child(method, n, scheme, qmax):
     w0 = time.perf_counter()
-    import pyomo_odeest.approaches.simultaneous  # noqa: F401  (imports before the baseline)
+    import pyomo_odeest.approaches._simultaneous  # noqa: F401  (imports before the baseline)
     if method == "ours":
         import cyipopt  # noqa: F401  (imported lazily by the solve: an import, not NLP memory)
     else:

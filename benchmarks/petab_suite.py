@@ -10,7 +10,7 @@ problem folders is searched one level down); default: the problems shipped
 with the tests (``tests/data/petab``).  Per problem:
 
 1. import (SBML + tables) and the nominal NLL by an independent simulation
-   (:func:`pyomo_odeest.petab.petab_nll`), compared with ``references.tsv``
+   (:func:`pyomo_odeest.petab_io.petab_nll`), compared with ``references.tsv``
    beside the problems when it lists them;
 2. per approach, :func:`pyomo_odeest.runner.multistart` on the runner: the
    nominal point plus ``starts - 1`` Sobol starts in the box nominal ±
@@ -26,7 +26,7 @@ with the tests (``tests/data/petab``).  Per problem:
    from the nominal point on a grid three times finer; at most ``--refine``
    times;
 4. the best fit is the converged start with the lowest NLL *by simulation*
-   (PEtab's NLL by :class:`~pyomo_odeest.petab.PetabSimulator` at its
+   (PEtab's NLL by :class:`~pyomo_odeest.petab_io.PetabSimulator` at its
    estimates), so a discretization artefact cannot be reported as a fit;
 5. the approaches are tried in the order given and the next one only when the
    fits so far are not ``ok`` (``--all-approaches``: every one);
@@ -229,7 +229,7 @@ def assess(tab, nominal, r):
 
 
 def run_problem(folder, args, ref, runner):
-    from pyomo_odeest.petab import petab_problem, read_petab, petab_nll
+    from pyomo_odeest.petab_io import petab_problem, read_petab, petab_nll
     name = os.path.basename(folder)
     t0 = time.perf_counter()
     try:

@@ -43,10 +43,10 @@ SCHEMES = ["adams_pc", "adams_moulton", "enright", "semi_implicit_enright"]
 def child_lv(scheme, n):
     import numpy as np
     import pyomo.environ as pyo
-    import pyomo_odeest.pyomo.solver as sv
-    from pyomo_odeest.approaches.simultaneous import initialize_block, scale_parameters
+    import pyomo_odeest.nlp._plugin as sv
+    from pyomo_odeest.approaches._simultaneous import initialize_block, scale_parameters
     from pyomo_odeest.models import lotka_volterra_problem
-    from pyomo_odeest.pyomo.block import build_block
+    from pyomo_odeest.transcription._block import build_block
 
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     out = {}
@@ -79,10 +79,10 @@ def child_lv(scheme, n):
 def child_methanol(scheme):
     import numpy as np
     import pyomo.environ as pyo
-    from pyomo_odeest.approaches.simultaneous import initialize_block
+    from pyomo_odeest.approaches._simultaneous import initialize_block
     from pyomo_odeest.models import methanol_problem
-    from pyomo_odeest.pyomo.block import build_block
-    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.transcription._block import build_block
+    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
 
     prob = methanol_problem()
     c = time.process_time()
@@ -112,10 +112,10 @@ def child_memory(n):
     import numpy as np
     import pyomo.environ as pyo
     import cyipopt  # noqa: F401  (an import: part of the baseline)
-    import pyomo_odeest.pyomo.solver as sv
-    from pyomo_odeest.approaches.simultaneous import initialize_block, scale_parameters
+    import pyomo_odeest.nlp._plugin as sv
+    from pyomo_odeest.approaches._simultaneous import initialize_block, scale_parameters
     from pyomo_odeest.models import lotka_volterra_problem
-    from pyomo_odeest.pyomo.block import build_block
+    from pyomo_odeest.transcription._block import build_block
 
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     out = {"imports": _rss()[0]}
@@ -152,11 +152,11 @@ def child_ipopt_alone(n, options=()):
     import numpy as np
     import pyomo.environ as pyo
     import cyipopt
-    from pyomo_odeest.approaches.simultaneous import initialize_block
+    from pyomo_odeest.approaches._simultaneous import initialize_block
     from pyomo_odeest.models import lotka_volterra_problem
-    from pyomo_odeest.nlp.cyipopt_adapter import MUMPS_DEFAULTS
-    from pyomo_odeest.pyomo.block import build_block
-    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.nlp._cyipopt_adapter import MUMPS_DEFAULTS
+    from pyomo_odeest.transcription._block import build_block
+    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
 
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     m = pyo.ConcreteModel()

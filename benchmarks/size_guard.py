@@ -5,7 +5,7 @@ simultaneous approach's Pyomo block with its evaluator (Jacobian and Hessian
 evaluated once) and the reduced space's discrete model (gradient and
 second-order-adjoint Hessian evaluated once), Lotka–Volterra with adams_pc,
 each in a fresh process, and compares with
-``pyomo_odeest.discretization.checks.BYTES_PER_UNKNOWN``.
+``pyomo_odeest.discretization._size_guard.BYTES_PER_UNKNOWN``.
 
 Run:  python benchmarks/size_guard.py
 Last line:  size_guard: simultaneous_bytes_per_unknown=... reduced_bytes_per_unknown=...
@@ -22,8 +22,8 @@ P = lotka_volterra_problem(p0=(0.9,) * 4)
 r0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 if what == "simultaneous":
     import pyomo.environ as pyo
-    from pyomo_odeest.pyomo.block import build_block
-    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.transcription._block import build_block
+    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
     m = pyo.ConcreteModel()
     m.est = build_block(P, "adams_pc", 4, steps_per_interval=spi)
     ev = PyomoNLPEvaluator(m)
@@ -34,7 +34,7 @@ else:
     dm = DiscreteModel(P, "adams_pc", 4, steps_per_interval=spi)
     dm.gradient(P.u0)
     dm.hessian(P.u0, "soa")
-from pyomo_odeest.problem.validation import estimate_size
+from pyomo_odeest.problem._validation import estimate_size
 est = estimate_size(P, what, "adams_pc", 4, None, None, spi)
 r1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(est.unknowns, (r1 - r0) * 1024)
@@ -49,7 +49,7 @@ def measure(what, spi):
 
 
 def main():
-    from pyomo_odeest.discretization.checks import BYTES_PER_UNKNOWN
+    from pyomo_odeest.discretization._size_guard import BYTES_PER_UNKNOWN
     res = {}
     for what, spi in (("simultaneous", 400), ("reduced_space", 1000)):
         n, b = measure(what, spi)

@@ -14,8 +14,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "docs_tools")]
 from rst_roles import api_units, documented_path  # noqa: E402
 
 #: API pages in the order of the layers (docs/architecture.md), bottom first.
-ORDER = ["symbolic", "problem", "discretization", "nlp", "optimizers", "pyomo", "approaches",
-         "analysis", "models", "petab"]
+ORDER = ["symbolic", "problem", "discretization", "nlp", "optimizers", "transcription", "approaches",
+         "analysis", "models", "petab_io"]
 
 
 def main():

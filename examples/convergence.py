@@ -2,7 +2,7 @@ r"""Discrete to continuous [GM-conv, Theorem 1] on the Lotka–Volterra problem.
 
 For uniform steps h = T/k, k = 20 ... 640, and the Adams predictor–corrector
 with the order ramp (Q_max = 2 and 3), the script prints the table of
-:func:`pyomo_odeest.analysis.convergence.convergence_study`: the relative error of the
+:func:`pyomo_odeest.analysis._convergence.convergence_study`: the relative error of the
 discrete-adjoint gradient ∇J_k(u) against the continuous gradient ∇J(u)
 (continuous adjoint, DOP853 at rtol 1e-12) at the start values, the relative
 distance of the discrete minimizer u_k from the continuous minimizer u*, and
@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 
-from pyomo_odeest.analysis.convergence import convergence_study
+from pyomo_odeest.analysis._convergence import convergence_study
 from pyomo_odeest.models import lotka_volterra_problem
 
 

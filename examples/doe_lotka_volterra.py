@@ -11,7 +11,7 @@ one square solve of the block per perturbed parameter, each by
 The reference is the package's own Gauss–Newton FIM on the same
 discretization at the same point, ``Σ_j S_jᵀ S_j`` with the exact discrete
 sensitivities S_j of the observations [GM-grad, eq. (51)]
-(:func:`pyomo_odeest.analysis.uncertainty.curvature`).  The point is the
+(:func:`pyomo_odeest.analysis._uncertainty.curvature`).  The point is the
 reduced-space estimate.
 
 Usage: python examples/doe_lotka_volterra.py
@@ -24,8 +24,8 @@ import numpy as np
 import pyomo.environ as pyo
 
 from pyomo_odeest import build_block, estimate_reduced
-from pyomo_odeest.approaches.simultaneous import initialize_block
-from pyomo_odeest.analysis.uncertainty import curvature
+from pyomo_odeest.approaches._simultaneous import initialize_block
+from pyomo_odeest.analysis._uncertainty import curvature
 from pyomo_odeest.models import lotka_volterra_problem
 
 SCHEME, QMAX, STEPS = "adams_pc", 3, 5

@@ -4,7 +4,7 @@ Synthetic data: V = V_I + V_NI and T = T_NI + T_L + T_A at 0, 1, 2, 4, 7, 14,
 28, 56, 84, 112, 140, 168 days, simulated from Table 1 with 5 % multiplicative
 noise (``hiv_problem(seed=1)``); six parameters estimated (λ, μ_NI, μ_L, μ_A,
 μ_V, π), the five others fixed at Table 1 (see
-:func:`pyomo_odeest.models.hiv.hiv_problem` for why: the two observables do
+:func:`pyomo_odeest.models._hiv.hiv_problem` for why: the two observables do
 not determine them).  Start: the truth perturbed by up to ±30 % in log.
 
 Approaches, all from the same start (``compare_approaches``):
@@ -40,8 +40,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-from pyomo_odeest.analysis.compare import compare_approaches
-from pyomo_odeest.models.hiv import HIV_ESTIMATED, hiv_problem
+from pyomo_odeest.analysis._compare import compare_approaches
+from pyomo_odeest.models._hiv import HIV_ESTIMATED, hiv_problem
 
 
 def main(outdir="."):

@@ -44,7 +44,7 @@ Recipe (what differs from an IDAES ``dae.finite_difference`` workflow):
 8. Least-squares objective, ``A`` unfixed, ``SolverFactory('odeest_ipopt')``;
    IDAES's DiagnosticsToolbox on the square model at the estimate (its numerical
    checks need PyNumero's ASL interface: ``apt install libamplsolver-dev g++`` and
-   ``python -m pyomo_odeest.pyomo.pynumero_asl``; without it only the structural
+   ``python -m pyomo_odeest.nlp._pynumero_asl``; without it only the structural
    checks run).
 
 Usage: ``python examples/idaes_cstr.py``.
@@ -242,7 +242,7 @@ def odeest_jacobian(m, include_scaling_factors=True):
     from idaes.core.scaling import get_scaling_factor
     from scipy.sparse import coo_matrix, diags
 
-    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
     ev = PyomoNLPEvaluator(m)
     x = np.array([0.0 if v.value is None else v.value for v in ev.variables])
     rows, cols = ev.jacobian_structure()
@@ -261,12 +261,12 @@ def diagnostics(m, numerical=True):
 
     IDAES's numerical checks read the Jacobian through PyNumero's ASL
     interface; where it is missing, the report says how to build it
-    (``python -m pyomo_odeest.pyomo.pynumero_asl``, with Debian's
+    (``python -m pyomo_odeest.nlp._pynumero_asl``, with Debian's
     ``libamplsolver-dev``) and only the structural checks run.
     """
     from idaes.core.util.diagnostics_tools import DiagnosticsToolbox
 
-    from pyomo_odeest.pyomo.pynumero_asl import pynumero_asl_available
+    from pyomo_odeest.nlp._pynumero_asl import pynumero_asl_available
     dt = DiagnosticsToolbox(m)
     out = io.StringIO()
     dt.report_structural_issues(stream=out)
@@ -276,7 +276,7 @@ def diagnostics(m, numerical=True):
         else:
             out.write("IDAES's numerical checks skipped: they need PyNumero's ASL interface; "
                       "build it with `apt install libamplsolver-dev g++` and "
-                      "`python -m pyomo_odeest.pyomo.pynumero_asl`\n")
+                      "`python -m pyomo_odeest.nlp._pynumero_asl`\n")
     return out.getvalue(), dt
 
 

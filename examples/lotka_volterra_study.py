@@ -33,9 +33,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from pyomo_odeest.analysis.compare import compare_approaches
+from pyomo_odeest.analysis._compare import compare_approaches
 from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest.approaches.shooting import estimate_multiple_shooting
+from pyomo_odeest.approaches._shooting import estimate_multiple_shooting
 from pyomo_odeest.runner import Runner, multistart
 
 AT_TABLE_MEAN = (0.9832, 0.9870, 1.0254, 1.0290)

@@ -35,7 +35,7 @@ import pandas as pd
 
 from pyomo_odeest import (EstimationProblem, Experiment, Parameter, PathConstraint,
                           PiecewiseConstant, estimate)
-from pyomo_odeest.approaches.reduced import discrete_model
+from pyomo_odeest.approaches._reduced import discrete_model
 
 TRUTH = {"CL": 5.0, "V1": 10.0, "Q": 8.0, "V2": 25.0}
 SIGMA = 0.3

@@ -8,7 +8,7 @@ r"""SEIRD study of [SEIRD] (Examples 2 and 3): CG and BFGS with adjoint gradient
 :math:`N = 1`, :math:`t \in [0, 100]` days, :math:`I, R, D` measured every
 2 days with relative Gaussian noise :math:`\eta \in \{0.05, 0.1, 0.2\}`
 (one draw, ``seed=0``, the same :math:`\varepsilon` scaled by :math:`\eta`).
-Settings: :mod:`pyomo_odeest.models.seird`; discussion: ``docs/seird.md``.
+Settings: :mod:`pyomo_odeest.models._seird`; discussion: ``docs/seird.md``.
 
 Two experiments:
 
@@ -45,9 +45,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from pyomo_odeest.models.seird import (SEIRD_PARAMS, SEIRD_STATES, SEIRD_TRUE, SEIRD_X0,
+from pyomo_odeest.models._seird import (SEIRD_PARAMS, SEIRD_STATES, SEIRD_TRUE, SEIRD_X0,
                                        fit_reduced, seird_data, seird_problem)
-from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
+from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
 
 NOISES = (0.05, 0.1, 0.2)
 SPI = 2                                   # steps per 2-day interval: h = 1 day

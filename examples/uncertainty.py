@@ -23,7 +23,7 @@ import pandas as pd
 from pyomo_odeest import EstimationProblem, Parameter, estimate
 from pyomo_odeest.analysis import identifiability_report, profile_likelihood
 from pyomo_odeest.models import hiv_problem
-from pyomo_odeest.models.lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
+from pyomo_odeest.models._lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
 
 pd.set_option("display.width", 140)
 pd.set_option("display.precision", 4)

@@ -11,7 +11,8 @@ exact derivatives, no AMPL Solver Library) and the pyomo.dae transformations
 """
 __version__ = "0.1.0"
 
-from .nlp import EvaluationError, NLPEvaluator, solve_with_ipopt
+from .nlp import (SOLVER_NAME, EvaluationError, NLPEvaluator, OdeestIpoptSolver, PyomoNLPEvaluator,
+                  UnsupportedModelError, solve_with_ipopt, use_as_ipopt)
 from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
                       Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
                       PiecewiseLinear, Preequilibration, ProblemError, SteadyStateError, ProblemTooLargeError, Spline,
@@ -19,10 +20,9 @@ from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianN
 from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerLaw,
                              SimulationError, StepController, estimate_size, get_scheme,
                              make_grid)
-from .pyomo import (SOLVER_NAME, OdeestIpoptSolver, PyomoNLPEvaluator, UnsupportedModelError,
-                    build_adaptive_block, build_block, build_experiment_blocks,
+from .transcription import (build_adaptive_block, build_block, build_experiment_blocks,
                     dae_result, estimate_adaptive, problem_from_dae,
-                    scheme_constraint, use_as_ipopt)
+                    scheme_constraint)
 from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
                          simulate)
@@ -30,7 +30,7 @@ from .analysis import (check_derivatives, compare_approaches, confidence_interva
                        convergence_study, covariance, delta_method, identifiability_report,
                        plot_fits, prediction_bands, profile_likelihood, validate_multipliers,
                        diagnose)
-from .petab import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
+from .petab_io import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
                     read_petab, write_petab)
 from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
                      profile_points)

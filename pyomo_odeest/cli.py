@@ -24,7 +24,7 @@ column per observed quantity, empty = not measured) or *long* (columns
 Errors.  Every error is one line ``error: ...`` on standard error: exit
 code 2 for a usage error (bad option, unreadable or invalid model or data
 file, invalid problem), 1 when the estimation fails or does not converge.
-The result's warnings (see :mod:`pyomo_odeest.analysis.diagnostics`) are
+The result's warnings (see :mod:`pyomo_odeest.analysis._diagnostics`) are
 printed with its summary.
 
 Outputs (``--out DIR``): ``estimates.csv``, ``states.csv``, ``fitted.csv``,
@@ -171,7 +171,7 @@ def read_data(path):
 
 
 def build_problem(mod, data):
-    from .problem.declaration import EstimationProblem
+    from .problem._declaration import EstimationProblem
     kw = {k: getattr(mod, k) for k in PROBLEM_KEYS if hasattr(mod, k)}
     return EstimationProblem(states=mod.states, parameters=mod.parameters, rhs=mod.rhs,
                              initial=mod.initial, data=data,
@@ -191,7 +191,7 @@ def _run(argv):
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)
     import pyomo_odeest  # noqa: F401
-    from .analysis.compare import APPROACHES as REGISTERED, compare_approaches, plot_fits
+    from .analysis._compare import APPROACHES as REGISTERED, compare_approaches, plot_fits
 
     mod = load_model_file(args.model)
     defaults = dict(getattr(mod, "options", None) or {})
@@ -220,7 +220,7 @@ def _run(argv):
     if approach != "compare" and approach not in REGISTERED:
         raise UsageError(f"approach {approach!r} is not available in this installation")
     # every argument is checked before anything runs
-    from .discretization.checks import validate_estimator
+    from .discretization._size_guard import validate_estimator
     for a in (names if approach == "compare" else [approach]):
         validate_estimator(a, problem, options=options or None, **common)
     out = Path(args.out)
@@ -272,7 +272,7 @@ def _run(argv):
 
 def main(argv=None) -> int:
     """Run the command line; return the exit code (0, 1 failed estimation, 2 usage error)."""
-    from .problem.validation import ProblemError
+    from .problem._validation import ProblemError
     try:
         return _run(argv)
     except UsageError as err:

@@ -23,8 +23,8 @@ import warnings
 def main(argv=None) -> int:
     import pyomo_odeest  # noqa: F401  (registers the solver)
     from .models import LV_P0, lotka_volterra_problem
-    from .analysis.compare import compare_approaches
-    from .approaches.simultaneous import estimate_simultaneous
+    from .analysis._compare import compare_approaches
+    from .approaches._simultaneous import estimate_simultaneous
     import pandas as pd
 
     warnings.simplefilter("ignore", RuntimeWarning)

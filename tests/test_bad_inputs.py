@@ -11,10 +11,10 @@ import pyomo.environ as pyo
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.analysis.diagnostics import amplification, diagnose
+from pyomo_odeest.analysis._diagnostics import amplification, diagnose
 from pyomo_odeest.discretization.schemes import AdamsMoulton, AdamsPC, Enright, SemiImplicitEnright
-from pyomo_odeest.discretization.checks import estimate_size
-from pyomo_odeest.problem.validation import ProblemTooLargeError
+from pyomo_odeest.discretization._size_guard import estimate_size
+from pyomo_odeest.problem._validation import ProblemTooLargeError
 
 T6 = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
 
@@ -241,7 +241,7 @@ def test_bad_input_raises_clear_error(case):
 
 def test_dae_model_without_derivative_is_refused():
     from pyomo.dae import ContinuousSet
-    from pyomo_odeest.pyomo.dae import DaeSchemeError
+    from pyomo_odeest.transcription._dae import DaeSchemeError
     m = pyo.ConcreteModel()
     m.t = ContinuousSet(bounds=(0, 1))
     m.x = pyo.Var(m.t)
@@ -410,7 +410,7 @@ def test_stability_regions_from_the_schemes():
 
 
 def test_repeated_evaluation_errors_stop_ipopt():
-    from pyomo_odeest.approaches.reduced import _FailureWatch
+    from pyomo_odeest.approaches._reduced import _FailureWatch
 
     class Fake:
         counts = {"failures": 0}
@@ -457,7 +457,7 @@ def test_lbfgs_abnormal_line_search_at_a_stationary_point():
     """L-BFGS-B's 'ABNORMAL' at the optimum is convergence only when the projected
     gradient vanishes (a bound-active component with an outward gradient counts as 0)."""
     from types import SimpleNamespace
-    from pyomo_odeest.approaches.reduced import _stationary
+    from pyomo_odeest.approaches._reduced import _stationary
     nlp = SimpleNamespace(x_lb=np.array([0.0, -np.inf]), x_ub=np.array([np.inf, np.inf]))
     msg = "ABNORMAL_TERMINATION_IN_LNSRCH"
     at_opt = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([5.0, 1e-9]), fun=2.0)

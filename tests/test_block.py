@@ -8,11 +8,11 @@ import pytest
 from pyomo.core.expr.visitor import identify_variables
 
 import pyomo_odeest as po
-from pyomo_odeest.pyomo.block import add_objective_term, build_block, scheme_constraint
-from pyomo_odeest.discretization.grid import make_grid
+from pyomo_odeest.transcription._block import add_objective_term, build_block, scheme_constraint
+from pyomo_odeest.discretization._grid import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_problem
 from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.approaches.simultaneous import estimate_simultaneous, initialize_block
+from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
 
 warnings.simplefilter("ignore", RuntimeWarning)
 
@@ -174,7 +174,7 @@ def test_long_format_sigma_and_gaussian_nll():
     p_long = lotka_volterra_problem(data=long, p0=(0.9,) * 4)
     p_wide = po.EstimationProblem(
         states=["x1", "x2"], parameters=[po.Parameter(f"p{k}", 0.9) for k in range(1, 5)],
-        rhs=po.models.lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0}, data=wide, sigma=0.5)
+        rhs=po.models._lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0}, data=wide, sigma=0.5)
     assert np.allclose(p_long.weights, 4.0)
     assert np.allclose(p_wide.weights, 4.0)
     r1 = estimate_simultaneous(p_long, steps_per_interval=5)
@@ -182,7 +182,7 @@ def test_long_format_sigma_and_gaussian_nll():
     assert np.allclose(r1.x, r2.x, atol=1e-7)
     p_nll = po.EstimationProblem(
         states=["x1", "x2"], parameters=[po.Parameter(f"p{k}", 0.9) for k in range(1, 5)],
-        rhs=po.models.lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0}, data=wide,
+        rhs=po.models._lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0}, data=wide,
         loss=po.GaussianNLL([0.25, 0.25]))
     r3 = estimate_simultaneous(p_nll, steps_per_interval=5)
     assert np.allclose(r3.x, r2.x, atol=1e-6)          # same minimizer, half the LS objective
@@ -196,7 +196,7 @@ def test_missing_values_and_observation_function():
     tot = pd.DataFrame({"total": data["x1"] + data["x2"]})
     prob = po.EstimationProblem(
         states=["x1", "x2"], parameters=[po.Parameter(f"p{k}", 1.0) for k in range(1, 5)],
-        rhs=po.models.lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0},
+        rhs=po.models._lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0},
         data=tot.dropna(), observe=lambda x, u, t: {"total": x.x1 + x.x2})
     res = estimate_simultaneous(prob, steps_per_interval=5)
     assert res.success
@@ -212,7 +212,7 @@ def test_initial_conditions_as_parameters():
         states=["x1", "x2"],
         parameters=[po.Parameter(f"p{k}", 1.0) for k in range(1, 5)]
         + [po.Parameter("x10", 0.5, lb=0.0), po.Parameter("x20", 1.0, fixed=True)],
-        rhs=po.models.lotka_volterra.lv_rhs, initial={"x1": "x10", "x2": lambda u: u.x20},
+        rhs=po.models._lotka_volterra.lv_rhs, initial={"x1": "x10", "x2": lambda u: u.x20},
         data=data)
     res = estimate_simultaneous(prob, steps_per_interval=5)
     assert res.success
@@ -226,7 +226,7 @@ def test_initial_conditions_as_parameters():
 # ---------------------------------------------------------------------------
 def _lv(**kw):
     args = dict(states=["x1", "x2"], parameters=[po.Parameter(f"p{k}", 1.0) for k in range(1, 5)],
-                rhs=po.models.lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0},
+                rhs=po.models._lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0},
                 data=lotka_volterra_data(seed=1))
     args.update(kw)
     return po.EstimationProblem(**args)

@@ -14,12 +14,12 @@ import pytest
 import sympy
 
 import pyomo_odeest as po
-from pyomo_odeest.problem.misfit import misfit_constant, misfit_sym
+from pyomo_odeest.problem._misfit import misfit_constant, misfit_sym
 from pyomo_odeest.approaches.continuous import ContinuousModel, IntegrationError, estimate_continuous
-from pyomo_odeest.models.diagonal_linear import (diagonal_linear_exact_gradient,
+from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient,
                                                  diagonal_linear_exact_hessian,
                                                  diagonal_linear_problem)
-from pyomo_odeest.models.hiv import (HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_initial,
+from pyomo_odeest.models._hiv import (HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_initial,
                                      hiv_problem, hiv_rhs, hiv_simulate)
 
 warnings.simplefilter("ignore", RuntimeWarning)
@@ -170,7 +170,7 @@ def test_dense_values_equal_ode_solution(method, span):
     """The vectorised evaluation of LSODA's and BDF's interpolants (all steps at once) gives
     OdeSolution's numbers; other interpolants go through OdeSolution itself."""
     from scipy.integrate import solve_ivp
-    from pyomo_odeest.approaches.continuous.functions import _dense_values
+    from pyomo_odeest.approaches.continuous._functions import _dense_values
 
     def f(t, y):
         return np.array([-0.5 * y[0] + np.sin(3 * t), y[0] - 2 * y[1], -y[2] * y[0]])
@@ -185,7 +185,7 @@ def test_dense_values_equal_ode_solution(method, span):
 def test_adaptive_quadrature_rule_and_layers():
     """Kronrod 7 exact to degree 11; a layer of width 1e-7 at an edge is integrated to
     1e-10 once the edges resolve it, and an unresolvable integrand raises."""
-    from pyomo_odeest.approaches.continuous.functions import _GK7, _adaptive_quadrature
+    from pyomo_odeest.approaches.continuous._functions import _GK7, _adaptive_quadrature
     x, wk, wg = _GK7
     for d in range(12):
         assert abs(wk @ x**d - (1 - (-1) ** (d + 1)) / (d + 1)) < 1e-14
@@ -465,7 +465,7 @@ def test_bad_arguments_and_integration_failure():
 def test_continuous_approach_in_the_comparison():
     """compare_approaches runs the continuous backend beside the block; the discrete
     estimate approaches the continuous one as h shrinks [GM-conv]."""
-    from pyomo_odeest.analysis.compare import compare_approaches
+    from pyomo_odeest.analysis._compare import compare_approaches
     prob = nonlinear_problem()
     free = prob.free_mask
     table, res = compare_approaches(prob, ("continuous_adjoint", "simultaneous"),
@@ -484,8 +484,8 @@ def test_complex_power_is_an_evaluation_error():
     """A negative base to a non-integer power (Python gives a complex number) is an
     integration failure, which Ipopt's evaluator turns into an evaluation error (the line
     search backs off) instead of a TypeError that stops the fit."""
-    from pyomo_odeest.approaches.continuous.estimation import _IpoptProblem, _ScaledObjective
-    from pyomo_odeest.nlp.protocol import EvaluationError
+    from pyomo_odeest.approaches.continuous._estimation import _IpoptProblem, _ScaledObjective
+    from pyomo_odeest.nlp._protocol import EvaluationError
     t = np.array([0.5, 1.0])
     prob = po.EstimationProblem(states=["x"], parameters=[po.Parameter("x0", 1.0)],
                                 rhs=lambda x, u, t: [-x.x**1.5], initial={"x": "x0"},
@@ -609,7 +609,7 @@ def test_least_squares_refuses_what_is_not_a_sum_of_squares():
 
 
 def test_least_squares_in_the_comparison():
-    from pyomo_odeest.analysis.compare import compare_approaches
+    from pyomo_odeest.analysis._compare import compare_approaches
     table, res = compare_approaches(nonlinear_problem(),
                                     ("continuous_adjoint", "continuous_least_squares"))
     assert table["success"].all(), table["status"]

@@ -4,7 +4,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pyomo_odeest.analysis.convergence import convergence_study, uniform_grid
+from pyomo_odeest.analysis._convergence import convergence_study, uniform_grid
 from pyomo_odeest.models import lotka_volterra_problem
 
 warnings.simplefilter("ignore", RuntimeWarning)

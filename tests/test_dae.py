@@ -7,10 +7,10 @@ import pytest
 from pyomo.dae import ContinuousSet, DerivativeVar
 
 import pyomo_odeest  # noqa: F401
-from pyomo_odeest.pyomo.dae import DaeSchemeError, problem_from_dae
+from pyomo_odeest.transcription._dae import DaeSchemeError, problem_from_dae
 from pyomo_odeest.models import lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest.approaches.reduced import estimate_reduced
-from pyomo_odeest.approaches.simultaneous import estimate_simultaneous
+from pyomo_odeest.approaches._reduced import estimate_reduced
+from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
 
 warnings.simplefilter("ignore", RuntimeWarning)
 DATA = lotka_volterra_data(seed=1)
@@ -69,7 +69,7 @@ def test_dae_model_gives_same_estimates(family, variant, scheme):
 def test_transformation_without_pint(monkeypatch):
     """Units are optional in Pyomo (they need pint): without pint the transformation must not
     ask for them, and gives the same discretization as with it."""
-    import pyomo_odeest.pyomo.dae as dae
+    import pyomo_odeest.transcription._dae as dae
     from pyomo.common.dependencies import pint_available as pint_installed
     built = {}
     # the 'with pint' branch can only run where pint is installed

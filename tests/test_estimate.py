@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.approaches.estimate import approach_options
+from pyomo_odeest.approaches._estimate import approach_options
 from pyomo_odeest.models import lotka_volterra_problem
 
 warnings.simplefilter("ignore", RuntimeWarning)

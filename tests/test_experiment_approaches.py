@@ -7,8 +7,8 @@ import pytest
 
 from pyomo_odeest import (SCHEMES, EstimationProblem, Experiment, Parameter,
                           ParameterConstraint, PathConstraint, ProblemError, estimate)
-from pyomo_odeest.approaches.shooting import shooting_nlp
-from pyomo_odeest.problem.inputs import PiecewiseConstant, PiecewiseLinear, Spline
+from pyomo_odeest.approaches._shooting import shooting_nlp
+from pyomo_odeest.problem._inputs import PiecewiseConstant, PiecewiseLinear, Spline
 
 T_MEAS = np.linspace(0.5, 5.0, 10)
 
@@ -193,7 +193,7 @@ def test_continuous_experiments_inputs_constraints_equal_simultaneous():
 
 
 def test_continuous_constraint_jacobian_exact():
-    from pyomo_odeest.approaches.continuous.estimation import (ContinuousConstraints,
+    from pyomo_odeest.approaches.continuous._estimation import (ContinuousConstraints,
                                                                ContinuousExperiments)
     from pyomo_odeest.approaches import ContinuousModel
     P = _problem(at="measurements")

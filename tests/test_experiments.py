@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from pyomo_odeest import (EstimationProblem, Experiment, Parameter, ProblemError, estimate)
-from pyomo_odeest.approaches.reduced import discrete_model
+from pyomo_odeest.approaches._reduced import discrete_model
 
 TIMES = np.linspace(0.5, 4.0, 8)
 

@@ -12,7 +12,7 @@ from pyomo.dae import ContinuousSet, DerivativeVar
 from pyomo.util.check_units import assert_units_consistent
 
 import pyomo_odeest  # noqa: F401
-from pyomo_odeest.pyomo.dae import DaeSchemeError
+from pyomo_odeest.transcription._dae import DaeSchemeError
 
 pytestmark = pytest.mark.extras
 pytest.importorskip("idaes")
@@ -73,9 +73,9 @@ def test_idaes_initializer_pointed_at_odeest_ipopt_agrees_with_block_decompositi
 
 
 def _asl():
-    from pyomo_odeest.pyomo.pynumero_asl import pynumero_asl_available
+    from pyomo_odeest.nlp._pynumero_asl import pynumero_asl_available
     if not pynumero_asl_available():
-        pytest.skip("PyNumero's ASL interface is not built (python -m pyomo_odeest.pyomo.pynumero_asl)")
+        pytest.skip("PyNumero's ASL interface is not built (python -m pyomo_odeest.nlp._pynumero_asl)")
 
 
 def test_idaes_numerical_report_unpatched_and_its_jacobian_equals_odeests(ex):
@@ -101,12 +101,12 @@ def test_idaes_numerical_report_unpatched_and_its_jacobian_equals_odeests(ex):
 
 
 def test_numerical_report_says_how_to_get_it_without_pynumero(ex, monkeypatch):
-    from pyomo_odeest.pyomo import pynumero_asl
+    from pyomo_odeest.transcription import pynumero_asl
     monkeypatch.setattr(pynumero_asl, "pynumero_asl_available", lambda: False)
     m = ex.build_model(times=[0.0, 1.0], steps_per_interval=2)
     ex.initialize(m)
     text, _ = ex.diagnostics(m, numerical=True)
-    assert "pyomo_odeest.pyomo.pynumero_asl" in text and "Jacobian Condition" not in text
+    assert "pyomo_odeest.nlp._pynumero_asl" in text and "Jacobian Condition" not in text
 
 
 def test_water_is_index_reduced(ex):
@@ -176,8 +176,8 @@ def test_idaes_scaling_factors_are_used_by_odeest_ipopt(ex):
     """IDAES stores its scaling factors in `scaling_factor` Suffixes on the unit's blocks;
     odeest_ipopt passes them to Ipopt as user scaling, and the estimate does not change."""
     from pyomo.core.base.suffix import SuffixFinder
-    from pyomo_odeest.pyomo.solver import user_scaling
-    from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
+    from pyomo_odeest.nlp._plugin import user_scaling
+    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
 
     m = ex.build_model(times=TIMES, steps_per_interval=2, qmax=3)
     ex.initialize(m)

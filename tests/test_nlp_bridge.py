@@ -1,7 +1,7 @@
 """Foundation tests of the ASL-free Pyomo -> Ipopt bridge.
 
 * exact derivatives against central finite differences (via
-  :mod:`pyomo_odeest.analysis.checks`) on models covering every supported operator,
+  :mod:`pyomo_odeest.analysis._dercheck`) on models covering every supported operator,
   on both the templatized and the general path, and values against Pyomo's
   own evaluation;
 * known optima through ``SolverFactory('odeest_ipopt')``;
@@ -24,10 +24,10 @@ from pyomo.opt import SolverStatus, TerminationCondition
 
 import pyomo_odeest  # noqa: F401  (registers 'odeest_ipopt')
 from pyomo_odeest import EvaluationError, PyomoNLPEvaluator, UnsupportedModelError
-from pyomo_odeest.analysis.checks import (check_consistency, check_derivatives, check_gradient,
+from pyomo_odeest.analysis._dercheck import (check_consistency, check_derivatives, check_gradient,
                                  check_jacobian)
-from pyomo_odeest.nlp import cyipopt_adapter
-from pyomo_odeest.nlp.cyipopt_adapter import solve_with_ipopt
+from pyomo_odeest.nlp import _cyipopt_adapter as cyipopt_adapter
+from pyomo_odeest.nlp._cyipopt_adapter import solve_with_ipopt
 
 SOLVER = "odeest_ipopt"
 TIGHT = dict(rtol=1e-6, atol=1e-8)
@@ -985,7 +985,7 @@ def test_missing_factors_follow_ipopts_gradient_based_rule(k):
     """With unit variable factors and no constraint/objective factors, the fill-in rule
     reproduces Ipopt's own default scaling exactly: same factors (100/max gradient when it
     exceeds 100), same iterations, bit-identical solution."""
-    from pyomo_odeest.nlp.cyipopt_adapter import gradient_based_scaling
+    from pyomo_odeest.nlp._cyipopt_adapter import gradient_based_scaling
     ev = PyomoNLPEvaluator(_hs071_scaled(k))
     of, gf = gradient_based_scaling(ev, ev.x0, np.ones(4))
     assert of == pytest.approx(min(1.0, 100.0 / (k * 12.0)))     # ∇f(x0) = k·(12, 1, 2, 3)

@@ -14,9 +14,9 @@ libsbml = pytest.importorskip("libsbml")
 from scipy.integrate import solve_ivp  # noqa: E402
 import sympy  # noqa: E402
 
-from pyomo_odeest.petab import (PetabSimulator, UnsupportedFeatureError, petab_problem,  # noqa: E402
+from pyomo_odeest.petab_io import (PetabSimulator, UnsupportedFeatureError, petab_problem,  # noqa: E402
                                 read_petab, read_sbml)
-from pyomo_odeest.petab.sbml import TIME, symbol  # noqa: E402
+from pyomo_odeest.petab_io._sbml import TIME, symbol  # noqa: E402
 
 pytestmark = pytest.mark.extras
 
@@ -294,7 +294,7 @@ def test_several_noise_parameters_estimated_jointly(tmp_path):
     least-squares fit and the exact noise update; its NLL and estimates equal a direct
     minimization of PEtab's NLL by simulation over all parameters, noise included."""
     from scipy.optimize import minimize
-    from pyomo_odeest.petab import write_petab
+    from pyomo_odeest.petab_io import write_petab
     prob = _time_dependent_problem()
     folder = pathlib.Path(write_petab(prob, tmp_path / "lv")).parent
     f = table(folder, "measurements_")
@@ -331,7 +331,7 @@ def _time_dependent_problem():
     parameter, weights and a fixed parameter: every piece the export writes."""
     import pyomo.environ as pyo
     from pyomo_odeest import EstimationProblem, Parameter
-    from pyomo_odeest.models.lotka_volterra import lotka_volterra_data
+    from pyomo_odeest.models._lotka_volterra import lotka_volterra_data
     data = lotka_volterra_data(seed=3)
     data.iloc[2, 0] = np.nan
     w = pd.DataFrame(2.0, index=data.index, columns=data.columns)
@@ -346,7 +346,7 @@ def _time_dependent_problem():
 
 
 def test_export_round_trip(tmp_path):
-    from pyomo_odeest.petab import write_petab
+    from pyomo_odeest.petab_io import write_petab
     prob = _time_dependent_problem()
     yaml_path = write_petab(prob, tmp_path / "lv")
     model = read_petab(yaml_path)

@@ -15,7 +15,7 @@ from scipy.integrate import solve_ivp  # noqa: E402
 from scipy.optimize import least_squares  # noqa: E402
 
 from pyomo_odeest import DiscreteModel, estimate  # noqa: E402
-from pyomo_odeest.petab import (PetabSimulator, UnsupportedFeatureError, petab_problem,  # noqa: E402
+from pyomo_odeest.petab_io import (PetabSimulator, UnsupportedFeatureError, petab_problem,  # noqa: E402
                                 read_petab, write_petab)
 
 pytestmark = pytest.mark.extras

@@ -1,14 +1,14 @@
-"""Pyomo's PyNumero ASL interface built against a system ASL (pyomo_odeest.pyomo.pynumero_asl),
+"""Pyomo's PyNumero ASL interface built against a system ASL (pyomo_odeest.nlp._pynumero_asl),
 and Pyomo's own ASL-based tools checked against odeest's evaluator and solver."""
 import numpy as np
 import pyomo.environ as pyo
 import pytest
 
-from pyomo_odeest.approaches.simultaneous import initialize_block
-from pyomo_odeest.models.lotka_volterra import lotka_volterra_problem
-from pyomo_odeest.pyomo import build_block
-from pyomo_odeest.pyomo.evaluator import PyomoNLPEvaluator
-from pyomo_odeest.pyomo.pynumero_asl import (PynumeroBuildError, build_pynumero_asl,
+from pyomo_odeest.approaches._simultaneous import initialize_block
+from pyomo_odeest.models._lotka_volterra import lotka_volterra_problem
+from pyomo_odeest.transcription import build_block
+from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
+from pyomo_odeest.nlp._pynumero_asl import (PynumeroBuildError, build_pynumero_asl,
                                              pynumero_asl_available)
 
 

@@ -7,16 +7,16 @@ import pyomo.environ as pyo
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.pyomo.block import build_block
-from pyomo_odeest.analysis.compare import compare_approaches
+from pyomo_odeest.transcription._block import build_block
+from pyomo_odeest.analysis._compare import compare_approaches
 from pyomo_odeest.discretization.discrete import DiscreteModel, SimulationError
-from pyomo_odeest.discretization.grid import make_grid
+from pyomo_odeest.discretization._grid import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_problem
-from pyomo_odeest.analysis.multipliers import adjoint_from_duals, validate_multipliers
+from pyomo_odeest.analysis._multipliers import adjoint_from_duals, validate_multipliers
 from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.analysis.recursions import paper_gradient, paper_sensitivity_gradient
-from pyomo_odeest.approaches.reduced import estimate_reduced
-from pyomo_odeest.approaches.simultaneous import estimate_simultaneous, initialize_block
+from pyomo_odeest.analysis._recursions import paper_gradient, paper_sensitivity_gradient
+from pyomo_odeest.approaches._reduced import estimate_reduced
+from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
 
 warnings.simplefilter("ignore", RuntimeWarning)
 
@@ -138,7 +138,7 @@ def test_reduced_matches_simultaneous(optimizer, hessian):
 def test_scipy_stop_away_from_a_stationary_point_is_not_a_success():
     """L-BFGS-B told to stop on a 10 % relative decrease of J reports convergence far
     from the optimum; the reduced space withdraws the success (projected gradient
-    against the limit of :mod:`pyomo_odeest.nlp.stationarity`)."""
+    against the limit of :mod:`pyomo_odeest.nlp._stationarity`)."""
     prob = nonlinear_problem()
     good = estimate_reduced(prob, "adams_pc", 4, steps_per_interval=5, optimizer="L-BFGS-B")
     assert good.success, good.status
@@ -199,7 +199,7 @@ def test_penalty_term_in_every_derivative():
     base = lotka_volterra_problem(p0=(0.9,) * 4)
     prob = po.EstimationProblem(
         states=base.states, parameters=[po.Parameter(f"p{k}", 0.9) for k in range(1, 5)],
-        rhs=po.models.lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0}, data=base.data,
+        rhs=po.models._lotka_volterra.lv_rhs, initial={"x1": 0.4, "x2": 1.0}, data=base.data,
         penalty=lambda u: 0.5 * (u.p1 + u.p2 - 2.5) ** 2 + pyo.exp(0.1 * u.p3 * u.p4))
     u = np.array([0.9, 1.1, 0.95, 1.05])
     dm = DiscreteModel(prob, "adams_pc", 3, steps_per_interval=4)
@@ -231,8 +231,8 @@ def test_fractional_power_of_negative_state_is_reported():
 
 def test_parameter_scaling_same_optimum_and_bad_scaling_rejected():
     """Ipopt with x_scaling = 1/|u0| (default) and without reach the same optimum."""
-    from pyomo_odeest.nlp.cyipopt_adapter import solve_with_ipopt
-    from pyomo_odeest.approaches.reduced import ReducedSpaceNLP
+    from pyomo_odeest.nlp._cyipopt_adapter import solve_with_ipopt
+    from pyomo_odeest.approaches._reduced import ReducedSpaceNLP
     prob = lotka_volterra_problem(p0=(0.8, 0.8, 0.8, 0.8))
     a = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=True)
     b = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=False)

@@ -204,7 +204,7 @@ def test_unstable_root_rejected_and_flagged_in_the_block():
     """x' = -p (x-1)(x-2)(x-3) from 1.8: Newton goes to the unstable root 2, the simulation
     to 1; the accepted state is 1, and a block whose x_ss sits at 2 is flagged."""
     from pyomo_odeest import build_block
-    from pyomo_odeest.pyomo.steady_state import steady_state_mismatch
+    from pyomo_odeest.transcription._initial_state import steady_state_mismatch
     P = EstimationProblem(["x"], [Parameter("p", 1.0)],
                           lambda x, u, t: [-u.p * (x.x - 1) * (x.x - 2) * (x.x - 3)], {"x": 1.8},
                           pd.DataFrame({"x": [1.0, 1.0]}, index=[1.0, 2.0]),

@@ -5,11 +5,11 @@ import pytest
 from scipy import stats
 
 from pyomo_odeest import EstimationProblem, Parameter, estimate
-from pyomo_odeest.analysis.identifiability import identifiability_report
-from pyomo_odeest.analysis.prediction import prediction_bands
-from pyomo_odeest.analysis.profile import profile_likelihood, profile_point
-from pyomo_odeest.analysis.uncertainty import (covariance, curvature, delta_method)
-from pyomo_odeest.models.lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
+from pyomo_odeest.analysis._identifiability import identifiability_report
+from pyomo_odeest.analysis._prediction import prediction_bands
+from pyomo_odeest.analysis._profile import profile_likelihood, profile_point
+from pyomo_odeest.analysis._uncertainty import (covariance, curvature, delta_method)
+from pyomo_odeest.models._lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
 
 TIMES = np.arange(1.0, 9.0)
 SIG_X = np.linspace(0.05, 0.12, len(TIMES))       # heteroscedastic σ of x

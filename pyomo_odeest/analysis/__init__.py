@@ -5,19 +5,19 @@ continuous stationary points (:mod:`.convergence`), derivative checks (:mod:`.ch
 covariance and Wald intervals (:mod:`.uncertainty`), profile likelihood
 (:mod:`.profile`), identifiability (:mod:`.identifiability`), confidence
 bands (:mod:`.prediction`) and their plots (:mod:`.plots`)."""
-from .checks import DerivativeReport, check_consistency, check_derivatives, check_gradient, check_jacobian
-from .recursions import paper_adjoint, paper_gradient, paper_sensitivity_gradient
-from .multipliers import MultiplierReport, validate_multipliers
-from .convergence import ConvergenceStudy, convergence_study
-from .compare import compare_approaches, plot_fits
-from .uncertainty import (Covariance, confidence_intervals, covariance, delta_method,
+from ._dercheck import DerivativeReport, check_consistency, check_derivatives, check_gradient, check_jacobian
+from ._recursions import paper_adjoint, paper_gradient, paper_sensitivity_gradient
+from ._multipliers import MultiplierReport, validate_multipliers
+from ._convergence import ConvergenceStudy, convergence_study
+from ._compare import compare_approaches, plot_fits
+from ._uncertainty import (Covariance, confidence_intervals, covariance, delta_method,
                           kkt_reduced_hessian)
-from .profile import ProfileResult, ProfileTask, profile_likelihood, profile_segment, profile_tasks
-from .identifiability import IdentifiabilityReport, identifiability_report
-from .prediction import PredictionBands, prediction_bands
-from .plots import plot_bands, plot_profiles
-from .diagnostics import amplification, diagnose, simulation_warning
-from ..problem.result import RESULT_ANALYSES
+from ._profile import ProfileResult, ProfileTask, profile_likelihood, profile_segment, profile_tasks
+from ._identifiability import IdentifiabilityReport, identifiability_report
+from ._prediction import PredictionBands, prediction_bands
+from ._plots import plot_bands, plot_profiles
+from ._diagnostics import amplification, diagnose, simulation_warning
+from ..problem._result import RESULT_ANALYSES
 
 RESULT_ANALYSES.update(covariance=covariance, confidence_intervals=confidence_intervals,
                        profile=profile_likelihood, identifiability=identifiability_report,

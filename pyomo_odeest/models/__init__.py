@@ -1,14 +1,14 @@
 """Test problems of the source papers ([GM-grad], [AT], [MHV], [SEIRD]) and
 published problems with known optima, as ready-made EstimationProblems."""
-from .lotka_volterra import lotka_volterra_data, lotka_volterra_problem, LV_P0, LV_TRUE
-from .diagonal_linear import (diagonal_linear_problem, diagonal_linear_exact_gradient,
+from ._lotka_volterra import lotka_volterra_data, lotka_volterra_problem, LV_P0, LV_TRUE
+from ._diagonal_linear import (diagonal_linear_problem, diagonal_linear_exact_gradient,
                               diagonal_linear_exact_hessian, diagonal_linear_solution)
-from .seird import seird_problem, seird_data, seird_solution
-from .bellman import BELLMAN_K, BELLMAN_OPTIMUM, bellman_problem
-from .cops import (GASOIL_OPTIMUM, MARINE_OPTIMUM, METHANOL_OPTIMUM, PINENE_OPTIMUM,
+from ._seird import seird_problem, seird_data, seird_solution
+from ._bellman import BELLMAN_K, BELLMAN_OPTIMUM, bellman_problem
+from ._cops import (GASOIL_OPTIMUM, MARINE_OPTIMUM, METHANOL_OPTIMUM, PINENE_OPTIMUM,
                    gasoil_problem, marine_problem, methanol_problem, pinene_problem)
-from .oscillator import OSC_OMEGA, oscillator_data, oscillator_problem
-from .hiv import HIV_PARAMETERS, HIV_ESTIMATED, HIV_STATES, HIV_TIMES, hiv_problem, hiv_simulate
+from ._oscillator import OSC_OMEGA, oscillator_data, oscillator_problem
+from ._hiv import HIV_PARAMETERS, HIV_ESTIMATED, HIV_STATES, HIV_TIMES, hiv_problem, hiv_simulate
 
 __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
            "diagonal_linear_problem", "diagonal_linear_exact_gradient",

@@ -1,10 +1,18 @@
-"""Solver-agnostic NLP layer: the evaluator protocol (fixed sparsity, values
-on demand) and the thin cyipopt adapter that drives Ipopt from any evaluator.
-The Pyomo evaluator lives in :mod:`pyomo_odeest.pyomo`; the reduced-space and
-shooting evaluators in :mod:`pyomo_odeest.approaches`."""
-from .protocol import EvaluationError, NLPEvaluator
-from .cyipopt_adapter import MUMPS_DEFAULTS, IpoptResult, solve_with_ipopt
-from .stationarity import STATIONARITY_TOL, projected_gradient, stationarity_check
+"""The general NLP solver, with nothing ODE-specific in it: the evaluator
+protocol (fixed sparsity, values on demand), the ASL-free compiler of Pyomo
+models into that protocol (:class:`PyomoNLPEvaluator`: constraint families
+templatized, differentiated symbolically once and evaluated vectorised), the
+thin cyipopt adapter that drives Ipopt from any evaluator, the Pyomo solver
+plugin ``SolverFactory('odeest_ipopt')``, the stationarity rule that every
+approach applies to a reported success, and a build of PyNumero's ASL interface
+against a system ASL (``python -m pyomo_odeest.nlp._pynumero_asl``)."""
+from ._protocol import EvaluationError, NLPEvaluator
+from ._cyipopt_adapter import MUMPS_DEFAULTS, IpoptResult, solve_with_ipopt
+from ._stationarity import STATIONARITY_TOL, projected_gradient, stationarity_check
+from ._evaluator import PyomoNLPEvaluator, UnsupportedModelError
+from ._plugin import SOLVER_NAME, OdeestIpoptSolver, use_as_ipopt
 
 __all__ = ["EvaluationError", "NLPEvaluator", "IpoptResult", "solve_with_ipopt", "MUMPS_DEFAULTS",
-           "STATIONARITY_TOL", "projected_gradient", "stationarity_check"]
+           "STATIONARITY_TOL", "projected_gradient", "stationarity_check",
+           "PyomoNLPEvaluator", "UnsupportedModelError", "SOLVER_NAME", "OdeestIpoptSolver",
+           "use_as_ipopt"]

@@ -43,11 +43,11 @@ and BFGS resets its inverse-Hessian approximation whenever the binding
 set changes.  Convergence is declared when the projected gradient
 satisfies :math:`\lVert P(x - g) - x\rVert_\infty \le` ``gtol``.
 """
-from .bfgs import minimize_bfgs
-from .cg import minimize_cg
-from .line_search import line_search_secant, line_search_wolfe
-from .projected import CG_BETAS, LINE_SEARCHES
-from .results import OptimizeHistory, OptimizeResult
+from ._bfgs import minimize_bfgs
+from ._cg import minimize_cg
+from ._line_search import line_search_secant, line_search_wolfe
+from ._projected import CG_BETAS, LINE_SEARCHES
+from ._results import OptimizeHistory, OptimizeResult
 
 __all__ = ["OptimizeHistory", "OptimizeResult", "minimize_cg", "minimize_bfgs",
            "line_search_secant", "line_search_wolfe", "CG_BETAS", "LINE_SEARCHES"]

@@ -2,15 +2,15 @@
 (:mod:`.declaration`); the measurement misfit shared by every approach
 (:mod:`.misfit`); the result type every approach returns (:mod:`.result`); and
 the χ² test of a fit against the noise level (:mod:`.noise`)."""
-from .declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquares, Parameter,
+from ._declaration import (EstimationProblem, Experiment, GaussianNLL, LeastSquares, Parameter,
                           ParameterConstraint, PathConstraint, Preequilibration, ProblemError,
                           require_no_constraints, require_no_inputs, require_single_experiment)
-from .inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
-from .misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
-from .noise import noise_check
-from .steady_state import SteadyState, SteadyStateError, conservation_laws
-from .result import EstimationResult
-from .validation import ProblemTooLargeError
+from ._inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
+from ._misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
+from ._noise import noise_check
+from ._steady_state import SteadyState, SteadyStateError, conservation_laws
+from ._result import EstimationResult
+from ._validation import ProblemTooLargeError
 
 __all__ = ["EstimationProblem", "Experiment", "Preequilibration", "SteadyState",
            "SteadyStateError", "conservation_laws", "require_single_experiment", "ParameterConstraint",

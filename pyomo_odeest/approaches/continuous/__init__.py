@@ -9,9 +9,9 @@ minimizes, evaluated on the exact (adaptively integrated) ODE solution:
     \dot x = f(x, u, t),\quad x(t_0) = l(u),
 
 plus the problem's penalty :math:`R(u)` if it has one, with :math:`\varphi_j`
-(the same as :func:`~pyomo_odeest.problem.misfit.misfit_sym`) evaluated by
-:class:`~pyomo_odeest.problem.misfit.MeasurementMisfit` and the
-constant :math:`c` from :func:`~pyomo_odeest.problem.misfit.misfit_constant` [MHV,
+(the same as :func:`~pyomo_odeest.problem._misfit.misfit_sym`) evaluated by
+:class:`~pyomo_odeest.problem._misfit.MeasurementMisfit` and the
+constant :math:`c` from :func:`~pyomo_odeest.problem._misfit.misfit_constant` [MHV,
 eqs. (2)–(5)].  :class:`ContinuousModel` computes
 
 * the gradient by forward sensitivities [MHV, eq. (8)], by the continuous
@@ -45,9 +45,9 @@ which is the Dirac source of (15) integrated out.  [MHV's restart formula
 :mod:`.second_order` (Hessian-vector products, Hessians);
 :mod:`.estimation` holds :func:`estimate_continuous`.
 """
-from .estimation import estimate_continuous
-from .functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
-from .model import ContinuousModel
+from ._estimation import estimate_continuous
+from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
+from ._model import ContinuousModel
 
 __all__ = ["ContinuousModel", "estimate_continuous", "IntegrationError",
            "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS"]

@@ -152,10 +152,10 @@ derivatives), :mod:`.integration` (adaptive integration and
 :math:`J_{h,k}`), :mod:`.recursion` (the corrected recursion (56)–(59) and
 the gradients) and :mod:`.general_adjoint` (the sparse transposed solve).
 """
-from .controller import QMAX_ADAPTIVE, AdaptiveError, PowerLaw, StepController, StepTable
-from .equations import RHO, adams_pc_coefficients  # noqa: F401  (RHO: the step ratio symbol)
-from .model import AdaptiveModel
-from .pattern import AdaptiveAdjoint, AdaptivePattern, AdaptiveRun, max_relative_discrepancy
+from ._controller import QMAX_ADAPTIVE, AdaptiveError, PowerLaw, StepController, StepTable
+from ._equations import RHO, adams_pc_coefficients  # noqa: F401  (RHO: the step ratio symbol)
+from ._model import AdaptiveModel
+from ._pattern import AdaptiveAdjoint, AdaptivePattern, AdaptiveRun, max_relative_discrepancy
 
 __all__ = ["PowerLaw", "StepTable", "StepController", "AdaptiveError", "AdaptivePattern",
            "AdaptiveRun", "AdaptiveAdjoint", "AdaptiveModel", "adams_pc_coefficients",

@@ -36,7 +36,7 @@ The class :class:`DiscreteModel` is assembled from one module per responsibility
 :mod:`.first_order` (adjoint, sensitivities, gradients) and
 :mod:`.second_order` (Hessians).
 """
-from .model import DiscreteModel
-from .simulation import SimulationError, Trajectory
+from ._model import DiscreteModel
+from ._simulation import SimulationError, Trajectory
 
 __all__ = ["DiscreteModel", "Trajectory", "SimulationError"]

@@ -51,16 +51,16 @@ uniform grid the observed order is :attr:`MultistepScheme.startup_order`
 (:math:`\min(3, Q_{\max})` for Adams, :math:`\min(4, Q_{\max}+1)` for Enright)
 rather than :attr:`MultistepScheme.order`.  The full order is recovered with
 a grid whose start-up steps shrink faster than :math:`h`
-(``make_grid(..., startup="refined")`` in :mod:`pyomo_odeest.discretization.grid`) or with
+(``make_grid(..., startup="refined")`` in :mod:`pyomo_odeest.discretization._grid`) or with
 exact start values (``integrate(..., start_values=...)``).
 """
 
-from .coefficients import (adams_bashforth_coefficients, adams_moulton_coefficients,
+from ._coefficients import (adams_bashforth_coefficients, adams_moulton_coefficients,
                            enright_coefficients)
-from .families import (DEFAULT_QMAX, QMAX_RANGE, SCHEMES, AdamsMoulton, AdamsPC, Enright,
+from ._families import (DEFAULT_QMAX, QMAX_RANGE, SCHEMES, AdamsMoulton, AdamsPC, Enright,
                        MultistepScheme, SemiImplicitEnright, get_scheme)
-from .formulas import PointRef, Stage, StepBatch, StepFormula
-from .integration import integrate
+from ._formulas import PointRef, Stage, StepBatch, StepFormula
+from ._integration import integrate
 
 __all__ = [
     "PointRef",

@@ -1,0 +1,402 @@
+r"""Sanity checks on every estimation result, reported as warnings on the result.
+
+A solver's "success" says that a (local) optimum of the *discretized*
+problem was found.  It does not say that the optimum answers the question.
+:func:`diagnose` adds a warning to :attr:`EstimationResult.warnings` (shown
+by :meth:`~EstimationResult.summary`) when
+
+* the solver did not converge (with advice that depends on the status);
+* the weighted misfit is inconsistent with the stated noise level (the χ²
+  test of :func:`~pyomo_odeest.problem._noise.noise_check`, when σ is known;
+  too large: the model or the optimum is wrong, or σ is too small; too small:
+  σ is too large);
+* a parameter ends at one of its bounds;
+* the discrete solution is stability-limited: along the solution,
+  :math:`z = h_i\lambda` for the eigenvalues :math:`\lambda` of
+  :math:`\partial f/\partial x` lies outside (or on the edge of) the
+  absolute stability region of the scheme, computed from the scheme's own
+  step formulas by :func:`amplification` — an estimate fitted to a
+  discretization artefact;
+* the problem is rank-deficient: fewer measurements than free parameters,
+  or a numerically rank-deficient sensitivity matrix — from
+  :func:`~pyomo_odeest.analysis._identifiability.identifiability_report` on the
+  result's own approach, or, where that does not apply, from the
+  Gauss–Newton matrix :math:`2\sum_j S_j^\top A_j S_j`
+  (:math:`S_j = \partial r_j/\partial u`) of the discrete model, scaled by
+  the parameter magnitudes;
+* the discretization does not resolve the solution at the estimates: the
+  objective recomputed by an independent simulation (the continuous
+  approach's adaptive integrator, :func:`simulation_warning`) disagrees with
+  the discrete objective that the approach minimised — an optimum of the
+  discretized problem that is not one of the ODE's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+__all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
+           "bound_warnings", "rank_warnings", "status_warning", "simulation_warning",
+           "SIMULATION_RTOL"]
+
+#: Relative singular-value threshold (of the scaled Gauss–Newton matrix).
+RANK_RTOL = 1e-10
+#: Relative disagreement of the discrete and the simulated objective that is flagged.
+SIMULATION_RTOL = 0.05
+#: Largest number of grid points at which the stability check looks.
+STABILITY_POINTS = 400
+
+
+# ---------------------------------------------------------------------------
+# stability region of a scheme, from its step formulas
+# ---------------------------------------------------------------------------
+def _full_order_formula(scheme):
+    """The step formula at full order :math:`Q = Q_{\\max}-1` on a uniform grid."""
+    t = np.arange(scheme.qmax + 1, dtype=float)
+    return scheme.formulas(t)[-1]
+
+
+def amplification(scheme, z) -> float:
+    r"""Spectral radius of the scheme's step map for :math:`\dot x = \lambda x`, :math:`z = h\lambda`.
+
+    On the test equation :math:`f = \lambda x` and
+    :math:`\dot f = \lambda^2 x`, every stage of the step formula
+    (:class:`~pyomo_odeest.discretization.schemes.StepFormula`) is linear in
+    the past values :math:`x_i, \dots, x_{i-Q+1}`; the step is the
+    companion matrix of that recursion.  The scheme is absolutely stable
+    at ``z`` when the returned radius is at most 1 (the region of
+    absolute stability).  ``inf`` when an implicit stage is singular.
+    """
+    sf = _full_order_formula(scheme)
+    q = max(sf.order_q, 1)
+    z = complex(z)
+    vals = {}
+
+    def value(p, stage_name):
+        if p.kind == "past":
+            e = np.zeros(q, dtype=complex)
+            e[p.lag] = 1.0
+            return e
+        if p.kind == "stage" and p.stage != stage_name:
+            return vals[p.stage]
+        return None                                     # the stage itself (implicit)
+
+    for st in sf.stages:
+        rest = np.zeros(q, dtype=complex)
+        rest[0] = 1.0                                   # x_i
+        a = 0.0
+        for terms, zz in ((st.f_terms, z), (st.fdot_terms, z * z)):
+            for p, c in terms:
+                v = value(p, st.name)
+                if v is None:
+                    a += zz * c
+                else:
+                    rest = rest + zz * c * v
+        if abs(1.0 - a) < 1e-300:
+            return float("inf")
+        vals[st.name] = rest / (1.0 - a)
+    row = vals["x"]
+    C = np.zeros((q, q), dtype=complex)
+    C[0] = row
+    if q > 1:
+        C[np.arange(1, q), np.arange(q - 1)] = 1.0
+    return float(np.max(np.abs(np.linalg.eigvals(C))))
+
+
+def stability_warnings(problem, scheme, states, u):
+    r"""Warnings when :math:`h_i\,\mathrm{eig}(\partial f/\partial x)` leaves the stability region.
+
+    ``states`` is the result's state frame (index = grid times).  Only
+    eigenvalues with negative real part count (there the ODE damps and the
+    discrete solution must too).  A point is *beyond* the region when the
+    radius exceeds 1, and *on its edge* when the radius is above 0.98 while
+    the exact factor :math:`|e^z|` is below 0.5: the discrete solution
+    then decays far slower than the ODE, the signature of an estimate
+    pinned at the stability limit.
+    """
+    if states is None or scheme is None or len(states) < 2:
+        return []
+    t = states.index.to_numpy(dtype=float)
+    X = states.to_numpy(dtype=float)
+    h = np.diff(t)
+    if not np.all(np.isfinite(X)):
+        return []
+    jac = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym),
+                         sympy.Matrix(problem.f_sym).jacobian(problem.x_sym), "numpy")
+    idx = np.unique(np.linspace(0, len(h) - 1, min(len(h), STABILITY_POINTS)).astype(int))
+    worst = None
+    cache = {}
+    for i in idx:
+        with np.errstate(all="ignore"):
+            Jm = np.asarray(jac(X[i], u, t[i]), dtype=float)
+        if not np.all(np.isfinite(Jm)):
+            continue
+        for lam in np.linalg.eigvals(Jm):
+            z = h[i] * lam
+            if not z.real < -1e-3:
+                continue
+            key = (round(z.real, 3), round(z.imag, 3))
+            if key not in cache:
+                cache[key] = amplification(scheme, z)
+            rho = cache[key]
+            beyond = rho > 1.0 + 1e-9
+            edge = rho > 0.98 and abs(np.exp(z)) < 0.5
+            if (beyond or edge) and (worst is None or rho > worst[0]):
+                worst = (rho, z, t[i], h[i], beyond)
+    if worst is None:
+        return []
+    rho, z, ti, hi, beyond = worst
+    where = "outside" if beyond else "on the edge of"
+    from ..discretization.schemes import SCHEMES
+    stable = [name for name, cls in SCHEMES.items()
+              if name != scheme.name and amplification(cls(scheme.qmax), z) < 0.98]
+    use = (f"use scheme={' or '.join(repr(n) for n in stable)} (stable at this h*lambda), or "
+           if stable else "use ")
+    return [f"stiff: at t={ti:.4g} the step h={hi:.3g} times an eigenvalue of df/dx gives "
+            f"h*lambda={z.real:.3g}{z.imag:+.3g}j, {where} the absolute stability region of "
+            f"{scheme.name} (qmax={scheme.qmax}; amplification {rho:.3g}): the estimate may fit a "
+            f"discretization artefact; {use}a finer grid (smaller max_step / more "
+            f"steps_per_interval)"]
+
+
+# ---------------------------------------------------------------------------
+# noise level, bounds, rank, status
+# ---------------------------------------------------------------------------
+def _subproblems(problem):
+    return list(problem.experiment_problems) if getattr(problem, "experiments", None) else [problem]
+
+
+def chi2_warning(problem, result):
+    """The χ² test of :func:`~pyomo_odeest.problem._noise.noise_check` (σ known),
+    stored in ``result.extra['noise_check']``; its message when the fit is
+    inconsistent with the noise level (χ² and measured values summed over the
+    experiments of a problem with several)."""
+    from ..problem._noise import noise_check
+    chk = noise_check(problem, result)
+    result.extra["noise_check"] = chk
+    if chk["consistent"] is not False:
+        return []
+    advice = ("try another start u0 or approach, check the model and sigma (too small?)"
+              if chk["p_upper"] < chk["p_lower"] else "sigma is probably too large")
+    return [f"{chk['message']}; {advice}"]
+
+
+def bound_warnings(problem, result, rtol=1e-6):
+    """Warnings for parameters at a bound; round-off outside a bound is clipped back."""
+    out = []
+    u = result.estimates.to_numpy(dtype=float).copy()
+    for k, p in enumerate(problem.parameters):
+        if p.fixed:
+            continue
+        if p.lb is not None and p.lb == p.ub:
+            u[k] = p.lb
+            out.append(f"parameter '{p.name}' has lb = ub = {p.lb:g}: its bounds fix it, it "
+                       f"was not estimated (declare it fixed=True, or widen the bounds)")
+            continue
+        for b, side in ((p.lb, "lower"), (p.ub, "upper")):
+            if b is None or not np.isfinite(u[k]):
+                continue
+            tol = rtol * max(1.0, abs(b), abs(u[k]))
+            outside = u[k] < b if side == "lower" else u[k] > b
+            if outside and abs(u[k] - b) <= tol:
+                u[k] = b                                # the solver's bound relaxation
+            if abs(u[k] - b) <= tol:
+                out.append(f"parameter '{p.name}' = {u[k]:.6g} is at its {side} bound {b:g}: the "
+                           f"data may prefer a value beyond it; widen the bound if it is not "
+                           f"physical, and treat this estimate's uncertainty with care")
+            elif outside:
+                out.append(f"parameter '{p.name}' = {u[k]:.6g} violates its {side} bound {b:g}")
+    result.estimates[:] = u
+    return out
+
+
+def _gauss_newton(problem, result, dm, scheme=None, grid=None):
+    """Gauss–Newton matrix of the free parameters at the estimates (or None)."""
+    from ..discretization.discrete import DiscreteModel, SimulationError
+    u = result.estimates.to_numpy(dtype=float)
+    try:
+        if dm is None:
+            dm = DiscreteModel(problem, scheme or "enright", None, grid, None,
+                               None if grid is not None else 10)
+        H = dm.hessian(u, "gauss_newton")
+    except (SimulationError, ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError):
+        return None
+    free = problem.free_mask
+    return H[np.ix_(free, free)]
+
+
+def rank_warnings(problem, result, dm=None, scheme=None, grid=None):
+    """Fewer measurements than free parameters, or a numerically singular Gauss–Newton matrix."""
+    subs = _subproblems(problem)
+    N = sum(int(sp.mask.sum()) for sp in subs)
+    free = problem.free_mask
+    p = int(free.sum())
+    names = [n for n, f in zip(problem.parameter_names, free) if f]
+    if N < p:
+        return [f"rank-deficient: {N} measurements for {p} free parameters {names}: the "
+                f"estimates are not determined by the data; fix parameters or add data"]
+    if p == 0:
+        return []
+    try:                                     # the uncertainty module's report, when it applies
+        from ._identifiability import identifiability_report
+        rep = identifiability_report(result, problem=problem)
+    except Exception:                        # noqa: BLE001 - fall back to the Gauss-Newton check
+        rep = None
+    if rep is not None:
+        keys = ("fewer informative", "rank-deficient", "do not depend on")
+        return [f"rank-deficient: {w}" if not w.startswith("rank") else w
+                for w in rep.warnings if any(k in w for k in keys)]
+    if len(subs) > 1:
+        return []
+    H = _gauss_newton(problem, result, dm, scheme, grid)
+    if H is None or not np.all(np.isfinite(H)):
+        return []
+    u = result.estimates.to_numpy(dtype=float)[free]
+    d = np.where(np.abs(u) > 0, np.abs(u), 1.0)
+    Hs = d[:, None] * H * d[None, :]
+    w, V = np.linalg.eigh(0.5 * (Hs + Hs.T))
+    if w[-1] <= 0:
+        return [f"rank-deficient: the misfit does not depend on the parameters {names} at the "
+                f"estimates (zero sensitivities)"]
+    if w[0] <= RANK_RTOL * w[-1]:
+        v = V[:, 0]
+        combo = " ".join(f"{c:+.2f}*{n}" for c, n in zip(v, names) if abs(c) > 0.1)
+        return [f"rank-deficient: the Gauss-Newton matrix is numerically singular (eigenvalue "
+                f"ratio {max(w[0], 0) / w[-1]:.2g}); the relative direction {combo} is not "
+                f"identifiable from the data; fix a parameter, add data or a penalty"]
+    return []
+
+
+#: Approaches whose objective is that of a discretization (checked by simulation).
+_DISCRETE_APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting")
+
+
+def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim_atol=1e-10):
+    r"""Compare the discrete objective with an independent simulation at the estimates.
+
+    A discrete approach minimises :math:`J_h(u)`, the objective on its grid.
+    At the estimates :math:`\hat u` the misfit is recomputed by the
+    continuous approach's adaptive integrator
+    (:class:`~pyomo_odeest.approaches.ContinuousModel`, LSODA at ``sim_rtol``;
+    one per experiment), :math:`J(\hat u)`.  The result is flagged when
+
+    .. math:: |J_h(\hat u) - J(\hat u)| > \mathrm{rtol}\cdot\max(|J_h|, |J|) + a,
+
+    with :math:`a = \kappa/2` (half a unit of negative log-likelihood, κ of
+    :func:`~pyomo_odeest.analysis._uncertainty.nll_factor`) when σ is known and
+    otherwise :math:`a = 10^{-6}\sum_j w_j\bar z_j^2` (a millionth of the
+    data's weighted size, so that exact fits of noise-free data are not
+    flagged).  The grid then does not resolve the solution at the estimates
+    (too coarse, or unstable there), and the estimate may be an optimum of
+    the discretization only.  A simulation that fails at the estimates is
+    flagged too.  Stores ``result.extra['simulated_objective']`` (None when
+    the check does not apply: other approaches, inputs with switching times,
+    path constraints).
+    """
+    from ..approaches.continuous import ContinuousModel, IntegrationError
+    from ..problem._declaration import ProblemError
+    from ._uncertainty import nll_factor
+    if result.approach not in _DISCRETE_APPROACHES or not np.isfinite(result.objective):
+        return []
+    u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
+    if not np.all(np.isfinite(u)):
+        return []
+    subs = _subproblems(problem)
+    try:
+        models = [ContinuousModel(sp, method="LSODA", rtol=sim_rtol, atol=sim_atol)
+                  for sp in subs]
+    except (ProblemError, ValueError, TypeError):
+        result.extra["simulated_objective"] = None
+        return []
+    from ..problem._misfit import misfit_constant
+    try:
+        J_sim = float(sum(cm.objective(u) - cm.constant for cm in models))
+    except (IntegrationError, ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        result.extra["simulated_objective"] = np.nan
+        return [f"the independent simulation (LSODA, rtol={sim_rtol:g}) fails at the estimates "
+                f"({err}): the discrete solution the estimate fits may not exist for the ODE; "
+                f"use a finer grid (smaller max_step / more steps_per_interval) or another start"]
+    result.extra["simulated_objective"] = J_sim + misfit_constant(problem)
+    J_d = float(result.objective) - misfit_constant(problem)
+    if all(sp.sigma_known for sp in subs):
+        atol = 0.5 * nll_factor(problem)
+    else:
+        atol = 1e-6 * sum(float(np.sum(np.where(sp.mask, np.asarray(sp.weights, float)
+                                                 * np.nan_to_num(sp.data.to_numpy(float)) ** 2,
+                                                 0.0))) for sp in subs)
+    if not np.isfinite(J_sim) or abs(J_d - J_sim) > rtol * max(abs(J_d), abs(J_sim)) + atol:
+        return [f"discretization error: the objective at the estimates is {J_d:.6g} on the "
+                f"approach's grid but {J_sim:.6g} by an independent simulation (LSODA, "
+                f"rtol={sim_rtol:g}): the grid does not resolve the solution at the estimates, "
+                f"and the estimate may be an optimum of the discretization only; refit on a "
+                f"finer grid (smaller max_step / more steps_per_interval; for stiff problems "
+                f"scheme='enright') or with the continuous approach"]
+    return []
+
+
+_ADVICE = {
+    "Maximum_Iterations_Exceeded": "the iteration limit was reached",
+    "Repeated_Evaluation_Errors": "the optimizer kept stepping where the model cannot be "
+                                  "evaluated",
+    "Diverging_Iterates": "the iterates diverged",
+    "Restoration_Failed": "Ipopt's restoration phase failed",
+}
+
+
+def status_warning(result):
+    """A warning with advice when the solver did not report success."""
+    if result.success:
+        return []
+    why = next((v for k, v in _ADVICE.items() if str(result.status).startswith(k)),
+               f"the solver ended with status {result.status}")
+    advice = ("try a start closer to the solution (u0)")
+    if result.approach == "reduced_space" and "lbfgs" not in result.method:
+        advice += ", hessian=None (L-BFGS) or optimizer='L-BFGS-B'"
+    elif result.approach.startswith("continuous") and "exact-hessian" in result.method:
+        advice += ", hessian=None (L-BFGS)"
+    advice += ", another approach (multiple_shooting starts from the data)"
+    advice += (", or a finer grid" if str(result.scheme).startswith("enright")
+               else ", or for stiff problems scheme='enright' and a finer grid")
+    return [f"not converged: {why} ({result.status}, {result.iterations} iterations); "
+            f"the estimates are not an optimum; {advice}"]
+
+
+def _experiment_rows(frame, name):
+    """The rows of experiment ``name`` of a frame indexed by ``(experiment, time)``."""
+    if frame is None or "experiment" not in (frame.index.names or ()):
+        return None
+    try:
+        return frame.xs(name, level="experiment")
+    except KeyError:
+        return None
+
+
+def diagnose(problem, result, scheme=None, model=None, grid=None):
+    """Run every check on ``result`` and append the warnings to ``result.warnings``.
+
+    ``scheme`` is the scheme object the approach used (None for the
+    continuous approach: no stability check); ``model`` an optional
+    :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` of the same
+    discretization (reused for the rank check), else one is built on
+    ``grid`` (default: Enright's scheme, 10 steps per measurement interval).  Idempotent: a result is
+    diagnosed once.  Returns ``result``.
+    """
+    if result.extra.get("diagnosed"):
+        return result
+    if result.problem is None:                # the analyses find the problem here
+        result.extra["problem"] = problem
+    w = list(status_warning(result))
+    w += bound_warnings(problem, result)
+    w += chi2_warning(problem, result)
+    w += rank_warnings(problem, result, model, scheme, grid)
+    w += simulation_warning(problem, result)
+    if getattr(problem, "experiments", None):
+        for name, sp in zip(problem.experiment_names, problem.experiment_problems):
+            st = _experiment_rows(result.states, name)
+            w += [f"experiment '{name}': {m}"
+                  for m in stability_warnings(sp, scheme, st, result.x)]
+    else:
+        w += stability_warnings(problem, scheme, result.states, result.x)
+    result.warnings.extend(w)
+    result.extra["diagnosed"] = True
+    return result

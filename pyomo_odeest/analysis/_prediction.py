@@ -1,0 +1,96 @@
+r"""Confidence bands of states and observables over time (delta method).
+
+For a quantity :math:`y(t; u)` (a state :math:`x_i(t)` or an observable
+:math:`g(x(t), u, t)`) on the grid of the discretization,
+
+.. math::
+
+    \operatorname{Var} y(t) \approx \nabla_u y(t)^\top C\,\nabla_u y(t),\qquad
+    \nabla_u x(t_i) = M_i \text{ (discrete sensitivities, [GM-grad, eq. (51)])},\quad
+    \nabla_u g = g_x M_i + g_u,
+
+with :math:`C` the covariance of the estimates
+(:class:`~pyomo_odeest.analysis._uncertainty.Covariance`).  The band
+:math:`y \pm q\,\mathrm{se}` is a pointwise confidence band of the *mean*
+trajectory (not a prediction interval of new measurements, which would add
+the measurement variance).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ._uncertainty import Covariance, _problem_of, covariance, discrete_model_for
+
+__all__ = ["PredictionBands", "prediction_bands"]
+
+
+@dataclass
+class PredictionBands:
+    """Pointwise bands; every frame is indexed by time with one column per quantity."""
+
+    value: pd.DataFrame
+    se: pd.DataFrame
+    lower: pd.DataFrame
+    upper: pd.DataFrame
+    level: float
+    kind: str
+
+    def plot(self, data=None, ax=None, path=None):
+        """Curves with shaded bands (and the data, if given); matplotlib needed."""
+        from ._plots import plot_bands
+        return plot_bands(self, data=data, ax=ax, path=path)
+
+
+def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="observables",
+                     method="fim", dist=None, problem=None) -> PredictionBands:
+    """Delta-method confidence bands over the grid of the result's discretization.
+
+    Parameters
+    ----------
+    result : EstimationResult
+    cov : Covariance, optional
+        Default ``covariance(result, method)``.
+    kind : 'observables' | 'states'
+
+    With several experiments the frames are indexed by ``(experiment, time)``,
+    each experiment on its own grid.
+    """
+    if kind not in ("observables", "states"):
+        raise ValueError(f"kind must be 'observables' or 'states', got {kind!r}")
+    P = problem if problem is not None else _problem_of(result)
+    cov = cov if cov is not None else covariance(result, method, problem=P)
+    dm = discrete_model_for(result)
+    u = cov.estimates.reindex(P.parameter_names).to_numpy(dtype=float)
+    cols = [P.parameter_names.index(n) for n in cov.names]
+    C = cov.matrix.to_numpy()
+    q = cov.quantile(level, dist)
+    if not P.experiments:
+        Y, se = _bands(P, dm, u, cols, C, kind)
+        return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
+    from ..problem._result import stack_experiments
+    parts = [_bands(sp, m, u, cols, C, kind) for sp, m in zip(P.experiment_problems, dm.models)]
+    Y = stack_experiments(P.experiment_names, [a for a, _ in parts])
+    se = stack_experiments(P.experiment_names, [b for _, b in parts])
+    return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
+
+
+def _bands(P, dm, u, cols, C, kind):
+    """Values and delta-method standard errors on one experiment's grid."""
+    traj = dm.simulate(u)
+    M = dm.state_sensitivities(traj)                        # (k+1, n, m)
+    X, t = traj.X, dm.t
+    if kind == "states":
+        Y, G, names = X, M, P.states
+    else:
+        mf = dm.misfit
+        Y = mf.g(X, u, t)
+        G = mf.gx.matmat(mf.gx.values(X, u, t), M) + mf.gu.dense(mf.gu.values(X, u, t))
+        names = P.obs_names
+    G = G[:, :, cols]
+    var = np.einsum("tym,mn,tyn->ty", G, C, G)
+    se = np.sqrt(np.clip(var, 0, None))
+    idx = pd.Index(t, name="time")
+    return pd.DataFrame(Y, index=idx, columns=names), pd.DataFrame(se, index=idx, columns=names)

@@ -1,0 +1,575 @@
+r"""Profile likelihood and likelihood-ratio intervals.
+
+For a parameter :math:`\theta = u_k` the profile is
+
+.. math::
+
+    \mathrm{PL}(\theta) = \min_{u:\,u_k=\theta} J(u),\qquad
+    \lambda(\theta) = \frac{2}{\kappa}\big(\mathrm{PL}(\theta) - J(\hat u)\big)
+    = 2\big(\mathrm{NLL}_{\text{profile}}(\theta) - \mathrm{NLL}(\hat u)\big)
+
+(κ of :func:`~pyomo_odeest.analysis._uncertainty.nll_factor`).  The
+likelihood-ratio interval at level α is :math:`\{\theta: \lambda(\theta) \le
+\chi^2_{1,\alpha}\}`; with σ unknown (``scale='residual'``) the statistic is
+divided by :math:`s^2 = \chi^2/(m-p)` and compared with the
+:math:`F_{1,m-p}` quantile (the profile-t interval).
+
+Each side of each profile is a path from :math:`\hat\theta` outwards.  The
+steps adapt so that the signed root :math:`\pm\sqrt{\lambda}` — linear in θ
+for a model linear in its parameters — grows by about ``target_step`` per
+point; each point re-optimizes the other parameters (and, in the
+simultaneous block, the states) warm-started from its neighbour.  The
+crossing of the threshold is refined by secant steps on the signed root.  A
+side that reaches a parameter bound or the step limit without crossing is
+reported as open (``'bound'`` / ``'not reached'``); a profile that stays
+below ``flat_tol`` over the explored range as ``'flat'``.
+
+Parallel use: :func:`profile_tasks` returns one picklable
+:class:`ProfileTask` per (parameter, side); :func:`profile_segment` computes
+one of them in any process; :func:`assemble_profiles` combines the segments.
+:func:`profile_likelihood` does the three steps with a ``runner(fn, tasks)``
+(default: serial ``map``), e.g. ``lambda fn, ts: client.gather(client.map(fn, ts))``
+for Dask.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ._uncertainty import Covariance, _problem_of, covariance, discrete_model_for, nll_factor
+
+__all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment", "profile_point",
+           "assemble_profiles", "profile_likelihood", "PROFILE_APPROACHES"]
+
+PROFILE_APPROACHES = ("reduced_space", "simultaneous")
+_OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+
+
+@dataclass
+class ProfileTask:
+    """One side of one profile: everything a worker needs (picklable).
+
+    Attributes
+    ----------
+    problem : EstimationProblem
+    parameter : str
+    direction : +1 or -1
+    u_hat : array
+        Estimates (all parameters): the start of the path.
+    se : float
+        Standard error of the parameter (sets the first step).
+    tangent : array, optional
+        d u / d θ along the profile at the estimate (all parameters; from the
+        covariance, ``C[:, k] / C[k, k]``): predicts the start of the first
+        point; later points extrapolate the last two (secant predictor).
+    approach : 'reduced_space' | 'simultaneous'
+    discretization : dict
+        ``scheme``, ``qmax``, ``grid`` (the estimate's discretization).
+    threshold : float
+        Value of λ at which the side stops (after refining the crossing).
+    scale : float
+        λ = 2ΔJ/(κ·scale) (1 for σ known, s² for σ unknown).
+    options : dict
+        Ipopt options of each re-optimization.
+    target_step, max_points, max_range, refine_tol, max_refine, flat_tol : float, int
+        Growth of the signed root per point, points per side, range explored (in
+        standard errors), tolerance on the signed root at the crossing (relative),
+        re-optimizations allowed to locate it, and the level (relative to the
+        threshold) below which a profile counts as flat.
+    """
+
+    problem: object
+    parameter: str
+    direction: int
+    u_hat: np.ndarray
+    se: float
+    approach: str = "reduced_space"
+    tangent: np.ndarray | None = None
+    discretization: dict = field(default_factory=dict)
+    threshold: float = 3.841458820694124
+    scale: float = 1.0
+    options: dict = field(default_factory=dict)
+    target_step: float = 0.5
+    max_points: int = 30
+    max_range: float = 50.0
+    refine_tol: float = 1e-3
+    max_refine: int = 30
+    flat_tol: float = 1e-3
+
+
+# ---------------------------------------------------------------------------
+# one profile point in each backend
+# ---------------------------------------------------------------------------
+_MODELS: "OrderedDict[str, object]" = OrderedDict()
+
+
+def _discrete_model(problem, disc):
+    """The discrete model of (problem, discretization) — for several experiments the
+    sum of one per experiment — cached per process by object identity (the tasks
+    of one process that share a problem share the model)."""
+    from ..approaches._reduced import discrete_model
+    k = (id(problem), disc.get("scheme"), disc.get("qmax"), id(disc.get("grid")),
+         disc.get("max_step"), disc.get("steps_per_interval"))
+    hit = _MODELS.get(k)
+    dm = hit[0] if hit is not None and hit[1] is problem and hit[2] is disc.get("grid") else None
+    if dm is None:
+        dm = discrete_model(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
+                            disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
+        _MODELS[k] = (dm, problem, disc.get("grid"))
+        while len(_MODELS) > 16:
+            _MODELS.popitem(last=False)
+    return dm
+
+
+class _ReducedProfiler:
+    """Re-optimize J_k over all free parameters but one (reduced space, Ipopt)."""
+
+    def __init__(self, problem, disc, parameter, options):
+        from ..approaches._reduced import ReducedSpaceNLP
+        self.dm = _discrete_model(problem, disc)
+        P = problem
+        self.k = P.parameter_names.index(parameter)
+        free = P.free_mask.copy()
+        free[self.k] = False
+        self.nlp = ReducedSpaceNLP(self.dm, "adjoint", "soa", free=free)
+        self.options = {"tol": 1e-10, **(options or {})}
+
+    def objective_at(self, u):
+        return self.dm.objective(u)
+
+    def solve(self, u_start, theta):
+        from ..nlp._cyipopt_adapter import solve_with_ipopt, start_value_scaling
+        from ..nlp._protocol import EvaluationError
+        nlp = self.nlp
+        u = np.asarray(u_start, dtype=float).copy()
+        u[self.k] = theta
+        nlp.u_full = u
+        x0 = np.clip(u[nlp.free], nlp.x_lb, nlp.x_ub)
+        nlp.x0 = x0
+        if nlp.n == 0:
+            try:
+                return u, self.dm.objective(u), "Solve_Succeeded", 0
+            except Exception as err:                   # SimulationError
+                return u, np.nan, f"Simulation_Failed: {err}", 0
+        try:
+            nlp.objective(x0)
+            r = solve_with_ipopt(nlp, options=self.options, x_scaling=start_value_scaling(x0))
+        except EvaluationError as err:
+            return u, np.nan, f"Simulation_Failed: {err}", 0
+        u_new = nlp.full(r.x)
+        try:
+            J = self.dm.objective(u_new)
+        except Exception as err:
+            return u_new, np.nan, f"{r.status_name}; simulation failed: {err}", r.iterations
+        return u_new, J, r.status_name, r.iterations
+
+
+class _BlockProfiler:
+    """Re-optimize the simultaneous Pyomo block with one parameter fixed; the
+    states of the previous point are the start of the next (warm start)."""
+
+    def __init__(self, problem, disc, parameter, options, u_hat):
+        import pyomo.environ as pyo
+        from ..approaches._simultaneous import initialize_block, scale_parameters
+        from ..transcription._block import build_block
+        from ..transcription._experiments import build_experiment_blocks
+        m = pyo.ConcreteModel()
+        build = build_experiment_blocks if problem.experiments else build_block
+        m.est = build(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
+                      disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
+        b = m.est
+        for p, v in zip(problem.parameter_names, u_hat):
+            b.u[p].set_value(float(v))
+        for sb in getattr(b, "experiment_blocks", [b]):
+            initialize_block(sb, np.asarray(u_hat, dtype=float), "auto")
+        scale_parameters(m, b)
+        self.m, self.b, self.problem = m, b, problem
+        self.parameter = parameter
+        self.var = b.u[parameter]
+        self.var.fix()
+        self.options = {"tol": 1e-10, **(options or {})}
+
+    def objective_at(self, u):
+        return None
+
+    def solve(self, u_start, theta):
+        import pyomo.environ as pyo
+        from ..nlp._plugin import OdeestIpoptSolver
+        b = self.b
+        self.var.fix(float(theta))
+        solver = OdeestIpoptSolver()
+        try:
+            solver.solve(self.m, options=self.options)
+        except Exception as err:                      # evaluation failures at the start
+            return np.asarray(u_start, float), np.nan, f"Failed: {err}", 0
+        info = solver.last_info
+        u = np.array([pyo.value(b.u[p]) for p in self.problem.parameter_names])
+        return u, float(pyo.value(b.objective)), info["status"], int(info["iterations"])
+
+
+def _profiler(task):
+    if task.approach == "reduced_space":
+        return _ReducedProfiler(task.problem, task.discretization, task.parameter, task.options)
+    if task.approach == "simultaneous":
+        return _BlockProfiler(task.problem, task.discretization, task.parameter, task.options,
+                              task.u_hat)
+    raise ValueError(f"profile approach must be one of {PROFILE_APPROACHES}, got {task.approach!r}")
+
+
+def profile_point(problem, parameter, value, u_start, approach="reduced_space",
+                  discretization=None, options=None):
+    """Minimize J with ``parameter`` fixed at ``value``, starting from ``u_start``.
+
+    Returns ``(u, J, status, iterations)``.  Picklable inputs only: usable as a
+    task on its own (the discrete model is cached per process).
+    """
+    task = ProfileTask(problem, parameter, 1, np.asarray(u_start, dtype=float), 1.0, approach,
+                       dict(discretization or {}), options=dict(options or {}))
+    return _profiler(task).solve(task.u_hat, float(value))
+
+
+# ---------------------------------------------------------------------------
+# one side of one profile
+# ---------------------------------------------------------------------------
+def profile_segment(task: ProfileTask) -> pd.DataFrame:
+    """Walk one side of one profile (see the module docstring).
+
+    Returns a DataFrame with one row per point (the estimate first):
+    ``parameter``, ``side``, ``value``, ``objective``, ``status``, ``success``,
+    ``iterations``, ``seconds`` and the re-optimized parameters ``u:<name>``;
+    ``attrs['end']`` says how the side ended: ``'crossed'``, ``'bound'``,
+    ``'not reached'``, ``'not refined'`` (the threshold is bracketed but was not
+    located to ``refine_tol`` within ``max_refine`` re-optimizations) or ``'failed'``.
+    """
+    P = task.problem
+    names = P.parameter_names
+    k = names.index(task.parameter)
+    par = P.parameters[k]
+    kappa = nll_factor(P)
+    d = 1 if task.direction > 0 else -1
+    bound = par.ub if d > 0 else par.lb
+    prof = _profiler(task)
+    rows = []
+
+    def record(theta, u, J, status, iters, sec):
+        rows.append(dict(parameter=task.parameter, side=d, value=float(theta), objective=J,
+                         status=status, success=status in _OK and np.isfinite(J),
+                         iterations=iters, seconds=sec,
+                         **{f"u:{n}": float(v) for n, v in zip(names, u)}))
+
+    t = time.perf_counter()
+    theta0 = float(task.u_hat[k])
+    u0, J0, st0, it0 = prof.solve(task.u_hat, theta0)
+    record(theta0, u0, J0, st0, it0, time.perf_counter() - t)
+    if not np.isfinite(J0):
+        out = pd.DataFrame(rows)
+        out.attrs["end"] = "failed"
+        return out
+
+    def root(J):
+        return np.sqrt(max(2.0 * (J - J0) / (kappa * task.scale), 0.0))
+
+    target = np.sqrt(task.threshold)
+    se = task.se if np.isfinite(task.se) and task.se > 0 else 0.1 * max(1.0, abs(theta0))
+    h = task.target_step * target * se
+    max_dist = task.max_range * se
+    theta_prev, s_prev, u_prev = theta0, 0.0, u0
+    tangent = (np.zeros(len(names)) if task.tangent is None
+               else np.where(np.isfinite(task.tangent), task.tangent, 0.0))
+    end = "not reached"
+    fails = 0
+    while len(rows) < task.max_points:
+        theta = theta_prev + d * h
+        at_bound = False
+        if bound is not None and (theta - bound) * d >= 0:
+            theta, at_bound = float(bound), True
+        t = time.perf_counter()
+        u, J, st, it = prof.solve(_predict(P, u_prev, tangent, theta - theta_prev), theta)
+        ok = st in _OK and np.isfinite(J)
+        if not ok:
+            fails += 1
+            if fails > 4:
+                end = "failed"
+                break
+            h *= 0.4
+            continue
+        record(theta, u, J, st, it, time.perf_counter() - t)
+        s = root(J)
+        if s >= target:
+            # the crossing is bracketed: refine it on the signed root (Illinois)
+            def point(tc, start):
+                t = time.perf_counter()
+                uc, Jc, stc, itc = prof.solve(start, tc)
+                if not (stc in _OK and np.isfinite(Jc)):
+                    return None
+                record(tc, uc, Jc, stc, itc, time.perf_counter() - t)
+                return uc, root(Jc) - target
+            ok = _illinois(point, (theta_prev, s_prev - target, u_prev),
+                           (theta, s - target, u), task.refine_tol * target, task.max_refine)
+            end = "crossed" if ok else "not refined"
+            break
+        if at_bound:
+            end = "bound"
+            break
+        if abs(theta - theta0) > max_dist:
+            break
+        slope = (s - s_prev) / h
+        want = task.target_step * target
+        h_new = want / slope if slope > 0 else 4 * h
+        h = float(np.clip(h_new, 0.5 * h, 4 * h))
+        tangent = (u - u_prev) / (theta - theta_prev)
+        theta_prev, s_prev, u_prev = theta, s, u
+    out = pd.DataFrame(rows)
+    out.attrs["end"] = end
+    return out
+
+
+def _illinois(point, inside, outside, ftol, max_iter):
+    """Locate f(θ) = 0 in the bracket ``inside = (θ, f < 0, u)``, ``outside = (θ, f ≥ 0, u)``
+    by the Illinois variant of regula falsi (superlinear, never leaves the bracket, and
+    unlike plain regula falsi does not creep when f is strongly convex, as the signed
+    root is near a singularity of the model).  ``point(θ, start) -> (u, f) | None``
+    re-optimizes at θ; a failed point is retried at the bracket's midpoint.  True when
+    a point with ``|f| <= ftol`` was found within ``max_iter`` re-optimizations."""
+    (a, fa, ua), (b, fb, ub) = inside, outside
+    ga, gb = fa, fb                        # the (possibly halved) values of the secant
+    side = 0
+    for _ in range(max_iter):
+        if min(abs(fa), abs(fb)) <= ftol:
+            return True
+        if abs(b - a) <= 1e-12 * max(1.0, abs(a), abs(b)):
+            return False
+        frac = ga / (ga - gb) if gb != ga else 0.5
+        frac = min(max(frac, 1e-6), 1 - 1e-6)
+        got = point(a + frac * (b - a), ua + frac * (ub - ua))
+        if got is None:
+            frac = 0.5
+            got = point(a + frac * (b - a), ua + frac * (ub - ua))
+            if got is None:
+                return False
+        tc = a + frac * (b - a)
+        uc, fc = got
+        if fc >= 0:
+            b, fb, gb, ub = tc, fc, fc, uc
+            if side == 1:
+                ga *= 0.5
+            side = 1
+        else:
+            a, fa, ga, ua = tc, fc, fc, uc
+            if side == -1:
+                gb *= 0.5
+            side = -1
+    return min(abs(fa), abs(fb)) <= ftol
+
+
+def _predict(problem, u, tangent, dtheta):
+    """Start of the next point: ``u + tangent·Δθ``, clipped into the bounds."""
+    v = u + tangent * dtheta
+    lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])
+    ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])
+    return np.clip(v, lb, ub)
+
+
+# ---------------------------------------------------------------------------
+# tasks, assembly, the front function
+# ---------------------------------------------------------------------------
+def _discretization_of(result):
+    """Scheme and grid of a result (for several experiments ``grid`` maps each
+    experiment to its grid)."""
+    P = result.problem
+    if P is not None and P.experiments:
+        dm = discrete_model_for(result)
+        return dict(scheme=dm.models[0].scheme.name, qmax=dm.models[0].scheme.qmax,
+                    grid={n: m.grid for n, m in zip(P.experiment_names, dm.models)})
+    dm = result.extra.get("discrete_model")
+    if dm is not None:
+        return dict(scheme=dm.scheme.name, qmax=dm.scheme.qmax, grid=dm.grid)
+    b = getattr(result.model, "est", None) if result.model is not None else None
+    if b is not None and hasattr(b, "grid"):
+        return dict(scheme=b.scheme.name, qmax=b.scheme.qmax, grid=b.grid)
+    im = result.extra.get("interval_models")
+    if im is not None:
+        return dict(scheme=im.scheme.name, qmax=im.scheme.qmax, grid=im.grid)
+    return {}
+
+
+def _thresholds(level, scale_kind, dof):
+    if scale_kind == "residual":
+        return float(stats.f.ppf(level, 1, dof))
+    return float(stats.chi2.ppf(level, 1))
+
+
+def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="known",
+                  options=None, cov: Covariance | None = None, problem=None, **kw):
+    """One :class:`ProfileTask` per (parameter, side) for ``result``.
+
+    ``approach``: ``'reduced_space'`` or ``'simultaneous'`` (default: the
+    result's approach when it is one of these, else the reduced space on the
+    result's discretization).  ``scale``: ``'known'`` (σ known: χ²₁ threshold)
+    or ``'residual'`` (σ unknown: λ/s² against F₁,ₘ₋ₚ).  Other keywords go to
+    :class:`ProfileTask` (``target_step``, ``max_points``, ``max_range``, ...).
+    """
+    P = problem if problem is not None else _problem_of(result)
+    if approach is None:
+        approach = result.approach if result.approach in PROFILE_APPROACHES else "reduced_space"
+    if approach not in PROFILE_APPROACHES:
+        raise ValueError(f"approach must be one of {PROFILE_APPROACHES}, got {approach!r}")
+    if scale not in ("known", "residual"):
+        raise ValueError(f"scale must be 'known' or 'residual', got {scale!r}")
+    free = [p.name for p in P.parameters if not p.fixed]
+    parameters = free if parameters is None else list(parameters)
+    bad = [p for p in parameters if p not in free]
+    if bad:
+        raise ValueError(f"cannot profile {bad}: not free parameters of the problem ({free})")
+    cov = cov if cov is not None else covariance(
+        result, "residual" if scale == "residual" else "fim", problem=P)
+    thr = _thresholds(level, scale, cov.dof)
+    sc = cov.s2 if scale == "residual" else 1.0
+    u_hat = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
+    se = cov.se
+    disc = _discretization_of(result)
+    C = cov.matrix
+    tasks = []
+    for name in parameters:
+        s = float(se.get(name, np.nan))
+        tangent = np.zeros(len(u_hat))
+        if name in C.index and np.isfinite(C.loc[name, name]) and C.loc[name, name] > 0:
+            col = (C[name] / C.loc[name, name]).reindex(P.parameter_names).fillna(0.0)
+            tangent = col.to_numpy(dtype=float)
+        for d in (-1, 1):
+            tasks.append(ProfileTask(P, name, d, u_hat, s, approach, tangent, disc, thr, sc,
+                                     dict(options or {}), **kw))
+    return tasks
+
+
+@dataclass
+class ProfileResult:
+    """Profiles and likelihood-ratio intervals.
+
+    Attributes
+    ----------
+    curves : dict name -> DataFrame
+        Points sorted by value with the statistic ``lr`` (λ) and ``signed_root``.
+    intervals : DataFrame
+        Per parameter: ``estimate``, ``lower``, ``upper`` (NaN when open),
+        ``lower_end`` / ``upper_end`` (``'crossed'``, ``'bound'``, ``'not reached'``,
+        ``'not refined'``, ``'failed'``), ``shape`` (``'ok'``, ``'one-sided'``, ``'flat'``,
+        ``'unbounded'``), ``wald_lower``, ``wald_upper`` (same level).
+    level, threshold : float
+    warnings : list of str
+    """
+
+    curves: dict
+    intervals: pd.DataFrame
+    level: float
+    threshold: float
+    approach: str
+    seconds: float = 0.0
+    warnings: list = field(default_factory=list)
+
+    def plot(self, parameters=None, ax=None, wald=True, path=None):
+        """Plot λ(θ) per parameter with the threshold (and the Wald parabola)."""
+        from ._plots import plot_profiles
+        return plot_profiles(self, parameters=parameters, ax=ax, wald=wald, path=path)
+
+
+def assemble_profiles(segments, tasks, level=0.95, cov: Covariance | None = None) -> ProfileResult:
+    """Combine the segments returned by :func:`profile_segment` for ``tasks``."""
+    kappa = nll_factor(tasks[0].problem)
+    thr = tasks[0].threshold
+    curves, rows, notes = {}, [], []
+    by_name = OrderedDict()
+    for t, seg in zip(tasks, segments):
+        by_name.setdefault(t.parameter, []).append((t, seg))
+    for name, parts in by_name.items():
+        t0 = parts[0][0]
+        J0s = [seg["objective"].iloc[0] for _, seg in parts if len(seg)]
+        J0 = float(np.nanmin(J0s)) if J0s else np.nan
+        df = pd.concat([seg for _, seg in parts], ignore_index=True)
+        df = df[df["success"]].sort_values("value").drop_duplicates("value").reset_index(drop=True)
+        lr = 2.0 * (df["objective"] - J0) / (kappa * t0.scale)
+        if np.any(lr < -1e-6 * max(1.0, thr)):
+            notes.append(f"profile of {name} found a lower objective than the estimate "
+                         f"(by {-lr.min():.3g} in λ): the estimate is not the optimum")
+        df["lr"] = lr.clip(lower=0.0)
+        theta_hat = float(t0.u_hat[t0.problem.parameter_names.index(name)])
+        df["signed_root"] = np.sign(df["value"] - theta_hat) * np.sqrt(df["lr"])
+        curves[name] = df
+        end = {t.direction: (seg.attrs.get("end", "failed") if len(seg) else "failed")
+               for t, seg in parts}
+        lo = _crossing(df, theta_hat, -1, thr) if end.get(-1) == "crossed" else np.nan
+        hi = _crossing(df, theta_hat, 1, thr) if end.get(1) == "crossed" else np.nan
+        closed = [e == "crossed" for e in (end.get(-1), end.get(1))]
+        for dd, e in end.items():
+            if e == "not refined":
+                notes.append(f"the {'upper' if dd > 0 else 'lower'} limit of {name} is "
+                             f"bracketed but was not located within {t0.max_refine} "
+                             f"re-optimizations: reported as NaN; see the profile curve")
+        flat = len(df) > 1 and float(df["lr"].max()) < t0.flat_tol * thr
+        shape = ("flat" if flat else "ok" if all(closed) else
+                 "one-sided" if any(closed) else "unbounded")
+        rows.append(dict(parameter=name, estimate=theta_hat, lower=lo, upper=hi,
+                         lower_end=end.get(-1), upper_end=end.get(1), shape=shape,
+                         points=len(df)))
+    iv = pd.DataFrame(rows).set_index("parameter")
+    if cov is not None:
+        w = cov.intervals(level, "t" if tasks[0].scale != 1.0 else "normal")
+        iv["wald_lower"] = w["lower"].reindex(iv.index)
+        iv["wald_upper"] = w["upper"].reindex(iv.index)
+    return ProfileResult(curves, iv, level, thr, tasks[0].approach, warnings=notes)
+
+
+def _crossing(df, theta_hat, d, thr):
+    """θ where λ = thr on side d, by linear interpolation of the signed root."""
+    side = df[(df["value"] - theta_hat) * d >= 0].copy()
+    side["dist"] = (side["value"] - theta_hat) * d
+    side = side.sort_values("dist")
+    s = np.sqrt(side["lr"].to_numpy())
+    v = side["value"].to_numpy()
+    target = np.sqrt(thr)
+    above = np.flatnonzero(s >= target)
+    if len(above) == 0:
+        return np.nan
+    i = above[0]
+    if i == 0:
+        return float(v[0])
+    s0, s1 = s[i - 1], s[i]
+    frac = (target - s0) / (s1 - s0) if s1 > s0 else 1.0
+    return float(v[i - 1] + frac * (v[i] - v[i - 1]))
+
+
+def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale="known",
+                       runner=None, options=None, problem=None, **kw) -> ProfileResult:
+    """Profile likelihood of ``result``'s parameters and likelihood-ratio intervals.
+
+    Parameters
+    ----------
+    result : EstimationResult
+        Of any approach (the profile runs in ``approach``).
+    parameters : list of str, optional
+        Default: every free parameter.
+    level : float
+        Confidence level of the intervals (threshold χ²₁ or F₁,ₘ₋ₚ quantile).
+    approach : 'reduced_space' | 'simultaneous', optional
+    scale : 'known' | 'residual'
+    runner : callable ``runner(fn, tasks) -> list``, optional
+        Maps :func:`profile_segment` over the tasks (default serial).
+    options : dict
+        Ipopt options of every re-optimization.
+    **kw
+        :class:`ProfileTask` settings (``target_step``, ``max_points``, ...).
+    """
+    t = time.perf_counter()
+    P = problem if problem is not None else _problem_of(result)
+    cov = covariance(result, "residual" if scale == "residual" else "fim", problem=P)
+    tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P, **kw)
+    run = runner if runner is not None else (lambda fn, ts: [fn(x) for x in ts])
+    segments = run(profile_segment, tasks)
+    out = assemble_profiles(segments, tasks, level, cov)
+    out.seconds = time.perf_counter() - t
+    return out

@@ -1,0 +1,709 @@
+r"""Parameter covariance, standard errors, Wald intervals and the delta method.
+
+Every loss of the package is :math:`J(u) = \kappa\,\mathrm{NLL}(u) + c` with
+:math:`\kappa = 2` for least squares with weights :math:`w = 1/\sigma^2` and
+:math:`\kappa = 1` for the Gaussian negative log-likelihood
+(:mod:`pyomo_odeest.problem._misfit`: :math:`\varphi_j = r_j^\top A_j r_j`
+with :math:`A_j = \operatorname{diag}(w_j)` or :math:`\tfrac12\Sigma^{-1}`).
+With the precision :math:`P_j = 2A_j/\kappa` (:math:`W_j` or
+:math:`\Sigma^{-1}`) and the sensitivities :math:`S_j = \mathrm dz(\tau_j)/\mathrm du`
+of the observations,
+
+.. math::
+
+    F = \sum_j S_j^\top P_j S_j \;(\text{Fisher information} = \tfrac1\kappa
+    \text{Gauss–Newton matrix of } J),\qquad
+    \chi^2 = \sum_j r_j^\top P_j r_j,
+
+and the covariance of the estimates is one of
+
+* ``method='fim'`` (alias ``'gauss_newton'``): :math:`F^{-1}` (σ known);
+* ``method='hessian'``: :math:`\kappa\,(\nabla^2 J)^{-1}`, the inverse Hessian of the NLL
+  (observed information);
+* ``method='residual'``: :math:`s^2 F^{-1}` with :math:`s^2 = \chi^2/(m-p)`,
+  least squares with unknown σ (weights known up to a common factor).
+
+A penalty :math:`R(u)` of the problem is a prior: its Hessian divided by κ is
+added to :math:`F`.  Free parameters at an active bound are held at the bound:
+the covariance is that of the other parameters and the interval of the bound
+parameter is reported as ``'at lower bound'`` / ``'at upper bound'``.
+
+Curvature and sensitivities come from the approach that produced the result,
+without re-solving (see :func:`curvature`): the discrete second-order adjoint
+and sensitivities [GM-grad, §2.5, eq. (51)] (reduced space), the KKT system at
+the solution (simultaneous: the reduced Hessian :math:`Z^\top\nabla^2 L\,Z`
+with :math:`Z` spanning the null space of the constraint Jacobian;
+multiple shooting: the same null space for the sensitivities), or the
+continuous sensitivities and second-order adjoint [MHV, eqs. (8), (19)–(20)].
+
+**Several experiments.**  The objective of a problem with experiments is
+:math:`J = \sum_e J_e(u)` over one parameter vector (the global parameters
+and each experiment's copies of the local ones), so its Fisher information,
+Hessian and χ² are the sums of the experiments' terms, each with the
+sensitivities of its own simulation (a local parameter of another experiment
+has zero sensitivity there); m counts every experiment's measured values
+(:class:`ExperimentCurvature`).  In the simultaneous approach the reduced
+Hessian and the sensitivities come from the KKT system of the whole
+multi-experiment NLP.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from scipy import stats
+
+from ..problem._declaration import GaussianNLL
+from ..problem._misfit import MeasurementMisfit
+
+__all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature",
+           "delta_method", "kkt_reduced_hessian", "nll_factor", "COVARIANCE_METHODS",
+           "bound_status", "discrete_model_for"]
+
+COVARIANCE_METHODS = ("fim", "gauss_newton", "hessian", "residual")
+
+
+def nll_factor(problem) -> float:
+    """κ in ``J = κ·NLL + c``: 1 for :class:`GaussianNLL`, 2 for least squares."""
+    return 1.0 if isinstance(problem.loss, GaussianNLL) else 2.0
+
+
+# ---------------------------------------------------------------------------
+# curvature of J at the estimates, per approach
+# ---------------------------------------------------------------------------
+@dataclass
+class Curvature:
+    """Derivatives of J at the estimates with respect to the free parameters.
+
+    Attributes
+    ----------
+    names : list of str
+        Free parameters (columns of ``S`` and ``H``).
+    u : ndarray
+        All parameter values (problem order).
+    free : ndarray of int
+        Positions of ``names`` in the problem's parameters.
+    S : ndarray (N, n_obs, p)
+        Sensitivities of the observations at the measurement times.
+    residuals : ndarray (N, n_obs)
+        r_j = z_j − z̄_j (0 where not measured).
+    H : ndarray (p, p) or None
+        Exact Hessian of J (computed on request).
+    source : str
+        Where the derivatives come from.
+    """
+
+    problem: object
+    names: list
+    u: np.ndarray
+    free: np.ndarray
+    S: np.ndarray
+    residuals: np.ndarray
+    misfit: MeasurementMisfit
+    H: np.ndarray | None = None
+    source: str = ""
+
+    @property
+    def kappa(self):
+        return nll_factor(self.problem)
+
+    @property
+    def n_measured(self) -> int:
+        """Number of measured values m."""
+        return int(self.problem.mask.sum())
+
+    def fim(self) -> np.ndarray:
+        """Fisher information :math:`\\sum_j S_j^\\top P_j S_j` (+ R''/κ)."""
+        F = 2.0 / self.kappa * np.einsum("jop,joq->pq", self.S, self.misfit.AS(self.S))
+        if self.misfit.has_penalty:
+            F = F + self.misfit.penalty_hessian(self.u)[np.ix_(self.free, self.free)] / self.kappa
+        return 0.5 * (F + F.T)
+
+    def chi2(self) -> float:
+        """:math:`\\sum_j r_j^\\top P_j r_j` (weighted sum of squared residuals)."""
+        r = self.residuals
+        return float(2.0 / self.kappa * np.sum(r * self.misfit.Ar(r)))
+
+    def scaled_rows(self) -> np.ndarray:
+        """Rows :math:`P_j^{1/2} S_j` of the weighted sensitivity matrix ((Σ n_obs) × p),
+        one row per measured value."""
+        S, P = self.S, self.problem
+        mask = P.mask
+        if self.misfit.A is None:
+            w = np.sqrt(2.0 / self.kappa * self.misfit.A_diag)
+            R = (w[:, :, None] * S)[mask]
+        else:
+            rows = []
+            for j in range(S.shape[0]):
+                o = np.flatnonzero(mask[j])
+                Pj = 2.0 / self.kappa * self.misfit.A[j][np.ix_(o, o)]
+                L = np.linalg.cholesky(Pj)
+                rows.append(L.T @ S[j][o])
+            R = np.vstack(rows) if rows else np.zeros((0, S.shape[2]))
+        return R
+
+
+@dataclass
+class ExperimentCurvature:
+    r"""Derivatives of :math:`J = \sum_e J_e` for a problem with several experiments:
+    one :class:`Curvature` per experiment (``parts``, over the same free
+    parameters) with the interface of one — :meth:`fim`, :meth:`chi2`,
+    :meth:`scaled_rows` and ``n_measured`` are sums (stacks) over the parts;
+    ``H`` is the Hessian of the sum."""
+
+    problem: object
+    names: list
+    u: np.ndarray
+    free: np.ndarray
+    parts: list
+    H: np.ndarray | None = None
+    source: str = ""
+
+    @property
+    def kappa(self):
+        return nll_factor(self.problem)
+
+    @property
+    def n_measured(self) -> int:
+        return int(sum(c.n_measured for c in self.parts))
+
+    def fim(self) -> np.ndarray:
+        return sum(c.fim() for c in self.parts)
+
+    def chi2(self) -> float:
+        return float(sum(c.chi2() for c in self.parts))
+
+    def scaled_rows(self) -> np.ndarray:
+        return np.vstack([c.scaled_rows() for c in self.parts])
+
+
+def _free_names(problem):
+    return [p.name for p in problem.parameters if not p.fixed]
+
+
+def discrete_model_for(result):
+    """The :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` of a result's
+    discretization: the reduced-space model itself, the simultaneous block's scheme
+    and grid, or (other approaches) the problem's default discretization.  With
+    several experiments the sum of one per experiment
+    (:class:`~pyomo_odeest.discretization._experiments.ExperimentModels`; multiple
+    shooting: single shooting on each experiment's grid)."""
+    from ..discretization.discrete import DiscreteModel
+    dm = result.extra.get("discrete_model")
+    if dm is not None:
+        return dm
+    b = getattr(result.model, "est", None) if result.model is not None else None
+    problem = _problem_of(result)
+    if problem.experiments:
+        from ..approaches._reduced import discrete_model
+        from ..discretization._experiments import ExperimentModels
+        blocks = getattr(b, "experiment_blocks", None)
+        if blocks is not None:
+            return ExperimentModels(problem, [
+                DiscreteModel(sp, sb.scheme.name, sb.scheme.qmax, sb.grid)
+                for sp, sb in zip(problem.experiment_problems, blocks)])
+        per = result.extra.get("experiments")          # multiple shooting: the same grids
+        ims = [(per or {}).get(n, {}).get("interval_models") for n in problem.experiment_names]
+        if all(im is not None for im in ims):
+            return ExperimentModels(problem, [
+                DiscreteModel(sp, im.scheme.name, im.scheme.qmax, im.grid)
+                for sp, im in zip(problem.experiment_problems, ims)])
+        return discrete_model(problem)
+    if b is not None and hasattr(b, "grid") and hasattr(b, "scheme"):
+        return DiscreteModel(problem, b.scheme.name, b.scheme.qmax, b.grid)
+    im = result.extra.get("interval_models")
+    if im is not None:
+        return DiscreteModel(problem, im.scheme.name, im.scheme.qmax, im.grid)
+    return DiscreteModel(problem)
+
+
+def _problem_of(result):
+    P = result.problem
+    if P is not None:
+        return P
+    raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} result; "
+                     "pass problem=... explicitly")
+
+
+def curvature(result, hessian=False, problem=None) -> Curvature:
+    """Sensitivities (and with ``hessian`` the exact Hessian of J) at ``result``'s
+    estimates, from the machinery of the result's approach (see the module docstring)."""
+    P = problem if problem is not None else _problem_of(result)
+    u = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
+    free = np.flatnonzero(P.free_mask)
+    names = [P.parameter_names[k] for k in free]
+    approach = result.approach
+    if P.experiments:
+        return _curvature_experiments(result, P, u, free, names, hessian)
+    if approach == "simultaneous" and result.model is not None and hasattr(result.model, "est"):
+        return _curvature_kkt(result, P, u, free, names, hessian)
+    if approach == "continuous_adjoint" and "continuous_model" in result.extra:
+        cm = result.extra["continuous_model"]
+        _, Xm, Xs = cm.sensitivities(u)
+        mf = cm.misfit
+        S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
+        H = cm.hessian(u, "soa", index=free) if hessian else None
+        if H is not None:
+            H = 0.5 * (H + H.T)
+        return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H,
+                         "continuous sensitivities / second-order adjoint [MHV, (8), (19)-(20)]")
+    if approach == "multiple_shooting" and "interval_models" in result.extra:
+        return _curvature_shooting(result, P, u, free, names, hessian)
+    source = ("discrete sensitivities / second-order adjoint [GM-grad, (51), §2.5]"
+              if approach == "reduced_space" else
+              f"discrete sensitivities / second-order adjoint of the reduced space on the "
+              f"{approach} result's discretization")
+    return _curvature_discrete(discrete_model_for(result), P, u, free, names, hessian, source)
+
+
+def _curvature_experiments(result, P, u, free, names, hessian):
+    """:class:`ExperimentCurvature` of a result of a problem with experiments."""
+    subs = P.experiment_problems
+    b = getattr(result.model, "est", None) if result.model is not None else None
+    if result.approach == "simultaneous" and getattr(b, "experiment_blocks", None) is not None:
+        H, dwdu, kkt_names, _ = kkt_reduced_hessian(result.model)
+        if kkt_names != names:
+            raise ValueError(f"free parameters of the model {kkt_names} differ from the "
+                             f"problem's {names}")
+        parts = [_kkt_part(sb, sp, dwdu[e], u, free, names)
+                 for e, (sb, sp) in enumerate(zip(b.experiment_blocks, subs))]
+        return ExperimentCurvature(P, names, u, free, parts, H if hessian else None,
+                                   "KKT system of the multi-experiment simultaneous NLP "
+                                   "(reduced Hessian Z^T W Z)")
+    cm = result.extra.get("continuous_model")
+    if result.approach.startswith("continuous") and hasattr(cm, "models"):
+        parts = []
+        for sp, c in zip(subs, cm.models):
+            _, Xm, Xs = c.sensitivities(u)
+            mf = c.misfit
+            Hc = None
+            if hessian:
+                Hc = c.hessian(u, "soa", index=free)
+                Hc = 0.5 * (Hc + Hc.T)
+            S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
+            parts.append(Curvature(sp, names, u, free, S, mf.residuals(Xm, u) * sp.mask, mf, Hc,
+                                   "continuous"))
+        source = "continuous sensitivities / second-order adjoint per experiment [MHV, (8), (19)-(20)]"
+    else:
+        dm = discrete_model_for(result)
+        source = ("discrete sensitivities / second-order adjoint per experiment [GM-grad, (51), "
+                  f"§2.5] on the {result.approach} result's discretization")
+        parts = [_curvature_discrete(m, sp, u, free, names, hessian, source)
+                 for m, sp in zip(dm.models, subs)]
+    H = sum(c.H for c in parts) if hessian else None
+    return ExperimentCurvature(P, names, u, free, parts, H, source)
+
+
+def _curvature_discrete(dm, P, u, free, names, hessian, source):
+    traj = dm.simulate(u)
+    Xm = traj.X[np.asarray(dm.grid.J)]
+    Xs = dm.state_sensitivities(traj)[np.asarray(dm.grid.J)]
+    mf = dm.misfit
+    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
+    H = dm.hessian(u, "soa")[np.ix_(free, free)] if hessian else None
+    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H, source)
+
+
+def _null_space(J, dep, par):
+    """``(D, lu)``: D = −J_dep⁻¹ J_par (the state part of Z) and the LU of J_dep."""
+    J = sp.csc_matrix(J)
+    Jd = J[:, dep]
+    if Jd.shape[0] != Jd.shape[1]:
+        raise ValueError(f"the constraint Jacobian with respect to the dependent variables is "
+                         f"{Jd.shape[0]}×{Jd.shape[1]}, not square: cannot eliminate the states")
+    lu = spla.splu(sp.csc_matrix(Jd))
+    D = -lu.solve(J[:, par].toarray())
+    return D, lu
+
+
+def kkt_reduced_hessian(model, block=None):
+    r"""Reduced Hessian of a solved simultaneous model from its KKT system.
+
+    At the solution ``(w, u)`` of :math:`\min J(w,u)` s.t. :math:`c(w,u) = 0`
+    (states and stages w, free parameters u), with
+    :math:`Z = \begin{pmatrix}-c_w^{-1}c_u\\ I\end{pmatrix}` spanning the null space
+    of the constraint Jacobian, the multipliers :math:`c_w^\top\lambda = -\nabla_w J`
+    and :math:`W = \nabla^2 J + \sum_i\lambda_i\nabla^2 c_i`,
+
+    .. math:: H_{\mathrm{red}} = Z^\top W Z = \nabla^2_{uu} J_k(u)
+
+    — the Hessian of the reduced objective [GM-grad, §2.5] — from one sparse LU
+    of :math:`c_w`, without simulating.
+
+    Returns
+    -------
+    H : (p, p) array, dwdu : dict (i, state) -> (p,) sensitivities of the grid
+    states (for a block of several experiments: a list of such dicts, one per
+    experiment), names : list of the free parameters, lam : multipliers (row
+    order of the evaluator).
+    """
+    from ..nlp._evaluator import PyomoNLPEvaluator
+    b = model.est if block is None else block
+    P = b.problem
+    names = [p for p in P.parameter_names if not b.u[p].fixed]
+    ev = PyomoNLPEvaluator(model)
+    if np.any(ev.g_lb != ev.g_ub):
+        raise ValueError("the model has inequality constraints; the reduced Hessian needs "
+                         "equality constraints only")
+    x = np.array([0.0 if v.value is None else v.value for v in ev.variables], dtype=float)
+    col = {id(v): k for k, v in enumerate(ev.variables)}
+    # a free parameter that enters no equation and no objective term (e.g. the initial
+    # value of a species in experiments that are not part of this problem) is not a
+    # column of the NLP: its rows and columns of H and its sensitivities are zero
+    present = np.array([id(b.u[p]) in col for p in names], dtype=bool)
+    par = np.array([col[id(b.u[p])] for p in names if id(b.u[p]) in col], dtype=int)
+    dep = np.setdiff1d(np.arange(ev.n), par)
+    r, c = ev.jacobian_structure()
+    Jc = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
+    D, lu = _null_space(Jc, dep, par)
+    g = ev.gradient(x)
+    lam = -lu.solve(g[dep], trans="T")
+    hr, hc = ev.hessian_structure()
+    hv = ev.hessian(x, lam, 1.0)
+    off = hr != hc
+    W = sp.csr_matrix((np.concatenate([hv, hv[off]]),
+                       (np.concatenate([hr, hc[off]]), np.concatenate([hc, hr[off]]))),
+                      shape=(ev.n, ev.n))
+    Zp = np.zeros((ev.n, len(par)))
+    Zp[dep] = D
+    Zp[par] = np.eye(len(par))
+    Z = np.zeros((ev.n, len(names)))
+    Z[:, present] = Zp
+    H = Z.T @ (W @ Z)
+
+    def state_rows(sb):
+        out = {}
+        for (i, s) in sb.x.keys():
+            k = col.get(id(sb.x[i, s]))
+            out[(i, s)] = Z[k] if k is not None else np.zeros(len(names))
+        return out
+    blocks = getattr(b, "experiment_blocks", None)
+    dwdu = [state_rows(sb) for sb in blocks] if blocks is not None else state_rows(b)
+    return 0.5 * (H + H.T), dwdu, names, lam
+
+
+def _kkt_part(b, P, dwdu, u, free, names, H=None,
+              source="KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)"):
+    """:class:`Curvature` of one block (one experiment) from the KKT null space."""
+    J = np.asarray(b.grid.J)
+    Xm = np.array([[float(b.x[i, s].value) for s in P.states] for i in J], dtype=float)
+    Xs_free = np.array([[dwdu[(i, s)] for s in P.states] for i in J])        # (N, n, p)
+    Xs = np.zeros(Xs_free.shape[:2] + (len(u),))
+    Xs[:, :, free] = Xs_free
+    mf = MeasurementMisfit(P)
+    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
+    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H, source)
+
+
+def _curvature_kkt(result, P, u, free, names, hessian):
+    b = result.model.est
+    H, dwdu, kkt_names, _ = kkt_reduced_hessian(result.model)
+    if kkt_names != names:
+        raise ValueError(f"free parameters of the model {kkt_names} differ from the problem's {names}")
+    return _kkt_part(b, P, dwdu, u, free, names, H if hessian else None)
+
+
+def _curvature_shooting(result, P, u, free, names, hessian):
+    from ..approaches._shooting import MultipleShootingNLP
+    im = result.extra["interval_models"]
+    S0 = result.extra["node_values"].to_numpy()
+    nlp = MultipleShootingNLP(P, im, "vector", "sensitivity", u, S0)
+    if nlp.off_meas:
+        warnings.warn("multiple shooting with measurement times between nodes: derivatives "
+                      "from the single-shooting discretization", RuntimeWarning, stacklevel=3)
+        return _curvature_discrete(discrete_model_for(result), P, u, free, names, hessian,
+                                   "discrete sensitivities (single shooting on the same grid)")
+    x = np.concatenate([S0.ravel(), u[nlp.free]])
+    fixed_cols = np.flatnonzero(nlp.x_lb == nlp.x_ub)
+    par = np.arange(nlp.ns, nlp.n)
+    dep = np.setdiff1d(np.arange(nlp.ns), fixed_cols)
+    r, c = nlp.jacobian_structure()
+    Jc = sp.csc_matrix((nlp.jacobian(x), (r, c)), shape=(nlp.m, nlp.n))
+    D, lu = _null_space(Jc, dep, par)
+    dS = np.zeros((nlp.ns, len(par)))
+    dS[dep] = D
+    dS = dS.reshape(nlp.N + 1, nlp.nx, len(par))
+    Xm = np.empty((len(P.meas_times), nlp.nx))
+    Xs = np.zeros((len(P.meas_times), nlp.nx, len(u)))
+    for j, a in nlp.node_meas:
+        Xm[j] = S0[a]
+        Xs[j][:, free] = dS[a]
+    mf = MeasurementMisfit(P)
+    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
+    H = None
+    if hessian:
+        H = _shooting_hessian(nlp, x, dep, par)
+    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H,
+                     "multiple-shooting constraint Jacobian (null space); Hessian by central "
+                     "differences of the reduced gradient")
+
+
+def _shooting_hessian(nlp, x, dep, par, rel_step=1e-5):
+    """Central differences of the reduced gradient Zᵀ∇L at feasible node values."""
+    p = len(par)
+
+    def feasible(upar):
+        xx = x.copy()
+        xx[par] = upar
+        S, u_full = nlp.split(xx)
+        S = S.copy()
+        if nlp.init_rows:
+            S[0] = nlp.l(u_full)
+        for j, dm in enumerate(nlp.im.models):
+            S[j + 1] = dm.simulate(np.concatenate([u_full, S[j]])).X[-1]
+        xx[:nlp.ns] = S.ravel()
+        return xx
+
+    def reduced_gradient(xx):
+        r, c = nlp.jacobian_structure()
+        Jc = sp.csc_matrix((nlp.jacobian(xx), (r, c)), shape=(nlp.m, nlp.n))
+        g = nlp.gradient(xx)
+        lu = spla.splu(sp.csc_matrix(Jc[:, dep]))
+        lam = -lu.solve(g[dep], trans="T")
+        return g[par] + Jc[:, par].T @ lam
+
+    H = np.zeros((p, p))
+    u0 = x[par]
+    for a in range(p):
+        h = rel_step * max(1.0, abs(u0[a]))
+        e = np.zeros(p)
+        e[a] = h
+        H[:, a] = (reduced_gradient(feasible(u0 + e)) - reduced_gradient(feasible(u0 - e))) / (2 * h)
+    return 0.5 * (H + H.T)
+
+
+# ---------------------------------------------------------------------------
+# bounds
+# ---------------------------------------------------------------------------
+def bound_status(problem, u, rtol=1e-6):
+    """``{name: 'lower'|'upper'}`` for free parameters within ``rtol`` of a bound."""
+    out = {}
+    for p, v in zip(problem.parameters, u):
+        if p.fixed:
+            continue
+        if p.lb is not None and v - p.lb <= rtol * max(1.0, abs(p.lb)):
+            out[p.name] = "lower"
+        elif p.ub is not None and p.ub - v <= rtol * max(1.0, abs(p.ub)):
+            out[p.name] = "upper"
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the covariance object
+# ---------------------------------------------------------------------------
+@dataclass
+class Covariance:
+    """Covariance of the estimates (see the module docstring).
+
+    Attributes
+    ----------
+    matrix : DataFrame
+        Covariance of the estimated parameters (free and not at a bound).
+    estimates : Series
+        All parameter values.
+    method : str
+    dof : int
+        m − p (measured values minus estimated parameters).
+    s2 : float
+        χ²/(m − p) (the residual variance factor; used by ``'residual'``).
+    at_bound : dict
+        name -> 'lower' | 'upper'.
+    fixed : list
+        Parameters fixed in the problem.
+    condition : float
+        Condition number of the information matrix that was inverted.
+    warnings : list of str
+    """
+
+    matrix: pd.DataFrame
+    estimates: pd.Series
+    method: str
+    dof: int
+    s2: float
+    at_bound: dict = field(default_factory=dict)
+    fixed: list = field(default_factory=list)
+    condition: float = np.nan
+    source: str = ""
+    warnings: list = field(default_factory=list)
+
+    @property
+    def names(self):
+        return list(self.matrix.index)
+
+    @property
+    def se(self) -> pd.Series:
+        """Standard errors of the estimated parameters."""
+        return pd.Series(np.sqrt(np.clip(np.diag(self.matrix.to_numpy()), 0, None)),
+                         index=self.matrix.index, name="se")
+
+    @property
+    def correlation(self) -> pd.DataFrame:
+        C = self.matrix.to_numpy()
+        d = np.sqrt(np.clip(np.diag(C), 0, None))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            R = C / np.outer(d, d)
+        return pd.DataFrame(R, index=self.matrix.index, columns=self.matrix.columns)
+
+    def quantile(self, level=0.95, dist=None):
+        """Two-sided quantile of ``dist`` ('t' with ``dof`` degrees of freedom or
+        'normal'; default: 't' for ``method='residual'``, else 'normal')."""
+        if not 0 < level < 1:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        dist = dist or ("t" if self.method == "residual" else "normal")
+        if dist == "t":
+            if self.dof <= 0:
+                raise ValueError(f"Student t needs m − p > 0 degrees of freedom; got {self.dof}")
+            return float(stats.t.ppf(0.5 + level / 2, self.dof))
+        if dist == "normal":
+            return float(stats.norm.ppf(0.5 + level / 2))
+        raise ValueError(f"dist must be 't' or 'normal', got {dist!r}")
+
+    def intervals(self, level=0.95, dist=None) -> pd.DataFrame:
+        """Wald intervals ``estimate ± q·se`` for every parameter; rows of fixed
+        parameters and of parameters at a bound have no interval and say why."""
+        q = self.quantile(level, dist)
+        se = self.se
+        rows = []
+        for name, v in self.estimates.items():
+            if name in se.index:
+                s = float(se[name])
+                rows.append((name, v, s, v - q * s, v + q * s, "ok"))
+            elif name in self.at_bound:
+                rows.append((name, v, np.nan, np.nan, np.nan, f"at {self.at_bound[name]} bound"))
+            else:
+                rows.append((name, v, np.nan, np.nan, np.nan, "fixed"))
+        df = pd.DataFrame(rows, columns=["parameter", "estimate", "se", "lower", "upper", "status"])
+        df.attrs.update(level=level, method=self.method, quantile=q)
+        return df.set_index("parameter")
+
+    def delta(self, fn, level=0.95, dist=None, names=None, rel_step=1e-6):
+        """Delta method for derived quantities, see :func:`delta_method`."""
+        return delta_method(self, fn, level=level, dist=dist, names=names, rel_step=rel_step)
+
+    def __repr__(self):
+        se = ", ".join(f"{k}={v:.3g}" for k, v in self.se.items())
+        return f"Covariance(method={self.method!r}, se: {se})"
+
+
+def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvature | None = None
+               ) -> Covariance:
+    """Covariance of ``result``'s estimates.
+
+    Parameters
+    ----------
+    result : EstimationResult
+        From any approach.
+    method : 'fim' | 'gauss_newton' | 'hessian' | 'residual'
+        See the module docstring.
+    problem : EstimationProblem, optional
+        Needed only when the result does not carry it.
+    bound_rtol : float
+        Relative distance to a bound below which a parameter counts as at the bound.
+    curv : Curvature or ExperimentCurvature, optional
+        Precomputed derivatives (reused across methods).
+    """
+    if method not in COVARIANCE_METHODS:
+        raise ValueError(f"method must be one of {COVARIANCE_METHODS}, got {method!r}")
+    if curv is None or (method == "hessian" and curv.H is None):
+        curv = curvature(result, hessian=(method == "hessian"), problem=problem)
+    P = curv.problem
+    u = curv.u
+    at_bound = bound_status(P, u, bound_rtol)
+    keep = np.array([n not in at_bound for n in curv.names], dtype=bool)
+    names = [n for n, k in zip(curv.names, keep) if k]
+    m_obs = curv.n_measured
+    dof = m_obs - len(names)
+    chi2 = curv.chi2()
+    s2 = chi2 / dof if dof > 0 else np.nan
+    notes = []
+    if not getattr(result, "success", True):
+        notes.append(f"the estimation did not converge ({result.status}): the covariance "
+                     "describes the curvature at a point that is not an optimum")
+    if method == "hessian":
+        Iinfo = curv.H / curv.kappa
+    else:
+        Iinfo = curv.fim()
+    Iinfo = Iinfo[np.ix_(keep, keep)]
+    C, cond = _inverse(Iinfo, notes)
+    if method == "residual":
+        if dof <= 0:
+            raise ValueError(f"method='residual' needs more measurements ({m_obs}) than "
+                             f"estimated parameters ({len(names)})")
+        C = s2 * C
+    if method == "hessian" and len(names) and np.any(np.linalg.eigvalsh(Iinfo) <= 0):
+        notes.append("the Hessian of the NLL is not positive definite at the estimates "
+                     "(not a strict local minimum): the covariance is not meaningful")
+    est = pd.Series(u, index=P.parameter_names, name="estimate")
+    return Covariance(pd.DataFrame(C, index=names, columns=names), est,
+                      "fim" if method == "gauss_newton" else method, dof, s2, at_bound,
+                      [p.name for p in P.parameters if p.fixed], cond, curv.source, notes)
+
+
+def _inverse(M, notes):
+    if M.size == 0:
+        return np.zeros((0, 0)), np.nan
+    ev = np.linalg.eigvalsh(M)
+    cond = float(ev[-1] / ev[0]) if ev[0] > 0 else np.inf
+    if not np.isfinite(cond) or cond > 1e12:
+        notes.append(f"information matrix is numerically singular (condition number {cond:.3g}): "
+                     "some parameters are not identifiable; see identifiability_report")
+        C = np.linalg.pinv(M, rcond=1e-12, hermitian=True)
+        bad = ev <= ev[-1] * 1e-12
+        if np.any(bad):
+            # make the non-identifiable directions visible as infinite variance
+            V = np.linalg.eigh(M)[1][:, bad]
+            d = np.abs(V).sum(axis=1) > 1e-8
+            C[d, :] = np.nan
+            C[:, d] = np.nan
+            C[np.diag_indices_from(C)] = np.where(d, np.inf, np.diag(C))
+        return C, cond
+    C = np.linalg.inv(M)
+    return 0.5 * (C + C.T), cond
+
+
+def confidence_intervals(result, level=0.95, method="fim", dist=None, problem=None) -> pd.DataFrame:
+    """Wald intervals of ``result``'s parameters (see :meth:`Covariance.intervals`)."""
+    return covariance(result, method, problem=problem).intervals(level, dist)
+
+
+def delta_method(cov: Covariance, fn, level=0.95, dist=None, names=None, rel_step=1e-6,
+                 jacobian=None) -> pd.DataFrame:
+    r"""Estimate, standard error and Wald interval of derived quantities :math:`q = f(u)`.
+
+    :math:`\operatorname{Var} q \approx \nabla f^\top C\, \nabla f`, the gradient by
+    central differences (``rel_step·max(1, |u_k|)``) unless ``jacobian(u)`` is given.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(u)`` with ``u`` a Series of all parameter values (by name); returns a
+        number or a 1-d array.
+    names : list of str, optional
+        Names of the outputs.
+    """
+    u = cov.estimates.astype(float)
+    est_names = cov.names
+    q0 = np.atleast_1d(np.asarray(fn(u.copy()), dtype=float))
+    if jacobian is not None:
+        G = np.atleast_2d(np.asarray(jacobian(u.copy()), dtype=float))
+        G = G.reshape(len(q0), -1)
+        G = pd.DataFrame(G, columns=u.index)[est_names].to_numpy()
+    else:
+        G = np.zeros((len(q0), len(est_names)))
+        for a, name in enumerate(est_names):
+            h = rel_step * max(1.0, abs(u[name]))
+            up, dn = u.copy(), u.copy()
+            up[name] += h
+            dn[name] -= h
+            G[:, a] = (np.atleast_1d(np.asarray(fn(up), dtype=float))
+                       - np.atleast_1d(np.asarray(fn(dn), dtype=float))) / (2 * h)
+    V = G @ cov.matrix.to_numpy() @ G.T
+    se = np.sqrt(np.clip(np.diag(V), 0, None))
+    q = cov.quantile(level, dist)
+    names = list(names) if names is not None else [f"q{i}" for i in range(len(q0))]
+    return pd.DataFrame({"estimate": q0, "se": se, "lower": q0 - q * se, "upper": q0 + q * se},
+                        index=pd.Index(names, name="quantity"))

@@ -1,0 +1,409 @@
+r"""Reduced-space (sequential) estimation over the parameters u alone.
+
+``J_k(u)`` is evaluated by simulating the discrete scheme
+(:class:`~pyomo_odeest.discretization.discrete.DiscreteModel`, the same equations as the
+Pyomo block), its gradient by the discrete adjoint [GM-grad, eqs. (52),
+(54)] or another method, its Hessian by the second-order adjoint, adjoint +
+finite differences or Gauss–Newton.  Optimizers:
+
+* ``'ipopt'``: Ipopt through cyipopt, bounds on u, exact Hessian
+  (``hessian='soa'|'adjoint_fd'|'gauss_newton'``) or ``hessian=None`` for
+  Ipopt's limited-memory quasi-Newton;
+* ``'L-BFGS-B'`` and ``'trust-constr'`` from SciPy.
+
+A simulation that fails (non-finite states, Newton divergence) is reported to
+Ipopt as an evaluation error, so it shortens the step; at the starting point
+it ends the solve with a clear status.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from ..discretization.discrete import DiscreteModel, SimulationError
+from ..nlp._cyipopt_adapter import solve_with_ipopt, start_value_scaling
+from ..nlp._protocol import EvaluationError, NLPEvaluator
+from ..nlp._stationarity import projected_gradient, stationarity_check
+from ..problem._declaration import EstimationProblem, ProblemError
+from ..problem._result import EstimationResult, stack_experiments
+from ..discretization._size_guard import validate_estimator
+from ..problem._validation import DEFAULT_MAX_ITER
+from ..discretization._experiments import ExperimentModels, experiment_grid
+
+__all__ = ["ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced", "discrete_model"]
+
+_OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+
+
+class ReducedConstraints:
+    r"""Path and parameter constraints of a problem as constraints over u.
+
+    Rows: :math:`c(x_i(u), u, t_i) \le 0` at the constrained grid points of
+    each experiment, then :math:`r(u) \le 0`.  Their Jacobian is exact for
+    the discrete equations: :math:`\mathrm d c_i/\mathrm d u = c_x S_i + c_u`
+    with the discrete state sensitivities :math:`S_i = \partial x_i/\partial u`
+    [GM-grad, eq. (51)] — one forward sweep for all rows, where the adjoint
+    would need one sweep per row (the functional gradient of Lemma 1, exact
+    as well, practical only for a few rows).
+    """
+
+    def __init__(self, problem, dm):
+        self.parts = []
+        subs = problem.experiment_problems or [problem]
+        models = dm.models if problem.experiments else [dm]
+        for e, (sp, d) in enumerate(zip(subs, models)):
+            for pc, fn, jx, ju in sp.path_constraint_functions():
+                pts = (np.arange(d.k + 1) if pc.at == "grid"
+                       else np.unique(np.asarray(d.grid.J, dtype=int)))
+                self.parts.append((e, pc.name, pts, d, fn, jx, ju))
+        pcs = problem.parameter_constraints
+        self._r, self._dr = problem.parameter_constraint_functions()
+        self.names = [pc.name for pc, _ in pcs]
+        self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
+
+    def multipliers(self, problem, lam):
+        """Ipopt's multipliers ``lam`` as ``{'path_<name>': DataFrame}`` (indexed by
+        time, and experiment first for several) and ``{name: float}`` of the
+        parameter constraints."""
+        per, a = {}, 0
+        for e, name, pts, d, *_ in self.parts:
+            fr = pd.DataFrame({name: lam[a:a + len(pts)]}, index=pd.Index(d.t[pts], name="time"))
+            per.setdefault(f"path_{name}", []).append((e, fr))
+            a += len(pts)
+        frames = {}
+        for key, lst in per.items():
+            if problem.experiments:
+                frames[key] = stack_experiments([problem.experiment_names[e] for e, _ in lst],
+                                                [f for _, f in lst])
+            else:
+                frames[key] = lst[0][1]
+        return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
+
+    def _trajs(self, traj):
+        return traj if isinstance(traj, tuple) else (traj,)
+
+    def values(self, u, traj):
+        trajs = self._trajs(traj)
+        out = [fn(trajs[e].X[pts], u, d.t[pts])[:, 0] for e, _, pts, d, fn, _, _ in self.parts]
+        out += [np.atleast_1d(float(r(u))) for r in self._r]
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def jacobian(self, u, traj):
+        """Dense (m, p) Jacobian over all parameters."""
+        trajs = self._trajs(traj)
+        rows, sens = [], {}
+        for e, _, pts, d, fn, jx, ju in self.parts:
+            if e not in sens:
+                sens[e] = d.state_sensitivities(trajs[e])
+            X, tt = trajs[e].X[pts], d.t[pts]
+            cx = jx.dense(jx.values(X, u, tt))[:, 0, :]
+            cu = ju.dense(ju.values(X, u, tt))[:, 0, :]
+            rows.append(np.einsum("jn,jnm->jm", cx, sens[e][pts]) + cu)
+        rows += [np.asarray(dr(u), dtype=float).reshape(1, -1) for dr in self._dr]
+        return np.vstack(rows) if rows else np.zeros((0, len(u)))
+
+
+class ReducedSpaceNLP(NLPEvaluator):
+    """``min J_k(u)`` over the free parameters, as an evaluator; the problem's
+    path and parameter constraints (if any) are its constraints ``g(u) <= 0``
+    (:class:`ReducedConstraints`).  With constraints the Hessian is that of
+    J alone (the constraints' curvature is left out: the KKT point is the same,
+    the convergence may be slower).
+
+    ``free`` (optional, a boolean mask or indices) optimizes over a subset of the
+    problem's free parameters, the others held at ``u_full`` (profile likelihood).
+    """
+
+    def __init__(self, dm: DiscreteModel, gradient="adjoint", hessian="soa", free=None):
+        P = dm.problem
+        self.dm = dm
+        free_mask = P.free_mask if free is None else np.asarray(free)
+        self.free = np.flatnonzero(free_mask) if free_mask.dtype == bool else free_mask.astype(int)
+        self.u_full = P.u0.copy()
+        self.n = len(self.free)
+        self.cons = ReducedConstraints(P, dm) if P.has_constraints else None
+        self.m = 0 if self.cons is None else self.cons.m
+        lb = np.array([-np.inf if p.lb is None else p.lb for p in P.parameters])
+        ub = np.array([np.inf if p.ub is None else p.ub for p in P.parameters])
+        self.x_lb, self.x_ub = lb[self.free], ub[self.free]
+        self.x0 = np.clip(self.u_full[self.free], self.x_lb, self.x_ub)
+        self.g_lb, self.g_ub = np.full(self.m, -np.inf), np.zeros(self.m)
+        self.gradient_method = gradient
+        self.hessian_method = hessian
+        self._key = None
+        self._traj = None
+        self.counts = dict(simulations=0, gradients=0, hessians=0, failures=0)
+        tri = np.tril_indices(self.n)
+        self._hr, self._hc = tri
+
+    def full(self, x):
+        u = self.u_full.copy()
+        u[self.free] = x
+        return u
+
+    def _trajectory(self, x):
+        x = np.asarray(x, dtype=float)
+        if self._key is not None and np.array_equal(x, self._key):
+            if isinstance(self._traj, Exception):
+                raise EvaluationError(str(self._traj))
+            return self._traj
+        self._key = x.copy()
+        self.counts["simulations"] += 1
+        try:
+            self._traj = self.dm.simulate(self.full(x))
+        except SimulationError as err:
+            self._traj = err
+            self.counts["failures"] += 1
+            raise EvaluationError(str(err)) from None
+        return self._traj
+
+    def objective(self, x):
+        v = self.dm.objective(self.full(x), self._trajectory(x))
+        if not np.isfinite(v):
+            raise EvaluationError("non-finite objective")
+        return v
+
+    def gradient(self, x):
+        traj = self._trajectory(x)
+        self.counts["gradients"] += 1
+        g = self.dm.gradient(self.full(x), self.gradient_method, traj)[self.free]
+        if not np.all(np.isfinite(g)):
+            raise EvaluationError("non-finite gradient")
+        return g
+
+    def constraints(self, x):
+        if self.cons is None:
+            return np.zeros(0)
+        v = self.cons.values(self.full(x), self._trajectory(x))
+        if not np.all(np.isfinite(v)):
+            raise EvaluationError("non-finite constraint value")
+        return v
+
+    def jacobian_structure(self):
+        r, c = np.meshgrid(np.arange(self.m), np.arange(self.n), indexing="ij")
+        return r.ravel(), c.ravel()
+
+    def jacobian(self, x):
+        if self.cons is None:
+            return np.zeros(0)
+        J = self.cons.jacobian(self.full(x), self._trajectory(x))[:, self.free]
+        if not np.all(np.isfinite(J)):
+            raise EvaluationError("non-finite constraint Jacobian")
+        return J.ravel()
+
+    def hessian_structure(self):
+        return self._hr, self._hc
+
+    def hessian_matrix(self, x):
+        self._trajectory(x)
+        self.counts["hessians"] += 1
+        H = self.dm.hessian(self.full(x), self.hessian_method)
+        return H[np.ix_(self.free, self.free)]
+
+    def hessian(self, x, lam, obj_factor=1.0):
+        H = self.hessian_matrix(x)
+        if not np.all(np.isfinite(H)):
+            raise EvaluationError("non-finite Hessian")
+        return obj_factor * H[self._hr, self._hc]
+
+
+def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
+                     max_step=None, steps_per_interval=None, optimizer="ipopt",
+                     gradient="adjoint", hessian="soa", options=None, tee=False, u0=None,
+                     model: DiscreteModel | None = None, scale=True):
+    """Estimate u by optimizing the reduced objective J_k(u) (single shooting).
+
+    Parameters
+    ----------
+    problem, scheme, qmax, grid, max_step, steps_per_interval
+        As for :func:`~pyomo_odeest.approaches._simultaneous.estimate_simultaneous`; the
+        same arguments give the same discrete equations.
+    optimizer : 'ipopt' | 'L-BFGS-B' | 'trust-constr'
+    gradient : 'adjoint' | 'transposed_solve' | 'sensitivity' | 'recursion' | 'fd'
+    hessian : 'soa' | 'adjoint_fd' | 'gauss_newton' | None
+        Hessian for Ipopt / trust-constr; ``None`` lets Ipopt use L-BFGS
+        (``hessian_approximation=limited-memory``) and trust-constr BFGS.
+    options : dict
+        Ipopt options or SciPy ``options``.
+    u0 : array, optional
+        Starting parameters (default: the problem's values).
+    scale : bool
+        Ipopt only: scale each free parameter by its start value
+        (``x_scaling = 1/|u0_k|``, 1 where u0_k = 0), so that parameters of
+        very different magnitudes are O(1) inside Ipopt (its Hessian
+        regularization and step tests are not invariant to scaling); the
+        objective keeps Ipopt's gradient-based factor, computed in the scaled
+        parameters.
+    """
+    validate_estimator("reduced_space", problem, u0=u0, options=options, tee=tee,
+                       optimizer=optimizer, gradient=gradient, hessian=hessian,
+                       **({} if model is not None else dict(
+                           scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
+                           steps_per_interval=steps_per_interval)))
+    t_start = time.perf_counter()
+    dm = model or discrete_model(problem, scheme, qmax, grid, max_step, steps_per_interval)
+    nlp = ReducedSpaceNLP(dm, gradient, hessian)
+    if u0 is not None:
+        nlp.u_full = np.asarray(u0, dtype=float).copy()
+        nlp.x0 = np.clip(nlp.u_full[nlp.free], nlp.x_lb, nlp.x_ub)
+    build_s = time.perf_counter() - t_start
+    t_solve = time.perf_counter()
+    if optimizer == "ipopt":
+        opts = {"tol": 1e-10, "max_iter": DEFAULT_MAX_ITER}
+        if hessian is None:
+            opts["hessian_approximation"] = "limited-memory"
+        opts.update(options or {})
+        watch = _FailureWatch(nlp)
+        try:
+            nlp.objective(nlp.x0)
+            xs = start_value_scaling(nlp.x0) if scale else None
+            r = solve_with_ipopt(nlp, options=opts, tee=tee, x_scaling=xs, intermediate=watch)
+            x, status, iters = r.x, r.status_name, r.iterations
+            nlp.mult_g = np.asarray(r.mult_g, dtype=float)
+            if watch.stopped:
+                status = "Repeated_Evaluation_Errors"
+            success = status in _OK
+        except EvaluationError as err:
+            x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
+        method = f"ipopt/{gradient}+{hessian or 'lbfgs'}"
+    elif nlp.m:
+        raise ProblemError(f"optimizer {optimizer!r} does not take the problem's path or "
+                           f"parameter constraints; use optimizer='ipopt'")
+    elif optimizer in ("L-BFGS-B", "trust-constr"):
+        from scipy.optimize import Bounds, minimize
+
+        def fun(x):
+            try:
+                return nlp.objective(x), nlp.gradient(x)
+            except EvaluationError:
+                return np.inf, np.zeros_like(x)
+
+        kw = dict(jac=True, method=optimizer, options=dict(options or {}))
+        if np.any(np.isfinite(nlp.x_lb)) or np.any(np.isfinite(nlp.x_ub)):
+            kw["bounds"] = Bounds(nlp.x_lb, nlp.x_ub)
+        if optimizer == "trust-constr":
+            kw["options"].setdefault("gtol", 1e-10)
+            kw["options"].setdefault("xtol", 1e-14)
+            if hessian is not None:
+                kw["hess"] = nlp.hessian_matrix
+        else:
+            kw["options"].setdefault("gtol", 1e-10)
+            kw["options"].setdefault("ftol", 1e-15)
+        try:
+            nlp.objective(nlp.x0)
+            g0 = nlp.gradient(nlp.x0)
+            sol = minimize(fun, nlp.x0, **kw)
+            x, status, success = sol.x, str(sol.message), bool(sol.success)
+            if not success and "ABNORMAL" in status:
+                success, status = _stationary(nlp, sol, status)
+            elif success:
+                # a stop on the relative decrease of J (ftol) or on the step (xtol) is
+                # not a minimum unless the projected gradient is small
+                stationary = stationarity_check(nlp.gradient(x), x, nlp.x_lb, nlp.x_ub, g0)
+                if stationary["projected_gradient"] > stationary["limit"]:
+                    success = False
+                    status = (f"{status}; not stationary: projected gradient "
+                              f"{stationary['projected_gradient']:.3g} > "
+                              f"{stationary['limit']:.3g}")
+            iters = int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0))
+        except EvaluationError as err:
+            x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
+        method = f"scipy-{optimizer}/{gradient}" + (f"+{hessian}" if optimizer == "trust-constr" and hessian else "")
+    else:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use 'ipopt', 'L-BFGS-B' or 'trust-constr'")
+    solve_s = time.perf_counter() - t_solve
+    res = _result(problem, dm, nlp, x, status, success, iters, method,
+                  dict(build_s=build_s, setup_s=0.0, solve_s=solve_s,
+                       total_s=time.perf_counter() - t_start))
+    if nlp.cons is not None and getattr(nlp, "mult_g", None) is not None:
+        frames, pmult = nlp.cons.multipliers(problem, nlp.mult_g)
+        res.multipliers.update(frames)
+        if pmult:
+            res.extra["parameter_constraint_multipliers"] = pmult
+    return res
+
+
+class _FailureWatch:
+    """Ipopt's intermediate callback: stop after ``streak`` consecutive iterations
+    that each met a failed simulation (Ipopt cutting back its step again and
+    again, e.g. an exact-Hessian drift into parameters where the model breaks)."""
+
+    def __init__(self, nlp, streak=25):
+        self.nlp, self.streak = nlp, streak
+        self.history, self.stopped = [], False
+
+    def __call__(self, **_):
+        h = self.history
+        h.append(self.nlp.counts["failures"])
+        if len(h) > self.streak and all(h[-i] > h[-i - 1] for i in range(1, self.streak + 1)):
+            self.stopped = True
+            return False
+        return True
+
+
+def _stationary(nlp, sol, status, rtol=1e-6):
+    """L-BFGS-B's ABNORMAL line search at a stationary point is convergence:
+    accept it when the projected gradient is below ``rtol`` (1 + |J|)."""
+    pg = projected_gradient(sol.jac, sol.x, nlp.x_lb, nlp.x_ub, tol=0.0)
+    norm = float(np.max(np.abs(pg))) if pg.size else 0.0
+    if np.isfinite(sol.fun) and norm <= rtol * (1 + abs(float(sol.fun))):
+        return True, f"{status} at a stationary point (projected gradient {norm:.2g})"
+    return False, status
+
+
+def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
+                   steps_per_interval=None):
+    """The :class:`DiscreteModel` of ``problem``; for several experiments the
+    :class:`~pyomo_odeest.discretization._experiments.ExperimentModels` sum of one
+    per experiment (``grid``: a mapping experiment -> Grid, or None)."""
+    if not problem.experiments:
+        return DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
+    return ExperimentModels(problem, [
+        DiscreteModel(sp, scheme, qmax, experiment_grid(grid, name), max_step,
+                      steps_per_interval)
+        for name, sp in zip(problem.experiment_names, problem.experiment_problems)])
+
+
+def _frames(problem, dm, traj, u):
+    """States on the grid, fitted observations and residuals of one experiment."""
+    from ..problem._misfit import observations
+    states = pd.DataFrame(traj.X, index=pd.Index(dm.t, name="time"), columns=problem.states)
+    fitted = observations(problem, traj.X[np.asarray(dm.grid.J)], u)
+    return states, fitted, (fitted - problem.data).where(problem.mask)
+
+
+def _result(problem, dm, nlp, x, status, success, iters, method, timings):
+    u = nlp.full(x)
+    states = fitted = residuals = None
+    obj = np.nan
+    if problem.experiments:
+        k = ", ".join(f"k[{n}]={d.k}" for n, d in zip(dm.names, dm.models))
+    else:
+        k = f"k={dm.k}"
+    try:
+        traj = dm.simulate(u)
+        obj = dm.objective(u, traj)
+        if problem.experiments:
+            parts = [_frames(sp, d, tr, u) for sp, d, tr in
+                     zip(problem.experiment_problems, dm.models, traj)]
+            states, fitted, residuals = (stack_experiments(problem.experiment_names,
+                                                           [p[a] for p in parts])
+                                         for a in range(3))
+        else:
+            states, fitted, residuals = _frames(problem, dm, traj, u)
+    except SimulationError as err:
+        success = False
+        status = status if "Failed" in status else f"{status}; final simulation failed: {err}"
+    res = EstimationResult(
+        approach="reduced_space", method=method,
+        scheme=f"{dm.scheme.name}(qmax={dm.scheme.qmax}), {k}",
+        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+        objective=float(obj), status=status, success=bool(success), iterations=int(iters),
+        evaluations=dict(nlp.counts), timings=timings, states=states, fitted=fitted,
+        residuals=residuals, extra={"discrete_model": dm})
+    from ..problem._result import post_solve_checks
+    single = not problem.experiments
+    return post_solve_checks(problem, res, dm.scheme if single else dm.models[0].scheme,
+                             dm if single else None)

@@ -1,0 +1,352 @@
+r"""Simultaneous estimation: states and parameters solved together by Ipopt.
+
+The Pyomo block of :func:`~pyomo_odeest.transcription._block.build_block` is solved by the
+``odeest_ipopt`` solver.  Multiplier convention: the constraint of step i is
+stored with body ``x_{i+1} - x_i - h_i F_i`` (``x_0 - l(u)`` for the initial
+condition), which is [GM-grad]'s G; Ipopt's Lagrangian ``J + λᵀ G`` is [GM-grad]'s
+``F + pᵀ G``, so the multiplier of the equation defining ``x_i`` *is* the
+adjoint ``p_i`` of eq. (52) (objective not scaled: the solver does not rescale
+the objective unless the user sets ``nlp_scaling_method``/``obj_scaling_factor``).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pyomo.environ as pyo
+import sympy
+
+from ..transcription._block import build_block
+from ..transcription._experiments import build_experiment_blocks
+from ..transcription._initial_state import initialize_steady_state, steady_state_mismatch
+from ..problem._misfit import misfit_constant, observations
+from ..problem._declaration import EstimationProblem, ProblemError
+from ..problem._result import EstimationResult, stack_experiments
+from ..discretization._size_guard import validate_estimator
+from ..problem._validation import DEFAULT_MAX_ITER
+from ..discretization.schemes import integrate
+from ..symbolic._vectorfn import VectorFn
+from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
+
+__all__ = ["estimate_simultaneous", "simulate", "numeric_functions", "initialize_block"]
+
+_SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+
+
+def numeric_functions(problem: EstimationProblem, u):
+    """``f(x, t)``, ``fdot(x, t)`` and their x-Jacobians at fixed parameters ``u``."""
+    xs, us, ts = problem.x_sym, problem.u_sym, problem.t_sym
+    u = np.asarray(u, dtype=float)
+    f = sympy.lambdify((xs, us, ts), list(problem.f_sym), "numpy")
+    J = sympy.lambdify((xs, us, ts), sympy.Matrix(problem.f_sym).jacobian(xs), "numpy")
+    fd_sym = problem.fdot_sym()
+    fd = sympy.lambdify((xs, us, ts), list(fd_sym), "numpy")
+    Jd = sympy.lambdify((xs, us, ts), sympy.Matrix(fd_sym).jacobian(xs), "numpy")
+    return dict(
+        f=lambda x, t: np.array(f(x, u, t), dtype=float),
+        jac=lambda x, t: np.array(J(x, u, t), dtype=float),
+        fdot=lambda x, t: np.array(fd(x, u, t), dtype=float),
+        fdot_jac=lambda x, t: np.array(Jd(x, u, t), dtype=float),
+    )
+
+
+def simulate(problem: EstimationProblem, scheme, t, u=None, restarts=()):
+    """States of the discrete scheme on grid ``t`` (restarting the order ramp at
+    ``restarts``, or ``t.restarts`` for a Grid) at parameters ``u`` ((k+1, n))."""
+    u = problem.u0 if u is None else np.asarray(u, dtype=float)
+    fn = numeric_functions(problem, u)
+    x0 = problem.initial_state(u)
+    return integrate(scheme, fn["f"], t, x0, fdot=fn["fdot"], jac=fn["jac"],
+                     fdot_jac=fn["fdot_jac"], restarts=restarts or getattr(t, "restarts", ()))
+
+
+def _stage_values(b, X, u):
+    """Values of the non-x stages of every step given the states X, one
+    vectorised evaluation of f (ḟ) per stage term and order batch.
+
+    Returns ``{stage name: (k, n) array}``.
+    """
+    problem = b.problem
+    t = np.asarray(b.grid.t, dtype=float)
+    k, n = len(t) - 1, len(problem.states)
+    args = (problem.x_sym, problem.u_sym, problem.t_sym)
+    fns = {False: VectorFn(problem.f_sym, *args)}
+    if b.scheme.needs_fdot:
+        fns[True] = VectorFn(problem.fdot_sym(), *args)
+    at_grid = {}
+
+    def on_grid(is_dot, idx):
+        if is_dot not in at_grid:
+            at_grid[is_dot] = fns[is_dot](X, u, t)
+        return at_grid[is_dot][idx]
+
+    out = {name: np.full((k, n), np.nan) for name in b.scheme.stage_names if name != "x"}
+    for batch in b.scheme.batches(t, b.grid.restarts):
+        steps = batch.steps
+        h = t[steps + 1] - t[steps]
+        vals = {}
+        for name, f_terms, d_terms in batch.stages:
+            if name == "x":
+                break
+            v = X[steps].copy()
+            for terms, power, is_dot in ((f_terms, 1, False), (d_terms, 2, True)):
+                for pref, c in terms:
+                    if pref.kind == "past":
+                        fz = on_grid(is_dot, steps - pref.lag)
+                    elif pref.kind == "new":
+                        fz = on_grid(is_dot, steps + 1)
+                    else:
+                        fz = fns[is_dot](vals[pref.stage], u, t[steps + 1])
+                    v += (h ** power * c)[:, None] * fz
+            vals[name] = v
+            out[name][steps] = v
+    return out
+
+
+def _load(var, values):
+    """Values of a (step, state)-indexed Var from an array in that order."""
+    datas = list(var.values())
+    if len(datas) != values.size:
+        raise ValueError(f"{var.name} has {len(datas)} entries, expected {values.size}")
+    for vd, val in zip(datas, values.ravel().tolist()):
+        vd.set_value(val, skip_validation=True)
+
+
+def initialize_block(b, u=None, init="auto"):
+    """Set start values of states and stages.
+
+    ``init``: ``'simulate'`` (run the scheme at ``u``), ``'data'`` (interpolate
+    the measurements of observed states, x_0 elsewhere), or ``'auto'``
+    (simulate, and fall back to data when the simulation fails or leaves the
+    data's range by more than a factor 100).  Returns the strategy used.
+    """
+    problem = b.problem
+    u = problem.u0 if u is None else np.asarray(u, dtype=float)
+    t = np.asarray(b.grid.t)
+    X = None
+    used = init
+    if init in ("auto", "simulate"):
+        try:
+            X = simulate(problem, b.scheme, t, u, b.grid.restarts)
+            scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
+            if init == "auto" and (not np.all(np.isfinite(X)) or np.max(np.abs(X)) > scale):
+                X = None
+        except (RuntimeError, FloatingPointError, OverflowError, ValueError):
+            if init == "simulate":
+                raise
+            X = None
+        used = "simulate" if X is not None else "data"
+    if X is None:
+        if init not in ("auto", "data"):
+            raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
+        X = problem.interpolate_states(t, u)
+    _load(b.x, X)
+    initialize_steady_state(b, problem, u)
+    with np.errstate(all="ignore"):
+        stages = _stage_values(b, X, u)
+    for name, v in stages.items():
+        _load(b.component(name), np.where(np.isfinite(v), v, X[1:]))
+    return used
+
+
+def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
+                          max_step=None, steps_per_interval=None, options=None, tee=False,
+                          init="auto", model=None, u0=None, scale=True):
+    """Estimate the parameters by solving the full discretized NLP with Ipopt.
+
+    Parameters
+    ----------
+    problem : EstimationProblem
+        With several experiments, one block per experiment under one model
+        (:func:`~pyomo_odeest.transcription._experiments.build_experiment_blocks`).
+    scheme, qmax, grid, max_step, steps_per_interval
+        Discretization (see :func:`~pyomo_odeest.transcription._block.build_block`);
+        with several experiments ``grid`` is a mapping experiment -> Grid.
+    options : dict
+        Ipopt options (default ``tol=1e-8``).
+    tee : bool
+        Show Ipopt's log.
+    init : 'auto' | 'simulate' | 'data'
+        State initialization (see :func:`initialize_block`).
+    model : ConcreteModel, optional
+        A model that already holds a block built by ``build_block`` (or
+        ``build_experiment_blocks``) as ``model.est`` (with user
+        constraints/objective terms); it is solved as is.  Otherwise a new
+        model is built.
+    u0 : array, optional
+        Starting parameter values (default: the problem's).
+    scale : bool
+        Scale each free parameter by its start value inside Ipopt
+        (``scaling_factor = 1/|u0_k|``, 1 where u0_k = 0), as the reduced-space
+        estimator does, so that parameters of very different magnitudes are
+        O(1) for Ipopt; and every state whose magnitude exceeds 1 on the
+        initial trajectory by that magnitude (:func:`scale_states`).  The
+        factors go to the model's ``scaling_factor`` Suffix (created if
+        missing; factors the user set there are kept), which
+        the solver passes to Ipopt as user scaling.  Values and multipliers
+        are returned unscaled.
+
+    Returns
+    -------
+    EstimationResult
+    """
+    validate_estimator("simultaneous", problem, scheme=scheme, qmax=qmax, grid=grid,
+                       max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
+                       options=options, tee=tee, init=init)
+    t_start = time.perf_counter()
+    multi = bool(problem.experiments)
+    if model is None:
+        m = pyo.ConcreteModel(name=problem.name)
+        if multi:
+            m.est = build_experiment_blocks(problem, scheme, qmax, grid, max_step,
+                                            steps_per_interval)
+        else:
+            m.est = build_block(problem, scheme, qmax, grid, max_step, steps_per_interval)
+        b = m.est
+    else:
+        m = model
+        b = getattr(m, "est", None)
+        kind = "experiment_blocks" if multi else "formulas"
+        if b is None or not hasattr(b, kind):
+            raise ProblemError("model must hold a block built by "
+                               + ("build_experiment_blocks" if multi else "build_block")
+                               + " as model.est")
+    if u0 is not None:
+        for p, v in zip(problem.parameter_names, np.asarray(u0, dtype=float)):
+            if not b.u[p].fixed:
+                b.u[p].set_value(float(v))
+    u_start = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+    if multi:
+        init_used = {name: initialize_block(sb, u_start, init)
+                     for name, sb in zip(problem.experiment_names, b.experiment_blocks)}
+    else:
+        init_used = initialize_block(b, u_start, init)
+    if scale:
+        scale_parameters(m, b)
+        scale_states(m, b)
+    if not hasattr(m, "dual"):
+        m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
+    build_s = time.perf_counter() - t_start
+
+    opts = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
+    opts.update(options or {})
+    solver = OdeestIpoptSolver()
+    solver.solve(m, options=opts, tee=tee)
+    info = solver.last_info
+    if multi:
+        res = _collect_experiments(b, m, info, build_s, time.perf_counter() - t_start)
+    else:
+        res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
+    res.extra["init"] = init_used
+    wrong = [w for blk in (b.experiment_blocks if multi else [b])
+             for w in steady_state_mismatch(blk, res.x)]
+    if wrong:                             # a root of G = 0 that is not the steady state
+        res.success = False
+        res.warnings.extend(wrong)
+    dual = getattr(m, "dual", None)
+    if problem.parameter_constraints and dual is not None:
+        res.extra["parameter_constraint_multipliers"] = {
+            pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
+            for pc, _ in problem.parameter_constraints}
+    from ..problem._result import post_solve_checks
+    scheme = b.experiment_blocks[0].scheme if multi else b.scheme
+    return post_solve_checks(problem, res, scheme, None, grid=None if multi else b.grid)
+
+
+def scale_parameters(m, b):
+    """Put ``1/|u_k|`` (1 where u_k = 0) on ``m.scaling_factor`` for every free
+    parameter of block ``b`` that has no factor there yet."""
+    sf = getattr(m, "scaling_factor", None)
+    if sf is not None and not isinstance(sf, pyo.Suffix):
+        raise ProblemError("model.scaling_factor exists and is not a Suffix")
+    add_scaling_factors(m, [b.u[p] for p in b.problem.parameter_names])
+
+
+def scale_states(m, b):
+    """Put ``1/max_i |x_{i,s}|`` on ``m.scaling_factor`` for the values of every
+    state ``s`` (grid points and stages) that exceeds 1 in magnitude on the
+    block's current (initial) trajectory, where no factor is set yet.
+
+    States of 1e5 next to parameters of 1e-10 (PEtab's Crauste problem) make
+    Ipopt's path depend on round-off; with the states O(1) it is not.  States
+    of magnitude at most 1 are left alone (scaling up a state that is small
+    because it starts at 0 would amplify noise).  ``b`` is a block of
+    :func:`build_block` or of :func:`build_experiment_blocks` (each experiment
+    scaled on its own trajectory)."""
+    sf = add_scaling_factors(m, [])
+    for blk in getattr(b, "experiment_blocks", None) or [b]:
+        S = blk.problem.states
+        k = len(blk.t) - 1
+        stages = [blk.component(st) for st in blk.scheme.stage_names if st != "x"]
+        for s in S:
+            big = max((abs(v) for v in (blk.x[i, s].value for i in range(k + 1))
+                       if v is not None and np.isfinite(v)), default=0.0)
+            if not big > 1.0:
+                continue
+            for var in [blk.x[i, s] for i in range(k + 1)] + [c[i, s] for c in stages
+                                                                if c is not None for i in range(k)]:
+                if not var.fixed and var not in sf:
+                    sf[var] = 1.0 / big
+
+
+def collect_result(b, m, info, build_s, total_s):
+    """Assemble an :class:`EstimationResult` from a solved block."""
+    problem = b.problem
+    S = problem.states
+    t = np.asarray(b.grid.t)
+    X = np.array([[pyo.value(b.x[i, s]) for s in S] for i in range(len(t))])
+    u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+    states = pd.DataFrame(X, index=pd.Index(t, name="time"), columns=S)
+    fitted = observations(problem, X[np.asarray(b.grid.J)], u)
+    residuals = (fitted - problem.data).where(problem.mask)
+    dual = getattr(m, "dual", None)
+    adjoint, mults = None, {}
+    if dual is not None and len(dual):
+        k = len(t) - 1
+        mults = {}
+        from ..transcription._block import scheme_constraint
+        for st in b.scheme.stage_names:
+            mults[st] = pd.DataFrame(
+                [[dual.get(scheme_constraint(b, i, s, st), np.nan) for s in S] for i in range(k)],
+                index=pd.Index(range(k), name="step"), columns=S)
+        p0 = [dual.get(b.x0_eq[s], np.nan) for s in S]
+        adjoint = pd.DataFrame(np.vstack([p0, mults["x"].to_numpy()]),
+                               index=pd.Index(range(k + 1), name="i"), columns=S)
+        for pc, _ in problem.path_constraints:
+            con = b.component(f"path_{pc.name}")
+            idx = list(con.keys())
+            mults[f"path_{pc.name}"] = pd.DataFrame(
+                {pc.name: [dual.get(con[i], np.nan) for i in idx]},
+                index=pd.Index(t[idx], name="time"))
+    status = info["status"]
+    return EstimationResult(
+        approach="simultaneous", method="ipopt/exact-hessian",
+        scheme=f"{b.scheme.name}(qmax={b.scheme.qmax}), k={len(t) - 1}",
+        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+        objective=float(pyo.value(b.objective)) + misfit_constant(problem),
+        status=status, success=status in _SUCCESS, iterations=int(info["iterations"]),
+        evaluations=dict(info["counts"]),
+        timings=dict(build_s=build_s, setup_s=info["setup_s"], solve_s=info["ipopt_s"],
+                     eval_s=info["eval_s"], total_s=total_s),
+        states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
+        multipliers=mults, model=m)
+
+
+def _collect_experiments(b, m, info, build_s, total_s):
+    """The result of a solved :func:`build_experiment_blocks` block: per-experiment
+    frames stacked with an ``experiment`` index level."""
+    problem = b.problem
+    names = problem.experiment_names
+    parts = [collect_result(sb, m, info, build_s, total_s) for sb in b.experiment_blocks]
+    u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+    res = parts[0]
+    res.estimates = pd.Series(u, index=problem.parameter_names, name="estimate")
+    res.objective = float(pyo.value(b.objective)) + misfit_constant(problem)
+    res.scheme = f"{b.experiment_blocks[0].scheme.name}(qmax={b.experiment_blocks[0].scheme.qmax}), " \
+        + ", ".join(f"k[{n}]={len(sb.grid.t) - 1}" for n, sb in zip(names, b.experiment_blocks))
+    for what in ("states", "fitted", "residuals", "adjoint"):
+        setattr(res, what, stack_experiments(names, [getattr(r, what) for r in parts]))
+    res.multipliers = {st: stack_experiments(names, [r.multipliers.get(st) for r in parts])
+                       for st in parts[0].multipliers}
+    return res

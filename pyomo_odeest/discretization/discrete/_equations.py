@@ -1,0 +1,245 @@
+r"""The discrete equations of :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`.
+
+Layout of the unknowns in blocks, the residual ``G(w, u)`` [GM-grad, eq. (2)]
+with its Jacobians ``∂G/∂w`` and ``∂G/∂u``, and the objective
+``F(w, u) = Σ_j φ_j`` (+ ``R(u)``) with its gradient.  Everything the
+simulation and the derivative mixins share lives here, once.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._grid import resolve_grid
+from ...problem._misfit import MeasurementMisfit
+from ...problem._declaration import EstimationProblem
+from ..schemes import get_scheme
+from ...symbolic._vectorfn import VectorFn, second_derivatives, sparse_jacobian
+
+__all__ = ["DiscreteEquations"]
+
+
+class DiscreteEquations:
+    """Blocks, terms and the equations G(w, u) = 0 and F(w, u) of the discrete problem.
+
+    Parameters are those of :func:`~pyomo_odeest.transcription._block.build_block`.
+    """
+
+    def __init__(self, problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
+                 max_step=None, steps_per_interval=None):
+        self.problem = problem
+        self.scheme = get_scheme(scheme, qmax)
+        self.grid = resolve_grid(problem, grid, max_step, steps_per_interval)
+        t = np.asarray(self.grid.t, dtype=float)
+        self.t = t
+        self.k = len(t) - 1
+        self.n = len(problem.states)
+        self.m = len(problem.parameters)
+        self.formulas = self.scheme.formulas(t, self.grid.restarts)
+        self.nsim = self.ngrad = self.nhess = 0
+        self._layout()
+        self._symbolic()
+        self._measurements()
+
+    # ------------------------------------------------------------------
+    # layout: blocks and terms
+    # ------------------------------------------------------------------
+    def _layout(self):
+        t = self.t
+        xblk = np.zeros(self.k + 1, dtype=np.int64)
+        blk_time, blk_step, blk_stage = [t[0]], [-1], ["x0"]
+        base, fterms, dterms, implicit = [-1], [], [], [False]
+        stage_blk = {}
+        nb = 1
+        for sf in self.formulas:
+            i = sf.i
+            h = t[i + 1] - t[i]
+            local = {}
+            blocks_of_step = []
+            for st in sf.stages:
+                b = nb
+                nb += 1
+                local[st.name] = b
+                blocks_of_step.append(b)
+            for st in sf.stages:
+                b = local[st.name]
+                blk_time.append(t[i + 1])
+                blk_step.append(i)
+                blk_stage.append(st.name)
+                base.append(xblk[i])
+                impl = False
+                for (terms, out, scale) in ((st.f_terms, fterms, h), (st.fdot_terms, dterms, h * h)):
+                    for pref, c in terms:
+                        if pref.kind == "past":
+                            pb, pt = xblk[i - pref.lag], t[i - pref.lag]
+                        elif pref.kind == "new":
+                            pb, pt = local["x"], t[i + 1]
+                        else:
+                            pb, pt = local[pref.stage], t[i + 1]
+                        if pb == b:
+                            impl = True
+                        out.append((b, pb, pt, scale * c))
+                implicit.append(impl)
+                stage_blk[(st.name, i)] = b
+            xblk[i + 1] = local["x"]
+        self.nblocks = nb
+        self.xblk = xblk
+        self.blk_time = np.array(blk_time)
+        self.blk_step = np.array(blk_step)
+        self.blk_stage = blk_stage
+        self.base = np.array(base)
+        self.implicit = np.array(implicit)
+        self.stage_blk = stage_blk
+        ft = np.array(fterms, dtype=float).reshape(-1, 4)
+        dt = np.array(dterms, dtype=float).reshape(-1, 4)
+        self.f_eq, self.f_pt, self.f_t, self.f_c = ft[:, 0].astype(int), ft[:, 1].astype(int), ft[:, 2], ft[:, 3]
+        self.d_eq, self.d_pt, self.d_t, self.d_c = dt[:, 0].astype(int), dt[:, 1].astype(int), dt[:, 2], dt[:, 3]
+        # per-block term lists (for the sequential sweeps)
+        self.f_by_eq = [[] for _ in range(nb)]
+        self.d_by_eq = [[] for _ in range(nb)]
+        for e, b in enumerate(self.f_eq):
+            self.f_by_eq[b].append(e)
+        for e, b in enumerate(self.d_eq):
+            self.d_by_eq[b].append(e)
+        self.f_points = np.unique(self.f_pt)          # blocks where f is evaluated
+        self.d_points = np.unique(self.d_pt)
+
+    def _symbolic(self):
+        P = self.problem
+        xs, us, ts = P.x_sym, P.u_sym, P.t_sym
+        self.f = VectorFn(P.f_sym, xs, us, ts)
+        self.fx = sparse_jacobian(P.f_sym, xs, xs, us, ts)
+        self.fu = sparse_jacobian(P.f_sym, us, xs, us, ts)
+        self.needs_fdot = self.scheme.needs_fdot
+        if self.needs_fdot:
+            fd = P.fdot_sym()
+            self.fd = VectorFn(fd, xs, us, ts)
+            self.fdx = sparse_jacobian(fd, xs, xs, us, ts)
+            self.fdu = sparse_jacobian(fd, us, xs, us, ts)
+            self._fd_sym = fd
+        self.l = VectorFn(P.l_sym, (), us, ts)
+        self.lu = sparse_jacobian(P.l_sym, us, (), us, ts)
+        #: the misfit Σ φ_j and penalty R(u), shared with the continuous backend
+        self.misfit = MeasurementMisfit(P)
+        self.g, self.gx, self.gu = self.misfit.g, self.misfit.gx, self.misfit.gu
+        self._second = None
+
+    def _second_order(self):
+        if self._second is None:
+            P = self.problem
+            xs, us, ts = P.x_sym, P.u_sym, P.t_sym
+            d = {"f": second_derivatives(P.f_sym, xs, us, ts)}
+            if self.needs_fdot:
+                d["fd"] = second_derivatives(self._fd_sym, xs, us, ts)
+            d["l"] = P.initial_hessian()
+            self._second = d
+        return self._second
+
+    def _measurements(self):
+        P = self.problem
+        J = np.asarray(self.grid.J)
+        self.meas_blk = self.xblk[J]
+        self.meas_t = np.asarray(P.meas_times, dtype=float)
+        mf = self.misfit
+        self.zbar, self.A, self.A_diag, self.const = mf.zbar, mf.A, mf.A_diag, mf.const
+        self._has_penalty = mf.has_penalty
+        self._R, self._dR, self._d2R = mf._R, mf._dR, mf._d2R
+
+    # ------------------------------------------------------------------
+    # evaluation helpers
+    # ------------------------------------------------------------------
+    def _Ar(self, r):
+        """A_j r_j for all measurements (r: (s, no))."""
+        return self.misfit.Ar(r)
+
+    def _check_u(self, u):
+        u = np.asarray(u, dtype=float).reshape(-1)
+        if u.shape != (self.m,):
+            raise ValueError(f"u must have {self.m} entries (parameters {self.problem.parameter_names})")
+        return u
+
+    # ------------------------------------------------------------------
+    # residual and Jacobians on the whole vector (for checks and transposed solve)
+    # ------------------------------------------------------------------
+    def _point_values(self, W, u, values=True):
+        """f_x, f_u (ḟ_x, ḟ_u) and, with ``values``, f (ḟ) at every block."""
+        tb = self.blk_time
+        out = {"fx": self.fx.values(W, u, tb), "fu": self.fu.values(W, u, tb)}
+        if values:
+            out["f"] = self.f(W, u, tb)
+        if self.needs_fdot:
+            out.update(fdx=self.fdx.values(W, u, tb), fdu=self.fdu.values(W, u, tb))
+            if values:
+                out["fd"] = self.fd(W, u, tb)
+        return out
+
+    def residual(self, W, u):
+        """G(w, u), shape (nblocks, n)."""
+        u = self._check_u(u)
+        pv = self._point_values(W, u)
+        R = W - W[self.base]
+        R[0] = W[0] - self.l.point(np.zeros(0), u, self.t[0])
+        np.add.at(R, self.f_eq, -self.f_c[:, None] * pv["f"][self.f_pt])
+        if self.needs_fdot:
+            np.add.at(R, self.d_eq, -self.d_c[:, None] * pv["fd"][self.d_pt])
+        return R
+
+    def jacobian_w(self, W, u, pv=None):
+        """Sparse ∂G/∂w (N×N, N = nblocks·n)."""
+        n = self.n
+        pv = self._point_values(W, u) if pv is None else pv
+        rows, cols, vals = [np.arange(self.nblocks * n)], [np.arange(self.nblocks * n)], [np.ones(self.nblocks * n)]
+        bb = np.arange(1, self.nblocks)
+        rows.append((bb[:, None] * n + np.arange(n)).ravel())
+        cols.append((self.base[bb][:, None] * n + np.arange(n)).ravel())
+        vals.append(-np.ones(len(bb) * n))
+        for eq, pt, c, key, J in ((self.f_eq, self.f_pt, self.f_c, "fx", self.fx),
+                                  (self.d_eq, self.d_pt, self.d_c, "fdx", getattr(self, "fdx", None))):
+            if len(eq) == 0 or J is None:
+                continue
+            v = pv[key][pt]                                   # (nterms, nnz)
+            rows.append((eq[:, None] * n + J.rows[None, :]).ravel())
+            cols.append((pt[:, None] * n + J.cols[None, :]).ravel())
+            vals.append((-c[:, None] * v).ravel())
+        N = self.nblocks * n
+        return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                             shape=(N, N))
+
+    def jacobian_u(self, W, u, pv=None):
+        """Dense ∂G/∂u, shape (nblocks, n, m)."""
+        pv = self._point_values(W, u) if pv is None else pv
+        Gu = np.zeros((self.nblocks, self.n, self.m))
+        Gu[0] = -self.lu.dense(self.lu.point(np.zeros(0), u, self.t[0]))[0]
+        fu = self.fu.dense(pv["fu"][self.f_pt]) * self.f_c[:, None, None]
+        np.add.at(Gu, self.f_eq, -fu)
+        if self.needs_fdot:
+            du = self.fdu.dense(pv["fdu"][self.d_pt]) * self.d_c[:, None, None]
+            np.add.at(Gu, self.d_eq, -du)
+        return Gu
+
+    # ------------------------------------------------------------------
+    # objective
+    # ------------------------------------------------------------------
+    def _obs(self, W, u):
+        Xm = W[self.meas_blk]
+        return self.g(Xm, u, self.meas_t) - self.zbar, Xm
+
+    def objective(self, u, traj=None):
+        """J_k(u) = Σ_j φ_j (same value as the block's objective)."""
+        traj = self.simulate(u) if traj is None else traj
+        r, _ = self._obs(traj.W, traj.u)
+        pen = float(self._R(traj.u)) if self._has_penalty else 0.0
+        return float(np.sum(r * self._Ar(r))) + self.const + pen
+
+    def _dF(self, W, u):
+        """∇_w F (nblocks, n) and ∇_u F (m,)."""
+        r, Xm = self._obs(W, u)
+        Ar2 = 2 * self._Ar(r)
+        gxv = self.gx.values(Xm, u, self.meas_t)
+        guv = self.gu.values(Xm, u, self.meas_t)
+        Fw = np.zeros((self.nblocks, self.n))
+        np.add.at(Fw, self.meas_blk, self.gx.matvec_T(gxv, Ar2))
+        Fu = self.gu.matvec_T(guv, Ar2).sum(axis=0)
+        if self._has_penalty:
+            Fu = Fu + np.asarray(self._dR(u), dtype=float)
+        return Fw, Fu

@@ -1,0 +1,206 @@
+r"""First-order derivatives of the reduced objective J_k(u) = F(w(u), u).
+
+Discrete adjoint [GM-grad, eqs. (52), (54)] by block backward substitution,
+the same adjoint by one sparse LU solve of the assembled transposed Jacobian,
+and discrete sensitivities [GM-grad, eqs. (51), (53)] by block forward
+substitution (Lemma 1 of [GM-grad]).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse.linalg as spla
+
+__all__ = ["FirstOrder", "GRADIENT_METHODS"]
+
+#: Gradient methods contributed by the layers above, ``name -> fn(model, traj)``.
+#: :mod:`pyomo_odeest.analysis._recursions` registers ``'recursion'`` (the papers'
+#: formulas as printed) when it is imported, which importing ``pyomo_odeest`` does;
+#: this keeps the discretization layer free of imports from the analysis layer.
+GRADIENT_METHODS = {}
+
+
+class FirstOrder:
+    """Mixin of :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`: adjoint, sensitivities, gradients."""
+
+    def adjoint(self, traj, Fw=None, pv=None):
+        r"""Solve (∂G/∂w)ᵀ p = −∇_w F by block backward substitution.
+
+        The stage-wise form of [GM-grad], eq. (52): for blocks in reverse order,
+        ``D_bᵀ p_b = −∇_{w_b}F + p_{b'}`` contributions of later blocks that use
+        ``w_b`` (as base point ``x_i`` or in an f/ḟ term).
+        """
+        W, u = traj.W, traj.u
+        pv = self._point_values(W, u) if pv is None else pv
+        if Fw is None:
+            Fw, _ = self._dF(W, u)
+        n = self.n
+        rhs = -Fw.copy()
+        P = np.zeros_like(W)
+        fx, fxv = self.fx, pv["fx"]
+        fdx = getattr(self, "fdx", None)
+        fdxv = pv.get("fdx")
+        for b in range(self.nblocks - 1, -1, -1):
+            if self.implicit[b]:
+                D = np.eye(n)
+                for e in self.f_by_eq[b]:
+                    if self.f_pt[e] == b:
+                        D -= self.f_c[e] * fx.dense(fxv[b])[0]
+                for e in self.d_by_eq[b]:
+                    if self.d_pt[e] == b:
+                        D -= self.d_c[e] * fdx.dense(fdxv[b])[0]
+                p = np.linalg.solve(D.T, rhs[b])
+            else:
+                p = rhs[b]
+            P[b] = p
+            if b == 0:
+                break
+            rhs[self.base[b]] += p
+            for e in self.f_by_eq[b]:
+                pt = self.f_pt[e]
+                if pt == b:
+                    continue
+                rhs[pt] += self.f_c[e] * fx.rmatvec_point(fxv[pt], p)
+            for e in self.d_by_eq[b]:
+                pt = self.d_pt[e]
+                if pt == b:
+                    continue
+                rhs[pt] += self.d_c[e] * fdx.rmatvec_point(fdxv[pt], p)
+        return P
+
+    def adjoint_transposed_solve(self, traj, Fw=None, pv=None):
+        """Same adjoint by one sparse LU solve of the assembled (∂G/∂w)ᵀ."""
+        W, u = traj.W, traj.u
+        pv = self._point_values(W, u) if pv is None else pv
+        if Fw is None:
+            Fw, _ = self._dF(W, u)
+        Gw = self.jacobian_w(W, u, pv)
+        p = spla.splu(Gw.T.tocsc()).solve(-Fw.ravel())
+        return p.reshape(W.shape)
+
+    def _gradient_from_adjoint(self, P, traj, Fu, pv):
+        """∇J = ∇_u F + pᵀ ∂G/∂u [GM-grad, eq. (13)/(54)], without forming ∂G/∂u."""
+        u = traj.u
+        g = Fu.copy()
+        luv = self.lu.point(np.zeros(0), u, self.t[0])
+        g -= self.lu.matvec_T(luv[None, :], P[0][None, :])[0]
+        wf = self.f_c[:, None] * P[self.f_eq]                   # (nterms, n)
+        g -= self.fu.sum_matvec_T(pv["fu"][self.f_pt], wf)
+        if self.needs_fdot and len(self.d_eq):
+            wd = self.d_c[:, None] * P[self.d_eq]
+            g -= self.fdu.sum_matvec_T(pv["fdu"][self.d_pt], wd)
+        return g
+
+    def sensitivities(self, traj, pv=None, Fw=None):
+        """M = ∂w/∂u by block forward substitution of (∂G/∂w) M = −∂G/∂u (eq. (51)).
+
+        Returns M for every block, shape (nblocks, n, m).  With ``Fw`` given,
+        returns instead the contraction ``Σ_b Fw_bᵀ M_b`` (the gradient term of
+        eq. (53)) keeping only the blocks still referenced by later steps, so
+        memory stays O(Q·n·m).
+        """
+        W, u = traj.W, traj.u
+        pv = self._point_values(W, u) if pv is None else pv
+        n, m = self.n, self.m
+        fx, fxv = self.fx, pv["fx"]
+        fdx, fdxv = getattr(self, "fdx", None), pv.get("fdx")
+        stream = Fw is not None
+        last_use = self._last_use()
+        M = {} if stream else np.zeros((self.nblocks, n, m))
+        acc = np.zeros(m)
+        luv = self.lu.point(np.zeros(0), u, self.t[0])
+        M0 = self.lu.dense(luv[None])[0]
+        M[0] = M0
+        if stream:
+            acc += Fw[0] @ M0
+        fuv = pv["fu"]
+        fduv = pv.get("fdu")
+        for b in range(1, self.nblocks):
+            rhs = M[self.base[b]].copy()
+            D = np.eye(n) if self.implicit[b] else None
+            for e in self.f_by_eq[b]:
+                pt = self.f_pt[e]
+                rhs += self.f_c[e] * self.fu.dense(fuv[pt][None])[0]
+                if pt == b:
+                    D -= self.f_c[e] * fx.dense(fxv[b][None])[0]
+                else:
+                    rhs += self.f_c[e] * fx.apply(fxv[pt], M[pt])
+            for e in self.d_by_eq[b]:
+                pt = self.d_pt[e]
+                rhs += self.d_c[e] * self.fdu.dense(fduv[pt][None])[0]
+                if pt == b:
+                    D -= self.d_c[e] * fdx.dense(fdxv[b][None])[0]
+                else:
+                    rhs += self.d_c[e] * fdx.apply(fdxv[pt], M[pt])
+            M[b] = rhs if D is None else np.linalg.solve(D, rhs)
+            if stream:
+                if np.any(Fw[b]):
+                    acc += Fw[b] @ M[b]
+                for old in [kb for kb in M if last_use[kb] <= b]:
+                    del M[old]
+        return acc if stream else M
+
+    def _last_use(self):
+        """Last block whose equation references each block (for streaming)."""
+        last = np.arange(self.nblocks)
+        for arr_eq, arr_pt in ((self.f_eq, self.f_pt), (self.d_eq, self.d_pt)):
+            np.maximum.at(last, arr_pt, arr_eq)
+        np.maximum.at(last, self.base[1:], np.arange(1, self.nblocks))
+        return last
+
+    def gradient(self, u, method="adjoint", traj=None, fd_step=1e-6):
+        """∇J_k(u).
+
+        method : ``'adjoint'`` (block backward sweep, eqs. (52), (54)),
+        ``'transposed_solve'`` (sparse LU of (∂G/∂w)ᵀ, eq. (13)),
+        ``'sensitivity'`` (eqs. (51), (53)), ``'recursion'`` (the papers'
+        formulas as printed, :mod:`pyomo_odeest.analysis._recursions`) or ``'fd'``
+        (central differences of J_k).
+        """
+        u = self._check_u(u)
+        self.ngrad += 1
+        if method == "fd":
+            g = np.zeros(self.m)
+            for a in range(self.m):
+                e = np.zeros(self.m)
+                hstep = fd_step * max(1.0, abs(u[a]))
+                e[a] = hstep
+                g[a] = (self.objective(u + e) - self.objective(u - e)) / (2 * hstep)
+            return g
+        traj = self.simulate(u) if traj is None else traj
+        if method in GRADIENT_METHODS:
+            return GRADIENT_METHODS[method](self, traj)
+        pv = self._point_values(traj.W, u, values=False)
+        Fw, Fu = self._dF(traj.W, u)
+        if method == "adjoint":
+            P = self.adjoint(traj, Fw, pv)
+            return self._gradient_from_adjoint(P, traj, Fu, pv)
+        if method == "transposed_solve":
+            P = self.adjoint_transposed_solve(traj, Fw, pv)
+            return self._gradient_from_adjoint(P, traj, Fu, pv)
+        if method == "sensitivity":
+            return Fu + self.sensitivities(traj, pv, Fw=Fw)
+        raise ValueError(f"unknown gradient method {method!r}; use 'adjoint', 'transposed_solve', "
+                         "'sensitivity', 'recursion' or 'fd'")
+
+    def functional_gradient(self, traj, dFdx, dFdu=None):
+        """Gradient of a functional F(x_0, ..., x_k, u) of the grid states (Lemma 1).
+
+        ``dFdx`` (k+1, n) is ∂F/∂x_i at the trajectory, ``dFdu`` (m,) the
+        explicit part.  One adjoint sweep; e.g. the gradient of one component
+        of the final state (multiple shooting, [AT] eq. (17)) uses
+        ``dFdx[k] = e_r``.
+        """
+        Fw = np.zeros((self.nblocks, self.n))
+        np.add.at(Fw, self.xblk, np.asarray(dFdx, dtype=float))
+        pv = self._point_values(traj.W, traj.u, values=False)
+        P = self.adjoint(traj, Fw, pv)
+        Fu = np.zeros(self.m) if dFdu is None else np.asarray(dFdu, dtype=float)
+        return self._gradient_from_adjoint(P, traj, Fu, pv)
+
+    def state_sensitivities(self, traj):
+        """∂x_i/∂u on the grid, shape (k+1, n, m) (eq. (51))."""
+        return self.sensitivities(traj)[self.xblk]
+
+    def value_and_gradient(self, u, method="adjoint"):
+        traj = self.simulate(u)
+        return self.objective(u, traj), self.gradient(u, method, traj)

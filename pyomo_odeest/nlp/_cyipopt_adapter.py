@@ -1,0 +1,401 @@
+"""A thin adapter from an :class:`~pyomo_odeest.nlp._protocol.NLPEvaluator` to cyipopt.
+
+* cyipopt is imported lazily; a missing module gives a message naming the
+  package to install.
+* Failed evaluations (:class:`~pyomo_odeest.nlp._protocol.EvaluationError`,
+  arithmetic errors, ``ValueError``) become ``cyipopt.CyIpoptEvaluationError``
+  so that Ipopt rejects the trial step and backs off instead of stopping.
+* Any other exception raised in a callback (a bug, ``MemoryError``,
+  ``KeyboardInterrupt``, an exception of the user's ``intermediate``
+  callback) stops the solve: it is recorded, every later callback fails at
+  once without evaluating anything, the next ``intermediate`` call returns
+  ``False`` (Ipopt stops), and :func:`solve_with_ipopt` re-raises it once
+  Ipopt has returned.  cyipopt itself cannot be relied on for this: its
+  Hessian wrapper swallows exceptions, and Ipopt would go on with stale
+  values.  While Ipopt runs in the main thread, Ctrl-C (SIGINT) is turned
+  into the same path, so that it ends the solve at the next callback even
+  when it arrives inside cyipopt's own code.
+* Options given as Python ints are accepted where Ipopt takes a real number
+  (``bound_relax_factor=0``).
+* Time spent in callbacks and the iteration count are recorded.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._protocol import EvaluationError
+
+__all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_scaling",
+           "ipopt_version", "MUMPS_DEFAULTS",
+           "start_value_magnitude",
+           "CYIPOPT_MISSING"]
+
+CYIPOPT_MISSING = (
+    "cyipopt is not installed. Install the Ipopt wheel with\n"
+    "    pip install cyipopt-wheels        (or: pip install 'pyomo_odeest[ipopt]')\n"
+    "or, in a conda environment, conda install -c conda-forge cyipopt."
+)
+
+# Ipopt ApplicationReturnStatus codes (IpReturnCodes_inc.h)
+IPOPT_STATUS = {
+    0: "Solve_Succeeded",
+    1: "Solved_To_Acceptable_Level",
+    2: "Infeasible_Problem_Detected",
+    3: "Search_Direction_Becomes_Too_Small",
+    4: "Diverging_Iterates",
+    5: "User_Requested_Stop",
+    6: "Feasible_Point_Found",
+    -1: "Maximum_Iterations_Exceeded",
+    -2: "Restoration_Failed",
+    -3: "Error_In_Step_Computation",
+    -4: "Maximum_CpuTime_Exceeded",
+    -5: "Maximum_WallTime_Exceeded",
+    -10: "Not_Enough_Degrees_Of_Freedom",
+    -11: "Invalid_Problem_Definition",
+    -12: "Invalid_Option",
+    -13: "Invalid_Number_Detected",
+    -100: "Unrecoverable_Exception",
+    -101: "NonIpopt_Exception_Thrown",
+    -102: "Insufficient_Memory",
+    -199: "Internal_Error",
+}
+
+
+def ipopt_version():
+    """Ipopt's version as a tuple of ints (None without cyipopt)."""
+    try:
+        import cyipopt
+    except ImportError:
+        return None
+    v = getattr(cyipopt, "IPOPT_VERSION", None)
+    return tuple(int(p) for p in v) if v is not None else None
+
+
+def import_cyipopt():
+    try:
+        import cyipopt
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(CYIPOPT_MISSING) from err
+    return cyipopt
+
+
+@dataclass
+class IpoptResult:
+    x: np.ndarray
+    obj: float
+    mult_g: np.ndarray
+    mult_x_L: np.ndarray
+    mult_x_U: np.ndarray
+    g: np.ndarray
+    status: int
+    status_name: str
+    message: str
+    iterations: int
+    eval_s: float
+    ipopt_s: float
+    counts: dict = field(default_factory=dict)
+
+
+class SolveAborted(Exception):
+    """Internal marker: a callback was asked to run after the solve was aborted."""
+
+
+class _Problem:
+    """The callback object handed to ``cyipopt.Problem``."""
+
+    def __init__(self, ev, cyipopt, intermediate=None):
+        self.ev = ev
+        self._err = cyipopt.CyIpoptEvaluationError
+        self.eval_s = 0.0
+        self.iterations = 0
+        self.counts = dict(objective=0, gradient=0, constraints=0, jacobian=0, hessian=0)
+        self._user_intermediate = intermediate
+        self.error = None            # the exception that aborted the solve
+        self.error_in = None         # the callback it was raised in
+
+    def abort(self, err, where):
+        if self.error is None:
+            self.error, self.error_in = err, where
+
+    def _call(self, name, *args):
+        if self.error is not None:
+            # aborted: nothing more is evaluated; Ipopt stops at the next iteration
+            raise self._err(f"solve aborted by {type(self.error).__name__} in {self.error_in}")
+        t = time.perf_counter()
+        self.counts[name] += 1
+        try:
+            return getattr(self.ev, name)(*args)
+        except (EvaluationError, ArithmeticError, ValueError) as err:
+            raise self._err(str(err)) from None
+        except BaseException as err:                 # noqa: BLE001 - re-raised after the solve
+            self.abort(err, name)
+            raise self._err(f"solve aborted by {type(err).__name__} in {name}") from None
+        finally:
+            self.eval_s += time.perf_counter() - t
+
+    def objective(self, x):
+        return self._call("objective", x)
+
+    def gradient(self, x):
+        return self._call("gradient", x)
+
+    def constraints(self, x):
+        return self._call("constraints", x)
+
+    def jacobian(self, x):
+        return self._call("jacobian", x)
+
+    def jacobianstructure(self):
+        return self.ev.jacobian_structure()
+
+    def hessian(self, x, lam, obj_factor):
+        return self._call("hessian", x, lam, obj_factor)
+
+    def hessianstructure(self):
+        return self.ev.hessian_structure()
+
+    def intermediate(self, alg_mod, iter_count, obj_value, inf_pr, inf_du, mu,
+                     d_norm, regularization_size, alpha_du, alpha_pr, ls_trials):
+        if self.error is not None:
+            return False
+        self.iterations = iter_count
+        if self._user_intermediate is not None:
+            try:
+                r = self._user_intermediate(iter_count=iter_count, obj_value=obj_value,
+                                            inf_pr=inf_pr, inf_du=inf_du, mu=mu)
+            except BaseException as err:             # noqa: BLE001 - re-raised after the solve
+                self.abort(err, "intermediate")
+                return False
+            if r is False:
+                return False
+        return True
+
+
+@contextlib.contextmanager
+def _sigint_aborts(prob):
+    """While Ipopt runs, SIGINT records a KeyboardInterrupt in ``prob`` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def handler(signum, frame):
+        prob.abort(KeyboardInterrupt(), "Ipopt (SIGINT)")
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def _captured_stdout(out):
+    """Capture what C code writes to file descriptor 1 (Ipopt's option messages)."""
+    sys.stdout.flush()
+    try:
+        libc = ctypes.CDLL(None)          # C stdio buffers are flushed before restoring
+    except OSError:                        # pragma: no cover - platforms without it
+        libc = None
+    if libc is not None:
+        libc.fflush(None)                  # earlier output (a tee'd log) stays where it was
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(1)
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield
+        finally:
+            if libc is not None:
+                libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            out.append(tmp.read().decode(errors="replace"))
+
+
+def _add_options(nlp, opts):
+    """Give ``opts`` to Ipopt: bools as yes/no, numpy scalars as Python numbers,
+    ints retried as floats where Ipopt takes a real number."""
+    msgs = []
+    with _captured_stdout(msgs):
+        bad = []
+        for k, v in opts.items():
+            if isinstance(v, (bool, np.bool_)):
+                v = "yes" if v else "no"
+            elif isinstance(v, np.integer):
+                v = int(v)
+            elif isinstance(v, np.floating):
+                v = float(v)
+            try:
+                nlp.add_option(k, v)
+                continue
+            except TypeError:
+                pass
+            if isinstance(v, int):
+                try:
+                    nlp.add_option(k, float(v))
+                    continue
+                except TypeError:
+                    pass
+            bad.append((k, v))
+    if bad:
+        k, v = bad[0]
+        detail = " ".join(msgs[0].split()) if msgs and msgs[0].strip() else ""
+        raise ValueError(f"Ipopt option {k}={v!r} was refused"
+                         + (f": {detail[:400]}" if detail else ""))
+
+
+def start_value_magnitude(x0):
+    """Typical magnitudes ``|x0_k|`` (1 where x0_k = 0)."""
+    a = np.abs(np.asarray(x0, dtype=float).reshape(-1))
+    return np.where(a > 0, a, 1.0)
+
+
+def start_value_scaling(x0):
+    """Scaling factors ``1/|x0_k|`` (1 where x0_k = 0): variables of very different
+    magnitudes become O(1) inside Ipopt, whose Hessian regularization and step
+    tests are not invariant to scaling."""
+    return 1.0 / start_value_magnitude(x0)
+
+
+def _positive_vector(v, n, name, fill=1.0, allow_nan=False):
+    """``v`` as n positive finite floats (``fill`` when ``v`` is None); with
+    ``allow_nan``, NaN entries mean "not given" and are kept."""
+    if v is None:
+        return np.full(n, fill)
+    a = np.asarray(v, dtype=float).reshape(-1)
+    ok = np.isfinite(a) & (a > 0)
+    if allow_nan:
+        ok |= np.isnan(a)
+    if a.shape != (n,) or not np.all(ok):
+        raise ValueError(f"{name} must be {n} positive finite number{'s' if n > 1 else ''}")
+    return a
+
+
+def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8):
+    """Ipopt's ``gradient-based`` rule, applied in the scaled variables ``x_scaling * x``.
+
+    Objective and constraint rows whose largest gradient entry (with respect to
+    the scaled variables) exceeds ``max_gradient`` are scaled down to it
+    (factor ``max_gradient / max|∂/∂(s x)|``, at least ``min_value``); the
+    others get 1.  Returns ``(obj_factor, g_factors)``; a point where the
+    derivatives cannot be evaluated gives ones.
+    """
+    xs = np.asarray(x_scaling, dtype=float)
+    x = np.clip(np.asarray(x, dtype=float), ev.x_lb, ev.x_ub)
+
+    def factor(gmax):
+        return np.where(gmax > max_gradient, np.maximum(max_gradient / np.where(gmax > 0, gmax, 1.0),
+                                                        min_value), 1.0)
+    try:
+        gf = np.max(np.abs(np.asarray(ev.gradient(x)) / xs), initial=0.0)
+        rowmax = np.zeros(ev.m)
+        if ev.m:
+            rows, cols = ev.jacobian_structure()
+            vals = np.abs(np.asarray(ev.jacobian(x), dtype=float)) / xs[np.asarray(cols)]
+            np.maximum.at(rowmax, np.asarray(rows), vals)
+    except (EvaluationError, ArithmeticError, ValueError):
+        return 1.0, np.ones(ev.m)
+    if not (np.isfinite(gf) and np.all(np.isfinite(rowmax))):
+        return 1.0, np.ones(ev.m)
+    return float(factor(np.array(gf))), factor(rowmax)
+
+
+MUMPS_DEFAULTS = {"mumps_pivot_order": 7}
+"""MUMPS settings that :func:`solve_with_ipopt` gives Ipopt unless the options name them (or
+ask for another ``linear_solver``), chosen by ``benchmarks/linear_solver.py`` on the
+Lotka–Volterra NLP (see "Linear algebra" in the solver guide): MUMPS's automatic ordering
+was within 5 % of the best ordering per iteration, AMD and AMF were 5–7x slower, and PORD
+crashed Debian's Ipopt 3.11 at 120 000 variables.  Switching MUMPS's scalings off
+(``mumps_scaling=0``, ``mumps_permuting_scaling=0``) was about 20 % faster per iteration
+there but is left to the options: it weakens pivoting on badly scaled systems."""
+
+
+def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
+                     g_scaling=None, obj_scaling=None):
+    """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
+
+    ``options`` are passed to Ipopt unchanged, after :data:`MUMPS_DEFAULTS` for
+    the MUMPS settings they do not name.  With ``tee=False`` Ipopt is
+    silent (``print_level=0``) unless the options set ``print_level``.
+    ``x_scaling`` (length n), ``g_scaling`` (length m), ``obj_scaling``
+    (scalar): user scaling; Ipopt works internally with ``x_scaling * x``,
+    ``g_scaling * g(x)`` and ``obj_scaling * f(x)``
+    (``nlp_scaling_method=user-scaling`` unless the options say otherwise).
+    Constraint and objective factors that are not given (None, or NaN
+    entries) follow Ipopt's gradient-based rule in the scaled variables
+    (:func:`gradient_based_scaling`, honouring ``nlp_scaling_max_gradient``
+    and ``nlp_scaling_min_value``), so that user scaling of some components
+    does not switch off Ipopt's default scaling of the others.
+    Multipliers and values returned are those of the unscaled problem.
+    """
+    cyipopt = import_cyipopt()
+    prob = _Problem(ev, cyipopt, intermediate)
+    big = 1e20
+    lb = np.where(np.isfinite(ev.x_lb), ev.x_lb, -big)
+    ub = np.where(np.isfinite(ev.x_ub), ev.x_ub, big)
+    cl = np.where(np.isfinite(ev.g_lb), ev.g_lb, -big)
+    cu = np.where(np.isfinite(ev.g_ub), ev.g_ub, big)
+    nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
+    opts = dict(options or {})
+    if str(opts.get("linear_solver", "mumps")).lower() == "mumps":
+        for k, v in MUMPS_DEFAULTS.items():
+            opts.setdefault(k, v)
+    if x_scaling is not None or g_scaling is not None or obj_scaling is not None:
+        xs = _positive_vector(x_scaling, ev.n, "x_scaling")
+        gs = _positive_vector(g_scaling, ev.m, "g_scaling", np.nan, allow_nan=True)
+        os_ = _positive_vector(obj_scaling, 1, "obj_scaling", np.nan, allow_nan=True)
+        if np.isnan(os_[0]) or np.isnan(gs).any():
+            of, gf = gradient_based_scaling(
+                ev, ev.x0 if x0 is None else x0, xs,
+                float(opts.get("nlp_scaling_max_gradient", 100.0)),
+                float(opts.get("nlp_scaling_min_value", 1e-8)))
+            os_ = np.where(np.isnan(os_), of, os_)
+            gs = np.where(np.isnan(gs), gf, gs)
+        nlp.set_problem_scaling(obj_scaling=float(os_[0]), x_scaling=xs,
+                                g_scaling=gs if ev.m else None)
+        opts.setdefault("nlp_scaling_method", "user-scaling")
+    if not tee:
+        opts.setdefault("print_level", 0)
+        opts.setdefault("sb", "yes")
+    else:
+        opts.setdefault("sb", "yes")
+    try:
+        _add_options(nlp, opts)
+    except ValueError:
+        nlp.close()
+        raise
+    x_start = ev.x0 if x0 is None else np.asarray(x0, dtype=float)
+    t = time.perf_counter()
+    try:
+        with _sigint_aborts(prob):
+            x, info = nlp.solve(x_start)
+    except BaseException as err:                     # noqa: BLE001 - cyipopt re-raising
+        prob.abort(err, "cyipopt")
+    finally:
+        nlp.close()
+    ipopt_s = time.perf_counter() - t
+    if prob.error is not None:
+        # an exception in a callback (or Ctrl-C) stopped Ipopt: nothing is returned
+        raise prob.error
+    status = int(info["status"])
+    msg = info["status_msg"]
+    if isinstance(msg, bytes):
+        msg = msg.decode(errors="replace")
+    return IpoptResult(
+        x=np.asarray(x), obj=float(info["obj_val"]), mult_g=np.asarray(info["mult_g"]),
+        mult_x_L=np.asarray(info["mult_x_L"]), mult_x_U=np.asarray(info["mult_x_U"]),
+        g=np.asarray(info["g"]), status=status,
+        status_name=IPOPT_STATUS.get(status, f"status_{status}"), message=msg,
+        iterations=prob.iterations, eval_s=prob.eval_s, ipopt_s=ipopt_s,
+        counts=dict(prob.counts))

@@ -1,0 +1,470 @@
+r"""A PEtab problem as an :class:`~pyomo_odeest.EstimationProblem`.
+
+Mapping onto the package's concepts:
+
+=============================  ==================================================
+PEtab                          :class:`~pyomo_odeest.EstimationProblem`
+=============================  ==================================================
+species, rate-rule targets     ``states``
+estimated parameter θ          :class:`~pyomo_odeest.Parameter` named by its id,
+                               on its scale: value ``scale(nominal)``, bounds
+                               ``scale(lowerBound)``, ``scale(upperBound)``; the
+                               model uses :math:`\theta = 10^{u}`, :math:`e^{u}`
+                               or :math:`u`
+fixed parameter                its nominal value, substituted
+simulation condition           one :class:`~pyomo_odeest.Experiment` (a single
+                               condition: a plain problem)
+pre-equilibration condition    the experiment's
+                               :class:`~pyomo_odeest.Preequilibration`: the
+                               condition's rhs and initial state, the species
+                               set by the simulation condition reset
+condition overrides            initial states: the experiment's ``initial``;
+                               model constants that differ between conditions:
+                               :math:`k = a_k + \sum_q b_{kq}\theta_q` with
+                               fixed local (per-experiment) coefficients
+observable (with overrides)    one observed quantity per distinct formula,
+                               :math:`g = \tau(y)` (τ: lin, log, log10)
+measurement :math:`m`          datum :math:`\tau(m)` with standard deviation σ
+                               (``sigma=``: weight :math:`1/\sigma^2`)
+constant terms                 :attr:`PetabEstimation.constant`:
+                               :math:`\sum \tfrac12\log(2\pi\sigma^2)+\log J_\tau(m)`
+=============================  ==================================================
+
+so that the problem's objective :math:`J = \sum (\tau(y)-\tau(m))^2/\sigma^2`
+(the package's χ²) gives PEtab's negative log-likelihood on the discretization
+as :math:`J/2` + :attr:`PetabEstimation.constant` (:meth:`PetabEstimation.nll`).
+With σ stated as ``sigma=``, the covariance, χ² check and profiles of the
+package read the objective as a χ² statistic.
+
+**σ as an estimated parameter.**  When every σ of the problem is
+:math:`\sigma_i = c_i\, s` with numbers :math:`c_i` and one estimated
+parameter :math:`s` (the usual "one noise parameter" of the benchmark
+collection), :math:`s` is profiled out exactly: for any θ,
+
+.. math::
+
+    \min_s\, -\log L(\theta, s) \text{ is attained at }
+    s^2 = \mathrm{clip}\Big(\frac{1}{N}\sum_i \frac{r_i(\theta)^2}{c_i^2}\Big),
+
+where :math:`r_i = \tau(y_i) - \tau(m_i)`, so the joint minimiser in
+:math:`(\theta, s)` is the least-squares minimiser
+:math:`\theta^\star` of :math:`\sum_i r_i^2/c_i^2` with
+:math:`s^\star` from the formula (clipped to the bounds of :math:`s`).  The
+estimation problem is then that least-squares problem with weights
+:math:`1/c_i^2` (σ known only up to the factor s: use the covariance method
+``'residual'``) and :meth:`PetabEstimation.nll` adds the profiled terms.  Any other use of an
+estimated σ (two noise parameters, a σ mixing numbers and parameters
+across data) raises :class:`UnsupportedFeatureError` here; its likelihood
+is still evaluated by :func:`~pyomo_odeest.petab_io.petab_nll`.
+
+**Several estimated noise parameters.**  When every σ is a number, or a
+number times one of several estimated parameters
+(:math:`\sigma_i = c_i\, s_{g(i)}`, e.g. one noise parameter per
+observable), the problem is built with σ at the current
+:math:`s` and :meth:`PetabEstimation.fit` minimizes the joint NLL by
+alternating the two exact partial minimizations: the least-squares fit of θ
+with weights :math:`1/(c_i s_{g(i)})^2`, then
+:math:`s_g^2 = \mathrm{clip}\big(\frac{1}{N_g}\sum_{i\in g} r_i^2/c_i^2\big)`;
+each step lowers the NLL, and a fixed point is a stationary point of the
+joint NLL in :math:`(\theta, s)`.  A σ formula holding two estimated
+parameters (or a state) raises :class:`UnsupportedFeatureError`.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import sympy
+
+from ..problem._declaration import EstimationProblem, Parameter, Preequilibration
+from ..symbolic._convert import sympy_to_pyomo
+from ._likelihood import PetabSimulator
+from ._sbml import TIME, UnsupportedFeatureError, symbol
+from ._tables import (PetabModel, log_jacobian, read_petab, scale_value, transform_sym,
+                     transform_value, unscale_sym)
+
+__all__ = ["PetabEstimation", "petab_problem"]
+
+
+class PetabEstimation:
+    """An imported PEtab problem ready for every approach.
+
+    Attributes
+    ----------
+    model : PetabModel
+    problem : EstimationProblem
+        The estimation problem (pass it to :func:`~pyomo_odeest.estimate`,
+        :func:`~pyomo_odeest.compare_approaches`, the multistart runner).
+    constant : float
+        Constant terms of the NLL (those of the profiled σ excluded).
+    sigma_parameter : str or None
+        The estimated σ parameter profiled out (see the module docstring).
+    noise_parameters : list of str
+        Several estimated noise parameters, estimated by :meth:`fit` (empty
+        otherwise); ``noise_start`` their start values (linear scale), at
+        which σ of :attr:`problem` is stated.
+    """
+
+    def __init__(self, model: PetabModel, problem, constant, sigma_parameter, sigma_factors,
+                 jacobian_sum, conditions, groups=None, data=None):
+        self.model = model
+        self.conditions = list(conditions)
+        self.problem = problem
+        self.constant = float(constant)
+        self.sigma_parameter = sigma_parameter
+        self._c = sigma_factors
+        self._jac = jacobian_sum
+        self._simulator = None
+        self._groups = groups                      # per datum: noise parameter id or None
+        self._data = data                          # per datum: condition, time, name
+        self.noise_parameters = sorted({g for g in (groups or []) if g is not None})
+        self.noise_start = {g: self.model.parameter(g).nominal for g in self.noise_parameters}
+
+    @property
+    def n_data(self):
+        return len(self._c)
+
+    def profiled_sigma(self, objective):
+        """:math:`s^\\star` from the least-squares objective (``None`` without a profiled σ)."""
+        if self.sigma_parameter is None:
+            return None
+        p = self.model.parameter(self.sigma_parameter)
+        s = math.sqrt(max(objective / self.n_data, 0.0))
+        return min(max(s, p.lb), p.ub)
+
+    def nll(self, objective, noise=None):
+        """PEtab's negative log-likelihood from the problem's objective value
+        (the objective of an :class:`~pyomo_odeest.EstimationResult`); with several
+        noise parameters, of a problem whose σ was stated at ``noise`` (default:
+        their start values; a result of :meth:`fit` holds them in
+        ``extra['petab_noise']``)."""
+        objective = float(objective)
+        if self.noise_parameters:
+            s = self._sigma_factor(noise)
+            return 0.5 * objective + self._jac + float(
+                np.sum(0.5 * np.log(2 * np.pi * (self._c * s) ** 2)))
+        if self.sigma_parameter is None:
+            return 0.5 * objective + self.constant
+        s = self.profiled_sigma(objective)
+        ss = objective
+        return (0.5 * np.sum(np.log(2 * np.pi * (self._c * s) ** 2)) + self._jac
+                + ss / (2 * s**2))
+
+    def scaled_estimates(self, result):
+        """The estimated PEtab parameters on their scales (a Series in the parameter
+        table's order), the profiled σ included."""
+        est = result.estimates
+        noise = {**self.noise_start, **(result.extra.get("petab_noise") or {})}
+        out = {}
+        for p in self.model.estimated:
+            if p.id == self.sigma_parameter:
+                out[p.id] = scale_value(self.profiled_sigma(result.objective), p.scale)
+            elif p.id in noise:
+                out[p.id] = scale_value(noise[p.id], p.scale)
+            else:
+                out[p.id] = float(est[p.id])
+        return pd.Series(out, name="scaled")
+
+    def simulated_nll(self, result=None):
+        """NLL by the independent simulation (:class:`PetabSimulator`) at a
+        result's estimates (default: the nominal parameters)."""
+        if self.conditions != self.model.conditions:
+            raise ValueError("simulated_nll needs the problem of every condition "
+                             f"{self.model.conditions}; this one holds {self.conditions}")
+        if self._simulator is None:
+            self._simulator = PetabSimulator(self.model)
+        scaled = None if result is None else self.scaled_estimates(result).to_numpy()
+        return self._simulator.nll(scaled)
+
+    # -- several estimated noise parameters ----------------------------------
+    def _sigma_factor(self, noise=None):
+        """Per datum: the factor s of σ = c·s (1 where σ is a number)."""
+        noise = {**self.noise_start, **(noise or {})}
+        return np.array([1.0 if g is None else float(noise[g]) for g in self._groups])
+
+    def _residuals(self, result):
+        """Per datum: τ(y) − τ(m) of ``result``, in the order of the measurements."""
+        R = result.residuals
+        d = self._data
+        if self.problem.experiments:
+            return np.array([float(R.loc[(c, t), n]) for c, t, n in
+                             zip(d["condition"], d["time"], d["name"])])
+        return np.array([float(R.loc[t, n]) for t, n in zip(d["time"], d["name"])])
+
+    def _stated(self, noise):
+        """The problem with σ stated at ``noise`` (weights rescaled from the start)."""
+        ratio = (self._sigma_factor(None) / self._sigma_factor(noise)) ** 2
+        P = self.problem
+        d = self._data.assign(m=ratio)
+
+        def multiplicity(sp, rows):
+            M = np.ones(sp.mask.shape)
+            col = {n: k for k, n in enumerate(sp.obs_names)}
+            row = {t: k for k, t in enumerate(sp.meas_times)}
+            for t, n, m in zip(rows["time"], rows["name"], rows["m"]):
+                M[row[t], col[n]] = m
+            return M
+        if P.experiments:
+            return P.variant(multiplicity={c: multiplicity(sp, d[d["condition"] == c])
+                                           for c, sp in zip(P.experiment_names,
+                                                            P.experiment_problems)})
+        return P.variant(multiplicity=multiplicity(P, d))
+
+    def fit(self, approach="reduced_space", rounds=50, rtol=1e-9, **options):
+        r"""Estimate θ and several noise parameters by alternating exact partial
+        minimizations (see the module docstring): ``rounds`` at most, until the
+        noise parameters change by less than ``rtol`` (relative).  ``options`` go
+        to :func:`~pyomo_odeest.estimate` (``u0`` starts the first round).
+        Returns the last round's result with ``extra['petab_noise']`` (the noise
+        parameters, linear scale), ``extra['petab_rounds']`` and
+        ``extra['petab_nll']`` (PEtab's NLL on the discretization)."""
+        from ..approaches._estimate import estimate
+        if not self.noise_parameters:
+            res = estimate(self.problem, approach, **options)
+            res.extra["petab_nll"] = self.nll(res.objective)
+            return res
+        noise = dict(self.noise_start)
+        groups = np.array([g if g is not None else "" for g in self._groups])
+        for k in range(1, rounds + 1):
+            res = estimate(self._stated(noise), approach, **options)
+            if not res.success:
+                break
+            options["u0"] = res.x
+            r2 = (self._residuals(res) / self._c) ** 2
+            new = {}
+            for g in self.noise_parameters:
+                p = self.model.parameter(g)
+                new[g] = min(max(float(np.sqrt(np.mean(r2[groups == g]))), p.lb), p.ub)
+            change = max(abs(new[g] / noise[g] - 1.0) for g in noise)
+            res.extra.update(petab_noise=dict(noise), petab_rounds=k)
+            noise = new
+            if change < rtol:
+                break
+        res.extra["petab_nll"] = self.nll(res.objective, res.extra.get("petab_noise"))
+        return res
+
+    def __repr__(self):
+        return (f"PetabEstimation({self.model.name}: {self.problem!r}, constant={self.constant:.6g}"
+                f", profiled sigma={self.sigma_parameter})")
+
+
+class _InitialValue:
+    """``l(u)`` of one state as a picklable callable on the parameters' Pyomo objects."""
+
+    def __init__(self, expr, names):
+        self.expr, self.names = expr, list(names)
+
+    def __call__(self, u):
+        return sympy_to_pyomo(self.expr, {symbol(n): u[n] for n in self.names})
+
+
+def _identifier(name, taken):
+    base = re.sub(r"\W", "_", name)
+    out, k = base, 2
+    while out in taken:
+        out, k = f"{base}_{k}", k + 1
+    taken.add(out)
+    return out
+
+
+def petab_problem(source, conditions=None) -> PetabEstimation:
+    """Import a PEtab problem (YAML path, folder or :class:`PetabModel`) for estimation.
+
+    One simulation condition gives a single-experiment problem; several give
+    one :class:`~pyomo_odeest.Experiment` per condition (named by the
+    condition id).  ``conditions`` selects a subset (default: all).
+    """
+    model = source if isinstance(source, PetabModel) else read_petab(source)
+    conditions = list(model.conditions if conditions is None else
+                      ([conditions] if isinstance(conditions, str) else conditions))
+    unknown = [c for c in conditions if c not in model.conditions]
+    if unknown or not conditions:
+        raise ValueError(f"{model.name}: unknown conditions {unknown}; "
+                         f"conditions: {model.conditions}")
+    meas = model.measurements[model.measurements["simulationConditionId"].isin(conditions)]
+    meas = meas.reset_index(drop=True)
+
+    # sigma: numbers, or c_i * s with one estimated s (profiled)
+    est_ids = {p.id for p in model.estimated}
+    sig_rows = [{s.name for s in sgm.free_symbols} & est_ids for sgm in meas["sigma"]]
+    sig_par = set().union(*sig_rows)
+    sigma_parameter = None
+    groups = None
+    if sig_par:
+        several = [sorted(u) for u in sig_rows if len(u) > 1]
+        if several:
+            raise UnsupportedFeatureError(
+                f"{model.name}: a noise formula holds several estimated parameters "
+                f"{several[0]} (supported: sigma = number * one estimated parameter)")
+        if len(sig_par) == 1 and all(sig_rows):
+            sigma_parameter = sig_par.pop()
+        else:
+            groups = [next(iter(u)) if u else None for u in sig_rows]
+    s_sym = symbol(sigma_parameter) if sigma_parameter else None
+    s_of = [None] * len(meas) if groups is None else [symbol(g) if g else None for g in groups]
+    fixed_sub = {symbol(p.id): sympy.Float(p.nominal, 17) for p in model.parameters
+                 if not p.estimate}
+    c = np.empty(len(meas))
+    for i, sgm in enumerate(meas["sigma"]):
+        e = sgm.xreplace(fixed_sub)
+        if s_sym is not None:
+            e = sympy.simplify(e / s_sym)
+        elif s_of[i] is not None:
+            e = sympy.simplify(e / s_of[i])
+        if e.free_symbols:
+            raise UnsupportedFeatureError(
+                f"{model.name}: noise formula {sgm} of {meas['observableId'][i]} is not a "
+                "number times one estimated parameter")
+        c[i] = float(e)
+    if np.any(~(c > 0)):
+        raise ValueError(f"{model.name}: sigma must be positive; got {c[~(c > 0)][:3]}")
+
+    # parameters on their scales
+    noise_ids = set(groups or []) - {None}
+    estimated = [p for p in model.estimated if p.id != sigma_parameter and p.id not in noise_ids]
+    s_start = np.array([1.0 if g is None else model.parameter(g).nominal
+                        for g in (groups or [None] * len(meas))])
+    params = [Parameter(p.id, p.scaled_nominal, *p.scaled_bounds) for p in estimated]
+    to_scaled = dict(fixed_sub)
+    to_scaled.update({symbol(p.id): unscale_sym(symbol(p.id), p.scale) for p in estimated})
+
+    def scaled(e):
+        return sympy.sympify(e).xreplace(to_scaled)
+
+    states = list(model.ode.states)
+    taken = set(states) | {p.id for p in estimated}
+
+    # observed quantities: one per distinct (observable, formula); replicates split
+    obs_name, obs_expr, names = {}, {}, []
+    for oid, y in zip(meas["observableId"], meas["y"]):
+        if (oid, y) not in obs_name:
+            nm = _identifier(oid, taken)
+            obs_name[(oid, y)] = nm
+            obs_expr[nm] = transform_sym(scaled(y), model.observables[oid].transformation)
+            names.append(nm)
+    trans = np.array([model.observables[o].transformation for o in meas["observableId"]])
+    value = np.empty(len(meas))
+    jac = np.empty(len(meas))
+    for tr in set(trans):
+        sel = trans == tr
+        value[sel] = transform_value(meas["measurement"].to_numpy()[sel], tr)
+        jac[sel] = log_jacobian(meas["measurement"].to_numpy()[sel], tr)
+    long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(),
+                         "time": meas["time"].to_numpy(),
+                         "name": [obs_name[(o, y)] for o, y in zip(meas["observableId"], meas["y"])],
+                         "value": value, "sigma": c * s_start})
+    rep = long.groupby(["condition", "time", "name"]).cumcount().to_numpy()
+    for i in np.flatnonzero(rep):
+        base = long.at[i, "name"]
+        nm = f"{base}_rep{rep[i] + 1}"
+        if nm not in obs_expr:
+            obs_expr[nm] = obs_expr[base]
+            names.append(nm)
+            taken.add(nm)
+        long.at[i, "name"] = nm
+
+    def noise(cond):
+        """``sigma=`` (σ known) or ``weights=`` 1/c² (σ = c·s with s profiled)."""
+        if sigma_parameter is None:
+            return dict(sigma=wide(cond, "sigma"))
+        return dict(weights=1.0 / wide(cond, "sigma") ** 2)
+
+    def wide(cond, what):
+        d = long[long["condition"] == cond]
+        cols = [n for n in names if n in set(d["name"])]
+        return d.pivot(index="time", columns="name", values=what).reindex(columns=cols)
+
+    # model constants that differ between conditions: k = a_k + sum_q b_kq * theta_q with
+    # fixed per-experiment (local) coefficients a_k, b_kq
+    rhs_c = {cond: [scaled(e) for e in model.rhs(cond)] for cond in conditions}
+    local = []                      # (name, {condition: value})
+    if len(conditions) > 1:
+        generic = {}
+        in_rhs = set().union(*[sympy.sympify(e).free_symbols for e in model.ode.rhs.values()])
+        for k in model.ode.constants:
+            ks = symbol(k)
+            if ks not in in_rhs:
+                continue
+            vals = {cond: scaled(model.constants[cond][ks]) for cond in conditions}
+            if len(set(vals.values())) == 1:
+                generic[ks] = vals[conditions[0]]
+                continue
+            coef_a = {cond: (float(v) if v.is_Number else 0.0) for cond, v in vals.items()}
+            parts = sympy.Integer(0)
+            a_name = _identifier(k, taken)
+            local.append((a_name, coef_a))
+            parts += symbol(a_name)
+            for w in sorted({v for v in vals.values() if not v.is_Number}, key=str):
+                b_name = _identifier(f"{k}__{'_'.join(sorted(s.name for s in w.free_symbols))}",
+                                     taken)
+                local.append((b_name, {cond: float(vals[cond] == w) for cond in conditions}))
+                parts += symbol(b_name) * w
+            generic[ks] = parts
+        f = [sympy.sympify(model.ode.rhs[s]).xreplace(generic) for s in states]
+    else:
+        f = rhs_c[conditions[0]]
+    x0 = {cond: [scaled(model.initial[cond][s]) for s in states] for cond in conditions}
+
+    if sigma_parameter is None:
+        constant = float(np.sum(0.5 * np.log(2 * np.pi * (c * s_start)**2) + jac))
+    else:
+        constant = float(np.sum(jac))
+
+    x_syms = [symbol(s) for s in states]
+    u_names = [p.id for p in estimated] + [nm for nm, _ in local]
+
+    def objects(x, u, t):
+        obj = {symbol(n): u[n] for n in u_names}
+        if x is not None:
+            obj[TIME] = t
+            obj.update({s: x[n] for s, n in zip(x_syms, states)})
+        return obj
+
+    def rhs(x, u, t):
+        o = objects(x, u, t)
+        return [sympy_to_pyomo(e, o) for e in f]
+
+    def observe(x, u, t):
+        o = objects(x, u, t)
+        return {nm: sympy_to_pyomo(obs_expr[nm], o) for nm in names}
+
+    def initial_fn(e):
+        return _InitialValue(e, u_names) if e.free_symbols else float(e)
+
+    def preequilibration(cond):
+        """The steady state of the pre-equilibration condition, the species ``cond`` sets reset."""
+        pre = model.preequilibration.get(cond)
+        if pre is None:
+            return None
+        f_pre = [scaled(e) for e in model.rhs(pre)]
+
+        def rhs_pre(x, u, t):
+            o = objects(x, u, t)
+            return [sympy_to_pyomo(e, o) for e in f_pre]
+        return Preequilibration(
+            rhs=rhs_pre, reset=model.reset[cond],
+            initial={s: initial_fn(scaled(model.initial[pre][s])) for s in states})
+
+    if len(conditions) == 1:
+        cond = conditions[0]
+        problem = EstimationProblem(
+            states=states, parameters=params, rhs=rhs,
+            initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
+            data=wide(cond, "value"), observe=observe, **noise(cond),
+            name=model.name, preequilibration=preequilibration(cond))
+    else:
+        from ..problem._declaration import Experiment
+        params = params + [Parameter(nm, 0.0, fixed=True, local=True) for nm, _ in local]
+        experiments = [
+            Experiment(cond, data=wide(cond, "value"), **noise(cond),
+                       initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
+                       parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local},
+                       preequilibration=preequilibration(cond))
+            for cond in conditions]
+        problem = EstimationProblem(
+            states=states, parameters=params, rhs=rhs, initial={s: 0.0 for s in states},
+            data=None, observe=observe, experiments=experiments, name=model.name)
+    return PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)),
+                           conditions, groups, long[["condition", "time", "name"]].copy())

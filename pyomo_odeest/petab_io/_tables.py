@@ -1,0 +1,484 @@
+r"""PEtab (format version 1) problems: the tables as symbolic objects.
+
+A PEtab problem is an SBML model plus four tables.  :func:`read_petab`
+turns them into a :class:`PetabModel`:
+
+* **parameters** (:class:`PetabParameter`): scale ``lin``/``log``/``log10``,
+  bounds, nominal value, estimated or fixed.  Throughout, the symbol of a
+  parameter id stands for its value on the *linear* scale; the optimisation
+  variable is the scaled value :math:`\theta_s = \mathrm{scale}(\theta)`.
+* **conditions**: per simulation condition, the values of the model's
+  constants (numbers, or parameter ids) and of the initial species.
+* **observables**: :math:`y = h_o(x, k, \pi^{obs})` and
+  :math:`\sigma = s_o(\pi^{noise}, \theta)` with the placeholders
+  ``observableParameter{n}_{id}`` and ``noiseParameter{n}_{id}`` filled per
+  measurement row.
+* **measurements**: one row per datum :math:`m` at time :math:`t`.
+
+The negative log-likelihood is PEtab's, every constant included
+[MHV, eq. (2)–(5)] for the transformation :math:`\tau` (identity, ln or
+log10) of each observable:
+
+.. math::
+
+    -\log L = \sum_{\text{data}} \tfrac12\log(2\pi\sigma^2)
+        + \log J_\tau(m)
+        + \tfrac12\Big(\frac{\tau(y(t)) - \tau(m)}{\sigma}\Big)^2,
+
+with :math:`J_\tau(m) = 1,\ m,\ m\ln 10` for ``lin``, ``log``, ``log10``
+(the Jacobian of the transformation at the datum).
+
+Unsupported features raise
+:class:`~pyomo_odeest.petab_io._sbml.UnsupportedFeatureError` naming the
+feature and the file: priors on the objective, Laplace noise,
+noise formulas that depend on states or observables, steady-state
+measurements (``time = inf``), mapping tables, several models or problems
+in one file, PEtab extensions, and a simulation condition used with several
+pre-equilibration conditions.  Pre-equilibration (``preequilibrationConditionId``)
+is read into :attr:`PetabModel.preequilibration` and :attr:`PetabModel.reset`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import sympy
+
+from ._sbml import TIME, SbmlOde, UnsupportedFeatureError, read_sbml, symbol
+
+__all__ = ["PetabParameter", "PetabObservable", "PetabModel", "read_petab", "SCALES"]
+
+#: scale name -> (scale, unscale) on numbers and on sympy expressions
+SCALES = ("lin", "log", "log10")
+
+
+def _petab():
+    try:
+        import petab.v1 as petab
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("reading PEtab needs the petab package (0.8 on Python 3.11): "
+                          "pip install 'pyomo_odeest[petab]'") from None
+    return petab
+
+
+def scale_value(v, scale):
+    """Scaled value of a linear-scale number."""
+    return {"lin": lambda a: a, "log": math.log, "log10": math.log10}[scale](float(v))
+
+
+def unscale_value(v, scale):
+    return {"lin": lambda a: a, "log": math.exp, "log10": lambda a: 10.0 ** a}[scale](float(v))
+
+
+def unscale_sym(s, scale):
+    """Linear value as a sympy expression of the scaled symbol ``s``."""
+    return {"lin": s, "log": sympy.exp(s), "log10": sympy.Integer(10) ** s}[scale]
+
+
+def transform_sym(y, transformation):
+    """The observable's transformation τ(y) (lin, log or log10)."""
+    return {"lin": y, "log": sympy.log(y), "log10": sympy.log(y, 10)}[transformation]
+
+
+def transform_value(m, transformation):
+    return {"lin": lambda a: a, "log": np.log, "log10": np.log10}[transformation](m)
+
+
+def log_jacobian(m, transformation):
+    r""":math:`\log J_\tau(m)`: 0, :math:`\log m`, :math:`\log(m\ln 10)`."""
+    m = np.asarray(m, dtype=float)
+    return {"lin": lambda a: np.zeros_like(a), "log": np.log,
+            "log10": lambda a: np.log(a * np.log(10.0))}[transformation](m)
+
+
+@dataclass
+class PetabParameter:
+    """One row of the parameter table (values on the linear scale)."""
+
+    id: str
+    scale: str
+    lb: float
+    ub: float
+    nominal: float
+    estimate: bool
+
+    @property
+    def scaled_nominal(self):
+        return scale_value(self.nominal, self.scale)
+
+    @property
+    def scaled_bounds(self):
+        return scale_value(self.lb, self.scale), scale_value(self.ub, self.scale)
+
+
+@dataclass
+class PetabObservable:
+    """One row of the observable table; formulas with their placeholders."""
+
+    id: str
+    formula: sympy.Expr
+    noise: sympy.Expr
+    transformation: str
+    distribution: str
+    observable_placeholders: list
+    noise_placeholders: list
+
+
+@dataclass
+class PetabModel:
+    r"""A PEtab problem in symbolic form.
+
+    Attributes
+    ----------
+    name : str
+        The problem's folder name (or the YAML file's stem).
+    ode : SbmlOde
+    parameters : list of PetabParameter
+    conditions : list of str
+        Simulation conditions used by the measurements, in order of first use.
+    constants : dict condition -> dict constant id -> sympy expression
+        Value of each model constant in that condition, in the parameter
+        symbols (linear scale) or a number.
+    initial : dict condition -> dict state -> sympy expression
+        Initial state of each condition in the parameter symbols.
+    observables : dict id -> PetabObservable
+    measurements : pandas.DataFrame
+        The measurement table with added columns ``y`` (observable as a
+        sympy expression in the state symbols, the parameter symbols and
+        :data:`~pyomo_odeest.petab_io._sbml.TIME`) and ``sigma`` (sympy, in the
+        parameter symbols only).
+    preequilibration : dict condition -> condition
+        The pre-equilibration condition of each simulation condition that has
+        one (its ``constants`` and ``initial`` are held like a simulation
+        condition's).
+    reset : dict condition -> list of states
+        Per pre-equilibrated simulation condition: the species its row sets
+        (reset after pre-equilibration; the others keep the steady state).
+    """
+
+    name: str
+    folder: str
+    ode: SbmlOde
+    parameters: list
+    conditions: list
+    constants: dict
+    initial: dict
+    observables: dict
+    measurements: pd.DataFrame
+    yaml_path: str = ""
+    preequilibration: dict = field(default_factory=dict)
+    reset: dict = field(default_factory=dict)
+
+    # -- parameters -------------------------------------------------------
+    @property
+    def estimated(self):
+        return [p for p in self.parameters if p.estimate]
+
+    def parameter(self, pid):
+        for p in self.parameters:
+            if p.id == pid:
+                return p
+        raise KeyError(f"no parameter {pid!r} in the parameter table of {self.name}")
+
+    def nominal_scaled(self):
+        """Scaled nominal values of the estimated parameters (the default start)."""
+        return np.array([p.scaled_nominal for p in self.estimated])
+
+    def linear_values(self, scaled=None):
+        """Linear-scale values of every table parameter; ``scaled`` (optional)
+        gives the estimated ones on their scales, default the nominal values."""
+        vals = {p.id: float(p.nominal) for p in self.parameters}
+        if scaled is not None:
+            scaled = np.asarray(scaled, dtype=float)
+            est = self.estimated
+            if scaled.shape != (len(est),):
+                raise ValueError(f"expected {len(est)} scaled values (estimated parameters "
+                                 f"{[p.id for p in est]}), got shape {scaled.shape}")
+            for p, v in zip(est, scaled):
+                vals[p.id] = unscale_value(v, p.scale)
+        return vals
+
+    # -- per condition -----------------------------------------------------
+    def rhs(self, condition):
+        """:math:`f` of ``condition`` in states, parameter symbols and time."""
+        sub = self.constants[condition]
+        return [sympy.sympify(self.ode.rhs[s]).xreplace(sub) for s in self.ode.states]
+
+    def rows(self, condition):
+        return self.measurements[self.measurements["simulationConditionId"] == condition]
+
+    def __repr__(self):
+        return (f"PetabModel({self.name}: {len(self.ode.states)} states, "
+                f"{len(self.estimated)} estimated parameters, {len(self.conditions)} conditions, "
+                f"{len(self.measurements)} measurements)")
+
+
+_PLACEHOLDER = re.compile(r"^(observableParameter|noiseParameter)(\d+)_(.+)$")
+
+
+def _placeholders(expr, kind, obs_id):
+    found = []
+    for s in expr.free_symbols:
+        mt = _PLACEHOLDER.match(s.name)
+        if mt and mt.group(1) == kind and mt.group(3) == obs_id:
+            found.append((int(mt.group(2)), s))
+    return [s for _, s in sorted(found, key=lambda a: a[0])]
+
+
+def _real_symbols(expr):
+    """PEtab's sympify gives symbols with extra assumptions: use :func:`symbol` throughout."""
+    return expr.xreplace({s: symbol(s.name) for s in expr.free_symbols if isinstance(s, sympy.Symbol)})
+
+
+def _sympify(petab, text, where):
+    try:
+        e = petab.math.sympify_petab(str(text))
+    except Exception as err:  # noqa: BLE001 - petab raises several types
+        raise ValueError(f"{where}: cannot parse {text!r}: {err}") from None
+    return _real_symbols(sympy.sympify(e))
+
+
+def _is_empty(v):
+    return v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == ""
+
+
+def _value_or_symbol(v, parameter_ids, where):
+    """A table entry: a number, or a parameter id (its linear-scale symbol)."""
+    try:
+        return sympy.Float(float(v), 17)
+    except (TypeError, ValueError):
+        pass
+    v = str(v).strip()
+    if v not in parameter_ids:
+        raise ValueError(f"{where}: {v!r} is neither a number nor a parameter of the "
+                         "parameter table")
+    return symbol(v)
+
+
+def read_petab(yaml_path) -> PetabModel:
+    """Read a PEtab v1 problem (YAML file or the folder holding one)."""
+    petab = _petab()
+    yaml_path = str(yaml_path)
+    if os.path.isdir(yaml_path):
+        ymls = sorted(f for f in os.listdir(yaml_path) if f.endswith((".yaml", ".yml")))
+        if len(ymls) != 1:
+            raise ValueError(f"{yaml_path}: expected one PEtab YAML file in the folder, "
+                             f"found {ymls}")
+        yaml_path = os.path.join(yaml_path, ymls[0])
+    folder = os.path.dirname(os.path.abspath(yaml_path))
+    name = os.path.basename(folder)
+    spec = petab.yaml.load_yaml(yaml_path)
+    if str(spec.get("format_version", "1")).split(".")[0] != "1":
+        raise UnsupportedFeatureError(f"{yaml_path}: PEtab format version "
+                                      f"{spec.get('format_version')} (only version 1 is supported)")
+    probs = spec.get("problems", [])
+    if len(probs) != 1:
+        raise UnsupportedFeatureError(f"{yaml_path}: {len(probs)} problems in one file "
+                                      "(exactly one is supported)")
+    pr = probs[0]
+    if len(pr.get("sbml_files", [])) != 1:
+        raise UnsupportedFeatureError(f"{yaml_path}: {len(pr.get('sbml_files', []))} models "
+                                      "(exactly one SBML file is supported)")
+    if pr.get("mapping_files"):
+        raise UnsupportedFeatureError(f"{yaml_path}: mapping tables are not supported")
+    if spec.get("extensions"):
+        raise UnsupportedFeatureError(f"{yaml_path}: PEtab extensions {list(spec['extensions'])} "
+                                      "are not supported")
+
+    def path_of(f):
+        return os.path.join(folder, f)
+
+    def read_tables(key, reader):
+        files = pr.get(key, [])
+        frames = [reader(path_of(f)) for f in files]
+        return (pd.concat(frames) if frames else None), ", ".join(files)
+
+    ode = read_sbml(path_of(pr["sbml_files"][0]))
+    par_file = spec["parameter_file"]
+    par_file = par_file[0] if isinstance(par_file, list) else par_file
+    par_df = petab.get_parameter_df(path_of(par_file))
+    cond_df, cond_files = read_tables("condition_files", petab.get_condition_df)
+    obs_df, obs_files = read_tables("observable_files", petab.get_observable_df)
+    meas_df, meas_files = read_tables("measurement_files", petab.get_measurement_df)
+
+    # -- parameter table ------------------------------------------------------
+    for col in ("objectivePriorType", "objectivePriorParameters"):
+        if col in par_df.columns and par_df[col].notna().any() and \
+                (par_df[col].astype(str).str.strip() != "").any():
+            pid = par_df.index[par_df[col].notna()][0]
+            raise UnsupportedFeatureError(
+                f"{par_file}: priors on the objective ({col}, e.g. parameter {pid}) are not "
+                "supported")
+    params = []
+    for pid, row in par_df.iterrows():
+        scale = str(row.get("parameterScale", "lin")).strip() or "lin"
+        if scale not in SCALES:
+            raise ValueError(f"{par_file}: parameter {pid}: parameterScale {scale!r} is not one "
+                             f"of {SCALES}")
+        est = bool(int(row.get("estimate", 1)))
+        lb = float(row.get("lowerBound", np.nan))
+        ub = float(row.get("upperBound", np.nan))
+        nom = float(row["nominalValue"]) if "nominalValue" in row and not _is_empty(
+            row["nominalValue"]) else np.nan
+        if est and not (np.isfinite(lb) and np.isfinite(ub)):
+            raise ValueError(f"{par_file}: estimated parameter {pid} needs finite bounds")
+        if not np.isfinite(nom):
+            if est:
+                nom = unscale_value(0.5 * (scale_value(lb, scale) + scale_value(ub, scale)), scale)
+            else:
+                raise ValueError(f"{par_file}: fixed parameter {pid} needs a nominalValue")
+        if est and scale != "lin" and lb <= 0:
+            raise ValueError(f"{par_file}: parameter {pid} on {scale} scale needs lowerBound > 0, "
+                             f"got {lb}")
+        params.append(PetabParameter(str(pid), scale, lb, ub, nom, est))
+    pids = {p.id for p in params}
+
+    # -- observables ---------------------------------------------------------
+    observables = {}
+    for oid, row in obs_df.iterrows():
+        oid = str(oid)
+        where = f"{obs_files}: observable {oid}"
+        trans = "lin" if _is_empty(row.get("observableTransformation")) else \
+            str(row["observableTransformation"]).strip()
+        dist = "normal" if _is_empty(row.get("noiseDistribution")) else \
+            str(row["noiseDistribution"]).strip()
+        if trans not in SCALES:
+            raise ValueError(f"{where}: observableTransformation {trans!r} is not one of {SCALES}")
+        if dist != "normal":
+            raise UnsupportedFeatureError(f"{where}: noiseDistribution {dist!r} (only normal, "
+                                          "with lin/log/log10 transformation, is supported)")
+        formula = _sympify(petab, row["observableFormula"], where + " formula")
+        noise = _sympify(petab, row["noiseFormula"], where + " noiseFormula")
+        observables[oid] = PetabObservable(
+            oid, formula, noise, trans, dist,
+            _placeholders(formula, "observableParameter", oid),
+            _placeholders(noise, "noiseParameter", oid))
+
+    # -- measurements -----------------------------------------------------------
+    meas = meas_df.reset_index(drop=True).copy()
+    times = meas["time"].astype(float).to_numpy()
+    if np.any(np.isinf(times)):
+        raise UnsupportedFeatureError(f"{meas_files}: steady-state measurements (time = inf) "
+                                      "are not supported")
+    if np.any(times < 0):
+        raise ValueError(f"{meas_files}: measurement times must be >= 0")
+    unknown = sorted(set(meas["observableId"]) - set(observables))
+    if unknown:
+        raise ValueError(f"{meas_files}: observables {unknown} are not in the observable table")
+    conditions = list(dict.fromkeys(str(c) for c in meas["simulationConditionId"]))
+    preeq = _preequilibration(meas, conditions, meas_files)
+    if cond_df is None:
+        cond_df = pd.DataFrame(index=pd.Index([], name="conditionId"))
+    used = conditions + [p for p in dict.fromkeys(preeq.values()) if p and p not in conditions]
+    missing = [c for c in used if c not in cond_df.index]
+    if missing:
+        raise ValueError(f"{meas_files}: conditions {missing} are not in the condition table "
+                         f"({cond_files})")
+
+    # -- conditions: constants and initial states ---------------------------------
+    state_syms = {symbol(s) for s in ode.states}
+    constants, initial, reset = {}, {}, {}
+    for c in used:
+        row = cond_df.loc[c]
+        sub = {}
+        for k, v in ode.constants.items():
+            if k in row.index and not _is_empty(row[k]):
+                sub[symbol(k)] = _value_or_symbol(row[k], pids, f"{cond_files}: condition {c}, "
+                                                                 f"column {k}")
+            elif k in pids:
+                sub[symbol(k)] = symbol(k)
+            else:
+                if not np.isfinite(v):
+                    raise ValueError(f"{ode.path}: parameter {k} has no value and is not in the "
+                                     "parameter or condition table")
+                sub[symbol(k)] = sympy.Float(v, 17)
+        init = {}
+        reset[c] = [s for s in ode.states if s in row.index and not _is_empty(row[s])]
+        for s in ode.states:
+            if s in row.index and not _is_empty(row[s]):
+                init[s] = _value_or_symbol(row[s], pids, f"{cond_files}: condition {c}, column {s}")
+            else:
+                init[s] = sympy.sympify(ode.initial[s]).xreplace(sub)
+        other = [k for k in row.index if k != "conditionName" and k not in ode.constants
+                 and k not in ode.states and not _is_empty(row[k])]
+        if other:
+            raise ValueError(f"{cond_files}: condition {c} sets {other}, which are not constants "
+                             "or species of the model")
+        constants[c] = sub
+        initial[c] = init
+
+    # -- per-row observable and sigma expressions ---------------------------------
+    def overrides(text, n, where):
+        if n == 0:
+            return []
+        if _is_empty(text):
+            raise ValueError(f"{where}: {n} overrides expected, none given")
+        parts = [t.strip() for t in str(text).split(";")]
+        if len(parts) != n:
+            raise ValueError(f"{where}: {n} overrides expected, got {len(parts)} ({text!r})")
+        return [_value_or_symbol(t, pids, where) for t in parts]
+
+    ys, sigmas = [], []
+    cache = {}
+    for i, r in meas.iterrows():
+        o = observables[str(r["observableId"])]
+        c = str(r["simulationConditionId"])
+        op = r.get("observableParameters", np.nan)
+        npar = r.get("noiseParameters", np.nan)
+        key = (o.id, c, str(op), str(npar))
+        if key not in cache:
+            where = f"{meas_files}: row {i} ({o.id})"
+            osub = dict(zip(o.observable_placeholders,
+                            overrides(op, len(o.observable_placeholders), where
+                                      + " observableParameters")))
+            nsub = dict(zip(o.noise_placeholders,
+                            overrides(npar, len(o.noise_placeholders), where + " noiseParameters")))
+            y = ode.substitute_assignments(o.formula.xreplace(osub)).xreplace(constants[c])
+            sig = o.noise.xreplace(nsub)
+            if sig.free_symbols & ({symbol(o.id)} | state_syms | set(map(symbol, ode.assignments))):
+                raise UnsupportedFeatureError(
+                    f"{obs_files}: noiseFormula of {o.id} depends on the model's states or "
+                    "observables (state-dependent sigma is not supported)")
+            sig = sig.xreplace(constants[c])
+            free = {s.name for s in y.free_symbols | sig.free_symbols} - \
+                {s.name for s in state_syms} - pids - {TIME.name}
+            if free:
+                raise ValueError(f"{where}: symbols {sorted(free)} are not defined (not states, "
+                                 "model constants, or parameters of the parameter table)")
+            cache[key] = (y, sig)
+        ys.append(cache[key][0])
+        sigmas.append(cache[key][1])
+    meas["y"] = ys
+    meas["sigma"] = sigmas
+    meas["simulationConditionId"] = meas["simulationConditionId"].astype(str)
+    meas["observableId"] = meas["observableId"].astype(str)
+    meas["time"] = meas["time"].astype(float)
+    meas["measurement"] = meas["measurement"].astype(float)
+    return PetabModel(name=name, folder=folder, ode=ode, parameters=params, conditions=conditions,
+                      constants=constants, initial=initial, observables=observables,
+                      measurements=meas, yaml_path=os.path.abspath(yaml_path),
+                      preequilibration={c: p for c, p in preeq.items() if p},
+                      reset={c: reset[c] for c, p in preeq.items() if p})
+
+
+def _preequilibration(meas, conditions, meas_files):
+    """Per simulation condition: its pre-equilibration condition (or None)."""
+    col = "preequilibrationConditionId"
+    if col not in meas.columns:
+        return {c: None for c in conditions}
+    pre = [None if _is_empty(v) else str(v).strip() for v in meas[col]]
+    sim = meas["simulationConditionId"].astype(str).to_list()
+    out = {}
+    for c in conditions:
+        used = {p for p, s in zip(pre, sim) if s == c}
+        if len(used) > 1:
+            raise UnsupportedFeatureError(
+                f"{meas_files}: simulation condition {c} is used with several "
+                f"pre-equilibrations {sorted(map(str, used))} (one per simulation condition "
+                f"is supported)")
+        out[c] = used.pop()
+    return out

@@ -1,0 +1,229 @@
+r"""Inputs given as data: known (or piecewise-constant decision) functions of time.
+
+A model driven by measured inputs (a feed switched on at t = 2, a temperature
+programme, a dosing schedule) declares them as ``inputs={"F": ...}`` on the
+problem (or per :class:`~pyomo_odeest.problem._declaration.Experiment`); inside
+``rhs`` (and ``observe``) the input is written ``u.F`` and stands for
+:math:`F(t)`:
+
+>>> prob = EstimationProblem(                                       # doctest: +SKIP
+...     states=["V", "C"], parameters=[Parameter("k", 1.0)],
+...     rhs=lambda x, u, t: [u.F, u.F * (1 - x.C) / x.V - u.k * x.C],
+...     initial={"V": 1.0, "C": 0.0}, data=df,
+...     inputs={"F": PiecewiseConstant([0, 2, 5], [0.0, 0.3, 0.1])})
+
+=============================  ====================================================
+input                          :math:`F(t)`
+=============================  ====================================================
+``PiecewiseConstant(t, v)``    :math:`v_k` for :math:`t_k \le t < t_{k+1}` (right-
+                               continuous; :math:`v_0` before :math:`t_0`, the last
+                               value after); a value may be a *parameter name*: a
+                               piecewise-constant control estimated with its bounds
+``PiecewiseLinear(t, v)``      linear interpolation, constant outside
+``Spline(t, v)``               cubic spline (not-a-knot) through the points
+=============================  ====================================================
+
+Every input is smooth between its *breakpoints* (the interior knots, where it
+or one of its derivatives jumps).  The integration grid contains each
+breakpoint :math:`\sigma` and its twin :math:`\sigma^-` (the preceding
+floating-point number) and restarts the multistep order ramp at both
+(:func:`~pyomo_odeest.discretization._grid.make_grid`), so each step sees one
+smooth piece: the schemes keep their order and the discrete derivatives stay
+exact.  Symbolically an input is a sympy function of :math:`t` with a numeric
+implementation (``_imp_``) used by ``lambdify``, and its time derivatives for
+:math:`\dot f` of the Enright schemes; a control is
+:math:`\sum_k c_k\,\mathbb 1_{[t_k, t_{k+1})}(t)` with parameters :math:`c_k`,
+so its derivatives are those of ordinary parameters.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import sympy
+
+__all__ = ["Input", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
+           "input_applications", "evaluate_inputs"]
+
+_counter = itertools.count()
+
+
+def _implemented(label, fn, derivative=None):
+    """A sympy function class of one argument evaluated numerically by ``fn``;
+    ``derivative`` (a class or None = 0) is its derivative."""
+    def fdiff(self, argindex=1):
+        return derivative(self.args[0]) if derivative is not None else sympy.Integer(0)
+
+    name = f"{label}_{next(_counter)}"
+    return type(name, (sympy.Function,), {"nargs": 1, "fdiff": fdiff,
+                                          "_imp_": staticmethod(fn)})
+
+
+def _check_knots(times, values, what, min_points=1):
+    t = np.asarray(times, dtype=float).reshape(-1)
+    if t.size < min_points:
+        raise ValueError(f"{what}: at least {min_points} time(s) required")
+    if not np.all(np.isfinite(t)) or np.any(np.diff(t) <= 0):
+        raise ValueError(f"{what}: times must be finite and strictly increasing")
+    v = list(values)
+    if len(v) != t.size:
+        raise ValueError(f"{what}: {len(v)} values for {t.size} times")
+    return t, v
+
+
+class Input:
+    """Base class: a function of time with breakpoints (see the module docstring)."""
+
+    #: times where the input or one of its derivatives jumps
+    breakpoints: np.ndarray = np.zeros(0)
+
+    def parameter_names(self):
+        """Names of parameters the input depends on (controls)."""
+        return []
+
+    def expression(self, t_sym, symbol_of_parameter):
+        """The sympy expression of the input at time ``t_sym``."""
+        raise NotImplementedError
+
+    def __call__(self, t):
+        """Numeric values at times ``t`` (numeric inputs only)."""
+        raise NotImplementedError
+
+
+class PiecewiseConstant(Input):
+    """:math:`F(t) = v_k` on :math:`[t_k, t_{k+1})`; values numbers or parameter names.
+
+    Parameters
+    ----------
+    times : array_like
+        Start times :math:`t_0 < t_1 < \\dots` of the pieces.
+    values : sequence of float or str
+        Value of each piece; a string names a parameter of the problem (a
+        piecewise-constant control, estimated within that parameter's bounds).
+    """
+
+    def __init__(self, times, values):
+        self.times, vals = _check_knots(times, values, "PiecewiseConstant")
+        self.values = [v if isinstance(v, str) else float(v) for v in vals]
+        num = [v for v in self.values if not isinstance(v, str)]
+        if not np.all(np.isfinite(num)):
+            raise ValueError("PiecewiseConstant: values must be finite")
+        self.breakpoints = self.times[1:].copy()
+
+    @classmethod
+    def from_series(cls, series):
+        """From a pandas Series indexed by the start times of the pieces."""
+        return cls(series.index.to_numpy(dtype=float), series.to_numpy(dtype=float))
+
+    def parameter_names(self):
+        return [v for v in self.values if isinstance(v, str)]
+
+    def _piece(self, t):
+        return np.clip(np.searchsorted(self.times, t, side="right") - 1, 0, len(self.times) - 1)
+
+    def __call__(self, t):
+        if self.parameter_names():
+            raise TypeError("a control (values naming parameters) has no fixed numeric value")
+        return np.asarray(self.values, dtype=float)[self._piece(np.asarray(t, dtype=float))]
+
+    def expression(self, t_sym, symbol_of_parameter):
+        if not self.parameter_names():
+            vals = np.asarray(self.values, dtype=float)
+            fn = _implemented("pwc", lambda t: vals[self._piece(np.asarray(t, dtype=float))])
+            return fn(t_sym)
+        out = sympy.Integer(0)
+        for k, v in enumerate(self.values):
+            ind = _implemented(f"ind{k}", lambda t, k=k: (self._piece(np.asarray(t, dtype=float))
+                                                         == k).astype(float))
+            c = symbol_of_parameter(v) if isinstance(v, str) else sympy.Float(v)
+            out = out + c * ind(t_sym)
+        return out
+
+
+class PiecewiseLinear(Input):
+    """Linear interpolation through ``(times, values)``, constant outside."""
+
+    def __init__(self, times, values):
+        self.times, vals = _check_knots(times, values, "PiecewiseLinear", 2)
+        self.values = np.asarray(vals, dtype=float)
+        if not np.all(np.isfinite(self.values)):
+            raise ValueError("PiecewiseLinear: values must be finite")
+        self.breakpoints = self.times.copy()
+        self._slopes = np.concatenate([[0.0], np.diff(self.values) / np.diff(self.times), [0.0]])
+
+    @classmethod
+    def from_series(cls, series):
+        return cls(series.index.to_numpy(dtype=float), series.to_numpy(dtype=float))
+
+    def __call__(self, t):
+        return np.interp(np.asarray(t, dtype=float), self.times, self.values)
+
+    def slope(self, t):
+        """Right derivative (the slope of the piece starting at or before t)."""
+        return self._slopes[np.searchsorted(self.times, np.asarray(t, dtype=float), side="right")]
+
+    def expression(self, t_sym, symbol_of_parameter):
+        d = _implemented("pwl_d", self.slope)
+        return _implemented("pwl", self.__call__, d)(t_sym)
+
+
+class Spline(Input):
+    """Cubic spline (scipy ``CubicSpline``, not-a-knot) through ``(times, values)``;
+    the problem's horizon must lie within ``[times[0], times[-1]]``."""
+
+    def __init__(self, times, values):
+        from scipy.interpolate import CubicSpline
+        self.times, vals = _check_knots(times, values, "Spline", 4)
+        self.values = np.asarray(vals, dtype=float)
+        if not np.all(np.isfinite(self.values)):
+            raise ValueError("Spline: values must be finite")
+        self.spline = CubicSpline(self.times, self.values)
+        self.breakpoints = self.times[1:-1].copy()
+
+    @classmethod
+    def from_series(cls, series):
+        return cls(series.index.to_numpy(dtype=float), series.to_numpy(dtype=float))
+
+    def __call__(self, t):
+        return self.spline(np.asarray(t, dtype=float))
+
+    def expression(self, t_sym, symbol_of_parameter):
+        cls = None
+        for order in (3, 2, 1, 0):
+            fn = (lambda o: (lambda t: self.spline(np.asarray(t, dtype=float), o)))(order)
+            cls = _implemented(f"spl_d{order}" if order else "spl", fn, cls)
+        return cls(t_sym)
+
+
+_KINDS = {"constant": PiecewiseConstant, "linear": PiecewiseLinear, "spline": Spline}
+
+
+def inputs_from_frame(frame, kind="constant"):
+    """``{column: Input}`` from a DataFrame indexed by time (``kind``:
+    ``'constant'``, ``'linear'`` or ``'spline'``, or a mapping column -> kind)."""
+    out = {}
+    for col in frame.columns:
+        k = kind.get(col, "constant") if isinstance(kind, dict) else kind
+        if k not in _KINDS:
+            raise ValueError(f"input kind {k!r} of column {col!r}; use one of {list(_KINDS)}")
+        s = frame[col].dropna()
+        out[str(col)] = _KINDS[k].from_series(s)
+    return out
+
+
+def input_applications(exprs):
+    """The input function applications (``F(t)``, ``F'(t)``, indicators) in ``exprs``,
+    in a deterministic order."""
+    apps = set()
+    for e in exprs:
+        apps |= {a for a in sympy.sympify(e).atoms(sympy.Function) if hasattr(type(a), "_imp_")}
+    return sorted(apps, key=sympy.default_sort_key)
+
+
+def evaluate_inputs(expr):
+    """``expr`` with every input application at a numeric time replaced by its value."""
+    apps = [a for a in input_applications([expr]) if a.args[0].is_number]
+    if not apps:
+        return expr
+    return expr.xreplace({a: sympy.Float(float(type(a)._imp_(float(a.args[0]))), 17)
+                          for a in apps})

@@ -1,0 +1,260 @@
+r"""The measurement misfit and the parameter penalty, vectorised over the measurement times.
+
+Every loss of the package is a quadratic form in the residuals
+[GM-grad, eq. (1); [MHV], eqs. (2)–(5)]:
+
+.. math::
+
+    \varphi_j(x, u) = r_j^\top A_j\, r_j,\qquad
+    r_j = g(x, u, \tau_j) - \bar z_j,
+
+with :math:`A_j = \operatorname{diag}(w_j)` for weighted least squares (zero
+weight where a value is missing) and :math:`A_j = \tfrac12\Sigma_{oo}^{-1}`
+on the quantities ``o`` observed at :math:`\tau_j` for the Gaussian negative
+log-likelihood (whose log-determinant is the constant
+:func:`~pyomo_odeest.problem._misfit.misfit_constant`).  The optional penalty
+:math:`R(u)` of the problem is added once.  This is the same function as
+:func:`~pyomo_odeest.problem._misfit.misfit_sym` (the Pyomo block's objective); here it
+is evaluated from the derivatives of the observation function :math:`g`
+alone, so its cost and set-up do not grow with the number of measurement
+times:
+
+.. math::
+
+    \nabla_x\varphi_j = 2\,g_x^\top A_j r_j,\qquad
+    \nabla_u\varphi_j = 2\,g_u^\top A_j r_j,\qquad
+    \nabla^2_{(x,u)}\varphi_j = 2\,(g_x, g_u)^\top A_j (g_x, g_u)
+        + \sum_o 2(A_j r_j)_o\,\nabla^2 g_o .
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import sympy
+
+from ..symbolic._vectorfn import VectorFn, second_derivatives, sparse_jacobian
+from ._declaration import EstimationProblem, GaussianNLL
+from ._inputs import evaluate_inputs
+
+__all__ = ["MeasurementMisfit", "misfit_sym", "misfit_constant", "observations"]
+
+
+class MeasurementMisfit:
+    r""":math:`\sum_j \varphi_j` and :math:`R(u)` of a problem with their derivatives.
+
+    Arrays of states at the measurement times are ``Xm`` of shape
+    ``(N, n)`` (row j: :math:`x(\tau_j)`).
+
+    Attributes
+    ----------
+    g, gx, gu
+        :math:`g` and its sparse Jacobians (see :mod:`pyomo_odeest.symbolic._vectorfn`).
+    zbar : (N, n_obs)
+        Measurements, 0 where missing.
+    A : (N, n_obs, n_obs) or None
+        Gaussian weights :math:`\tfrac12\Sigma_{oo}^{-1}` (None for least squares).
+    A_diag : (N, n_obs) or None
+        Least-squares weights (None for the Gaussian loss).
+    const : float
+        The loss constant (log-determinant term).
+    """
+
+    def __init__(self, problem: EstimationProblem):
+        P = problem
+        self.problem = P
+        xs, us, ts = tuple(P.x_sym), tuple(P.u_sym), P.t_sym
+        self._syms = (xs, us, ts)
+        self.g = VectorFn(P.g_sym, xs, us, ts)
+        self.gx = sparse_jacobian(P.g_sym, xs, xs, us, ts)
+        self.gu = sparse_jacobian(P.g_sym, us, xs, us, ts)
+        self.t = np.asarray(P.meas_times, dtype=float)
+        zbar = P.data.to_numpy(dtype=float) if len(self.t) else np.zeros((0, len(P.obs_names)))
+        self.zbar = np.where(P.mask, zbar, 0.0)
+        no = len(P.obs_names)
+        if isinstance(P.loss, GaussianNLL):
+            A = np.zeros((len(self.t), no, no))
+            for j in range(len(self.t)):
+                o = np.flatnonzero(P.mask[j])
+                A[j][np.ix_(o, o)] = 0.5 * np.linalg.inv(P.cov[np.ix_(o, o)])
+            self.A, self.A_diag = A, None
+        else:
+            self.A, self.A_diag = None, np.where(P.mask, np.asarray(P.weights, dtype=float), 0.0)
+        self.const = misfit_constant(P)
+        pen = sympy.sympify(P.penalty_sym)
+        self.has_penalty = bool(pen.free_symbols) or pen != 0
+        self._R = sympy.lambdify((us,), pen, "numpy")
+        self._dR = sympy.lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
+        self._d2R = sympy.lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
+        self._second = None
+        self._root = None
+
+    # -- the quadratic form -------------------------------------------------
+    def Ar(self, r):
+        r""":math:`A_j r_j` for all j (r: (N, n_obs))."""
+        if self.A is None:
+            return self.A_diag * r
+        return np.einsum("jab,jb->ja", self.A, r)
+
+    def AS(self, S):
+        r""":math:`A_j S_j` for all j (S: (N, n_obs, k))."""
+        if self.A is None:
+            return self.A_diag[:, :, None] * S
+        return np.einsum("jab,jbm->jam", self.A, S)
+
+    def residuals(self, Xm, u):
+        r""":math:`r_j = g(x_j, u, \tau_j) - \bar z_j` (N, n_obs)."""
+        return self.g(Xm, u, self.t) - self.zbar
+
+    # -- as a sum of squares -------------------------------------------------
+    def root(self):
+        r""":math:`W_j` with :math:`W_j^\top W_j = 2A_j` (N, n_obs, n_obs), or for
+        least squares its diagonal :math:`\sqrt{2w_j}` (N, n_obs): then
+        :math:`\varphi_j = \tfrac12\lVert W_j r_j\rVert^2`."""
+        if self._root is None:
+            if self.A is None:
+                self._root = np.sqrt(2 * self.A_diag)
+            else:
+                lam, Q = np.linalg.eigh(2 * self.A)               # A_j is symmetric PSD
+                self._root = np.sqrt(np.clip(lam, 0.0, None))[:, :, None] * \
+                    np.transpose(Q, (0, 2, 1))
+        return self._root
+
+    def weighted_residuals(self, Xm, u):
+        r""":math:`\rho_j = W_j r_j` (N, n_obs): :math:`\sum_j\varphi_j = \tfrac12\sum_j\lVert\rho_j\rVert^2`."""
+        W, r = self.root(), self.residuals(Xm, u)
+        return W * r if self.A is None else np.einsum("jab,jb->ja", W, r)
+
+    def observation_sensitivities(self, Xm, u, S, columns=None):
+        r""":math:`\partial z_j/\partial u = g_x S_j + g_u` at the measurement times
+        (N, n_obs, k), with ``S`` (N, n, k) the state sensitivities to the parameters
+        ``columns`` (default: all p)."""
+        Gu = self.gu.dense(self.gu.values(Xm, u, self.t))
+        if columns is not None:
+            Gu = Gu[:, :, columns]
+        return self.gx.matmat(self.gx.values(Xm, u, self.t), S) + Gu
+
+    def weighted_jacobian(self, Xm, u, S, columns):
+        r""":math:`\partial\rho_j/\partial u_c = W_j(g_x S_j + g_u)_{:,c}` (N, n_obs, k) for the
+        parameters ``columns``, with ``S`` (N, n, k) the state sensitivities to them."""
+        R = self.observation_sensitivities(Xm, u, S, columns)
+        W = self.root()
+        return W[:, :, None] * R if self.A is None else np.einsum("jab,jbk->jak", W, R)
+
+    def value(self, Xm, u):
+        r""":math:`\sum_j\varphi_j` (without the constant and the penalty)."""
+        if len(self.t) == 0:
+            return 0.0
+        r = self.residuals(Xm, u)
+        return float(np.sum(r * self.Ar(r)))
+
+    def gradients(self, Xm, u):
+        r""":math:`\nabla_x\varphi_j` (N, n) and :math:`\sum_j\nabla_u\varphi_j` (p,)."""
+        N, p = len(self.t), len(u)
+        if N == 0:
+            return np.zeros((0, Xm.shape[1] if Xm.ndim == 2 else 0)), np.zeros(p)
+        Ar2 = 2 * self.Ar(self.residuals(Xm, u))
+        Fx = self.gx.matvec_T(self.gx.values(Xm, u, self.t), Ar2)
+        Fu = self.gu.matvec_T(self.gu.values(Xm, u, self.t), Ar2).sum(axis=0)
+        return Fx, Fu
+
+    def second_order(self):
+        """``(lam, Hxx, Hxu, Huu)`` of :math:`\\lambda^\\top g` (built on first use)."""
+        if self._second is None:
+            self._second = second_derivatives(self.problem.g_sym, *self._syms)
+        return self._second
+
+    def directional_second(self, Xm, u, S, V):
+        r"""Second derivatives of :math:`\varphi_j` applied to a direction.
+
+        For state directions ``S`` (N, n, k) and parameter directions ``V``
+        (p, k) returns
+
+        .. math::
+
+            M_j = \varphi_{j,xx}S_j + \varphi_{j,xu}V \;(N, n, k),\qquad
+            Q = \sum_j \varphi_{j,ux}S_j + \varphi_{j,uu}V \;(p, k).
+        """
+        N = len(self.t)
+        n, p, k = Xm.shape[1], len(u), V.shape[1]
+        if N == 0:
+            return np.zeros((0, n, k)), np.zeros((p, k))
+        r = self.residuals(Xm, u)
+        Ar2 = 2 * self.Ar(r)
+        gxv = self.gx.values(Xm, u, self.t)
+        guv = self.gu.values(Xm, u, self.t)
+        Z = self.gx.matmat(gxv, S) + self.gu.dense(guv) @ V           # (N, n_obs, k)
+        AZ2 = 2 * self.AS(Z)
+        _, hxx, hxu, huu = self.second_order()
+        hxxv = hxx.values(Xm, u, self.t, Ar2)
+        hxuv = hxu.values(Xm, u, self.t, Ar2)
+        huuv = huu.values(Xm, u, self.t, Ar2)
+        Hxu = hxu.dense(hxuv)                                          # (N, n, p)
+        M = self.gx.matmat_T(gxv, AZ2) + hxx.matmat(hxxv, S) + Hxu @ V
+        Q = (np.einsum("jop,jok->pk", self.gu.dense(guv), AZ2)
+             + np.einsum("jxp,jxk->pk", Hxu, S) + huu.dense(huuv).sum(axis=0) @ V)
+        return M, Q
+
+    # -- penalty ------------------------------------------------------------
+    def penalty(self, u):
+        """:math:`R(u)` (0 without a penalty)."""
+        return float(self._R(u)) if self.has_penalty else 0.0
+
+    def penalty_gradient(self, u):
+        return (np.asarray(self._dR(u), dtype=float).reshape(-1) if self.has_penalty
+                else np.zeros(len(u)))
+
+    def penalty_hessian(self, u):
+        p = len(u)
+        return (np.asarray(self._d2R(u), dtype=float).reshape(p, p) if self.has_penalty
+                else np.zeros((p, p)))
+
+
+def misfit_sym(problem: EstimationProblem, j: int):
+    r"""φ_j of measurement time τ_j as a sympy expression in (x, u).
+
+    Least squares: :math:`\sum_o w_{jo} (g_o(x, u, τ_j) - \bar z_{jo})^2`;
+    Gaussian NLL: :math:`\tfrac12 r^\top Σ_{oo}^{-1} r` over the quantities
+    observed at τ_j [MHV, eq. (2)–(5)]; the constant is in
+    :func:`misfit_constant`.
+    """
+    tau = float(problem.meas_times[j])
+    obs = np.flatnonzero(problem.mask[j])
+    zbar = problem.data.to_numpy()[j]
+    r = [evaluate_inputs(problem.g_sym[o].subs(problem.t_sym, tau)) - sympy.Float(zbar[o], 17)
+         for o in obs]
+    if isinstance(problem.loss, GaussianNLL):
+        S = problem.cov[np.ix_(obs, obs)]
+        Si = np.linalg.inv(S)
+        Si = 0.5 * (Si + Si.T)
+        m = len(obs)
+        # exact zeros of Σ⁻¹ (diagonal or block-diagonal Σ) contribute no term:
+        # the expression has O(nnz) rather than O(m²) terms
+        return sympy.Rational(1, 2) * sum(
+            sympy.Float(Si[a, a], 17) * r[a]**2 for a in range(m)) + sum(
+            sympy.Float(Si[a, b], 17) * r[a] * r[b]
+            for a in range(m) for b in range(a + 1, m) if Si[a, b] != 0.0)
+    w = problem.weights[j]
+    return sum(sympy.Float(w[o], 17) * ri**2 for o, ri in zip(obs, r))
+
+
+def misfit_constant(problem: EstimationProblem) -> float:
+    """Constant part of the objective (the log-determinant of the Gaussian NLL);
+    summed over the experiments of a problem with several."""
+    if problem.experiments:
+        return float(sum(misfit_constant(sp) for sp in problem.experiment_problems))
+    if not isinstance(problem.loss, GaussianNLL):
+        return 0.0
+    c = 0.0
+    for j in range(len(problem.meas_times)):
+        obs = np.flatnonzero(problem.mask[j])
+        S = problem.cov[np.ix_(obs, obs)]
+        c += 0.5 * np.linalg.slogdet(2 * np.pi * S)[1]
+    return float(c)
+
+
+def observations(problem: EstimationProblem, Xmeas, u):
+    """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time."""
+    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
+    Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float), (len(problem.g_sym),))
+                  for x, tau in zip(Xmeas, problem.meas_times)])
+    return pd.DataFrame(Z, index=pd.Index(problem.meas_times, name="time"), columns=problem.obs_names)

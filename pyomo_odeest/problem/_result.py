@@ -1,0 +1,311 @@
+"""The result object shared by every estimation backend."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["EstimationResult", "stack_experiments", "post_solve_checks"]
+
+
+#: The analyses offered as methods of :class:`EstimationResult`,
+#: ``name -> fn(result, ...)``, and the post-solve checks every approach runs
+#: (``"diagnose"``, see :func:`post_solve_checks`).  :mod:`pyomo_odeest.analysis`
+#: fills it when it is imported (importing any part of ``pyomo_odeest`` does, through
+#: the package's ``__init__``), so this layer, and the approaches above it, import
+#: nothing from the analysis layer.
+RESULT_ANALYSES = {}
+
+
+def _analysis(name):
+    try:
+        return RESULT_ANALYSES[name]
+    except KeyError:
+        raise RuntimeError(f"EstimationResult.{name} is provided by pyomo_odeest.analysis; "
+                           "import pyomo_odeest first") from None
+
+
+def post_solve_checks(problem, result, *args, **kwargs):
+    """Run the post-solve checks on ``result`` (status, active bounds, χ², rank,
+    stability: :func:`pyomo_odeest.analysis._diagnostics.diagnose`) and return it.
+
+    Every approach calls this before returning, so a doubtful result always
+    carries its warnings in ``result.warnings``.  The checks live in the
+    analysis layer and are reached through :data:`RESULT_ANALYSES`.
+    """
+    return _analysis("diagnose")(problem, result, *args, **kwargs)
+
+
+def stack_experiments(names, frames):
+    """Per-experiment DataFrames as one frame indexed by ``(experiment, ...)``
+    (None if any is None)."""
+    frames = list(frames)
+    if any(f is None for f in frames):
+        return None
+    return pd.concat(dict(zip(names, frames)), names=["experiment"])
+
+_SCALARS = (str, bool, int, float, type(None), np.bool_, np.integer, np.floating)
+
+
+def _is_data(v) -> bool:
+    """Numbers, strings, arrays, pandas objects and lists/tuples/dicts of them."""
+    if isinstance(v, (_SCALARS, np.ndarray, pd.DataFrame, pd.Series)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_is_data(a) for a in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, (str, int)) and _is_data(a) for k, a in v.items())
+    return False
+
+
+def _label(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _to_json(v):
+    """A JSON-able structure; pandas and numpy objects carry a tag so they come back typed."""
+    if isinstance(v, pd.DataFrame):
+        numeric = all(pd.api.types.is_numeric_dtype(t) for t in v.dtypes)
+        return {"__frame__": {"index": [_label(a) for a in v.index],
+                              "index_name": v.index.name,
+                              "columns": [_label(c) for c in v.columns],
+                              "numeric": numeric,
+                              "data": (v.to_numpy(dtype=float) if numeric
+                                       else v.to_numpy(dtype=object)).tolist()}}
+    if isinstance(v, pd.Series):
+        return {"__series__": {"index": [_label(a) for a in v.index], "name": _label(v.name),
+                               "data": v.to_numpy(dtype=float).tolist()}}
+    if isinstance(v, np.ndarray):
+        return {"__array__": v.tolist(), "dtype": str(v.dtype)}
+    if isinstance(v, tuple):
+        return {"__tuple__": [_to_json(a) for a in v]}
+    if isinstance(v, list):
+        return [_to_json(a) for a in v]
+    if isinstance(v, dict):
+        return {"__dict__": [[_label(k), _to_json(a)] for k, a in v.items()]}
+    return _label(v)
+
+
+def _from_json(v):
+    if isinstance(v, list):
+        return [_from_json(a) for a in v]
+    if not isinstance(v, dict):
+        return v
+    if "__frame__" in v:
+        d = v["__frame__"]
+        data = np.array(d["data"], dtype=float if d["numeric"] else object).reshape(
+            len(d["index"]), len(d["columns"]))
+        return pd.DataFrame(data, index=pd.Index(d["index"], name=d["index_name"]),
+                            columns=d["columns"])
+    if "__series__" in v:
+        d = v["__series__"]
+        return pd.Series(np.array(d["data"], dtype=float), index=d["index"], name=d["name"])
+    if "__array__" in v:
+        return np.array(v["__array__"], dtype=v["dtype"])
+    if "__tuple__" in v:
+        return tuple(_from_json(a) for a in v["__tuple__"])
+    return {k: _from_json(a) for k, a in v["__dict__"]}
+
+
+@dataclass
+class EstimationResult:
+    """Outcome of one estimation.
+
+    Attributes
+    ----------
+    approach : str
+        ``'simultaneous'``, ``'reduced_space'``, ``'multiple_shooting'``, ...
+    method : str
+        Solver and derivative method (e.g. ``'ipopt/exact-hessian'``).
+    scheme : str
+        Discretization scheme and Q_max.
+    estimates : pandas.Series
+        Parameter values (fixed ones included), indexed by name.
+    objective : float
+        J_k at the estimates (including any constant term of the loss).
+    status : str
+        Solver status (Ipopt's return status name for Ipopt backends).
+    success : bool
+        True if the solver reports convergence to a (local) optimum.
+    iterations : int
+    evaluations : dict
+        Function / gradient / Hessian evaluation counts.
+    timings : dict
+        Seconds: ``build_s`` (model), ``setup_s`` (evaluator), ``solve_s``
+        (solver wall time), ``total_s``.
+    states : pandas.DataFrame
+        Discrete states x_i on the grid (index: time).  For a problem with
+        several experiments, ``states``, ``fitted``, ``residuals`` and
+        ``adjoint`` (and each frame of ``multipliers``) are indexed by
+        ``(experiment, time)`` (or ``(experiment, step)``): ``res.states.loc['e1']``.
+    fitted : pandas.DataFrame
+        Observations z(τ_j) at the measurement times.
+    residuals : pandas.DataFrame
+        fitted − data (NaN where not measured).
+    adjoint : pandas.DataFrame or None
+        Multiplier of the equation that defines x_i (row i = 0..k; row 0 is
+        x_0 = l(u)).  With the block's sign convention this is the adjoint
+        p_i of [GM-grad], eq. (52).
+    multipliers : dict
+        Stage name -> DataFrame of multipliers of that stage's equations,
+        indexed by step i (``'x'``: the equation defining x_{i+1}); for each
+        path constraint, ``'path_<name>'``: its multipliers indexed by time.
+    model : object
+        The solved Pyomo model (simultaneous approach) or None.
+    extra : dict
+        Backend-specific information.
+    warnings : list of str
+        Reasons to doubt the result although the solver may report success,
+        each with advice: from the sanity checks of
+        :mod:`pyomo_odeest.analysis._diagnostics` (no convergence, a misfit
+        inconsistent with the noise level,
+        :func:`~pyomo_odeest.problem._noise.noise_check`, a parameter at a
+        bound, a stability-limited discretization, rank deficiency); shown by
+        :meth:`summary`.
+
+    Pickling keeps every data field; the solved Pyomo model (its
+    constraints are rendered lazily by rules that close over the block) and
+    entries of ``extra`` that are live objects rather than data (simulators,
+    interval models) are left out, their names listed in
+    ``extra['not_pickled']``.  :meth:`lean` gives the same copy in memory
+    (what the runner sends back from a worker), and :meth:`to_json` /
+    :meth:`from_json` write and read the data fields.
+    """
+
+    approach: str
+    method: str
+    scheme: str
+    estimates: pd.Series
+    objective: float
+    status: str
+    success: bool
+    iterations: int
+    evaluations: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    states: pd.DataFrame | None = None
+    fitted: pd.DataFrame | None = None
+    residuals: pd.DataFrame | None = None
+    adjoint: pd.DataFrame | None = None
+    multipliers: dict = field(default_factory=dict)
+    model: object = None
+    extra: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+
+    def multiplier(self, i, state, stage="x"):
+        """Multiplier of the ``stage`` equation of step ``i`` for ``state``."""
+        return float(self.multipliers[stage].loc[i, state])
+
+    def summary(self) -> str:
+        est = ", ".join(f"{k}={v:.6g}" for k, v in self.estimates.items())
+        text = (f"{self.approach} [{self.method}; {self.scheme}]: {self.status} after "
+                f"{self.iterations} iterations, objective={self.objective:.8g}, {est} "
+                f"({self.timings.get('total_s', float('nan')):.2f} s)")
+        return text + "".join(f"\n  WARNING: {w}" for w in self.warnings)
+
+    def __repr__(self):
+        return f"EstimationResult({self.summary()})"
+
+    # -- serialization ---------------------------------------------------------
+    @property
+    def problem(self):
+        """The EstimationProblem this result solves, found in ``extra['problem']``,
+        the backend's model objects or the Pyomo block (None if there is none)."""
+        P = self.extra.get("problem")
+        if P is not None:
+            return P
+        for key in ("discrete_model", "continuous_model", "interval_models"):
+            P = getattr(self.extra.get(key), "problem", None)
+            if P is not None:
+                return P
+        return getattr(getattr(self.model, "est", None), "problem", None)
+
+    def _data_extra(self):
+        keep = {k: v for k, v in self.extra.items() if _is_data(v)}
+        if self.problem is not None:            # pickles (without its caches): the
+            keep["problem"] = self.problem      # analyses of a pickled result need it
+        dropped = sorted(set(map(str, self.extra)) - set(map(str, keep)))
+        if dropped:
+            keep["not_pickled"] = sorted(set(keep.get("not_pickled", [])) | set(dropped))
+        return keep
+
+    def __getstate__(self):
+        return dict(self.lean().__dict__)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def lean(self) -> "EstimationResult":
+        """A copy without the Pyomo model and without live objects in ``extra``
+        (the numbers only: cheap to send between processes)."""
+        out = replace(self, model=None, extra=self._data_extra())
+        if self.model is not None:
+            out.extra["not_pickled"] = sorted(set(out.extra.get("not_pickled", [])) | {"model"})
+        return out
+
+    def to_dict(self) -> dict:
+        """The data fields as JSON-able Python structures (the model is left out)."""
+        out = {}
+        for f in fields(self):
+            if f.name == "model":
+                continue
+            v = self._data_extra() if f.name == "extra" else getattr(self, f.name)
+            if f.name == "extra":
+                v.pop("problem", None)          # not JSON: rebuild it and pass problem=...
+            out[f.name] = _to_json(v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EstimationResult":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"EstimationResult.from_dict: unknown field(s) {unknown}; "
+                             f"known: {sorted(names - {'model'})}")
+        return cls(**{k: _from_json(v) for k, v in d.items()})
+
+    def to_json(self, path=None, **kw) -> str:
+        """JSON text of :meth:`to_dict` (non-finite numbers as ``NaN``/``Infinity``,
+        as Python's :mod:`json` writes them); also written to ``path`` if given."""
+        text = json.dumps(self.to_dict(), **kw)
+        if path is not None:
+            with open(path, "w") as fh:
+                fh.write(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path) -> "EstimationResult":
+        """Inverse of :meth:`to_json` (a JSON string or the path of a file)."""
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            with open(text) as fh:
+                text = fh.read()
+        return cls.from_dict(json.loads(text))
+
+    @property
+    def x(self) -> np.ndarray:
+        """Estimates as an array in parameter order."""
+        return self.estimates.to_numpy(dtype=float)
+
+    # -- uncertainty (computed by pyomo_odeest.analysis on request) -----------
+    def covariance(self, method="fim", **kw):
+        """Covariance of the estimates: ``'fim'``, ``'hessian'`` or ``'residual'``
+        (:func:`pyomo_odeest.analysis._uncertainty.covariance`)."""
+        return _analysis("covariance")(self, method, **kw)
+
+    def confidence_intervals(self, level=0.95, method="fim", dist=None, **kw):
+        """Wald intervals (:func:`pyomo_odeest.analysis._uncertainty.confidence_intervals`)."""
+        return _analysis("confidence_intervals")(self, level, method, dist, **kw)
+
+    def profile(self, parameters=None, level=0.95, **kw):
+        """Profile likelihood and LR intervals (:func:`pyomo_odeest.analysis._profile.profile_likelihood`)."""
+        return _analysis("profile")(self, parameters, level, **kw)
+
+    def identifiability(self, **kw):
+        """Identifiability report (:func:`pyomo_odeest.analysis._identifiability.identifiability_report`)."""
+        return _analysis("identifiability")(self, **kw)
+
+    def prediction_bands(self, level=0.95, kind="observables", **kw):
+        """Delta-method bands over time (:func:`pyomo_odeest.analysis._prediction.prediction_bands`)."""
+        return _analysis("prediction_bands")(self, level=level, kind=kind, **kw)

@@ -1,0 +1,214 @@
+"""What several experiments add to :class:`~pyomo_odeest.problem._declaration.EstimationProblem`:
+one single-experiment problem per :class:`~pyomo_odeest.problem._components.Experiment` over the
+full (expanded) parameter vector, and the per-experiment attributes."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import pyomo.environ as pyo
+import sympy
+
+from ._components import (TIME_NAME, Experiment, LeastSquares, Parameter, ParameterConstraint,
+                         PathConstraint, _check_names, _Namespace)
+from ._validation import ProblemError
+
+__all__ = ["SeveralExperiments", "PER_EXPERIMENT"]
+
+#: Attributes that a problem with several experiments has per experiment only.
+PER_EXPERIMENT = ("data", "mask", "weights", "meas_times", "cov", "g_sym", "switch_times")
+
+
+class SeveralExperiments:
+    """Mixin of :class:`~pyomo_odeest.problem._declaration.EstimationProblem` for several
+    experiments."""
+
+    def _init_experiments(self, states, parameters, rhs, initial, data, observe, sigma, weights,
+                          loss, t0, T, penalty, experiments, inputs, constraints,
+                          preequilibration=None):
+        """Build one single-experiment problem per :class:`Experiment` over the
+        full (expanded) parameter vector; see :class:`Experiment`."""
+        if data is not None:
+            raise ProblemError("with experiments, give the data per Experiment(data=...); "
+                               "data must be None")
+        exps = list(experiments)
+        if not exps:
+            raise ProblemError("experiments must hold at least one Experiment")
+        bad = [type(e).__name__ for e in exps if not isinstance(e, Experiment)]
+        if bad:
+            raise ProblemError(f"experiments must be Experiment objects; got {bad}")
+        _check_names([e.name for e in exps], "experiment")
+        self.states = _check_names(states, "state")
+        if not self.states:
+            raise ProblemError("at least one state is required")
+        declared = [p if isinstance(p, Parameter) else Parameter(str(p)) for p in parameters]
+        dnames = _check_names([p.name for p in declared], "parameter")
+        local = [p.name for p in declared if p.local]
+        expanded = []
+        for e in exps:
+            unknown = [k for k in (e.parameters or {}) if k not in local]
+            if unknown:
+                raise ProblemError(f"experiment '{e.name}': parameters {unknown} are not local "
+                                   f"parameters (local: {local})")
+        for p in declared:
+            if not p.local:
+                expanded.append(Parameter(p.name, p.value, p.lb, p.ub, p.fixed))
+                continue
+            for e in exps:
+                spec = (e.parameters or {}).get(p.name)
+                if isinstance(spec, Parameter):
+                    expanded.append(Parameter(f"{p.name}_{e.name}", spec.value, spec.lb, spec.ub,
+                                              spec.fixed))
+                else:
+                    expanded.append(Parameter(f"{p.name}_{e.name}",
+                                              p.value if spec is None else float(spec),
+                                              p.lb, p.ub, p.fixed))
+        enames = _check_names([q.name for q in expanded] + local, "parameter")
+        clash = set(enames) & set(self.states)
+        if clash:
+            raise ProblemError(f"names used both as state and parameter: {sorted(clash)}")
+        self.parameters = expanded
+        self.t0 = float(t0)
+        self.loss = LeastSquares() if loss is None else loss
+        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
+        self.u_sym = tuple(sympy.Symbol(q.name, real=True) for q in expanded)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
+        scratch = pyo.ConcreteModel()
+        scratch.x = pyo.Var(self.states, initialize=1.0)
+        scratch.u = pyo.Var(enames, initialize=1.0)
+        scratch.t = pyo.Var(initialize=0.0)
+        symbol_of = {id(scratch.x[s]): sym for s, sym in zip(self.states, self.x_sym)}
+        symbol_of.update({id(scratch.u[p]): sympy.Symbol(p, real=True) for p in enames})
+        symbol_of[id(scratch.t)] = self.t_sym
+        xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
+        if inputs is not None and not isinstance(inputs, Mapping):
+            inputs = {k: None for k in inputs}           # names; values per experiment
+        in_names = list(dict.fromkeys(list(inputs or {}) + [
+            k for e in exps for k in (e.inputs or {})]))
+        self.inputs = {k: None for k in _check_names(in_names, "input")}
+        in_vars = self._input_vars(scratch, symbol_of)
+        us = _Namespace("parameter", {**{p: scratch.u[p] for p in dnames}, **in_vars})
+        us_all = _Namespace("parameter", {q.name: scratch.u[q.name] for q in expanded})
+        self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs", symbol_of)
+        if not isinstance(initial, Mapping):
+            try:
+                initial = dict(zip(self.states, list(initial), strict=True))
+            except (TypeError, ValueError):
+                raise ProblemError(f"initial must map each state {self.states} to a value") from None
+        obs_sym = None
+        if callable(observe):
+            out = observe(xs, us, scratch.t)
+            if not isinstance(out, Mapping):
+                raise ProblemError("observe(x, u, t) must return a mapping name -> expression")
+            obs_sym = {k: self._to_sym(out[k], f"observe[{k}]", symbol_of)
+                       for k in _check_names(list(out), "observable")}
+        pen = None
+        if penalty is not None:
+            if not callable(penalty):
+                raise ProblemError("penalty must be callable as penalty(u)")
+            pen = self._to_sym(penalty(us_all), "penalty", symbol_of)
+            self.penalty_sym = pen
+        else:
+            self.penalty_sym = sympy.Integer(0)
+        if isinstance(constraints, (PathConstraint, ParameterConstraint)):
+            constraints = [constraints]
+        paths = [c for c in (constraints or []) if isinstance(c, PathConstraint)]
+        path_sym, _ = self._constraints(paths, xs, us, scratch.t, symbol_of)
+        _, self.parameter_constraints = self._constraints(
+            [c for c in (constraints or []) if not isinstance(c, PathConstraint)], xs, us_all,
+            scratch.t, symbol_of)
+        subs_all, problems = [], []
+        for n_e, e in enumerate(exps):
+            subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
+                    for k in local}
+            init = dict(initial)
+            extra = [k for k in (e.initial or {}) if k not in self.states]
+            if extra:
+                raise ProblemError(f"experiment '{e.name}': initial names {extra}, which are "
+                                   f"not states {self.states}")
+            init.update(e.initial or {})
+
+            def convert(mapping, e=e):
+                out = {}
+                for st, v in mapping.items():
+                    if isinstance(v, str):
+                        if v not in enames:
+                            raise ProblemError(f"experiment '{e.name}': initial['{st}'] = '{v}' "
+                                               f"names no parameter")
+                        v = sympy.Symbol(v, real=True)
+                    elif callable(v):
+                        v = self._to_sym(v(us), f"initial[{st}]", symbol_of)
+                    else:
+                        v = self._to_sym(v, f"initial[{st}]", symbol_of)
+                    out[st] = v
+                return out
+            l_e = {st: v.subs(subs) for st, v in convert(init).items()}
+            pre_e = None
+            if (e.preequilibration or preequilibration) is not None:
+                if e.preequilibration is None:
+                    e = dataclasses.replace(e, preequilibration=preequilibration)
+                pre_e = self._experiment_preequilibration(e, init, convert, subs, enames, xs, us,
+                                                          scratch.t, symbol_of)
+            f_e = [fi.subs(subs) for fi in self.f_sym]
+            obs_e = observe
+            if obs_sym is not None:
+                obs_e = (lambda d: (lambda x, u, t: d))({k: v.subs(subs) for k, v in obs_sym.items()})
+            in_e = {k: v for k, v in (inputs or {}).items() if v is not None}
+            in_e.update(e.inputs or {})
+            missing = [k for k in self.inputs if k not in in_e]
+            if missing:
+                raise ProblemError(f"experiment '{e.name}': no value for inputs {missing}")
+            own_w = e.sigma is not None or e.weights is not None
+            try:
+                sub = type(self)(
+                    self.states, [Parameter(q.name, q.value, q.lb, q.ub, q.fixed) for q in expanded],
+                    rhs=(lambda f: (lambda x, u, t: list(f)))(f_e), initial=l_e, data=e.data,
+                    observe=obs_e, sigma=e.sigma if own_w else sigma,
+                    weights=e.weights if own_w else weights, loss=self.loss,
+                    t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
+                    name=f"{self.name}_{e.name}", inputs=in_e or None, preequilibration=pre_e,
+                    constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
+                        ex.subs(subs)), c.at) for c, ex in path_sym] or None,
+                    penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
+            except ProblemError as err:
+                raise ProblemError(f"experiment '{e.name}': {err}") from None
+            subs_all.append(subs)
+            problems.append(sub)
+        self.experiments = exps
+        self.experiment_problems = problems
+        self.path_constraints = []
+        self.t0 = min(sp.t0 for sp in problems)
+        self.T = max(sp.T for sp in problems)
+        self.obs_names = list(dict.fromkeys(o for sp in problems for o in sp.obs_names))
+        self.l_sym = None
+        self.steady_state = None
+        self.preequilibration = preequilibration
+        self._scratch = (scratch, xs, us_all, symbol_of)
+
+    @property
+    def experiment_names(self):
+        """Names of the experiments (``[]`` for a single-experiment problem)."""
+        return [e.name for e in self.experiments] if self.experiments else []
+
+    def experiment_problem(self, name):
+        """The single-experiment problem of experiment ``name``."""
+        for e, sp in zip(self.experiments or [], self.experiment_problems or []):
+            if e.name == name:
+                return sp
+        raise KeyError(f"no experiment named {name!r} (known: {self.experiment_names})")
+
+    def __getattr__(self, name):
+        # only reached when normal lookup fails: per-experiment attributes of a
+        # problem with several experiments
+        if name in PER_EXPERIMENT and self.__dict__.get("experiment_problems"):
+            raise AttributeError(
+                f"problem '{self.name}' has several experiments: '{name}' is per experiment "
+                f"(problem.experiment_problems[i].{name}); this operation does not take "
+                f"several experiments")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def _single(self, what):
+        if self.experiments:
+            raise ProblemError(f"{what} needs a single-experiment problem; problem "
+                               f"'{self.name}' has several experiments {self.experiment_names} "
+                               f"(see problem.experiment_problems)")

@@ -1,0 +1,504 @@
+r"""Many independent tasks on Dask (or serially), streamed back as one table.
+
+:class:`Runner` executes a list of tasks — each a function applied to one item
+with its own random seed — on a ``dask.distributed`` cluster or, with
+``mode='serial'``, one after the other in this process (for debugging: no
+pickling, breakpoints work).  Every task becomes one row of a
+:class:`pandas.DataFrame`; a task that raises becomes a row with its error,
+never the end of the run.
+
+Cluster choices (one argument, the study does not change):
+
+* default: an embedded :class:`distributed.LocalCluster` with one
+  single-threaded worker process per core (Ipopt + MUMPS use one core per
+  estimation; see ``docs/runner.md``);
+* ``address='tcp://scheduler:8786'``: a running cluster;
+* ``client=Client(...)``: an existing client (the runner does not close it).
+
+Seeds: the run's ``seed`` is the root of a :class:`numpy.random.SeedSequence`;
+task ``i`` receives ``SeedSequence(seed).spawn(n)[i]`` (the same for a task
+whatever the number of workers, the order of completion or the mode), so the
+same seeds give the same table in serial and distributed mode.
+
+Fault tolerance: results are collected with :func:`distributed.as_completed`
+as they finish (with a progress bar); tasks of a worker that dies are
+rescheduled on the others by the scheduler, and ``retries`` re-runs tasks whose
+execution failed outside the task's own error handling; an interrupted run
+(Ctrl-C, or ``KeyboardInterrupt`` raised by the ``on_row`` callback) returns
+the rows that had finished, the others marked ``'cancelled'``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sys
+import time
+import traceback
+import uuid
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..problem._result import EstimationResult
+
+__all__ = ["Runner", "RunResult", "RunInterruptedWarning", "Task", "shared", "result_row", "task_seeds", "task_key",
+           "task_index"]
+
+
+# ---------------------------------------------------------------------------
+# objects shared by many tasks: pickled once, rebuilt once per worker
+# ---------------------------------------------------------------------------
+_WORKER_CACHE: "OrderedDict[str, Any]" = OrderedDict()
+_WORKER_CACHE_SIZE = 16
+
+
+def _restore_shared(digest, payload):
+    obj = _WORKER_CACHE.get(digest)
+    if obj is None:
+        import cloudpickle
+        obj = cloudpickle.loads(payload)
+        _WORKER_CACHE[digest] = obj
+        while len(_WORKER_CACHE) > _WORKER_CACHE_SIZE:
+            _WORKER_CACHE.popitem(last=False)
+    else:
+        _WORKER_CACHE.move_to_end(digest)
+    return obj
+
+
+class _Shared:
+    """Pickles as (digest, cloudpickle bytes) and unpickles to one object per
+    process, so that caches built on it (simulators, interval models) are
+    reused by the following tasks on the same worker."""
+
+    def __init__(self, obj):
+        import cloudpickle
+        self.obj = obj
+        self.payload = cloudpickle.dumps(obj)
+        self.digest = hashlib.sha1(self.payload).hexdigest()
+
+    def __reduce__(self):
+        return _restore_shared, (self.digest, self.payload)
+
+
+def shared(obj):
+    """Mark ``obj`` (a problem, typically) as shared by many tasks: it is
+    serialized once on the client and rebuilt once per worker process."""
+    return obj if isinstance(obj, _Shared) else _Shared(obj)
+
+
+def _unwrap(v):
+    return v.obj if isinstance(v, _Shared) else v
+
+
+class RunInterruptedWarning(UserWarning):
+    """A run stopped before all its tasks finished (the finished rows are kept)."""
+
+
+# ---------------------------------------------------------------------------
+# tasks and rows
+# ---------------------------------------------------------------------------
+@dataclass
+class Task:
+    """``fn(*args, **kwargs)`` (plus ``rng=`` if ``pass_rng``), reported with ``columns``."""
+
+    fn: Callable
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    columns: dict = field(default_factory=dict)
+    pass_rng: bool = False
+
+
+def task_key(run_id, index) -> str:
+    """Dask key of task ``index`` of a run (``task_index`` recovers the index)."""
+    return f"odeest-{run_id}-{index}"
+
+
+def task_index(key) -> int:
+    """Task index of a Dask key made by :func:`task_key`."""
+    return int(str(key).rsplit("-", 1)[1])
+
+
+def _root(seed) -> np.random.SeedSequence:
+    """A fresh root sequence (a given SeedSequence is copied, never spawned from)."""
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.SeedSequence(seed.entropy, spawn_key=seed.spawn_key)
+    return np.random.SeedSequence(seed)
+
+
+def task_seeds(seed, n) -> list:
+    """``SeedSequence(seed).spawn(n)``: task ``i`` gets child ``i`` (whatever ``n``)."""
+    return _root(seed).spawn(n)
+
+
+def result_row(res: EstimationResult) -> dict:
+    """One table row of an estimation result (estimates as ``p_<name>`` columns)."""
+    row = {f"p_{k}": float(v) for k, v in res.estimates.items()}
+    chk = res.extra.get("noise_check") or {}
+    row.update(objective=float(res.objective), status=str(res.status), success=bool(res.success),
+               iterations=int(res.iterations), approach=res.approach, method=res.method,
+               chi2_p=float(chk.get("p_upper", np.nan)),
+               simulated_objective=float(np.nan if res.extra.get("simulated_objective") is None
+                                         else res.extra["simulated_objective"]),
+               warnings=" | ".join(res.warnings))
+    return row
+
+
+def _worker_name():
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"local:{socket.gethostname()}:{os.getpid()}"
+
+
+def _execute(task: Task, index: int, seed_seq, keep: bool):
+    """Run one task; never raises.  Returns ``(index, row, output)``."""
+    t0 = time.perf_counter()
+    row = dict(task=index, seed=int(seed_seq.generate_state(1)[0]))
+    row.update(task.columns)
+    out = None
+    try:
+        args = tuple(_unwrap(a) for a in task.args)
+        kwargs = {k: _unwrap(v) for k, v in task.kwargs.items()}
+        if task.pass_rng:
+            kwargs["rng"] = np.random.default_rng(seed_seq)
+        out = task.fn(*args, **kwargs)
+        if isinstance(out, EstimationResult):
+            row.update(result_row(out))
+            out = out.lean() if not keep else out
+        elif isinstance(out, dict):
+            row.update(out)
+        elif isinstance(out, pd.Series):
+            row.update(out.to_dict())
+        elif out is not None and not isinstance(out, pd.DataFrame):
+            row["value"] = out
+        row.setdefault("status", "done")
+        row.setdefault("success", True)
+        row["error"] = ""
+    except Exception as err:                     # reported in the row, the run goes on
+        row.update(status="error", success=False,
+                   error=f"{type(err).__name__}: {err}",
+                   traceback="".join(traceback.format_exception(type(err), err,
+                                                                err.__traceback__))[-4000:])
+        out = None
+    row["wall_s"] = time.perf_counter() - t0
+    row["worker"] = _worker_name()
+    return index, row, out
+
+
+def _rows_of(index, row, out):
+    """A DataFrame output gives one row per line (e.g. compare_approaches' table)."""
+    if isinstance(out, pd.DataFrame):
+        frame = out.reset_index()
+        return [{**row, **rec} for rec in frame.to_dict("records")]
+    return [row]
+
+
+# ---------------------------------------------------------------------------
+# the run's outcome
+# ---------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    """Outcome of :meth:`Runner.run`.
+
+    Attributes
+    ----------
+    table : DataFrame
+        One row per task (tasks returning a DataFrame give one row per line),
+        ordered by task index: the task's columns (start, seed, ...),
+        estimates, ``objective``, ``status``, ``success``, ``iterations``,
+        ``approach``, ``wall_s`` (seconds inside the task), ``worker``,
+        ``error``.
+    outputs : dict
+        Task index -> what the task returned (estimation results without
+        their Pyomo model, see :meth:`EstimationResult.lean`).
+    interrupted : bool
+        True if the run stopped early; unfinished tasks have status
+        ``'cancelled'``.
+    wall_s : float
+        Wall time of the whole run.
+    """
+
+    table: pd.DataFrame
+    outputs: dict
+    interrupted: bool = False
+    wall_s: float = float("nan")
+    info: dict = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return not self.interrupted and not (self.table["status"] == "cancelled").any()
+
+    @property
+    def errors(self) -> pd.DataFrame:
+        return self.table[self.table["status"] == "error"]
+
+    def results(self) -> list:
+        """The estimation results, in task order."""
+        return [self.outputs[i] for i in sorted(self.outputs)
+                if isinstance(self.outputs[i], EstimationResult)]
+
+
+# ---------------------------------------------------------------------------
+# progress
+# ---------------------------------------------------------------------------
+class _Progress:
+    def __init__(self, total, enabled, desc):
+        self.total, self.done, self.failed = total, 0, 0
+        self.enabled, self.desc, self.t0 = enabled, desc, time.perf_counter()
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+                self.bar = tqdm(total=total, desc=desc, file=sys.stderr)
+            except ImportError:
+                self.bar = None
+
+    def update(self, ok):
+        self.done += 1
+        self.failed += 0 if ok else 1
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.set_postfix(failed=self.failed, refresh=False)
+            self.bar.update(1)
+        else:
+            end = "\n" if self.done == self.total else ""
+            sys.stderr.write(f"\r{self.desc}: {self.done}/{self.total} done, {self.failed} failed, "
+                             f"{time.perf_counter() - self.t0:.1f} s{end}")
+            sys.stderr.flush()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled and self.done != self.total:
+            sys.stderr.write("\n")
+
+
+# ---------------------------------------------------------------------------
+# the runner
+# ---------------------------------------------------------------------------
+def _import_distributed():
+    try:
+        import distributed
+    except ImportError as err:
+        raise ImportError("the Dask runner needs dask.distributed: pip install "
+                          "'pyomo_odeest[dask]' (or 'dask[distributed]'), or use "
+                          "Runner(mode='serial')") from err
+    return distributed
+
+
+class Runner:
+    """Runs many independent estimations; see the module docstring.
+
+    Parameters
+    ----------
+    mode : 'dask' (default) or 'serial'
+    n_workers : int, optional
+        Worker processes of the embedded LocalCluster (default: the number of
+        cores, ``os.cpu_count()``); each has one thread.
+    address : str, optional
+        Scheduler address of a running cluster (``'tcp://host:8786'``).
+    client : distributed.Client, optional
+        An existing client (not closed by the runner).
+    retries : int
+        Dask ``retries=`` of every task (default 2).
+    progress : bool
+        Show a progress bar (tqdm if installed, else a line of text on stderr).
+    cluster_kwargs : dict
+        More keyword arguments of :class:`distributed.LocalCluster`.
+
+    Use as a context manager (``with Runner() as rn: ...``) or call
+    :meth:`close` to shut an embedded cluster down.
+    """
+
+    def __init__(self, mode="dask", n_workers=None, address=None, client=None, retries=2,
+                 progress=True, cluster_kwargs=None):
+        if mode not in ("dask", "serial"):
+            raise ValueError(f"mode must be 'dask' or 'serial', got {mode!r}")
+        if address is not None and client is not None:
+            raise ValueError("give either address= or client=, not both")
+        if mode == "serial" and (address is not None or client is not None):
+            raise ValueError("mode='serial' runs in this process; address= and client= "
+                             "need mode='dask'")
+        if n_workers is not None and (address is not None or client is not None):
+            raise ValueError("n_workers sizes the embedded LocalCluster; a cluster given by "
+                             "address= or client= is sized by whoever started it")
+        if not (isinstance(retries, (int, np.integer)) and retries >= 0):
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        self.mode, self.retries, self.progress = mode, int(retries), progress
+        self._client, self._cluster, self._own_client = None, None, False
+        if mode == "serial":
+            return
+        distributed = _import_distributed()
+        if client is not None:
+            self._client = client
+        elif address is not None:
+            self._client = distributed.Client(address)
+            self._own_client = True
+        else:
+            n = int(n_workers) if n_workers is not None else (os.cpu_count() or 1)
+            if n < 1:
+                raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+            kw = dict(n_workers=n, threads_per_worker=1, processes=True,
+                      dashboard_address=":0")
+            kw.update(cluster_kwargs or {})
+            self._cluster = distributed.LocalCluster(**kw)
+            self._client = distributed.Client(self._cluster)
+            self._own_client = True
+
+    # -- lifetime -----------------------------------------------------------
+    @property
+    def client(self):
+        """The ``distributed.Client`` (None in serial mode)."""
+        return self._client
+
+    @property
+    def n_workers(self) -> int:
+        if self._client is None:
+            return 1
+        return len(self._client.scheduler_info()["workers"])
+
+    def close(self):
+        if self._own_client and self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+        self._client = self._cluster = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self.mode == "serial":
+            return "Runner(mode='serial')"
+        return f"Runner(mode='dask', workers={self.n_workers}, scheduler={self._client.scheduler.address})"
+
+    # -- running --------------------------------------------------------------
+    def run(self, tasks: Sequence[Task], seed=None, keep_models=False, on_row=None,
+            desc="tasks") -> RunResult:
+        """Run ``tasks``; rows stream back as tasks finish.
+
+        ``seed`` is the root of the tasks' seeds (None: fresh entropy, recorded
+        in ``info['seed']``).  ``on_row(row)`` is called for each finished row
+        (raise ``KeyboardInterrupt`` in it to stop the run).  ``keep_models``
+        keeps the Pyomo models in the returned estimation results.
+        """
+        tasks = list(tasks)
+        for i, t in enumerate(tasks):
+            if not isinstance(t, Task):
+                raise TypeError(f"tasks[{i}] is a {type(t).__name__}, expected a runner Task")
+        root = _root(seed)
+        seeds = task_seeds(root, len(tasks))
+        rows, outputs = {}, {}
+        prog = _Progress(len(tasks), self.progress, desc)
+        t0 = time.perf_counter()
+        interrupted = False
+
+        def collect(index, row, out):
+            rows[index] = _rows_of(index, row, out)
+            if out is not None:
+                outputs[index] = out
+            prog.update(row.get("status") != "error")
+            if on_row is not None:
+                on_row(row)
+
+        try:
+            if self.mode == "serial":
+                for i, (t, s) in enumerate(zip(tasks, seeds)):
+                    collect(*_execute(t, i, s, keep_models))
+            else:
+                interrupted = self._run_dask(tasks, seeds, keep_models, collect)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            prog.close()
+        if interrupted:
+            warnings.warn(f"run interrupted: {len(rows)} of {len(tasks)} tasks finished; "
+                          "the others are marked 'cancelled'", RunInterruptedWarning, stacklevel=2)
+        flat = []
+        for i, t in enumerate(tasks):
+            if i in rows:
+                flat.extend(rows[i])
+            else:
+                flat.append(dict(task=i, seed=int(seeds[i].generate_state(1)[0]), **t.columns,
+                                 status="cancelled", success=False,
+                                 error="the run stopped before this task finished"))
+        table = pd.DataFrame(flat)
+        return RunResult(table=table, outputs=outputs, interrupted=interrupted,
+                         wall_s=time.perf_counter() - t0,
+                         info=dict(seed=root.entropy, mode=self.mode, workers=self.n_workers))
+
+    def _run_dask(self, tasks, seeds, keep, collect):
+        distributed = _import_distributed()
+        client = self._client
+        futures = {}
+        run_id = uuid.uuid4().hex[:8]
+        for i, (t, s) in enumerate(zip(tasks, seeds)):
+            fut = client.submit(_execute, t, i, s, keep, key=task_key(run_id, i),
+                                retries=self.retries)
+            futures[fut] = i
+        ac = distributed.as_completed(list(futures), with_results=False)
+        try:
+            for fut in ac:
+                i = futures[fut]
+                if fut.status == "finished":
+                    collect(*fut.result())
+                else:                        # lost beyond retries, or failed to unpickle
+                    try:
+                        exc = fut.exception()
+                        msg = f"{type(exc).__name__}: {exc}"
+                    except Exception as err:             # pragma: no cover - defensive
+                        msg = f"{type(err).__name__}: {err}"
+                    t = tasks[i]
+                    collect(i, dict(task=i, seed=int(seeds[i].generate_state(1)[0]),
+                                    **t.columns, status="error", success=False,
+                                    error=f"task failed on the cluster: {msg}",
+                                    worker=""), None)
+        except KeyboardInterrupt:
+            client.cancel([f for f in futures if not f.done()])
+            return True
+        return False
+
+    def __call__(self, fn, items) -> list:
+        """``[fn(item) for item in items]`` on the runner, in order: the
+        ``runner(fn, tasks)`` protocol of
+        :func:`~pyomo_odeest.analysis._profile.profile_likelihood`.  Raises
+        :class:`RuntimeError` naming the tasks that failed."""
+        run = self.map(fn, items, columns=[{} for _ in items], desc=getattr(fn, "__name__", "map"))
+        bad = run.table[run.table["status"].isin(["error", "cancelled"])]
+        if len(bad):
+            lines = "; ".join(f"task {int(r.task)}: {r.error}" for _, r in bad.iterrows())
+            raise RuntimeError(f"{len(bad)} of {len(items)} tasks failed: {lines}")
+        return [run.outputs.get(i) for i in range(len(items))]
+
+    def map(self, fn, items, seed=None, pass_rng=False, columns=None, shared_args=(),
+            on_row=None, desc="map", **kwargs) -> RunResult:
+        """``fn(item, *shared_args, **kwargs)`` for every item (plus ``rng=`` a
+        :class:`numpy.random.Generator` of the task's own seed if ``pass_rng``).
+
+        ``fn`` may return an :class:`EstimationResult` (a standard row), a
+        dict or Series (its entries), a DataFrame (one row per line, e.g. the
+        table of :func:`~pyomo_odeest.analysis._compare.compare_approaches`) or
+        any value (column ``value``).  ``columns`` gives per-item columns (a
+        list of dicts; default ``{'item': repr(item)}`` for simple items).
+        ``shared_args`` are sent once and rebuilt once per worker; ``seed`` and
+        ``on_row`` as in :meth:`run`.
+        """
+        items = list(items)
+        if columns is None:
+            columns = [{"item": it} if isinstance(it, (str, int, float)) else {} for it in items]
+        if len(columns) != len(items):
+            raise ValueError(f"columns has {len(columns)} entries for {len(items)} items")
+        sh = tuple(shared(a) for a in shared_args) if self.mode == "dask" else tuple(shared_args)
+        tasks = [Task(fn, (it,) + sh, dict(kwargs), dict(c), pass_rng)
+                 for it, c in zip(items, columns)]
+        return self.run(tasks, seed=seed, on_row=on_row, desc=desc)

@@ -1,0 +1,379 @@
+r"""Studies made of independent estimations: multistart, bootstrap, profile points.
+
+Each function builds the tasks and hands them to a :class:`~.core.Runner`
+(serial or Dask); the problem is shared (sent once, rebuilt once per worker).
+
+* :func:`multistart` — starts from a Sobol or Latin-hypercube design
+  (:mod:`scipy.stats.qmc`) in log or linear space within bounds, plus the
+  user's starts; the end points are clustered, the best cluster and the
+  number of starts that reached it are reported.
+* :func:`bootstrap` — residual resampling (refit to the fitted values plus
+  resampled standardized residuals) or case resampling (measurement times
+  drawn with replacement, as weight multiplicities).
+* :func:`profile_points` — the parameter fixed at each value, the others
+  re-estimated: the independent points of a profile likelihood.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..approaches._estimate import estimate
+from ..problem._declaration import EstimationProblem, ProblemError
+from ..problem._result import EstimationResult
+from ._core import RunResult, Runner, Task, shared
+
+__all__ = ["multistart", "multistart_starts", "cluster_end_points", "MultistartResult",
+           "bootstrap", "BootstrapResult", "profile_points", "estimate_task"]
+
+
+def estimate_task(problem, approach="simultaneous", u0=None, options=None):
+    """One estimation (the function every study's task runs)."""
+    kw = dict(options or {})
+    if u0 is not None:
+        kw["u0"] = np.asarray(u0, dtype=float)
+    return estimate(problem, approach, **kw)
+
+
+def _runner(runner):
+    if runner is None:
+        return Runner(mode="serial", progress=False)
+    if not isinstance(runner, Runner):
+        raise TypeError(f"runner must be a pyomo_odeest Runner or None (serial), got "
+                        f"{type(runner).__name__}")
+    return runner
+
+
+def _share(runner, problem):
+    return shared(problem) if runner.mode == "dask" else problem
+
+
+# ---------------------------------------------------------------------------
+# multistart
+# ---------------------------------------------------------------------------
+def multistart_starts(problem: EstimationProblem, n, method="sobol", space="log", bounds=None,
+                      seed=None, starts=None) -> pd.DataFrame:
+    """Start points (one row each, all parameters as columns; fixed ones at their value).
+
+    Parameters
+    ----------
+    n : int
+        Number of generated starts (Sobol: a power of 2 keeps the design balanced).
+    method : 'sobol' or 'lhs'
+    space : 'log' or 'linear'
+        Sample ``log u`` (the bounds must then be positive) or ``u`` uniformly.
+    bounds : mapping name -> (lo, hi), optional
+        Sampling box of free parameters (default: the parameter's bounds,
+        which must then be finite).
+    starts : sequence of arrays or mappings, optional
+        The user's own starts (placed first; a mapping fills missing
+        parameters with their start values).
+    seed : int or SeedSequence, optional
+        Scrambling seed of the design.
+    """
+    from scipy.stats import qmc
+
+    names = problem.parameter_names
+    free = [p for p in problem.parameters if not p.fixed]
+    if method not in ("sobol", "lhs"):
+        raise ValueError(f"method must be 'sobol' or 'lhs', got {method!r}")
+    if space not in ("log", "linear"):
+        raise ValueError(f"space must be 'log' or 'linear', got {space!r}")
+    if not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    bounds = dict(bounds or {})
+    unknown = sorted(set(bounds) - set(names))
+    if unknown:
+        raise ProblemError(f"bounds name {unknown}, which are not parameters (known: {names})")
+    rows = []
+    for s in starts or ():
+        if isinstance(s, dict):
+            bad = sorted(set(s) - set(names))
+            if bad:
+                raise ProblemError(f"start names {bad}, which are not parameters ({names})")
+            rows.append([float(s.get(k, p.value)) for k, p in zip(names, problem.parameters)])
+        else:
+            v = np.asarray(s, dtype=float).reshape(-1)
+            if v.shape != (len(names),):
+                raise ProblemError(f"a start needs {len(names)} values ({names}); got {v.shape}")
+            rows.append(v.tolist())
+    if n:
+        lo, hi = [], []
+        for p in free:
+            a, b = bounds.get(p.name, (p.lb, p.ub))
+            if a is None or b is None or not (np.isfinite(a) and np.isfinite(b)) or not a < b:
+                raise ProblemError(f"multistart needs finite bounds lo < hi for parameter "
+                                   f"'{p.name}' (got ({a}, {b})); pass bounds={{'{p.name}': "
+                                   f"(lo, hi)}} or set the parameter's lb/ub")
+            if space == "log" and a <= 0:
+                raise ProblemError(f"space='log' needs positive bounds; parameter '{p.name}' "
+                                   f"has lo = {a} (use space='linear')")
+            lo.append(float(a))
+            hi.append(float(b))
+        lo, hi = np.array(lo), np.array(hi)
+        rng = np.random.default_rng(seed)
+        if method == "sobol":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)     # balance note for n != 2^k
+                U = qmc.Sobol(len(free), scramble=True, seed=rng).random(n)
+        else:
+            U = qmc.LatinHypercube(len(free), seed=rng).random(n)
+        if space == "log":
+            X = np.exp(np.log(lo) + U * (np.log(hi) - np.log(lo)))
+        else:
+            X = lo + U * (hi - lo)
+        fmask = problem.free_mask
+        for x in X:
+            full = problem.u0.copy()
+            full[fmask] = x
+            rows.append(full.tolist())
+    return pd.DataFrame(rows, columns=names)
+
+
+def cluster_end_points(table, names, obj_tol=1e-6, x_tol=1e-3):
+    """Group converged end points that are the same minimum.
+
+    Two end points are one minimum when their objectives agree to
+    ``obj_tol`` (relative, floor 1) and every parameter to ``x_tol``
+    (relative, floor 1).  Greedy in order of increasing objective: each point
+    joins the first cluster whose best point is that close.  Returns
+    ``(labels, clusters)``: a Series of cluster ids (NaN for failed runs;
+    0 = lowest objective) and a table of the clusters (objective, estimates
+    of the best point, ``hits``).
+    """
+    if "objective" not in table:                     # no task returned a result
+        table = table.assign(objective=np.nan)
+    ok = table[table["success"].astype(bool) & np.isfinite(table["objective"].astype(float))]
+    order = ok.sort_values("objective", kind="stable")
+    cols = [f"p_{k}" for k in names]
+    reps, labels = [], pd.Series(np.nan, index=table.index)
+    for idx, r in order.iterrows():
+        x, f = r[cols].to_numpy(dtype=float), float(r["objective"])
+        for c, (xc, fc) in enumerate(reps):
+            if (abs(f - fc) <= obj_tol * max(1.0, abs(fc))
+                    and np.all(np.abs(x - xc) <= x_tol * np.maximum(1.0, np.abs(xc)))):
+                labels[idx] = c
+                break
+        else:
+            labels[idx] = len(reps)
+            reps.append((x, f))
+    hits = labels.value_counts().sort_index()
+    clusters = pd.DataFrame([{"cluster": c, "objective": f, **dict(zip(names, x)),
+                              "hits": int(hits.get(c, 0))} for c, (x, f) in enumerate(reps)])
+    if clusters.empty:
+        clusters = pd.DataFrame(columns=["cluster", "objective", *names, "hits"])
+    return labels, clusters.set_index("cluster")
+
+
+@dataclass
+class MultistartResult:
+    """Outcome of :func:`multistart`.
+
+    ``table`` has one row per start (``start_<name>`` columns, estimates
+    ``p_<name>``, objective, status, iterations, wall time, approach, worker,
+    ``cluster``); ``clusters`` one row per distinct minimum (cluster 0 is the
+    best); ``best`` is the result of the best start and ``hits`` how many
+    starts reached that minimum.
+    """
+
+    table: pd.DataFrame
+    clusters: pd.DataFrame
+    best: EstimationResult | None
+    hits: int
+    run: RunResult = field(repr=False, default=None)
+
+    @property
+    def spurious(self) -> pd.DataFrame:
+        """Converged starts that ended at another (worse) minimum than the best."""
+        return self.table[self.table["cluster"].fillna(-1) > 0]
+
+    def summary(self) -> str:
+        n = len(self.table)
+        nok = int(self.table["success"].astype(bool).sum())
+        lines = [f"multistart: {n} starts, {nok} converged, {len(self.clusters)} distinct "
+                 f"minima; best objective {self.clusters['objective'].iloc[0]:.8g} reached by "
+                 f"{self.hits} starts" if len(self.clusters) else
+                 f"multistart: {n} starts, none converged"]
+        for c, r in self.clusters.iterrows():
+            lines.append(f"  minimum {c}: objective {r['objective']:.6g}, hits {int(r['hits'])}")
+        if self.best is not None and self.best.warnings:
+            lines.append("  best result: " + " | ".join(self.best.warnings))
+        return "\n".join(lines)
+
+
+def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultaneous",
+               method="sobol", space="log", bounds=None, starts=None, seed=0, options=None,
+               obj_tol=1e-6, x_tol=1e-3, on_row=None) -> MultistartResult:
+    """Estimate from many starts on ``runner`` (None: serially here).
+
+    Starts come from :func:`multistart_starts` (``n``, ``method``, ``space``,
+    ``bounds``, ``starts``, ``seed``); ``approach`` and ``options`` go to
+    :func:`~pyomo_odeest.estimate`; end points are grouped by
+    :func:`cluster_end_points` (``obj_tol``, ``x_tol``).
+    """
+    S = multistart_starts(problem, n, method, space, bounds, seed, starts)
+    if S.empty:
+        raise ValueError("no starts: give n > 0 or starts=")
+    rn = _runner(runner)
+    sp = _share(rn, problem)
+    tasks = [Task(estimate_task, (sp, approach, row.to_numpy(), options),
+                  columns={f"start_{k}": float(v) for k, v in row.items()})
+             for _, row in S.iterrows()]
+    run = rn.run(tasks, seed=seed, on_row=on_row, desc="multistart")
+    tab = run.table
+    labels, clusters = cluster_end_points(tab, problem.parameter_names, obj_tol, x_tol)
+    tab = tab.assign(cluster=labels.astype("Int64"))
+    best, hits = None, 0
+    if len(clusters):
+        hits = int(clusters["hits"].iloc[0])
+        first = tab[tab["cluster"] == 0].sort_values("objective", kind="stable")["task"].iloc[0]
+        best = run.outputs.get(int(first))
+    return MultistartResult(table=tab, clusters=clusters, best=best, hits=hits, run=run)
+
+
+# ---------------------------------------------------------------------------
+# bootstrap
+# ---------------------------------------------------------------------------
+def _resample(sp, kind, fitted, std_resid, rng):
+    """Resampled values (``'residual'``) or multiplicities (``'case'``) of one
+    single-experiment problem."""
+    if kind == "residual":
+        w = np.asarray(sp.weights, dtype=float)
+        sigma = np.where(w > 0, 1.0 / np.sqrt(np.where(w > 0, w, 1.0)), 0.0)
+        values = fitted.copy()
+        for o in range(values.shape[1]):
+            pool = std_resid[o]
+            rows = np.flatnonzero(sp.mask[:, o])
+            draw = pool[rng.integers(0, len(pool), size=len(rows))]
+            values[rows, o] = fitted[rows, o] - sigma[rows, o] * draw
+        return values
+    N = sp.mask.shape[0]
+    return np.bincount(rng.integers(0, N, size=N), minlength=N)
+
+
+def _bootstrap_task(problem, kind, fitted, std_resid, approach, u0, options, rng):
+    key = "values" if kind == "residual" else "multiplicity"
+    if problem.experiments:
+        draws = {n: _resample(sp, kind, fitted[n], std_resid[n], rng)
+                 for n, sp in zip(problem.experiment_names, problem.experiment_problems)}
+        sample = problem.variant(**{key: draws})
+    else:
+        sample = problem.variant(**{key: _resample(problem, kind, fitted, std_resid, rng)})
+    return estimate_task(sample, approach, u0, options)
+
+
+def _fitted_and_pools(sp, fitted, residuals):
+    """Fitted values and the per-observable pools of centred standardized residuals."""
+    fv = fitted.reindex(index=sp.data.index, columns=sp.obs_names).to_numpy(dtype=float)
+    r = residuals.reindex(index=sp.data.index, columns=sp.obs_names).to_numpy(dtype=float)
+    w = np.asarray(sp.weights, dtype=float)
+    pools = []
+    for o in range(r.shape[1]):
+        m = sp.mask[:, o] & (w[:, o] > 0)
+        e = r[m, o] * np.sqrt(w[m, o])
+        pools.append(e - e.mean() if len(e) else e)
+    return fv, pools
+
+
+@dataclass
+class BootstrapResult:
+    """Outcome of :func:`bootstrap`: per-sample ``table``, the reference ``fit``."""
+
+    table: pd.DataFrame
+    fit: EstimationResult
+    kind: str
+    run: RunResult = field(repr=False, default=None)
+
+    @property
+    def estimates(self) -> pd.DataFrame:
+        """Estimates of the converged samples (one column per parameter)."""
+        ok = self.table[self.table["success"].astype(bool)]
+        cols = [c for c in ok.columns if c.startswith("p_")]
+        return ok[cols].rename(columns=lambda c: c[2:])
+
+    def std(self) -> pd.Series:
+        return self.estimates.std(ddof=1)
+
+    def interval(self, level=0.95) -> pd.DataFrame:
+        """Percentile intervals of the bootstrap estimates."""
+        a = (1 - level) / 2
+        return self.estimates.quantile([a, 1 - a]).T.set_axis(["lower", "upper"], axis=1)
+
+
+def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
+              approach="simultaneous", fit=None, seed=0, options=None, on_row=None) -> BootstrapResult:
+    """Refit ``n`` resampled data sets, each task with its own seed.
+
+    ``kind='residual'``: data* = fitted − σ e*, with e* drawn (per observable,
+    with replacement) from the centred standardized residuals
+    :math:`(z - \\bar z)/\\sigma` of the fit (σ = 1/√w).  ``kind='case'``:
+    measurement times drawn with replacement (a time drawn k times weighs k
+    times; least squares only).  With several experiments both resample
+    within each experiment (its own residual pools, its own times), so every
+    sample keeps the design of the experiments.  ``fit`` is the reference estimate (computed
+    here if None); every refit starts from it.
+    """
+    if kind not in ("residual", "case"):
+        raise ValueError(f"kind must be 'residual' or 'case', got {kind!r}")
+    if fit is None:
+        fit = estimate_task(problem, approach, None, options)
+    if not fit.success:
+        raise ValueError(f"the reference fit did not converge ({fit.status}); bootstrap needs one")
+    if problem.experiments:
+        if kind == "case":                                            # loss check, early
+            problem.variant(multiplicity={e: np.ones(sp.mask.shape[0]) for e, sp in
+                                          zip(problem.experiment_names,
+                                              problem.experiment_problems)})
+        fitted, std_resid = {}, {}
+        for e, sp in zip(problem.experiment_names, problem.experiment_problems):
+            fitted[e], std_resid[e] = _fitted_and_pools(sp, fit.fitted.loc[e],
+                                                        fit.residuals.loc[e])
+    else:
+        if kind == "case":
+            problem.variant(multiplicity=np.ones(problem.mask.shape[0]))   # loss check, early
+        fitted, std_resid = _fitted_and_pools(problem, fit.fitted, fit.residuals)
+    rn = _runner(runner)
+    sp = _share(rn, problem)
+    args = (sp, kind, fitted, std_resid, approach, fit.x, options)
+    tasks = [Task(_bootstrap_task, args, columns={"sample": i}, pass_rng=True) for i in range(n)]
+    run = rn.run(tasks, seed=seed, on_row=on_row, desc=f"bootstrap ({kind})")
+    return BootstrapResult(table=run.table, fit=fit, kind=kind, run=run)
+
+
+# ---------------------------------------------------------------------------
+# profile points
+# ---------------------------------------------------------------------------
+def _profile_task(problem, name, value, u_start, approach, options):
+    from ..analysis._profile import profile_point
+    u, J, status, iterations = profile_point(problem, name, value, u_start, approach,
+                                             options=options)
+    row = {f"p_{k}": float(v) for k, v in zip(problem.parameter_names, u)}
+    row.update(objective=float(J), status=str(status),
+               success=status in ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+               and bool(np.isfinite(J)), iterations=int(iterations), approach=approach)
+    return row
+
+
+def profile_points(problem: EstimationProblem, parameter, values, runner=None,
+                   approach="reduced_space", u_start=None, seed=0, options=None) -> RunResult:
+    """The objective with ``parameter`` fixed at each of ``values``, the other
+    parameters re-optimized from ``u_start`` (default: the problem's start
+    values): independent points of a profile likelihood, one task each, by
+    :func:`pyomo_odeest.analysis._profile.profile_point` (``approach``
+    ``'reduced_space'`` or ``'simultaneous'``).  Column ``profile_value`` holds
+    the fixed value.  For whole profiles with adaptive steps and intervals,
+    pass the runner to :func:`~pyomo_odeest.analysis._profile.profile_likelihood`
+    (``runner=rn``): its one-sided paths then run as tasks.
+    """
+    if parameter not in problem.parameter_names:
+        raise ProblemError(f"parameter {parameter!r} unknown (known: {problem.parameter_names})")
+    u_start = problem.u0 if u_start is None else np.asarray(u_start, dtype=float)
+    rn = _runner(runner)
+    sp = _share(rn, problem)
+    tasks = [Task(_profile_task, (sp, parameter, float(v), u_start, approach, options),
+                  columns={"profile_parameter": parameter, "profile_value": float(v)})
+             for v in np.asarray(values, dtype=float).reshape(-1)]
+    return rn.run(tasks, seed=seed, desc=f"profile {parameter}")

@@ -1,0 +1,16 @@
+"""The schemes transcribed into Pyomo: the discrete problem of [GM-grad, eq. (2)]
+as a Pyomo block with explicit constraints (:func:`build_block`), one block per
+experiment with shared parameters (:func:`build_experiment_blocks`), the
+adaptive step-size model (55) as a block (:func:`build_adaptive_block`), the
+initial state x(0) = l(u) or a pre-equilibrated steady state as Pyomo
+expressions, and the pyomo.dae transformations ``odeest.adams`` and
+``odeest.enright`` with :func:`problem_from_dae`."""
+from ._block import add_objective_term, build_block, scheme_constraint
+from ._experiments import build_experiment_blocks
+from ._adaptive_block import build_adaptive_block, estimate_adaptive
+from ._dae import (AdamsTransformation, DaeSchemeError, EnrightTransformation, dae_result,
+                  problem_from_dae)
+
+__all__ = ["add_objective_term", "build_block", "build_experiment_blocks", "scheme_constraint", "build_adaptive_block",
+           "estimate_adaptive", "AdamsTransformation", "DaeSchemeError", "EnrightTransformation",
+           "problem_from_dae", "dae_result"]

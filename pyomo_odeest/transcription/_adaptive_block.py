@@ -1,0 +1,460 @@
+r"""Model (55) of [GM-grad] as a Pyomo Block for a frozen accept/reject pattern.
+
+For the pattern :math:`(j_i, \text{clips}, \text{table levels})` of an
+adaptive run (:mod:`pyomo_odeest.discretization.adaptive`) every relation of (55) becomes an
+explicit equality constraint:
+
+=================================  ===========================================================
+component                          meaning [GM-grad, eq. (55)]
+=================================  ===========================================================
+``b.x[i, s]``, ``b.y[i, s]``       states :math:`x_i` (i = 0..k), predictors :math:`y_{i+1}`
+                                   of step i
+``b.t[i]``                         accepted times (``t[0]`` fixed at :math:`t_0`)
+``b.h[i]``, ``b.e[i]``             accepted step :math:`h_i` and error :math:`e_i`
+``b.H[i, j]``, ``b.eta[i, j]``     trial step :math:`h_{i,j}` and error :math:`e_{i,j}`,
+                                   j = 1..j_i
+``b.u[p]``                         parameters
+``b.x0_eq[s]``                     :math:`x_0 = l(u)`                      (multiplier p_0)
+``b.pred_eq[i, s]``                predictor of step i                     (q_{i+1})
+``b.corr_eq[i, s]``                :math:`x_{i+1} = x_i + h_i F_i`          (p_{i+1})
+``b.time_eq[i]``                   :math:`t_{i+1} = t_i + h_i`              (θ_{i+1})
+``b.trial_eq[i, j]``               :math:`h_{i,j}` = Q / R(e_{i-1})h_{i-1} / r(e_{i,j-1})h_{i,j-1}
+                                   / :math:`\tau - t_i` (``b.trial_kind[i, j]``)  (α_{i,j})
+``b.yt[i, j, s]``, ``b.xt[...]``  trial predictor / corrector of trial j (explicit stage
+                                   values of :math:`E`)
+``b.trial_pred_eq[i, j, s]``,      their equations (same scheme with :math:`h_{i,j}`)
+``b.trial_corr_eq[i, j, s]``
+``b.err_eq[i, j]``                 :math:`e_{i,j} = C_M\|\tilde x^c_{i,j} - \tilde y_{i,j}\|_{x_i}`,
+                                   i.e. :math:`E(\mathbf x_i, u, h_{i,j})`   (γ_{i,j})
+``b.accept_h_eq[i]``               :math:`h_i = h_{i,j_i}`                   (δ_i)
+``b.accept_e_eq[i]``               :math:`e_i = e_{i,j_i}`                   (β_i)
+``b.misfit``, ``b.objective``      :math:`J_{h,k}` at the measurement times (grid points)
+=================================  ===========================================================
+
+The trial stage values are unknowns defined by their own equations, so
+eliminating them gives back :math:`e_{i,j} = E(\mathbf x_i, u, h_{i,j})` of
+(55) and does not change any other multiplier; they keep every constraint
+small, which keeps the symbolic derivatives of the NLP evaluator cheap.
+
+Every body is ``lhs - rhs`` with the defined unknown on the left, so Ipopt's
+``dual`` (Lagrangian :math:`J + \lambda^\top c`) equals the multipliers of
+the Lagrangian of §2.4: the multiplier of ``corr_eq[i, s]`` is
+:math:`p_{i+1}`, of ``trial_eq[i, j]`` is :math:`\alpha_{i,j}`, and so on
+(:func:`compare_block_multipliers`).  The acceptance tests
+:math:`e_{i,j} > \varepsilon` (rejected) and :math:`e_{i,j_i} \le \varepsilon`
+are *not* constraints (only :math:`h_i, h_{i,j} \ge 0`, inactive at a
+meaningful solution, keep a frozen pattern from producing negative steps): :func:`estimate_adaptive` re-runs the integrator at
+the solution and rebuilds when the pattern changed.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pyomo.environ as pyo
+import sympy
+
+from ..discretization.adaptive import (AdaptiveAdjoint, AdaptiveError, AdaptiveModel, AdaptiveRun,
+                       StepController, max_relative_discrepancy)
+from ..problem._misfit import misfit_sym, observations
+from ..problem._declaration import (EstimationProblem, require_no_constraints, require_no_inputs,
+                                   require_single_experiment)
+from ..problem._result import EstimationResult
+from ..nlp._plugin import OdeestIpoptSolver
+from ..symbolic._convert import sympy_to_pyomo
+from ._initial_state import initial_state_expressions
+
+__all__ = ["build_adaptive_block", "run_from_block", "block_multipliers",
+           "compare_block_multipliers", "estimate_adaptive", "adaptive_constraint"]
+
+_SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+# a round ending like this still moved to a usable point: rebuild and continue
+_CONTINUE = _SUCCESS + ("Search_Direction_Becomes_Too_Small",)
+
+
+def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
+    """Render model (55) for the pattern of ``run`` (values of ``run`` as start point).
+
+    Parameters
+    ----------
+    am : AdaptiveModel
+    run : AdaptiveRun
+        Defines the frozen pattern and the initial values.
+    block : Block, optional
+        Constructed block to fill (a new concrete block otherwise).
+
+    Returns
+    -------
+    Block with the components of the module docstring and the attributes
+    ``amodel``, ``pattern``, ``targets`` (landing time of each step) and
+    ``J`` (grid index of each measurement time).
+    """
+    P = am.problem
+    pat = run.pattern
+    k = run.k
+    S = P.states
+    sy = am.sym
+    b = block if block is not None else pyo.Block(concrete=True)
+    b.amodel = am
+    b.problem = P
+    b.pattern = pat
+    b.targets = am.step_targets(pat)
+    b.J = run.J.copy()
+    b.S = pyo.Set(initialize=S, ordered=True)
+    b.P = pyo.Set(initialize=P.parameter_names, ordered=True)
+    b.K = pyo.RangeSet(0, k)
+    b.steps = pyo.RangeSet(0, k - 1)
+    trials = [(i, jj + 1) for i in range(k) for jj in range(pat.j[i])]
+    b.trials = pyo.Set(initialize=trials, dimen=2, ordered=True)
+    b.trial_kind = {(i, jj + 1): pat.kind(i, jj) for i in range(k) for jj in range(pat.j[i])}
+
+    b.x = pyo.Var(b.K, b.S, initialize={(i, s): float(run.x[i, a]) for i in range(k + 1)
+                                        for a, s in enumerate(S)})
+    b.y = pyo.Var(b.steps, b.S, initialize={(i, s): float(run.y[i, a]) for i in range(k)
+                                            for a, s in enumerate(S)})
+    b.t = pyo.Var(b.K, initialize={i: float(run.t[i]) for i in range(k + 1)})
+    b.t[0].fix(float(run.t[0]))
+    b.h = pyo.Var(b.steps, initialize={i: float(run.h[i]) for i in range(k)}, bounds=(0.0, None))
+    b.e = pyo.Var(b.steps, initialize={i: float(run.e[i]) for i in range(k)})
+    b.H = pyo.Var(b.trials, initialize={(i, j): float(run.H[i][j - 1]) for i, j in trials},
+                  bounds=(0.0, None))
+    b.eta = pyo.Var(b.trials, initialize={(i, j): float(run.eta[i][j - 1]) for i, j in trials})
+    b.yt = pyo.Var(b.trials, b.S, initialize={(i, j, s): float(run.yt[i][j - 1][a])
+                                              for i, j in trials for a, s in enumerate(S)})
+    b.xt = pyo.Var(b.trials, b.S, initialize={(i, j, s): float(run.xc[i][j - 1][a])
+                                              for i, j in trials for a, s in enumerate(S)})
+    b.u = pyo.Var(b.P)
+    for p, v in zip(P.parameters, run.u):
+        b.u[p.name].setlb(p.lb)
+        b.u[p.name].setub(p.ub)
+        b.u[p.name].set_value(float(v), skip_validation=True)
+        if p.fixed:
+            b.u[p.name].fix(float(p.value))
+
+    usub = {sym: b.u[p] for sym, p in zip(P.u_sym, P.parameter_names)}
+
+    def objects(i, hvar):
+        Q = int(run.Q[i])
+        o = dict(usub)
+        o.update({sy["xi"][a]: b.x[i, s] for a, s in enumerate(S)})
+        o[sy["h"]] = hvar
+        o[sy["ti"]] = b.t[i]
+        if Q == 2:
+            o.update({sy["xm"][a]: b.x[i - 1, s] for a, s in enumerate(S)})
+            o[sy["tm"]] = b.t[i - 1]
+        return Q, o
+
+    # x0 = l(u)
+    l_py = initial_state_expressions(b, P, usub)
+    b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
+
+    def pred_rule(b, i, s):
+        Q, o = objects(i, b.h[i])
+        return b.y[i, s] == sympy_to_pyomo(am.exprs[Q]["Y"][S.index(s)], o)
+
+    def corr_rule(b, i, s):
+        Q, o = objects(i, b.h[i])
+        o.update({sy["yv"][a]: b.y[i, z] for a, z in enumerate(S)})
+        a = S.index(s)
+        return b.x[i + 1, s] == b.x[i, s] + b.h[i] * sympy_to_pyomo(am.exprs[Q]["Fv"][a], o)
+
+    b.pred_eq = pyo.Constraint(b.steps, b.S, rule=pred_rule)
+    b.corr_eq = pyo.Constraint(b.steps, b.S, rule=corr_rule)
+    b.time_eq = pyo.Constraint(b.steps, rule=lambda b, i: b.t[i + 1] == b.t[i] + b.h[i])
+
+    c = am.controller
+    esym = sympy.Symbol("_e", positive=True)
+    xsub0 = dict(usub)
+    xsub0.update({xs: b.x[0, s] for xs, s in zip(P.x_sym, S)})
+    Q_py = sympy_to_pyomo(am.Q_expr, xsub0) if am.Q_expr.free_symbols else float(am.Q_expr)
+
+    def trial_rule(b, i, j):
+        kind = b.trial_kind[i, j]
+        if kind == "Q":
+            return b.H[i, j] == Q_py
+        if kind == "clip":
+            return b.H[i, j] == float(b.targets[i]) - b.t[i]
+        if kind == "R":
+            fac = c.R.sym(esym, c.eps, am.q, pat.levels[i][0])
+            ev, hv = b.e[i - 1], b.h[i - 1]
+        else:
+            fac = c.r.sym(esym, c.eps, am.q, pat.levels[i][j - 1])
+            ev, hv = b.eta[i, j - 1], b.H[i, j - 1]
+        f = sympy_to_pyomo(fac, {esym: ev}) if fac.free_symbols else float(fac)
+        return b.H[i, j] == f * hv
+
+    def trial_pred_rule(b, i, j, s):
+        Q, o = objects(i, b.H[i, j])
+        return b.yt[i, j, s] == sympy_to_pyomo(am.exprs[Q]["Y"][S.index(s)], o)
+
+    def trial_corr_rule(b, i, j, s):
+        Q, o = objects(i, b.H[i, j])
+        o.update({sy["yv"][a]: b.yt[i, j, z] for a, z in enumerate(S)})
+        a = S.index(s)
+        return b.xt[i, j, s] == b.x[i, s] + b.H[i, j] * sympy_to_pyomo(am.exprs[Q]["Fv"][a], o)
+
+    Ed = am.exprs["Ed"]
+
+    def err_rule(b, i, j):
+        o = {sy["xi"][a]: b.x[i, s] for a, s in enumerate(S)}
+        o.update({sy["yv"][a]: b.yt[i, j, s] for a, s in enumerate(S)})
+        o.update({sy["xcv"][a]: b.xt[i, j, s] for a, s in enumerate(S)})
+        return b.eta[i, j] == sympy_to_pyomo(Ed, o)
+
+    b.trial_eq = pyo.Constraint(b.trials, rule=trial_rule)
+    b.trial_pred_eq = pyo.Constraint(b.trials, b.S, rule=trial_pred_rule)
+    b.trial_corr_eq = pyo.Constraint(b.trials, b.S, rule=trial_corr_rule)
+    b.err_eq = pyo.Constraint(b.trials, rule=err_rule)
+    b.accept_h_eq = pyo.Constraint(b.steps, rule=lambda b, i: b.h[i] == b.H[i, pat.j[i]])
+    b.accept_e_eq = pyo.Constraint(b.steps, rule=lambda b, i: b.e[i] == b.eta[i, pat.j[i]])
+
+    terms = []
+    for jm, gi in enumerate(run.J):
+        phi = sympy.sympify(misfit_sym(P, jm))
+        o = dict(usub)
+        o.update({xs: b.x[int(gi), s] for xs, s in zip(P.x_sym, S)})
+        terms.append(sympy_to_pyomo(phi, o) if phi.free_symbols else float(phi))
+    b.misfit = pyo.Expression(expr=sum(terms))
+    b.objective = pyo.Objective(expr=b.misfit)
+    return b
+
+
+def adaptive_constraint(b, kind, i, j=None, state=None):
+    """The ConstraintData of relation ``kind`` of step ``i`` (trial ``j``, 1-based; ``state``).
+
+    ``kind``: ``'x0'``, ``'pred'``, ``'corr'``, ``'time'``, ``'trial'``, ``'trial_pred'``,
+    ``'trial_corr'``, ``'err'``, ``'accept_h'``, ``'accept_e'``.
+    """
+    comp = b.component(f"{kind}_eq")
+    if comp is None:
+        raise KeyError(f"unknown relation {kind!r}")
+    if kind == "x0":
+        return comp[state]
+    if kind in ("pred", "corr"):
+        return comp[i, state]
+    if kind in ("trial", "err"):
+        return comp[i, j]
+    if kind in ("trial_pred", "trial_corr"):
+        return comp[i, j, state]
+    return comp[i]
+
+
+def run_from_block(b) -> AdaptiveRun:
+    """The block's current values as an :class:`~pyomo_odeest.discretization.adaptive.AdaptiveRun`."""
+    am, pat = b.amodel, b.pattern
+    S = list(b.S)
+    k = pat.k
+    v = pyo.value
+    u = np.array([v(b.u[p]) for p in b.P], dtype=float)
+    X = np.array([[v(b.x[i, s]) for s in S] for i in range(k + 1)])
+    Y = np.array([[v(b.y[i, s]) for s in S] for i in range(k)])
+    t = np.array([v(b.t[i]) for i in range(k + 1)])
+    H = [np.array([v(b.H[i, j + 1]) for j in range(pat.j[i])]) for i in range(k)]
+    eta = [np.array([v(b.eta[i, j + 1]) for j in range(pat.j[i])]) for i in range(k)]
+    Qs = np.array([min(i + 1, am.qmax - 1) for i in range(k)], dtype=int)
+    yt, xc = [], []
+    for i in range(k):
+        Q = int(Qs[i])
+        xm, tm = am._hist(X, t, i, Q)
+        fn = am._fn[Q]
+        yt.append(np.array([np.asarray(fn["Y"](X[i], xm, u, h, t[i], tm), float).reshape(-1)
+                            for h in H[i]]))
+        xc.append(np.array([np.asarray(fn["XC"](X[i], xm, u, h, t[i], tm), float).reshape(-1)
+                            for h in H[i]]))
+    return AdaptiveRun(u=u, t=t, x=X, y=Y, h=np.array([v(b.h[i]) for i in range(k)]),
+                       e=np.array([v(b.e[i]) for i in range(k)]), H=H, eta=eta, yt=yt, xc=xc,
+                       Q=Qs, pattern=pat, J=np.asarray(b.J, dtype=int))
+
+
+def block_multipliers(b, dual) -> AdaptiveAdjoint:
+    """Ipopt's multipliers of the block arranged as p, q, θ, α, γ, β, δ (gradient by eq. (59))."""
+    pat = b.pattern
+    S = list(b.S)
+    k = pat.k
+    g = dual.get
+    p = np.array([[g(b.x0_eq[s], np.nan) for s in S]]
+                 + [[g(b.corr_eq[i, s], np.nan) for s in S] for i in range(k)])
+    q = np.array([[g(b.pred_eq[i, s], np.nan) for s in S] for i in range(k)])
+    theta = np.array([0.0] + [g(b.time_eq[i], np.nan) for i in range(k)])
+    alpha = [np.array([g(b.trial_eq[i, j + 1], np.nan) for j in range(pat.j[i])]) for i in range(k)]
+    gamma = [np.array([g(b.err_eq[i, j + 1], np.nan) for j in range(pat.j[i])]) for i in range(k)]
+    beta = np.array([g(b.accept_e_eq[i], np.nan) for i in range(k)])
+    delta = np.array([g(b.accept_h_eq[i], np.nan) for i in range(k)])
+    run = run_from_block(b)
+    grad = b.amodel.gradient_from_multipliers(run, p, alpha, gamma)
+    return AdaptiveAdjoint(p=p, q=q, theta=theta, alpha=alpha, gamma=gamma, beta=beta,
+                           delta=delta, gradient=grad)
+
+
+def compare_block_multipliers(model, block=None) -> dict:
+    r"""Ipopt's duals of a solved adaptive block versus the recursion (56)–(58).
+
+    The recursion is evaluated at the block's own values.  Returns a dict:
+    per family (``p, q, theta, alpha, gamma, beta, delta``) the relative
+    discrepancy :math:`\max|\lambda - \mu| / \|\mu\|_\infty`, ``'max'`` over
+    all families, ``'general'`` the same for the sparse transposed solve
+    versus the recursion, and the multiplier objects ``'duals'``,
+    ``'recursion'``.
+    """
+    b = block if block is not None else model.est
+    dual = getattr(model, "dual", None)
+    if dual is None or not len(dual):
+        raise ValueError("the model has no dual suffix values; solve it with "
+                         "model.dual = Suffix(direction=Suffix.IMPORT)")
+    run = run_from_block(b)
+    rec = b.amodel.adjoint(run)
+    duals = block_multipliers(b, dual)
+    out = max_relative_discrepancy(duals, rec)
+    out["general"] = max_relative_discrepancy(b.amodel.general_adjoint(run), rec)["max"]
+    out["duals"] = duals
+    out["recursion"] = rec
+    return out
+
+
+def _solve_block(am, run, options, tee, trust=None):
+    m = pyo.ConcreteModel(name=am.problem.name)
+    m.est = build_adaptive_block(am, run)
+    if trust is not None:
+        for p, v in zip(am.problem.parameter_names, run.u):
+            var = m.est.u[p]
+            if var.fixed:
+                continue
+            r = trust * max(abs(v), 1e-3)
+            lo, hi = v - r, v + r
+            var.setlb(lo if var.lb is None else max(var.lb, lo))
+            var.setub(hi if var.ub is None else min(var.ub, hi))
+    m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
+    solver = OdeestIpoptSolver()
+    solver.solve(m, options=options, tee=tee)
+    return m, solver.last_info
+
+
+def estimate_adaptive(problem: EstimationProblem, controller: StepController | None = None,
+                      qmax: int = 2, u0=None, options=None, tee=False, max_rebuilds=5,
+                      model: AdaptiveModel | None = None, trust=None):
+    r"""Estimate the parameters with model (55): adaptive grid, frozen pattern, Ipopt.
+
+    1. Integrate adaptively at :math:`u_0`; freeze the pattern.
+    2. Build :func:`build_adaptive_block`, solve it with ``odeest_ipopt``
+       (``dual`` suffix imported).
+    3. Integrate adaptively at the solution; if the pattern changed, rebuild
+       from that run and re-solve (at most ``max_rebuilds`` times).
+
+    A frozen pattern is a faithful model only near the parameters it was
+    recorded at: far away the steps before a clipped step can overshoot the
+    measurement time (the clipped step turns negative).  ``trust`` (e.g.
+    0.2) bounds each round's parameters to
+    :math:`|u - u_{\text{round}}| \le \text{trust}\cdot\max(|u_{\text{round}}|, 10^{-3})`;
+    the bounds act on :math:`u` only, so they do not change the multipliers
+    of the equations.  A round ending on a trust bound always triggers a
+    rebuild (``max_rebuilds`` must then be large enough to reach the
+    optimum).
+
+    Returns
+    -------
+    EstimationResult
+        ``approach='adaptive_simultaneous'``; ``extra`` holds ``rounds``
+        (per round: k, rejections, status, objective, whether the pattern at
+        the solution differed), ``pattern_changes``, ``pattern_stable``,
+        ``grid`` (k, h_min, h_max, ...), ``run`` (the adaptive run at the
+        estimate), ``adaptive_model``; ``multipliers`` holds ``'x'`` (p_{i+1}),
+        ``'y'`` (q_{i+1}), ``'step'`` (β, δ, θ per step) and ``'trial'``
+        (α, γ per trial).
+    """
+    require_single_experiment(problem, "the adaptive approach")
+    require_no_inputs(problem, "the adaptive approach")
+    require_no_constraints(problem, "the adaptive approach")
+    t_start = time.perf_counter()
+    am = model if model is not None else AdaptiveModel(problem, controller, qmax)
+    if isinstance(max_rebuilds, bool) or not isinstance(max_rebuilds, (int, np.integer)) \
+            or max_rebuilds < 0:
+        raise ValueError(f"max_rebuilds must be an int >= 0, got {max_rebuilds!r}")
+    u = am._check_u(u0)
+    opts = {"tol": 1e-8}
+    opts.update(options or {})
+    run = am.run(u)
+    rounds = []
+    build_s = solve_s = 0.0
+    stable = False
+    final_run = None
+    iterations = 0
+    evals = {}
+    for rnd in range(max_rebuilds + 1):
+        tb = time.perf_counter()
+        m, info = _solve_block(am, run, opts, tee, trust)
+        build_s += info["setup_s"]
+        solve_s += info["ipopt_s"]
+        iterations += int(info["iterations"])
+        for key, val in dict(info["counts"]).items():
+            evals[key] = evals.get(key, 0) + val
+        b = m.est
+        u_new = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+        entry = dict(round=rnd, k=run.k, rejected=run.n_rejected, status=info["status"],
+                     objective=float(pyo.value(b.objective)) + am.const,
+                     wall_s=time.perf_counter() - tb)
+        try:
+            new = am.run(u_new)
+        except AdaptiveError as err:
+            entry.update(pattern_changed=None, error=str(err))
+            rounds.append(entry)
+            break
+        changed = new.pattern != run.pattern
+        on_trust = trust is not None and any(
+            (v.lb is not None and abs(v.value - v.lb) <= 1e-7 * max(1.0, abs(v.lb)))
+            or (v.ub is not None and abs(v.value - v.ub) <= 1e-7 * max(1.0, abs(v.ub)))
+            for v in b.u.values() if not v.fixed)
+        entry.update(pattern_changed=changed, on_trust_bound=on_trust,
+                     diff=run.pattern.diff(new.pattern) if changed else {})
+        rounds.append(entry)
+        final_run = new
+        if not changed and not on_trust:
+            stable = True
+            break
+        if info["status"] not in _CONTINUE:
+            break
+        run = new
+    res = _collect(b, m, info, am, rounds, stable, final_run, build_s, solve_s,
+                   time.perf_counter() - t_start, iterations, evals)
+    return res
+
+
+def _collect(b, m, info, am, rounds, stable, final_run, build_s, solve_s, total_s, iterations,
+             evals):
+    P = am.problem
+    run = run_from_block(b)
+    S = P.states
+    states = pd.DataFrame(run.x, index=pd.Index(run.t, name="time"), columns=S)
+    fitted = observations(P, run.x[run.J], run.u)
+    residuals = (fitted - P.data).where(P.mask)
+    mult = block_multipliers(b, m.dual) if len(m.dual) else None
+    multipliers, adjoint = {}, None
+    if mult is not None:
+        steps = pd.Index(range(run.k), name="step")
+        multipliers["x"] = pd.DataFrame(mult.p[1:], index=steps, columns=S)
+        multipliers["y"] = pd.DataFrame(mult.q, index=steps, columns=S)
+        multipliers["step"] = pd.DataFrame(dict(beta=mult.beta, delta=mult.delta,
+                                                theta=mult.theta[1:], h=run.h, e=run.e,
+                                                j=run.j, clip=run.clip), index=steps)
+        tidx = pd.MultiIndex.from_tuples([(i, j + 1) for i in range(run.k)
+                                          for j in range(run.pattern.j[i])], names=["step", "trial"])
+        multipliers["trial"] = pd.DataFrame(dict(
+            alpha=np.concatenate(mult.alpha), gamma=np.concatenate(mult.gamma),
+            H=np.concatenate(run.H), eta=np.concatenate(run.eta),
+            kind=[run.pattern.kind(i, j) for i in range(run.k) for j in range(run.pattern.j[i])]),
+            index=tidx)
+        adjoint = pd.DataFrame(mult.p, index=pd.Index(range(run.k + 1), name="i"), columns=S)
+    status = info["status"]
+    c = am.controller
+    extra = dict(rounds=rounds, pattern_changes=sum(1 for r in rounds if r.get("pattern_changed")),
+                 pattern_stable=stable, grid=run.summary(), run=final_run, block_run=run,
+                 adaptive_model=am, controller=c, eps=c.eps)
+    return EstimationResult(
+        approach="adaptive_simultaneous", method="ipopt/exact-hessian",
+        scheme=f"adaptive adams_pc(qmax={am.qmax}), eps={c.eps:g}, k={run.k}",
+        estimates=pd.Series(run.u, index=P.parameter_names, name="estimate"),
+        objective=float(pyo.value(b.objective)) + am.const, status=status,
+        success=status in _SUCCESS, iterations=iterations, evaluations=evals,
+        timings=dict(build_s=build_s, setup_s=build_s, solve_s=solve_s, total_s=total_s),
+        states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
+        multipliers=multipliers, model=m, extra=extra)
