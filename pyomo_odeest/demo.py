@@ -22,9 +22,9 @@ import warnings
 
 def main(argv=None) -> int:
     import pyomo_odeest  # noqa: F401  (registers the solver)
-    from .models import LV_P0, lotka_volterra_problem
-    from .analysis._compare import compare_approaches
-    from .approaches._simultaneous import estimate_simultaneous
+    from pyomo_odeest.models import LV_P0, lotka_volterra_problem
+    from pyomo_odeest.analysis import compare_approaches
+    from pyomo_odeest.approaches import estimate_simultaneous
     import pandas as pd
 
     warnings.simplefilter("ignore", RuntimeWarning)
