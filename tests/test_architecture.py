@@ -123,3 +123,20 @@ def test_known_upward_imports_are_still_there():
     seen = {(str(path.relative_to(PACKAGE.parent)), target)
             for _, target, _, path, _ in _imports() if target}
     assert KNOWN_UPWARD <= seen, KNOWN_UPWARD - seen
+
+
+def test_tests_mirror_the_package():
+    """Tests of ``pyomo_odeest/<unit>/`` live in ``tests/<unit>/``: every folder of
+    tests (but ``data``) is named after a subpackage, and no test module sets a
+    warning filter for the whole run at import time."""
+    tests = Path(__file__).resolve().parent
+    subpackages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders - subpackages - {"data"} == set()
+    for path in tests.rglob("test_*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:       # module level only: pytestmark scopes a filter to the module
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                fn = node.value.func
+                assert not (isinstance(fn, ast.Attribute) and fn.attr in ("simplefilter", "filterwarnings")), \
+                    f"{path.name}:{node.lineno}: module-level warnings filter; use pytestmark"

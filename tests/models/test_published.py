@@ -3,7 +3,6 @@ orders of magnitude below the states), gas-oil cracking (start at θ = 0, a meas
 t = 0), marine population dynamics (23 parameters with the initial state, counts up to
 2e4, one rate at its bound); and Bellman's problem with the global minimum of Esposito &
 Floudas (stiff far from the optimum). Every approach must reach the published objective."""
-import warnings
 
 import numpy as np
 import pytest
@@ -15,7 +14,8 @@ from pyomo_odeest.approaches._reduced import estimate_reduced
 from pyomo_odeest.approaches._shooting import estimate_multiple_shooting
 from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 # problem, max step, published optimum, its relative tolerance, reference θ (None: COPS
 # publishes none), its relative tolerance, the iteration limit of the test

@@ -11,7 +11,7 @@ from pyomo_odeest.approaches.continuous import ContinuousModel
 from pyomo_odeest.problem._misfit import MeasurementMisfit
 from pyomo_odeest.models._diagonal_linear import diagonal_linear_problem
 from pyomo_odeest.problem._declaration import EstimationProblem
-from test_continuous import U_NL, nonlinear_problem
+from helpers import U_NL, likelihood_problem as nonlinear_problem
 
 
 def _symbolic(prob, Xm, u):

@@ -17,7 +17,7 @@ from pyomo_odeest.transcription._dae import DaeSchemeError
 pytestmark = pytest.mark.extras
 pytest.importorskip("idaes")
 
-EX = Path(__file__).resolve().parents[1] / "examples" / "idaes_cstr.py"
+EX = Path(__file__).resolve().parents[2] / "examples" / "idaes_cstr.py"
 TIMES = [0.0, 1.0, 2.0, 3.0, 4.0]
 
 

@@ -359,7 +359,7 @@ def test_covariance_agrees_with_parmest(approach, options):
     pytest.importorskip("pyomo.contrib.parmest.parmest")
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "examples" / "parmest_rooney_biegler.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "parmest_rooney_biegler.py"
     spec = importlib.util.spec_from_file_location("parmest_rooney_biegler", path)
     ex = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ex)

@@ -20,7 +20,7 @@ from pyomo_odeest.petab_io._sbml import TIME, symbol  # noqa: E402
 
 pytestmark = pytest.mark.extras
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "petab")
+DATA = os.path.join(os.path.dirname(__file__), "..", "data", "petab")
 REFERENCE = pd.read_csv(os.path.join(DATA, "references.tsv"), sep="\t",
                         index_col="problem")["reference_nll"]
 
@@ -569,7 +569,7 @@ def test_suite_bound_push_and_grid_rules():
     Crauste's mu_LE and mu_P); Bruno starts inside its box and keeps Ipopt's default."""
     import importlib.util
     import types
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "petab_suite.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "petab_suite.py")
     spec = importlib.util.spec_from_file_location("petab_suite", path)
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)

@@ -1,5 +1,4 @@
 """Reduced-space backend: gradients, Hessians, multipliers, comparison [GM-grad, §2.3, §2.5]."""
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -18,32 +17,17 @@ from pyomo_odeest.analysis._recursions import paper_gradient, paper_sensitivity_
 from pyomo_odeest.approaches._reduced import estimate_reduced
 from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 SCHEMES = ["adams_pc", "adams_moulton", "enright", "semi_implicit_enright"]
 
 
-def rel(a, b):
-    return np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(b))
+from helpers import nonautonomous_problem as nonlinear_problem, rel
 
 
-def nonlinear_problem():
-    """Non-autonomous, parameter-dependent initial state, observation g nonlinear in x and u."""
-    t = np.linspace(0.4, 2.0, 5)
-    data = pd.DataFrame({"z": np.sin(t) + 1.0, "x": np.exp(-t)}, index=t)
-    return po.EstimationProblem(
-        states=["x", "y"],
-        parameters=[po.Parameter("a", 0.8), po.Parameter("b", 1.2), po.Parameter("c", 0.3)],
-        rhs=lambda x, u, t: [-u.a * x.x + pyo.sin(u.b * t) * x.y,
-                             -x.x * x.y / (1 + x.x**2) + u.c * pyo.exp(-t)],
-        initial={"x": lambda u: 1.0 + 0.5 * u.c, "y": 0.5},
-        observe=lambda x, u, t: {"z": x.x * x.y + u.c * x.y**2, "x": x.x},
-        data=data)
 
 
-@pytest.fixture(scope="module")
-def prob():
-    return nonlinear_problem()
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

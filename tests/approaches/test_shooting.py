@@ -1,13 +1,9 @@
 """Multiple shooting [AT]: constraint derivatives (6), (17), the one-interval limit,
 the Lotka–Volterra hard start (18)–(19) and the degenerate scalar form (8)."""
-import warnings
 
 import numpy as np
-import pandas as pd
-import pyomo.environ as pyo
 import pytest
 
-import pyomo_odeest as po
 from pyomo_odeest.analysis._compare import compare_approaches
 from pyomo_odeest.discretization.discrete import DiscreteModel
 from pyomo_odeest.discretization._grid import make_grid
@@ -17,25 +13,13 @@ from pyomo_odeest.approaches._reduced import estimate_reduced
 from pyomo_odeest.approaches._shooting import (MultipleShootingNLP, estimate_multiple_shooting,
                                    interval_models, node_start_values)
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-def rel(a, b):
-    return np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(b))
+from helpers import nonautonomous_problem as nonlinear_problem, rel
 
 
-def nonlinear_problem():
-    """Non-autonomous, x0 = l(u), nonlinear observation (as in test_reduced)."""
-    t = np.linspace(0.4, 2.0, 5)
-    data = pd.DataFrame({"z": np.sin(t) + 1.0, "x": np.exp(-t)}, index=t)
-    return po.EstimationProblem(
-        states=["x", "y"],
-        parameters=[po.Parameter("a", 0.8), po.Parameter("b", 1.2), po.Parameter("c", 0.3)],
-        rhs=lambda x, u, t: [-u.a * x.x + pyo.sin(u.b * t) * x.y,
-                             -x.x * x.y / (1 + x.x**2) + u.c * pyo.exp(-t)],
-        initial={"x": lambda u: 1.0 + 0.5 * u.c, "y": 0.5},
-        observe=lambda x, u, t: {"z": x.x * x.y + u.c * x.y**2, "x": x.x},
-        data=data)
 
 
 def fd_jacobian(fun, x, step=1e-6):

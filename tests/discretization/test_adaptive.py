@@ -1,5 +1,4 @@
 """Discrete models with automatic step-length control [GM-grad, §2.4, model (55)]."""
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -16,7 +15,8 @@ from pyomo_odeest.models import lotka_volterra_problem
 from pyomo_odeest import PyomoNLPEvaluator
 from pyomo_odeest.discretization.schemes import adams_bashforth_coefficients, adams_moulton_coefficients
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 TABLE_R = StepTable((0.1, 0.5, 1.0), (2.0, 1.5, 1.0, 0.7))
 TABLE_r = StepTable((2.0, 10.0), (0.7, 0.5, 0.25))
@@ -62,8 +62,7 @@ def model(prob, key, qmax, **ctl):
     return _MODELS[k]
 
 
-def rel(a, b):
-    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(b)))
+from helpers import rel
 
 
 # ---------------------------------------------------------------------------

@@ -5,7 +5,6 @@ their magnitudes differ): adjoint vs forward sensitivity 1e-6, vs central
 finite differences 1e-5, second-order adjoint Hessian vs finite differences of
 adjoint gradients 1e-5, closed forms of the diagonal linear model 1e-8.
 """
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -22,35 +21,13 @@ from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient
 from pyomo_odeest.models._hiv import (HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_initial,
                                      hiv_problem, hiv_rhs, hiv_simulate)
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-def rel(a, b):
-    return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
+from helpers import U_NL, likelihood_problem as nonlinear_problem, rel_norm as rel
 
 
-def nonlinear_problem(gaussian=True, **extra):
-    r"""Two states, time-dependent rhs, x0 = l(u), observation depending on u, one value missing.
-
-    x' = -a x + b x y + 0.1 sin(c t),  y' = c (1 - y) - a b x y,
-    x(0) = x0,  y(0) = b x0²,  z1 = x,  z2 = x + c y.
-
-    Every second-derivative term of the Hessian is nonzero: f_xx, f_xu, f_uu
-    (a·b, c·c), l_uu, φ_xx, φ_xu, φ_uu.
-    """
-    t = np.array([0.0, 0.5, 1.0, 2.0, 3.0, 4.5])
-    data = pd.DataFrame({"z1": [0.8, 0.62, 0.55, 0.47, np.nan, 0.35],
-                         "z2": [1.2, 1.01, 0.98, 0.93, 0.9, 0.88]}, index=t)
-    loss = po.GaussianNLL([[0.04, 0.01], [0.01, 0.09]]) if gaussian else None
-    return po.EstimationProblem(
-        states=["x", "y"],
-        parameters=[po.Parameter("a", 0.7), po.Parameter("b", 0.4), po.Parameter("c", 1.3),
-                    po.Parameter("x0", 0.9)],
-        rhs=lambda x, u, t: [-u.a * x.x + u.b * x.x * x.y + 0.1 * pyo.sin(u.c * t),
-                             u.c * (1 - x.y) - u.a * u.b * x.x * x.y],
-        initial={"x": "x0", "y": lambda u: u.b * u.x0**2},
-        observe=lambda x, u, t: {"z1": x.x, "z2": x.x + u.c * x.y},
-        data=data, loss=loss, **extra)
 
 
 def robertson_problem():
@@ -66,7 +43,6 @@ def robertson_problem():
         initial={"A": 1.0, "B": 0.0, "C": 0.0}, data=data, sigma=0.01)
 
 
-U_NL = np.array([0.9, 0.55, 1.1, 0.75])
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,4 @@
 """[GM-conv], Theorem 1: discrete gradients and minimizers converge to the continuous ones."""
-import warnings
 
 import numpy as np
 import pytest
@@ -7,7 +6,8 @@ import pytest
 from pyomo_odeest.analysis._convergence import convergence_study, uniform_grid
 from pyomo_odeest.models import lotka_volterra_problem
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 @pytest.mark.parametrize("qmax", [2, 3])

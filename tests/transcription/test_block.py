@@ -1,5 +1,4 @@
 """The Pyomo block of the schemes and simultaneous estimation [GM-grad, eq. (2)]."""
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -14,7 +13,8 @@ from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_probl
 from pyomo_odeest import PyomoNLPEvaluator
 from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 SCHEMES = ["adams_pc", "adams_moulton", "enright", "semi_implicit_enright"]
 

@@ -13,7 +13,7 @@ from pyomo.opt import SolutionStatus, SolverStatus, TerminationCondition
 import pyomo_odeest
 from pyomo_odeest.nlp._cyipopt_adapter import ipopt_version
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def small():

@@ -20,7 +20,7 @@ from pyomo_odeest.petab_io import (PetabSimulator, UnsupportedFeatureError, peta
 
 pytestmark = pytest.mark.extras
 
-FOLDER = os.path.join(os.path.dirname(__file__), "data", "petab", "Preequilibration_handwritten")
+FOLDER = os.path.join(os.path.dirname(__file__), "..", "data", "petab", "Preequilibration_handwritten")
 L = {"pre": 0.1, "stim1": 1.0, "stim2": 2.0, "ctrl": 0.5}
 SIGMA = {"obs_A": 0.02, "obs_C": 0.05}
 NOMINAL = np.log10([0.7, 0.4, 1.5, 0.6])          # k1, k2, ks, kd on their log10 scale

@@ -1,6 +1,5 @@
 """The front door ``estimate(problem, approach=...)``: one call, one result type, clear
 errors for options an approach does not take."""
-import warnings
 
 import numpy as np
 import pytest
@@ -9,7 +8,8 @@ import pyomo_odeest as po
 from pyomo_odeest.approaches._estimate import approach_options
 from pyomo_odeest.models import lotka_volterra_problem
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 START = (0.8, 0.8, 0.8, 0.8)
 

@@ -143,7 +143,7 @@ def test_errors_name_the_culprit():
 def test_docs_snippet_runs_as_written():
     import re
     from pathlib import Path
-    text = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "experiments.md").read_text()
     ns = {}
     for code in re.findall(r"```python\n(.*?)```", text, flags=re.S):
         exec(compile(code, "experiments.md", "exec"), ns)
