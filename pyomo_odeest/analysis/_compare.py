@@ -124,42 +124,7 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
 
 
 def plot_fits(problem, results, ax=None, path=None):
-    """Data and fitted trajectories of several results (matplotlib, optional)."""
-    try:
-        import matplotlib
-        if path is not None:
-            matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover
-        raise ImportError("plots need matplotlib: pip install matplotlib") from err
-    obs = problem.obs_names
-    if ax is None:
-        fig, axes = plt.subplots(1, len(obs), figsize=(5 * len(obs), 3.5), squeeze=False)
-        axes = axes[0]
-    else:
-        axes = np.atleast_1d(ax)
-        fig = axes[0].figure
-    for a, name in zip(axes, obs):
-        a.plot(problem.meas_times, problem.data[name], "ko", label="data")
-        for label, res in results.items():
-            if res.states is None:
-                continue
-            X = res.states.to_numpy()
-            t = res.states.index.to_numpy()
-            zt = _obs_on_grid(problem, X, res.x, t)[name]
-            a.plot(t, zt, label=label)
-        a.set_xlabel("t")
-        a.set_title(name)
-    axes[0].legend()
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-    return fig
-
-
-def _obs_on_grid(problem, X, u, t):
-    import sympy
-    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
-    Z = np.array([np.broadcast_to(np.asarray(g(x, u, tt), dtype=float), (len(problem.g_sym),))
-                  for x, tt in zip(X, t)])
-    return pd.DataFrame(Z, index=t, columns=problem.obs_names)
+    """Data and fitted trajectories of several results (see
+    :func:`~pyomo_odeest.analysis._plots.plot_fits`)."""
+    from ._plots import plot_fits as draw
+    return draw(problem, results, ax=ax, path=path)
