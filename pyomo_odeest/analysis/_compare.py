@@ -81,13 +81,16 @@ APPROACHES = {
 
 def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), scheme="adams_pc",
                        qmax=None, grid=None, max_step=None, steps_per_interval=None, u0=None,
-                       options=None):
+                       options=None, progress=None):
     """Run several approaches from the same start; return ``(table, results)``.
 
     ``approaches`` are names in :data:`APPROACHES` or ``(label, callable,
     kwargs)`` triples.  A failing approach is reported in the table with its
-    status (it does not stop the comparison).
+    status (it does not stop the comparison).  ``progress``: one line per
+    finished approach on standard error (None: when it is a terminal).
     """
+    from ..nlp._progress import TaskProgress, progress_enabled
+    prog = TaskProgress(len(approaches), progress_enabled(progress), "compare")
     rows, results = [], {}
     common = dict(scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
                   steps_per_interval=steps_per_interval, u0=u0)
@@ -109,6 +112,7 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
             except Exception as err:          # reported, not hidden
                 rows.append({"approach": label, "method": "", "status": f"error: {err}",
                              "success": False})
+                prog.update(False, f"{label}: error")
                 continue
         results[label] = res
         row = {"approach": label, "method": res.method}
@@ -120,6 +124,8 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
                    gevals=ev.get("gradient", ev.get("gradients", np.nan)),
                    wall_s=res.timings.get("total_s", np.nan))
         rows.append(row)
+        prog.update(bool(res.success), f"{label}: {res.status}, {row['wall_s']:.1f} s")
+    prog.close()
     return pd.DataFrame(rows).set_index("approach"), results
 
 

@@ -554,7 +554,8 @@ def _crossing(df, theta_hat, d, thr):
 
 
 def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale="auto",
-                       runner=None, options=None, problem=None, **kw) -> ProfileResult:
+                       runner=None, options=None, problem=None, progress=None,
+                       **kw) -> ProfileResult:
     """Profile likelihood of ``result``'s parameters and likelihood-ratio intervals.
 
     Parameters
@@ -573,6 +574,10 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
         Maps :func:`profile_segment` over the tasks (default serial).
     options : dict
         Ipopt options of every re-optimization.
+    progress : bool or None
+        One line per finished side of a profile (parameter, side, points, how it
+        ended, seconds) on standard error; None (default): when standard error
+        is a terminal.  (A Runner shows its own progress.)
     **kw
         :class:`ProfileTask` settings (``target_step``, ``max_points``, ...).
     """
@@ -580,8 +585,21 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
     P = problem if problem is not None else _problem_of(result)
     cov = covariance(result, "fim", problem=P, scale=scale)
     tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P, **kw)
-    run = runner if runner is not None else (lambda fn, ts: [fn(x) for x in ts])
-    segments = run(profile_segment, tasks)
+    if runner is not None:
+        segments = runner(profile_segment, tasks)
+    else:
+        from ..nlp._progress import TaskProgress, progress_enabled
+        prog = TaskProgress(len(tasks), progress_enabled(progress), "profile")
+        segments = []
+        try:
+            for task in tasks:
+                seg = profile_segment(task)
+                segments.append(seg)
+                prog.update(seg.attrs.get("end") != "failed",
+                            f"{task.parameter} {'+' if task.direction > 0 else '-'}: "
+                            f"{len(seg)} points, {seg.attrs.get('end')}")
+        finally:
+            prog.close()
     out = assemble_profiles(segments, tasks, level, cov)
     out.seconds = time.perf_counter() - t
     return out

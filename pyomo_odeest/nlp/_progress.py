@@ -7,9 +7,9 @@ worker process); ``True`` / ``False`` force it.  Two kinds:
 * :class:`IterationProgress` — one line per block of solver iterations
   (iteration, objective, primal and dual infeasibility, elapsed seconds),
   used by :func:`~pyomo_odeest.nlp.solve_with_ipopt` and the SciPy optimizers;
-* :class:`TaskProgress` — a count of finished tasks (a tqdm bar when tqdm is
-  installed, else one line of text rewritten in place, or one line per
-  task when standard error is not a terminal).
+* :class:`TaskProgress` — a count of finished tasks (on a terminal a tqdm bar
+  when tqdm is installed, else one line of text rewritten in place; one line
+  per task when standard error is not a terminal, e.g. a log file).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def progress_enabled(progress=None, stream=None) -> bool:
 
 
 class IterationProgress:
-    """One line on ``stream`` per ``every`` iterations (and at the first), e.g.
+    """One line on ``stream`` per ``every`` iterations (and at the first call), e.g.
     ``ipopt   iter 20  objective 1.2345e+01  inf_pr 3.1e-04  inf_du 2.0e-03  4.2 s``.
 
     Call it with ``(iteration, objective, inf_pr=nan, inf_du=nan)``; :meth:`finish`
@@ -57,7 +57,7 @@ class IterationProgress:
 
     def __call__(self, it, obj, inf_pr=float("nan"), inf_du=float("nan")):
         self.last = (it, obj, inf_pr, inf_du)
-        if it == 0 or it % self.every == 0:
+        if self.shown is None or it % self.every == 0:
             self.line(it, obj, inf_pr, inf_du)
 
     def finish(self, note=""):
@@ -74,7 +74,7 @@ class TaskProgress:
         self.stream = sys.stderr if stream is None else stream
         self.bar = None
         self.tty = progress_enabled(None, self.stream)
-        if enabled:
+        if enabled and self.tty:                  # a bar for a terminal, lines for a log
             try:
                 from tqdm.auto import tqdm
                 self.bar = tqdm(total=total, desc=desc, file=self.stream)
