@@ -5,7 +5,9 @@ with three experiments and measured feeds (:func:`pyomo_odeest.models.fed_batch_
 σ = 0.01 given) fitted by the default approach — ``result.plot()`` with bands,
 the bands of the three experiments, the profiles of k1 and k2 — and the
 multistart waterfall of a problem with two equivalent minima
-(y = exp(−k1 t) + exp(−k2 t): (k1, k2) and (k2, k1) fit the data identically).
+(y = exp(−k1 t) + exp(−k2 t): (k1, k2) and (k2, k1) fit the data identically: one minimum, two parameter
+sets) and the waterfall of 32 starts on the harmonic oscillator, whose misfit
+has spurious local minima in ω.
 Prints one summary line.
 """
 import sys
@@ -23,7 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pyomo_odeest import EstimationProblem, Parameter, estimate  # noqa: E402
-from pyomo_odeest.models import fed_batch_problem  # noqa: E402
+from pyomo_odeest.models import fed_batch_problem, oscillator_problem  # noqa: E402
 from pyomo_odeest.runner import multistart  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
@@ -51,14 +53,18 @@ def main():
     pr.plot(path=IMG / "report_profiles.png")
     ms = multistart(symmetric_problem(), n=16, approach="reduced_space", space="log",
                     options=dict(max_step=0.05), seed=0)
-    ms.plot(path=IMG / "report_waterfall.png")
+    osc = multistart(oscillator_problem(), n=32, approach="reduced_space", space="log",
+                     bounds={"omega": (0.2, 5.0)}, options=dict(max_step=0.1), seed=0)
+    osc.plot(path=IMG / "report_waterfall.png")
+    print(osc.summary())
     print(res.summary())
     print(res.confidence_intervals())
     print(pr.intervals)
     print(ms.summary())
     print(f"report_figures: success={res.success} k1={res.x[0]:.4f} k2={res.x[1]:.4f} "
           f"profile_points={sum(len(c) for c in pr.curves.values())} "
-          f"multistart_minima={len(ms.clusters)} equivalent={ms.equivalent} "
+          f"symmetric_minima={len(ms.clusters)} equivalent={ms.equivalent} "
+          f"oscillator_minima={len(osc.clusters)} oscillator_hits={osc.hits} "
           f"seconds={time.perf_counter() - t0:.1f}")
 
 

@@ -69,8 +69,9 @@ def test_prediction_bands_for_two_experiments(fit):
         se0 = bands.se.loc[e]["x"].iloc[0]
         assert se0 == pytest.approx(cov.se[f"x0_{e}"], rel=1e-6)
     fig = bands.plot(data=P)
-    assert len(fig.axes) == 4                       # (low, high) × (x, z)
-    assert all(a.get_xlabel() == "time" for a in fig.axes)
+    shown = [a for a in fig.axes if a.get_visible()]
+    assert [a.get_title() for a in shown] == ["low: x", "high: x", "high: z"]
+    assert all(a.get_xlabel() == "time" and a.containers for a in shown)   # data ± σ
 
 
 def test_profile_plot_shows_computed_points_and_threshold(fit):

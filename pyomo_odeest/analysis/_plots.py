@@ -37,10 +37,16 @@ def _pyplot(path=None):
     return plt
 
 
-def _axes(plt, n, ax, width=4.0, height=3.2):
+def _axes(plt, n, ax, width=4.0, height=3.2, ncols=None):
+    """``n`` axes in rows of ``ncols`` (default: one row), or the given ``ax``."""
     if ax is None:
-        fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
-        return fig, list(axes[0])
+        nc = n if ncols is None else max(1, min(ncols, n))
+        nr = int(np.ceil(n / nc))
+        fig, axes = plt.subplots(nr, nc, figsize=(width * nc, height * nr), squeeze=False)
+        axes = list(axes.ravel())
+        for a in axes[n:]:
+            a.set_visible(False)
+        return fig, axes[:n]
     axes = list(np.atleast_1d(ax))
     if len(axes) < n:
         raise ValueError(f"need {n} axes, got {len(axes)}")
@@ -48,7 +54,8 @@ def _axes(plt, n, ax, width=4.0, height=3.2):
 
 
 def _save(fig, path, dpi=120):
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=dpi)
     return fig
@@ -140,12 +147,14 @@ def plot_result(result, residuals=True, bands=False, level=0.95, problem=None, n
     nc = max(1, min(ncols, n))
     nr = int(np.ceil(n / nc))
     rows = 2 if residuals else 1
-    fig = plt.figure(figsize=(4.2 * nc, (4.0 if residuals else 3.0) * nr))
-    gs = fig.add_gridspec(rows * nr, nc, height_ratios=([3, 1] if residuals else [1]) * nr)
+    fig = plt.figure(figsize=(4.2 * nc, (4.0 if residuals else 3.0) * nr), layout="constrained")
+    outer = fig.add_gridspec(nr, nc)
     res_frame = result.residuals
     for k, (name, sp, obs) in enumerate(panels):
         r, c = divmod(k, nc)
-        a = fig.add_subplot(gs[rows * r, c])
+        cell = outer[r, c].subgridspec(rows, 1, height_ratios=[3, 1] if residuals else [1],
+                                       hspace=0.0)
+        a = fig.add_subplot(cell[0])
         sig = _sigma(sp)
         curve = curves[name]
         if band is not None:
@@ -160,7 +169,7 @@ def plot_result(result, residuals=True, bands=False, level=0.95, problem=None, n
             a.legend(fontsize=8)
         if residuals:
             a.tick_params(labelbottom=False)
-            b = fig.add_subplot(gs[rows * r + 1, c], sharex=a)
+            b = fig.add_subplot(cell[1], sharex=a)
             rr = _part(res_frame, name)
             if rr is not None and obs in rr.columns:
                 v = -rr[obs]                              # data − fit
@@ -181,7 +190,7 @@ def plot_fits(problem, results, ax=None, path=None):
     results (mapping label -> result), one panel per observable and experiment."""
     plt = _pyplot(path)
     panels = _panels(problem)
-    fig, axes = _axes(plt, len(panels), ax, width=4.5, height=3.5)
+    fig, axes = _axes(plt, len(panels), ax, width=4.5, height=3.5, ncols=3)
     curves = {}
     for label, res in results.items():
         try:
@@ -214,8 +223,9 @@ def plot_bands(bands, data=None, ax=None, path=None):
     exps = list(dict.fromkeys(bands.value.index.get_level_values(0))) if multi else [None]
     problem = data if hasattr(data, "obs_names") else None
     subs = dict(_experiments(problem)) if problem is not None else {}
-    panels = [(e, q) for e in exps for q in names]
-    fig, axes = _axes(plt, len(panels), ax)
+    panels = [(e, q) for e in exps for q in names          # an experiment may lack a quantity
+              if _part(bands.value, e)[q].notna().any()]
+    fig, axes = _axes(plt, len(panels), ax, ncols=len(names) if multi else None)
     for a, (e, q) in zip(axes, panels):
         v, lo, hi = (_part(f, e)[q] for f in (bands.value, bands.lower, bands.upper))
         t = v.index.to_numpy(float)
@@ -276,31 +286,35 @@ def plot_profiles(profile, parameters=None, ax=None, wald=True, path=None):
 
 
 def plot_waterfall(multistart, ax=None, path=None):
-    """Waterfall of a multistart: the end objectives of the converged starts,
-    sorted, coloured by the minimum (cluster) they reached; a plateau at the
-    left is the best minimum and its width the number of starts that found it."""
+    """Waterfall of a multistart: the end objectives of the converged starts minus
+    the best, sorted (log scale; the best minimum's plateau at the floor, its width
+    the number of starts that found it), coloured by the minimum (cluster) reached."""
     plt = _pyplot(path)
     tab = multistart.table
     ok = tab[tab["success"].astype(bool) & tab["objective"].notna()].sort_values("objective")
     fig, (a,) = _axes(plt, 1, ax, width=5.5, height=3.5)
     y = ok["objective"].to_numpy(float)
-    best = y.min() if len(y) else 0.0
-    shift = 0.0 if (len(y) and best > 0) else (1.0 - best)
-    yy = y + shift
+    best = float(y.min()) if len(y) else 0.0
+    floor = 1e-10 * max(1.0, abs(best))
+    dy = np.maximum(y - best, floor)
     rank = np.arange(1, len(y) + 1)
-    a.plot(rank, yy, color="0.6", lw=0.8, zorder=1)
+    a.plot(rank, dy, color="0.6", lw=0.8, zorder=1)
     cl = ok["cluster"].astype(float).to_numpy()
     for c in np.unique(cl[np.isfinite(cl)]):
         sel = cl == c
-        lab = "best minimum" if c == 0 else (f"minimum {int(c)}" if c < 6 else None)
-        a.plot(rank[sel], yy[sel], "o", ms=5, color=f"C{int(c) % 10}", label=lab, zorder=2)
-    if len(y) and np.all(yy > 0) and yy.max() / yy.min() > 20:
-        a.set_yscale("log")
+        obj = float(multistart.clusters["objective"].loc[int(c)])
+        lab = (f"best minimum, J = {obj:.6g}" if c == 0 else
+               f"minimum {int(c)}, J = {obj:.6g}" if c < 6 else None)
+        a.plot(rank[sel], dy[sel], "o", ms=5, color=f"C{int(c) % 10}", label=lab, zorder=2)
+    a.set_yscale("log")
+    a.set_ylim(bottom=floor / 3)
     nfail = len(tab) - len(ok)
     a.set_xlabel("start (sorted by end objective)")
-    a.set_ylabel("objective" + (f" + {shift:.3g}" if shift else ""))
-    a.set_title(f"multistart: {len(tab)} starts, {multistart.hits} at the best, "
-                f"{nfail} not converged")
+    a.set_ylabel("objective − best")
+    eq = getattr(multistart, "equivalent", False)
+    a.set_title(f"{len(tab)} starts: {multistart.hits} at the best"
+                + (" (equivalent parameter sets)" if eq else "")
+                + f", {nfail} not converged", fontsize=10)
     if len(y):
         a.legend(fontsize=8)
     return _save(fig, path)
