@@ -162,7 +162,8 @@ class _ReducedProfiler:
                 return u, np.nan, f"Simulation_Failed: {err}", 0
         try:
             nlp.objective(x0)
-            r = solve_with_ipopt(nlp, options=self.options, x_scaling=start_value_scaling(x0))
+            r = solve_with_ipopt(nlp, options=self.options, x_scaling=start_value_scaling(x0),
+                                 progress=False)          # the profile reports its own
         except EvaluationError as err:
             return u, np.nan, f"Simulation_Failed: {err}", 0
         u_new = nlp.full(r.x)
@@ -208,7 +209,7 @@ class _BlockProfiler:
         self.var.fix(float(theta))
         solver = OdeestIpoptSolver()
         try:
-            solver.solve(self.m, options=self.options)
+            solver.solve(self.m, options=self.options, progress=False)
         except Exception as err:                      # evaluation failures at the start
             return np.asarray(u_start, float), np.nan, f"Failed: {err}", 0
         info = solver.last_info
