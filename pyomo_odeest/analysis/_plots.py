@@ -259,6 +259,10 @@ def plot_profiles(profile, parameters=None, ax=None, wald=True, path=None):
         df = profile.curves[name].sort_values("value")
         x, y = df["value"].to_numpy(float), df["lr"].to_numpy(float)
         row = iv.loc[name]
+        if len(x) == 0:
+            a.set_title(f"{name}: no successful re-optimization")
+            a.set_xlabel(name)
+            continue
         a.plot(x, y, "o", color="C0", ms=4, label=f"profile ({len(x)} points)")
         if len(x) >= 2:
             # interpolate the signed root (nearly linear), not λ itself
