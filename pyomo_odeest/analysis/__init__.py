@@ -15,13 +15,14 @@ from ._uncertainty import (Covariance, confidence_intervals, covariance, delta_m
 from ._profile import ProfileResult, ProfileTask, profile_likelihood, profile_segment, profile_tasks
 from ._identifiability import IdentifiabilityReport, identifiability_report
 from ._prediction import PredictionBands, prediction_bands
-from ._plots import plot_bands, plot_profiles
+from ._plots import plot_bands, plot_profiles, plot_result, plot_waterfall
 from ._diagnostics import amplification, diagnose, simulation_warning
 from ..problem._result import RESULT_ANALYSES
 
 RESULT_ANALYSES.update(covariance=covariance, confidence_intervals=confidence_intervals,
                        profile=profile_likelihood, identifiability=identifiability_report,
-                       prediction_bands=prediction_bands, diagnose=diagnose)
+                       prediction_bands=prediction_bands, diagnose=diagnose,
+                       plot=plot_result)
 
 __all__ = ["DerivativeReport", "check_consistency", "check_derivatives", "check_gradient",
            "check_jacobian", "paper_adjoint", "paper_gradient", "paper_sensitivity_gradient",
@@ -30,4 +31,4 @@ __all__ = ["DerivativeReport", "check_consistency", "check_derivatives", "check_
            "delta_method", "kkt_reduced_hessian", "ProfileResult", "ProfileTask",
            "profile_likelihood", "profile_segment", "profile_tasks", "IdentifiabilityReport",
            "identifiability_report", "PredictionBands", "prediction_bands", "plot_bands",
-           "plot_profiles", "amplification", "diagnose", "simulation_warning"]
+           "plot_profiles", "plot_result", "plot_waterfall", "amplification", "diagnose", "simulation_warning"]

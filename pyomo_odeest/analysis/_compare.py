@@ -81,13 +81,16 @@ APPROACHES = {
 
 def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), scheme="adams_pc",
                        qmax=None, grid=None, max_step=None, steps_per_interval=None, u0=None,
-                       options=None):
+                       options=None, progress=None):
     """Run several approaches from the same start; return ``(table, results)``.
 
     ``approaches`` are names in :data:`APPROACHES` or ``(label, callable,
     kwargs)`` triples.  A failing approach is reported in the table with its
-    status (it does not stop the comparison).
+    status (it does not stop the comparison).  ``progress``: one line per
+    finished approach on standard error (None: when it is a terminal).
     """
+    from ..nlp._progress import TaskProgress, progress_enabled
+    prog = TaskProgress(len(approaches), progress_enabled(progress), "compare")
     rows, results = [], {}
     common = dict(scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
                   steps_per_interval=steps_per_interval, u0=u0)
@@ -109,6 +112,7 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
             except Exception as err:          # reported, not hidden
                 rows.append({"approach": label, "method": "", "status": f"error: {err}",
                              "success": False})
+                prog.update(False, f"{label}: error")
                 continue
         results[label] = res
         row = {"approach": label, "method": res.method}
@@ -120,46 +124,13 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
                    gevals=ev.get("gradient", ev.get("gradients", np.nan)),
                    wall_s=res.timings.get("total_s", np.nan))
         rows.append(row)
+        prog.update(bool(res.success), f"{label}: {res.status}, {row['wall_s']:.1f} s")
+    prog.close()
     return pd.DataFrame(rows).set_index("approach"), results
 
 
 def plot_fits(problem, results, ax=None, path=None):
-    """Data and fitted trajectories of several results (matplotlib, optional)."""
-    try:
-        import matplotlib
-        if path is not None:
-            matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover
-        raise ImportError("plots need matplotlib: pip install matplotlib") from err
-    obs = problem.obs_names
-    if ax is None:
-        fig, axes = plt.subplots(1, len(obs), figsize=(5 * len(obs), 3.5), squeeze=False)
-        axes = axes[0]
-    else:
-        axes = np.atleast_1d(ax)
-        fig = axes[0].figure
-    for a, name in zip(axes, obs):
-        a.plot(problem.meas_times, problem.data[name], "ko", label="data")
-        for label, res in results.items():
-            if res.states is None:
-                continue
-            X = res.states.to_numpy()
-            t = res.states.index.to_numpy()
-            zt = _obs_on_grid(problem, X, res.x, t)[name]
-            a.plot(t, zt, label=label)
-        a.set_xlabel("t")
-        a.set_title(name)
-    axes[0].legend()
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-    return fig
-
-
-def _obs_on_grid(problem, X, u, t):
-    import sympy
-    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
-    Z = np.array([np.broadcast_to(np.asarray(g(x, u, tt), dtype=float), (len(problem.g_sym),))
-                  for x, tt in zip(X, t)])
-    return pd.DataFrame(Z, index=t, columns=problem.obs_names)
+    """Data and fitted trajectories of several results (see
+    :func:`~pyomo_odeest.analysis._plots.plot_fits`)."""
+    from ._plots import plot_fits as draw
+    return draw(problem, results, ax=ax, path=path)

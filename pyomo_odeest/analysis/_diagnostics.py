@@ -354,7 +354,17 @@ def status_warning(result):
         advice += ", hessian=None (L-BFGS) or optimizer='L-BFGS-B'"
     elif result.approach.startswith("continuous") and "exact-hessian" in result.method:
         advice += ", hessian=None (L-BFGS)"
-    advice += ", another approach (multiple_shooting starts from the data)"
+    if result.approach == "simultaneous":
+        init = result.extra.get("init")
+        used = set(init.values()) if isinstance(init, dict) else {init}
+        if "data" in used:
+            advice += (", init='simulate' (the states started from the data because the "
+                       "simulation at u0 failed or left the data's range: a better u0 helps)")
+        advice += (", approach='reduced_space' (each iteration simulates, so the states are "
+                   "always consistent; see docs/choosing.md) and then the simultaneous solve "
+                   "from u0=its estimates, multiple_shooting")
+    else:
+        advice += ", another approach (multiple_shooting starts from the data)"
     advice += (", or a finer grid" if str(result.scheme).startswith("enright")
                else ", or for stiff problems scheme='enright' and a finer grid")
     return [f"not converged: {why} ({result.status}, {result.iterations} iterations); "

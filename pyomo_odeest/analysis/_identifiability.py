@@ -11,8 +11,12 @@ has :math:`R^\top R = D F D`, the Fisher information of the *relative*
 parameters :math:`\log u_k`.  Its singular values :math:`s_i` and right
 singular vectors :math:`v_i` say how well each direction of parameter space is
 determined: the standard error along :math:`v_i` is :math:`1/s_i` (relative
-units).  A singular value below ``rtol·s_max`` is a numerically
-non-identifiable direction; below ``poor`` (default 1: more than 100 %
+units).  The numerical rank is decided on the equilibrated matrix (columns of
+R scaled to unit norm: invariant to the units and magnitudes of the
+parameters, so a pre-exponential factor and an activation energy are not
+called dependent for their scales): a singular value below ``rtol·s_max``
+there is a numerically non-identifiable direction (reported as the
+corresponding smallest directions of R); below ``poor`` (default 1: more than 100 %
 relative standard error at the current noise level) a practically
 non-identifiable one.  The report names those directions in parameter names,
 and warns when there are fewer informative measurements (measured values
@@ -151,11 +155,12 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
         _, s, Vt = np.linalg.svd(R, full_matrices=True)
         s = np.concatenate([s, np.zeros(p - len(s))])
     smax = s[0] if len(s) else 0.0
-    tol = rtol * smax
-    rank = int(np.sum(s > tol)) if smax > 0 else 0
+    rank = _equilibrated_rank(R, rtol) if smax > 0 else 0
+    is_null = np.arange(p) >= rank
     V = pd.DataFrame(Vt.T, index=names, columns=[f"v{i + 1}" for i in range(p)])
-    null = [V.iloc[:, i].rename(f"v{i + 1}") for i in range(p) if s[i] <= tol]
-    poor_dirs = [V.iloc[:, i].rename(f"v{i + 1}") for i in range(p) if tol < s[i] < poor]
+    null = [V.iloc[:, i].rename(f"v{i + 1}") for i in range(p) if is_null[i]]
+    poor_dirs = [V.iloc[:, i].rename(f"v{i + 1}") for i in range(p)
+                 if not is_null[i] and s[i] < poor]
     cond = float(smax / s[-1]) if len(s) and s[-1] > 0 else np.inf
     notes = []
     if m < p:
@@ -178,6 +183,17 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
     return IdentifiabilityReport(pd.Series(s, index=[f"s{i + 1}" for i in range(p)],
                                            name="singular_value"),
                                  V, null, poor_dirs, rank, p, m, n_inf, cond, notes)
+
+
+def _equilibrated_rank(R, rtol):
+    """Numerical rank of ``R`` with its columns scaled to unit norm (a zero column
+    counts as rank-deficient)."""
+    norms = np.linalg.norm(R, axis=0)
+    if not np.any(norms > 0):
+        return 0
+    Rn = R[:, norms > 0] / norms[norms > 0]
+    sn = np.linalg.svd(Rn, compute_uv=False)
+    return int(np.sum(sn > rtol * sn[0]))
 
 
 def _curvature_at(problem, estimates, discretization):

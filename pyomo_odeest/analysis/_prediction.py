@@ -45,14 +45,16 @@ class PredictionBands:
 
 
 def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="observables",
-                     method="fim", dist=None, problem=None) -> PredictionBands:
+                     method="fim", dist=None, problem=None, scale="auto") -> PredictionBands:
     """Delta-method confidence bands over the grid of the result's discretization.
 
     Parameters
     ----------
     result : EstimationResult
     cov : Covariance, optional
-        Default ``covariance(result, method)``.
+        Default ``covariance(result, method, scale=scale)`` (σ unknown: scaled by
+        the residual variance, Student t; see
+        :func:`~pyomo_odeest.analysis._uncertainty.covariance`).
     kind : 'observables' | 'states'
 
     With several experiments the frames are indexed by ``(experiment, time)``,
@@ -61,7 +63,7 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     if kind not in ("observables", "states"):
         raise ValueError(f"kind must be 'observables' or 'states', got {kind!r}")
     P = problem if problem is not None else _problem_of(result)
-    cov = cov if cov is not None else covariance(result, method, problem=P)
+    cov = cov if cov is not None else covariance(result, method, problem=P, scale=scale)
     dm = discrete_model_for(result)
     u = cov.estimates.reindex(P.parameter_names).to_numpy(dtype=float)
     cols = [P.parameter_names.index(n) for n in cov.names]

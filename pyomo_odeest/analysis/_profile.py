@@ -12,7 +12,10 @@ For a parameter :math:`\theta = u_k` the profile is
 likelihood-ratio interval at level α is :math:`\{\theta: \lambda(\theta) \le
 \chi^2_{1,\alpha}\}`; with σ unknown (``scale='residual'``) the statistic is
 divided by :math:`s^2 = \chi^2/(m-p)` and compared with the
-:math:`F_{1,m-p}` quantile (the profile-t interval).
+:math:`F_{1,m-p}` quantile (the profile-t interval: the likelihood ratio with
+the variance profiled out, exact for a model linear in its parameters).
+``scale='auto'`` (the default) takes ``'known'`` when the data give σ and
+``'residual'`` otherwise, as :func:`~pyomo_odeest.analysis._uncertainty.covariance` does.
 
 Each side of each profile is a path from :math:`\hat\theta` outwards.  The
 steps adapt so that the signed root :math:`\pm\sqrt{\lambda}` — linear in θ
@@ -41,7 +44,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ._uncertainty import Covariance, _problem_of, covariance, discrete_model_for, nll_factor
+from ._uncertainty import (Covariance, _problem_of, covariance, discrete_model_for, nll_factor,
+                           resolve_scale)
 
 __all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment", "profile_point",
            "assemble_profiles", "profile_likelihood", "PROFILE_APPROACHES"]
@@ -158,7 +162,8 @@ class _ReducedProfiler:
                 return u, np.nan, f"Simulation_Failed: {err}", 0
         try:
             nlp.objective(x0)
-            r = solve_with_ipopt(nlp, options=self.options, x_scaling=start_value_scaling(x0))
+            r = solve_with_ipopt(nlp, options=self.options, x_scaling=start_value_scaling(x0),
+                                 progress=False)          # the profile reports its own
         except EvaluationError as err:
             return u, np.nan, f"Simulation_Failed: {err}", 0
         u_new = nlp.full(r.x)
@@ -204,7 +209,7 @@ class _BlockProfiler:
         self.var.fix(float(theta))
         solver = OdeestIpoptSolver()
         try:
-            solver.solve(self.m, options=self.options)
+            solver.solve(self.m, options=self.options, progress=False)
         except Exception as err:                      # evaluation failures at the start
             return np.asarray(u_start, float), np.nan, f"Failed: {err}", 0
         info = solver.last_info
@@ -404,14 +409,15 @@ def _thresholds(level, scale_kind, dof):
     return float(stats.chi2.ppf(level, 1))
 
 
-def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="known",
+def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="auto",
                   options=None, cov: Covariance | None = None, problem=None, **kw):
     """One :class:`ProfileTask` per (parameter, side) for ``result``.
 
     ``approach``: ``'reduced_space'`` or ``'simultaneous'`` (default: the
     result's approach when it is one of these, else the reduced space on the
-    result's discretization).  ``scale``: ``'known'`` (σ known: χ²₁ threshold)
-    or ``'residual'`` (σ unknown: λ/s² against F₁,ₘ₋ₚ).  Other keywords go to
+    result's discretization).  ``scale``: ``'known'`` (σ known: χ²₁ threshold),
+    ``'residual'`` (σ unknown: λ/s² against F₁,ₘ₋ₚ) or ``'auto'`` (known when the
+    data give σ).  Other keywords go to
     :class:`ProfileTask` (``target_step``, ``max_points``, ``max_range``, ...).
     """
     P = problem if problem is not None else _problem_of(result)
@@ -419,15 +425,14 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="kno
         approach = result.approach if result.approach in PROFILE_APPROACHES else "reduced_space"
     if approach not in PROFILE_APPROACHES:
         raise ValueError(f"approach must be one of {PROFILE_APPROACHES}, got {approach!r}")
-    if scale not in ("known", "residual"):
-        raise ValueError(f"scale must be 'known' or 'residual', got {scale!r}")
+    scale = cov.scale if cov is not None else resolve_scale(P, scale)
     free = [p.name for p in P.parameters if not p.fixed]
     parameters = free if parameters is None else list(parameters)
     bad = [p for p in parameters if p not in free]
     if bad:
         raise ValueError(f"cannot profile {bad}: not free parameters of the problem ({free})")
-    cov = cov if cov is not None else covariance(
-        result, "residual" if scale == "residual" else "fim", problem=P)
+    cov = cov if cov is not None else covariance(result, "fim", problem=P, scale=scale)
+    scale = cov.scale
     thr = _thresholds(level, scale, cov.dof)
     sc = cov.s2 if scale == "residual" else 1.0
     u_hat = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
@@ -462,6 +467,9 @@ class ProfileResult:
         ``'unbounded'``), ``wald_lower``, ``wald_upper`` (same level).
     level, threshold : float
     warnings : list of str
+    scale : str
+        ``'known'`` (λ against χ²₁) or ``'residual'`` (λ/s² against F₁,ₘ₋ₚ; ``lr``
+        is then the scaled statistic).
     """
 
     curves: dict
@@ -471,6 +479,7 @@ class ProfileResult:
     approach: str
     seconds: float = 0.0
     warnings: list = field(default_factory=list)
+    scale: str = "known"
 
     def plot(self, parameters=None, ax=None, wald=True, path=None):
         """Plot λ(θ) per parameter with the threshold (and the Wald parabola)."""
@@ -518,10 +527,12 @@ def assemble_profiles(segments, tasks, level=0.95, cov: Covariance | None = None
                          points=len(df)))
     iv = pd.DataFrame(rows).set_index("parameter")
     if cov is not None:
-        w = cov.intervals(level, "t" if tasks[0].scale != 1.0 else "normal")
+        w = cov.intervals(level)
         iv["wald_lower"] = w["lower"].reindex(iv.index)
         iv["wald_upper"] = w["upper"].reindex(iv.index)
-    return ProfileResult(curves, iv, level, thr, tasks[0].approach, warnings=notes)
+    return ProfileResult(curves, iv, level, thr, tasks[0].approach, warnings=notes,
+                         scale=cov.scale if cov is not None else
+                         "residual" if tasks[0].scale != 1.0 else "known")
 
 
 def _crossing(df, theta_hat, d, thr):
@@ -543,8 +554,9 @@ def _crossing(df, theta_hat, d, thr):
     return float(v[i - 1] + frac * (v[i] - v[i - 1]))
 
 
-def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale="known",
-                       runner=None, options=None, problem=None, **kw) -> ProfileResult:
+def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale="auto",
+                       runner=None, options=None, problem=None, progress=None,
+                       **kw) -> ProfileResult:
     """Profile likelihood of ``result``'s parameters and likelihood-ratio intervals.
 
     Parameters
@@ -556,20 +568,39 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
     level : float
         Confidence level of the intervals (threshold χ²₁ or F₁,ₘ₋ₚ quantile).
     approach : 'reduced_space' | 'simultaneous', optional
-    scale : 'known' | 'residual'
+    scale : 'auto' | 'known' | 'residual'
+        σ known (χ²₁ threshold), unknown (λ/s² against F₁,ₘ₋ₚ), or decided by
+        whether the data give σ (default).
     runner : callable ``runner(fn, tasks) -> list``, optional
         Maps :func:`profile_segment` over the tasks (default serial).
     options : dict
         Ipopt options of every re-optimization.
+    progress : bool or None
+        One line per finished side of a profile (parameter, side, points, how it
+        ended, seconds) on standard error; None (default): when standard error
+        is a terminal.  (A Runner shows its own progress.)
     **kw
         :class:`ProfileTask` settings (``target_step``, ``max_points``, ...).
     """
     t = time.perf_counter()
     P = problem if problem is not None else _problem_of(result)
-    cov = covariance(result, "residual" if scale == "residual" else "fim", problem=P)
+    cov = covariance(result, "fim", problem=P, scale=scale)
     tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P, **kw)
-    run = runner if runner is not None else (lambda fn, ts: [fn(x) for x in ts])
-    segments = run(profile_segment, tasks)
+    if runner is not None:
+        segments = runner(profile_segment, tasks)
+    else:
+        from ..nlp._progress import TaskProgress, progress_enabled
+        prog = TaskProgress(len(tasks), progress_enabled(progress), "profile")
+        segments = []
+        try:
+            for task in tasks:
+                seg = profile_segment(task)
+                segments.append(seg)
+                prog.update(seg.attrs.get("end") != "failed",
+                            f"{task.parameter} {'+' if task.direction > 0 else '-'}: "
+                            f"{len(seg)} points, {seg.attrs.get('end')}")
+        finally:
+            prog.close()
     out = assemble_profiles(segments, tasks, level, cov)
     out.seconds = time.perf_counter() - t
     return out

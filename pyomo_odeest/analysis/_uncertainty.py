@@ -23,6 +23,24 @@ and the covariance of the estimates is one of
 * ``method='residual'``: :math:`s^2 F^{-1}` with :math:`s^2 = \chi^2/(m-p)`,
   least squares with unknown σ (weights known up to a common factor).
 
+**Scale.**  ``scale='auto'`` (the default) decides what σ is: when the data
+carry standard deviations (or the loss is the Gaussian NLL) the covariance
+is exact as above (``'known'``: :math:`F^{-1}`, normal quantiles); when no σ
+is given (weights only, or none: σ = 1 would be an arbitrary guess) it is
+scaled by the residual variance (``'residual'``: :math:`s^2 F^{-1}`, Student
+:math:`t` quantiles with :math:`m-p` degrees of freedom), as least-squares
+practice does (``scipy.optimize.curve_fit`` with ``absolute_sigma=False``).
+``Covariance.scale`` says which was used.
+
+**Conditioning.**  Whether the information matrix is singular is decided on
+the *scaled* matrix :math:`D F D`, :math:`D = \operatorname{diag}(F_{kk}^{-1/2})`
+(a correlation-like matrix, invariant to the units of the parameters), so
+parameters of very different magnitudes (a pre-exponential factor and an
+activation energy) are not called singular for their units.  A singular or
+ill-conditioned matrix, or a Hessian that is not positive definite, is said
+in ``Covariance.warnings``, in the interval table (``status`` and
+``attrs['warnings']``) and in the result's ``warnings``.
+
 A penalty :math:`R(u)` of the problem is a prior: its Hessian divided by κ is
 added to :math:`F`.  Free parameters at an active bound are held at the bound:
 the covariance is that of the other parameters and the interval of the bound
@@ -59,12 +77,17 @@ from scipy import stats
 
 from ..problem._declaration import GaussianNLL
 from ..problem._misfit import MeasurementMisfit
+from ..problem._noise import noise_level_known
 
 __all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature",
            "delta_method", "kkt_reduced_hessian", "nll_factor", "COVARIANCE_METHODS",
-           "bound_status", "discrete_model_for"]
+           "bound_status", "discrete_model_for", "COVARIANCE_SCALES", "resolve_scale"]
 
 COVARIANCE_METHODS = ("fim", "gauss_newton", "hessian", "residual")
+COVARIANCE_SCALES = ("auto", "known", "residual")
+#: Condition numbers of the scaled information matrix above which it is called
+#: ill-conditioned (a warning) and numerically singular (pseudo-inverse, infinite se).
+ILL_CONDITIONED, SINGULAR = 1e8, 1e12
 
 
 def nll_factor(problem) -> float:
@@ -515,8 +538,13 @@ class Covariance:
     fixed : list
         Parameters fixed in the problem.
     condition : float
-        Condition number of the information matrix that was inverted.
+        Condition number of the scaled information matrix that was inverted.
     warnings : list of str
+    scale : str
+        ``'known'`` (σ known: the inverse Fisher information, normal quantiles)
+        or ``'residual'`` (σ unknown: scaled by ``s2``, Student t with ``dof``).
+    non_identifiable : list of str
+        Parameters with infinite variance (in a null direction of the information).
     """
 
     matrix: pd.DataFrame
@@ -529,6 +557,16 @@ class Covariance:
     condition: float = np.nan
     source: str = ""
     warnings: list = field(default_factory=list)
+    scale: str = "known"
+    non_identifiable: list = field(default_factory=list)
+
+    @property
+    def scale_note(self) -> str:
+        """One line saying which σ the covariance assumes."""
+        if self.scale == "residual":
+            return (f"σ unknown: scaled by the residual variance s² = χ²/(m−p) = {self.s2:.4g} "
+                    f"({self.dof} degrees of freedom, Student t)")
+        return "σ known: inverse Fisher information (normal quantiles)"
 
     @property
     def names(self):
@@ -550,10 +588,10 @@ class Covariance:
 
     def quantile(self, level=0.95, dist=None):
         """Two-sided quantile of ``dist`` ('t' with ``dof`` degrees of freedom or
-        'normal'; default: 't' for ``method='residual'``, else 'normal')."""
+        'normal'; default: 't' for ``scale='residual'``, else 'normal')."""
         if not 0 < level < 1:
             raise ValueError(f"level must be in (0, 1), got {level}")
-        dist = dist or ("t" if self.method == "residual" else "normal")
+        dist = dist or ("t" if self.scale == "residual" else "normal")
         if dist == "t":
             if self.dof <= 0:
                 raise ValueError(f"Student t needs m − p > 0 degrees of freedom; got {self.dof}")
@@ -564,20 +602,26 @@ class Covariance:
 
     def intervals(self, level=0.95, dist=None) -> pd.DataFrame:
         """Wald intervals ``estimate ± q·se`` for every parameter; rows of fixed
-        parameters and of parameters at a bound have no interval and say why."""
+        parameters and of parameters at a bound have no interval and say why;
+        a parameter in a non-identifiable direction has status ``'not identifiable'``.
+        ``attrs`` hold ``level``, ``method``, ``scale``, ``quantile`` and the
+        covariance's ``warnings``."""
         q = self.quantile(level, dist)
         se = self.se
         rows = []
         for name, v in self.estimates.items():
             if name in se.index:
                 s = float(se[name])
-                rows.append((name, v, s, v - q * s, v + q * s, "ok"))
+                status = "not identifiable" if (name in self.non_identifiable
+                                                or not np.isfinite(s)) else "ok"
+                rows.append((name, v, s, v - q * s, v + q * s, status))
             elif name in self.at_bound:
                 rows.append((name, v, np.nan, np.nan, np.nan, f"at {self.at_bound[name]} bound"))
             else:
                 rows.append((name, v, np.nan, np.nan, np.nan, "fixed"))
         df = pd.DataFrame(rows, columns=["parameter", "estimate", "se", "lower", "upper", "status"])
-        df.attrs.update(level=level, method=self.method, quantile=q)
+        df.attrs.update(level=level, method=self.method, scale=self.scale, quantile=q,
+                        warnings=list(self.warnings))
         return df.set_index("parameter")
 
     def delta(self, fn, level=0.95, dist=None, names=None, rel_step=1e-6):
@@ -586,11 +630,26 @@ class Covariance:
 
     def __repr__(self):
         se = ", ".join(f"{k}={v:.3g}" for k, v in self.se.items())
-        return f"Covariance(method={self.method!r}, se: {se})"
+        return f"Covariance(method={self.method!r}, scale={self.scale!r}, se: {se})"
 
 
-def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvature | None = None
-               ) -> Covariance:
+def resolve_scale(problem, scale="auto", method="fim") -> str:
+    """``'known'`` or ``'residual'``: what ``scale`` (see the module docstring)
+    means for ``problem`` (``method='residual'`` always scales)."""
+    if scale not in COVARIANCE_SCALES:
+        raise ValueError(f"scale must be one of {COVARIANCE_SCALES}, got {scale!r}")
+    if method == "residual":
+        if scale == "known":
+            raise ValueError("method='residual' scales by the residual variance; it cannot "
+                             "take scale='known' (use method='fim')")
+        return "residual"
+    if scale == "auto":
+        return "known" if noise_level_known(problem) else "residual"
+    return scale
+
+
+def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvature | None = None,
+               scale="auto", report=True) -> Covariance:
     """Covariance of ``result``'s estimates.
 
     Parameters
@@ -598,19 +657,26 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     result : EstimationResult
         From any approach.
     method : 'fim' | 'gauss_newton' | 'hessian' | 'residual'
-        See the module docstring.
+        See the module docstring (``'residual'`` is ``'fim'`` with ``scale='residual'``).
     problem : EstimationProblem, optional
         Needed only when the result does not carry it.
     bound_rtol : float
         Relative distance to a bound below which a parameter counts as at the bound.
     curv : Curvature or ExperimentCurvature, optional
         Precomputed derivatives (reused across methods).
+    scale : 'auto' | 'known' | 'residual'
+        σ known (inverse information), σ unknown (scaled by the residual
+        variance), or ``'auto'``: known when the data give σ, else residual.
+    report : bool
+        Append the covariance's warnings (singular, ill-conditioned, not
+        positive definite) to ``result.warnings`` (once each).
     """
     if method not in COVARIANCE_METHODS:
         raise ValueError(f"method must be one of {COVARIANCE_METHODS}, got {method!r}")
     if curv is None or (method == "hessian" and curv.H is None):
         curv = curvature(result, hessian=(method == "hessian"), problem=problem)
     P = curv.problem
+    kind = resolve_scale(P, scale, method)
     u = curv.u
     at_bound = bound_status(P, u, bound_rtol)
     keep = np.array([n not in at_bound for n in curv.names], dtype=bool)
@@ -619,55 +685,87 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     dof = m_obs - len(names)
     chi2 = curv.chi2()
     s2 = chi2 / dof if dof > 0 else np.nan
-    notes = []
+    notes, own = [], []
     if not getattr(result, "success", True):
         notes.append(f"the estimation did not converge ({result.status}): the covariance "
                      "describes the curvature at a point that is not an optimum")
+    if kind == "residual" and dof <= 0:
+        if scale == "residual" or method == "residual":
+            raise ValueError(f"scaling by the residual variance needs more measurements "
+                             f"({m_obs}) than estimated parameters ({len(names)})")
+        kind = "known"
+        own.append(f"σ is not given and no degrees of freedom are left ({m_obs} measured "
+                   f"values, {len(names)} parameters): the covariance takes the weights as "
+                   f"1/σ², which may be arbitrary")
     if method == "hessian":
         Iinfo = curv.H / curv.kappa
     else:
         Iinfo = curv.fim()
     Iinfo = Iinfo[np.ix_(keep, keep)]
-    C, cond = _inverse(Iinfo, notes)
-    if method == "residual":
-        if dof <= 0:
-            raise ValueError(f"method='residual' needs more measurements ({m_obs}) than "
-                             f"estimated parameters ({len(names)})")
+    C, cond, bad = _inverse(Iinfo, names, own)
+    if kind == "residual":
         C = s2 * C
     if method == "hessian" and len(names) and np.any(np.linalg.eigvalsh(Iinfo) <= 0):
-        notes.append("the Hessian of the NLL is not positive definite at the estimates "
-                     "(not a strict local minimum): the covariance is not meaningful")
+        own.append("the Hessian of the NLL is not positive definite at the estimates "
+                   "(not a strict local minimum): the covariance is not meaningful")
+    if report and own and getattr(result, "warnings", None) is not None:
+        for w in own:
+            if f"covariance: {w}" not in result.warnings:
+                result.warnings.append(f"covariance: {w}")
     est = pd.Series(u, index=P.parameter_names, name="estimate")
     return Covariance(pd.DataFrame(C, index=names, columns=names), est,
                       "fim" if method == "gauss_newton" else method, dof, s2, at_bound,
-                      [p.name for p in P.parameters if p.fixed], cond, curv.source, notes)
+                      [p.name for p in P.parameters if p.fixed], cond, curv.source,
+                      notes + own, kind, bad)
 
 
-def _inverse(M, notes):
+def _inverse(M, names, notes):
+    """Inverse of the information matrix ``M`` (of parameters ``names``), decided
+    and computed on the scaled matrix :math:`DMD`, :math:`D = \\operatorname{diag}(M_{kk}^{-1/2})`.
+    Returns ``(C, condition of DMD, names of non-identifiable parameters)``; a
+    singular matrix gives the pseudo-inverse with infinite variance in its null
+    directions."""
     if M.size == 0:
-        return np.zeros((0, 0)), np.nan
-    ev = np.linalg.eigvalsh(M)
+        return np.zeros((0, 0)), np.nan, []
+    diag = np.diag(M).copy()
+    d = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 0.0)
+    Ms = d[:, None] * M * d[None, :]
+    ev, V = np.linalg.eigh(0.5 * (Ms + Ms.T))
     cond = float(ev[-1] / ev[0]) if ev[0] > 0 else np.inf
-    if not np.isfinite(cond) or cond > 1e12:
-        notes.append(f"information matrix is numerically singular (condition number {cond:.3g}): "
-                     "some parameters are not identifiable; see identifiability_report")
-        C = np.linalg.pinv(M, rcond=1e-12, hermitian=True)
-        bad = ev <= ev[-1] * 1e-12
-        if np.any(bad):
-            # make the non-identifiable directions visible as infinite variance
-            V = np.linalg.eigh(M)[1][:, bad]
-            d = np.abs(V).sum(axis=1) > 1e-8
-            C[d, :] = np.nan
-            C[:, d] = np.nan
-            C[np.diag_indices_from(C)] = np.where(d, np.inf, np.diag(C))
-        return C, cond
-    C = np.linalg.inv(M)
-    return 0.5 * (C + C.T), cond
+    if np.isfinite(cond) and cond <= SINGULAR and np.all(diag > 0):
+        if cond > ILL_CONDITIONED:
+            notes.append(f"the information matrix is ill-conditioned (condition number "
+                         f"{cond:.3g} after scaling the parameters): standard errors are "
+                         f"large and strongly correlated; see identifiability_report")
+        Cs = np.linalg.inv(Ms)
+        C = d[:, None] * Cs * d[None, :]
+        return 0.5 * (C + C.T), cond, []
+    null = ev <= max(ev[-1], 0.0) / SINGULAR
+    zero = diag <= 0
+    Vn = V[:, null]
+    in_null = (np.abs(Vn).sum(axis=1) > 1e-8) | zero
+    bad = [n for n, b in zip(names, in_null) if b]
+    from ._identifiability import format_direction
+    dirs = "; ".join(format_direction(pd.Series(Vn[:, i], index=names)) for i in range(Vn.shape[1]))
+    notes.append(f"the information matrix is numerically singular (condition number {cond:.3g} "
+                 f"after scaling the parameters): not identifiable"
+                 + (f" along {dirs}" if dirs else "")
+                 + (f"; no information on {[n for n, z in zip(names, zero) if z]}" if zero.any() else "")
+                 + f"; standard errors of {bad} are infinite. Fix a parameter, add data or a "
+                 "penalty; see identifiability_report")
+    Cs = np.linalg.pinv(Ms, rcond=1.0 / SINGULAR, hermitian=True)
+    C = d[:, None] * Cs * d[None, :]
+    idx = np.flatnonzero(in_null)
+    C[idx, :] = np.nan
+    C[:, idx] = np.nan
+    C[idx, idx] = np.inf
+    return C, cond, bad
 
 
-def confidence_intervals(result, level=0.95, method="fim", dist=None, problem=None) -> pd.DataFrame:
+def confidence_intervals(result, level=0.95, method="fim", dist=None, problem=None,
+                         scale="auto") -> pd.DataFrame:
     """Wald intervals of ``result``'s parameters (see :meth:`Covariance.intervals`)."""
-    return covariance(result, method, problem=problem).intervals(level, dist)
+    return covariance(result, method, problem=problem, scale=scale).intervals(level, dist)
 
 
 def delta_method(cov: Covariance, fn, level=0.95, dist=None, names=None, rel_step=1e-6,

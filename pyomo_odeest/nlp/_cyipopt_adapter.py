@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._progress import IterationProgress, progress_enabled
 from ._protocol import EvaluationError
 
 __all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_scaling",
@@ -113,8 +114,9 @@ class SolveAborted(Exception):
 class _Problem:
     """The callback object handed to ``cyipopt.Problem``."""
 
-    def __init__(self, ev, cyipopt, intermediate=None):
+    def __init__(self, ev, cyipopt, intermediate=None, progress=None):
         self.ev = ev
+        self._progress = progress
         self._err = cyipopt.CyIpoptEvaluationError
         self.eval_s = 0.0
         self.iterations = 0
@@ -169,6 +171,8 @@ class _Problem:
         if self.error is not None:
             return False
         self.iterations = iter_count
+        if self._progress is not None:
+            self._progress(iter_count, obj_value, inf_pr, inf_du)
         if self._user_intermediate is not None:
             try:
                 r = self._user_intermediate(iter_count=iter_count, obj_value=obj_value,
@@ -322,7 +326,7 @@ there but is left to the options: it weakens pivoting on badly scaled systems.""
 
 
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
-                     g_scaling=None, obj_scaling=None):
+                     g_scaling=None, obj_scaling=None, progress=None, max_wall_time=None):
     """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
 
     ``options`` are passed to Ipopt unchanged, after :data:`MUMPS_DEFAULTS` for
@@ -338,9 +342,20 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     and ``nlp_scaling_min_value``), so that user scaling of some components
     does not switch off Ipopt's default scaling of the others.
     Multipliers and values returned are those of the unscaled problem.
+
+    ``progress``: one line on standard error per block of iterations
+    (iteration, objective, inf_pr, inf_du, elapsed seconds; :class:`~pyomo_odeest.nlp._progress.IterationProgress`)
+    — None (default): when standard error is a terminal and Ipopt's own log
+    (``tee``) is off; True / False; an int: lines every that many iterations.
+    ``max_wall_time``: seconds, Ipopt's ``max_wall_time`` (status
+    ``Maximum_WallTime_Exceeded`` when it is reached).
     """
     cyipopt = import_cyipopt()
-    prob = _Problem(ev, cyipopt, intermediate)
+    show = progress_enabled(progress) and not tee
+    every = progress if (not isinstance(progress, bool) and isinstance(progress, int)
+                         and progress > 1) else 10
+    lines = IterationProgress("ipopt", every) if show else None
+    prob = _Problem(ev, cyipopt, intermediate, lines)
     big = 1e20
     lb = np.where(np.isfinite(ev.x_lb), ev.x_lb, -big)
     ub = np.where(np.isfinite(ev.x_ub), ev.x_ub, big)
@@ -348,6 +363,11 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     cu = np.where(np.isfinite(ev.g_ub), ev.g_ub, big)
     nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
     opts = dict(options or {})
+    if max_wall_time is not None:
+        if not (isinstance(max_wall_time, (int, float)) and max_wall_time > 0):
+            raise ValueError(f"max_wall_time must be a positive number of seconds, got "
+                             f"{max_wall_time!r}")
+        opts["max_wall_time"] = float(max_wall_time)
     if str(opts.get("linear_solver", "mumps")).lower() == "mumps":
         for k, v in MUMPS_DEFAULTS.items():
             opts.setdefault(k, v)
@@ -392,6 +412,8 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     msg = info["status_msg"]
     if isinstance(msg, bytes):
         msg = msg.decode(errors="replace")
+    if lines is not None:
+        lines.finish(IPOPT_STATUS.get(status, f"status_{status}"))
     return IpoptResult(
         x=np.asarray(x), obj=float(info["obj_val"]), mult_g=np.asarray(info["mult_g"]),
         mult_x_L=np.asarray(info["mult_x_L"]), mult_x_U=np.asarray(info["mult_x_U"]),

@@ -234,6 +234,10 @@ class OdeestIpoptSolver:
         ``'dual'``, ``'ipopt_zL_out'``, ``'ipopt_zU_out'``.
     timelimit : float
         Wall-clock limit in seconds (Ipopt's ``max_wall_time``).
+    progress : bool or None
+        One line per block of iterations on standard error
+        (:func:`~pyomo_odeest.nlp.solve_with_ipopt`); None (default): when
+        standard error is a terminal and ``tee`` is off.
     logfile : str
         Write Ipopt's log to this file (Ipopt's ``output_file``).
     report_timing : bool
@@ -271,6 +275,7 @@ class OdeestIpoptSolver:
     CONFIG.declare("logfile", ConfigValue(default=None, domain=str))
     CONFIG.declare("report_timing", ConfigValue(default=False, domain=bool))
     CONFIG.declare("select", ConfigValue(default=0))
+    CONFIG.declare("progress", ConfigValue(default=None))
     for _k in _NO_FILES:
         CONFIG.declare(_k, ConfigValue(default=None, domain=bool))
 
@@ -348,7 +353,8 @@ class OdeestIpoptSolver:
         setup_s = time.perf_counter() - t0
         # raises (and loads nothing) if a callback raised or Ctrl-C was pressed
         r = solve_with_ipopt(ev, options=options, tee=config.tee,
-                             intermediate=config.intermediate_callback, **scaling)
+                             intermediate=config.intermediate_callback,
+                             progress=config.progress, **scaling)
 
         results = SolverResults()
         results.problem.name = model.name

@@ -48,6 +48,8 @@ from ._cg import minimize_cg
 from ._line_search import line_search_secant, line_search_wolfe
 from ._projected import CG_BETAS, LINE_SEARCHES
 from ._results import OptimizeHistory, OptimizeResult
+from ._clock import WALL_TIME_STATUS, SolveClock
 
 __all__ = ["OptimizeHistory", "OptimizeResult", "minimize_cg", "minimize_bfgs",
-           "line_search_secant", "line_search_wolfe", "CG_BETAS", "LINE_SEARCHES"]
+           "line_search_secant", "line_search_wolfe", "CG_BETAS", "LINE_SEARCHES", "SolveClock",
+           "WALL_TIME_STATUS"]

@@ -29,7 +29,16 @@ from scipy import stats
 
 from ._declaration import EstimationProblem, GaussianNLL
 
-__all__ = ["noise_check"]
+__all__ = ["noise_check", "noise_level_known"]
+
+
+def noise_level_known(problem) -> bool:
+    """True when the misfit is a χ² statistic: every experiment's measurements
+    have given standard deviations σ (or the loss is the Gaussian NLL with its
+    covariance).  With weights only (or neither), σ is known up to a common
+    factor and the uncertainty analyses scale by the residual variance."""
+    subs = problem.experiment_problems if getattr(problem, "experiments", None) else [problem]
+    return all(getattr(sp, "sigma_known", False) for sp in subs)
 
 
 def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict:
@@ -45,7 +54,7 @@ def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict
     out = dict(applicable=False, chi2=np.nan, dof=0, p_upper=np.nan, p_lower=np.nan,
                consistent=None, message="")
     subs = problem.experiment_problems if getattr(problem, "experiments", None) else [problem]
-    if not all(getattr(sp, "sigma_known", False) for sp in subs):
+    if not noise_level_known(problem):
         out["message"] = "noise level unknown (no sigma given): no chi-square test"
         return out
     res = getattr(result, "residuals", None)

@@ -306,6 +306,11 @@ class EstimationResult:
         """Identifiability report (:func:`pyomo_odeest.analysis._identifiability.identifiability_report`)."""
         return _analysis("identifiability")(self, **kw)
 
+    def plot(self, **kw):
+        """Figure of the fit: data (σ error bars), fitted curves, residual panels
+        (:func:`pyomo_odeest.analysis._plots.plot_result`)."""
+        return _analysis("plot")(self, **kw)
+
     def prediction_bands(self, level=0.95, kind="observables", **kw):
         """Delta-method bands over time (:func:`pyomo_odeest.analysis._prediction.prediction_bands`)."""
         return _analysis("prediction_bands")(self, level=level, kind=kind, **kw)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import sys
 import time
 import traceback
 import uuid
@@ -44,6 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..nlp._progress import TaskProgress, progress_enabled
 from ..problem._result import EstimationResult
 
 __all__ = ["Runner", "RunResult", "RunInterruptedWarning", "Task", "shared", "result_row", "task_seeds", "task_key",
@@ -247,37 +247,10 @@ class RunResult:
 # ---------------------------------------------------------------------------
 # progress
 # ---------------------------------------------------------------------------
-class _Progress:
-    def __init__(self, total, enabled, desc):
-        self.total, self.done, self.failed = total, 0, 0
-        self.enabled, self.desc, self.t0 = enabled, desc, time.perf_counter()
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm.auto import tqdm
-                self.bar = tqdm(total=total, desc=desc, file=sys.stderr)
-            except ImportError:
-                self.bar = None
-
-    def update(self, ok):
-        self.done += 1
-        self.failed += 0 if ok else 1
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.set_postfix(failed=self.failed, refresh=False)
-            self.bar.update(1)
-        else:
-            end = "\n" if self.done == self.total else ""
-            sys.stderr.write(f"\r{self.desc}: {self.done}/{self.total} done, {self.failed} failed, "
-                             f"{time.perf_counter() - self.t0:.1f} s{end}")
-            sys.stderr.flush()
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-        elif self.enabled and self.done != self.total:
-            sys.stderr.write("\n")
+def _Progress(total, progress, desc):
+    """The progress of a run (:class:`~pyomo_odeest.nlp._progress.TaskProgress`;
+    ``progress`` None: shown when standard error is a terminal)."""
+    return TaskProgress(total, progress_enabled(progress), desc)
 
 
 # ---------------------------------------------------------------------------
@@ -308,8 +281,9 @@ class Runner:
         An existing client (not closed by the runner).
     retries : int
         Dask ``retries=`` of every task (default 2).
-    progress : bool
-        Show a progress bar (tqdm if installed, else a line of text on stderr).
+    progress : bool or None
+        Show a progress bar (tqdm if installed, else a line of text on stderr);
+        None (default): when standard error is a terminal.
     cluster_kwargs : dict
         More keyword arguments of :class:`distributed.LocalCluster`.
 
@@ -318,7 +292,7 @@ class Runner:
     """
 
     def __init__(self, mode="dask", n_workers=None, address=None, client=None, retries=2,
-                 progress=True, cluster_kwargs=None):
+                 progress=None, cluster_kwargs=None):
         if mode not in ("dask", "serial"):
             raise ValueError(f"mode must be 'dask' or 'serial', got {mode!r}")
         if address is not None and client is not None:

@@ -40,7 +40,7 @@ def estimate_task(problem, approach="simultaneous", u0=None, options=None):
 
 def _runner(runner):
     if runner is None:
-        return Runner(mode="serial", progress=False)
+        return Runner(mode="serial", progress=None)     # shown when stderr is a terminal
     if not isinstance(runner, Runner):
         raise TypeError(f"runner must be a pyomo_odeest Runner or None (serial), got "
                         f"{type(runner).__name__}")
@@ -133,39 +133,76 @@ def multistart_starts(problem: EstimationProblem, n, method="sobol", space="log"
     return pd.DataFrame(rows, columns=names)
 
 
-def cluster_end_points(table, names, obj_tol=1e-6, x_tol=1e-3):
+def cluster_end_points(table, names, obj_tol=1e-6, x_tol=1e-3, fits=None, fit_tol=1e-4):
     """Group converged end points that are the same minimum.
 
     Two end points are one minimum when their objectives agree to
-    ``obj_tol`` (relative, floor 1) and every parameter to ``x_tol``
-    (relative, floor 1).  Greedy in order of increasing objective: each point
-    joins the first cluster whose best point is that close.  Returns
-    ``(labels, clusters)``: a Series of cluster ids (NaN for failed runs;
-    0 = lowest objective) and a table of the clusters (objective, estimates
-    of the best point, ``hits``).
+    ``obj_tol`` (relative, floor 1) and either every parameter agrees to
+    ``x_tol`` (relative, floor 1) or — with ``fits`` — they fit the data
+    identically: their predictions of the measured values agree to
+    ``fit_tol`` relative to the largest prediction.  Two parameter sets with
+    the same objective and the same predictions are *equivalent* minima (the
+    data cannot tell them apart: a non-identifiable direction, e.g. a
+    symmetric parametrisation), not a spurious one.  Greedy in order of
+    increasing objective: each point joins the first cluster whose best point
+    is that close.  Returns ``(labels, clusters)``: a Series of cluster ids
+    (NaN for failed runs; 0 = lowest objective) and a table of the clusters
+    (objective, estimates of the best point, ``hits``, and
+    ``parameter_sets``: how many distinct parameter sets reached it).
+
+    ``fits``: mapping of the table's index to a 1-d array of predictions
+    (e.g. ``result.fitted`` flattened), None where unknown.
     """
     if "objective" not in table:                     # no task returned a result
         table = table.assign(objective=np.nan)
     ok = table[table["success"].astype(bool) & np.isfinite(table["objective"].astype(float))]
     order = ok.sort_values("objective", kind="stable")
     cols = [f"p_{k}" for k in names]
-    reps, labels = [], pd.Series(np.nan, index=table.index)
+    fits = fits or {}
+
+    def same_fit(a, b):
+        if a is None or b is None or np.shape(a) != np.shape(b):
+            return False
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        ok_ = np.isfinite(a) & np.isfinite(b)
+        if not ok_.any():
+            return False
+        scale = max(float(np.max(np.abs(b[ok_]))), 1e-300)
+        return float(np.max(np.abs(a[ok_] - b[ok_]))) <= fit_tol * scale
+
+    reps, sets, labels = [], [], pd.Series(np.nan, index=table.index)
     for idx, r in order.iterrows():
-        x, f = r[cols].to_numpy(dtype=float), float(r["objective"])
-        for c, (xc, fc) in enumerate(reps):
-            if (abs(f - fc) <= obj_tol * max(1.0, abs(fc))
-                    and np.all(np.abs(x - xc) <= x_tol * np.maximum(1.0, np.abs(xc)))):
+        x, f, z = r[cols].to_numpy(dtype=float), float(r["objective"]), fits.get(idx)
+        for c, (xc, fc, zc) in enumerate(reps):
+            if abs(f - fc) > obj_tol * max(1.0, abs(fc)):
+                continue
+            near = [np.all(np.abs(x - xs) <= x_tol * np.maximum(1.0, np.abs(xs)))
+                    for xs in sets[c]]
+            if any(near) or same_fit(z, zc):
                 labels[idx] = c
+                if not any(near):
+                    sets[c].append(x)
                 break
         else:
             labels[idx] = len(reps)
-            reps.append((x, f))
+            reps.append((x, f, z))
+            sets.append([x])
     hits = labels.value_counts().sort_index()
     clusters = pd.DataFrame([{"cluster": c, "objective": f, **dict(zip(names, x)),
-                              "hits": int(hits.get(c, 0))} for c, (x, f) in enumerate(reps)])
+                              "hits": int(hits.get(c, 0)), "parameter_sets": len(sets[c])}
+                             for c, (x, f, _) in enumerate(reps)])
     if clusters.empty:
-        clusters = pd.DataFrame(columns=["cluster", "objective", *names, "hits"])
+        clusters = pd.DataFrame(columns=["cluster", "objective", *names, "hits",
+                                         "parameter_sets"])
     return labels, clusters.set_index("cluster")
+
+
+def _flat_fit(res):
+    """Predictions of the measured values of a result, flattened (None if absent)."""
+    fitted = getattr(res, "fitted", None)
+    if fitted is None:
+        return None
+    return np.asarray(fitted.to_numpy(dtype=float)).ravel()
 
 
 @dataclass
@@ -187,8 +224,21 @@ class MultistartResult:
 
     @property
     def spurious(self) -> pd.DataFrame:
-        """Converged starts that ended at another (worse) minimum than the best."""
+        """Converged starts that ended at another (worse) minimum than the best
+        (equivalent minima, which fit the data identically, are not spurious)."""
         return self.table[self.table["cluster"].fillna(-1) > 0]
+
+    @property
+    def equivalent(self) -> bool:
+        """True when the best minimum was reached at several parameter sets that
+        fit the data identically (a non-identifiable direction)."""
+        return bool(len(self.clusters)) and int(self.clusters["parameter_sets"].iloc[0]) > 1
+
+    def plot(self, ax=None, path=None):
+        """Waterfall of the sorted end objectives (see
+        :func:`~pyomo_odeest.analysis.plot_waterfall`)."""
+        from ..analysis._plots import plot_waterfall
+        return plot_waterfall(self, ax=ax, path=path)
 
     def summary(self) -> str:
         n = len(self.table)
@@ -198,7 +248,11 @@ class MultistartResult:
                  f"{self.hits} starts" if len(self.clusters) else
                  f"multistart: {n} starts, none converged"]
         for c, r in self.clusters.iterrows():
-            lines.append(f"  minimum {c}: objective {r['objective']:.6g}, hits {int(r['hits'])}")
+            sets = int(r.get("parameter_sets", 1))
+            lines.append(f"  minimum {c}: objective {r['objective']:.6g}, hits {int(r['hits'])}"
+                         + (f", {sets} distinct parameter sets with the same fit (equivalent "
+                            f"minima: the data do not determine the parameters)" if sets > 1
+                            else ""))
         if self.best is not None and self.best.warnings:
             lines.append("  best result: " + " | ".join(self.best.warnings))
         return "\n".join(lines)
@@ -206,13 +260,14 @@ class MultistartResult:
 
 def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultaneous",
                method="sobol", space="log", bounds=None, starts=None, seed=0, options=None,
-               obj_tol=1e-6, x_tol=1e-3, on_row=None) -> MultistartResult:
+               obj_tol=1e-6, x_tol=1e-3, on_row=None, fit_tol=1e-4) -> MultistartResult:
     """Estimate from many starts on ``runner`` (None: serially here).
 
     Starts come from :func:`multistart_starts` (``n``, ``method``, ``space``,
     ``bounds``, ``starts``, ``seed``); ``approach`` and ``options`` go to
     :func:`~pyomo_odeest.estimate`; end points are grouped by
-    :func:`cluster_end_points` (``obj_tol``, ``x_tol``).
+    :func:`cluster_end_points` (``obj_tol``, ``x_tol``, and ``fit_tol`` on the
+    predictions of the measured values, so that equivalent minima are one).
     """
     S = multistart_starts(problem, n, method, space, bounds, seed, starts)
     if S.empty:
@@ -224,7 +279,13 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
              for _, row in S.iterrows()]
     run = rn.run(tasks, seed=seed, on_row=on_row, desc="multistart")
     tab = run.table
-    labels, clusters = cluster_end_points(tab, problem.parameter_names, obj_tol, x_tol)
+    fits = {}
+    if "task" in tab:
+        for idx, task in tab["task"].items():
+            out = run.outputs.get(int(task)) if np.isfinite(task) else None
+            fits[idx] = _flat_fit(out) if isinstance(out, EstimationResult) else None
+    labels, clusters = cluster_end_points(tab, problem.parameter_names, obj_tol, x_tol,
+                                          fits, fit_tol)
     tab = tab.assign(cluster=labels.astype("Int64"))
     best, hits = None, 0
     if len(clusters):

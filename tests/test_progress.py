@@ -1,0 +1,120 @@
+"""Progress on long work (lines per block of Ipopt iterations, a count of finished
+tasks) shown where a person watches, and wall-time limits for the solvers."""
+import io
+import re
+import time
+
+import numpy as np
+import pyomo.environ as pyo
+import pytest
+from scipy.optimize import minimize, rosen, rosen_der
+
+from pyomo_odeest import PyomoNLPEvaluator
+from pyomo_odeest.nlp import solve_with_ipopt
+from pyomo_odeest.nlp._progress import IterationProgress, TaskProgress, progress_enabled
+from pyomo_odeest.optimizers import WALL_TIME_STATUS, SolveClock
+
+
+def _rosenbrock_chain(n=8):
+    m = pyo.ConcreteModel()
+    m.I = pyo.RangeSet(n)
+    m.x = pyo.Var(m.I, initialize=lambda m, i: -1.2 if i % 2 else 1.0)
+    m.o = pyo.Objective(expr=sum(100 * (m.x[i + 1] - m.x[i] ** 2) ** 2 + (1 - m.x[i]) ** 2
+                                 for i in m.I if i < n))
+    return PyomoNLPEvaluator(m)
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_is_on_for_a_terminal_only():
+    assert progress_enabled(None, _Tty()) is True
+    assert progress_enabled(None, io.StringIO()) is False
+    assert progress_enabled(True, io.StringIO()) is True
+    assert progress_enabled(False, _Tty()) is False
+    with pytest.raises(TypeError, match="progress"):
+        progress_enabled("yes")
+
+
+def test_ipopt_progress_lines(capsys):
+    ev = _rosenbrock_chain()
+    r = solve_with_ipopt(ev, options={"tol": 1e-10}, progress=5)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("ipopt")]
+    assert r.status_name == "Solve_Succeeded" and r.iterations > 5
+    its = [int(re.search(r"iter\s+(\d+)", ln).group(1)) for ln in lines]
+    assert its[0] == 0 and all(i % 5 == 0 for i in its[:-1]) and its[-1] == r.iterations
+    assert "Solve_Succeeded" in lines[-1]
+    for key in ("objective", "inf_pr", "inf_du"):
+        assert all(key in ln for ln in lines)
+    assert re.search(r"\d+\.\d s", lines[-1])
+    # not a terminal and progress not asked for: silent
+    solve_with_ipopt(_rosenbrock_chain(), options={"tol": 1e-10})
+    assert "ipopt" not in capsys.readouterr().err
+
+
+def test_ipopt_max_wall_time():
+    ev = _rosenbrock_chain(40)
+    slow = ev.hessian
+
+    def hessian(*a):
+        time.sleep(0.05)
+        return slow(*a)
+    ev.hessian = hessian
+    r = solve_with_ipopt(ev, options={"tol": 1e-14}, max_wall_time=0.1)
+    assert r.status_name == "Maximum_WallTime_Exceeded"
+    with pytest.raises(ValueError, match="max_wall_time"):
+        solve_with_ipopt(ev, max_wall_time=-1)
+
+
+def test_scipy_wall_time_and_progress():
+    out = io.StringIO()
+
+    def slow(x):
+        time.sleep(0.02)
+        return rosen(x), rosen_der(x)
+    clock = SolveClock(max_wall_time=0.2, progress=True)
+    clock.lines.stream = out
+    sol = minimize(slow, np.full(20, -1.0), jac=True, method="L-BFGS-B", callback=clock,
+                   options={"maxiter": 10000, "gtol": 1e-14, "ftol": 0})
+    assert clock.exceeded and clock.status(sol.message) == WALL_TIME_STATUS
+    assert not sol.success and sol.nit < 10000
+    assert out.getvalue().startswith("scipy")
+    # the package's own optimizers: callback(x) returning True stops
+    from pyomo_odeest.optimizers import minimize_bfgs
+    clock = SolveClock(max_wall_time=0.1, progress=False)
+    res = minimize_bfgs(lambda x: slow(x)[0], lambda x: slow(x)[1], np.full(20, -1.0),
+                        gtol=1e-14, max_iter=10000, callback=clock.stop)
+    assert clock.exceeded and res.nit < 10000
+
+
+def test_task_progress_lines_when_not_a_terminal():
+    out = io.StringIO()
+    p = TaskProgress(3, True, "compare", stream=out)     # not a terminal: lines, no bar
+    for ok in (True, False, True):
+        p.update(ok, "note")
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and lines[-1].startswith("compare: 3/3 done, 1 failed")
+    line = IterationProgress("ipopt", 2, stream=out)
+    for i in range(5):
+        line(i, 1.0 / (i + 1))
+    assert out.getvalue().count("ipopt") == 3      # iterations 0, 2, 4 (the last shown)
+    line.finish("Solve_Succeeded")
+    assert out.getvalue().count("ipopt") == 4      # ... and the outcome
+
+
+def test_compare_and_profile_show_progress(capsys):
+    import pandas as pd
+    from pyomo_odeest import EstimationProblem, Parameter, compare_approaches
+    t = np.linspace(0.5, 4, 8)
+    P = EstimationProblem(["x"], [Parameter("k", 0.3, lb=0)], rhs=lambda x, u, t: [-u.k * x.x],
+                          initial={"x": 1.0}, sigma=0.01,
+                          data=pd.DataFrame({"x": np.exp(-0.7 * t)}, index=t))
+    tab, res = compare_approaches(P, max_step=0.1, progress=True)
+    err = capsys.readouterr().err
+    assert "compare: 2/2 done" in err
+    res["reduced_space"].profile(max_points=6, progress=True)
+    assert "profile: 2/2 done" in capsys.readouterr().err
