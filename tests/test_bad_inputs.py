@@ -505,3 +505,83 @@ def test_parameter_fixed_by_equal_bounds_is_said_once():
         assert res.estimates["k"] == 0.7
         bw = [w for w in res.warnings if "'k'" in w]
         assert len(bw) == 1 and "lb = ub = 0.7" in bw[0], res.warnings
+
+
+# ---------------------------------------------------------------------------
+# the Dask runner: a task that kills its worker, a function that does not pickle
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dask_runner():
+    pytest.importorskip("distributed")
+    import dask
+    from pyomo_odeest.runner import Runner
+    # workers forked from this process (already importing everything): a killed
+    # worker is back in about a second, not after a fresh interpreter's imports
+    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
+        with Runner(n_workers=2, progress=False) as rn:
+            yield rn
+
+
+def _killers():
+    """Tasks that end their own worker process in three ways (defined here, so
+    they are pickled by value)."""
+    import os
+    import signal
+    import time
+
+    def exit_now(i):
+        if i == 3:
+            os._exit(1)
+        time.sleep(0.2)
+        return 10 * i
+
+    def sigkill(i):
+        if i == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.2)
+        return 10 * i
+
+    def segfault(i):
+        if i == 3:
+            import ctypes
+            ctypes.string_at(0)
+        time.sleep(0.2)
+        return 10 * i
+    return {"os._exit": exit_now, "SIGKILL": sigkill, "segfault": segfault}
+
+
+@pytest.mark.extras
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_task_that_kills_its_worker_is_the_culprit_and_the_others_come_back(dask_runner):
+    """6 tasks on 2 workers, task 3 ends its worker process: in every one of 10 runs
+    the 5 healthy results come back, task 3's row names it as the culprit and
+    ``run.complete`` is False (ten runs of os._exit, plus SIGKILL and a segfault)."""
+    kinds = _killers()
+    order = ["os._exit"] * 8 + ["SIGKILL", "segfault"]
+    for run_no, kind in enumerate(order):
+        dask_runner.client.wait_for_workers(2, timeout=300)   # the killed worker is back
+        run = dask_runner.map(kinds[kind], range(6))
+        tab = run.table.set_index("task")
+        healthy = tab.drop(index=3)
+        assert (healthy["status"] == "done").all(), (run_no, kind, tab[["status", "error"]])
+        assert list(healthy["value"]) == [0, 10, 20, 40, 50]
+        assert tab.loc[3, "status"] == "error" and "killed its worker" in tab.loc[3, "error"]
+        assert not run.complete
+
+
+@pytest.mark.extras
+def test_an_unpicklable_task_is_named_before_anything_runs(dask_runner):
+    import threading
+    from pyomo_odeest.runner import Task
+    lock = threading.Lock()
+
+    def locked(x):
+        with lock:
+            return x
+
+    with pytest.raises(TypeError, match=r"task 0 cannot be sent to the Dask workers: the "
+                                        r"function .*locked.* cannot be pickled.*lock"):
+        dask_runner.map(locked, [1, 2])
+    with pytest.raises(TypeError, match=r"argument 1 cannot be pickled"):
+        dask_runner.run([Task(max, (1, lock))])
+    assert list(dask_runner.map(abs, [-1, -2]).table["value"]) == [1, 2]   # still usable

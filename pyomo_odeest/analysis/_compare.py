@@ -27,6 +27,7 @@ import pandas as pd
 from ..approaches._reduced import estimate_reduced
 from ..approaches._shooting import estimate_multiple_shooting
 from ..approaches._simultaneous import estimate_simultaneous
+from ..symbolic import lambdify
 
 __all__ = ["compare_approaches", "plot_fits", "APPROACHES"]
 
@@ -158,8 +159,7 @@ def plot_fits(problem, results, ax=None, path=None):
 
 
 def _obs_on_grid(problem, X, u, t):
-    import sympy
-    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
+    g = lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
     Z = np.array([np.broadcast_to(np.asarray(g(x, u, tt), dtype=float), (len(problem.g_sym),))
                   for x, tt in zip(X, t)])
     return pd.DataFrame(Z, index=t, columns=problem.obs_names)

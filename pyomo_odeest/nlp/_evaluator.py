@@ -60,6 +60,7 @@ except ImportError:       # pragma: no cover - older Pyomo
 from ._family import Family, compile_family, slot_classes
 from ._protocol import EvaluationError, NLPEvaluator
 from ..symbolic._structure import UnsupportedExpressionError, to_sympy, walk
+from ..symbolic import lambdify
 
 __all__ = ["PyomoNLPEvaluator", "UnsupportedModelError"]
 
@@ -349,7 +350,7 @@ class _TemplateResolver:
         fn = _INDEX_FN.get(s)
         if fn is None:
             syms = sympy.symbols(f"i0:{len(leaves)}")
-            fn = _INDEX_FN[s] = sympy.lambdify(syms, to_sympy(s, syms), modules="numpy")
+            fn = _INDEX_FN[s] = lambdify(syms, to_sympy(s, syms), modules="numpy")
         args = []
         for kind, payload in leaves:
             if kind == "T":

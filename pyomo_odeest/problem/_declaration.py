@@ -43,6 +43,7 @@ from ._data import _check_inputs, _switch_times, _to_wide, _weights
 from ._preequilibration import Preequilibrated
 from ._several import SeveralExperiments
 from ._validation import ProblemError, as_data_frame, check_weights
+from ..symbolic import lambdify
 
 __all__ = ["Parameter", "Experiment", "Preequilibration", "PathConstraint", "ParameterConstraint",
            "require_no_constraints", "require_single_experiment", "require_no_inputs",
@@ -242,8 +243,8 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         (shared by the approaches that treat them as constraints over u)."""
         us = tuple(self.u_sym)
         pcs = self.parameter_constraints
-        return ([sympy.lambdify((us,), ex, "numpy") for _, ex in pcs],
-                [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
+        return ([lambdify((us,), ex, "numpy") for _, ex in pcs],
+                [lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
                  for _, ex in pcs])
 
     @property
@@ -543,12 +544,12 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def numeric_rhs(self):
         """``f(x, u, t) -> ndarray`` lambdified from the symbolic rhs."""
         self._single("numeric_rhs")
-        fn = sympy.lambdify((self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy")
+        fn = lambdify((self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy")
         return lambda x, u, t: np.array(fn(x, u, t), dtype=float)
 
     def initial_state(self, u):
         self._single("initial_state")
-        fn = sympy.lambdify((self.u_sym,), list(self.l_sym), "numpy")
+        fn = lambdify((self.u_sym,), list(self.l_sym), "numpy")
         return np.array(fn(np.asarray(u, dtype=float)), dtype=float)
 
     def interpolate_states(self, times, u=None):
