@@ -251,7 +251,10 @@ class SteadyState:
             if not sol.success or not sol.y.size or not np.all(np.isfinite(sol.y[:, -1])):
                 return None, f"the simulation fails after t={t:.3g}: {sol.message}"
             x, t = sol.y[:, -1], T
-            if np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float)) <= 1e-8 + 1e-6 * np.linalg.norm(x):
+            fn, xn = np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float)), np.linalg.norm(x)
+            # settled: f small against x, and x would not move by 0.1 % in another time T at
+            # this rate (x' = k grows without end but has |f| <= 1e-6 |x| once x > 1e6 k)
+            if fn <= 1e-8 + 1e-6 * xn and fn * T <= 1e-3 * (1.0 + xn):
                 return x, None
         fn = np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float))
         return None, f"no steady state reached by t={t:.3g} (|f| = {fn:.3g})"
@@ -267,7 +270,10 @@ class SteadyState:
         xs, why = self._simulate(x0, u)
         if xs is None:
             raise SteadyStateError(f"{self.name}: no steady state of the pre-equilibration at "
-                                   f"{self._at(u)}: Newton from the start finds no stable root and {why}")
+                                   f"{self._at(u)}: Newton from the start finds no stable root and {why}; "
+                                   f"a pre-equilibration needs dynamics that come to rest "
+                                   f"(f(x, u) = 0 at a stable state): check its parameters and "
+                                   f"right-hand side")
         x = self._newton(xs, u)
         if x is None:
             raise SteadyStateError(f"{self.name}: the pre-equilibration settles near {xs} at "
