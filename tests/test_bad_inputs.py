@@ -212,12 +212,80 @@ ERRORS = [
      po.ProblemError, "unknown gradient"),
     ("front_door_adaptive_u0", lambda: po.estimate(decay(), "adaptive", u0=[1.0, 2.0]),
      po.ProblemError, "u0 has 2"),
+    # --- NaN or infinite numbers in an expression: refused, never a dropped row ---
+    ("nan_path_constraint_simultaneous", lambda: po.estimate(decay(constraints=[po.PathConstraint(
+        "c", lambda x, u, t: x.x - float("nan"))]), "simultaneous"), po.ProblemError,
+     "path constraint 'c' contains a NaN"),
+    ("nan_times_state_path_constraint", lambda: decay(constraints=[po.PathConstraint(
+        "c", lambda x, u, t: x.x * float("nan") - 5)]), po.ProblemError, "'c' contains a NaN"),
+    ("inf_path_constraint", lambda: decay(constraints=[po.PathConstraint(
+        "c", lambda x, u, t: x.x - float("inf"))]), po.ProblemError, "NaN or infinite"),
+    ("nan_parameter_constraint", lambda: decay(constraints=[po.ParameterConstraint(
+        "r", lambda u: u.k - float("nan"))]), po.ProblemError, "parameter constraint 'r' contains"),
+    ("nan_in_rhs", lambda: po.EstimationProblem(
+        states=["x"], parameters=["k"], rhs=lambda x, u, t: [-u.k * x.x + np.nan],
+        initial={"x": 2.0}, data=decay_data()), po.ProblemError, r"rhs\[x\] contains a NaN"),
+    ("nan_in_observe", lambda: decay(observe=lambda x, u, t: {"x": x.x * np.nan}),
+     po.ProblemError, r"observe\[x\] contains a NaN"),
+    ("nan_in_penalty", lambda: decay(penalty=lambda u: (u.k - np.nan) ** 2), po.ProblemError,
+     "penalty contains a NaN"),
+    ("nan_in_initial", lambda: po.EstimationProblem(
+        states=["x"], parameters=["k"], rhs=lambda x, u, t: [-u.k * x.x],
+        initial={"x": lambda u: u.k * np.nan}, data=decay_data()), po.ProblemError,
+     r"initial\[x\] contains a NaN"),
+    # --- user functions that cannot take the symbolic states ---------------------
+    ("np_exp_of_state", lambda: _rhs(lambda x, u, t: [-u.k * np.exp(x.x)]), po.ProblemError,
+     r"rhs applies a numpy function.*pyo\.exp"),
+    ("np_sqrt_of_parameter", lambda: _rhs(lambda x, u, t: [-np.sqrt(u.k) * x.x]),
+     po.ProblemError, "numpy function"),
+    ("np_exp_of_time", lambda: _rhs(lambda x, u, t: [-u.k * np.exp(t) * x.x]), po.ProblemError,
+     "numpy function"),
+    ("math_log_of_state", lambda: _rhs(lambda x, u, t: [-u.k * __import__("math").log(x.x)]),
+     po.ProblemError, "needs a plain number.*pyo"),
+    ("python_max_of_state", lambda: _rhs(lambda x, u, t: [-u.k * max(x.x, 0)]), po.ProblemError,
+     r"compares a state.*smooth"),
+    ("if_on_state", lambda: _rhs(lambda x, u, t: [-u.k * x.x if x.x > 0 else 0]),
+     po.ProblemError, "compares a state"),
+    ("np_exp_in_path_constraint", lambda: decay(constraints=[po.PathConstraint(
+        "c", lambda x, u, t: np.exp(x.x) - 9)]), po.ProblemError,
+     "path constraint 'c' applies a numpy function"),
+    ("np_exp_in_observe", lambda: decay(observe=lambda x, u, t: {"x": np.exp(x.x)}),
+     po.ProblemError, "observe applies a numpy function"),
+    ("rhs_wrong_signature", lambda: _rhs(lambda x, u: [-u.k * x.x]), po.ProblemError,
+     "rhs failed on the symbolic states.*TypeError"),
+    # --- time index that is not numbers ----------------------------------------
+    ("data_datetime_index", lambda: decay(data=pd.DataFrame(
+        {"x": [1.0, 0.5]}, index=pd.to_datetime(["2020-01-01", "2020-01-02"]))),
+     po.ProblemError, r"data index \(time\) holds dates.*pd.Timedelta"),
+    ("data_timedelta_index", lambda: decay(data=pd.DataFrame(
+        {"x": [1.0, 0.5]}, index=pd.to_timedelta([1, 2], unit="D"))), po.ProblemError,
+     "holds dates or durations"),
+    ("long_datetime_time", lambda: two_state(data=long_data().assign(
+        time=pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-01"]))), po.ProblemError,
+     "data column 'time' holds dates"),
+    # --- infeasible before any solve -----------------------------------------------
+    ("path_violated_at_fixed_initial_state", lambda: decay(constraints=[po.PathConstraint(
+        "c", lambda x, u, t: x.x - 1.5)]), po.ProblemError,
+     r"path constraint 'c' is violated at t0=0.0 by the initial state \(c = 0.5 > 0\).*infeasible"),
+    ("path_violated_at_t0_measured", lambda: decay(
+        data=pd.DataFrame({"x": [2.0, 1.0]}, index=[0.0, 1.0]),
+        constraints=[po.PathConstraint("c", lambda x, u, t: x.x + t - 1.0, at="measurements")]),
+     po.ProblemError, "violated at t0"),
+    ("preequilibration_without_steady_state", lambda: po.estimate(po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("k", 0.5)], rhs=lambda x, u, t: [u.k],
+        initial={"x": 1.0}, data=decay_data(), preequilibration=po.Preequilibration()),
+        "reduced_space"), po.SteadyStateError, r"no steady state of the pre-equilibration.*rest"),
     # --- size guard -------------------------------------------------------------
     ("too_large", lambda: po.estimate_simultaneous(decay(), steps_per_interval=10 ** 9),
      ProblemTooLargeError, r"too large.*steps_per_interval <= \d+"),
     ("too_large_reduced", lambda: po.estimate_reduced(decay(), max_step=1e-10),
      ProblemTooLargeError, "steps fit"),
 ]
+
+
+def _rhs(rhs):
+    return po.EstimationProblem(states=["x"], parameters=[po.Parameter("k", 0.7)], rhs=rhs,
+                                initial={"x": 2.0}, data=decay_data())
 
 
 def two_param():
@@ -505,3 +573,238 @@ def test_parameter_fixed_by_equal_bounds_is_said_once():
         assert res.estimates["k"] == 0.7
         bw = [w for w in res.warnings if "'k'" in w]
         assert len(bw) == 1 and "lb = ub = 0.7" in bw[0], res.warnings
+
+
+# ---------------------------------------------------------------------------
+# the Dask runner: a task that kills its worker, a function that does not pickle
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dask_runner():
+    pytest.importorskip("distributed")
+    import dask
+    from pyomo_odeest.runner import Runner
+    # workers forked from this process (already importing everything): a killed
+    # worker is back in about a second, not after a fresh interpreter's imports
+    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
+        with Runner(n_workers=2, progress=False) as rn:
+            yield rn
+
+
+def _killers():
+    """Tasks that end their own worker process in three ways (defined here, so
+    they are pickled by value)."""
+    import os
+    import signal
+    import time
+
+    def exit_now(i):
+        if i == 3:
+            os._exit(1)
+        time.sleep(0.2)
+        return 10 * i
+
+    def sigkill(i):
+        if i == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.2)
+        return 10 * i
+
+    def segfault(i):
+        if i == 3:
+            import ctypes
+            ctypes.string_at(0)
+        time.sleep(0.2)
+        return 10 * i
+    return {"os._exit": exit_now, "SIGKILL": sigkill, "segfault": segfault}
+
+
+@pytest.mark.extras
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_task_that_kills_its_worker_is_the_culprit_and_the_others_come_back(dask_runner):
+    """6 tasks on 2 workers, task 3 ends its worker process: in every one of 10 runs
+    the 5 healthy results come back, task 3's row names it as the culprit and
+    ``run.complete`` is False (ten runs of os._exit, plus SIGKILL and a segfault)."""
+    kinds = _killers()
+    order = ["os._exit"] * 8 + ["SIGKILL", "segfault"]
+    for run_no, kind in enumerate(order):
+        dask_runner.client.wait_for_workers(2, timeout=300)   # the killed worker is back
+        run = dask_runner.map(kinds[kind], range(6))
+        tab = run.table.set_index("task")
+        healthy = tab.drop(index=3)
+        assert (healthy["status"] == "done").all(), (run_no, kind, tab[["status", "error"]])
+        assert list(healthy["value"]) == [0, 10, 20, 40, 50]
+        assert tab.loc[3, "status"] == "error" and "killed its worker" in tab.loc[3, "error"]
+        assert not run.complete
+
+
+@pytest.mark.extras
+def test_an_unpicklable_task_is_named_before_anything_runs(dask_runner):
+    import threading
+    from pyomo_odeest.runner import Task
+    lock = threading.Lock()
+
+    def locked(x):
+        with lock:
+            return x
+
+    with pytest.raises(TypeError, match=r"task 0 cannot be sent to the Dask workers: the "
+                                        r"function .*locked.* cannot be pickled.*lock"):
+        dask_runner.map(locked, [1, 2])
+    with pytest.raises(TypeError, match=r"argument 1 cannot be pickled"):
+        dask_runner.run([Task(max, (1, lock))])
+    assert list(dask_runner.map(abs, [-1, -2]).table["value"]) == [1, 2]   # still usable
+
+
+# ---------------------------------------------------------------------------
+# names: generated numeric code holds no user name
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["array", "select", "where", "_s0", "_f0", "x0", "Dummy",
+                                  "builtins", "range", "float64"])
+def test_names_of_generated_code_are_ordinary_parameter_names(name):
+    """A parameter named like something in the generated numeric code (numpy's
+    ``array``, the renamed symbols ``_s0``, cse's ``x0``) is estimated by every approach."""
+    prob = decay(name=name)
+    for approach in ("simultaneous", "reduced_space", "multiple_shooting", "continuous"):
+        res = po.estimate(prob, approach)
+        assert res.success and res.estimates[name] == pytest.approx(1.0, abs=1e-3), approach
+
+
+def test_an_input_named_like_numpy_is_its_own_function():
+    """An input called ``array`` (its function is named after it) next to a parameter
+    ``exp``: x' = -exp * array(t) x with array = 1 is the decay."""
+    prob = po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("exp", 0.7)],
+        rhs=lambda x, u, t: [-u.exp * u.array * x.x], initial={"x": 2.0}, data=decay_data(),
+        inputs={"array": po.PiecewiseConstant([0.0], [1.0])})
+    res = po.estimate(prob, "reduced_space")
+    assert res.estimates["exp"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_every_numeric_function_is_generated_through_the_renaming_lambdify():
+    """No module calls sympy.lambdify itself (its code would share a namespace with
+    user names): one source of truth, ``pyomo_odeest.symbolic.lambdify``."""
+    import pathlib
+    import pyomo_odeest
+    root = pathlib.Path(pyomo_odeest.__file__).parent
+    raw = [str(p.relative_to(root)) for p in root.rglob("*.py")
+           if "sympy.lambdify(" in p.read_text() and p.name != "_lambdify.py"]
+    assert raw == []
+
+
+def test_numeric_text_time_index_is_read_as_numbers():
+    """Times given as text ('1.0') are numbers; the values stay with their times."""
+    prob = decay(data=pd.DataFrame({"x": [1.0, 0.5]}, index=["1.0", "2.0"]))
+    assert prob.meas_times.tolist() == [1.0, 2.0]
+    assert prob.data["x"].tolist() == [1.0, 0.5]
+
+
+# ---------------------------------------------------------------------------
+# Pyomo models given to odeest_ipopt: the component at fault is named
+# ---------------------------------------------------------------------------
+def _pyomo_model():
+    m = pyo.ConcreteModel()
+    m.x = pyo.Var([1, 2], initialize=1.0)
+    m.y = pyo.Var(initialize=2.0, bounds=(0, 10))
+    m.c = pyo.Constraint(expr=m.x[1] + m.x[2] >= 1)
+    m.o = pyo.Objective(expr=(m.x[1] - 1) ** 2 + (m.x[2] - 2) ** 2 + (m.y - 3) ** 2)
+    return m
+
+
+def _nan_objective(m):
+    m.o.deactivate()
+    m.o2 = pyo.Objective(expr=(m.x[1] - float("nan")) ** 2 + m.x[2] ** 2)
+
+
+def _nan_param(m):
+    m.p = pyo.Param(initialize=float("nan"), mutable=True, within=pyo.Any)
+    m.c2 = pyo.Constraint(expr=m.x[1] * m.p <= 3)
+
+
+def _nan_fixed(m):
+    m.z = pyo.Var()
+    m.z.fix(float("nan"), skip_validation=True)
+    m.c2 = pyo.Constraint(expr=m.x[1] * m.z <= 3)
+
+
+PYOMO_ERRORS = [
+    ("var_lb_above_ub", lambda m: m.y.setlb(20), r"variable 'y' has lower bound 20 > upper bound 10"),
+    ("var_nan_start", lambda m: m.x[1].set_value(float("nan"), skip_validation=True),
+     r"variable 'x\[1\]' has the start value nan"),
+    ("nan_coefficient", lambda m: setattr(m, "c2", pyo.Constraint(expr=m.x[1] * float("nan") <= 3)),
+     "constraint 'c2' contains the non-finite number nan"),
+    ("inf_coefficient", lambda m: setattr(m, "c2", pyo.Constraint(expr=m.x[1] * float("inf") <= 3)),
+     "constraint 'c2' contains the non-finite number inf"),
+    ("nan_param", _nan_param, "constraint 'c2' contains the non-finite number nan"),
+    ("nan_fixed_var", _nan_fixed, "constraint 'c2' contains"),
+    ("nan_objective", _nan_objective, "objective 'o2' contains the non-finite number nan"),
+]
+
+
+@pytest.mark.parametrize("case", PYOMO_ERRORS, ids=[c[0] for c in PYOMO_ERRORS])
+def test_pyomo_model_defect_is_named_before_the_solve(case):
+    _, modify, pattern = case
+    m = _pyomo_model()
+    modify(m)
+    with pytest.raises(ValueError, match=pattern):
+        pyo.SolverFactory("odeest_ipopt").solve(m)
+
+
+def test_nan_at_the_start_point_names_the_constraint():
+    m = _pyomo_model()
+    m.x[1].set_value(-1.0)
+    m.c2 = pyo.Constraint(expr=pyo.log(m.x[1]) <= 3)
+    res = pyo.SolverFactory("odeest_ipopt").solve(m)
+    assert res.solver.termination_condition != pyo.TerminationCondition.optimal
+    assert "Not finite at the start point: constraint 'c2'" in res.solver.message
+
+
+# ---------------------------------------------------------------------------
+# memory and bands
+# ---------------------------------------------------------------------------
+def test_memory_exhaustion_in_callbacks_is_said():
+    from pyomo_odeest.nlp import solve_with_ipopt
+
+    class Hungry:
+        n, m = 1, 0
+        x_lb, x_ub, g_lb, g_ub = np.array([-np.inf]), np.array([np.inf]), np.zeros(0), np.zeros(0)
+        x0 = np.array([1.0])
+
+        def objective(self, x):
+            return float(x[0] ** 2)
+
+        def gradient(self, x):
+            return 2 * x
+
+        def constraints(self, x):
+            return np.zeros(0)
+
+        def jacobian_structure(self):
+            return np.zeros(0, int), np.zeros(0, int)
+
+        def jacobian(self, x):
+            return np.zeros(0)
+
+        def hessian_structure(self):
+            return np.array([0]), np.array([0])
+
+        def hessian(self, x, lam, obj_factor=1.0):
+            raise MemoryError()
+    with pytest.raises(MemoryError, match="ran out of memory while evaluating the NLP"):
+        solve_with_ipopt(Hungry())
+
+
+def test_memory_messages_of_the_linear_solver_are_recognised():
+    from pyomo_odeest.nlp._cyipopt_adapter import _memory_exhausted
+    assert _memory_exhausted("MUMPS returned INFO(1) = -9 and requires more memory, reallocating.")
+    assert not _memory_exhausted("EXIT: Restoration Failed!")
+
+
+def test_bands_undefined_by_a_non_identifiable_parameter_are_warned():
+    """x' = -(a + b) x: only a + b is identifiable; the band of x is NaN and says why."""
+    prob = po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("a", 0.3), po.Parameter("b", 0.4)],
+        rhs=lambda x, u, t: [-(u.a + u.b) * x.x], initial={"x": 2.0},
+        data=decay_data(noise=0.01, seed=1))
+    res = po.estimate_reduced(prob, hessian=None)
+    with pytest.warns(RuntimeWarning, match=r"covariance of \['a', 'b'\] is undefined"):
+        po.prediction_bands(res)

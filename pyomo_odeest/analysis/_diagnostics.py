@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 import sympy
+from ..symbolic import lambdify
 
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
            "bound_warnings", "rank_warnings", "status_warning", "simulation_warning",
@@ -121,7 +122,7 @@ def stability_warnings(problem, scheme, states, u):
     h = np.diff(t)
     if not np.all(np.isfinite(X)):
         return []
-    jac = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym),
+    jac = lambdify((problem.x_sym, problem.u_sym, problem.t_sym),
                          sympy.Matrix(problem.f_sym).jacobian(problem.x_sym), "numpy")
     idx = np.unique(np.linspace(0, len(h) - 1, min(len(h), STABILITY_POINTS)).astype(int))
     worst = None

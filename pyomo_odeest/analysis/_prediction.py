@@ -17,6 +17,7 @@ the measurement variance).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,13 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     cols = [P.parameter_names.index(n) for n in cov.names]
     C = cov.matrix.to_numpy()
     q = cov.quantile(level, dist)
+    undefined = [n for n, row in zip(cov.names, C) if not np.all(np.isfinite(row))]
+    if undefined:
+        warnings.warn(f"prediction bands: the covariance of {undefined} is undefined (not "
+                      f"identifiable from the data), so every band that depends on them is "
+                      f"NaN, even for a quantity that depends only on an identifiable "
+                      f"combination of them; fix or reparametrize those parameters, or use "
+                      f"profile likelihoods", RuntimeWarning, stacklevel=2)
     if not P.experiments:
         Y, se = _bands(P, dm, u, cols, C, kind)
         return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)

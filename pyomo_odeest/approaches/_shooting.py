@@ -97,6 +97,7 @@ from ..problem._declaration import EstimationProblem, Parameter, ProblemError
 from ..problem._result import EstimationResult, stack_experiments
 from ..discretization._experiments import experiment_grid
 from ..discretization.schemes import get_scheme
+from ..symbolic import lambdify
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
            "estimate_multiple_shooting", "node_start_values", "shooting_nlp"]
@@ -332,8 +333,8 @@ class MultipleShootingNLP(NLPEvaluator):
         P = problem
         self.problem, self.im = P, im
         pen = sympy.sympify(P.penalty_sym)
-        self._pen = None if pen == 0 else sympy.lambdify((P.u_sym,), pen, "numpy")
-        self._dpen = None if pen == 0 else sympy.lambdify(
+        self._pen = None if pen == 0 else lambdify((P.u_sym,), pen, "numpy")
+        self._dpen = None if pen == 0 else lambdify(
             (P.u_sym,), [sympy.diff(pen, v) for v in P.u_sym], "numpy")
         self.formulation, self.jacobian_method = formulation, jacobian
         self.nx = nx = len(P.states)
@@ -347,8 +348,8 @@ class MultipleShootingNLP(NLPEvaluator):
         free_syms = {P.u_sym[k] for k in self.free}
         l_free = set().union(*[e.free_symbols for e in P.l_sym]) & free_syms
         self.init_rows = bool(l_free)
-        self._l = sympy.lambdify((P.u_sym,), list(P.l_sym), "numpy")
-        self._lu = sympy.lambdify((P.u_sym,), sympy.Matrix(P.l_sym).jacobian(P.u_sym), "numpy")
+        self._l = lambdify((P.u_sym,), list(P.l_sym), "numpy")
+        self._lu = lambdify((P.u_sym,), sympy.Matrix(P.l_sym).jacobian(P.u_sym), "numpy")
         # bounds
         lb = np.array([-np.inf if p.lb is None else p.lb for p in P.parameters])
         ub = np.array([np.inf if p.ub is None else p.ub for p in P.parameters])
@@ -406,9 +407,9 @@ class MultipleShootingNLP(NLPEvaluator):
         for j, gi in enumerate(J):
             phi = misfit_sym(P, j)
             phi = sympy.sympify(phi)
-            self.phi.append(sympy.lambdify((xs, us), phi, "numpy"))
-            self.phix.append(sympy.lambdify((xs, us), [sympy.diff(phi, v) for v in xs], "numpy"))
-            self.phiu.append(sympy.lambdify((xs, us), [sympy.diff(phi, v) for v in us], "numpy"))
+            self.phi.append(lambdify((xs, us), phi, "numpy"))
+            self.phix.append(lambdify((xs, us), [sympy.diff(phi, v) for v in xs], "numpy"))
+            self.phiu.append(lambdify((xs, us), [sympy.diff(phi, v) for v in us], "numpy"))
             hit = np.flatnonzero(im.node_index == gi)
             if len(hit):
                 self.node_meas.append((j, int(hit[0])))

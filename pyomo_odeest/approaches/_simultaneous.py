@@ -28,6 +28,7 @@ from ..problem._validation import DEFAULT_MAX_ITER
 from ..discretization.schemes import integrate
 from ..symbolic._vectorfn import VectorFn
 from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
+from ..symbolic import lambdify
 
 __all__ = ["estimate_simultaneous", "simulate", "numeric_functions", "initialize_block"]
 
@@ -38,11 +39,11 @@ def numeric_functions(problem: EstimationProblem, u):
     """``f(x, t)``, ``fdot(x, t)`` and their x-Jacobians at fixed parameters ``u``."""
     xs, us, ts = problem.x_sym, problem.u_sym, problem.t_sym
     u = np.asarray(u, dtype=float)
-    f = sympy.lambdify((xs, us, ts), list(problem.f_sym), "numpy")
-    J = sympy.lambdify((xs, us, ts), sympy.Matrix(problem.f_sym).jacobian(xs), "numpy")
+    f = lambdify((xs, us, ts), list(problem.f_sym), "numpy")
+    J = lambdify((xs, us, ts), sympy.Matrix(problem.f_sym).jacobian(xs), "numpy")
     fd_sym = problem.fdot_sym()
-    fd = sympy.lambdify((xs, us, ts), list(fd_sym), "numpy")
-    Jd = sympy.lambdify((xs, us, ts), sympy.Matrix(fd_sym).jacobian(xs), "numpy")
+    fd = lambdify((xs, us, ts), list(fd_sym), "numpy")
+    Jd = lambdify((xs, us, ts), sympy.Matrix(fd_sym).jacobian(xs), "numpy")
     return dict(
         f=lambda x, t: np.array(f(x, u, t), dtype=float),
         jac=lambda x, t: np.array(J(x, u, t), dtype=float),

@@ -315,6 +315,32 @@ def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8)
     return float(factor(np.array(gf))), factor(rowmax)
 
 
+_MEMORY_SIGNS = ("requires more memory", "insufficient memory", "not enough memory",
+                 "memory allocation", "info(1) = -9", "info(1) = -13", "info(1) = -8")
+
+
+def _memory_exhausted(log):
+    """True if Ipopt's log says the linear solver ran out of memory."""
+    text = (log or "").lower()
+    return any(sign in text for sign in _MEMORY_SIGNS)
+
+
+def _read(path):
+    if path is None:
+        return ""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _remove(path):
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
 MUMPS_DEFAULTS = {"mumps_pivot_order": 7}
 """MUMPS settings that :func:`solve_with_ipopt` gives Ipopt unless the options name them (or
 ask for another ``linear_solver``), chosen by ``benchmarks/linear_solver.py`` on the
@@ -390,10 +416,18 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         opts.setdefault("sb", "yes")
     else:
         opts.setdefault("sb", "yes")
+    log = None
+    if "output_file" not in opts:
+        # Ipopt's warnings (MUMPS asking for memory) go to a file read after the solve
+        fd, log = tempfile.mkstemp(prefix="odeest_ipopt_", suffix=".log")
+        os.close(fd)
+        opts["output_file"] = log
+        opts["file_print_level"] = 4
     try:
         _add_options(nlp, opts)
     except ValueError:
         nlp.close()
+        _remove(log)
         raise
     x_start = ev.x0 if x0 is None else np.asarray(x0, dtype=float)
     t = time.perf_counter()
@@ -405,13 +439,30 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     finally:
         nlp.close()
     ipopt_s = time.perf_counter() - t
+    ipopt_log = _read(log)
+    _remove(log)
     if prob.error is not None:
         # an exception in a callback (or Ctrl-C) stopped Ipopt: nothing is returned
+        if isinstance(prob.error, MemoryError):
+            raise MemoryError(f"the machine ran out of memory while evaluating the NLP "
+                              f"({ev.n} variables, {ev.m} constraints) in "
+                              f"{prob.error_in}: the problem is too large for this memory; "
+                              "use a coarser grid or fewer variables") from prob.error
         raise prob.error
     status = int(info["status"])
     msg = info["status_msg"]
     if isinstance(msg, bytes):
         msg = msg.decode(errors="replace")
+    if status == -13 and hasattr(ev, "nonfinite_components"):     # Invalid_Number_Detected
+        names = ev.nonfinite_components(np.clip(x_start, ev.x_lb, ev.x_ub))
+        if names:
+            msg += (f" Not finite at the start point: {', '.join(names)}; start from a point "
+                    "where they can be evaluated (for example inside the domain of log, sqrt "
+                    "or a division)")
+    elif status == -102 or (status in (-2, -3, -100, -199) and _memory_exhausted(ipopt_log)):
+        msg += (" Ipopt ran out of memory (the linear solver could not allocate its "
+                "factorization): the problem is too large for this machine's memory; use a "
+                "coarser grid, fewer variables, or more memory")
     if lines is not None:
         lines.finish(IPOPT_STATUS.get(status, f"status_{status}"))
     return IpoptResult(

@@ -60,6 +60,7 @@ except ImportError:       # pragma: no cover - older Pyomo
 from ._family import Family, compile_family, slot_classes
 from ._protocol import EvaluationError, NLPEvaluator
 from ..symbolic._structure import UnsupportedExpressionError, to_sympy, walk
+from ..symbolic import lambdify
 
 __all__ = ["PyomoNLPEvaluator", "UnsupportedModelError"]
 
@@ -349,7 +350,7 @@ class _TemplateResolver:
         fn = _INDEX_FN.get(s)
         if fn is None:
             syms = sympy.symbols(f"i0:{len(leaves)}")
-            fn = _INDEX_FN[s] = sympy.lambdify(syms, to_sympy(s, syms), modules="numpy")
+            fn = _INDEX_FN[s] = lambdify(syms, to_sympy(s, syms), modules="numpy")
         args = []
         for kind, payload in leaves:
             if kind == "T":
@@ -813,7 +814,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
                 ok = p is o
             elif kw == "C":
                 ok = (o.__class__ in native_numeric_types or not o.is_variable_type()) \
-                    and float(value(o)) == p
+                    and _same_number(float(value(o)), p)
             else:
                 ok = False
             if not ok:
@@ -873,11 +874,17 @@ class PyomoNLPEvaluator(NLPEvaluator):
         for fam in obj_fams:
             fix(fam)
         self.obj_families = obj_fams
+        self._refuse_nonfinite_constants()
 
         # variable bounds and start
         lb = np.array([(-INF if v.lb is None else v.lb) for v in reg.variables], dtype=float)
         ub = np.array([(INF if v.ub is None else v.ub) for v in reg.variables], dtype=float)
         x0 = np.array([(0.0 if v.value is None else v.value) for v in reg.variables], dtype=float)
+        crossed = np.flatnonzero(lb > ub)
+        if crossed.size:
+            v = reg.variables[int(crossed[0])]
+            raise ValueError(f"variable '{v.name}' has lower bound {v.lb} > upper bound {v.ub}: "
+                             "no value satisfies its bounds; correct them")
         self.x_lb, self.x_ub = lb, ub
         self.x0 = np.clip(x0, lb, ub)
 
@@ -978,6 +985,43 @@ class PyomoNLPEvaluator(NLPEvaluator):
         self._cache_x = None
         self.stats.update(n=n, m=self.m, jac_nnz=int(self._jac_rows.size),
                           hess_nnz=int(self._hess_nnz))
+
+    def _refuse_nonfinite_constants(self):
+        """A NaN or infinite number, Param or fixed variable in a constraint or the
+        objective makes its rows NaN at every point: refused, naming the component."""
+        bad = ~np.isfinite(self._w)
+        bad[: self.n] = False
+        if not bad.any():
+            return
+        for fam in self.con_families + self.obj_families:
+            rows = np.flatnonzero(bad[fam.idx].any(axis=1)) if fam.idx.size else []
+            if len(rows):
+                r = int(rows[0])
+                if any(fam is o for o in self.obj_families):
+                    what = "objective" + (f" '{self.objective_component.name}'"
+                                          if self.objective_component is not None else "")
+                else:
+                    what = f"constraint '{fam.components[r].name}'"
+                v = self._w[fam.idx[r][bad[fam.idx[r]]][0]]
+                raise ValueError(f"{what} contains the non-finite number {v} (a number, a "
+                                 "Param or a fixed variable): it cannot be evaluated anywhere; "
+                                 "give it a finite value")
+
+    def nonfinite_components(self, x):
+        """Names of the objective and constraint rows that are not finite at ``x``."""
+        oargs, cargs = self._args(np.asarray(x, dtype=float))
+        out = []
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for f, a in zip(self.obj_families, oargs):
+                if not np.all(np.isfinite(f.values(a))):
+                    out.append("the objective")
+                    break
+            for f, a in zip(self.con_families, cargs):
+                v = np.asarray(f.values(a), dtype=float).reshape(-1)
+                out += [f"constraint '{f.components[int(r)].name}'"
+                        for r in np.flatnonzero(~np.isfinite(v))[:3]]
+        return out
 
     # -- evaluation ----------------------------------------------------------
     def _args(self, x):
@@ -1141,6 +1185,10 @@ class PyomoNLPEvaluator(NLPEvaluator):
         """Write a primal point into the Pyomo variables."""
         for v, val in zip(self.variables, np.asarray(x, dtype=float).tolist()):
             v.set_value(val, skip_validation=True)
+
+
+def _same_number(a, b):
+    return a == b or (a != a and b != b)
 
 
 def _index_type(size):

@@ -19,6 +19,7 @@ import sympy
 
 from ..symbolic._structure import to_sympy
 from ..symbolic._treediff import differentiate_structure
+from ..symbolic import lambdify
 
 __all__ = ["Family", "compile_family", "slot_classes"]
 
@@ -42,7 +43,7 @@ def _lambdify(syms, exprs, tree):
         float(e) if not e.free_symbols else None for e in exprs
     )
     live = [e for e, c in zip(exprs, consts) if c is None]
-    fn = sympy.lambdify(syms, live, modules="numpy", cse=tree.cse_for(live)) if live else None
+    fn = lambdify(syms, live, modules="numpy", cse=tree.cse_for(live)) if live else None
     return fn, consts
 
 
@@ -172,7 +173,7 @@ def _compile(structure, kinds, classes):
                 d2_pairs.append((vslots[i], vslots[j]))
                 d2_exprs.append(tree.d2[i, j])
     arg_syms = [syms[k] for k in reps]
-    value_fn = sympy.lambdify(arg_syms, to_sympy(structure, slot_syms), modules="numpy", cse=True)
+    value_fn = lambdify(arg_syms, to_sympy(structure, slot_syms), modules="numpy", cse=True)
     d1_fn, d1_const = _lambdify(arg_syms, d1_exprs, tree)
     d2_fn, d2_const = _lambdify(arg_syms, d2_exprs, tree)
     if classes is not None:

@@ -349,6 +349,12 @@ class OdeestIpoptSolver:
         if ev.n == 0:
             raise ValueError(f"model '{model.name}' has no free variables in its "
                              "active constraints and objective")
+        nan_start = [v.name for v in ev.variables if v.value is not None and not np.isfinite(v.value)]
+        if nan_start:
+            raise ValueError(f"variable '{nan_start[0]}' has the start value "
+                             f"{ev.variables[[v.name for v in ev.variables].index(nan_start[0])].value}"
+                             f"{f' (and {len(nan_start) - 1} more)' if len(nan_start) > 1 else ''}: "
+                             "give it a finite value (or None to start at 0, moved into its bounds)")
         scaling = user_scaling(model, ev)
         setup_s = time.perf_counter() - t0
         # raises (and loads nothing) if a callback raised or Ctrl-C was pressed

@@ -26,6 +26,7 @@ from scipy.integrate import solve_ivp
 
 from ._sbml import TIME, symbol
 from ._tables import PetabModel, log_jacobian, transform_value
+from ..symbolic import lambdify
 
 __all__ = ["PetabSimulator", "petab_nll"]
 
@@ -52,17 +53,17 @@ class PetabSimulator:
         for c in list(model.conditions) + [p for p in dict.fromkeys(
                 model.preequilibration.values()) if p not in model.conditions]:
             f = model.rhs(c)
-            self._f[c] = sympy.lambdify((xs, psyms, TIME), f, "numpy")
-            self._jac[c] = sympy.lambdify((xs, psyms, TIME), sympy.Matrix(f).jacobian(xs), "numpy")
-            self._x0[c] = sympy.lambdify((psyms,), [model.initial[c][s] for s in model.ode.states],
+            self._f[c] = lambdify((xs, psyms, TIME), f, "numpy")
+            self._jac[c] = lambdify((xs, psyms, TIME), sympy.Matrix(f).jacobian(xs), "numpy")
+            self._x0[c] = lambdify((psyms,), [model.initial[c][s] for s in model.ode.states],
                                          "numpy")
         meas = model.measurements
         self._yfun = {}
         for y in set(meas["y"]):
-            self._yfun[y] = sympy.lambdify((xs, psyms, TIME), y, "numpy")
+            self._yfun[y] = lambdify((xs, psyms, TIME), y, "numpy")
         self._sfun = {}
         for s in set(meas["sigma"]):
-            self._sfun[s] = sympy.lambdify((psyms,), s, "numpy")
+            self._sfun[s] = lambdify((psyms,), s, "numpy")
 
     def _integrate(self, condition, p, x0, T, t_eval=None):
         f, jac = self._f[condition], self._jac[condition]

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyomo.environ as pyo
 import sympy
+from sympy.core.function import AppliedUndef
 
 from ..symbolic._convert import pyomo_to_sympy
 from ..symbolic._structure import UnsupportedExpressionError
@@ -43,11 +44,53 @@ from ._data import _check_inputs, _switch_times, _to_wide, _weights
 from ._preequilibration import Preequilibrated
 from ._several import SeveralExperiments
 from ._validation import ProblemError, as_data_frame, check_weights
+from ..symbolic import lambdify
 
 __all__ = ["Parameter", "Experiment", "Preequilibration", "PathConstraint", "ParameterConstraint",
            "require_no_constraints", "require_single_experiment", "require_no_inputs",
            "EstimationProblem", "LeastSquares", "GaussianNLL",
            "ProblemError"]
+
+
+_NONFINITE = (sympy.nan, sympy.zoo, sympy.oo, -sympy.oo)
+
+
+def _finite_constants(e, what):
+    """``e``, refused if it holds a NaN or infinite constant (sympy absorbs ``x + nan``
+    into ``nan``: a row that would evaluate to NaN everywhere)."""
+    if any(e.has(c) for c in _NONFINITE):
+        raise ProblemError(f"{what} contains a NaN or infinite number ({e}); every number in "
+                           f"it must be finite (a NaN often comes from a missing value or a "
+                           f"0/0 in the code that builds it)")
+    return e
+
+
+def _call_user(fn, what, *args):
+    """``fn(*args)`` for a user function called on the symbolic states, parameters and
+    time; an error from numeric code that cannot take them is explained."""
+    from pyomo.common.errors import PyomoException
+    try:
+        return fn(*args)
+    except (TypeError, PyomoException, ValueError) as err:
+        text = str(err)
+        if "ufunc" in text:
+            hint = ("applies a numpy function (np.exp, np.log, np.sqrt, ...) to a state, "
+                    "parameter or t; use the Pyomo function instead (pyo.exp, pyo.log, "
+                    "pyo.sqrt, pyo.sin, ... from pyomo.environ)")
+        elif "Implicit conversion" in text or "to float" in text:
+            hint = ("gives a state, parameter or t to a function that needs a plain number "
+                    "(math.exp, float(), sympy.exp, ...); use the Pyomo functions (pyo.exp, "
+                    "pyo.log, ... from pyomo.environ)")
+        elif "to bool" in text:
+            hint = ("compares a state, parameter or t in Python (if, max, min, np.maximum, "
+                    "...): the model must be one expression; write a smooth form instead, "
+                    "e.g. max(a, 0) as (a + pyo.sqrt(a**2 + eps)) / 2")
+        else:
+            hint = (f"failed on the symbolic states, parameters and t "
+                    f"({type(err).__name__}: {text.splitlines()[0] if text else ''}); it must "
+                    f"build an expression from them with +, -, *, /, ** and pyomo.environ "
+                    f"functions")
+        raise ProblemError(f"{what} {hint}") from err
 
 
 class EstimationProblem(SeveralExperiments, Preequilibrated):
@@ -168,7 +211,8 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         if penalty is not None:
             if not callable(penalty):
                 raise ProblemError("penalty must be callable as penalty(u)")
-            self.penalty_sym = self._to_sym(penalty(us), "penalty", symbol_of)
+            self.penalty_sym = self._to_sym(_call_user(penalty, "penalty", us), "penalty",
+                                            symbol_of)
             bad = self.penalty_sym.free_symbols - set(self.u_sym)
             if bad:
                 raise ProblemError(f"penalty may depend on parameters only; uses {bad}")
@@ -210,11 +254,13 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         allowed = set(self.x_sym) | set(self.u_sym) | {self.t_sym}
         for c in constraints:
             if isinstance(c, PathConstraint):
-                ex = self._to_sym(c.fn(xs, us, t), f"path constraint '{c.name}'", symbol_of)
+                what = f"path constraint '{c.name}'"
+                ex = self._to_sym(_call_user(c.fn, what, xs, us, t), what, symbol_of)
                 ex = self._with_inputs((ex,))[0]
                 paths.append((c, ex))
             elif isinstance(c, ParameterConstraint):
-                ex = self._to_sym(c.fn(us), f"parameter constraint '{c.name}'", symbol_of)
+                what = f"parameter constraint '{c.name}'"
+                ex = self._to_sym(_call_user(c.fn, what, us), what, symbol_of)
                 bad = ex.free_symbols - set(self.u_sym)
                 if bad:
                     raise ProblemError(f"parameter constraint '{c.name}' may depend on "
@@ -242,8 +288,8 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         (shared by the approaches that treat them as constraints over u)."""
         us = tuple(self.u_sym)
         pcs = self.parameter_constraints
-        return ([sympy.lambdify((us,), ex, "numpy") for _, ex in pcs],
-                [sympy.lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
+        return ([lambdify((us,), ex, "numpy") for _, ex in pcs],
+                [lambdify((us,), [sympy.diff(ex, v) for v in us], "numpy")
                  for _, ex in pcs])
 
     @property
@@ -296,9 +342,9 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
                 raise ProblemError(f"{what} is not finite")
             return sympy.Float(float(e)) if not float(e).is_integer() else sympy.Integer(int(e))
         if isinstance(e, sympy.Basic):
-            return self._adopt(e)
+            return _finite_constants(self._adopt(e), what)
         try:
-            return pyomo_to_sympy(e, symbol_of)
+            return _finite_constants(pyomo_to_sympy(e, symbol_of), what)
         except UnsupportedExpressionError as err:
             raise ProblemError(f"{what}: {err}") from None
         except AttributeError:
@@ -308,7 +354,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def _convert_vector(self, fn, xs, us, t, names, what, symbol_of):
         if not callable(fn):
             raise ProblemError(f"{what} must be callable as {what}(x, u, t)")
-        out = fn(xs, us, t)
+        out = _call_user(fn, what, xs, us, t)
         if isinstance(out, Mapping):
             missing = [s for s in names if s not in out]
             extra = [k for k in out if k not in names]
@@ -345,7 +391,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
                     raise ProblemError(f"initial['{s}'] = '{v}' names no parameter")
                 v = us[v]
             elif callable(v):
-                v = v(us)
+                v = _call_user(v, f"initial[{s}]", us)
             out.append(self._to_sym(v, f"initial[{s}]", symbol_of))
         free = set().union(*[e.free_symbols for e in out]) - set(self.u_sym)
         if free:
@@ -375,7 +421,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
             self.obs_names = names
             self.g_sym = tuple(self.x_sym[self.states.index(c)] for c in names)
         elif callable(observe):
-            out = observe(xs, us, t)
+            out = _call_user(observe, "observe", xs, us, t)
             if not isinstance(out, Mapping):
                 raise ProblemError("observe(x, u, t) must return a mapping name -> expression")
             self.obs_names = _check_names(list(out), "observable")
@@ -429,6 +475,29 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
             bad = [s for s, v in zip(self.states, f) if not np.isfinite(v)]
             raise ProblemError(f"rhs is not finite at the initial state and parameter guesses "
                                f"(states {bad}: f = {f})")
+        self._check_paths_at_t0(u0)
+
+    def _check_paths_at_t0(self, u0):
+        """A path constraint imposed at t0 that the fixed initial state violates, whatever
+        the estimated parameters, makes the problem infeasible: said before any solve."""
+        free = {s for s, p in zip(self.u_sym, self.parameters) if not p.fixed}
+        at_t0 = dict(zip(self.x_sym, self.l_sym))
+        at_t0[self.t_sym] = sympy.Float(self.t0)
+        for pc, ex in self.path_constraints:
+            if pc.at != "grid" and not np.any(self.meas_times == self.t0):
+                continue
+            e = ex.xreplace(at_t0)
+            if e.free_symbols & free or e.atoms(AppliedUndef):
+                continue                     # the estimates move it (or a steady state does)
+            with np.errstate(all="ignore"):
+                v = float(lambdify((self.u_sym,), e, "numpy")(u0))
+            if not v <= 1e-9:
+                raise ProblemError(
+                    f"path constraint '{pc.name}' is violated at t0={self.t0} by the initial "
+                    f"state (c = {v:.6g} > 0), which no estimated parameter changes: the "
+                    f"problem is infeasible. Relax the constraint, change the initial state, "
+                    f"or impose it at the measurement times only (at='measurements') if t0 "
+                    f"is not one")
 
     # -- pickling and variants ----------------------------------------------------
     #: attributes that cache objects built from the problem (rebuilt on demand);
@@ -543,12 +612,12 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def numeric_rhs(self):
         """``f(x, u, t) -> ndarray`` lambdified from the symbolic rhs."""
         self._single("numeric_rhs")
-        fn = sympy.lambdify((self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy")
+        fn = lambdify((self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy")
         return lambda x, u, t: np.array(fn(x, u, t), dtype=float)
 
     def initial_state(self, u):
         self._single("initial_state")
-        fn = sympy.lambdify((self.u_sym,), list(self.l_sym), "numpy")
+        fn = lambdify((self.u_sym,), list(self.l_sym), "numpy")
         return np.array(fn(np.asarray(u, dtype=float)), dtype=float)
 
     def interpolate_states(self, times, u=None):

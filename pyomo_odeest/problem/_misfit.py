@@ -35,6 +35,7 @@ import sympy
 from ..symbolic._vectorfn import VectorFn, second_derivatives, sparse_jacobian
 from ._declaration import EstimationProblem, GaussianNLL
 from ._inputs import evaluate_inputs
+from ..symbolic import lambdify
 
 __all__ = ["MeasurementMisfit", "misfit_sym", "misfit_constant", "observations"]
 
@@ -82,9 +83,9 @@ class MeasurementMisfit:
         self.const = misfit_constant(P)
         pen = sympy.sympify(P.penalty_sym)
         self.has_penalty = bool(pen.free_symbols) or pen != 0
-        self._R = sympy.lambdify((us,), pen, "numpy")
-        self._dR = sympy.lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
-        self._d2R = sympy.lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
+        self._R = lambdify((us,), pen, "numpy")
+        self._dR = lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
+        self._d2R = lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
         self._second = None
         self._root = None
 
@@ -254,7 +255,7 @@ def misfit_constant(problem: EstimationProblem) -> float:
 
 def observations(problem: EstimationProblem, Xmeas, u):
     """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time."""
-    g = sympy.lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
+    g = lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
     Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float), (len(problem.g_sym),))
                   for x, tau in zip(Xmeas, problem.meas_times)])
     return pd.DataFrame(Z, index=pd.Index(problem.meas_times, name="time"), columns=problem.obs_names)

@@ -12,6 +12,7 @@ import sympy
 from ._components import Preequilibration
 from ._steady_state import SteadyState
 from ._validation import ProblemError
+from ..symbolic import lambdify
 
 __all__ = ["Preequilibrated", "InitialHessian"]
 
@@ -59,7 +60,7 @@ class InitialHessian:
                     if d != 0:
                         entries.append((k, a, b, d))
         self._entries = entries
-        self._fn = sympy.lambdify((us,), [d for *_, d in entries], "numpy") if entries else None
+        self._fn = lambdify((us,), [d for *_, d in entries], "numpy") if entries else None
 
     def __call__(self, u):
         u = np.asarray(u, dtype=float).reshape(-1)

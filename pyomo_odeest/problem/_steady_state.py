@@ -48,6 +48,7 @@ import sympy
 from scipy.integrate import solve_ivp
 
 from ._validation import ProblemError
+from ..symbolic import lambdify
 
 __all__ = ["SteadyState", "SteadyStateError", "conservation_laws"]
 
@@ -74,7 +75,7 @@ def conservation_laws(f_sym, x_sym, u_sym, x_ref, u_ref, samples=6, rtol=1e-9, s
     steady-state Jacobian is then singular and reported as such)."""
     n = len(x_sym)
     fm = sympy.Matrix(f_sym)
-    fn = sympy.lambdify((tuple(x_sym), tuple(u_sym)), [fm, fm.jacobian(list(x_sym))], "numpy")
+    fn = lambdify((tuple(x_sym), tuple(u_sym)), [fm, fm.jacobian(list(x_sym))], "numpy")
     rng = np.random.default_rng(seed)
     x_ref = np.abs(np.asarray(x_ref, dtype=float))
     u_ref = np.asarray(u_ref, dtype=float)
@@ -136,7 +137,7 @@ class SteadyState:
         self.u_sym = tuple(s for s in u_sym if s in used)
         u_ref = np.asarray(u_ref, dtype=float)
         ua = np.array([u_ref[list(u_sym).index(s)] for s in self.u_sym])
-        x0_ref = np.asarray(sympy.lambdify((self.u_sym,), list(self.x0_sym), "numpy")(ua),
+        x0_ref = np.asarray(lambdify((self.u_sym,), list(self.x0_sym), "numpy")(ua),
                             dtype=float)
         #: conservation laws: rows w with w^T f ≡ 0
         self.W = conservation_laws(self.f_sym, self.x_sym, self.u_sym, x0_ref, ua)
@@ -159,11 +160,11 @@ class SteadyState:
         xs, us = self.x_sym, self.u_sym
         Gm = sympy.Matrix(self.G_sym)
         fm = sympy.Matrix(self.f_sym)
-        self._G = sympy.lambdify((xs, us), [Gm, Gm.jacobian(list(xs)),
+        self._G = lambdify((xs, us), [Gm, Gm.jacobian(list(xs)),
                                             Gm.jacobian(list(us)) if us else sympy.zeros(len(xs), 0)],
                                  "numpy", cse=True)
-        self._f = sympy.lambdify((xs, us), [fm, fm.jacobian(list(xs))], "numpy", cse=True)
-        self._x0 = sympy.lambdify((us,), list(self.x0_sym), "numpy")
+        self._f = lambdify((xs, us), [fm, fm.jacobian(list(xs))], "numpy", cse=True)
+        self._x0 = lambdify((us,), list(self.x0_sym), "numpy")
         self._Gzz = None
         self._cache = OrderedDict()
         self._classes = {}
@@ -250,7 +251,10 @@ class SteadyState:
             if not sol.success or not sol.y.size or not np.all(np.isfinite(sol.y[:, -1])):
                 return None, f"the simulation fails after t={t:.3g}: {sol.message}"
             x, t = sol.y[:, -1], T
-            if np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float)) <= 1e-8 + 1e-6 * np.linalg.norm(x):
+            fn, xn = np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float)), np.linalg.norm(x)
+            # settled: f small against x, and x would not move by 0.1 % in another time T at
+            # this rate (x' = k grows without end but has |f| <= 1e-6 |x| once x > 1e6 k)
+            if fn <= 1e-8 + 1e-6 * xn and fn * T <= 1e-3 * (1.0 + xn):
                 return x, None
         fn = np.linalg.norm(np.asarray(self._f(x, u)[0], dtype=float))
         return None, f"no steady state reached by t={t:.3g} (|f| = {fn:.3g})"
@@ -266,7 +270,10 @@ class SteadyState:
         xs, why = self._simulate(x0, u)
         if xs is None:
             raise SteadyStateError(f"{self.name}: no steady state of the pre-equilibration at "
-                                   f"{self._at(u)}: Newton from the start finds no stable root and {why}")
+                                   f"{self._at(u)}: Newton from the start finds no stable root and {why}; "
+                                   f"a pre-equilibration needs dynamics that come to rest "
+                                   f"(f(x, u) = 0 at a stable state): check its parameters and "
+                                   f"right-hand side")
         x = self._newton(xs, u)
         if x is None:
             raise SteadyStateError(f"{self.name}: the pre-equilibration settles near {xs} at "
@@ -336,7 +343,7 @@ class SteadyState:
                             d = sympy.diff(ga, z[b])
                             if d != 0:
                                 entries.append((r, a, b, d))
-            fn = sympy.lambdify((self.x_sym, self.u_sym), [e for *_, e in entries] or [0],
+            fn = lambdify((self.x_sym, self.u_sym), [e for *_, e in entries] or [0],
                                 "numpy", cse=True)
             self._Gzz = (entries, fn)
         entries, fn = self._Gzz

@@ -25,6 +25,8 @@ import math
 from numbers import Integral, Real
 from typing import Mapping
 
+import datetime
+
 import numpy as np
 import pandas as pd
 
@@ -68,6 +70,13 @@ METHOD_CHOICES = {
 # ---------------------------------------------------------------------------
 def _numeric_column(col, where):
     """``col`` as floats; a cell that is not a number is named by row and column."""
+    if (pd.api.types.is_datetime64_any_dtype(col) or pd.api.types.is_timedelta64_dtype(col)
+            or isinstance(col.dtype, pd.PeriodDtype)
+            or (col.dtype == object and len(col) and isinstance(
+                col.iloc[0], (datetime.date, datetime.time, datetime.timedelta, pd.Period)))):
+        raise ProblemError(f"{where} holds dates or durations ({col.dtype}, e.g. "
+                           f"{col.iloc[0]!r}); times and values must be numbers: convert them, "
+                           f"e.g. (t - t[0]) / pd.Timedelta(days=1) for days since the first")
     num = pd.to_numeric(col, errors="coerce")
     bad = num.isna() & col.notna() & (col.astype(str).str.strip() != "")
     if bad.any():
@@ -102,7 +111,8 @@ def as_data_frame(data):
         idx = pd.Series(data.index, index=range(len(data.index)))
         out.index = pd.Index(_numeric_column(idx, "data index (time)").to_numpy())
     for c in data.columns:
-        out[c] = _numeric_column(data[c], f"data column '{c}'")
+        # by position: the index may have been converted above
+        out[c] = _numeric_column(data[c], f"data column '{c}'").to_numpy()
     return out
 
 

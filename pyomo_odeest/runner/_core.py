@@ -21,17 +21,23 @@ whatever the number of workers, the order of completion or the mode), so the
 same seeds give the same table in serial and distributed mode.
 
 Fault tolerance: results are collected with :func:`distributed.as_completed`
-as they finish (with a progress bar); tasks of a worker that dies are
-rescheduled on the others by the scheduler, and ``retries`` re-runs tasks whose
-execution failed outside the task's own error handling; an interrupted run
-(Ctrl-C, or ``KeyboardInterrupt`` raised by the ``on_row`` callback) returns
-the rows that had finished, the others marked ``'cancelled'``.
+as they finish (with a progress bar).  A task lost with its worker (the
+process died: killed from outside, out of memory, or by the task itself, as
+``os._exit`` or a crash in compiled code does) is run again, once the other
+tasks are done, in a process of its own forked by a worker (on Linux; alone
+on the cluster elsewhere), up to ``retries`` times: a healthy task that only
+shared the dying worker finishes then, and a task that ends its own process
+is reported in its row as the culprit, without taking a worker with it again.  An
+interrupted run (Ctrl-C, or ``KeyboardInterrupt`` raised by the ``on_row``
+callback) returns the rows that had finished, the others marked
+``'cancelled'``.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import socket
+import sys
 import time
 import traceback
 import uuid
@@ -232,7 +238,10 @@ class RunResult:
 
     @property
     def complete(self) -> bool:
-        return not self.interrupted and not (self.table["status"] == "cancelled").any()
+        """True when every task returned a result: the run was not interrupted and
+        no row is an error (a task that raised, or was lost with its worker) or
+        cancelled."""
+        return not self.interrupted and not self.table["status"].isin(["cancelled", "error"]).any()
 
     @property
     def errors(self) -> pd.DataFrame:
@@ -251,6 +260,112 @@ def _Progress(total, progress, desc):
     """The progress of a run (:class:`~pyomo_odeest.nlp._progress.TaskProgress`;
     ``progress`` None: shown when standard error is a terminal)."""
     return TaskProgress(total, progress_enabled(progress), desc)
+
+
+
+_CAN_FORK = hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def _error_row(task, index, seed_seq, error, worker=""):
+    return index, dict(task=index, seed=int(seed_seq.generate_state(1)[0]), **task.columns,
+                       status="error", success=False, error=error, worker=worker), None
+
+
+def _execute_isolated(task, index, seed_seq, keep):
+    """:func:`_execute` in a child process forked by the worker: a task that ends
+    its process (``os._exit``, a fatal signal, a crash in compiled code) gives an
+    error row naming it, and the worker lives on."""
+    import cloudpickle
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                 # the child: run, send, exit
+        try:
+            os.close(r)
+            try:
+                payload = cloudpickle.dumps(_execute(task, index, seed_seq, keep))
+            except BaseException as err:         # noqa: BLE001 - an output that does not pickle
+                payload = cloudpickle.dumps(_error_row(
+                    task, index, seed_seq, f"the task's output cannot be sent back: "
+                    f"{type(err).__name__}: {err}", _worker_name()))
+            with os.fdopen(w, "wb") as f:
+                f.write(payload)
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and data:
+        try:
+            return cloudpickle.loads(data)
+        except Exception:                        # noqa: BLE001 - a truncated payload
+            pass
+    how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+           else f"exit code {os.WEXITSTATUS(status)}")
+    return _error_row(task, index, seed_seq,
+                      f"the task killed its worker process: it was lost with its worker, and "
+                      f"run again in a process of its own it ended that process ({how}) "
+                      "without returning (os._exit, a fatal signal, a crash in compiled code "
+                      "or memory exhaustion); run it in one process (Runner(mode='serial')) "
+                      "to see where", _worker_name())
+
+
+def _submit(client, task, index, seed_seq, keep, key, isolated=False):
+    """Submit one task; a task that cannot be serialized is named with its culprit."""
+    try:
+        return client.submit(_execute_isolated if isolated else _execute, task, index,
+                             seed_seq, keep, key=key, pure=False)
+    except Exception as err:                     # noqa: BLE001 - diagnosed below
+        raise _serialization_error(task, index, err) from None
+
+
+def _serialization_error(task, index, err):
+    """A :class:`TypeError` naming what of ``task`` cannot be pickled (or ``err``
+    itself, with its root cause, when every part pickles on its own)."""
+    import cloudpickle
+    root = err
+    while (root.__cause__ or root.__context__) is not None:
+        root = root.__cause__ or root.__context__
+    name = getattr(task.fn, "__qualname__", None) or repr(task.fn)
+    parts = [(f"the function {name!r}", task.fn)]
+    parts += [(f"argument {k}", _unwrap(a)) for k, a in enumerate(task.args)]
+    parts += [(f"keyword argument {k!r}", _unwrap(v)) for k, v in task.kwargs.items()]
+    for what, obj in parts:
+        try:
+            cloudpickle.dumps(obj)
+        except Exception as e:                   # noqa: BLE001 - the culprit
+            return TypeError(
+                f"task {index} cannot be sent to the Dask workers: {what} cannot be "
+                f"pickled ({type(e).__name__}: {e}). Define the function at module level "
+                "and pass data that pickles (no open files, locks, connections or "
+                "generators), or run with Runner(mode='serial')")
+    return TypeError(f"task {index} cannot be sent to the Dask workers: "
+                     f"{type(root).__name__}: {root}")
+
+
+def _gathered(fut):
+    """The result of a finished future, or None if it failed or was lost meanwhile."""
+    if fut.status != "finished":
+        return None
+    try:
+        return fut.result()
+    except Exception:                            # noqa: BLE001 - lost before it was gathered
+        return None
+
+
+def _exception(fut):
+    try:
+        return fut.exception()
+    except Exception as err:                     # noqa: BLE001 - a cancelled or lost future
+        return err
+
+
+def _failure(fut):
+    """What happened to a future that did not finish, in words."""
+    exc = _exception(fut)
+    if exc is None:
+        return f"the future is {fut.status} (its worker went away)"
+    return f"{type(exc).__name__}: {exc}"
 
 
 # ---------------------------------------------------------------------------
@@ -280,7 +395,10 @@ class Runner:
     client : distributed.Client, optional
         An existing client (not closed by the runner).
     retries : int
-        Dask ``retries=`` of every task (default 2).
+        How many times a task lost with its worker is run again, alone on the
+        cluster, before it is reported as killing its worker (default 2; see
+        the module docstring).  The embedded cluster's scheduler does not
+        reschedule such tasks itself (``allowed-failures`` 0): the runner does.
     progress : bool or None
         Show a progress bar (tqdm if installed, else a line of text on stderr);
         None (default): when standard error is a terminal.
@@ -322,7 +440,11 @@ class Runner:
             kw = dict(n_workers=n, threads_per_worker=1, processes=True,
                       dashboard_address=":0")
             kw.update(cluster_kwargs or {})
-            self._cluster = distributed.LocalCluster(**kw)
+            import dask
+            # a task whose worker dies comes back to the runner at once (see _run_dask)
+            # instead of being tried on up to 4 workers by the scheduler
+            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+                self._cluster = distributed.LocalCluster(**kw)
             self._client = distributed.Client(self._cluster)
             self._own_client = True
 
@@ -416,30 +538,49 @@ class Runner:
         client = self._client
         futures = {}
         run_id = uuid.uuid4().hex[:8]
-        for i, (t, s) in enumerate(zip(tasks, seeds)):
-            fut = client.submit(_execute, t, i, s, keep, key=task_key(run_id, i),
-                                retries=self.retries)
-            futures[fut] = i
-        ac = distributed.as_completed(list(futures), with_results=False)
+
+        def gather(futs):
+            """Collect ``futs`` as they finish; ``{index: why}`` of those lost."""
+            lost = {}
+            futures.update(futs)
+            for fut in distributed.as_completed(list(futs), with_results=False):
+                i = futures.pop(fut)
+                got = _gathered(fut)
+                # released at once: a result left on a worker is lost if that worker dies
+                fut.release()
+                if got is not None:
+                    collect(*got)
+                else:                        # lost with its worker, or not runnable there
+                    lost[i] = _failure(fut)
+                del fut
+            return lost
+
         try:
-            for fut in ac:
-                i = futures[fut]
-                if fut.status == "finished":
-                    collect(*fut.result())
-                else:                        # lost beyond retries, or failed to unpickle
-                    try:
-                        exc = fut.exception()
-                        msg = f"{type(exc).__name__}: {exc}"
-                    except Exception as err:             # pragma: no cover - defensive
-                        msg = f"{type(err).__name__}: {err}"
-                    t = tasks[i]
-                    collect(i, dict(task=i, seed=int(seeds[i].generate_state(1)[0]),
-                                    **t.columns, status="error", success=False,
-                                    error=f"task failed on the cluster: {msg}",
-                                    worker=""), None)
+            lost = gather({_submit(client, t, i, s, keep, task_key(run_id, i)): i
+                           for i, (t, s) in enumerate(zip(tasks, seeds))})
+            # a task lost with its worker runs again in a process of its own (forked by
+            # a worker): if it ends that process it is the culprit and the worker lives;
+            # without fork, alone on the cluster, one task at a time
+            for attempt in range(1, self.retries + 1):
+                batches = [sorted(lost)] if _CAN_FORK else [[i] for i in sorted(lost)]
+                again = {}
+                for batch in batches:
+                    again.update(gather({
+                        _submit(client, tasks[i], i, seeds[i], keep,
+                                task_key(f"{run_id}r{attempt}", i), isolated=_CAN_FORK): i
+                        for i in batch}))
+                lost = again
         except KeyboardInterrupt:
             client.cancel([f for f in futures if not f.done()])
             return True
+        for i in sorted(lost):
+            why = (f"the task was lost with its worker and not run again (retries=0): {lost[i]}"
+                   if self.retries == 0 else
+                   f"the task was lost with its worker {self.retries + 1} times (last: "
+                   f"{lost[i]}); it probably ends the Python process that runs it (os._exit, "
+                   "a fatal signal, a crash in compiled code or memory exhaustion): run it in "
+                   "one process (Runner(mode='serial')) to see where")
+            collect(*_error_row(tasks[i], i, seeds[i], why))
         return False
 
     def __call__(self, fn, items) -> list:

@@ -3,8 +3,9 @@ rendered back into Pyomo, and vectorised numeric functions lambdified from
 sympy.  Everything above uses these; they use nothing of the package."""
 from ._structure import UnsupportedExpressionError, to_sympy, walk
 from ._treediff import TreeDerivatives, differentiate_structure
+from ._lambdify import lambdify
 from ._convert import pyomo_to_sympy, sympy_to_pyomo
 from ._vectorfn import SparseJacobian, VectorFn, second_derivatives, sparse_jacobian
 
 __all__ = ["UnsupportedExpressionError", "to_sympy", "walk", "TreeDerivatives", "differentiate_structure", "pyomo_to_sympy", "sympy_to_pyomo",
-           "SparseJacobian", "VectorFn", "second_derivatives", "sparse_jacobian"]
+           "SparseJacobian", "VectorFn", "lambdify", "second_derivatives", "sparse_jacobian"]

@@ -19,7 +19,7 @@ symbol, so each expression built is a few symbols deep; an expression bound
 twice gets the same symbol (repeated sub-trees, such as a denominator shared
 by several terms, are computed once).  The result is a list
 of assignments in dependence order (the shape ``sympy.cse`` returns), ready for
-``sympy.lambdify(..., cse=...)``.
+the ``cse=`` argument of :func:`~pyomo_odeest.symbolic.lambdify`.
 """
 from __future__ import annotations
 

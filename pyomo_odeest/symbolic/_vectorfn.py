@@ -12,11 +12,13 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
+from ._lambdify import lambdify
+
 __all__ = ["VectorFn", "SparseJacobian", "sparse_jacobian", "second_derivatives"]
 
 
 def _lambdify(args, exprs):
-    return sympy.lambdify(args, exprs, modules="numpy", cse=True)
+    return lambdify(args, exprs, modules="numpy", cse=True)
 
 
 def _stack(vals, npts):

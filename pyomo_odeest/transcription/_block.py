@@ -388,8 +388,9 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
         def crule(b, i, ex=ex, name=pc.name):
             if ex.free_symbols:
                 return sympy_to_pyomo(ex, point(i)) <= 0
-            if float(ex) > 0:
-                raise ProblemError(f"path constraint '{name}' is the constant {float(ex)} > 0")
+            if not float(ex) <= 0:           # a NaN row is refused too, never dropped
+                raise ProblemError(f"path constraint '{name}' is the constant {float(ex)}, "
+                                   "not <= 0")
             return pyo.Constraint.Skip
         b.add_component(f"path_{pc.name}", pyo.Constraint(pts, rule=crule))
     add_parameter_constraints(b, problem.parameter_constraints, usub)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import sympy
+from ...symbolic import lambdify
 
 ODE_METHODS = ("LSODA", "BDF", "Radau", "DOP853", "RK45")
 _IMPLICIT = ("LSODA", "BDF", "Radau")
@@ -66,7 +67,7 @@ class _SymBundle:
             self._parts.append((shape, int(np.prod(shape)), np.array(cf, dtype=np.intp),
                                 np.array(cv, dtype=float), np.array(vf, dtype=np.intp),
                                 start, len(exprs)))
-        self._fn = sympy.lambdify(args, exprs, "numpy", cse=True) if exprs else None
+        self._fn = lambdify(args, exprs, "numpy", cse=True) if exprs else None
 
     def __call__(self, *args):
         vals = None

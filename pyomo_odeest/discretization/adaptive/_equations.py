@@ -15,6 +15,7 @@ import sympy
 from ...problem._misfit import misfit_constant, misfit_sym
 from ...problem._declaration import EstimationProblem
 from ._controller import QMAX_ADAPTIVE, StepController
+from ...symbolic import lambdify
 
 __all__ = ["RHO", "adams_pc_coefficients", "AdaptiveEquations"]
 
@@ -51,7 +52,7 @@ def adams_pc_coefficients(Q: int):
 
 
 def _lamb(args, exprs):
-    return sympy.lambdify(args, exprs, modules="numpy", cse=True)
+    return lambdify(args, exprs, modules="numpy", cse=True)
 
 
 class AdaptiveEquations:
