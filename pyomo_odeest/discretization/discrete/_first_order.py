@@ -33,6 +33,8 @@ class FirstOrder:
         pv = self._point_values(W, u) if pv is None else pv
         if Fw is None:
             Fw, _ = self._dF(W, u)
+        if self._compiled() is not None:
+            return self.block_backward_solve(-Fw[:, :, None], pv)[:, :, 0]
         n = self.n
         rhs = -Fw.copy()
         P = np.zeros_like(W)
@@ -66,6 +68,39 @@ class FirstOrder:
                     continue
                 rhs[pt] += self.d_c[e] * fdx.rmatvec_point(fdxv[pt], p)
         return P
+
+    def block_backward_solve(self, R, pv):
+        """Solve ``(∂G/∂w)ᵀ P = R`` for ``R`` of shape (nblocks, n, q) by the
+        compiled block backward substitution (:func:`._sweeps.adjoint_sweep`)."""
+        from ._sweeps import adjoint_sweep
+        a = self.compiled_arrays()
+        nb = self.nblocks
+        fdxv = pv.get("fdx")
+        if fdxv is None:
+            fdxv = np.zeros((nb, 0))
+        return adjoint_sweep(np.array(R, dtype=float, order="C"), a["base"], a["implicit"],
+                             a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"], a["fx_cols"],
+                             np.ascontiguousarray(pv["fx"]), a["d_ptr"], a["d_pt"], a["d_c"],
+                             a["fdx_rows"], a["fdx_cols"], np.ascontiguousarray(fdxv))
+
+    def _sensitivities_compiled(self, M0, pv, Fw):
+        """The block forward substitution of :meth:`sensitivities`, compiled."""
+        from ._sweeps import sensitivity_sweep
+        a = self.compiled_arrays()
+        nb = self.nblocks
+        stream = Fw is not None
+        zeros = np.zeros((nb, 0))
+        fdxv, fduv = pv.get("fdx"), pv.get("fdu")
+        M, acc = sensitivity_sweep(
+            np.ascontiguousarray(M0, dtype=float), a["base"], a["implicit"],
+            a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"], a["fx_cols"],
+            np.ascontiguousarray(pv["fx"]), a["fu_rows"], a["fu_cols"],
+            np.ascontiguousarray(pv["fu"]), a["d_ptr"], a["d_pt"], a["d_c"],
+            a["fdx_rows"], a["fdx_cols"], zeros if fdxv is None else np.ascontiguousarray(fdxv),
+            a["fdu_rows"], a["fdu_cols"], zeros if fduv is None else np.ascontiguousarray(fduv),
+            np.ascontiguousarray(Fw, dtype=float) if stream else np.zeros((nb, self.n)),
+            min(a["window"], nb) if stream else nb)
+        return acc if stream else M
 
     def adjoint_transposed_solve(self, traj, Fw=None, pv=None):
         """Same adjoint by one sparse LU solve of the assembled (∂G/∂w)ᵀ."""
@@ -109,6 +144,8 @@ class FirstOrder:
         acc = np.zeros(m)
         luv = self.lu.point(np.zeros(0), u, self.t[0])
         M0 = self.lu.dense(luv[None])[0]
+        if self._compiled() is not None:
+            return self._sensitivities_compiled(M0, pv, Fw)
         M[0] = M0
         if stream:
             acc += Fw[0] @ M0

@@ -96,9 +96,12 @@ class SecondOrder:
         # initial condition G_0 = x_0 − l(u): −(p_0ᵀ l)_uu
         Lu_tot -= np.tensordot(P[0], sec["l"](u), axes=1)
         # second-order adjoint 𝓜: (∂G/∂w)ᵀ 𝓜 = −(L_ww M + L_wu), one column per parameter
-        Gw = self.jacobian_w(W, u, pv)
-        lu = spla.splu(Gw.T.tocsc())
-        Madj = lu.solve(-LwwM_Lwu.reshape(nb * n, m)).reshape(nb, n, m)
+        if self._compiled() is not None:          # block backward substitution, compiled
+            Madj = self.block_backward_solve(-LwwM_Lwu, pv)
+        else:
+            Gw = self.jacobian_w(W, u, pv)
+            lu = spla.splu(Gw.T.tocsc())
+            Madj = lu.solve(-LwwM_Lwu.reshape(nb * n, m)).reshape(nb, n, m)
         Gu = self.jacobian_u(W, u, pv)
         H = Lu_tot + np.einsum("bnm,bnq->mq", Gu, Madj)
         return 0.5 * (H + H.T)
