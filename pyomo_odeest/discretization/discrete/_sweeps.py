@@ -198,3 +198,40 @@ def sensitivity_sweep(M0, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fx
                 for j in range(m):
                     acc[j] += Fw[b, i] * rhs[i, j]
     return M, acc
+
+
+@njit(**_JIT)
+def second_order_terms(LwwM, Luu, pt, M, xx_rows, xx_cols, xxv, xu_rows, xu_cols, xuv,
+                       uu_rows, uu_cols, uuv):
+    """Add the terms ``(λ_tᵀ h)''`` of ``L = F + pᵀG`` at the points ``pt[t]``:
+    ``LwwM[p] += h_xx M_p + h_xu`` and ``Luu += h_xuᵀ M_p + h_uu`` (values per term)."""
+    m = M.shape[2]
+    for t in range(pt.shape[0]):
+        p = pt[t]
+        for k in range(xx_rows.shape[0]):
+            v = xxv[t, k]
+            if v != 0.0:
+                for j in range(m):
+                    LwwM[p, xx_rows[k], j] += v * M[p, xx_cols[k], j]
+        for k in range(xu_rows.shape[0]):
+            v = xuv[t, k]
+            LwwM[p, xu_rows[k], xu_cols[k]] += v
+            if v != 0.0:
+                for j in range(m):
+                    Luu[xu_cols[k], j] += v * M[p, xu_rows[k], j]
+        for k in range(uu_rows.shape[0]):
+            Luu[uu_rows[k], uu_cols[k]] += uuv[t, k]
+
+
+@njit(**_JIT)
+def parameter_contraction(out, eq, pt, c, fu_rows, fu_cols, fuv, X):
+    """``out −= Σ_e c_e f_u(w_{pt_e})ᵀ X_{eq_e}``: the terms' part of ``(∂G/∂u)ᵀ X``."""
+    m = X.shape[2]
+    for e in range(eq.shape[0]):
+        b = eq[e]
+        p = pt[e]
+        ce = c[e]
+        for k in range(fu_rows.shape[0]):
+            a = ce * fuv[p, k]
+            for j in range(m):
+                out[fu_cols[k], j] -= a * X[b, fu_rows[k], j]
