@@ -15,9 +15,10 @@ warm-up's time for the reduced space and the kernel build time are printed
 separately.  ``--cold`` points the kernel and numba caches at fresh temporary
 directories, so the warm-up includes the compilation a first use on a new
 machine pays.  ``--engine numpy`` runs the reduced space on its numpy engine
-(the fallback without numba) instead; ``--sizes`` picks the steps per interval.
+(the fallback without numba) instead; ``--sizes`` picks the steps per interval; ``--per-call`` also
+times one simulation, gradient and Hessian on both engines at the largest size.
 
-    python benchmarks/reduced_vs_simultaneous.py [--cold] [--engine numba|numpy] [--sizes 10 100 1000]
+    python benchmarks/reduced_vs_simultaneous.py [--cold] [--engine numba|numpy] [--sizes 10 100 1000] [--per-call]
 
 The last line reads ``reduced_vs_simultaneous: ratio_100=... ratio_1000=...
 max_estimate_diff=...`` (ratio = reduced time / simultaneous time; the largest
@@ -44,6 +45,9 @@ def main(argv=None):
     ap.add_argument("--engine", choices=("auto", "numba", "numpy"), default="auto")
     ap.add_argument("--cold", action="store_true",
                     help="compile the kernels afresh (temporary caches)")
+    ap.add_argument("--per-call", action="store_true",
+                    help="also time one simulation, gradient and Hessian on both engines "
+                         "at the largest size")
     args = ap.parse_args(argv)
     if args.cold:
         os.environ["PYOMO_ODEEST_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="odeest_kernels_")
@@ -98,10 +102,38 @@ def main(argv=None):
               f"{rr.iterations:>6} {d:>9.2e}  {ev['simulations']}/{ev['gradients']}/{ev['hessians']}"
               f"  {engine}")
         sys.stdout.flush()
+    if args.per_call:
+        per_call(prob, max(args.sizes))
     r100 = f"{ratios[100]:.3f}" if 100 in ratios else "nan"
     r1000 = f"{ratios[1000]:.3f}" if 1000 in ratios else "nan"
     print(f"reduced_vs_simultaneous: ratio_100={r100} ratio_1000={r1000} "
           f"max_estimate_diff={max(diffs):.3g}")
+
+
+def per_call(prob, spi):
+    """Seconds of one simulation, adjoint gradient (trajectory given) and second-order
+    adjoint Hessian (from scratch) at ``spi`` steps per interval, numpy against numba
+    (the best of three calls each, after one untimed call)."""
+    from pyomo_odeest.discretization.discrete import DiscreteModel
+    u = np.array([1.0, 1.0, 1.0, 1.0])
+    rows = {}
+    for engine in ("numpy", "numba"):
+        dm = DiscreteModel(prob, steps_per_interval=spi, engine=engine)
+        traj = dm.simulate(u)
+        calls = {"simulate": lambda: dm.simulate(u),
+                 "gradient": lambda: dm.gradient(u, "adjoint", traj),
+                 "hessian": lambda: dm.hessian(u, "soa")}
+        for name, fn in calls.items():
+            fn()
+            best = np.inf
+            for _ in range(3):
+                t0 = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - t0)
+            rows.setdefault(name, {})[engine] = best
+    print(f"per call at {spi} steps/interval ({dm.nblocks} blocks): "
+          + ", ".join(f"{k} {v['numpy'] * 1e3:.1f} ms -> {v['numba'] * 1e3:.2f} ms "
+                      f"(x{v['numpy'] / v['numba']:.0f})" for k, v in rows.items()))
 
 
 if __name__ == "__main__":

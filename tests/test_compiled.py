@@ -179,3 +179,16 @@ def test_compiled_adjoint_equals_ipopt_multipliers(scheme):
     assert dm.engine == "numba"
     assert rep.max_rel_adjoint < 1e-6
     assert rep.max_rel_recursion < 1e-6
+
+
+@pytest.mark.extras
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed (extra 'compiled')")
+def test_compiled_model_pickles():
+    cloudpickle = pytest.importorskip("cloudpickle")
+    prob = lotka_volterra_problem()
+    dm = DiscreteModel(prob, steps_per_interval=5, engine="numba")
+    u = np.array([0.9, 1.1, 0.95, 1.05])
+    g = dm.gradient(u)
+    dm2 = cloudpickle.loads(cloudpickle.dumps(dm))
+    assert dm2.engine == "numba"
+    assert rel(dm2.gradient(u), g) < 1e-14

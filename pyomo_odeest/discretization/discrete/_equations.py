@@ -175,6 +175,14 @@ class DiscreteEquations:
     # ------------------------------------------------------------------
     # engine
     # ------------------------------------------------------------------
+    def __getstate__(self):
+        # a compiled kernel lives in a module loaded from the kernel cache: rebuilt
+        # (loaded again) on first use after unpickling
+        state = self.__dict__.copy()
+        if state.get("_kernel"):
+            state["_kernel"] = None
+        return state
+
     @property
     def engine(self):
         """``'numba'`` or ``'numpy'``: the engine that runs the simulation and sweeps."""

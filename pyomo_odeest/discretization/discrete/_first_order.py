@@ -102,6 +102,21 @@ class FirstOrder:
             min(a["window"], nb) if stream else nb)
         return acc if stream else M
 
+    def _parameter_jacobian_T(self, X, u, pv):
+        """``(∂G/∂u)ᵀ X`` (m, q) for X (nblocks, n, q) without forming ∂G/∂u (compiled)."""
+        from ._sweeps import parameter_contraction
+        lu = self.lu.dense(self.lu.point(np.zeros(0), u, self.t[0])[None])[0]
+        out = -lu.T @ X[0]
+        C = np.ascontiguousarray
+        parameter_contraction(out, self.f_eq.astype(np.int64), self.f_pt.astype(np.int64),
+                              C(self.f_c, dtype=float), self.fu.rows, self.fu.cols,
+                              C(pv["fu"]), X)
+        if self.needs_fdot and len(self.d_eq):
+            parameter_contraction(out, self.d_eq.astype(np.int64), self.d_pt.astype(np.int64),
+                                  C(self.d_c, dtype=float), self.fdu.rows, self.fdu.cols,
+                                  C(pv["fdu"]), X)
+        return out
+
     def adjoint_transposed_solve(self, traj, Fw=None, pv=None):
         """Same adjoint by one sparse LU solve of the assembled (∂G/∂w)ᵀ."""
         W, u = traj.W, traj.u
@@ -115,6 +130,8 @@ class FirstOrder:
     def _gradient_from_adjoint(self, P, traj, Fu, pv):
         """∇J = ∇_u F + pᵀ ∂G/∂u [GM-grad, eq. (13)/(54)], without forming ∂G/∂u."""
         u = traj.u
+        if self._compiled() is not None:
+            return Fu + self._parameter_jacobian_T(np.ascontiguousarray(P[:, :, None]), u, pv)[:, 0]
         g = Fu.copy()
         luv = self.lu.point(np.zeros(0), u, self.t[0])
         g -= self.lu.matvec_T(luv[None, :], P[0][None, :])[0]

@@ -114,18 +114,3 @@ class SecondOrder:
         Gu = self.jacobian_u(W, u, pv)
         H = Lu_tot + np.einsum("bnm,bnq->mq", Gu, Madj)
         return 0.5 * (H + H.T)
-
-    def _parameter_jacobian_T(self, X, u, pv):
-        """``(∂G/∂u)ᵀ X`` (m, q) for X (nblocks, n, q) without forming ∂G/∂u (compiled)."""
-        from ._sweeps import parameter_contraction
-        lu = self.lu.dense(self.lu.point(np.zeros(0), u, self.t[0])[None])[0]
-        out = -lu.T @ X[0]
-        C = np.ascontiguousarray
-        parameter_contraction(out, self.f_eq.astype(np.int64), self.f_pt.astype(np.int64),
-                              C(self.f_c, dtype=float), self.fu.rows, self.fu.cols,
-                              C(pv["fu"]), X)
-        if self.needs_fdot and len(self.d_eq):
-            parameter_contraction(out, self.d_eq.astype(np.int64), self.d_pt.astype(np.int64),
-                                  C(self.d_c, dtype=float), self.fdu.rows, self.fdu.cols,
-                                  C(pv["fdu"]), X)
-        return out
