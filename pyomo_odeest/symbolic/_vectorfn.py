@@ -72,6 +72,8 @@ class SparseJacobian:
         self.cols = np.asarray(cols, dtype=np.int64)
         self.shape = shape
         self.nnz = len(exprs)
+        #: the entries' expressions (for code generation)
+        self.exprs = list(exprs)
         self._vf = VectorFn(exprs, x_sym, u_sym, t_sym, extra)
 
     def values(self, X, u, t, *extra):

@@ -7,6 +7,8 @@ simulation and the derivative mixins share lives here, once.
 """
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -15,6 +17,7 @@ from ...problem._misfit import MeasurementMisfit
 from ...problem._declaration import EstimationProblem
 from ..schemes import get_scheme
 from ...symbolic._vectorfn import VectorFn, second_derivatives, sparse_jacobian
+from ._compiled import AUTO_MIN_BLOCKS, ENGINES, NotCompilable, build_simulation_kernel, numba_available
 
 __all__ = ["DiscreteEquations"]
 
@@ -22,11 +25,26 @@ __all__ = ["DiscreteEquations"]
 class DiscreteEquations:
     """Blocks, terms and the equations G(w, u) = 0 and F(w, u) of the discrete problem.
 
-    Parameters are those of :func:`~pyomo_odeest.transcription._block.build_block`.
+    Parameters are those of :func:`~pyomo_odeest.transcription._block.build_block`,
+    and ``engine``: ``'auto'`` (default: the compiled engine of :mod:`._compiled`
+    when numba is installed, the problem's expressions compile and the model has
+    at least :data:`~pyomo_odeest.discretization.discrete._compiled.AUTO_MIN_BLOCKS` blocks — below that numpy's
+    sweeps cost less than loading compiled code into a new process — else numpy),
+    ``'numba'`` (required; an error otherwise) or ``'numpy'``.  Both engines solve
+    the same equations; :attr:`engine` tells which one runs.
     """
 
     def __init__(self, problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
-                 max_step=None, steps_per_interval=None):
+                 max_step=None, steps_per_interval=None, engine="auto"):
+        if engine not in ENGINES:
+            raise ValueError(f"engine={engine!r}: use one of {ENGINES}")
+        if engine == "numba" and not numba_available():
+            raise ImportError("engine='numba' needs numba: pip install 'pyomo_odeest[compiled]' "
+                              "(or engine='numpy')")
+        self._engine_request = engine
+        self._kernel = None if engine != "numpy" else False
+        self.engine_note = "numpy engine requested" if engine == "numpy" else ""
+        self._arrays = None
         self.problem = problem
         self.scheme = get_scheme(scheme, qmax)
         self.grid = resolve_grid(problem, grid, max_step, steps_per_interval)
@@ -35,9 +53,18 @@ class DiscreteEquations:
         self.k = len(t) - 1
         self.n = len(problem.states)
         self.m = len(problem.parameters)
-        self.formulas = self.scheme.formulas(t, self.grid.restarts)
         self.nsim = self.ngrad = self.nhess = 0
-        self._layout()
+        # the step formulas and the layout create a few small objects per step and keep
+        # them all: with the cyclic collector on, its repeated passes over the heap cost
+        # more than the work itself (2.4 s against 1.0 s for 10 000 steps)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self.formulas = self.scheme.formulas(t, self.grid.restarts)
+            self._layout()
+        finally:
+            if enabled:
+                gc.enable()
         self._symbolic()
         self._measurements()
 
@@ -144,6 +171,68 @@ class DiscreteEquations:
         self.zbar, self.A, self.A_diag, self.const = mf.zbar, mf.A, mf.A_diag, mf.const
         self._has_penalty = mf.has_penalty
         self._R, self._dR, self._d2R = mf._R, mf._dR, mf._d2R
+
+    # ------------------------------------------------------------------
+    # engine
+    # ------------------------------------------------------------------
+    def __getstate__(self):
+        # a compiled kernel lives in a module loaded from the kernel cache: rebuilt
+        # (loaded again) on first use after unpickling
+        state = self.__dict__.copy()
+        if state.get("_kernel"):
+            state["_kernel"] = None
+        return state
+
+    @property
+    def engine(self):
+        """``'numba'`` or ``'numpy'``: the engine that runs the simulation and sweeps."""
+        return "numba" if self._compiled() is not None else "numpy"
+
+    def _compiled(self):
+        """The compiled simulation kernel, built on first use; None on the numpy engine."""
+        if self._kernel is None:
+            if self._engine_request == "auto" and self.nblocks < AUTO_MIN_BLOCKS:
+                self._kernel = False
+                self.engine_note = f"{self.nblocks} blocks < {AUTO_MIN_BLOCKS}: numpy is faster"
+            elif self._engine_request == "auto" and not numba_available():
+                self._kernel = False
+                self.engine_note = "numba is not installed"
+            else:
+                try:
+                    self._kernel = build_simulation_kernel(self)
+                except NotCompilable as err:
+                    if self._engine_request == "numba":
+                        raise ValueError(f"engine='numba': {err}; use engine='numpy'") from None
+                    self._kernel = False
+                    self.engine_note = f"not compiled: {err}"
+        return self._kernel or None
+
+    def compiled_arrays(self):
+        """The block layout as flat arrays for the compiled sweeps: terms grouped by
+        equation block (CSR ``*_ptr``), Jacobian patterns, and ``window``, one more
+        than the farthest back reference of any block (ring buffer of the streaming
+        sensitivity sweep)."""
+        if self._arrays is None:
+            nb = self.nblocks
+            a = {"base": self.base.astype(np.int64), "implicit": self.implicit.astype(np.bool_),
+                 "blk_time": np.ascontiguousarray(self.blk_time, dtype=float)}
+            far = np.max(np.arange(1, nb) - self.base[1:]) if nb > 1 else 0
+            for key, eq, pt, c in (("f", self.f_eq, self.f_pt, self.f_c),
+                                   ("d", self.d_eq, self.d_pt, self.d_c)):
+                order = np.argsort(eq, kind="stable")
+                a[f"{key}_ptr"] = np.searchsorted(eq[order], np.arange(nb + 1)).astype(np.int64)
+                a[f"{key}_pt"] = pt[order].astype(np.int64)
+                a[f"{key}_c"] = np.ascontiguousarray(c[order], dtype=float)
+                if len(eq):
+                    far = max(far, int(np.max(eq - pt)))
+            empty = np.zeros(0, dtype=np.int64)
+            for key in ("fx", "fu", "fdx", "fdu"):
+                J = getattr(self, key, None)
+                a[f"{key}_rows"] = empty if J is None else J.rows.astype(np.int64)
+                a[f"{key}_cols"] = empty if J is None else J.cols.astype(np.int64)
+            a["window"] = int(far) + 1
+            self._arrays = a
+        return self._arrays
 
     # ------------------------------------------------------------------
     # evaluation helpers

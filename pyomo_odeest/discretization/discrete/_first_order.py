@@ -33,6 +33,8 @@ class FirstOrder:
         pv = self._point_values(W, u) if pv is None else pv
         if Fw is None:
             Fw, _ = self._dF(W, u)
+        if self._compiled() is not None:
+            return self.block_backward_solve(-Fw[:, :, None], pv)[:, :, 0]
         n = self.n
         rhs = -Fw.copy()
         P = np.zeros_like(W)
@@ -67,6 +69,54 @@ class FirstOrder:
                 rhs[pt] += self.d_c[e] * fdx.rmatvec_point(fdxv[pt], p)
         return P
 
+    def block_backward_solve(self, R, pv):
+        """Solve ``(∂G/∂w)ᵀ P = R`` for ``R`` of shape (nblocks, n, q) by the
+        compiled block backward substitution (:func:`._sweeps.adjoint_sweep`)."""
+        from ._sweeps import adjoint_sweep
+        a = self.compiled_arrays()
+        nb = self.nblocks
+        fdxv = pv.get("fdx")
+        if fdxv is None:
+            fdxv = np.zeros((nb, 0))
+        return adjoint_sweep(np.array(R, dtype=float, order="C"), a["base"], a["implicit"],
+                             a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"], a["fx_cols"],
+                             np.ascontiguousarray(pv["fx"]), a["d_ptr"], a["d_pt"], a["d_c"],
+                             a["fdx_rows"], a["fdx_cols"], np.ascontiguousarray(fdxv))
+
+    def _sensitivities_compiled(self, M0, pv, Fw):
+        """The block forward substitution of :meth:`sensitivities`, compiled."""
+        from ._sweeps import sensitivity_sweep
+        a = self.compiled_arrays()
+        nb = self.nblocks
+        stream = Fw is not None
+        zeros = np.zeros((nb, 0))
+        fdxv, fduv = pv.get("fdx"), pv.get("fdu")
+        M, acc = sensitivity_sweep(
+            np.ascontiguousarray(M0, dtype=float), a["base"], a["implicit"],
+            a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"], a["fx_cols"],
+            np.ascontiguousarray(pv["fx"]), a["fu_rows"], a["fu_cols"],
+            np.ascontiguousarray(pv["fu"]), a["d_ptr"], a["d_pt"], a["d_c"],
+            a["fdx_rows"], a["fdx_cols"], zeros if fdxv is None else np.ascontiguousarray(fdxv),
+            a["fdu_rows"], a["fdu_cols"], zeros if fduv is None else np.ascontiguousarray(fduv),
+            np.ascontiguousarray(Fw, dtype=float) if stream else np.zeros((nb, self.n)),
+            min(a["window"], nb) if stream else nb)
+        return acc if stream else M
+
+    def _parameter_jacobian_T(self, X, u, pv):
+        """``(∂G/∂u)ᵀ X`` (m, q) for X (nblocks, n, q) without forming ∂G/∂u (compiled)."""
+        from ._sweeps import parameter_contraction
+        lu = self.lu.dense(self.lu.point(np.zeros(0), u, self.t[0])[None])[0]
+        out = -lu.T @ X[0]
+        C = np.ascontiguousarray
+        parameter_contraction(out, self.f_eq.astype(np.int64), self.f_pt.astype(np.int64),
+                              C(self.f_c, dtype=float), self.fu.rows, self.fu.cols,
+                              C(pv["fu"]), X)
+        if self.needs_fdot and len(self.d_eq):
+            parameter_contraction(out, self.d_eq.astype(np.int64), self.d_pt.astype(np.int64),
+                                  C(self.d_c, dtype=float), self.fdu.rows, self.fdu.cols,
+                                  C(pv["fdu"]), X)
+        return out
+
     def adjoint_transposed_solve(self, traj, Fw=None, pv=None):
         """Same adjoint by one sparse LU solve of the assembled (∂G/∂w)ᵀ."""
         W, u = traj.W, traj.u
@@ -80,6 +130,8 @@ class FirstOrder:
     def _gradient_from_adjoint(self, P, traj, Fu, pv):
         """∇J = ∇_u F + pᵀ ∂G/∂u [GM-grad, eq. (13)/(54)], without forming ∂G/∂u."""
         u = traj.u
+        if self._compiled() is not None:
+            return Fu + self._parameter_jacobian_T(np.ascontiguousarray(P[:, :, None]), u, pv)[:, 0]
         g = Fu.copy()
         luv = self.lu.point(np.zeros(0), u, self.t[0])
         g -= self.lu.matvec_T(luv[None, :], P[0][None, :])[0]
@@ -109,6 +161,8 @@ class FirstOrder:
         acc = np.zeros(m)
         luv = self.lu.point(np.zeros(0), u, self.t[0])
         M0 = self.lu.dense(luv[None])[0]
+        if self._compiled() is not None:
+            return self._sensitivities_compiled(M0, pv, Fw)
         M[0] = M0
         if stream:
             acc += Fw[0] @ M0

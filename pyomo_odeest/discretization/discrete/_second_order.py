@@ -54,6 +54,7 @@ class SecondOrder:
         Fw, Fu = self._dF(W, u)
         P = self.adjoint(traj, Fw, pv)
         sec = self._second_order()
+        compiled = self._compiled() is not None
         n, m, nb = self.n, self.m, self.nblocks
         # second derivatives of L = F + pᵀG, as Lww·M + Lwu  (nb, n, m), Luw·M + Luu (m, m)
         LwwM_Lwu = np.zeros((nb, n, m))
@@ -90,12 +91,23 @@ class SecondOrder:
             hxxv = hxx.values(Xp, u, Tp, lam)
             hxuv = hxu.values(Xp, u, Tp, lam)
             huuv = huu.values(Xp, u, Tp, lam)
+            if compiled:
+                from ._sweeps import second_order_terms
+                C = np.ascontiguousarray
+                second_order_terms(LwwM_Lwu, Lu_tot, pt.astype(np.int64), C(M),
+                                   hxx.rows, hxx.cols, C(hxxv), hxu.rows, hxu.cols, C(hxuv),
+                                   huu.rows, huu.cols, C(huuv))
+                continue
             contrib = hxx.matmat(hxxv, M[pt]) + hxu.dense(hxuv)      # (nterms, n, m)
             np.add.at(LwwM_Lwu, pt, contrib)
             Lu_tot += np.einsum("txm,txn->mn", hxu.dense(hxuv), M[pt]) + huu.dense(huuv).sum(axis=0)
         # initial condition G_0 = x_0 − l(u): −(p_0ᵀ l)_uu
         Lu_tot -= np.tensordot(P[0], sec["l"](u), axes=1)
         # second-order adjoint 𝓜: (∂G/∂w)ᵀ 𝓜 = −(L_ww M + L_wu), one column per parameter
+        if compiled:            # block backward substitution; (∂G/∂u)ᵀ 𝓜 term by term
+            Madj = self.block_backward_solve(-LwwM_Lwu, pv)
+            H = Lu_tot + self._parameter_jacobian_T(Madj, u, pv)
+            return 0.5 * (H + H.T)
         Gw = self.jacobian_w(W, u, pv)
         lu = spla.splu(Gw.T.tocsc())
         Madj = lu.solve(-LwwM_Lwu.reshape(nb * n, m)).reshape(nb, n, m)

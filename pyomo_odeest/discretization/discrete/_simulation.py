@@ -1,7 +1,8 @@
 """Forward simulation of the discrete problem: G(w, u) = 0 by block forward substitution.
 
 Explicit blocks are evaluated, implicit blocks (own point in an f or ḟ term)
-solved by Newton's method.
+solved by Newton's method; in numpy, or compiled (:mod:`._compiled`) when the
+model's engine is numba.
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ class Simulation:
         W[0] = self.l.point(np.zeros(0), u, self.t[0])
         if not np.all(np.isfinite(W[0])):
             raise SimulationError(f"initial state l(u) is not finite: {W[0]}", 0, self.t[0])
+        kernel = self._compiled()
+        if kernel is not None:
+            return self._simulate_compiled(kernel, W, u, newton_tol, max_newton)
         Fv = {}
         Dv = {}
         f, fd = self.f, (self.fd if self.needs_fdot else None)
@@ -85,11 +89,32 @@ class Simulation:
                                             max_newton)
                     newton_total += it
                 if not np.all(np.isfinite(W[b])):
-                    i = self.blk_step[b]
-                    raise SimulationError(
-                        f"non-finite state in step {i} (stage {self.blk_stage[b]}, "
-                        f"t = {self.blk_time[b]:.6g}) at u = {u}", i, self.blk_time[b])
+                    self._fail_nonfinite(b, u)
         return Trajectory(u=u, W=W, X=W[self.xblk], newton_iterations=newton_total)
+
+    def _simulate_compiled(self, kernel, W, u, tol, max_it):
+        """The same block forward substitution and Newton iteration, compiled."""
+        a = self.compiled_arrays()
+        status, b, newton_total = kernel.simulate(
+            W, np.array(u, dtype=float), a["blk_time"], a["base"], a["implicit"], a["f_ptr"], a["f_pt"], a["f_c"],
+            a["d_ptr"], a["d_pt"], a["d_c"], a["fx_rows"], a["fx_cols"], a["fdx_rows"],
+            a["fdx_cols"], float(tol), int(max_it))
+        if status == 1:
+            self._fail_nonfinite(b, u)
+        if status == 2:
+            self._fail_newton(b, u)
+        return Trajectory(u=u, W=W, X=W[self.xblk], newton_iterations=int(newton_total))
+
+    def _fail_nonfinite(self, b, u):
+        i = self.blk_step[b]
+        raise SimulationError(
+            f"non-finite state in step {i} (stage {self.blk_stage[b]}, "
+            f"t = {self.blk_time[b]:.6g}) at u = {u}", i, self.blk_time[b])
+
+    def _fail_newton(self, b, u):
+        i, tb = self.blk_step[b], self.blk_time[b]
+        raise SimulationError(f"Newton did not converge in step {i} (stage {self.blk_stage[b]}, "
+                              f"t = {tb:.6g}) at u = {u}", i, tb)
 
     def _newton(self, b, rhs, c, d, u, tol, max_it):
         """Solve v = rhs + c f(v) + d ḟ(v) by Newton's method."""
@@ -111,9 +136,7 @@ class Simulation:
             v = v + dv
             if np.max(np.abs(dv)) <= tol * (1 + np.max(np.abs(v))):
                 return v, it
-        i = self.blk_step[b]
-        raise SimulationError(f"Newton did not converge in step {i} (stage {self.blk_stage[b]}, "
-                              f"t = {tb:.6g}) at u = {u}", i, tb)
+        self._fail_newton(b, u)
 
     def _newton_start(self, b, rhs):
         return rhs.copy()

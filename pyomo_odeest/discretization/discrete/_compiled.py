@@ -1,0 +1,274 @@
+r"""The compiled engine of :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` (numba).
+
+With numba installed (the ``compiled`` extra), the forward simulation of the
+scheme and the block sweeps — discrete adjoint [GM-grad, eq. (52)],
+sensitivities [GM-grad, eq. (51)] and the second-order adjoint of
+[GM-grad, §2.5] — run as machine code; the numpy code of
+:mod:`._simulation`, :mod:`._first_order` and :mod:`._second_order` stays the
+fallback and the reference (tests check both give the same numbers).  The
+equations are unchanged: the same blocks, terms and coefficients
+(:mod:`._equations`), the same symbolic right-hand side.
+
+* The problem-independent sweeps live in :mod:`._sweeps`, compiled once per
+  machine (numba's on-disk cache).
+* The simulation calls the right-hand side point by point, so it is generated
+  per problem: the point kernels of f, ∂f/∂x (and ḟ, ∂ḟ/∂x for the Enright
+  schemes) are printed from the problem's sympy expressions
+  (:func:`~pyomo_odeest.symbolic._codegen.kernel_source`) and written, with the
+  simulation loop of :data:`SIMULATION_TEMPLATE`, to a module file named by the
+  hash of its text in a cache directory (``PYOMO_ODEEST_KERNEL_CACHE``, else
+  ``$XDG_CACHE_HOME/pyomo_odeest/kernels`` or ``~/.cache/...``, else the
+  temporary directory), so numba's on-disk cache applies to it too: a problem
+  structure is compiled once per machine, later processes load machine code.
+
+Problems whose expressions cannot be compiled (inputs given as data, evaluated
+by Python callables) keep the numpy engine; :attr:`DiscreteModel.engine` says
+which engine runs and :attr:`DiscreteModel.engine_note` why.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+import time
+import warnings
+
+import numpy as np
+
+from ...symbolic._codegen import NotCompilable, kernel_source
+
+__all__ = ["numba_available", "SimulationKernel", "build_simulation_kernel", "ENGINES",
+           "COMPILE_SECONDS", "NotCompilable", "AUTO_MIN_BLOCKS"]
+
+#: ``engine='auto'`` compiles models of at least this many blocks (LV with Adams PC:
+#: 2 blocks per step).  Smaller models take numpy's sweeps milliseconds, less than
+#: the 1–2 s a new process spends importing numba and loading cached kernels.
+AUTO_MIN_BLOCKS = 1000
+
+#: Engine names accepted by :class:`DiscreteModel` (``'auto'``: numba when installed).
+ENGINES = ("auto", "numba", "numpy")
+
+#: Wall time spent building (generating, compiling or loading) simulation kernels
+#: in this process, per kernel hash (seconds); the benchmark reports it.
+COMPILE_SECONDS = {}
+
+_LOCK = threading.Lock()
+_MODULES = {}
+
+
+def numba_available():
+    """True if numba can be imported."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    except Exception as err:          # a broken install, or a module shadowing one numba probes
+        warnings.warn(f"numba is installed but fails to import ({err!r}); the discrete model "
+                      f"runs on its numpy engine", RuntimeWarning, stacklevel=3)
+        return False
+    return True
+
+
+#: The simulation loop of :meth:`Simulation.simulate` / ``_newton`` for numba; the
+#: generated module defines ``_f``, ``_fx`` (and ``_fd``, ``_fdx``) above it.
+SIMULATION_TEMPLATE = '''
+@njit(cache=True, error_model="numpy", nogil=True)
+def _newton(W, b, rhs, c, d, u, tb, fx_rows, fx_cols, fdx_rows, fdx_cols, tol, max_it):
+    n = rhs.shape[0]
+    v = rhs.copy()
+    fv = np.empty(n)
+    jv = np.empty(fx_rows.shape[0])
+    djv = np.empty(fdx_rows.shape[0])
+    J = np.empty((n, n))
+    dv = np.empty((n, 1))
+    for it in range(1, max_it + 1):
+        _f(v, u, tb, fv)
+        r = v - rhs - c * fv
+        J[:, :] = 0.0
+        for i in range(n):
+            J[i, i] = 1.0
+        _fx(v, u, tb, jv)
+        for k in range(jv.shape[0]):
+            J[fx_rows[k], fx_cols[k]] -= c * jv[k]
+        if d != 0.0:
+            _fd(v, u, tb, fv)
+            r -= d * fv
+            _fdx(v, u, tb, djv)
+            for k in range(djv.shape[0]):
+                J[fdx_rows[k], fdx_cols[k]] -= d * djv[k]
+        if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J))):
+            break
+        for i in range(n):
+            dv[i, 0] = -r[i]
+        if not lu_solve(J, dv):
+            break
+        big = 0.0
+        for i in range(n):
+            v[i] += dv[i, 0]
+            if abs(dv[i, 0]) > big:
+                big = abs(dv[i, 0])
+        vmax = 0.0
+        for i in range(n):
+            if abs(v[i]) > vmax:
+                vmax = abs(v[i])
+        if big <= tol * (1.0 + vmax):
+            W[b] = v
+            return it
+    return -1
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def simulate(W, u, blk_time, base, implicit, f_ptr, f_pt, f_c, d_ptr, d_pt, d_c,
+             fx_rows, fx_cols, fdx_rows, fdx_cols, tol, max_it):
+    """Fill W[1:] block by block; returns (status, block, newton iterations),
+    status 0 = done, 1 = non-finite state, 2 = Newton failure."""
+    nb, n = W.shape
+    Fv = np.empty((nb, n))
+    Fdone = np.zeros(nb, dtype=np.bool_)
+    Dv = np.empty((nb, n))
+    Ddone = np.zeros(nb, dtype=np.bool_)
+    rhs = np.empty(n)
+    total = 0
+    for b in range(1, nb):
+        rhs[:] = W[base[b]]
+        cs = 0.0
+        ds = 0.0
+        for e in range(f_ptr[b], f_ptr[b + 1]):
+            p = f_pt[e]
+            if p == b:
+                cs += f_c[e]
+            else:
+                if not Fdone[p]:
+                    _f(W[p], u, blk_time[p], Fv[p])
+                    Fdone[p] = True
+                for i in range(n):
+                    rhs[i] += f_c[e] * Fv[p, i]
+        for e in range(d_ptr[b], d_ptr[b + 1]):
+            p = d_pt[e]
+            if p == b:
+                ds += d_c[e]
+            else:
+                if not Ddone[p]:
+                    _fd(W[p], u, blk_time[p], Dv[p])
+                    Ddone[p] = True
+                for i in range(n):
+                    rhs[i] += d_c[e] * Dv[p, i]
+        if not implicit[b]:
+            W[b] = rhs
+        else:
+            it = _newton(W, b, rhs, cs, ds, u, blk_time[b], fx_rows, fx_cols,
+                         fdx_rows, fdx_cols, tol, max_it)
+            if it < 0:
+                return 2, b, total
+            total += it
+        for i in range(n):
+            if not np.isfinite(W[b, i]):
+                return 1, b, total
+    return 0, -1, total
+'''
+
+_HEADER = '''"""Generated by pyomo_odeest.discretization.discrete._compiled: point kernels of one
+problem's right-hand side and the simulation loop of the discrete scheme."""
+import math
+import numpy as np
+from numba import njit
+from pyomo_odeest.discretization.discrete._sweeps import lu_solve
+
+'''
+
+
+def _cache_dir():
+    env = os.environ.get("PYOMO_ODEEST_KERNEL_CACHE")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    candidates = ([env] if env else []) + [
+        os.path.join(base, "pyomo_odeest", "kernels"),
+        os.path.join(tempfile.gettempdir(), f"pyomo_odeest_kernels_{os.getuid() if hasattr(os, 'getuid') else 0}")]
+    for d in candidates:
+        try:
+            os.makedirs(d, exist_ok=True)
+            if os.access(d, os.W_OK):
+                return d
+        except OSError:
+            continue
+    raise OSError("no writable directory for compiled kernels; set PYOMO_ODEEST_KERNEL_CACHE")
+
+
+def _jit(name, src):
+    return f'@njit(cache=True, error_model="numpy", nogil=True)\n{src}\n'
+
+
+def _zero_kernel(name):
+    return _jit(name, f"def {name}(x, u, t, out):\n    return\n")
+
+
+def kernel_text(eq):
+    """Source of the generated module of the model ``eq`` (a DiscreteEquations)."""
+    P = eq.problem
+    xs, us, ts = P.x_sym, P.u_sym, P.t_sym
+    parts = [_HEADER,
+             _jit("_f", kernel_source("_f", P.f_sym, xs, us, ts)),
+             _jit("_fx", kernel_source("_fx", eq.fx.exprs, xs, us, ts))]
+    if eq.needs_fdot:
+        parts += [_jit("_fd", kernel_source("_fd", eq._fd_sym, xs, us, ts)),
+                  _jit("_fdx", kernel_source("_fdx", eq.fdx.exprs, xs, us, ts))]
+    else:
+        parts += [_zero_kernel("_fd"), _zero_kernel("_fdx")]
+    parts.append(SIMULATION_TEMPLATE)
+    return "".join(parts)
+
+
+class SimulationKernel:
+    """The compiled ``simulate`` of one problem structure, with its build time."""
+
+    def __init__(self, module, key, seconds):
+        self.simulate = module.simulate
+        self.key = key
+        self.seconds = seconds
+
+
+def build_simulation_kernel(eq):
+    """Generate, compile (or load from numba's cache) the simulation of ``eq``.
+
+    Cached per process by the hash of the generated text; raises
+    :class:`~pyomo_odeest.symbolic._codegen.NotCompilable` for expressions
+    without a compiled form.
+    """
+    text = kernel_text(eq)
+    key = hashlib.sha1(text.encode()).hexdigest()[:20]
+    with _LOCK:
+        mod = _MODULES.get(key)
+        if mod is not None:
+            return SimulationKernel(mod, key, 0.0)
+        t0 = time.perf_counter()
+        path = os.path.join(_cache_dir(), f"sim_{key}.py")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        name = f"_pyomo_odeest_kernel_{key}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        _warm_up(mod, eq)
+        seconds = time.perf_counter() - t0
+        COMPILE_SECONDS[key] = seconds
+        _MODULES[key] = mod
+        return SimulationKernel(mod, key, seconds)
+
+
+def _warm_up(mod, eq):
+    """Compile (or load) ``simulate`` for the argument types of the model, on a
+    one-block trajectory (no step is taken)."""
+    n = eq.n
+    a = eq.compiled_arrays()
+    W = np.zeros((1, n))
+    mod.simulate(W, np.zeros(eq.m), np.zeros(1), np.zeros(1, dtype=np.int64),
+                 np.zeros(1, dtype=np.bool_), np.zeros(2, dtype=np.int64), a["f_pt"][:0],
+                 a["f_c"][:0], np.zeros(2, dtype=np.int64), a["d_pt"][:0], a["d_c"][:0],
+                 a["fx_rows"], a["fx_cols"], a["fdx_rows"], a["fdx_cols"], 1e-13, 30)
+

@@ -1,0 +1,237 @@
+r"""The block sweeps of :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` compiled by numba.
+
+Imported only when numba is installed (:mod:`._compiled`).  The sweeps are those
+of :mod:`._first_order` and :mod:`._second_order` (Lemma 1 of [GM-grad]) on the
+same block layout, written as loops over arrays:
+
+* :func:`adjoint_sweep`: block backward substitution of
+  ``(∂G/∂w)ᵀ P = R`` for ``q`` right-hand sides at once — the discrete adjoint
+  [GM-grad, eq. (52)] (``q = 1``) and the second-order adjoint of
+  [GM-grad, §2.5] (``q = m``);
+* :func:`sensitivity_sweep`: block forward substitution of
+  ``(∂G/∂w) M = −∂G/∂u`` [GM-grad, eq. (51)], either every block's ``M`` or,
+  streaming through a ring buffer of the blocks still referenced, the
+  contraction ``Σ_b ∇_{w_b}Fᵀ M_b`` of eq. (53);
+* :func:`lu_solve`: the small dense systems of the implicit blocks (LU with
+  partial pivoting, the algorithm of LAPACK's ``gesv``).
+
+Jacobian values come precomputed at every block (``values`` of the sparse
+Jacobians, shape ``(nblocks, nnz)``, on the patterns ``rows``/``cols``); terms
+are grouped by equation block in CSR form (``ptr``, ``pt``, ``c``).  The sweeps
+are independent of the problem, so numba compiles them once per machine
+(``cache=True``); the problem's right-hand side enters only the simulation,
+compiled per problem by :mod:`._compiled`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["lu_solve", "adjoint_sweep", "sensitivity_sweep"]
+
+_JIT = dict(cache=True, error_model="numpy", nogil=True)
+
+
+@njit(**_JIT)
+def lu_solve(A, B):
+    """Solve ``A X = B`` in place (``A`` (n, n) is overwritten by its LU factors,
+    ``B`` (n, q) by ``X``); False if a pivot is zero or not finite."""
+    n = A.shape[0]
+    q = B.shape[1]
+    for k in range(n):
+        p = k
+        big = abs(A[k, k])
+        for i in range(k + 1, n):
+            if abs(A[i, k]) > big:
+                big = abs(A[i, k])
+                p = i
+        if not (big > 0.0) or not np.isfinite(big):
+            return False
+        if p != k:
+            for j in range(n):
+                tmp = A[k, j]
+                A[k, j] = A[p, j]
+                A[p, j] = tmp
+            for j in range(q):
+                tmp = B[k, j]
+                B[k, j] = B[p, j]
+                B[p, j] = tmp
+        piv = A[k, k]
+        for i in range(k + 1, n):
+            lik = A[i, k] / piv
+            A[i, k] = lik
+            if lik != 0.0:
+                for j in range(k + 1, n):
+                    A[i, j] -= lik * A[k, j]
+                for j in range(q):
+                    B[i, j] -= lik * B[k, j]
+    for k in range(n - 1, -1, -1):
+        piv = A[k, k]
+        for j in range(q):
+            s = B[k, j]
+            for i in range(k + 1, n):
+                s -= A[k, i] * B[i, j]
+            B[k, j] = s / piv
+    return True
+
+
+@njit(**_JIT)
+def _diagonal(D, b, ptr, pt, c, rows, cols, vals, transpose):
+    """``D −= Σ c J(w_b)`` over the terms of block ``b`` at its own point (or ``Jᵀ``)."""
+    for e in range(ptr[b], ptr[b + 1]):
+        if pt[e] != b:
+            continue
+        ce = c[e]
+        for k in range(rows.shape[0]):
+            if transpose:
+                D[cols[k], rows[k]] -= ce * vals[b, k]
+            else:
+                D[rows[k], cols[k]] -= ce * vals[b, k]
+
+
+@njit(**_JIT)
+def adjoint_sweep(R, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
+                  d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv):
+    """Solve ``(∂G/∂w)ᵀ P = R`` (``R`` (nblocks, n, q), overwritten) by block
+    backward substitution; ``P`` has the shape of ``R``.  A singular diagonal
+    block gives NaN from there on."""
+    nb, n, q = R.shape
+    P = np.zeros_like(R)
+    D = np.empty((n, n))
+    for b in range(nb - 1, -1, -1):
+        if implicit[b]:
+            D[:, :] = 0.0
+            for i in range(n):
+                D[i, i] = 1.0
+            _diagonal(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv, True)
+            _diagonal(D, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, True)
+            X = R[b].copy()
+            if not lu_solve(D, X):
+                X[:, :] = np.nan
+            P[b] = X
+        else:
+            P[b] = R[b]
+        if b == 0:
+            break
+        Rb = R[base[b]]
+        for i in range(n):
+            for j in range(q):
+                Rb[i, j] += P[b, i, j]
+        for e in range(f_ptr[b], f_ptr[b + 1]):
+            p = f_pt[e]
+            if p == b:
+                continue
+            ce = f_c[e]
+            for k in range(fx_rows.shape[0]):
+                a = ce * fxv[p, k]
+                for j in range(q):
+                    R[p, fx_cols[k], j] += a * P[b, fx_rows[k], j]
+        for e in range(d_ptr[b], d_ptr[b + 1]):
+            p = d_pt[e]
+            if p == b:
+                continue
+            ce = d_c[e]
+            for k in range(fdx_rows.shape[0]):
+                a = ce * fdxv[p, k]
+                for j in range(q):
+                    R[p, fdx_cols[k], j] += a * P[b, fdx_rows[k], j]
+    return P
+
+
+@njit(**_JIT)
+def sensitivity_sweep(M0, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
+                      fu_rows, fu_cols, fuv, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv,
+                      fdu_rows, fdu_cols, fduv, Fw, window):
+    """Block forward substitution of ``(∂G/∂w) M = −∂G/∂u`` from ``M_0 = M0``.
+
+    ``window`` = nblocks keeps every ``M_b`` (returned, shape (nblocks, n, m));
+    a smaller window (larger than the farthest back reference of any block)
+    keeps a ring buffer and only the contraction ``Σ_b Fw_bᵀ M_b`` is meaningful.
+    Returns ``(M, acc)``.
+    """
+    nb = base.shape[0]
+    n, m = M0.shape
+    M = np.zeros((window, n, m))
+    acc = np.zeros(m)
+    M[0] = M0
+    for i in range(n):
+        if Fw[0, i] != 0.0:
+            for j in range(m):
+                acc[j] += Fw[0, i] * M0[i, j]
+    D = np.empty((n, n))
+    rhs = np.empty((n, m))
+    for b in range(1, nb):
+        rhs[:, :] = M[base[b] % window]
+        for e in range(f_ptr[b], f_ptr[b + 1]):
+            p = f_pt[e]
+            ce = f_c[e]
+            for k in range(fu_rows.shape[0]):
+                rhs[fu_rows[k], fu_cols[k]] += ce * fuv[p, k]
+            if p != b:
+                Mp = M[p % window]
+                for k in range(fx_rows.shape[0]):
+                    a = ce * fxv[p, k]
+                    for j in range(m):
+                        rhs[fx_rows[k], j] += a * Mp[fx_cols[k], j]
+        for e in range(d_ptr[b], d_ptr[b + 1]):
+            p = d_pt[e]
+            ce = d_c[e]
+            for k in range(fdu_rows.shape[0]):
+                rhs[fdu_rows[k], fdu_cols[k]] += ce * fduv[p, k]
+            if p != b:
+                Mp = M[p % window]
+                for k in range(fdx_rows.shape[0]):
+                    a = ce * fdxv[p, k]
+                    for j in range(m):
+                        rhs[fdx_rows[k], j] += a * Mp[fdx_cols[k], j]
+        if implicit[b]:
+            D[:, :] = 0.0
+            for i in range(n):
+                D[i, i] = 1.0
+            _diagonal(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv, False)
+            _diagonal(D, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, False)
+            if not lu_solve(D, rhs):
+                rhs[:, :] = np.nan
+        M[b % window] = rhs
+        for i in range(n):
+            if Fw[b, i] != 0.0:
+                for j in range(m):
+                    acc[j] += Fw[b, i] * rhs[i, j]
+    return M, acc
+
+
+@njit(**_JIT)
+def second_order_terms(LwwM, Luu, pt, M, xx_rows, xx_cols, xxv, xu_rows, xu_cols, xuv,
+                       uu_rows, uu_cols, uuv):
+    """Add the terms ``(λ_tᵀ h)''`` of ``L = F + pᵀG`` at the points ``pt[t]``:
+    ``LwwM[p] += h_xx M_p + h_xu`` and ``Luu += h_xuᵀ M_p + h_uu`` (values per term)."""
+    m = M.shape[2]
+    for t in range(pt.shape[0]):
+        p = pt[t]
+        for k in range(xx_rows.shape[0]):
+            v = xxv[t, k]
+            if v != 0.0:
+                for j in range(m):
+                    LwwM[p, xx_rows[k], j] += v * M[p, xx_cols[k], j]
+        for k in range(xu_rows.shape[0]):
+            v = xuv[t, k]
+            LwwM[p, xu_rows[k], xu_cols[k]] += v
+            if v != 0.0:
+                for j in range(m):
+                    Luu[xu_cols[k], j] += v * M[p, xu_rows[k], j]
+        for k in range(uu_rows.shape[0]):
+            Luu[uu_rows[k], uu_cols[k]] += uuv[t, k]
+
+
+@njit(**_JIT)
+def parameter_contraction(out, eq, pt, c, fu_rows, fu_cols, fuv, X):
+    """``out −= Σ_e c_e f_u(w_{pt_e})ᵀ X_{eq_e}``: the terms' part of ``(∂G/∂u)ᵀ X``."""
+    m = X.shape[2]
+    for e in range(eq.shape[0]):
+        b = eq[e]
+        p = pt[e]
+        ce = c[e]
+        for k in range(fu_rows.shape[0]):
+            a = ce * fuv[p, k]
+            for j in range(m):
+                out[fu_cols[k], j] -= a * X[b, fu_rows[k], j]
