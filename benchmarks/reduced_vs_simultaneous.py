@@ -34,9 +34,6 @@ import time
 
 import numpy as np
 
-# benchmarks/coverage.py would shadow the ``coverage`` package numba probes on import
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 
 def main(argv=None):

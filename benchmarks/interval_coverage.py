@@ -18,7 +18,7 @@ the last line ``coverage: n=... wald=... profile=... median_profile_s=...``
 (fractions pooled over the four parameters; ``median_profile_s`` is the
 median wall time of the four profiles of one data set).
 
-Usage: python benchmarks/coverage.py [--n 200] [--processes 2] [--quick]
+Usage: python benchmarks/interval_coverage.py [--n 200] [--processes 2] [--quick]
 (``--quick``: 12 data sets).
 """
 from __future__ import annotations
