@@ -140,3 +140,20 @@ def test_tests_mirror_the_package():
                 fn = node.value.func
                 assert not (isinstance(fn, ast.Attribute) and fn.attr in ("simplefilter", "filterwarnings")), \
                     f"{path.name}:{node.lineno}: module-level warnings filter; use pytestmark"
+
+
+def test_no_module_named_after_an_installed_package():
+    """A module or folder named like an installed package (``pyomo/``, ``petab/``,
+    ``coverage.py``) shadows that package for any script run beside it."""
+    from importlib.metadata import packages_distributions
+    installed = set(packages_distributions()) - {"pyomo_odeest"}
+    root = PACKAGE.parent
+    clashes = []
+    for base in (PACKAGE, root / "benchmarks", root / "examples", root / "docs_tools"):
+        if not base.exists():
+            continue
+        for path in base.rglob("*"):
+            name = path.stem if path.suffix == ".py" else (path.name if path.is_dir() else None)
+            if name in installed:
+                clashes.append(str(path.relative_to(root)))
+    assert not clashes, f"named after an installed package: {clashes}"

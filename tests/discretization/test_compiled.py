@@ -1,7 +1,6 @@
 """The compiled (numba) engine of the discrete model gives the numbers of the numpy engine:
 simulation, objective, adjoint and sensitivity gradients, sensitivities, second-order
 adjoint Hessian, failures; and the numpy engine stays the fallback."""
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -14,9 +13,10 @@ from pyomo_odeest.discretization.discrete import _equations
 from pyomo_odeest.discretization.discrete._compiled import AUTO_MIN_BLOCKS
 from pyomo_odeest.models import lotka_volterra_problem
 from pyomo_odeest.approaches._reduced import estimate_reduced
-from test_reduced import nonlinear_problem
+from helpers import nonautonomous_problem as nonlinear_problem
 
-warnings.simplefilter("ignore", RuntimeWarning)
+# Trial points of the optimizers overflow; scoped to this module's tests.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 try:
     import numba  # noqa: F401
