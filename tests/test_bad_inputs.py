@@ -799,12 +799,27 @@ def test_memory_messages_of_the_linear_solver_are_recognised():
     assert not _memory_exhausted("EXIT: Restoration Failed!")
 
 
-def test_bands_undefined_by_a_non_identifiable_parameter_are_warned():
-    """x' = -(a + b) x: only a + b is identifiable; the band of x is NaN and says why."""
+def test_bands_of_an_identifiable_combination_are_finite():
+    """x' = -(a + b) x: only a + b is identifiable.  The band of x depends only on
+    a + b, so it is finite and equals the band of the problem written with
+    k = a + b; the variance of a alone is infinite, that of a + b is k's."""
+    data = decay_data(noise=0.01, seed=1)
     prob = po.EstimationProblem(
         states=["x"], parameters=[po.Parameter("a", 0.3), po.Parameter("b", 0.4)],
-        rhs=lambda x, u, t: [-(u.a + u.b) * x.x], initial={"x": 2.0},
-        data=decay_data(noise=0.01, seed=1))
+        rhs=lambda x, u, t: [-(u.a + u.b) * x.x], initial={"x": 2.0}, data=data)
+    one = po.EstimationProblem(
+        states=["x"], parameters=[po.Parameter("k", 0.7)],
+        rhs=lambda x, u, t: [-u.k * x.x], initial={"x": 2.0}, data=data)
     res = po.estimate_reduced(prob, hessian=None)
-    with pytest.warns(RuntimeWarning, match=r"covariance of \['a', 'b'\] is undefined"):
-        po.prediction_bands(res)
+    ref = po.estimate_reduced(one, hessian=None)
+    assert res.success and ref.success
+    cov = po.covariance(res)
+    assert cov.non_identifiable == ["a", "b"]
+    var = cov.variance_of(np.array([[1.0, 0.0], [1.0, 1.0]]))
+    assert np.isinf(var[0])
+    k_var = po.covariance(ref).matrix.iloc[0, 0]
+    assert var[1] == pytest.approx(k_var, rel=1e-4)
+    bands = po.prediction_bands(res)
+    se = bands.se["x"].to_numpy()
+    assert np.all(np.isfinite(se)) and se[1:].max() > 0
+    np.testing.assert_allclose(se, po.prediction_bands(ref).se["x"].to_numpy(), rtol=1e-4, atol=1e-12)

@@ -68,26 +68,34 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     dm = discrete_model_for(result)
     u = cov.estimates.reindex(P.parameter_names).to_numpy(dtype=float)
     cols = [P.parameter_names.index(n) for n in cov.names]
-    C = cov.matrix.to_numpy()
     q = cov.quantile(level, dist)
-    undefined = [n for n, row in zip(cov.names, C) if not np.all(np.isfinite(row))]
-    if undefined:
-        warnings.warn(f"prediction bands: the covariance of {undefined} is undefined (not "
-                      f"identifiable from the data), so every band that depends on them is "
-                      f"NaN, even for a quantity that depends only on an identifiable "
-                      f"combination of them; fix or reparametrize those parameters, or use "
-                      f"profile likelihoods", RuntimeWarning, stacklevel=2)
     if not P.experiments:
-        Y, se = _bands(P, dm, u, cols, C, kind)
+        Y, se = _bands(P, dm, u, cols, cov, kind)
+        _warn_inestimable(se, cov)
         return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
     from ..problem._result import stack_experiments
-    parts = [_bands(sp, m, u, cols, C, kind) for sp, m in zip(P.experiment_problems, dm.models)]
+    parts = [_bands(sp, m, u, cols, cov, kind) for sp, m in zip(P.experiment_problems, dm.models)]
     Y = stack_experiments(P.experiment_names, [a for a, _ in parts])
     se = stack_experiments(P.experiment_names, [b for _, b in parts])
+    _warn_inestimable(se, cov)
     return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
 
 
-def _bands(P, dm, u, cols, C, kind):
+def _warn_inestimable(se, cov):
+    """A warning naming the quantities whose band is infinite: they depend on a
+    direction of the parameters that the data do not determine."""
+    if not cov.non_identifiable:
+        return
+    bad = [c for c in se.columns if not np.all(np.isfinite(se[c].to_numpy()))]
+    if bad:
+        warnings.warn(f"prediction bands: {bad} depend on parameters the data do not "
+                      f"determine ({cov.non_identifiable}), so their bands are infinite "
+                      f"where they do; quantities that depend only on identifiable "
+                      f"combinations have finite bands. Fix or reparametrize those "
+                      f"parameters, or use profile likelihoods", RuntimeWarning, stacklevel=3)
+
+
+def _bands(P, dm, u, cols, cov, kind):
     """Values and delta-method standard errors on one experiment's grid."""
     traj = dm.simulate(u)
     M = dm.state_sensitivities(traj)                        # (k+1, n, m)
@@ -100,7 +108,7 @@ def _bands(P, dm, u, cols, C, kind):
         G = mf.gx.matmat(mf.gx.values(X, u, t), M) + mf.gu.dense(mf.gu.values(X, u, t))
         names = P.obs_names
     G = G[:, :, cols]
-    var = np.einsum("tym,mn,tyn->ty", G, C, G)
+    var = cov.variance_of(G)
     se = np.sqrt(np.clip(var, 0, None))
     idx = pd.Index(t, name="time")
     return pd.DataFrame(Y, index=idx, columns=names), pd.DataFrame(se, index=idx, columns=names)

@@ -545,6 +545,13 @@ class Covariance:
         or ``'residual'`` (σ unknown: scaled by ``s2``, Student t with ``dof``).
     non_identifiable : list of str
         Parameters with infinite variance (in a null direction of the information).
+    estimable : tuple or None
+        For a singular information matrix: ``(pinv, null)``, the (scaled)
+        pseudo-inverse :math:`C^+` and the null directions (columns) in the
+        parameters' own units.  A quantity whose gradient :math:`a` is orthogonal
+        to every null direction depends only on identifiable combinations of the
+        parameters, and its variance is :math:`a^\top C^+ a` (see
+        :meth:`variance_of`).
     """
 
     matrix: pd.DataFrame
@@ -559,6 +566,26 @@ class Covariance:
     warnings: list = field(default_factory=list)
     scale: str = "known"
     non_identifiable: list = field(default_factory=list)
+    estimable: tuple | None = field(default=None, repr=False)
+
+    def variance_of(self, A):
+        r"""Variances :math:`a_k^\top C a_k` of the quantities whose gradients with
+        respect to the parameters of :attr:`matrix` are the rows of ``A``
+        (shape ``(..., p)``).  With a singular information matrix, a quantity
+        whose gradient is orthogonal to the null directions (an estimable
+        function: it depends only on identifiable combinations) gets
+        :math:`a^\top C^+ a`; any other gets ``inf``."""
+        A = np.asarray(A, dtype=float)
+        if self.estimable is None:
+            C = self.matrix.to_numpy()
+            return np.einsum("...m,mn,...n->...", A, C, A)
+        pinv, null = self.estimable
+        var = np.einsum("...m,mn,...n->...", A, pinv, A)
+        # the null directions carry the parameters' scales: compare with |a| |v|
+        lean = np.abs(A @ null) if null.size else np.zeros(A.shape[:-1] + (0,))
+        size = np.linalg.norm(A, axis=-1)[..., None] * np.linalg.norm(null, axis=0)
+        inestimable = np.any(lean > 1e-6 * np.maximum(size, 1e-300), axis=-1)
+        return np.where(inestimable, np.inf, var)
 
     @property
     def scale_note(self) -> str:
@@ -702,9 +729,17 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     else:
         Iinfo = curv.fim()
     Iinfo = Iinfo[np.ix_(keep, keep)]
-    C, cond, bad = _inverse(Iinfo, names, own)
+    C, cond, bad, estimable = _inverse(Iinfo, names, own)
+    if estimable is not None and kind == "residual":
+        # a singular information matrix: the fit spends rank(F) degrees of
+        # freedom, not one per parameter (the residual variance of the
+        # identifiable reparametrization)
+        dof = m_obs - (len(names) - estimable[1].shape[1])
+        s2 = chi2 / dof if dof > 0 else np.nan
     if kind == "residual":
         C = s2 * C
+        if estimable is not None:
+            estimable = (s2 * estimable[0], estimable[1])
     if method == "hessian" and len(names) and np.any(np.linalg.eigvalsh(Iinfo) <= 0):
         own.append("the Hessian of the NLL is not positive definite at the estimates "
                    "(not a strict local minimum): the covariance is not meaningful")
@@ -716,17 +751,18 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     return Covariance(pd.DataFrame(C, index=names, columns=names), est,
                       "fim" if method == "gauss_newton" else method, dof, s2, at_bound,
                       [p.name for p in P.parameters if p.fixed], cond, curv.source,
-                      notes + own, kind, bad)
+                      notes + own, kind, bad, estimable)
 
 
 def _inverse(M, names, notes):
     """Inverse of the information matrix ``M`` (of parameters ``names``), decided
     and computed on the scaled matrix :math:`DMD`, :math:`D = \\operatorname{diag}(M_{kk}^{-1/2})`.
-    Returns ``(C, condition of DMD, names of non-identifiable parameters)``; a
-    singular matrix gives the pseudo-inverse with infinite variance in its null
-    directions."""
+    Returns ``(C, condition of DMD, names of non-identifiable parameters,
+    estimable)``; a singular matrix gives the pseudo-inverse with infinite
+    variance in its null directions, and ``estimable = (pinv, null)`` for
+    :meth:`Covariance.variance_of` (None when the matrix is regular)."""
     if M.size == 0:
-        return np.zeros((0, 0)), np.nan, []
+        return np.zeros((0, 0)), np.nan, [], None
     diag = np.diag(M).copy()
     d = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 0.0)
     Ms = d[:, None] * M * d[None, :]
@@ -739,7 +775,7 @@ def _inverse(M, names, notes):
                          f"large and strongly correlated; see identifiability_report")
         Cs = np.linalg.inv(Ms)
         C = d[:, None] * Cs * d[None, :]
-        return 0.5 * (C + C.T), cond, []
+        return 0.5 * (C + C.T), cond, [], None
     null = ev <= max(ev[-1], 0.0) / SINGULAR
     zero = diag <= 0
     Vn = V[:, null]
@@ -755,11 +791,16 @@ def _inverse(M, names, notes):
                  "penalty; see identifiability_report")
     Cs = np.linalg.pinv(Ms, rcond=1.0 / SINGULAR, hermitian=True)
     C = d[:, None] * Cs * d[None, :]
+    pinv = 0.5 * (C + C.T)
+    # null directions in the parameters' own units: M (D v) = D^-1 Ms v = 0; a
+    # parameter without information is a null direction of its own
+    null = np.hstack([d[:, None] * Vn, np.eye(len(names))[:, zero]])
+    C = pinv.copy()
     idx = np.flatnonzero(in_null)
     C[idx, :] = np.nan
     C[:, idx] = np.nan
     C[idx, idx] = np.inf
-    return C, cond, bad
+    return C, cond, bad, (pinv, null)
 
 
 def confidence_intervals(result, level=0.95, method="fim", dist=None, problem=None,
