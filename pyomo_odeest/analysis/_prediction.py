@@ -55,6 +55,8 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
         Default ``covariance(result, method)``.
     kind : 'observables' | 'states'
 
+    Notes
+    -----
     With several experiments the frames are indexed by ``(experiment, time)``,
     each experiment on its own grid.
     """
