@@ -319,3 +319,12 @@ def test_problem_from_dae_refuses_an_objective_it_cannot_honour():
     m = dae_model()
     m.obj.deactivate()                                          # no objective: the data's
     assert np.all(np.asarray(problem_from_dae(m, DATA).weights)[problem_from_dae(m, DATA).mask] == 1)
+
+
+def test_problem_from_dae_refuses_constraints_it_would_drop():
+    m = dae_model()
+    m.cap = pyo.Constraint(m.t, rule=lambda m, t: m.x1[t] <= 0.9)
+    with pytest.raises(DaeSchemeError, match=r"cap\[0\.0\].*not ODEs.*constraints="):
+        problem_from_dae(m, DATA)
+    m.cap.deactivate()
+    assert problem_from_dae(m, DATA).states == ["x1", "x2"]

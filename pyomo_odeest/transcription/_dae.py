@@ -264,11 +264,7 @@ def ode_rhs(model, cs):
     Each derivative VarData must appear linearly, with a constant coefficient,
     in exactly one active constraint.  A constraint written ``dxdt == f`` gives ``f`` itself.
     """
-    dvars = {}
-    for dv in model.component_objects((DerivativeVar, pyo.Var), descend_into=True):
-        if isinstance(dv, DerivativeVar) or getattr(dv, "_odeest_derivative", False):
-            for d in dv.values():
-                dvars[id(d)] = d
+    dvars = _derivative_vars(model)
     rhs = {}
     for con in model.component_data_objects(pyo.Constraint, active=True, descend_into=True):
         got = _rhs_of(con, dvars)
@@ -279,6 +275,32 @@ def ode_rhs(model, cs):
             raise DaeSchemeError(f"derivative '{d.name}' appears in two constraints")
         rhs[id(d)] = f
     return rhs
+
+
+def _derivative_vars(model):
+    """{id: VarData} of every derivative variable of the model."""
+    dvars = {}
+    for dv in model.component_objects((DerivativeVar, pyo.Var), descend_into=True):
+        if isinstance(dv, DerivativeVar) or getattr(dv, "_odeest_derivative", False):
+            for d in dv.values():
+                dvars[id(d)] = d
+    return dvars
+
+
+def _check_only_odes(model):
+    """:class:`DaeSchemeError` naming the active constraints that are not ODEs (problem_from_dae
+    reads the ODEs only, so they would be dropped)."""
+    dvars = _derivative_vars(model)
+    others = [c.name for c in model.component_data_objects(pyo.Constraint, active=True,
+                                                             descend_into=True)
+              if _rhs_of(c, dvars) is None]
+    if others:
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        raise DaeSchemeError(
+            f"constraint(s) {', '.join(others[:3])}{more} are not ODEs, and problem_from_dae reads "
+            "only the ODEs: deactivate them and declare path or parameter constraints with "
+            "constraints=[PathConstraint(...), ParameterConstraint(...)] (fix an initial state "
+            "instead of constraining it)")
 
 
 def _rhs_of(con, dvars):
@@ -857,13 +879,15 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
     ``weights=`` given as well must be proportional to them (the same
     estimate).  Any other objective raises a :class:`DaeSchemeError` that
     says what to do (deactivate it and state the weights with ``weights=`` or
-    ``sigma=``).
+    ``sigma=``).  Active constraints other than the ODEs are refused too
+    (declare them with ``constraints=``), so that nothing of the model is dropped.
     """
     from ..problem._declaration import EstimationProblem
     sets = list(model.component_objects(ContinuousSet, descend_into=True))
     cs = wrt or (sets[0] if len(sets) == 1 else None)
     if cs is None:
         raise DaeSchemeError("say which ContinuousSet with wrt=")
+    _check_only_odes(model)
     parts = _problem_parts(model, cs, parameters)
     make = lambda **kw: EstimationProblem(states=parts["names"], parameters=parts["params"],  # noqa: E731
                                           rhs=parts["rhs"], initial=parts["initial"], data=data,
