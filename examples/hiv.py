@@ -43,14 +43,18 @@ import pandas as pd
 from pyomo_odeest.analysis._compare import compare_approaches
 from pyomo_odeest.models._hiv import HIV_ESTIMATED, hiv_problem
 
+#: PYOMO_ODEEST_EXAMPLE_QUICK=1: the continuous adjoint and the simultaneous approach only
+QUICK = os.environ.get("PYOMO_ODEEST_EXAMPLE_QUICK") == "1"
+
 
 def main(outdir="."):
     prob = hiv_problem(seed=1)
     truth = np.array(list(prob.true_values.values()))
     free = prob.free_mask
-    table, results = compare_approaches(
-        prob, ("continuous_adjoint", "continuous_adjoint_lbfgs", "simultaneous",
-               "reduced_space"), scheme="enright", max_step=0.25)
+    approaches = (("continuous_adjoint", "simultaneous") if QUICK else
+                  ("continuous_adjoint", "continuous_adjoint_lbfgs", "simultaneous",
+                   "reduced_space"))
+    table, results = compare_approaches(prob, approaches, scheme="enright", max_step=0.25)
     cols = ["objective", "status", "iterations", "wall_s"]
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(table[cols].to_string())

@@ -30,7 +30,7 @@ def test_cli_writes_csv_json_png(tmp_path):
     assert (est["estimate"] - 1.0).abs().max() < 0.1
     assert (out / "fit.png").stat().st_size > 10_000
     info = json.loads((out / "result.json").read_text())
-    assert info["status"] == "Solve_Succeeded" and info["approach"] == "simultaneous"
+    assert info["success"] and info["approach"] == "simultaneous"
     assert isinstance(info["warnings"], list)
     assert pd.read_csv(out / "states.csv").shape[0] == 101
 
