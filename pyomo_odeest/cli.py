@@ -276,7 +276,7 @@ def _run(argv):
         res.states.to_csv(out / "states.csv")
     if res.fitted is not None:
         res.fitted.to_csv(out / "fitted.csv")
-    (out / "result.json").write_text(json.dumps(_info(res, ci), indent=2))
+    (out / "result.json").write_text(json.dumps(_info(res, ci, args.level), indent=2))
     if not args.no_plot:
         _plot(plot_fits, problem, {approach: res}, out)
     print(f"wrote {out}/")
@@ -313,14 +313,14 @@ def _num(v):
     return v if v == v and abs(v) != float("inf") else None
 
 
-def _info(res, ci):
+def _info(res, ci, level):
     return dict(approach=res.approach, method=res.method, scheme=res.scheme,
                 estimates={k: float(v) for k, v in res.estimates.items()},
                 standard_errors={k: _num(v) for k, v in ci["se"].items()},
                 intervals={k: [_num(lo), _num(hi)] for k, lo, hi in
                            zip(ci.index, ci["lower"], ci["upper"])},
-                level=float(ci.attrs.get("level", float("nan"))),
-                objective=float(res.objective), status=res.status, success=bool(res.success),
+                level=float(level),
+                objective=_num(res.objective), status=res.status, success=bool(res.success),
                 iterations=int(res.iterations),
                 timings={k: float(v) for k, v in res.timings.items()},
                 warnings=list(res.warnings))
@@ -358,7 +358,7 @@ def _compare(problem, names, settings, args, out, plot_fits):
             row[p] = float(ci.loc[p, "estimate"])
             row[f"se_{p}"] = float(ci.loc[p, "se"])
         rows.append(row)
-        info[a] = _info(res, ci)
+        info[a] = _info(res, ci, args.level)
     comp = pd.DataFrame(rows, index=pd.Index(names, name="approach"))
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(comp.to_string())
