@@ -27,9 +27,18 @@ file, invalid problem), 1 when the estimation fails or does not converge.
 The result's warnings (see :mod:`pyomo_odeest.analysis._diagnostics`) are
 printed with its summary.
 
-Outputs (``--out DIR``): ``estimates.csv``, ``states.csv``, ``fitted.csv``,
-``result.json`` and, unless ``--no-plot``, ``fit.png``; with
-``--approach compare`` also ``comparison.csv``.
+Approaches: every name of :data:`pyomo_odeest.approaches.APPROACH_NAMES`; the
+settings an approach does not take (:func:`pyomo_odeest.approaches.approach_options`:
+the continuous approach integrates adaptively, so ``--scheme``, ``--qmax`` and
+the step options do not apply to it) are not passed to it, with a note.
+
+Outputs (``--out DIR``): ``estimates.csv`` (estimate, standard error and
+Wald interval of every parameter, ``--level``), ``states.csv``,
+``fitted.csv``, ``result.json`` and, unless ``--no-plot``, ``fit.png``.
+With ``--approach compare``: ``comparison.csv``, one row per approach
+(status, success, objective, iterations, wall time, every estimate and its
+standard error ``se_<name>``), ``result.json`` with one entry per approach
+and ``fit.png`` with every fit.
 """
 from __future__ import annotations
 
@@ -41,7 +50,14 @@ from pathlib import Path
 
 import pandas as pd
 
-APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting", "compare")
+def _approach_names():
+    from .approaches import APPROACH_NAMES
+    return tuple(APPROACH_NAMES)
+
+
+#: ``--approach`` choices: the approaches of :func:`~pyomo_odeest.approaches.estimate`, and
+#: ``compare`` (all of them, one table).
+APPROACHES = _approach_names() + ("compare",)
 SCHEMES = ("adams_pc", "adams_moulton", "enright", "semi_implicit_enright")
 #: Names a model file may define (besides ``states``, ``parameters``, ``rhs``, ``initial``)
 #: that are passed to :class:`~pyomo_odeest.EstimationProblem`.
@@ -88,25 +104,36 @@ def _positive_float(text):
     return v
 
 
+def _level(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be between 0 and 1 (e.g. 0.95)")
+    return v
+
+
 def _parser():
-    from .discretization.schemes import QMAX_RANGE
+    from .discretization.schemes import DEFAULT_QMAX, QMAX_RANGE
     p = _Parser(
         prog="pyomo-odeest",
         description="Estimate ODE parameters by full discretization (Pyomo + Ipopt via cyipopt).",
         epilog="Problem file format: see `python -m pyomo_odeest.cli --help` and docs/cli.md. "
                "Exit codes: 0 success, 1 estimation failed or not converged, 2 usage error.")
     p.add_argument("model", help="Python module defining states, parameters, rhs(x, u, t), initial "
-                   "(optionally observe, sigma, weights, loss, penalty, t0, T, options)")
+                   "(optionally observe, sigma, weights, loss, penalty, t0, T, inputs, constraints, "
+                   "options)")
     p.add_argument("data", help="CSV with the measurements (wide: time + one column per observed "
                    "quantity; long: time, name, value[, sigma])")
     p.add_argument("--approach", choices=APPROACHES, default=None,
-                   help="simultaneous (Pyomo block + Ipopt, default), reduced_space (single "
-                   "shooting with the discrete adjoint), multiple_shooting, or compare (all "
-                   "available, side by side)")
+                   help="an approach of pyomo_odeest.estimate (default simultaneous), or "
+                   "compare (all of them, one table in comparison.csv)")
     p.add_argument("--scheme", choices=SCHEMES, default=None,
                    help="discretization scheme (default adams_pc)")
     p.add_argument("--qmax", type=_int_in(*QMAX_RANGE), default=None,
-                   help=f"maximum corrector order Q_max, {QMAX_RANGE[0]}..{QMAX_RANGE[1]} (default 4)")
+                   help=f"maximum corrector order Q_max, {QMAX_RANGE[0]}..{QMAX_RANGE[1]} (default: "
+                   f"the approach's, {DEFAULT_QMAX} for the schemes)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--steps-per-interval", type=_int_in(1), default=None,
                    help="equal steps between consecutive measurement times, >= 1 (default 10)")
@@ -114,6 +141,8 @@ def _parser():
                    help="largest integration step (> 0)")
     p.add_argument("--tol", type=_positive_float, default=None, help="Ipopt tolerance (default 1e-8)")
     p.add_argument("--max-iter", type=_int_in(0), default=None, help="Ipopt iteration limit")
+    p.add_argument("--level", type=_level, default=0.95,
+                   help="confidence level of the intervals in the output (default 0.95)")
     p.add_argument("--tee", action="store_true", help="show the solver's iteration log (progress)")
     p.add_argument("--out", default="odeest_results", help="output directory (created)")
     p.add_argument("--no-plot", action="store_true", help="do not write fit.png")
@@ -191,7 +220,7 @@ def _run(argv):
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)
     import pyomo_odeest  # noqa: F401
-    from .analysis._compare import APPROACHES as REGISTERED, compare_approaches, plot_fits
+    from .analysis import plot_fits
 
     mod = load_model_file(args.model)
     defaults = dict(getattr(mod, "options", None) or {})
@@ -199,7 +228,7 @@ def _run(argv):
     if approach not in APPROACHES:
         raise UsageError(f"approach {approach!r} (model file options) is not one of {list(APPROACHES)}")
     scheme = _setting(args, defaults, "scheme", "adams_pc")
-    qmax = _setting(args, defaults, "qmax", 4)
+    qmax = _setting(args, defaults, "qmax")       # None: each approach's default
     spi = _setting(args, defaults, "steps_per_interval")
     max_step = _setting(args, defaults, "max_step")
     if args.max_step is not None and args.steps_per_interval is None:
@@ -215,58 +244,132 @@ def _run(argv):
             options[key] = v
     problem = build_problem(mod, read_data(args.data))
     print(problem)
-    common = dict(scheme=scheme, qmax=qmax, steps_per_interval=spi, max_step=max_step)
-    names = [a for a in ("simultaneous", "reduced_space", "multiple_shooting") if a in REGISTERED]
-    if approach != "compare" and approach not in REGISTERED:
-        raise UsageError(f"approach {approach!r} is not available in this installation")
+    settings = dict(scheme=scheme, qmax=qmax, steps_per_interval=spi, max_step=max_step,
+                    options=options or None, tee=args.tee)
+    names = list(_approach_names()) if approach == "compare" else [approach]
+    given = {k for k in ("scheme", "qmax", "steps_per_interval", "max_step")
+             if getattr(args, k) is not None or k in defaults}
     # every argument is checked before anything runs
     from .discretization._size_guard import validate_estimator
-    for a in (names if approach == "compare" else [approach]):
-        validate_estimator(a, problem, options=options or None, **common)
+    for a in names:
+        kw = _options_for(a, settings)
+        dropped = sorted(given - set(kw))
+        if dropped:
+            print(f"note: the {a} approach does not take {', '.join(dropped)} (not applied)",
+                  file=sys.stderr)
+        validate_estimator(a, problem, **kw)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"cannot create the output directory {out}: {err}") from None
     if approach == "compare":
-        runs = [(a, REGISTERED[a][0], dict(REGISTERED[a][1], tee=args.tee)) for a in names]
-        table, results = compare_approaches(problem, runs, options=options or None, **common)
-        print(table.to_string())
-        table.to_csv(out / "comparison.csv")
-        if not results:
-            raise EstimationFailed("every approach failed: " + "; ".join(
-                f"{a}: {s}" for a, s in table["status"].items()))
-        best = [r for r in results.values() if r.success]
-        res = min(best, key=lambda r: r.objective) if best else next(iter(results.values()))
-    else:
-        fn, kw = REGISTERED[approach]
-        kwargs = dict(common, **kw, tee=args.tee)
-        if options:
-            kwargs["options"] = options
-        res = fn(problem, **kwargs)
-        results = {approach: res}
+        return _compare(problem, names, settings, args, out, plot_fits)
+    from .approaches import estimate
+    res = estimate(problem, approach, **_options_for(approach, settings))
     print(res.summary())
-    print(res.estimates.to_string())
-    res.estimates.to_frame().to_csv(out / "estimates.csv", index_label="parameter")
+    ci = _intervals(res, args.level)
+    print(f"estimates with standard errors and {args.level:.0%} intervals:")
+    print(ci.to_string())
+    ci.to_csv(out / "estimates.csv", index_label="parameter")
     if res.states is not None:
         res.states.to_csv(out / "states.csv")
     if res.fitted is not None:
         res.fitted.to_csv(out / "fitted.csv")
-    info = dict(approach=res.approach, method=res.method, scheme=res.scheme,
-                estimates={k: float(v) for k, v in res.estimates.items()},
-                objective=float(res.objective), status=res.status, success=bool(res.success),
-                iterations=int(res.iterations), timings={k: float(v) for k, v in res.timings.items()},
-                warnings=list(res.warnings))
-    (out / "result.json").write_text(json.dumps(info, indent=2))
+    (out / "result.json").write_text(json.dumps(_info(res, ci, args.level), indent=2))
     if not args.no_plot:
-        try:
-            plot_fits(problem, results, path=out / "fit.png")
-        except ImportError as err:
-            print(f"note: {err}", file=sys.stderr)
+        _plot(plot_fits, problem, {approach: res}, out)
     print(f"wrote {out}/")
     if not res.success:
         raise EstimationFailed(f"the estimation did not converge ({res.status}); results "
                                f"written to {out}/")
+    return 0
+
+
+def _options_for(approach, settings):
+    """The command line's settings that ``approach`` takes
+    (:func:`~pyomo_odeest.approaches.approach_options`); None values left out."""
+    from .approaches import approach_options
+    accepted = set(approach_options(approach))
+    return {k: v for k, v in settings.items() if k in accepted and v is not None}
+
+
+def _intervals(res, level):
+    """Estimates with standard errors and Wald intervals (the result's default covariance);
+    NaN with a ``status`` saying why when the covariance cannot be computed."""
+    try:
+        ci = res.confidence_intervals(level)
+    except Exception as err:          # reported in the table, never fatal
+        ci = pd.DataFrame({"estimate": res.estimates.astype(float)})
+        for c in ("se", "lower", "upper"):
+            ci[c] = float("nan")
+        ci["status"] = f"no covariance: {type(err).__name__}: {err}"
+        ci.index.name = "parameter"
+    return ci
+
+
+def _num(v):
+    v = float(v)
+    return v if v == v and abs(v) != float("inf") else None
+
+
+def _info(res, ci, level):
+    return dict(approach=res.approach, method=res.method, scheme=res.scheme,
+                estimates={k: float(v) for k, v in res.estimates.items()},
+                standard_errors={k: _num(v) for k, v in ci["se"].items()},
+                intervals={k: [_num(lo), _num(hi)] for k, lo, hi in
+                           zip(ci.index, ci["lower"], ci["upper"])},
+                level=float(level),
+                objective=_num(res.objective), status=res.status, success=bool(res.success),
+                iterations=int(res.iterations),
+                timings={k: float(v) for k, v in res.timings.items()},
+                warnings=list(res.warnings))
+
+
+def _plot(plot_fits, problem, results, out):
+    try:
+        plot_fits(problem, results, path=out / "fit.png")
+    except ImportError as err:
+        print(f"note: {err}", file=sys.stderr)
+
+
+def _compare(problem, names, settings, args, out, plot_fits):
+    """Every approach from the same start: one table (``comparison.csv``), one JSON entry
+    per approach, one figure."""
+    from .analysis import compare_approaches
+    from .approaches import estimate
+
+    def runner(a):
+        return lambda prob, **_: estimate(prob, a, **_options_for(a, settings))
+
+    table, results = compare_approaches(problem, [(a, runner(a), {}) for a in names])
+    rows, info = [], {}
+    for a in names:
+        row = {"status": table.loc[a, "status"], "success": bool(table.loc[a, "success"])}
+        res = results.get(a)
+        if res is None:
+            rows.append(row)
+            info[a] = dict(status=row["status"], success=False)
+            continue
+        ci = _intervals(res, args.level)
+        row.update(objective=float(res.objective), iterations=int(res.iterations),
+                   wall_s=float(res.timings.get("total_s", float("nan"))))
+        for p in ci.index:
+            row[p] = float(ci.loc[p, "estimate"])
+            row[f"se_{p}"] = float(ci.loc[p, "se"])
+        rows.append(row)
+        info[a] = _info(res, ci, args.level)
+    comp = pd.DataFrame(rows, index=pd.Index(names, name="approach"))
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        print(comp.to_string())
+    comp.to_csv(out / "comparison.csv")
+    (out / "result.json").write_text(json.dumps(info, indent=2))
+    if not args.no_plot and results:
+        _plot(plot_fits, problem, results, out)
+    print(f"wrote {out}/")
+    if not any(r.success for r in results.values()):
+        raise EstimationFailed("no approach converged: " + "; ".join(
+            f"{a}: {s}" for a, s in comp["status"].items()))
     return 0
 
 

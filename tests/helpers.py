@@ -64,3 +64,52 @@ def likelihood_problem(gaussian=True, **extra):
 
 #: A point near the optimum of :func:`likelihood_problem`.
 U_NL = np.array([0.9, 0.55, 1.1, 0.75])
+
+
+AB_TIMES = np.linspace(0.5, 4.0, 8)
+
+
+def ab_data(k1, k2, A0, B0, rng, times=AB_TIMES):
+    from scipy.integrate import solve_ivp
+    sol = solve_ivp(lambda t, x: [-k1 * x[0], k1 * x[0] - k2 * x[1]], (0, times[-1]), [A0, B0],
+                    t_eval=times, rtol=1e-10, atol=1e-12)
+    X = sol.y.T + 0.01 * rng.standard_normal((len(times), 2))
+    return pd.DataFrame(X, index=times, columns=["A", "B"])
+
+
+def ab_rhs(x, u, t):
+    return [-u.k1 * x.A, u.k1 * x.A - u.k2 * x.B]
+
+
+def three_experiments_problem(same_horizon=True):
+    """A -> B in three experiments with a local A0 (one per experiment), noisy data."""
+    rng = np.random.default_rng(3)
+    t3 = AB_TIMES if same_horizon else np.linspace(0.4, 5.0, 6)
+    exps = [po.Experiment("e1", ab_data(0.7, 0.3, 1.0, 0.0, rng)),
+            po.Experiment("e2", ab_data(0.7, 0.3, 2.0, 0.0, rng), parameters={"A0": 1.5}),
+            po.Experiment("e3", ab_data(0.7, 0.3, 0.5, 0.4, rng, t3), initial={"B": 0.4})]
+    return po.EstimationProblem(
+        states=["A", "B"],
+        parameters=[po.Parameter("k1", 0.5, lb=0), po.Parameter("k2", 0.5, lb=0),
+                    po.Parameter("A0", 1.0, lb=0, local=True)],
+        rhs=ab_rhs, initial={"A": "A0", "B": 0.0}, data=None, experiments=exps)
+
+
+def three_experiments_by_hand(problem):
+    """The same three experiments as ONE single-experiment problem with 6 states."""
+    names = problem.experiment_names
+    states = [f"{s}_{e}" for e in names for s in ("A", "B")]
+    data = pd.concat([sp.data.add_suffix(f"_{e}") for e, sp in
+                      zip(names, problem.experiment_problems)], axis=1)
+    initial = {}
+    for e, sp in zip(names, problem.experiment_problems):
+        initial[f"A_{e}"] = f"A0_{e}"
+        initial[f"B_{e}"] = float(sp.l_sym[1])
+
+    def rhs(x, u, t):
+        out = []
+        for e in names:
+            out += [-u.k1 * x[f"A_{e}"], u.k1 * x[f"A_{e}"] - u.k2 * x[f"B_{e}"]]
+        return out
+    params = [po.Parameter(p.name, p.value, p.lb, p.ub) for p in problem.parameters]
+    return po.EstimationProblem(states, params, rhs, initial, data)

@@ -30,18 +30,77 @@ def test_cli_writes_csv_json_png(tmp_path):
     assert (est["estimate"] - 1.0).abs().max() < 0.1
     assert (out / "fit.png").stat().st_size > 10_000
     info = json.loads((out / "result.json").read_text())
-    assert info["status"] == "Solve_Succeeded" and info["approach"] == "simultaneous"
+    assert info["success"] and info["approach"] == "simultaneous"
     assert isinstance(info["warnings"], list)
     assert pd.read_csv(out / "states.csv").shape[0] == 101
 
 
-def test_cli_compare_and_options(tmp_path):
-    out = tmp_path / "cmp"
-    main(LV + ["--approach", "compare", "--scheme", "enright", "--qmax", "3",
-               "--steps-per-interval", "5", "--no-plot", "--max-iter", "60", "--out", str(out)])
+@pytest.fixture
+def noisy_decay(tmp_path):
+    t = np.linspace(0.5, 3.0, 6)
+    noise = np.array([0.021, -0.013, 0.008, -0.017, 0.011, 0.004])
+    data = tmp_path / "noisy.csv"
+    pd.DataFrame({"time": t, "x": 2 * np.exp(-t) + noise}).to_csv(data, index=False)
+    model = tmp_path / "model.py"
+    model.write_text(DECAY)
+    return tmp_path, model, data
+
+
+def test_cli_approaches_are_the_front_doors():
+    from pyomo_odeest.approaches import APPROACH_NAMES
+    from pyomo_odeest.cli import APPROACHES, _parser
+    assert APPROACHES == tuple(APPROACH_NAMES) + ("compare",)
+    for a in APPROACHES:
+        assert _parser().parse_args(["m.py", "d.csv", "--approach", a]).approach == a
+
+
+def test_cli_estimates_have_standard_errors_and_intervals(noisy_decay, capsys):
+    """estimates.csv, result.json and the printed table carry the standard errors and
+    intervals of the result's own covariance."""
+    from pyomo_odeest import EstimationProblem, Parameter, estimate
+    tmp, model, data = noisy_decay
+    out = tmp / "se"
+    assert main([str(model), str(data), "--approach", "reduced_space", "--level", "0.9",
+                 "--no-plot", "--out", str(out)]) == 0
+    assert "se" in capsys.readouterr().out
+    est = pd.read_csv(out / "estimates.csv", index_col=0)
+    assert {"estimate", "se", "lower", "upper"} <= set(est.columns)
+    d = pd.read_csv(data).set_index("time")
+    prob = EstimationProblem(states=["x"], parameters=[Parameter("k", 0.7, lb=0.0)],
+                             rhs=lambda x, u, t: [-u.k * x.x], initial={"x": 2.0}, data=d)
+    ref = estimate(prob, "reduced_space", steps_per_interval=10).confidence_intervals(0.9)
+    assert est.loc["k", "se"] > 0
+    assert est.loc["k", "se"] == pytest.approx(ref.loc["k", "se"], rel=1e-3)
+    assert est.loc["k", "lower"] == pytest.approx(ref.loc["k", "lower"], rel=1e-3)
+    assert est.loc["k", "lower"] < est.loc["k", "estimate"] < est.loc["k", "upper"]
+    info = json.loads((out / "result.json").read_text())
+    assert info["standard_errors"]["k"] == pytest.approx(est.loc["k", "se"])
+    assert info["level"] == 0.9
+
+
+def test_cli_compare_writes_one_table_of_every_approach(noisy_decay, capsys):
+    """``--approach compare``: one row per approach of ``estimate`` (estimates, standard
+    errors, objective, status, time), no single approach's estimates.csv; options an
+    approach does not take are named in a note."""
+    from pyomo_odeest.approaches import APPROACH_NAMES
+    tmp, model, data = noisy_decay
+    out = tmp / "cmp"
+    rc = main([str(model), str(data), "--approach", "compare", "--scheme", "enright",
+               "--qmax", "3", "--steps-per-interval", "5", "--no-plot", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "the continuous approach does not take" in err and "scheme" in err
     tab = pd.read_csv(out / "comparison.csv", index_col=0)
-    assert "simultaneous" in tab.index and "reduced_space" in tab.index
-    assert not (out / "fit.png").exists()
+    assert list(tab.index) == list(APPROACH_NAMES)
+    assert {"status", "success", "objective", "iterations", "wall_s", "k", "se_k"} <= set(tab.columns)
+    ok = tab[tab["success"]]
+    assert {"simultaneous", "reduced_space", "multiple_shooting", "continuous"} <= set(ok.index)
+    assert (ok["k"] - ok["k"].mean()).abs().max() < 1e-2
+    assert (ok["se_k"] > 0).all() and (ok["wall_s"] > 0).all()
+    assert not (out / "estimates.csv").exists()
+    info = json.loads((out / "result.json").read_text())
+    assert set(info) == set(APPROACH_NAMES)
+    assert info["reduced_space"]["standard_errors"]["k"] == pytest.approx(ok.loc["reduced_space", "se_k"])
 
 
 @pytest.fixture

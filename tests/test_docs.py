@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _mkdocs_build(site_dir):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
                            "--site-dir", str(site_dir)], cwd=ROOT, capture_output=True,
                           text=True, env=env)
 
@@ -21,13 +21,17 @@ def _mkdocs_build(site_dir):
 @pytest.mark.extras
 def test_docs_build_strict_with_an_api_page_for_every_public_name(tmp_path):
     """``mkdocs build --strict`` (rendered maths, API reference, cross references):
-    no warning, and every public name of every API unit has its entry."""
+    no warning (the log is read, not hidden), and every public name of every API unit
+    has its entry."""
     for name in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python", "pymdownx",
                  "material"):
         pytest.importorskip(name)
     site = tmp_path / "site"
     r = _mkdocs_build(site)
-    assert r.returncode == 0, r.stdout + r.stderr
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log
+    warned = [line for line in log.splitlines() if "WARNING" in line]
+    assert not warned, "\n".join(warned)
     assert (site / "index.html").exists()
     sys.path.insert(0, str(ROOT / "docs_tools"))
     try:
@@ -49,8 +53,23 @@ def test_docs_build_strict_with_an_api_page_for_every_public_name(tmp_path):
     absent = [n for n in pyomo_odeest.__all__ if n != "__version__" and f"<code>{n}</code>" not in index]
     assert not absent, (f"top-level names missing from docs/api/index.md: {absent} "
                         "(regenerate it: python docs_tools/api_index.py)")
-    # maths is rendered by MathJax from the arithmatex spans
-    assert 'class="arithmatex"' in (site / "bibliography" / "index.html").read_text()
+    # maths is rendered by MathJax from the arithmatex spans, with the MathJax shipped in
+    # docs/ (the site renders offline)
+    bib = (site / "bibliography" / "index.html").read_text()
+    assert 'class="arithmatex"' in bib
+    assert 'src="../javascripts/mathjax/tex-svg-full.js"' in bib
+    assert (site / "javascripts" / "mathjax" / "tex-svg-full.js").stat().st_size > 1_000_000
+
+
+def test_docs_load_no_script_from_the_network():
+    """Every script of the site is a file of docs/ (maths render offline)."""
+    import yaml
+    conf = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    scripts = conf.get("extra_javascript", [])
+    remote = [s for s in scripts if "://" in str(s) or str(s).startswith("//")]
+    assert not remote, remote
+    missing = [s for s in scripts if not (ROOT / "docs" / s).is_file()]
+    assert not missing, missing
 
 
 def _nav_pages(nav):

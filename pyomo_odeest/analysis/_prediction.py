@@ -58,6 +58,8 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
         :func:`~pyomo_odeest.analysis._uncertainty.covariance`).
     kind : 'observables' | 'states'
 
+    Notes
+    -----
     With several experiments the frames are indexed by ``(experiment, time)``,
     each experiment on its own grid.
     """

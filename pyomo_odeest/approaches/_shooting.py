@@ -833,6 +833,8 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         without.  Use it when parameters are orders of magnitude from 1
         (α-pinene: 11 iterations with it, ``Restoration_Failed`` without).
 
+    Notes
+    -----
     Several experiments, inputs and constraints.  Each experiment is shot
     on its own nodes and grid (which contains every switching time of its
     inputs, the order ramp restarting there too), the parameters shared

@@ -245,7 +245,8 @@ def seird_problem(data, estimate_initial=False, conservation_weight=1e4, ic_weig
     u0 : mapping, optional
         Starting rates (default :data:`SEIRD_U0`).
     x0_guess : mapping, optional
-        Starting initial state (default :math:`\bar x_0`).  With
+        Starting initial state (default :math:`\bar x_0`, moved onto the
+        bounds :math:`[0, N]` where the noise put it outside).  With
         ``estimate_initial=False`` the initial state is *fixed* at
         ``x0_guess`` (default: the true :data:`SEIRD_X0`, as in [SEIRD],
         Example 2, where the exact initial conditions are given).
@@ -278,7 +279,10 @@ def seird_problem(data, estimate_initial=False, conservation_weight=1e4, ic_weig
         if xm is None:
             raise ValueError("estimate_initial=True needs x0_measured (or data.attrs['x0_measured'])")
         xm = {s: float(xm[s]) for s in SEIRD_STATES}
-        xg = dict(xm if x0_guess is None else x0_guess)
+        # the measured x0 is noisy and may lie outside [0, N] (S0 = 1.08 > N = 1 at 10 % noise):
+        # as start value it is moved onto the bounds; the penalty keeps the measured value
+        xg = ({s: min(max(xm[s], 0.0), N) for s in SEIRD_STATES} if x0_guess is None
+              else dict(x0_guess))
         params += [Parameter(f"{s}0", float(xg[s]), lb=0.0, ub=N) for s in SEIRD_STATES]
         initial = {s: f"{s}0" for s in SEIRD_STATES}
         w_ic = {s: ic_weight / (eta * abs(xm[s])) ** 2 for s in SEIRD_STATES}

@@ -42,8 +42,9 @@ __all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_sca
            "CYIPOPT_MISSING"]
 
 CYIPOPT_MISSING = (
-    "cyipopt is not installed. Install the Ipopt wheel with\n"
-    "    pip install cyipopt-wheels        (or: pip install 'pyomo_odeest[ipopt]')\n"
+    "cyipopt is not installed (a dependency of pyomo_odeest: was it installed with\n"
+    "--no-deps?). Install the Ipopt wheel with\n"
+    "    pip install cyipopt-wheels\n"
     "or, in a conda environment, conda install -c conda-forge cyipopt."
 )
 

@@ -175,6 +175,8 @@ class Preequilibration:
     reset : sequence of state names
         States set to their ``initial`` value after pre-equilibration.
 
+    Notes
+    -----
     The simultaneous approach adds :math:`x_{ss}` as variables with the
     steady-state equations; the sequential approaches solve them by Newton's
     method (or simulation) with derivatives by the implicit function theorem.
@@ -211,6 +213,8 @@ class PathConstraint:
         Imposed at every grid point (``'grid'``, the default) or at the
         measurement times only.
 
+    Notes
+    -----
     The simultaneous, reduced-space and multiple-shooting approaches impose it
     (the sequential ones as constraints over u, and the node values, with
     exact discrete derivatives); the continuous approach at the measurement

@@ -405,6 +405,8 @@ class Runner:
     cluster_kwargs : dict
         More keyword arguments of :class:`distributed.LocalCluster`.
 
+    Notes
+    -----
     Use as a context manager (``with Runner() as rn: ...``) or call
     :meth:`close` to shut an embedded cluster down.
     """

@@ -264,11 +264,7 @@ def ode_rhs(model, cs):
     Each derivative VarData must appear linearly, with a constant coefficient,
     in exactly one active constraint.  A constraint written ``dxdt == f`` gives ``f`` itself.
     """
-    dvars = {}
-    for dv in model.component_objects((DerivativeVar, pyo.Var), descend_into=True):
-        if isinstance(dv, DerivativeVar) or getattr(dv, "_odeest_derivative", False):
-            for d in dv.values():
-                dvars[id(d)] = d
+    dvars = _derivative_vars(model)
     rhs = {}
     for con in model.component_data_objects(pyo.Constraint, active=True, descend_into=True):
         got = _rhs_of(con, dvars)
@@ -279,6 +275,32 @@ def ode_rhs(model, cs):
             raise DaeSchemeError(f"derivative '{d.name}' appears in two constraints")
         rhs[id(d)] = f
     return rhs
+
+
+def _derivative_vars(model):
+    """{id: VarData} of every derivative variable of the model."""
+    dvars = {}
+    for dv in model.component_objects((DerivativeVar, pyo.Var), descend_into=True):
+        if isinstance(dv, DerivativeVar) or getattr(dv, "_odeest_derivative", False):
+            for d in dv.values():
+                dvars[id(d)] = d
+    return dvars
+
+
+def _check_only_odes(model):
+    """:class:`DaeSchemeError` naming the active constraints that are not ODEs (problem_from_dae
+    reads the ODEs only, so they would be dropped)."""
+    dvars = _derivative_vars(model)
+    others = [c.name for c in model.component_data_objects(pyo.Constraint, active=True,
+                                                             descend_into=True)
+              if _rhs_of(c, dvars) is None]
+    if others:
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        raise DaeSchemeError(
+            f"constraint(s) {', '.join(others[:3])}{more} are not ODEs, and problem_from_dae reads "
+            "only the ODEs: deactivate them and declare path or parameter constraints with "
+            "constraints=[PathConstraint(...), ParameterConstraint(...)] (fix an initial state "
+            "instead of constraining it)")
 
 
 def _rhs_of(con, dvars):
@@ -836,7 +858,7 @@ def _simulate_start(model, cs, parts, scheme, t, rhs):
 
 
 def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
-    """An :class:`~pyomo_odeest.problem._declaration.EstimationProblem` from a pyomo.dae model.
+    r"""An :class:`~pyomo_odeest.problem._declaration.EstimationProblem` from a pyomo.dae model.
 
     The states are the differential variables (one per DerivativeVar index),
     named by their Pyomo names made identifiers (``x[A]`` → ``x_A``); ``data``
@@ -847,16 +869,140 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
     fixed.  The right-hand side is read from the ODE constraints at the first
     point; it must be autonomous (the same at every point) — checked.  Call it
     on the model *before* transforming it.
+
+    The model's active objective, if any, is honoured: it must be a weighted
+    least-squares sum :math:`\sum w_{jo} (x_o(\tau_j) - \bar z_{jo})^2` over
+    states at points of the ContinuousSet (a quadratic without cross terms, no
+    parameters), whose terms are exactly the measurements of ``data`` (the
+    values :math:`\bar z_{jo}` are checked against ``data``).  Its weights
+    :math:`w_{jo}` become the problem's ``weights``; ``sigma=`` or
+    ``weights=`` given as well must be proportional to them (the same
+    estimate).  Any other objective raises a :class:`DaeSchemeError` that
+    says what to do (deactivate it and state the weights with ``weights=`` or
+    ``sigma=``).  Active constraints other than the ODEs are refused too
+    (declare them with ``constraints=``), so that nothing of the model is dropped.
     """
     from ..problem._declaration import EstimationProblem
     sets = list(model.component_objects(ContinuousSet, descend_into=True))
     cs = wrt or (sets[0] if len(sets) == 1 else None)
     if cs is None:
         raise DaeSchemeError("say which ContinuousSet with wrt=")
+    _check_only_odes(model)
     parts = _problem_parts(model, cs, parameters)
-    return EstimationProblem(states=parts["names"], parameters=parts["params"],
-                             rhs=parts["rhs"], initial=parts["initial"], data=data,
-                             t0=parts["t0"], **problem_kwargs)
+    make = lambda **kw: EstimationProblem(states=parts["names"], parameters=parts["params"],  # noqa: E731
+                                          rhs=parts["rhs"], initial=parts["initial"], data=data,
+                                          t0=parts["t0"], **kw)
+    terms = _least_squares_terms(model, cs, parts)
+    prob = make(**problem_kwargs)
+    if terms is None:
+        return prob
+    fixed = {n for n, v in parts["initial"].items() if isinstance(v, float)}
+    W = _objective_weights(prob, terms, fixed, parts["t0"])
+    if "sigma" in problem_kwargs or "weights" in problem_kwargs:
+        given = np.asarray(prob.weights, dtype=float)[prob.mask]
+        ratio = W[prob.mask] / given
+        if not np.allclose(ratio, ratio[0], rtol=1e-8, atol=0.0):
+            raise DaeSchemeError(
+                "the model's objective weights the measurements differently from the sigma= / "
+                "weights= given (not proportional): give the weights in one place only "
+                "(deactivate the objective, or drop sigma= / weights=)")
+        return prob
+    import pandas as pd
+    weights = pd.DataFrame(np.where(prob.mask, W, 0.0), index=pd.Index(prob.meas_times),
+                           columns=prob.obs_names)
+    return make(weights=weights, **problem_kwargs)
+
+
+def _least_squares_terms(model, cs, parts):
+    r"""``{(state name, time): (w, y)}`` of the model's active objective
+    :math:`\sum w (x(t) - y)^2`, or None without an active objective;
+    :class:`DaeSchemeError` for any other objective."""
+    objs = list(model.component_data_objects(pyo.Objective, active=True, descend_into=True))
+    if not objs:
+        return None
+    advice = ("; problem_from_dae reads only a weighted least-squares objective "
+              "sum w*(x[t] - y)**2 over the states: deactivate the objective "
+              "(model.<objective>.deactivate()) and give the weights with weights= or sigma=")
+    if len(objs) > 1:
+        raise DaeSchemeError(f"the model has {len(objs)} active objectives "
+                             f"({', '.join(o.name for o in objs)})" + advice)
+    obj = objs[0]
+    if obj.sense != pyo.minimize:
+        raise DaeSchemeError(f"objective '{obj.name}' is maximized" + advice)
+    repn = generate_standard_repn(obj.expr, quadratic=True, compute_values=True)
+    if repn.nonlinear_expr is not None:
+        raise DaeSchemeError(f"objective '{obj.name}' is not quadratic in the states" + advice)
+    where = {}
+    for (dv, sv, rest, loc), n in zip(parts["keys"], parts["names"]):
+        for t in cs:
+            where[id(sv[_join(t, rest, loc)])] = (n, float(t))
+
+    def locate(v):
+        try:
+            return where[id(v)]
+        except KeyError:
+            raise DaeSchemeError(f"objective '{obj.name}' depends on '{v.name}', which is not a "
+                                 "state of the ODEs at a point of the ContinuousSet "
+                                 "(a penalty on parameters: use penalty=)" + advice) from None
+
+    quad, lin = {}, {}
+    for (v1, v2), c in zip(repn.quadratic_vars, repn.quadratic_coefs):
+        if v1 is not v2:
+            raise DaeSchemeError(f"objective '{obj.name}' has the cross term "
+                                 f"{v1.name}*{v2.name} (correlated residuals)" + advice)
+        k = locate(v1)
+        quad[k] = quad.get(k, 0.0) + float(c)
+    for v, c in zip(repn.linear_vars, repn.linear_coefs):
+        k = locate(v)
+        lin[k] = lin.get(k, 0.0) + float(c)
+    out = {}
+    for k, a in quad.items():
+        if not a > 0:
+            raise DaeSchemeError(f"objective '{obj.name}': the weight of {k[0]} at t={k[1]} is "
+                                 f"{a} (not positive)" + advice)
+        out[k] = (a, -lin.pop(k, 0.0) / (2 * a))
+    if lin:
+        (n, t), _ = next(iter(lin.items()))
+        raise DaeSchemeError(f"objective '{obj.name}' is linear in {n} at t={t}" + advice)
+    return out
+
+
+def _objective_weights(prob, terms, fixed=(), t0=None):
+    """The objective's weights on the problem's data layout (measurement time x observable);
+    :class:`DaeSchemeError` when its terms and the measurements differ.  A measurement of
+    a state fixed at ``t0`` (a constant term of the objective, whatever its weight) gets
+    the median weight of its observable."""
+    times = np.asarray(prob.meas_times, dtype=float)
+    cols = {n: j for j, n in enumerate(prob.obs_names)}
+    W = np.zeros(prob.mask.shape)
+    values = prob.data.to_numpy(dtype=float)
+    for (n, t), (w, y) in terms.items():
+        i = np.flatnonzero(np.isclose(times, t, rtol=1e-12, atol=1e-12))
+        if n not in cols or len(i) == 0 or not prob.mask[i[0], cols[n]]:
+            raise DaeSchemeError(f"the model's objective fits {n} at t={t}, which data does not "
+                                 "measure: give that measurement in data, or deactivate the "
+                                 "objective and give the weights with weights= or sigma=")
+        i, j = i[0], cols[n]
+        if not np.isclose(values[i, j], y, rtol=1e-9, atol=1e-12 * max(1.0, abs(y))):
+            raise DaeSchemeError(f"the model's objective fits {n} at t={t} to {y:.10g}, data "
+                                 f"has {values[i, j]:.10g}: make them agree, or deactivate the "
+                                 "objective")
+        W[i, j] = w
+    missing = prob.mask & (W == 0)
+    at_t0 = np.isclose(times, t0, rtol=1e-12, atol=1e-12) if t0 is not None else times < -np.inf
+    for n in fixed:
+        j = cols.get(n)
+        if j is not None and missing[at_t0, j].any():
+            w = W[:, j][W[:, j] > 0]
+            W[at_t0 & missing[:, j], j] = np.median(w) if len(w) else 1.0
+    missing = prob.mask & (W == 0)
+    if missing.any():
+        i, j = np.argwhere(missing)[0]
+        raise DaeSchemeError(f"data measures {prob.obs_names[j]} at t={times[i]:g}, which the "
+                             "model's objective does not fit: add the term to the objective, or "
+                             "deactivate the objective and give the weights with weights= or "
+                             "sigma=")
+    return W
 
 
 def dae_result(model, data, results=None, sigma=None, weights=None):

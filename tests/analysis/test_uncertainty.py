@@ -320,7 +320,7 @@ def test_several_experiments_nonlinear_covariance_equals_the_problem_written_as_
     """Three experiments of A -> B with a local A0: the simultaneous KKT covariance of
     the multi-experiment NLP equals the reduced-space covariance of the same data
     written by hand as one 6-state problem (exact Hessian and Gauss–Newton)."""
-    from test_experiments import _by_hand, _problem
+    from helpers import three_experiments_by_hand as _by_hand, three_experiments_problem as _problem
     P = _problem()
     res = estimate(P, "simultaneous", max_step=0.05, scheme="enright", options={"tol": 1e-12})
     one = estimate(_by_hand(P), "reduced_space", max_step=0.05, scheme="enright")

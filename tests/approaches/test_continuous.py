@@ -529,8 +529,12 @@ def test_inexact_gradient_convergence_is_not_reported_as_success():
     cm = ContinuousModel(prob)
     cm.fd_step = 0.05
     res = po.estimate(prob, "continuous", gradient="fd", model=cm)
-    assert not res.success and res.status.startswith("Solved_To_Acceptable_Level; not stationary")
-    assert res.extra["stationarity"]["projected_gradient"] > 0.1
+    assert not res.success
+    # where Ipopt stops depends on the inexact gradients (acceptable level here; the iteration
+    # limit was seen under load): whenever it claims convergence, the check withdraws it
+    if res.status.split(";")[0] in ("Solve_Succeeded", "Solved_To_Acceptable_Level"):
+        assert "not stationary" in res.status
+        assert res.extra["stationarity"]["projected_gradient"] > 0.1
     assert cm.rtol == 1e-10 and cm.atol == 1e-12          # tolerances restored
 
 

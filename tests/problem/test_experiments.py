@@ -7,52 +7,8 @@ import pytest
 from pyomo_odeest import (EstimationProblem, Experiment, Parameter, ProblemError, estimate)
 from pyomo_odeest.approaches._reduced import discrete_model
 
-TIMES = np.linspace(0.5, 4.0, 8)
-
-
-def _data(k1, k2, A0, B0, rng, times=TIMES):
-    from scipy.integrate import solve_ivp
-    sol = solve_ivp(lambda t, x: [-k1 * x[0], k1 * x[0] - k2 * x[1]], (0, times[-1]), [A0, B0],
-                    t_eval=times, rtol=1e-10, atol=1e-12)
-    X = sol.y.T + 0.01 * rng.standard_normal((len(times), 2))
-    return pd.DataFrame(X, index=times, columns=["A", "B"])
-
-
-def _rhs(x, u, t):
-    return [-u.k1 * x.A, u.k1 * x.A - u.k2 * x.B]
-
-
-def _problem(same_horizon=True):
-    rng = np.random.default_rng(3)
-    t3 = TIMES if same_horizon else np.linspace(0.4, 5.0, 6)
-    exps = [Experiment("e1", _data(0.7, 0.3, 1.0, 0.0, rng)),
-            Experiment("e2", _data(0.7, 0.3, 2.0, 0.0, rng), parameters={"A0": 1.5}),
-            Experiment("e3", _data(0.7, 0.3, 0.5, 0.4, rng, t3), initial={"B": 0.4})]
-    return EstimationProblem(
-        states=["A", "B"],
-        parameters=[Parameter("k1", 0.5, lb=0), Parameter("k2", 0.5, lb=0),
-                    Parameter("A0", 1.0, lb=0, local=True)],
-        rhs=_rhs, initial={"A": "A0", "B": 0.0}, data=None, experiments=exps)
-
-
-def _by_hand(problem):
-    """The same three experiments as ONE single-experiment problem with 6 states."""
-    names = problem.experiment_names
-    states = [f"{s}_{e}" for e in names for s in ("A", "B")]
-    data = pd.concat([sp.data.add_suffix(f"_{e}") for e, sp in
-                      zip(names, problem.experiment_problems)], axis=1)
-    initial = {}
-    for e, sp in zip(names, problem.experiment_problems):
-        initial[f"A_{e}"] = f"A0_{e}"
-        initial[f"B_{e}"] = float(sp.l_sym[1])
-
-    def rhs(x, u, t):
-        out = []
-        for e in names:
-            out += [-u.k1 * x[f"A_{e}"], u.k1 * x[f"A_{e}"] - u.k2 * x[f"B_{e}"]]
-        return out
-    params = [Parameter(p.name, p.value, p.lb, p.ub) for p in problem.parameters]
-    return EstimationProblem(states, params, rhs, initial, data)
+from helpers import (AB_TIMES as TIMES, ab_data as _data, ab_rhs as _rhs,
+                     three_experiments_by_hand as _by_hand, three_experiments_problem as _problem)
 
 
 def test_declaration_global_and_local_parameters():

@@ -254,3 +254,77 @@ def test_nonsense_from_an_uninitialized_start_is_flagged():
     assert any("rank-deficient" in w for w in res.warnings)
     assert any("inconsistent with the noise level" in w for w in res.warnings)
     assert any("rank-deficient" in w for w in ns["res"].warnings)       # without sigma too
+
+
+def _weighted_model():
+    """dae_model with a weighted objective: the late measurements count 25x less."""
+    m = dae_model()
+    m.obj.deactivate()
+    w = {t: 1.0 / (0.1 + 0.1 * t) ** 2 for t in DATA.index}
+    m.wobj = pyo.Objective(expr=sum(w[t] * ((m.x1[t] - DATA.loc[t, "x1"]) ** 2
+                                            + 3.0 * (m.x2[t] - DATA.loc[t, "x2"]) ** 2)
+                                    for t in DATA.index))
+    return m, w
+
+
+def test_problem_from_dae_honours_the_objective_weights():
+    """The reduced space on problem_from_dae's problem finds the estimate of the weighted
+    pyomo.dae model itself (same scheme and grid), not the unweighted one."""
+    m, w = _weighted_model()
+    prob = problem_from_dae(m, DATA)
+    W = np.asarray(prob.weights)
+    expect = np.array([[w[t], 3.0 * w[t]] for t in DATA.index])
+    assert np.allclose(W, expect, rtol=1e-12)
+    red = estimate_reduced(prob, "adams_pc", 3, steps_per_interval=5)
+    assert red.success
+    unweighted = estimate_reduced(problem_from_dae(dae_model(), DATA), "adams_pc", 3,
+                                  steps_per_interval=5)
+    pyo.TransformationFactory("odeest.adams").apply_to(m, wrt=m.t, variant="pc", qmax=3,
+                                                       steps_per_interval=5)
+    sol = pyo.SolverFactory("odeest_ipopt").solve(m, options={"tol": 1e-10})
+    assert sol.solver.termination_condition == pyo.TerminationCondition.optimal
+    p = np.array([pyo.value(m.p[k]) for k in range(1, 5)])
+    assert np.max(np.abs(red.x - p)) < 1e-6
+    assert np.max(np.abs(unweighted.x - p)) > 1e-3        # the weights do move the estimate
+    # sigma= proportional to the objective's weights: accepted (same estimate)
+    sig = [[1 / np.sqrt(w[t]), 1 / np.sqrt(3.0 * w[t])] for t in DATA.index]
+    import pandas as pd
+    sig = pd.DataFrame(sig, index=DATA.index, columns=["x1", "x2"])
+    m2, _ = _weighted_model()
+    assert np.allclose(np.asarray(problem_from_dae(m2, DATA, sigma=sig).weights), expect)
+    with pytest.raises(DaeSchemeError, match="not proportional"):
+        problem_from_dae(m2, DATA, sigma=0.1)
+
+
+def test_problem_from_dae_refuses_an_objective_it_cannot_honour():
+    import pandas as pd
+    m = dae_model()
+    m.obj.deactivate()
+    m.l1 = pyo.Objective(expr=sum(abs(m.x1[t] - DATA.loc[t, "x1"]) for t in DATA.index))
+    with pytest.raises(DaeSchemeError, match="not quadratic.*deactivate"):
+        problem_from_dae(m, DATA)
+    m = dae_model()
+    m.obj.expr = m.obj.expr + (m.p[1] - 1) ** 2                 # a penalty on a parameter
+    with pytest.raises(DaeSchemeError, match="p\\[1\\].*penalty="):
+        problem_from_dae(m, DATA)
+    other = DATA.copy()
+    other.iloc[3, 0] += 0.1                                     # data differ from the objective
+    with pytest.raises(DaeSchemeError, match="data has"):
+        problem_from_dae(dae_model(), other)
+    more = pd.concat([DATA, pd.DataFrame({"x1": [0.5], "x2": [0.5]}, index=[10.5])])
+    m = dae_model()
+    m.t.add(10.5)
+    with pytest.raises(DaeSchemeError, match="does not fit"):
+        problem_from_dae(m, more)
+    m = dae_model()
+    m.obj.deactivate()                                          # no objective: the data's
+    assert np.all(np.asarray(problem_from_dae(m, DATA).weights)[problem_from_dae(m, DATA).mask] == 1)
+
+
+def test_problem_from_dae_refuses_constraints_it_would_drop():
+    m = dae_model()
+    m.cap = pyo.Constraint(m.t, rule=lambda m, t: m.x1[t] <= 0.9)
+    with pytest.raises(DaeSchemeError, match=r"cap\[0\.0\].*not ODEs.*constraints="):
+        problem_from_dae(m, DATA)
+    m.cap.deactivate()
+    assert problem_from_dae(m, DATA).states == ["x1", "x2"]
