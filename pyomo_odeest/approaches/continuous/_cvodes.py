@@ -308,6 +308,9 @@ class CvodesModel(ContinuousModel):
         self._ref = None
         self._grids = {}
 
+    def _integration_functions(self):
+        """Nothing to lambdify: CVODES evaluates the compiled right-hand side."""
+
     # -- compiled functions ---------------------------------------------------
     def _make_pieces(self, out_times, last):
         """``[(a, b, grid)]``: pieces between switching times, each with its output times."""
@@ -464,15 +467,33 @@ class CvodesModel(ContinuousModel):
         seeds, lam = self._seeds(jumps)
         q = np.zeros(self.p)
         if len(self.grid):
-            out = self._call(self._f("adj"), x0=self.l.dense(u), u=u, adj_X=seeds)
-            lam = lam + out["adj_x0"].reshape(-1)
-            q = out["adj_u"].reshape(-1)
+            s = self._adjoint_scale(seeds)
+            out = self._call(self._f("adj"), x0=self.l.dense(u), u=u, adj_X=s * seeds)
+            lam = lam + out["adj_x0"].reshape(-1) / s
+            q = out["adj_u"].reshape(-1) / s
         self.counts["adjoint"] += 1
         grad = self.l_u.dense(u).T @ lam + q + gu
         res = dict(gradient=grad, lambda0=lam, quadrature=q)
         if times is not None:
             res["lambda"] = self.reference().adjoint(u, times=times)["lambda"]
         return res
+
+    def _adjoint_scale(self, seeds):
+        r"""Factor :math:`s \le 1` of the adjoint's seeds (the sweep is linear in them).
+
+        CVODES applies one absolute tolerance ``atol`` to the states and the
+        adjoint.  The adjoint has no scale of its own (it is driven by the
+        jumps); as in the SciPy sweep (``adjoint_atol``, see
+        :func:`~pyomo_odeest.approaches.continuous._functions._segment_atol`),
+        its absolute tolerance should be
+        :math:`\max(\text{atol}, \text{adjoint\_atol}\cdot\text{rtol}\cdot\|\text{jumps}\|_\infty)`.
+        Integrating :math:`s\lambda` with
+        :math:`s = \text{atol}/(\text{adjoint\_atol}\cdot\text{rtol}\cdot\|\text{jumps}\|_\infty)`
+        and dividing the result by :math:`s` does exactly that.
+        """
+        big = float(np.max(np.abs(seeds), initial=0.0))
+        want = self.adjoint_atol * self.rtol * big
+        return self.atol / want if want > self.atol else 1.0
 
     # -- second order ------------------------------------------------------------
     def hessian_vector(self, u=None, V=None):
