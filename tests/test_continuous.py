@@ -25,6 +25,14 @@ from pyomo_odeest.models._hiv import (HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES,
 warnings.simplefilter("ignore", RuntimeWarning)
 
 
+@pytest.fixture(autouse=True)
+def scipy_engine(monkeypatch):
+    """This module tests the SciPy path (its tolerances and stopping rules): the
+    estimators' default engine is SciPy here; tests/test_cvodes.py tests CVODES."""
+    import pyomo_odeest.approaches.continuous._cvodes as cv
+    monkeypatch.setattr(cv, "cvodes_available", lambda: False)
+
+
 def rel(a, b):
     return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
 

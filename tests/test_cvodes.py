@@ -188,7 +188,8 @@ def test_estimate_default_engine_matches_scipy_with_exact_hessian():
     assert r_cv.scheme.startswith("CVODES"), "CVODES is the default when CasADi imports"
     assert r_cv.success and r_sc.success
     np.testing.assert_allclose(r_cv.estimates.values, r_sc.estimates.values, rtol=1e-5)
-    assert r_cv.extra["adjoint"] is not None
+    lam = r_cv.extra["adjoint"]             # λ(t⁻) at t0 and the measurement times
+    np.testing.assert_array_equal(lam.index, np.union1d([0.0], P.meas_times))
 
 
 def test_preequilibrated_fit_recovers_the_truth():
@@ -234,3 +235,22 @@ def test_integration_failure_is_an_integration_error():
         CvodesModel(P).objective()
     r = estimate_continuous(P, engine="cvodes")
     assert not r.success and "Simulation_Failed_At_Start" in r.status
+
+
+def test_stiff_hiv_adjoint_with_large_jumps():
+    """HIV [MHV, eq. (30)]: jumps of 1e4 drive λ to ~1e5; the adjoint's seeds are scaled to
+    the adjoint tolerance rule (with atol 1e-10 on the raw adjoint CVODES stopped with
+    CV_TOO_MUCH_WORK)."""
+    from pyomo_odeest.models._hiv import hiv_problem
+    prob = hiv_problem(seed=1)
+    cm = CvodesModel(prob, rtol=1e-8, atol=1e-10)
+    u = prob.u0
+    jumps, _ = cm.misfit.gradients(cm._forward(u)[1], u)
+    assert np.abs(jumps).max() > 1e3
+    g_adj, g_fwd = cm.gradient(u, "adjoint"), cm.gradient(u, "sensitivity")
+    g_ref = ContinuousModel(prob, method="BDF", rtol=1e-10, atol=1e-12).gradient(u, "sensitivity")
+    assert rel(g_adj, g_ref) < 1e-6 and rel(g_fwd, g_ref) < 1e-6
+    lam = cm.adjoint(u, times=[0.0, 3.0, 14.0, 150.0])["lambda"].to_numpy()
+    ref = ContinuousModel(prob, method="BDF", rtol=1e-10, atol=1e-12).adjoint(
+        u, times=[0.0, 3.0, 14.0, 150.0])["lambda"].to_numpy()
+    assert rel(lam, ref) < 1e-6

@@ -257,9 +257,8 @@ class CvodesModel(ContinuousModel):
 
     Notes
     -----
-    :meth:`adjoint` with ``times`` (the adjoint trajectory, a diagnostic)
-    comes from the SciPy sweep of :meth:`reference` (CVODES returns the
-    adjoint at :math:`t_0` only).  Counters: ``forward``, ``sensitivity``,
+    :meth:`adjoint` with ``times`` integrates once more, cut at those times
+    (see :meth:`_lambda_at`).  Counters: ``forward``, ``sensitivity``,
     ``adjoint``, ``soa`` count calls of the compiled functions.
     """
 
@@ -292,6 +291,11 @@ class CvodesModel(ContinuousModel):
         ode = ca.vertcat(*sympy_to_casadi(self.problem.f_sym, table))
         extra = ca.vertcat(lo, w, C) if apps else ca.SX(0, 1)
         self._dae = dict(x=X, p=ca.vertcat(U, extra), t=t, ode=ode)
+        # the same on the unit interval: t = a + h·σ, dx/dσ = h f (one integrator
+        # object for any interval [a, a + h])
+        a, h, sig = ca.SX.sym("a"), ca.SX.sym("h"), ca.SX.sym("sigma")
+        self._dae_unit = dict(x=X, p=ca.vertcat(U, extra, a, h), t=sig,
+                              ode=h * ca.substitute(ode, t, a + h * sig))
         self._apps = apps
 
         # output grid: measurement times after t0 and switching times, in pieces
@@ -457,8 +461,7 @@ class CvodesModel(ContinuousModel):
 
         Returns a dict with ``gradient`` (p,), ``lambda0`` (:math:`\lambda(t_0)`)
         and ``quadrature`` (:math:`\int_{t_0}^T f_u^\top\lambda\,dt`); with
-        ``times``, also ``lambda`` (a DataFrame) from the SciPy sweep of
-        :meth:`reference` (a diagnostic).
+        ``times``, also ``lambda`` (a DataFrame of :math:`\lambda(t^-)`).
         """
         u = self._u(u)
         _, Xm = self._forward(u)
@@ -475,8 +478,56 @@ class CvodesModel(ContinuousModel):
         grad = self.l_u.dense(u).T @ lam + q + gu
         res = dict(gradient=grad, lambda0=lam, quadrature=q)
         if times is not None:
-            res["lambda"] = self.reference().adjoint(u, times=times)["lambda"]
+            res["lambda"] = self._lambda_at(u, np.asarray(times, dtype=float), jumps, lam)
         return res
+
+    def _lambda_at(self, u, times, jumps, lam0):
+        r""":math:`\lambda(t^-)` at ``times`` (a DataFrame; left limits, i.e. after the
+        jump at a measurement time), by CVODES.
+
+        The horizon is cut at the measurement, switching and requested times
+        into intervals, each integrated by one integrator of the unit interval
+        (:math:`t = a + h\sigma`), and a perturbation :math:`D_k` is
+        added to the state at the end of interval k (before the measurement
+        there reads it): :math:`\partial J/\partial D_k = \lambda(t_k^-)`, all
+        of them from one reverse sweep with the jumps as seeds.
+        """
+        ca = _casadi()
+        last = float(self.grid[-1]) if len(self.grid) else self.t0
+        inner = times[(times > self.t0) & (times <= last)]
+        sw = self.switches[(self.switches > self.t0) & (self.switches < last)]
+        edges = np.unique(np.concatenate([self.grid, inner, sw]))
+        L = np.zeros((len(times), self.n))
+        L[times <= self.t0] = lam0
+        if len(edges):
+            key = ("lambda", edges.tobytes())
+            self._f("G")                          # resets the cache on new tolerances
+            if key not in self._grids:
+                x0 = ca.MX.sym("x0", self.n)
+                uu = ca.MX.sym("u", self.p)
+                D = ca.MX.sym("D", self.n, len(edges))
+                F = ca.integrator("unit", "cvodes", self._dae_unit, 0.0, [1.0], self._opts())
+                starts = np.concatenate([[self.t0], edges[:-1]])
+                data = np.column_stack([np.concatenate([self._piece_data(a, b), [a, b - a]])
+                                        for a, b in zip(starts, edges)])
+                xk, pk, dk = (ca.MX.sym("xk", self.n), ca.MX.sym("pk", F.size1_in(2)),
+                              ca.MX.sym("dk", self.n))
+                step = ca.Function("step", [xk, pk, dk], [F(x0=xk, p=pk)["xf"] + dk])
+                P = ca.vertcat(ca.repmat(uu, 1, len(edges)), ca.DM(data))
+                X = step.mapaccum("chain", len(edges))(x0, P, D)
+                fn = ca.Function("lam", [x0, uu, D], [X], ["x0", "u", "D"], ["X"])
+                self._grids[key] = fn.reverse(1)
+            rev = self._grids[key]
+            seeds = np.zeros((self.n, len(edges)))
+            for j, tt in enumerate(self.tau):
+                if tt > self.t0:
+                    seeds[:, int(np.searchsorted(edges, tt))] += jumps[j]
+            s = self._adjoint_scale(seeds)
+            adjD = self._call(rev, x0=self.l.dense(u), u=u, D=np.zeros((self.n, len(edges))),
+                              adj_X=s * seeds)["adj_D"].reshape(self.n, -1) / s
+            pos = (times > self.t0) & (times <= last)
+            L[pos] = adjD[:, np.searchsorted(edges, times[pos])].T
+        return pd.DataFrame(L, index=pd.Index(times, name="time"), columns=self.problem.states)
 
     def _adjoint_scale(self, seeds):
         r"""Factor :math:`s \le 1` of the adjoint's seeds (the sweep is linear in them).

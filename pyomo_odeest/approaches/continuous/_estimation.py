@@ -300,7 +300,8 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         ``approach='continuous_adjoint'``; ``states`` on the fine grid,
         ``fitted``/``residuals`` at the measurement times; ``extra`` holds
         the gradient at the estimates (``'gradient'``), the adjoint
-        :math:`\lambda(t^-)` on the grid (``'adjoint'``), the start and its
+        :math:`\lambda(t^-)` on the grid (``'adjoint'``; with the CVODES
+        engine at :math:`t_0` and the measurement times), the start and its
         objective, the integrator counters and the model.
     """
     validate_estimator("continuous", problem, u0=u0, options=options, tee=tee,
@@ -543,8 +544,11 @@ def _frames(problem, cm, u, n_grid):
     states = cm.simulate(u, times)
     fitted = cm.observations(u)
     residuals = (fitted - problem.data).where(problem.mask)
+    # CVODES keeps no adjoint trajectory: each reported time is one more restart
+    lam_times = times if getattr(cm, "engine", "scipy") == "scipy" else np.union1d([cm.t0],
+                                                                                 cm.tau)
     try:
-        lam = _guarded(lambda: cm.adjoint(u, times=times)["lambda"])
+        lam = _guarded(lambda: cm.adjoint(u, times=lam_times)["lambda"])
     except EvaluationError:
         lam = None
     return states, fitted, residuals, lam
