@@ -83,9 +83,11 @@ class MeasurementMisfit:
         self.const = misfit_constant(P)
         pen = sympy.sympify(P.penalty_sym)
         self.has_penalty = bool(pen.free_symbols) or pen != 0
-        self._R = lambdify((us,), pen, "numpy")
-        self._dR = lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
-        self._d2R = lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
+        self._R = self._dR = self._d2R = None        # without a penalty: never called
+        if self.has_penalty:        # (p² symbolic derivatives: tens of seconds for p ~ 100)
+            self._R = lambdify((us,), pen, "numpy")
+            self._dR = lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
+            self._d2R = lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
         self._second = None
         self._root = None
 

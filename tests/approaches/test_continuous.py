@@ -28,6 +28,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 from helpers import U_NL, likelihood_problem as nonlinear_problem, rel_norm as rel
 
 
+@pytest.fixture(autouse=True)
+def scipy_engine(monkeypatch):
+    """This module tests the SciPy path (its tolerances and stopping rules): the
+    estimators' default engine is SciPy here; tests/test_cvodes.py tests CVODES."""
+    import pyomo_odeest.approaches.continuous._cvodes as cv
+    monkeypatch.setattr(cv, "cvodes_available", lambda: False)
+
+
+
 
 
 def robertson_problem():
