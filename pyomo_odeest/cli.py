@@ -41,7 +41,11 @@ from pathlib import Path
 
 import pandas as pd
 
-APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting", "compare")
+from .approaches._estimate import APPROACH_NAMES, approach_options, estimate
+
+#: ``--approach`` choices: the front door's names, and ``compare`` (the approaches
+#: that discretize, side by side)
+APPROACHES = APPROACH_NAMES + ("compare",)
 SCHEMES = ("adams_pc", "adams_moulton", "enright", "semi_implicit_enright")
 #: Names a model file may define (besides ``states``, ``parameters``, ``rhs``, ``initial``)
 #: that are passed to :class:`~pyomo_odeest.EstimationProblem`.
@@ -191,7 +195,7 @@ def _run(argv):
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)
     import pyomo_odeest  # noqa: F401
-    from .analysis._compare import APPROACHES as REGISTERED, compare_approaches, plot_fits
+    from .analysis._compare import compare_approaches, plot_fits
 
     mod = load_model_file(args.model)
     defaults = dict(getattr(mod, "options", None) or {})
@@ -216,20 +220,21 @@ def _run(argv):
     problem = build_problem(mod, read_data(args.data))
     print(problem)
     common = dict(scheme=scheme, qmax=qmax, steps_per_interval=spi, max_step=max_step)
-    names = [a for a in ("simultaneous", "reduced_space", "multiple_shooting") if a in REGISTERED]
-    if approach != "compare" and approach not in REGISTERED:
-        raise UsageError(f"approach {approach!r} is not available in this installation")
+    names = [a for a in APPROACH_NAMES if "scheme" in approach_options(a)]
+
+    def taken(a):
+        return {k: v for k, v in common.items() if k in approach_options(a)}
     # every argument is checked before anything runs
     from .discretization._size_guard import validate_estimator
     for a in (names if approach == "compare" else [approach]):
-        validate_estimator(a, problem, options=options or None, **common)
+        validate_estimator(a, problem, options=options or None, **taken(a))
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"cannot create the output directory {out}: {err}") from None
     if approach == "compare":
-        runs = [(a, REGISTERED[a][0], dict(REGISTERED[a][1], tee=args.tee)) for a in names]
+        runs = [(a, a, dict(tee=args.tee)) for a in names]
         table, results = compare_approaches(problem, runs, options=options or None, **common)
         print(table.to_string())
         table.to_csv(out / "comparison.csv")
@@ -239,11 +244,10 @@ def _run(argv):
         best = [r for r in results.values() if r.success]
         res = min(best, key=lambda r: r.objective) if best else next(iter(results.values()))
     else:
-        fn, kw = REGISTERED[approach]
-        kwargs = dict(common, **kw, tee=args.tee)
+        kwargs = dict(taken(approach), tee=args.tee)
         if options:
             kwargs["options"] = options
-        res = fn(problem, **kwargs)
+        res = estimate(problem, approach, **kwargs)
         results = {approach: res}
     print(res.summary())
     print(res.estimates.to_string())
@@ -252,9 +256,9 @@ def _run(argv):
         res.states.to_csv(out / "states.csv")
     if res.fitted is not None:
         res.fitted.to_csv(out / "fitted.csv")
-    info = dict(approach=res.approach, method=res.method, scheme=res.scheme,
+    info = dict(approach=res.approach, method=res.method, scheme=res.scheme_label,
                 estimates={k: float(v) for k, v in res.estimates.items()},
-                objective=float(res.objective), status=res.status, success=bool(res.success),
+                objective=float(res.objective), status=str(res.status), success=bool(res.success),
                 iterations=int(res.iterations), timings={k: float(v) for k, v in res.timings.items()},
                 warnings=list(res.warnings))
     (out / "result.json").write_text(json.dumps(info, indent=2))
