@@ -1,4 +1,4 @@
-"""The backends of the results: the model of an approach behind the analyses.
+r"""The backends of the results: the model of an approach behind the analyses.
 
 Every backend implements one small protocol, used by the covariance, profiles,
 identifiability, prediction bands, bootstrap, the post-solve checks and
@@ -168,14 +168,18 @@ class ShootingBackend(DiscreteBackend):
             from ._shooting import MultipleShootingNLP
             self._nlp = MultipleShootingNLP(problem, self.ims[0], "vector", "sensitivity",
                                             problem.u0, self.nodes[0])
-            if self._nlp.off_meas:
-                warnings.warn("multiple shooting with measurement times between nodes: "
-                              "derivatives from the single-shooting discretization",
-                              RuntimeWarning, stacklevel=2)
-                self._nlp = None
-            else:
-                self.source = ("multiple-shooting constraint Jacobian (null space); Hessian by "
-                               "central differences of the reduced gradient")
+            self.source = ("multiple-shooting constraint Jacobian (null space); Hessian by "
+                           "central differences of the reduced gradient")
+
+    def _usable(self):
+        """The shooting NLP, or None (single shooting) when a measurement lies between nodes."""
+        if self._nlp is not None and self._nlp.off_meas:
+            warnings.warn("multiple shooting with measurement times between nodes: "
+                          "derivatives from the single-shooting discretization",
+                          RuntimeWarning, stacklevel=3)
+            self._nlp = None
+            self.source = "discrete sensitivities (single shooting on the same grid)"
+        return self._nlp
 
     def _null(self, u):
         nlp = self._nlp
@@ -188,7 +192,7 @@ class ShootingBackend(DiscreteBackend):
         return x, par, dep
 
     def observation_sensitivities(self, u, free):
-        if self._nlp is None:
+        if self._usable() is None:
             return super().observation_sensitivities(u, free)
         nlp, P, S0 = self._nlp, self.problem, self.nodes[0]
         x, par, dep = self._null(u)
@@ -208,7 +212,7 @@ class ShootingBackend(DiscreteBackend):
                  mf.residuals(Xm, u) * P.mask, mf)]
 
     def hessian(self, u, free, method="soa"):
-        if self._nlp is None or method != "soa":
+        if method != "soa" or self._usable() is None:
             return super().hessian(u, free, method)
         x, par, dep = self._null(u)
         return _shooting_hessian(self._nlp, x, dep, par)

@@ -45,9 +45,9 @@ which is the Dirac source of (15) integrated out.  [MHV's restart formula
 :mod:`.second_order` (Hessian-vector products, Hessians);
 :mod:`.estimation` holds :func:`estimate_continuous`.
 """
-from ._estimation import estimate_continuous
+from ._estimation import ContinuousApproach, estimate_continuous
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
 from ._model import ContinuousModel
 
-__all__ = ["ContinuousModel", "estimate_continuous", "IntegrationError",
+__all__ = ["ContinuousApproach", "ContinuousModel", "estimate_continuous", "IntegrationError",
            "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS"]
