@@ -243,6 +243,18 @@ def test_option_tables_are_generated_from_the_configurations():
         assert rows == list(po.approach_options(a))
 
 
+def test_docs_option_tables_are_current():
+    """docs/choosing.md includes the tables generated from the configurations."""
+    import importlib.util
+    root = Path(po.__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("approach_options",
+                                                  root / "docs_tools" / "approach_options.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.OUT.read_text() == gen.text(), "run python docs_tools/approach_options.py"
+    assert '--8<-- "approach_options.md"' in (root / "docs" / "choosing.md").read_text()
+
+
 def test_max_wall_time_stops_the_solve():
     res = po.estimate(decay(c_fixed=False), "reduced_space", max_wall_time=1e-9,
                       optimizer="L-BFGS-B", **OPTS["reduced_space"])

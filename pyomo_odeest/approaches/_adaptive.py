@@ -26,8 +26,11 @@ from ._base import (Approach, ConfigValue, Outcome, common_config, discretizatio
 __all__ = ["AdaptiveApproach", "estimate_adaptive"]
 
 
-def _rebuilds(v, name):
-    return positive_int(v, name, lo=0)
+def _rebuilds(v):
+    return positive_int(v, "max_rebuilds", lo=0)
+
+
+_rebuilds.domain_name = lambda: "int >= 0"
 
 
 class AdaptiveApproach(Approach):
@@ -41,8 +44,8 @@ class AdaptiveApproach(Approach):
                                                        "steps_per_interval"})
     CONFIG.declare("controller", ConfigValue(default=None, description=(
         "the StepController (default: AdaptiveModel's)")))
-    CONFIG.declare("max_rebuilds", ConfigValue(default=5, domain=lambda v: _rebuilds(
-        v, "max_rebuilds"), description="rebuilds after a change of the pattern"))
+    CONFIG.declare("max_rebuilds", ConfigValue(default=5, domain=_rebuilds,
+        description="rebuilds after a change of the pattern"))
     CONFIG.declare("trust", ConfigValue(default=None, description=(
         "relative trust region of each round (None: none)")))
     CONFIG.declare("model", ConfigValue(default=None, description="an AdaptiveModel to reuse"))

@@ -335,6 +335,6 @@ def option_table(approach_cls) -> str:
     rows = ["| option | default | values | meaning |", "|---|---|---|---|"]
     for k in cfg.keys():
         cv = cfg.get(k)
-        dom = cv.domain_name() if cv._domain is not None else "any"
+        dom = (cv.domain_name() if cv._domain is not None else "any").replace("|", "\\|")
         rows.append(f"| `{k}` | `{cfg[k]!r}` | {dom} | {cv._description or ''} |")
     return "\n".join(rows)
