@@ -30,7 +30,7 @@ def test_cli_writes_csv_json_png(tmp_path):
     assert (est["estimate"] - 1.0).abs().max() < 0.1
     assert (out / "fit.png").stat().st_size > 10_000
     info = json.loads((out / "result.json").read_text())
-    assert info["status"] == "Solve_Succeeded" and info["approach"] == "simultaneous"
+    assert info["status"] == "converged" and info["approach"] == "simultaneous"
     assert isinstance(info["warnings"], list)
     assert pd.read_csv(out / "states.csv").shape[0] == 101
 
@@ -158,4 +158,4 @@ def test_cli_zero_is_not_replaced_by_a_default(decay_files, capsys):
     rc = main([str(model), str(data), "--max-iter", "0", "--no-plot", "--out", str(tmp / "z")])
     assert rc == 1
     info = json.loads((tmp / "z" / "result.json").read_text())
-    assert info["iterations"] == 0 and info["status"] == "Maximum_Iterations_Exceeded"
+    assert info["iterations"] == 0 and info["status"] == "max_iterations"
