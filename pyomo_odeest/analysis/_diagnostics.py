@@ -367,7 +367,8 @@ def _experiment_rows(frame, name):
 def diagnose(problem, result):
     """Run every check on ``result`` and append the warnings to ``result.warnings``.
 
-    The estimation pipeline runs it once per result.  The stability check uses
+    The estimation pipeline runs it once per result; running it again adds no
+    warning the result already carries.  The stability check uses
     ``result.scheme`` (None for the continuous approach: no stability check),
     the rank check the Gauss–Newton matrix of ``result.backend``.  Returns
     ``result``.
@@ -390,5 +391,5 @@ def diagnose(problem, result):
                   for m in stability_warnings(sp, scheme, st, result.x)]
     else:
         w += stability_warnings(problem, scheme, result.states, result.x)
-    result.warnings.extend(w)
+    result.warnings.extend(m for m in dict.fromkeys(w) if m not in result.warnings)
     return result

@@ -33,9 +33,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from pyomo.common.config import ConfigDict, ConfigValue
 
 from ..discretization._size_guard import validate_estimator
+from ..discretization.schemes import QMAX_RANGE
 from ..nlp._cyipopt_adapter import solve_with_ipopt
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import post_solve_checks, stack_experiments
@@ -45,7 +47,7 @@ from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_floa
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
            "discretization_config", "option_table", "ipopt_options", "run_ipopt", "WallClock",
-           "stack_parts", "stack_multipliers"]
+           "stack_parts", "stack_multipliers", "add_constraint_multipliers"]
 
 #: Ipopt options every approach starts from (``options`` override them).
 IPOPT_DEFAULTS = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
@@ -128,7 +130,8 @@ def discretization_config() -> ConfigDict:
     c.declare("scheme", ConfigValue(default="adams_pc", description=(
         "multistep scheme (name or scheme object)")))
     c.declare("qmax", ConfigValue(default=None, domain=_Optional(
-        lambda v, n: positive_int(v, n), "qmax", "int or None"),
+        lambda v, n: positive_int(v, n, *QMAX_RANGE), "qmax",
+        f"int in [{QMAX_RANGE[0]}, {QMAX_RANGE[1]}] or None"),
         description="maximum order of the scheme (None: the scheme's default)"))
     c.declare("grid", ConfigValue(default=None, description=(
         "an explicit Grid (several experiments: a mapping experiment -> Grid)")))
@@ -287,8 +290,8 @@ class Approach:
     def estimate(self, problem, *args, **options):
         """Run the pipeline on ``problem``; return an :class:`~pyomo_odeest.EstimationResult`."""
         if not isinstance(problem, EstimationProblem):
-            raise ProblemError(f"problem must be an EstimationProblem, got "
-                               f"{type(problem).__name__}")
+            raise TypeError(f"problem must be an EstimationProblem, got "
+                            f"{type(problem).__name__}")
         cfg = self.configure(options, args)
         self.validate(problem, cfg)
         u_start = start_values(problem, cfg.u0)
@@ -326,6 +329,28 @@ def stack_multipliers(names, per) -> dict:
     if not names:
         return dict(per[0])
     return {k: stack_experiments(names, [m.get(k) for m in per]) for k in per[0]}
+
+
+def add_constraint_multipliers(res, problem, rows, lam, names):
+    """Put the optimizer's multipliers ``lam`` of the problem's constraints on ``res``:
+    ``rows`` lists the path-constraint rows in order, ``(experiment index, name,
+    times)``, ``names`` the parameter constraints after them.  Each path constraint
+    becomes ``res.multipliers['path_<name>']`` (indexed by time, and by experiment
+    first for several experiments), the parameter constraints
+    ``res.extra['parameter_constraint_multipliers']``."""
+    lam = np.asarray(lam, dtype=float)
+    per, a = {}, 0
+    for e, name, t in rows:
+        fr = pd.DataFrame({name: lam[a:a + len(t)]}, index=pd.Index(t, name="time"))
+        per.setdefault(f"path_{name}", []).append((e, fr))
+        a += len(t)
+    exp = problem.experiment_names
+    for key, lst in per.items():
+        res.multipliers[key] = (stack_experiments([exp[e] for e, _ in lst], [f for _, f in lst])
+                                if exp else lst[0][1])
+    if len(names):
+        res.extra["parameter_constraint_multipliers"] = {
+            n: float(v) for n, v in zip(names, lam[a:])}
 
 
 def option_table(approach_cls) -> str:
