@@ -179,10 +179,6 @@ class ExperimentCurvature:
         return np.vstack([c.scaled_rows() for c in self.parts])
 
 
-def _free_names(problem):
-    return [p.name for p in problem.parameters if not p.fixed]
-
-
 def _problem_of(result):
     P = result.problem
     if P is not None:

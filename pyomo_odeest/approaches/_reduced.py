@@ -25,11 +25,12 @@ from ..nlp._cyipopt_adapter import start_value_scaling
 from ..nlp._protocol import EvaluationError, NLPEvaluator
 from ..nlp._stationarity import projected_gradient, stationarity_check
 from ..problem._declaration import EstimationProblem, ProblemError
-from ..problem._result import EstimationResult, stack_experiments
+from ..problem._result import EstimationResult
 from ..problem._status import Status, status_from_scipy
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, Outcome, WallClock, common_config,
-                    discretization_config, ipopt_options, run_ipopt, stack_parts)
+                    discretization_config, ipopt_options, run_ipopt, stack_parts,
+                    add_constraint_multipliers)
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
            "discrete_model"]
@@ -61,23 +62,10 @@ class ReducedConstraints:
         self.names = [pc.name for pc, _ in pcs]
         self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
 
-    def multipliers(self, problem, lam):
-        """Ipopt's multipliers ``lam`` as ``{'path_<name>': DataFrame}`` (indexed by
-        time, and experiment first for several) and ``{name: float}`` of the
-        parameter constraints."""
-        per, a = {}, 0
-        for e, name, pts, d, *_ in self.parts:
-            fr = pd.DataFrame({name: lam[a:a + len(pts)]}, index=pd.Index(d.t[pts], name="time"))
-            per.setdefault(f"path_{name}", []).append((e, fr))
-            a += len(pts)
-        frames = {}
-        for key, lst in per.items():
-            if problem.experiments:
-                frames[key] = stack_experiments([problem.experiment_names[e] for e, _ in lst],
-                                                [f for _, f in lst])
-            else:
-                frames[key] = lst[0][1]
-        return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
+    @property
+    def rows(self):
+        """``(experiment index, name, times)`` of the path-constraint rows, in order."""
+        return [(e, name, d.t[pts]) for e, name, pts, d, *_ in self.parts]
 
     def _trajs(self, traj):
         return traj if isinstance(traj, tuple) else (traj,)
@@ -341,10 +329,7 @@ class ReducedApproach(Approach):
             evaluations=dict(nlp.counts), **frames)
         res.backend = DiscreteBackend(problem, dm)
         if nlp.cons is not None and getattr(nlp, "mult_g", None) is not None:
-            mframes, pmult = nlp.cons.multipliers(problem, nlp.mult_g)
-            res.multipliers.update(mframes)
-            if pmult:
-                res.extra["parameter_constraint_multipliers"] = pmult
+            add_constraint_multipliers(res, problem, nlp.cons.rows, nlp.mult_g, nlp.cons.names)
         return res
 
 

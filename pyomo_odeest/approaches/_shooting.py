@@ -98,7 +98,7 @@ from ..problem._start import start_values
 from ..problem._status import Status
 from ._backend import ShootingBackend
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
-                    ipopt_options, run_ipopt, stack_parts)
+                    ipopt_options, run_ipopt, stack_parts, add_constraint_multipliers)
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
            "ShootingApproach", "estimate_multiple_shooting", "node_start_values", "shooting_nlp"]
@@ -758,22 +758,11 @@ class ShootingNLP(NLPEvaluator):
             raise EvaluationError("non-finite constraint Jacobian")
         return v
 
-    def constraint_multipliers(self, lam):
-        """Ipopt's multipliers of the path and parameter constraints:
-        ``({'path_<name>': DataFrame}, {name: float})`` as the reduced space reports them."""
-        lam = np.asarray(lam, dtype=float)
-        per, a = {}, self.m_cont
-        for d in self.paths:
-            n = len(d["pts"])
-            fr = pd.DataFrame({d["name"]: lam[a:a + n]}, index=pd.Index(d["t"], name="time"))
-            per.setdefault(f"path_{d['name']}", []).append((d["e"], fr))
-            a += n
-        frames = {}
-        names = self.problem.experiment_names
-        for key, lst in per.items():
-            frames[key] = (stack_experiments([names[e] for e, _ in lst], [f for _, f in lst])
-                           if names else lst[0][1])
-        return frames, {n: float(v) for n, v in zip(self.parameter_constraint_names, lam[a:])}
+    @property
+    def rows(self):
+        """``(experiment index, name, times)`` of the path-constraint rows, in order
+        (after the ``m_cont`` continuity rows)."""
+        return [(d["e"], d["name"], d["t"]) for d in self.paths]
 
     # -- Hessian: limited-memory only -----------------------------------------
     def hessian_structure(self):
@@ -878,10 +867,8 @@ class ShootingApproach(Approach):
         res.backend = ShootingBackend(problem, ims, [p["extra"]["node_values"].to_numpy()
                                                      for p in parts])
         if mult is not None and nlp.m > nlp.m_cont:
-            frames, pmult = nlp.constraint_multipliers(mult)
-            res.multipliers.update(frames)
-            if pmult:
-                res.extra["parameter_constraint_multipliers"] = pmult
+            add_constraint_multipliers(res, problem, nlp.rows, np.asarray(mult)[nlp.m_cont:],
+                                       nlp.parameter_constraint_names)
         return res
 
 

@@ -13,11 +13,12 @@ from ...nlp._cyipopt_adapter import start_value_magnitude
 from ...nlp._protocol import EvaluationError
 from ...nlp._stationarity import stationarity_check
 from ...problem._declaration import EstimationProblem, ProblemError
-from ...problem._result import EstimationResult, stack_experiments
+from ...problem._result import EstimationResult
 from ...problem._status import Status, status_from_scipy
 from .._backend import ContinuousBackend
 from .._base import (Approach, Choice, ConfigValue, Outcome, WallClock, common_config,
-                     ipopt_options, run_ipopt, stack_parts)
+                     ipopt_options, run_ipopt, stack_parts,
+                     add_constraint_multipliers)
 from ...discretization._experiments import ExperimentModels
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
 from ._model import ContinuousModel
@@ -126,19 +127,10 @@ class ContinuousConstraints:
         rows += [np.asarray(dr(u), dtype=float).reshape(1, -1)[:, self.free] for dr in self._dr]
         return np.vstack(rows) if rows else np.zeros((0, len(self.free)))
 
-    def multipliers(self, problem, lam):
-        """``({'path_<name>': DataFrame}, {name: float})`` (as the reduced space)."""
-        per, a = {}, 0
-        for e, name, pts, tau, *_ in self.parts:
-            fr = pd.DataFrame({name: lam[a:a + len(pts)]}, index=pd.Index(tau, name="time"))
-            per.setdefault(f"path_{name}", []).append((e, fr))
-            a += len(pts)
-        frames = {}
-        for key, lst in per.items():
-            frames[key] = (stack_experiments([problem.experiment_names[e] for e, _ in lst],
-                                             [f for _, f in lst])
-                           if problem.experiments else lst[0][1])
-        return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
+    @property
+    def rows(self):
+        """``(experiment index, name, times)`` of the path-constraint rows, in order."""
+        return [(e, name, tau) for e, name, pts, tau, *_ in self.parts]
 
 
 def _guarded(fn, *args):
@@ -356,10 +348,7 @@ class ContinuousApproach(Approach):
                          integrator=dict(method=cm.method, rtol=cm.rtol, atol=cm.atol))
         res.backend = ContinuousBackend(problem, cm)
         if b.mult_g is not None:
-            mframes, pmult = b.cons.multipliers(problem, b.mult_g)
-            res.multipliers.update(mframes)
-            if pmult:
-                res.extra["parameter_constraint_multipliers"] = pmult
+            add_constraint_multipliers(res, problem, b.cons.rows, b.mult_g, b.cons.names)
         return res
 
 
