@@ -58,7 +58,7 @@ from ..problem._declaration import GaussianNLL
 from ..approaches._backend import kkt_reduced_hessian
 from ..problem._misfit import MeasurementMisfit
 
-__all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature",
+__all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature", "backend_curvature",
            "delta_method", "kkt_reduced_hessian", "nll_factor", "COVARIANCE_METHODS",
            "bound_status"]
 
@@ -193,16 +193,24 @@ def curvature(result, hessian=False, problem=None) -> Curvature:
     approach that produced it; see the module docstring)."""
     P = problem if problem is not None else _problem_of(result)
     u = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
+    return backend_curvature(P, result.backend, u, hessian)
+
+
+def backend_curvature(P, be, u, hessian=False, source=None) -> Curvature:
+    """Sensitivities (and with ``hessian`` the exact Hessian of J) of problem ``P`` at
+    the parameters ``u`` from a backend ``be`` (the protocol of the approaches'
+    backends); one :class:`Curvature`, or an :class:`ExperimentCurvature` for
+    several experiments."""
     free = np.flatnonzero(P.free_mask)
     names = [P.parameter_names[k] for k in free]
-    be = result.backend
-    parts = [Curvature(sp_, names, u, free, S, r, mf, None, be.source)
+    source = source or be.source
+    parts = [Curvature(sp_, names, u, free, S, r, mf, None, source)
              for sp_, S, r, mf in be.observation_sensitivities(u, free)]
     H = be.hessian(u, free) if hessian else None
     if not P.experiments:
         parts[0].H = H
         return parts[0]
-    return ExperimentCurvature(P, names, u, free, parts, H, be.source)
+    return ExperimentCurvature(P, names, u, free, parts, H, source)
 
 
 # ---------------------------------------------------------------------------
