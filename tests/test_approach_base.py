@@ -99,6 +99,8 @@ def test_start_value_forms():
         start_values(P, {"q": 1.0})
     with pytest.raises(ProblemError, match="outside its bounds"):
         start_values(P, {"c": 20.0})
+    P.parameters[0].ub = 0.4                     # a declared value beyond a changed bound
+    np.testing.assert_array_equal(start_values(P), [0.4, 2.0])
     with pytest.raises(ProblemError, match="one per parameter"):
         start_values(P, [1.0])
 

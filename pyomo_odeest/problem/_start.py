@@ -15,8 +15,10 @@ A fixed parameter keeps its declared value.  A start value for it that differs
 from that value contradicts the problem and is refused with a
 :class:`~pyomo_odeest.problem._validation.ProblemError` naming the parameter
 (to estimate it, declare it ``fixed=False``; to fix it at another value,
-declare that value); an equal value is fine.  A start value of a free
-parameter outside its bounds is refused too (start inside the bounds).
+declare that value); an equal value is fine.  A start value in ``u0`` of a
+free parameter outside its bounds is refused too (start inside the bounds); a
+declared value outside them (a bound changed after the declaration) is moved
+onto the nearest bound.
 """
 from __future__ import annotations
 
@@ -82,7 +84,10 @@ def start_values(problem, u0=None) -> np.ndarray:
                     f"u0 gives the fixed parameter '{p.name}' the value {v:g}, but it is fixed "
                     f"at {float(p.value):g}; leave it out of u0 (or give {float(p.value):g}), "
                     f"declare it fixed=False to estimate it, or declare the value to fix it at")
-        elif (p.lb is not None and v < p.lb) or (p.ub is not None and v > p.ub):
+        elif u0 is not None and ((p.lb is not None and v < p.lb)
+                                 or (p.ub is not None and v > p.ub)):
             raise ProblemError(f"u0 for parameter '{p.name}' is {v}, outside its bounds "
                                f"[{p.lb}, {p.ub}]; start inside the bounds")
-    return u
+    lb = [-np.inf if p.lb is None or p.fixed else p.lb for p in problem.parameters]
+    ub = [np.inf if p.ub is None or p.fixed else p.ub for p in problem.parameters]
+    return np.clip(u, lb, ub)
