@@ -113,7 +113,7 @@ def main():
           f"adjoint_rel_err_rtol1e-8={adj_err:.3g} "
           f"fd_over_derivative={','.join(f'{r:.3g}' for r in ratios)} "
           f"perturbed_start_nll={p_start:.4f} perturbed_end_nll={p_end:.4f} "
-          f"perturbed_status={res.status.split(';')[0]}")
+          f"perturbed_status={res.status}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from .nlp import (SOLVER_NAME, EvaluationError, NLPEvaluator, OdeestIpoptSolver, PyomoNLPEvaluator,
                   UnsupportedModelError, solve_with_ipopt, use_as_ipopt)
-from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares,
+from .problem import (EstimationProblem, EstimationResult, Experiment, GaussianNLL, LeastSquares, Status,
                       Parameter, ParameterConstraint, PathConstraint, PiecewiseConstant,
                       PiecewiseLinear, Preequilibration, ProblemError, SteadyStateError, ProblemTooLargeError, Spline,
                       inputs_from_frame, noise_check)
@@ -21,9 +21,9 @@ from .discretization import (SCHEMES, AdaptiveModel, DiscreteModel, Grid, PowerL
                              SimulationError, StepController, estimate_size, get_scheme,
                              make_grid)
 from .transcription import (build_adaptive_block, build_block, build_experiment_blocks,
-                    dae_result, estimate_adaptive, problem_from_dae,
-                    scheme_constraint)
-from .approaches import (APPROACH_NAMES, approach_options, estimate, estimate_continuous,
+                            problem_from_dae, scheme_constraint)
+from .approaches import (APPROACH_NAMES, approach_config, approach_options, dae_result,
+                         estimate, estimate_adaptive, estimate_continuous,
                          estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
                          simulate)
 from .analysis import (check_derivatives, compare_approaches, confidence_intervals,
@@ -40,7 +40,7 @@ __all__ = [
     # nlp
     "EvaluationError", "NLPEvaluator", "solve_with_ipopt",
     # problem
-    "EstimationProblem", "EstimationResult", "Experiment", "Preequilibration", "SteadyStateError", "GaussianNLL", "ParameterConstraint",
+    "EstimationProblem", "EstimationResult", "Status", "Experiment", "Preequilibration", "SteadyStateError", "GaussianNLL", "ParameterConstraint",
     "PathConstraint", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
     "LeastSquares", "Parameter", "ProblemError", "ProblemTooLargeError", "estimate_size",
     "noise_check",
@@ -52,7 +52,7 @@ __all__ = [
     "build_adaptive_block", "build_block", "build_experiment_blocks", "estimate_adaptive", "problem_from_dae",
     "dae_result", "scheme_constraint", "use_as_ipopt",
     # approaches
-    "APPROACH_NAMES", "approach_options", "estimate", "estimate_continuous",
+    "APPROACH_NAMES", "approach_config", "approach_options", "estimate", "estimate_continuous",
     "estimate_multiple_shooting", "estimate_reduced", "estimate_simultaneous", "simulate",
     # analysis
     "check_derivatives", "compare_approaches", "confidence_intervals", "convergence_study",

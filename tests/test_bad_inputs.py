@@ -377,7 +377,7 @@ def test_parameter_named_t_is_estimated():
 # ---------------------------------------------------------------------------
 def test_iteration_limit_reported_with_advice():
     res = po.estimate_reduced(decay(start=0.1), options={"max_iter": 1})
-    assert not res.success and res.status == "Maximum_Iterations_Exceeded"
+    assert not res.success and res.status is po.Status.MAX_ITERATIONS
     assert any("not converged" in w and "L-BFGS" in w for w in res.warnings)
     assert "WARNING: not converged" in res.summary()
 
@@ -529,10 +529,10 @@ def test_lbfgs_abnormal_line_search_at_a_stationary_point():
     nlp = SimpleNamespace(x_lb=np.array([0.0, -np.inf]), x_ub=np.array([np.inf, np.inf]))
     msg = "ABNORMAL_TERMINATION_IN_LNSRCH"
     at_opt = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([5.0, 1e-9]), fun=2.0)
-    ok, status = _stationary(nlp, at_opt, msg)
-    assert ok and "stationary point" in status
+    status, message = _stationary(nlp, at_opt, msg)
+    assert status is po.Status.CONVERGED and "stationary point" in message
     away = SimpleNamespace(x=np.array([0.0, 1.0]), jac=np.array([-5.0, 1e-9]), fun=2.0)
-    assert _stationary(nlp, away, msg) == (False, msg)
+    assert _stationary(nlp, away, msg) == (po.Status.FAILED, msg)
 
 
 def test_stiffness_is_checked_per_experiment():

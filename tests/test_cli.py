@@ -217,4 +217,4 @@ def test_cli_zero_is_not_replaced_by_a_default(decay_files, capsys):
     rc = main([str(model), str(data), "--max-iter", "0", "--no-plot", "--out", str(tmp / "z")])
     assert rc == 1
     info = json.loads((tmp / "z" / "result.json").read_text())
-    assert info["iterations"] == 0 and info["status"] == "Maximum_Iterations_Exceeded"
+    assert info["iterations"] == 0 and info["status"] == "max_iterations"

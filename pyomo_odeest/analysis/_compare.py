@@ -1,15 +1,15 @@
 """Side-by-side comparison of estimation approaches on one problem.
 
-:func:`compare_approaches` runs the simultaneous block and the reduced-space
-(single-shooting) backend — and any other registered approach — from the same
-start on the same scheme and grid, and returns a pandas table::
+:func:`compare_approaches` runs several approaches of
+:data:`~pyomo_odeest.APPROACH_NAMES` from the same start on the same scheme
+and grid (the discretization options go to the approaches that take them) and
+returns a pandas table::
 
     approach | method | p1 ... | objective | status | iterations |
     fevals | gevals | wall_s
 
-``continuous_adjoint`` optimizes the same J on the adaptively integrated ODE
-[MHV's optimize-then-discretize reference]; the scheme and grid settings
-do not apply to it.
+``continuous`` optimizes the same J on the adaptively integrated ODE [MHV's
+optimize-then-discretize reference]; ``adaptive`` chooses its own grid.
 
 Choosing an approach: the simultaneous block converges from poor starts (the
 states are free, so no trajectory has to exist at intermediate parameters) and
@@ -24,59 +24,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..approaches._reduced import estimate_reduced
-from ..approaches._shooting import estimate_multiple_shooting
-from ..approaches._simultaneous import estimate_simultaneous
+from ..approaches._estimate import APPROACH_NAMES, approach_options, estimate
 
-__all__ = ["compare_approaches", "plot_fits", "APPROACHES"]
-
-
-def _simultaneous(problem, **kw):
-    return estimate_simultaneous(problem, **kw)
-
-
-def _reduced(problem, **kw):
-    return estimate_reduced(problem, **kw)
-
-
-def _multiple_shooting(problem, **kw):
-    return estimate_multiple_shooting(problem, **kw)
-
-
-_DISCRETIZATION = ("scheme", "qmax", "grid", "max_step", "steps_per_interval")
-
-
-def _continuous(problem, **kw):
-    """The continuous-adjoint backend; it integrates adaptively, so the
-    discretization settings of the comparison do not apply to it."""
-    from ..approaches.continuous import estimate_continuous
-    for key in _DISCRETIZATION:
-        kw.pop(key, None)
-    return estimate_continuous(problem, **kw)
-
-
-def _adaptive(problem, **kw):
-    """The adaptive step-size model (55); it chooses its own grid, so only ``qmax`` of the
-    discretization settings applies to it (default 2 when not given)."""
-    from ..transcription._adaptive_block import estimate_adaptive
-    for key in ("scheme", "grid", "max_step", "steps_per_interval"):
-        kw.pop(key, None)
-    if kw.get("qmax") is None:
-        kw.pop("qmax", None)
-    return estimate_adaptive(problem, **kw)
-
-
-#: name -> (callable, default keyword arguments); extended by other backends.
-APPROACHES = {
-    "simultaneous": (_simultaneous, {}),
-    "reduced_space": (_reduced, {"optimizer": "ipopt", "hessian": "soa"}),
-    "reduced_space_lbfgs": (_reduced, {"optimizer": "ipopt", "hessian": None}),
-    "multiple_shooting": (_multiple_shooting, {"jacobian": "adjoint"}),
-    "continuous_adjoint": (_continuous, {"optimizer": "ipopt", "hessian": "soa"}),
-    "continuous_adjoint_lbfgs": (_continuous, {"optimizer": "ipopt", "hessian": None}),
-    "continuous_least_squares": (_continuous, {"optimizer": "least_squares"}),
-    "adaptive": (_adaptive, {}),
-}
+__all__ = ["compare_approaches", "plot_fits"]
 
 
 def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), scheme="adams_pc",
@@ -84,31 +34,30 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
                        options=None, progress=None):
     """Run several approaches from the same start; return ``(table, results)``.
 
-    ``approaches`` are names in :data:`APPROACHES` or ``(label, callable,
-    kwargs)`` triples.  A failing approach is reported in the table with its
-    status (it does not stop the comparison).  ``progress``: one line per
+    ``approaches`` are names in :data:`~pyomo_odeest.APPROACH_NAMES` (each with its
+    default options) or ``(label, name, options)`` triples (e.g.
+    ``("continuous_least_squares", "continuous", {"optimizer": "least_squares"})``);
+    the table and ``results`` are keyed by the name (or label).  The common
+    settings go to each approach that takes them.  A failing approach is
+    reported in the table with its status (it does not stop the comparison).  ``progress``: one line per
     finished approach on standard error (None: when it is a terminal).
     """
     from ..nlp._progress import TaskProgress, progress_enabled
     prog = TaskProgress(len(approaches), progress_enabled(progress), "compare")
     rows, results = [], {}
     common = dict(scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
-                  steps_per_interval=steps_per_interval, u0=u0)
+                  steps_per_interval=steps_per_interval, u0=u0, options=options)
     for a in approaches:
-        if isinstance(a, str):
-            if a not in APPROACHES:
-                raise ValueError(f"unknown approach {a!r}; known: {sorted(APPROACHES)}")
-            label, (fn, kw) = a, APPROACHES[a]
-        else:
-            label, fn, kw = a
-        kwargs = dict(common)
+        label, name, kw = (a, a, {}) if isinstance(a, str) else a
+        if name not in APPROACH_NAMES:
+            raise ValueError(f"unknown approach {name!r}; known: {list(APPROACH_NAMES)}")
+        takes = approach_options(name)
+        kwargs = {k: v for k, v in common.items() if k in takes and v is not None}
         kwargs.update(kw)
-        if options:
-            kwargs["options"] = options
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             try:
-                res = fn(problem, **kwargs)
+                res = estimate(problem, name, **kwargs)
             except Exception as err:          # reported, not hidden
                 rows.append({"approach": label, "method": "", "status": f"error: {err}",
                              "success": False})
@@ -118,7 +67,7 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
         row = {"approach": label, "method": res.method}
         row.update({k: float(v) for k, v in res.estimates.items()})
         ev = res.evaluations
-        row.update(objective=res.objective, status=res.status, success=res.success,
+        row.update(objective=res.objective, status=str(res.status), success=res.success,
                    iterations=res.iterations,
                    fevals=ev.get("objective", ev.get("simulations", np.nan)),
                    gevals=ev.get("gradient", ev.get("gradients", np.nan)),

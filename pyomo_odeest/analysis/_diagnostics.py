@@ -36,6 +36,8 @@ import numpy as np
 import sympy
 from ..symbolic import lambdify
 
+from ..problem._status import Status
+
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
            "bound_warnings", "rank_warnings", "status_warning", "simulation_warning",
            "SIMULATION_RTOL"]
@@ -211,22 +213,18 @@ def bound_warnings(problem, result, rtol=1e-6):
     return out
 
 
-def _gauss_newton(problem, result, dm, scheme=None, grid=None):
-    """Gauss–Newton matrix of the free parameters at the estimates (or None)."""
-    from ..discretization.discrete import DiscreteModel, SimulationError
+def _gauss_newton(problem, result):
+    """Gauss–Newton matrix of the free parameters at the estimates, from the
+    result's backend (or None)."""
+    from ..discretization.discrete import SimulationError
     u = result.estimates.to_numpy(dtype=float)
     try:
-        if dm is None:
-            dm = DiscreteModel(problem, scheme or "enright", None, grid, None,
-                               None if grid is not None else 10)
-        H = dm.hessian(u, "gauss_newton")
+        return result.backend.gauss_newton(u, np.flatnonzero(problem.free_mask))
     except (SimulationError, ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError):
         return None
-    free = problem.free_mask
-    return H[np.ix_(free, free)]
 
 
-def rank_warnings(problem, result, dm=None, scheme=None, grid=None):
+def rank_warnings(problem, result):
     """Fewer measurements than free parameters, or a numerically singular Gauss–Newton matrix."""
     subs = _subproblems(problem)
     N = sum(int(sp.mask.sum()) for sp in subs)
@@ -249,7 +247,7 @@ def rank_warnings(problem, result, dm=None, scheme=None, grid=None):
                 for w in rep.warnings if any(k in w for k in keys)]
     if len(subs) > 1:
         return []
-    H = _gauss_newton(problem, result, dm, scheme, grid)
+    H = _gauss_newton(problem, result)
     if H is None or not np.all(np.isfinite(H)):
         return []
     u = result.estimates.to_numpy(dtype=float)[free]
@@ -266,10 +264,6 @@ def rank_warnings(problem, result, dm=None, scheme=None, grid=None):
                 f"ratio {max(w[0], 0) / w[-1]:.2g}); the relative direction {combo} is not "
                 f"identifiable from the data; fix a parameter, add data or a penalty"]
     return []
-
-
-#: Approaches whose objective is that of a discretization (checked by simulation).
-_DISCRETE_APPROACHES = ("simultaneous", "reduced_space", "multiple_shooting")
 
 
 def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim_atol=1e-10):
@@ -291,14 +285,14 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
     (too coarse, or unstable there), and the estimate may be an optimum of
     the discretization only.  A simulation that fails at the estimates is
     flagged too.  Stores ``result.extra['simulated_objective']`` (None when
-    the check does not apply: other approaches, inputs with switching times,
-    path constraints).
+    the check does not apply: no grid (the continuous ODE, the adaptive
+    grid), inputs with switching times, path constraints).
     """
     from ..approaches.continuous import ContinuousModel, IntegrationError
     from ..problem._declaration import ProblemError
     from ._uncertainty import nll_factor
-    if result.approach not in _DISCRETE_APPROACHES or not np.isfinite(result.objective):
-        return []
+    if result.grid is None or not np.isfinite(result.objective):
+        return []          # not the objective of a discretization on a grid
     u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
     if not np.all(np.isfinite(u)):
         return []
@@ -336,40 +330,29 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
 
 
 _ADVICE = {
-    "Maximum_Iterations_Exceeded": "the iteration limit was reached",
-    "Repeated_Evaluation_Errors": "the optimizer kept stepping where the model cannot be "
-                                  "evaluated",
-    "Diverging_Iterates": "the iterates diverged",
-    "Restoration_Failed": "Ipopt's restoration phase failed",
+    Status.MAX_ITERATIONS: "the iteration limit was reached",
+    Status.TIME_LIMIT: "the time limit (max_wall_time) was reached",
+    Status.EVALUATION_ERRORS: "the optimizer kept stepping where the model cannot be evaluated",
+    Status.SIMULATION_FAILED: "the model cannot be simulated",
+    Status.NOT_STATIONARY: "the optimizer stopped where the gradient is not small",
+    Status.INFEASIBLE: "the constraints cannot be satisfied",
 }
 
 
 def status_warning(result):
-    """A warning with advice when the solver did not report success."""
+    """A warning with advice when the estimation did not end at an optimum."""
     if result.success:
         return []
-    why = next((v for k, v in _ADVICE.items() if str(result.status).startswith(k)),
-               f"the solver ended with status {result.status}")
-    advice = ("try a start closer to the solution (u0)")
-    if result.approach == "reduced_space" and "lbfgs" not in result.method:
-        advice += ", hessian=None (L-BFGS) or optimizer='L-BFGS-B'"
-    elif result.approach.startswith("continuous") and "exact-hessian" in result.method:
-        advice += ", hessian=None (L-BFGS)"
-    if result.approach == "simultaneous":
-        init = result.extra.get("init")
-        used = set(init.values()) if isinstance(init, dict) else {init}
-        if "data" in used:
-            advice += (", init='simulate' (the states started from the data because the "
-                       "simulation at u0 failed or left the data's range: a better u0 helps)")
-        advice += (", approach='reduced_space' (each iteration simulates, so the states are "
-                   "always consistent; see docs/choosing.md) and then the simultaneous solve "
-                   "from u0=its estimates, multiple_shooting")
-    else:
-        advice += ", another approach (multiple_shooting starts from the data)"
-    advice += (", or a finer grid" if str(result.scheme).startswith("enright")
+    why = _ADVICE.get(result.status, f"the optimizer ended with status {result.status}")
+    advice = "try a start closer to the solution (u0)"
+    if result.extra.get("advice"):                       # the approach's own (pipeline)
+        advice += ", " + result.extra["advice"]
+    advice += ", another approach (multiple_shooting starts from the data)"
+    name = getattr(result.scheme, "name", "")
+    advice += (", or a finer grid" if name == "enright"
                else ", or for stiff problems scheme='enright' and a finer grid")
-    return [f"not converged: {why} ({result.status}, {result.iterations} iterations); "
-            f"the estimates are not an optimum; {advice}"]
+    return [f"not converged: {why} ({result.status}: {result.message}, {result.iterations} "
+            f"iterations); the estimates are not an optimum; {advice}"]
 
 
 def _experiment_rows(frame, name):
@@ -382,24 +365,25 @@ def _experiment_rows(frame, name):
         return None
 
 
-def diagnose(problem, result, scheme=None, model=None, grid=None):
+def diagnose(problem, result):
     """Run every check on ``result`` and append the warnings to ``result.warnings``.
 
-    ``scheme`` is the scheme object the approach used (None for the
-    continuous approach: no stability check); ``model`` an optional
-    :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` of the same
-    discretization (reused for the rank check), else one is built on
-    ``grid`` (default: Enright's scheme, 10 steps per measurement interval).  Idempotent: a result is
-    diagnosed once.  Returns ``result``.
+    The estimation pipeline runs it once per result; running it again adds no
+    warning the result already carries.  The stability check uses
+    ``result.scheme`` (None for the continuous approach: no stability check),
+    the rank check the Gauss–Newton matrix of ``result.backend``.  Returns
+    ``result``.
     """
-    if result.extra.get("diagnosed"):
-        return result
     if result.problem is None:                # the analyses find the problem here
         result.extra["problem"] = problem
+    scheme = result.scheme
+    if scheme is not None and not hasattr(scheme, "stage_names"):    # a SchemeRef
+        from ..discretization.schemes import get_scheme
+        scheme = get_scheme(scheme.name, scheme.qmax)
     w = list(status_warning(result))
     w += bound_warnings(problem, result)
     w += chi2_warning(problem, result)
-    w += rank_warnings(problem, result, model, scheme, grid)
+    w += rank_warnings(problem, result)
     w += simulation_warning(problem, result)
     if getattr(problem, "experiments", None):
         for name, sp in zip(problem.experiment_names, problem.experiment_problems):
@@ -408,6 +392,5 @@ def diagnose(problem, result, scheme=None, model=None, grid=None):
                   for m in stability_warnings(sp, scheme, st, result.x)]
     else:
         w += stability_warnings(problem, scheme, result.states, result.x)
-    result.warnings.extend(w)
-    result.extra["diagnosed"] = True
+    result.warnings.extend(m for m in dict.fromkeys(w) if m not in result.warnings)
     return result

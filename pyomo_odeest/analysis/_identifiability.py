@@ -197,8 +197,9 @@ def _equilibrated_rank(R, rtol):
 
 
 def _curvature_at(problem, estimates, discretization):
+    from ..approaches import DiscreteBackend
     from ..approaches._reduced import discrete_model
-    from ._uncertainty import _curvature_discrete
+    from ._uncertainty import backend_curvature
     if isinstance(estimates, (dict, pd.Series)):
         est = pd.Series(estimates)
         missing = [n for n in problem.parameter_names if n not in est.index]
@@ -210,12 +211,6 @@ def _curvature_at(problem, estimates, discretization):
         if len(u) != len(problem.parameters):
             raise ValueError(f"estimates must have {len(problem.parameters)} values "
                              f"(parameters {problem.parameter_names})")
-    free = np.flatnonzero(problem.free_mask)
-    names = [problem.parameter_names[k] for k in free]
-    source = f"discrete sensitivities ({discretization or 'default discretization'})"
-    dm = discrete_model(problem, **discretization)
-    if not problem.experiments:
-        return _curvature_discrete(dm, problem, u, free, names, False, source)
-    parts = [_curvature_discrete(m, sp, u, free, names, False, source)
-             for m, sp in zip(dm.models, problem.experiment_problems)]
-    return ExperimentCurvature(problem, names, u, free, parts, None, source)
+    be = DiscreteBackend(problem, discrete_model(problem, **discretization))
+    return backend_curvature(problem, be, u, source=(
+        f"discrete sensitivities ({discretization or 'default discretization'})"))

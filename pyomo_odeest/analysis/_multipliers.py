@@ -21,6 +21,7 @@ from ..discretization.discrete import DiscreteModel, Trajectory
 from ._recursions import paper_adjoint
 from ..approaches._simultaneous import initialize_block
 from ..nlp._plugin import OdeestIpoptSolver
+from ..problem._status import status_from_ipopt
 
 __all__ = ["MultiplierReport", "validate_multipliers", "adjoint_from_duals", "block_trajectory"]
 
@@ -141,7 +142,7 @@ def adjoint_from_duals(problem, u, scheme="adams_pc", qmax=None, grid=None, max_
     opts.update(options or {})
     s = OdeestIpoptSolver()
     s.solve(m, options=opts)
-    if s.last_info["status"] not in ("Solve_Succeeded", "Solved_To_Acceptable_Level"):
+    if not status_from_ipopt(s.last_info["status"]).success:
         raise RuntimeError(f"solving the block at fixed u failed: {s.last_info['status']}")
     rep = validate_multipliers(m)
     return rep, rep.gradient_from_duals

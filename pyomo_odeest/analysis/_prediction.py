@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ._uncertainty import Covariance, _problem_of, covariance, discrete_model_for
+from ._uncertainty import Covariance, _problem_of, covariance
 
 __all__ = ["PredictionBands", "prediction_bands"]
 
@@ -67,7 +67,7 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
         raise ValueError(f"kind must be 'observables' or 'states', got {kind!r}")
     P = problem if problem is not None else _problem_of(result)
     cov = cov if cov is not None else covariance(result, method, problem=P, scale=scale)
-    dm = discrete_model_for(result)
+    dm = result.backend.discrete_model
     u = cov.estimates.reindex(P.parameter_names).to_numpy(dtype=float)
     cols = [P.parameter_names.index(n) for n in cov.names]
     q = cov.quantile(level, dist)

@@ -44,14 +44,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ._uncertainty import (Covariance, _problem_of, covariance, discrete_model_for, nll_factor,
-                           resolve_scale)
+from ..problem._status import status_from_ipopt
+from ._uncertainty import Covariance, _problem_of, covariance, nll_factor, resolve_scale
 
 __all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment", "profile_point",
            "assemble_profiles", "profile_likelihood", "PROFILE_APPROACHES"]
 
 PROFILE_APPROACHES = ("reduced_space", "simultaneous")
-_OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
 
 
 @dataclass
@@ -133,7 +132,7 @@ def _discrete_model(problem, disc):
 class _ReducedProfiler:
     """Re-optimize J_k over all free parameters but one (reduced space, Ipopt)."""
 
-    def __init__(self, problem, disc, parameter, options):
+    def __init__(self, problem, disc, parameter, options, u_hat=None):
         from ..approaches._reduced import ReducedSpaceNLP
         self.dm = _discrete_model(problem, disc)
         P = problem
@@ -217,13 +216,15 @@ class _BlockProfiler:
         return u, float(pyo.value(b.objective)), info["status"], int(info["iterations"])
 
 
+_PROFILERS = dict(zip(PROFILE_APPROACHES, (_ReducedProfiler, _BlockProfiler)))
+
+
 def _profiler(task):
-    if task.approach == "reduced_space":
-        return _ReducedProfiler(task.problem, task.discretization, task.parameter, task.options)
-    if task.approach == "simultaneous":
-        return _BlockProfiler(task.problem, task.discretization, task.parameter, task.options,
-                              task.u_hat)
-    raise ValueError(f"profile approach must be one of {PROFILE_APPROACHES}, got {task.approach!r}")
+    cls = _PROFILERS.get(task.approach)
+    if cls is None:
+        raise ValueError(f"profile approach must be one of {PROFILE_APPROACHES}, got "
+                         f"{task.approach!r}")
+    return cls(task.problem, task.discretization, task.parameter, task.options, task.u_hat)
 
 
 def profile_point(problem, parameter, value, u_start, approach="reduced_space",
@@ -263,7 +264,7 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
 
     def record(theta, u, J, status, iters, sec):
         rows.append(dict(parameter=task.parameter, side=d, value=float(theta), objective=J,
-                         status=status, success=status in _OK and np.isfinite(J),
+                         status=status, success=status_from_ipopt(status).success and np.isfinite(J),
                          iterations=iters, seconds=sec,
                          **{f"u:{n}": float(v) for n, v in zip(names, u)}))
 
@@ -295,7 +296,7 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
             theta, at_bound = float(bound), True
         t = time.perf_counter()
         u, J, st, it = prof.solve(_predict(P, u_prev, tangent, theta - theta_prev), theta)
-        ok = st in _OK and np.isfinite(J)
+        ok = status_from_ipopt(st).success and np.isfinite(J)
         if not ok:
             fails += 1
             if fails > 4:
@@ -310,7 +311,7 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
             def point(tc, start):
                 t = time.perf_counter()
                 uc, Jc, stc, itc = prof.solve(start, tc)
-                if not (stc in _OK and np.isfinite(Jc)):
+                if not (status_from_ipopt(stc).success and np.isfinite(Jc)):
                     return None
                 record(tc, uc, Jc, stc, itc, time.perf_counter() - t)
                 return uc, root(Jc) - target
@@ -383,26 +384,6 @@ def _predict(problem, u, tangent, dtheta):
 # ---------------------------------------------------------------------------
 # tasks, assembly, the front function
 # ---------------------------------------------------------------------------
-def _discretization_of(result):
-    """Scheme and grid of a result (for several experiments ``grid`` maps each
-    experiment to its grid)."""
-    P = result.problem
-    if P is not None and P.experiments:
-        dm = discrete_model_for(result)
-        return dict(scheme=dm.models[0].scheme.name, qmax=dm.models[0].scheme.qmax,
-                    grid={n: m.grid for n, m in zip(P.experiment_names, dm.models)})
-    dm = result.extra.get("discrete_model")
-    if dm is not None:
-        return dict(scheme=dm.scheme.name, qmax=dm.scheme.qmax, grid=dm.grid)
-    b = getattr(result.model, "est", None) if result.model is not None else None
-    if b is not None and hasattr(b, "grid"):
-        return dict(scheme=b.scheme.name, qmax=b.scheme.qmax, grid=b.grid)
-    im = result.extra.get("interval_models")
-    if im is not None:
-        return dict(scheme=im.scheme.name, qmax=im.scheme.qmax, grid=im.grid)
-    return {}
-
-
 def _thresholds(level, scale_kind, dof):
     if scale_kind == "residual":
         return float(stats.f.ppf(level, 1, dof))
@@ -413,16 +394,17 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
                   options=None, cov: Covariance | None = None, problem=None, **kw):
     """One :class:`ProfileTask` per (parameter, side) for ``result``.
 
-    ``approach``: ``'reduced_space'`` or ``'simultaneous'`` (default: the
-    result's approach when it is one of these, else the reduced space on the
-    result's discretization).  ``scale``: ``'known'`` (σ known: χ²₁ threshold),
+    ``approach``: ``'reduced_space'`` or ``'simultaneous'`` (default: the one
+    that re-optimizes the result's objective, ``result.backend.refit``: the
+    simultaneous block for a simultaneous result, else the reduced space on
+    the result's discretization).  ``scale``: ``'known'`` (σ known: χ²₁ threshold)
     ``'residual'`` (σ unknown: λ/s² against F₁,ₘ₋ₚ) or ``'auto'`` (known when the
     data give σ).  Other keywords go to
     :class:`ProfileTask` (``target_step``, ``max_points``, ``max_range``, ...).
     """
     P = problem if problem is not None else _problem_of(result)
     if approach is None:
-        approach = result.approach if result.approach in PROFILE_APPROACHES else "reduced_space"
+        approach = result.backend.refit
     if approach not in PROFILE_APPROACHES:
         raise ValueError(f"approach must be one of {PROFILE_APPROACHES}, got {approach!r}")
     scale = cov.scale if cov is not None else resolve_scale(P, scale)
@@ -437,7 +419,7 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
     sc = cov.s2 if scale == "residual" else 1.0
     u_hat = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
     se = cov.se
-    disc = _discretization_of(result)
+    disc = result.backend.discretization
     C = cov.matrix
     tasks = []
     for name in parameters:

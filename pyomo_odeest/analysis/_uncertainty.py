@@ -66,22 +66,20 @@ multi-experiment NLP.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 from scipy import stats
 
 from ..problem._declaration import GaussianNLL
+from ..approaches._backend import kkt_reduced_hessian
 from ..problem._misfit import MeasurementMisfit
 from ..problem._noise import noise_level_known
 
-__all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature",
+__all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature", "backend_curvature",
            "delta_method", "kkt_reduced_hessian", "nll_factor", "COVARIANCE_METHODS",
-           "bound_status", "discrete_model_for", "COVARIANCE_SCALES", "resolve_scale"]
+           "bound_status", "COVARIANCE_SCALES", "resolve_scale"]
 
 COVARIANCE_METHODS = ("fim", "gauss_newton", "hessian", "residual")
 COVARIANCE_SCALES = ("auto", "known", "residual")
@@ -204,46 +202,6 @@ class ExperimentCurvature:
         return np.vstack([c.scaled_rows() for c in self.parts])
 
 
-def _free_names(problem):
-    return [p.name for p in problem.parameters if not p.fixed]
-
-
-def discrete_model_for(result):
-    """The :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` of a result's
-    discretization: the reduced-space model itself, the simultaneous block's scheme
-    and grid, or (other approaches) the problem's default discretization.  With
-    several experiments the sum of one per experiment
-    (:class:`~pyomo_odeest.discretization._experiments.ExperimentModels`; multiple
-    shooting: single shooting on each experiment's grid)."""
-    from ..discretization.discrete import DiscreteModel
-    dm = result.extra.get("discrete_model")
-    if dm is not None:
-        return dm
-    b = getattr(result.model, "est", None) if result.model is not None else None
-    problem = _problem_of(result)
-    if problem.experiments:
-        from ..approaches._reduced import discrete_model
-        from ..discretization._experiments import ExperimentModels
-        blocks = getattr(b, "experiment_blocks", None)
-        if blocks is not None:
-            return ExperimentModels(problem, [
-                DiscreteModel(sp, sb.scheme.name, sb.scheme.qmax, sb.grid)
-                for sp, sb in zip(problem.experiment_problems, blocks)])
-        per = result.extra.get("experiments")          # multiple shooting: the same grids
-        ims = [(per or {}).get(n, {}).get("interval_models") for n in problem.experiment_names]
-        if all(im is not None for im in ims):
-            return ExperimentModels(problem, [
-                DiscreteModel(sp, im.scheme.name, im.scheme.qmax, im.grid)
-                for sp, im in zip(problem.experiment_problems, ims)])
-        return discrete_model(problem)
-    if b is not None and hasattr(b, "grid") and hasattr(b, "scheme"):
-        return DiscreteModel(problem, b.scheme.name, b.scheme.qmax, b.grid)
-    im = result.extra.get("interval_models")
-    if im is not None:
-        return DiscreteModel(problem, im.scheme.name, im.scheme.qmax, im.grid)
-    return DiscreteModel(problem)
-
-
 def _problem_of(result):
     P = result.problem
     if P is not None:
@@ -254,249 +212,28 @@ def _problem_of(result):
 
 def curvature(result, hessian=False, problem=None) -> Curvature:
     """Sensitivities (and with ``hessian`` the exact Hessian of J) at ``result``'s
-    estimates, from the machinery of the result's approach (see the module docstring)."""
+    estimates, from the result's backend (``result.backend``: the model of the
+    approach that produced it; see the module docstring)."""
     P = problem if problem is not None else _problem_of(result)
     u = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
+    return backend_curvature(P, result.backend, u, hessian)
+
+
+def backend_curvature(P, be, u, hessian=False, source=None) -> Curvature:
+    """Sensitivities (and with ``hessian`` the exact Hessian of J) of problem ``P`` at
+    the parameters ``u`` from a backend ``be`` (the protocol of the approaches'
+    backends); one :class:`Curvature`, or an :class:`ExperimentCurvature` for
+    several experiments."""
     free = np.flatnonzero(P.free_mask)
     names = [P.parameter_names[k] for k in free]
-    approach = result.approach
-    if P.experiments:
-        return _curvature_experiments(result, P, u, free, names, hessian)
-    if approach == "simultaneous" and result.model is not None and hasattr(result.model, "est"):
-        return _curvature_kkt(result, P, u, free, names, hessian)
-    if approach == "continuous_adjoint" and "continuous_model" in result.extra:
-        cm = result.extra["continuous_model"]
-        _, Xm, Xs = cm.sensitivities(u)
-        mf = cm.misfit
-        S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
-        H = cm.hessian(u, "soa", index=free) if hessian else None
-        if H is not None:
-            H = 0.5 * (H + H.T)
-        return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H,
-                         "continuous sensitivities / second-order adjoint [MHV, (8), (19)-(20)]")
-    if approach == "multiple_shooting" and "interval_models" in result.extra:
-        return _curvature_shooting(result, P, u, free, names, hessian)
-    source = ("discrete sensitivities / second-order adjoint [GM-grad, (51), §2.5]"
-              if approach == "reduced_space" else
-              f"discrete sensitivities / second-order adjoint of the reduced space on the "
-              f"{approach} result's discretization")
-    return _curvature_discrete(discrete_model_for(result), P, u, free, names, hessian, source)
-
-
-def _curvature_experiments(result, P, u, free, names, hessian):
-    """:class:`ExperimentCurvature` of a result of a problem with experiments."""
-    subs = P.experiment_problems
-    b = getattr(result.model, "est", None) if result.model is not None else None
-    if result.approach == "simultaneous" and getattr(b, "experiment_blocks", None) is not None:
-        H, dwdu, kkt_names, _ = kkt_reduced_hessian(result.model)
-        if kkt_names != names:
-            raise ValueError(f"free parameters of the model {kkt_names} differ from the "
-                             f"problem's {names}")
-        parts = [_kkt_part(sb, sp, dwdu[e], u, free, names)
-                 for e, (sb, sp) in enumerate(zip(b.experiment_blocks, subs))]
-        return ExperimentCurvature(P, names, u, free, parts, H if hessian else None,
-                                   "KKT system of the multi-experiment simultaneous NLP "
-                                   "(reduced Hessian Z^T W Z)")
-    cm = result.extra.get("continuous_model")
-    if result.approach.startswith("continuous") and hasattr(cm, "models"):
-        parts = []
-        for sp, c in zip(subs, cm.models):
-            _, Xm, Xs = c.sensitivities(u)
-            mf = c.misfit
-            Hc = None
-            if hessian:
-                Hc = c.hessian(u, "soa", index=free)
-                Hc = 0.5 * (Hc + Hc.T)
-            S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
-            parts.append(Curvature(sp, names, u, free, S, mf.residuals(Xm, u) * sp.mask, mf, Hc,
-                                   "continuous"))
-        source = "continuous sensitivities / second-order adjoint per experiment [MHV, (8), (19)-(20)]"
-    else:
-        dm = discrete_model_for(result)
-        source = ("discrete sensitivities / second-order adjoint per experiment [GM-grad, (51), "
-                  f"§2.5] on the {result.approach} result's discretization")
-        parts = [_curvature_discrete(m, sp, u, free, names, hessian, source)
-                 for m, sp in zip(dm.models, subs)]
-    H = sum(c.H for c in parts) if hessian else None
+    source = source or be.source
+    parts = [Curvature(sp_, names, u, free, S, r, mf, None, source)
+             for sp_, S, r, mf in be.observation_sensitivities(u, free)]
+    H = be.hessian(u, free) if hessian else None
+    if not P.experiments:
+        parts[0].H = H
+        return parts[0]
     return ExperimentCurvature(P, names, u, free, parts, H, source)
-
-
-def _curvature_discrete(dm, P, u, free, names, hessian, source):
-    traj = dm.simulate(u)
-    Xm = traj.X[np.asarray(dm.grid.J)]
-    Xs = dm.state_sensitivities(traj)[np.asarray(dm.grid.J)]
-    mf = dm.misfit
-    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
-    H = dm.hessian(u, "soa")[np.ix_(free, free)] if hessian else None
-    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H, source)
-
-
-def _null_space(J, dep, par):
-    """``(D, lu)``: D = −J_dep⁻¹ J_par (the state part of Z) and the LU of J_dep."""
-    J = sp.csc_matrix(J)
-    Jd = J[:, dep]
-    if Jd.shape[0] != Jd.shape[1]:
-        raise ValueError(f"the constraint Jacobian with respect to the dependent variables is "
-                         f"{Jd.shape[0]}×{Jd.shape[1]}, not square: cannot eliminate the states")
-    lu = spla.splu(sp.csc_matrix(Jd))
-    D = -lu.solve(J[:, par].toarray())
-    return D, lu
-
-
-def kkt_reduced_hessian(model, block=None):
-    r"""Reduced Hessian of a solved simultaneous model from its KKT system.
-
-    At the solution ``(w, u)`` of :math:`\min J(w,u)` s.t. :math:`c(w,u) = 0`
-    (states and stages w, free parameters u), with
-    :math:`Z = \begin{pmatrix}-c_w^{-1}c_u\\ I\end{pmatrix}` spanning the null space
-    of the constraint Jacobian, the multipliers :math:`c_w^\top\lambda = -\nabla_w J`
-    and :math:`W = \nabla^2 J + \sum_i\lambda_i\nabla^2 c_i`,
-
-    .. math:: H_{\mathrm{red}} = Z^\top W Z = \nabla^2_{uu} J_k(u)
-
-    — the Hessian of the reduced objective [GM-grad, §2.5] — from one sparse LU
-    of :math:`c_w`, without simulating.
-
-    Returns
-    -------
-    H : (p, p) array, dwdu : dict (i, state) -> (p,) sensitivities of the grid
-    states (for a block of several experiments: a list of such dicts, one per
-    experiment), names : list of the free parameters, lam : multipliers (row
-    order of the evaluator).
-    """
-    from ..nlp._evaluator import PyomoNLPEvaluator
-    b = model.est if block is None else block
-    P = b.problem
-    names = [p for p in P.parameter_names if not b.u[p].fixed]
-    ev = PyomoNLPEvaluator(model)
-    if np.any(ev.g_lb != ev.g_ub):
-        raise ValueError("the model has inequality constraints; the reduced Hessian needs "
-                         "equality constraints only")
-    x = np.array([0.0 if v.value is None else v.value for v in ev.variables], dtype=float)
-    col = {id(v): k for k, v in enumerate(ev.variables)}
-    # a free parameter that enters no equation and no objective term (e.g. the initial
-    # value of a species in experiments that are not part of this problem) is not a
-    # column of the NLP: its rows and columns of H and its sensitivities are zero
-    present = np.array([id(b.u[p]) in col for p in names], dtype=bool)
-    par = np.array([col[id(b.u[p])] for p in names if id(b.u[p]) in col], dtype=int)
-    dep = np.setdiff1d(np.arange(ev.n), par)
-    r, c = ev.jacobian_structure()
-    Jc = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
-    D, lu = _null_space(Jc, dep, par)
-    g = ev.gradient(x)
-    lam = -lu.solve(g[dep], trans="T")
-    hr, hc = ev.hessian_structure()
-    hv = ev.hessian(x, lam, 1.0)
-    off = hr != hc
-    W = sp.csr_matrix((np.concatenate([hv, hv[off]]),
-                       (np.concatenate([hr, hc[off]]), np.concatenate([hc, hr[off]]))),
-                      shape=(ev.n, ev.n))
-    Zp = np.zeros((ev.n, len(par)))
-    Zp[dep] = D
-    Zp[par] = np.eye(len(par))
-    Z = np.zeros((ev.n, len(names)))
-    Z[:, present] = Zp
-    H = Z.T @ (W @ Z)
-
-    def state_rows(sb):
-        out = {}
-        for (i, s) in sb.x.keys():
-            k = col.get(id(sb.x[i, s]))
-            out[(i, s)] = Z[k] if k is not None else np.zeros(len(names))
-        return out
-    blocks = getattr(b, "experiment_blocks", None)
-    dwdu = [state_rows(sb) for sb in blocks] if blocks is not None else state_rows(b)
-    return 0.5 * (H + H.T), dwdu, names, lam
-
-
-def _kkt_part(b, P, dwdu, u, free, names, H=None,
-              source="KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)"):
-    """:class:`Curvature` of one block (one experiment) from the KKT null space."""
-    J = np.asarray(b.grid.J)
-    Xm = np.array([[float(b.x[i, s].value) for s in P.states] for i in J], dtype=float)
-    Xs_free = np.array([[dwdu[(i, s)] for s in P.states] for i in J])        # (N, n, p)
-    Xs = np.zeros(Xs_free.shape[:2] + (len(u),))
-    Xs[:, :, free] = Xs_free
-    mf = MeasurementMisfit(P)
-    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
-    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H, source)
-
-
-def _curvature_kkt(result, P, u, free, names, hessian):
-    b = result.model.est
-    H, dwdu, kkt_names, _ = kkt_reduced_hessian(result.model)
-    if kkt_names != names:
-        raise ValueError(f"free parameters of the model {kkt_names} differ from the problem's {names}")
-    return _kkt_part(b, P, dwdu, u, free, names, H if hessian else None)
-
-
-def _curvature_shooting(result, P, u, free, names, hessian):
-    from ..approaches._shooting import MultipleShootingNLP
-    im = result.extra["interval_models"]
-    S0 = result.extra["node_values"].to_numpy()
-    nlp = MultipleShootingNLP(P, im, "vector", "sensitivity", u, S0)
-    if nlp.off_meas:
-        warnings.warn("multiple shooting with measurement times between nodes: derivatives "
-                      "from the single-shooting discretization", RuntimeWarning, stacklevel=3)
-        return _curvature_discrete(discrete_model_for(result), P, u, free, names, hessian,
-                                   "discrete sensitivities (single shooting on the same grid)")
-    x = np.concatenate([S0.ravel(), u[nlp.free]])
-    fixed_cols = np.flatnonzero(nlp.x_lb == nlp.x_ub)
-    par = np.arange(nlp.ns, nlp.n)
-    dep = np.setdiff1d(np.arange(nlp.ns), fixed_cols)
-    r, c = nlp.jacobian_structure()
-    Jc = sp.csc_matrix((nlp.jacobian(x), (r, c)), shape=(nlp.m, nlp.n))
-    D, lu = _null_space(Jc, dep, par)
-    dS = np.zeros((nlp.ns, len(par)))
-    dS[dep] = D
-    dS = dS.reshape(nlp.N + 1, nlp.nx, len(par))
-    Xm = np.empty((len(P.meas_times), nlp.nx))
-    Xs = np.zeros((len(P.meas_times), nlp.nx, len(u)))
-    for j, a in nlp.node_meas:
-        Xm[j] = S0[a]
-        Xs[j][:, free] = dS[a]
-    mf = MeasurementMisfit(P)
-    S = mf.observation_sensitivities(Xm, u, Xs)[:, :, free]
-    H = None
-    if hessian:
-        H = _shooting_hessian(nlp, x, dep, par)
-    return Curvature(P, names, u, free, S, mf.residuals(Xm, u) * P.mask, mf, H,
-                     "multiple-shooting constraint Jacobian (null space); Hessian by central "
-                     "differences of the reduced gradient")
-
-
-def _shooting_hessian(nlp, x, dep, par, rel_step=1e-5):
-    """Central differences of the reduced gradient Zᵀ∇L at feasible node values."""
-    p = len(par)
-
-    def feasible(upar):
-        xx = x.copy()
-        xx[par] = upar
-        S, u_full = nlp.split(xx)
-        S = S.copy()
-        if nlp.init_rows:
-            S[0] = nlp.l(u_full)
-        for j, dm in enumerate(nlp.im.models):
-            S[j + 1] = dm.simulate(np.concatenate([u_full, S[j]])).X[-1]
-        xx[:nlp.ns] = S.ravel()
-        return xx
-
-    def reduced_gradient(xx):
-        r, c = nlp.jacobian_structure()
-        Jc = sp.csc_matrix((nlp.jacobian(xx), (r, c)), shape=(nlp.m, nlp.n))
-        g = nlp.gradient(xx)
-        lu = spla.splu(sp.csc_matrix(Jc[:, dep]))
-        lam = -lu.solve(g[dep], trans="T")
-        return g[par] + Jc[:, par].T @ lam
-
-    H = np.zeros((p, p))
-    u0 = x[par]
-    for a in range(p):
-        h = rel_step * max(1.0, abs(u0[a]))
-        e = np.zeros(p)
-        e[a] = h
-        H[:, a] = (reduced_gradient(feasible(u0 + e)) - reduced_gradient(feasible(u0 - e))) / (2 * h)
-    return 0.5 * (H + H.T)
 
 
 # ---------------------------------------------------------------------------

@@ -21,29 +21,30 @@ it does take.
 """
 from __future__ import annotations
 
-import inspect
+from ..problem._declaration import EstimationProblem
+from ..problem._result import RESULT_ANALYSES, EstimationResult
+from ._backend import rebuild_backend
 
-from ..problem._declaration import EstimationProblem, ProblemError
-from ..problem._result import EstimationResult
-from ..discretization._size_guard import validate_estimator
-
-__all__ = ["estimate", "APPROACH_NAMES", "approach_options"]
+__all__ = ["estimate", "APPROACH_NAMES", "approach_options", "approach_config",
+           "approach_class"]
 
 
-def _implementation(approach):
+def approach_class(approach):
+    """The :class:`~pyomo_odeest.approaches._base.Approach` of a front-door name (the
+    configuration registry)."""
     if approach == "simultaneous":
-        from ._simultaneous import estimate_simultaneous as fn
+        from ._simultaneous import SimultaneousApproach as cls
     elif approach == "reduced_space":
-        from ._reduced import estimate_reduced as fn
+        from ._reduced import ReducedApproach as cls
     elif approach == "multiple_shooting":
-        from ._shooting import estimate_multiple_shooting as fn
+        from ._shooting import ShootingApproach as cls
     elif approach == "continuous":
-        from .continuous import estimate_continuous as fn
+        from .continuous import ContinuousApproach as cls
     elif approach == "adaptive":
-        from ..transcription._adaptive_block import estimate_adaptive as fn
+        from ._adaptive import AdaptiveApproach as cls
     else:
         raise ValueError(f"unknown approach {approach!r}; choose one of {APPROACH_NAMES}")
-    return fn
+    return cls
 
 
 #: The approaches :func:`estimate` knows, in the order the docs present them.
@@ -51,9 +52,14 @@ APPROACH_NAMES = ("simultaneous", "reduced_space", "multiple_shooting", "continu
 
 
 def approach_options(approach: str) -> tuple:
-    """Names of the keyword options that ``approach`` accepts."""
-    sig = inspect.signature(_implementation(approach))
-    return tuple(p for p in sig.parameters if p != "problem")
+    """Names of the keyword options that ``approach`` accepts (from its configuration)."""
+    return approach_class(approach).option_names()
+
+
+def approach_config(approach: str):
+    """A fresh copy of ``approach``'s configuration (a Pyomo ``ConfigDict``: options
+    with their defaults, domains and descriptions)."""
+    return approach_class(approach).config()
 
 
 def estimate(problem: EstimationProblem, approach: str = "simultaneous", **options) -> EstimationResult:
@@ -64,21 +70,33 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
         \min_u\; J(u) = \sum_i \varphi_i(z(\tau_i), \bar z_i)
         \quad\text{s.t.}\quad \dot x = f(x, u, t),\; x(0) = l(u),\; z = g(x, u, t)
 
+    Every approach runs one pipeline (:class:`~pyomo_odeest.approaches._base.Approach`):
+    its options are parsed and validated against its configuration, the start
+    values are taken by one rule (:func:`~pyomo_odeest.problem._start.start_values`:
+    ``u0`` as a vector, a mapping or a Series; a fixed parameter keeps its value
+    and a contradicting start value is refused), the model is built and solved,
+    the outcome mapped to a :class:`~pyomo_odeest.Status`, and the post-solve
+    checks run once.
+
     Parameters
     ----------
     problem : EstimationProblem
     approach : str
-        ``'simultaneous'`` (the Pyomo block of the scheme, states and
-        parameters solved together, [GM-grad, eq. (2)]),
+        One of :data:`APPROACH_NAMES`: ``'simultaneous'`` (the Pyomo block of
+        the scheme, states and parameters solved together, [GM-grad, eq. (2)]),
         ``'reduced_space'`` (simulate the same discrete equations; discrete
         adjoint gradient [GM-grad, eqs. (52), (54)]),
         ``'multiple_shooting'`` ([AT, problem (4)]), ``'continuous'``
         (continuous-time adjoint, [MHV, eqs. (15)–(16)]) or ``'adaptive'``
-        (the step-size model [GM-grad, eq. (55)]).
+        (the step-size model [GM-grad, eq. (55)]).  ``result.approach`` is
+        this name.
     **options
-        Common options (``scheme``, ``qmax``, ``grid``, ``max_step``,
-        ``steps_per_interval``, ``u0``, ``options``, ``tee``, ``scale``) and
-        options of the chosen approach; see :func:`approach_options`.
+        Common options (``u0``, ``options``, ``tee``, ``scale``,
+        ``max_wall_time``, ``progress``; for the approaches that discretize
+        ``scheme``, ``qmax``, ``grid``, ``max_step``, ``steps_per_interval``)
+        and options of the chosen approach; see :func:`approach_options` and
+        :func:`approach_config`.  An option the approach does not take raises
+        a :class:`TypeError` that lists the ones it takes.
 
     Returns
     -------
@@ -95,15 +113,7 @@ def estimate(problem: EstimationProblem, approach: str = "simultaneous", **optio
     """
     if not isinstance(approach, str):
         raise TypeError(f"approach must be a string, one of {APPROACH_NAMES}; got {approach!r}")
-    fn = _implementation(approach)
-    accepted = approach_options(approach)
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise TypeError(f"approach {approach!r} does not take option(s) {unknown}; "
-                        f"it takes {list(accepted)}")
-    if not isinstance(problem, EstimationProblem):
-        raise ProblemError(f"problem must be an EstimationProblem, got {type(problem).__name__}")
-    if approach == "adaptive":
-        validate_estimator("adaptive", problem, **options)
-    from ..problem._result import post_solve_checks
-    return post_solve_checks(problem, fn(problem, **options))
+    return approach_class(approach)().estimate(problem, **options)
+
+
+RESULT_ANALYSES["backend"] = rebuild_backend

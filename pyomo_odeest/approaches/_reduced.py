@@ -17,24 +17,23 @@ it ends the solve with a clear status.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 
 from ..discretization.discrete import DiscreteModel, SimulationError
-from ..nlp._cyipopt_adapter import solve_with_ipopt, start_value_scaling
+from ..nlp._cyipopt_adapter import start_value_scaling
 from ..nlp._protocol import EvaluationError, NLPEvaluator
 from ..nlp._stationarity import projected_gradient, stationarity_check
 from ..problem._declaration import EstimationProblem, ProblemError
-from ..problem._result import EstimationResult, stack_experiments
-from ..discretization._size_guard import validate_estimator
-from ..problem._validation import DEFAULT_MAX_ITER
-from ..discretization._experiments import ExperimentModels, experiment_grid
+from ..problem._result import EstimationResult
+from ..problem._status import Status, status_from_scipy
+from ._backend import DiscreteBackend, discrete_model
+from ._base import (Approach, Choice, ConfigValue, Outcome, WallClock, common_config,
+                    discretization_config, ipopt_options, run_ipopt, stack_parts,
+                    add_constraint_multipliers)
 
-__all__ = ["ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced", "discrete_model"]
-
-_OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+__all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
+           "discrete_model"]
 
 
 class ReducedConstraints:
@@ -63,23 +62,10 @@ class ReducedConstraints:
         self.names = [pc.name for pc, _ in pcs]
         self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
 
-    def multipliers(self, problem, lam):
-        """Ipopt's multipliers ``lam`` as ``{'path_<name>': DataFrame}`` (indexed by
-        time, and experiment first for several) and ``{name: float}`` of the
-        parameter constraints."""
-        per, a = {}, 0
-        for e, name, pts, d, *_ in self.parts:
-            fr = pd.DataFrame({name: lam[a:a + len(pts)]}, index=pd.Index(d.t[pts], name="time"))
-            per.setdefault(f"path_{name}", []).append((e, fr))
-            a += len(pts)
-        frames = {}
-        for key, lst in per.items():
-            if problem.experiments:
-                frames[key] = stack_experiments([problem.experiment_names[e] for e, _ in lst],
-                                                [f for _, f in lst])
-            else:
-                frames[key] = lst[0][1]
-        return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
+    @property
+    def rows(self):
+        """``(experiment index, name, times)`` of the path-constraint rows, in order."""
+        return [(e, name, d.t[pts]) for e, name, pts, d, *_ in self.parts]
 
     def _trajs(self, traj):
         return traj if isinstance(traj, tuple) else (traj,)
@@ -209,70 +195,70 @@ class ReducedSpaceNLP(NLPEvaluator):
         return obj_factor * H[self._hr, self._hc]
 
 
-def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
-                     max_step=None, steps_per_interval=None, optimizer="ipopt",
-                     gradient="adjoint", hessian="soa", options=None, tee=False, u0=None,
-                     model: DiscreteModel | None = None, scale=True):
-    """Estimate u by optimizing the reduced objective J_k(u) (single shooting).
+class ReducedApproach(Approach):
+    """Single shooting over the parameters: :class:`ReducedSpaceNLP` on the
+    :class:`DiscreteModel` of the scheme (the same equations as the Pyomo block).
 
-    Parameters
-    ----------
-    problem, scheme, qmax, grid, max_step, steps_per_interval
-        As for :func:`~pyomo_odeest.approaches._simultaneous.estimate_simultaneous`; the
-        same arguments give the same discrete equations.
-    optimizer : 'ipopt' | 'L-BFGS-B' | 'trust-constr'
-    gradient : 'adjoint' | 'transposed_solve' | 'sensitivity' | 'recursion' | 'fd'
-    hessian : 'soa' | 'adjoint_fd' | 'gauss_newton' | None
-        Hessian for Ipopt / trust-constr; ``None`` lets Ipopt use L-BFGS
-        (``hessian_approximation=limited-memory``) and trust-constr BFGS.
-    options : dict
-        Ipopt options or SciPy ``options``.
-    u0 : array, optional
-        Starting parameters (default: the problem's values).
-    scale : bool
-        Ipopt only: scale each free parameter by its start value
-        (``x_scaling = 1/|u0_k|``, 1 where u0_k = 0), so that parameters of
-        very different magnitudes are O(1) inside Ipopt (its Hessian
-        regularization and step tests are not invariant to scaling); the
-        objective keeps Ipopt's gradient-based factor, computed in the scaled
-        parameters.
+    Own options: ``optimizer`` (``'ipopt'`` | ``'L-BFGS-B'`` | ``'trust-constr'``),
+    ``gradient`` (``'adjoint'`` | ``'transposed_solve'`` | ``'sensitivity'`` |
+    ``'recursion'`` | ``'fd'``), ``hessian`` (``'soa'`` | ``'adjoint_fd'`` |
+    ``'gauss_newton'`` | None: Ipopt's L-BFGS, trust-constr's BFGS) and ``model``
+    (a :class:`DiscreteModel` to reuse).  ``scale`` (Ipopt only): each free
+    parameter scaled by its start value (``x_scaling = 1/|u0_k|``, 1 where
+    u0_k = 0).  SciPy's ``options``: L-BFGS-B ``gtol=1e-10, ftol=1e-15``,
+    trust-constr ``gtol=1e-10, xtol=1e-14`` unless given.
     """
-    validate_estimator("reduced_space", problem, u0=u0, options=options, tee=tee,
-                       optimizer=optimizer, gradient=gradient, hessian=hessian,
-                       **({} if model is not None else dict(
-                           scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
-                           steps_per_interval=steps_per_interval)))
-    t_start = time.perf_counter()
-    dm = model or discrete_model(problem, scheme, qmax, grid, max_step, steps_per_interval)
-    nlp = ReducedSpaceNLP(dm, gradient, hessian)
-    if u0 is not None:
-        nlp.u_full = np.asarray(u0, dtype=float).copy()
+
+    name = "reduced_space"
+    CONFIG = common_config()
+    CONFIG.declare_from(discretization_config())
+    CONFIG.declare("optimizer", ConfigValue(default="ipopt", domain=Choice(
+        "optimizer", "ipopt", "L-BFGS-B", "trust-constr"), description="the optimizer"))
+    CONFIG.declare("gradient", ConfigValue(default="adjoint", domain=Choice(
+        "gradient", "adjoint", "transposed_solve", "sensitivity", "recursion", "fd"),
+        description="gradient of J_k(u)"))
+    CONFIG.declare("hessian", ConfigValue(default="soa", domain=Choice(
+        "hessian", "soa", "adjoint_fd", "gauss_newton", None),
+        description="Hessian of J_k(u) (None: quasi-Newton)"))
+    CONFIG.declare("model", ConfigValue(default=None, description="a DiscreteModel to reuse"))
+
+    def build(self, problem, cfg, u_start):
+        dm = cfg.model or discrete_model(problem, cfg.scheme, cfg.qmax, cfg.grid, cfg.max_step,
+                                         cfg.steps_per_interval)
+        nlp = ReducedSpaceNLP(dm, cfg.gradient, cfg.hessian)
+        nlp.u_full = u_start.copy()
         nlp.x0 = np.clip(nlp.u_full[nlp.free], nlp.x_lb, nlp.x_ub)
-    build_s = time.perf_counter() - t_start
-    t_solve = time.perf_counter()
-    if optimizer == "ipopt":
-        opts = {"tol": 1e-10, "max_iter": DEFAULT_MAX_ITER}
-        if hessian is None:
-            opts["hessian_approximation"] = "limited-memory"
-        opts.update(options or {})
-        watch = _FailureWatch(nlp)
+        if nlp.m and cfg.optimizer != "ipopt":
+            raise ProblemError(f"optimizer {cfg.optimizer!r} does not take the problem's path "
+                               f"or parameter constraints; use optimizer='ipopt'")
+        return dm, nlp
+
+    def solve(self, built, cfg):
+        _, nlp = built
         try:
             nlp.objective(nlp.x0)
-            xs = start_value_scaling(nlp.x0) if scale else None
-            r = solve_with_ipopt(nlp, options=opts, tee=tee, x_scaling=xs, intermediate=watch)
-            x, status, iters = r.x, r.status_name, r.iterations
-            nlp.mult_g = np.asarray(r.mult_g, dtype=float)
-            if watch.stopped:
-                status = "Repeated_Evaluation_Errors"
-            success = status in _OK
+            if cfg.optimizer == "ipopt":
+                return self._ipopt(nlp, cfg)
+            return self._scipy(nlp, cfg)
         except EvaluationError as err:
-            x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
-        method = f"ipopt/{gradient}+{hessian or 'lbfgs'}"
-    elif nlp.m:
-        raise ProblemError(f"optimizer {optimizer!r} does not take the problem's path or "
-                           f"parameter constraints; use optimizer='ipopt'")
-    elif optimizer in ("L-BFGS-B", "trust-constr"):
+            return Outcome.failed_at_start(nlp.x0, err)
+
+    def _ipopt(self, nlp, cfg):
+        opts = ipopt_options(cfg, **({"hessian_approximation": "limited-memory"}
+                                     if cfg.hessian is None else {}))
+        watch = _FailureWatch(nlp)
+        xs = start_value_scaling(nlp.x0) if cfg.scale else None
+        out = Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, x_scaling=xs, intermediate=watch))
+        nlp.mult_g = np.asarray(out.mult_g, dtype=float)
+        if watch.stopped:
+            out.status = Status.EVALUATION_ERRORS
+            out.message = (f"{out.message}: {watch.streak} consecutive iterations met a failed "
+                           f"simulation")
+        return out
+
+    def _scipy(self, nlp, cfg):
         from scipy.optimize import Bounds, minimize
+        optimizer = cfg.optimizer
 
         def fun(x):
             try:
@@ -280,49 +266,83 @@ def estimate_reduced(problem: EstimationProblem, scheme="adams_pc", qmax=None, g
             except EvaluationError:
                 return np.inf, np.zeros_like(x)
 
-        kw = dict(jac=True, method=optimizer, options=dict(options or {}))
+        clock = WallClock(cfg.max_wall_time)
+        kw = dict(jac=True, method=optimizer, options=dict(cfg.options or {}),
+                  callback=clock)
         if np.any(np.isfinite(nlp.x_lb)) or np.any(np.isfinite(nlp.x_ub)):
             kw["bounds"] = Bounds(nlp.x_lb, nlp.x_ub)
+        kw["options"].setdefault("gtol", 1e-10)
         if optimizer == "trust-constr":
-            kw["options"].setdefault("gtol", 1e-10)
             kw["options"].setdefault("xtol", 1e-14)
-            if hessian is not None:
+            if cfg.hessian is not None:
                 kw["hess"] = nlp.hessian_matrix
         else:
-            kw["options"].setdefault("gtol", 1e-10)
             kw["options"].setdefault("ftol", 1e-15)
+        g0 = nlp.gradient(nlp.x0)
+        sol = minimize(fun, nlp.x0, **kw)
+        status, message = status_from_scipy(sol, optimizer), str(sol.message)
+        if clock.hit:
+            status = Status.TIME_LIMIT
+        elif status is Status.FAILED and "ABNORMAL" in message:
+            status, message = _stationary(nlp, sol, message)
+        elif status.success:
+            # a stop on the relative decrease of J (ftol) or on the step (xtol) is
+            # not a minimum unless the projected gradient is small
+            st = stationarity_check(nlp.gradient(sol.x), sol.x, nlp.x_lb, nlp.x_ub, g0)
+            if st["projected_gradient"] > st["limit"]:
+                status = Status.NOT_STATIONARY
+                message = (f"{message}; projected gradient {st['projected_gradient']:.3g} > "
+                           f"{st['limit']:.3g}")
+        return Outcome(sol.x, status, message,
+                       int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0)))
+
+    def advice(self, cfg):
+        return "hessian=None (L-BFGS) or optimizer='L-BFGS-B'" if cfg.hessian else ""
+
+    def collect(self, problem, built, outcome, cfg):
+        dm, nlp = built
+        if cfg.optimizer == "ipopt":
+            method = f"ipopt/{cfg.gradient}+{cfg.hessian or 'lbfgs'}"
+        else:
+            method = f"scipy-{cfg.optimizer}/{cfg.gradient}" + (
+                f"+{cfg.hessian}" if cfg.optimizer == "trust-constr" and cfg.hessian else "")
+        u = nlp.full(outcome.x)
+        names = problem.experiment_names
+        status, frames, obj = outcome.status, dict.fromkeys(("states", "fitted", "residuals")), np.nan
         try:
-            nlp.objective(nlp.x0)
-            g0 = nlp.gradient(nlp.x0)
-            sol = minimize(fun, nlp.x0, **kw)
-            x, status, success = sol.x, str(sol.message), bool(sol.success)
-            if not success and "ABNORMAL" in status:
-                success, status = _stationary(nlp, sol, status)
-            elif success:
-                # a stop on the relative decrease of J (ftol) or on the step (xtol) is
-                # not a minimum unless the projected gradient is small
-                stationary = stationarity_check(nlp.gradient(x), x, nlp.x_lb, nlp.x_ub, g0)
-                if stationary["projected_gradient"] > stationary["limit"]:
-                    success = False
-                    status = (f"{status}; not stationary: projected gradient "
-                              f"{stationary['projected_gradient']:.3g} > "
-                              f"{stationary['limit']:.3g}")
-            iters = int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0))
-        except EvaluationError as err:
-            x, status, iters, success = nlp.x0, f"Simulation_Failed_At_Start: {err}", 0, False
-        method = f"scipy-{optimizer}/{gradient}" + (f"+{hessian}" if optimizer == "trust-constr" and hessian else "")
-    else:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use 'ipopt', 'L-BFGS-B' or 'trust-constr'")
-    solve_s = time.perf_counter() - t_solve
-    res = _result(problem, dm, nlp, x, status, success, iters, method,
-                  dict(build_s=build_s, setup_s=0.0, solve_s=solve_s,
-                       total_s=time.perf_counter() - t_start))
-    if nlp.cons is not None and getattr(nlp, "mult_g", None) is not None:
-        frames, pmult = nlp.cons.multipliers(problem, nlp.mult_g)
-        res.multipliers.update(frames)
-        if pmult:
-            res.extra["parameter_constraint_multipliers"] = pmult
-    return res
+            traj = dm.simulate(u)
+            obj = dm.objective(u, traj)
+            subs = problem.experiment_problems if names else [problem]
+            trajs = traj if names else [traj]
+            frames = stack_parts(names, [_frames(sp, d, tr, u) for sp, d, tr in
+                                         zip(subs, _models(dm), trajs)], frames)
+        except SimulationError as err:
+            if status is not Status.SIMULATION_FAILED:
+                status = Status.SIMULATION_FAILED
+                outcome.message = f"{outcome.message}; final simulation failed: {err}"
+        ms = _models(dm)
+        res = EstimationResult(
+            approach=self.name, method=method, scheme=ms[0].scheme,
+            grid=dict(zip(names, (d.grid for d in ms))) if names else dm.grid,
+            estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+            objective=float(obj), status=status, iterations=outcome.iterations,
+            evaluations=dict(nlp.counts), **frames)
+        res.backend = DiscreteBackend(problem, dm)
+        if nlp.cons is not None and getattr(nlp, "mult_g", None) is not None:
+            add_constraint_multipliers(res, problem, nlp.cons.rows, nlp.mult_g, nlp.cons.names)
+        return res
+
+
+def _models(dm):
+    return list(getattr(dm, "models", None) or [dm])
+
+
+def estimate_reduced(problem: EstimationProblem, *args, **options):
+    """Estimate u by optimizing the reduced objective J_k(u) (single shooting):
+    ``estimate(problem, 'reduced_space', ...)`` (:class:`ReducedApproach`; the
+    discretization options may be given positionally: ``scheme, qmax, grid,
+    max_step, steps_per_interval``)."""
+    return ReducedApproach().estimate(problem, *args, **options)
 
 
 class _FailureWatch:
@@ -343,27 +363,14 @@ class _FailureWatch:
         return True
 
 
-def _stationary(nlp, sol, status, rtol=1e-6):
+def _stationary(nlp, sol, message, rtol=1e-6):
     """L-BFGS-B's ABNORMAL line search at a stationary point is convergence:
     accept it when the projected gradient is below ``rtol`` (1 + |J|)."""
     pg = projected_gradient(sol.jac, sol.x, nlp.x_lb, nlp.x_ub, tol=0.0)
     norm = float(np.max(np.abs(pg))) if pg.size else 0.0
     if np.isfinite(sol.fun) and norm <= rtol * (1 + abs(float(sol.fun))):
-        return True, f"{status} at a stationary point (projected gradient {norm:.2g})"
-    return False, status
-
-
-def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
-                   steps_per_interval=None):
-    """The :class:`DiscreteModel` of ``problem``; for several experiments the
-    :class:`~pyomo_odeest.discretization._experiments.ExperimentModels` sum of one
-    per experiment (``grid``: a mapping experiment -> Grid, or None)."""
-    if not problem.experiments:
-        return DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
-    return ExperimentModels(problem, [
-        DiscreteModel(sp, scheme, qmax, experiment_grid(grid, name), max_step,
-                      steps_per_interval)
-        for name, sp in zip(problem.experiment_names, problem.experiment_problems)])
+        return Status.CONVERGED, f"{message} at a stationary point (projected gradient {norm:.2g})"
+    return Status.FAILED, message
 
 
 def _frames(problem, dm, traj, u):
@@ -371,39 +378,4 @@ def _frames(problem, dm, traj, u):
     from ..problem._misfit import observations
     states = pd.DataFrame(traj.X, index=pd.Index(dm.t, name="time"), columns=problem.states)
     fitted = observations(problem, traj.X[np.asarray(dm.grid.J)], u)
-    return states, fitted, (fitted - problem.data).where(problem.mask)
-
-
-def _result(problem, dm, nlp, x, status, success, iters, method, timings):
-    u = nlp.full(x)
-    states = fitted = residuals = None
-    obj = np.nan
-    if problem.experiments:
-        k = ", ".join(f"k[{n}]={d.k}" for n, d in zip(dm.names, dm.models))
-    else:
-        k = f"k={dm.k}"
-    try:
-        traj = dm.simulate(u)
-        obj = dm.objective(u, traj)
-        if problem.experiments:
-            parts = [_frames(sp, d, tr, u) for sp, d, tr in
-                     zip(problem.experiment_problems, dm.models, traj)]
-            states, fitted, residuals = (stack_experiments(problem.experiment_names,
-                                                           [p[a] for p in parts])
-                                         for a in range(3))
-        else:
-            states, fitted, residuals = _frames(problem, dm, traj, u)
-    except SimulationError as err:
-        success = False
-        status = status if "Failed" in status else f"{status}; final simulation failed: {err}"
-    res = EstimationResult(
-        approach="reduced_space", method=method,
-        scheme=f"{dm.scheme.name}(qmax={dm.scheme.qmax}), {k}",
-        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
-        objective=float(obj), status=status, success=bool(success), iterations=int(iters),
-        evaluations=dict(nlp.counts), timings=timings, states=states, fitted=fitted,
-        residuals=residuals, extra={"discrete_model": dm})
-    from ..problem._result import post_solve_checks
-    single = not problem.experiments
-    return post_solve_checks(problem, res, dm.scheme if single else dm.models[0].scheme,
-                             dm if single else None)
+    return dict(states=states, fitted=fitted, residuals=(fitted - problem.data).where(problem.mask))

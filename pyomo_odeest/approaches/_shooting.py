@@ -78,7 +78,6 @@ Hessian: Ipopt's limited-memory quasi-Newton approximation
 """
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -86,23 +85,24 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ..discretization._size_guard import validate_estimator
-from ..problem._validation import DEFAULT_MAX_ITER
 from ..problem._misfit import misfit_constant, misfit_sym, observations
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization._grid import Grid, make_grid, resolve_grid
-from ..nlp._cyipopt_adapter import solve_with_ipopt, start_value_scaling
+from ..nlp._cyipopt_adapter import start_value_scaling
 from ..nlp._protocol import EvaluationError, NLPEvaluator
 from ..problem._declaration import EstimationProblem, Parameter, ProblemError
 from ..problem._result import EstimationResult, stack_experiments
 from ..discretization._experiments import experiment_grid
 from ..discretization.schemes import get_scheme
 from ..symbolic import lambdify
+from ..problem._start import start_values
+from ..problem._status import Status
+from ._backend import ShootingBackend
+from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
+                    ipopt_options, run_ipopt, stack_parts, add_constraint_multipliers)
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
-           "estimate_multiple_shooting", "node_start_values", "shooting_nlp"]
-
-_OK = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+           "ShootingApproach", "estimate_multiple_shooting", "node_start_values", "shooting_nlp"]
 
 # DiscreteModels of interval problems keyed by the dynamics, scheme and sub-grid: problems
 # that differ only in their data (e.g. noise draws) share them.
@@ -759,22 +759,11 @@ class ShootingNLP(NLPEvaluator):
             raise EvaluationError("non-finite constraint Jacobian")
         return v
 
-    def constraint_multipliers(self, lam):
-        """Ipopt's multipliers of the path and parameter constraints:
-        ``({'path_<name>': DataFrame}, {name: float})`` as the reduced space reports them."""
-        lam = np.asarray(lam, dtype=float)
-        per, a = {}, self.m_cont
-        for d in self.paths:
-            n = len(d["pts"])
-            fr = pd.DataFrame({d["name"]: lam[a:a + n]}, index=pd.Index(d["t"], name="time"))
-            per.setdefault(f"path_{d['name']}", []).append((d["e"], fr))
-            a += n
-        frames = {}
-        names = self.problem.experiment_names
-        for key, lst in per.items():
-            frames[key] = (stack_experiments([names[e] for e, _ in lst], [f for _, f in lst])
-                           if names else lst[0][1])
-        return frames, {n: float(v) for n, v in zip(self.parameter_constraint_names, lam[a:])}
+    @property
+    def rows(self):
+        """``(experiment index, name, times)`` of the path-constraint rows, in order
+        (after the ``m_cont`` continuity rows)."""
+        return [(d["e"], d["name"], d["t"]) for d in self.paths]
 
     # -- Hessian: limited-memory only -----------------------------------------
     def hessian_structure(self):
@@ -787,10 +776,104 @@ class ShootingNLP(NLPEvaluator):
 # ---------------------------------------------------------------------------
 # estimation
 # ---------------------------------------------------------------------------
-def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
-                               max_step=None, steps_per_interval=None, nodes=None,
-                               formulation="vector", jacobian="sensitivity", options=None,
-                               tee=False, u0=None, init="data", scale=False) -> EstimationResult:
+class ShootingApproach(Approach):
+    r"""Multiple shooting [AT, problem (4) or (8)] with Ipopt (L-BFGS Hessian).
+
+    Own options: ``nodes``, ``formulation`` (``'vector'`` | ``'scalar'``),
+    ``jacobian`` (``'sensitivity'`` | ``'adjoint'``) and ``init`` (``'data'`` |
+    ``'simulate'``), see :func:`estimate_multiple_shooting`.  ``scale`` is off
+    by default here (see there).
+    """
+
+    name = "multiple_shooting"
+    CONFIG = common_config()
+    CONFIG.declare_from(discretization_config())
+    CONFIG.declare("nodes", ConfigValue(default=None, description=(
+        "shooting nodes (several experiments: a mapping experiment -> nodes)")))
+    CONFIG.declare("formulation", ConfigValue(default="vector", domain=Choice(
+        "formulation", "vector", "scalar"), description="continuity constraints (4) or (8)"))
+    CONFIG.declare("jacobian", ConfigValue(default="sensitivity", domain=Choice(
+        "jacobian", "sensitivity", "adjoint"), description="derivatives of the constraints"))
+    CONFIG.declare("init", ConfigValue(default="data", domain=Choice(
+        "init", "data", "simulate"), description="start values of the nodes"))
+    DEFAULTS = {"scale": False}
+
+    def build(self, problem, cfg, u_start):
+        nlp, inits = shooting_nlp(problem, cfg.scheme, cfg.qmax, cfg.grid, cfg.max_step,
+                                  cfg.steps_per_interval, cfg.nodes, cfg.formulation,
+                                  cfg.jacobian, u_start, cfg.init)
+        return nlp, inits, []
+
+    def solve(self, built, cfg):
+        nlp, _, history = built
+
+        def record(iter_count, obj_value, inf_pr, inf_du, mu, **_):
+            history.append((int(iter_count), float(obj_value), float(inf_pr), float(inf_du),
+                            float(mu)))
+
+        try:
+            nlp.constraints(nlp.x0)
+            nlp.objective(nlp.x0)
+        except EvaluationError as err:
+            return Outcome.failed_at_start(nlp.x0, err)
+        xs = None
+        if cfg.scale:
+            xs = np.concatenate([np.ones(nlp.ns), start_value_scaling(nlp.x0[nlp.ns:])])
+        opts = ipopt_options(cfg, hessian_approximation="limited-memory")
+        return Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, intermediate=record, x_scaling=xs))
+
+    def collect(self, problem, built, outcome, cfg):
+        nlp, inits, history = built
+        names = problem.experiment_names
+        subs = problem.experiment_problems if names else [problem]
+        counts = dict(outcome.counts)
+        for p in nlp.parts:
+            for k, v in p.counts.items():
+                counts[k] = counts.get(k, 0) + v
+        mult = outcome.mult_g
+        x_init = nlp.x0
+        parts = [_result(sp, part, nlp.part_x(outcome.x, e), nlp.part_x(x_init, e), None if
+                         mult is None else
+                         np.asarray(mult)[nlp.row_offsets[e]:nlp.row_offsets[e + 1]])
+                 for e, (sp, part) in enumerate(zip(subs, nlp.parts))]
+        _, u = nlp.split(outcome.x)
+        failed = [p["failed"] for p in parts if p["failed"]]
+        status = outcome.status
+        if failed and status is not Status.SIMULATION_FAILED:
+            status = Status.SIMULATION_FAILED
+            outcome.message = f"{outcome.message}; final simulation failed: {failed[0]}"
+        ims = [p.im for p in nlp.parts]
+        res = EstimationResult(
+            approach=self.name, method=f"ipopt/{cfg.formulation}-{cfg.jacobian}+lbfgs",
+            scheme=ims[0].scheme, grid=dict(zip(names, (m.grid for m in ims))) if names
+            else ims[0].grid,
+            estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+            objective=float(sum(p["objective"] for p in parts)), status=status,
+            iterations=outcome.iterations, evaluations=counts,
+            **stack_parts(names, parts, ("states", "fitted", "residuals")))
+        hist = pd.DataFrame(history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"])
+        if names:
+            per = {n: p["extra"] for n, p in zip(names, parts)}
+            res.extra.update(experiments=per, formulation=cfg.formulation,
+                             max_defect=float(np.max([p["extra"].get("max_defect", np.nan)
+                                                      for p in parts])))
+            for key in ("node_values", "node_values_initial", "defects",
+                        "continuity_multipliers"):
+                frames = [p["extra"].get(key) for p in parts]
+                if all(isinstance(f, pd.DataFrame) for f in frames):
+                    res.extra[key] = stack_experiments(names, frames)
+            res.extra.update(init=dict(zip(names, inits)), history=hist)
+        else:
+            res.extra.update(parts[0]["extra"], init=inits[0], history=hist)
+        res.backend = ShootingBackend(problem, ims, [p["extra"]["node_values"].to_numpy()
+                                                     for p in parts])
+        if mult is not None and nlp.m > nlp.m_cont:
+            add_constraint_multipliers(res, problem, nlp.rows, np.asarray(mult)[nlp.m_cont:],
+                                       nlp.parameter_constraint_names)
+        return res
+
+
+def estimate_multiple_shooting(problem: EstimationProblem, *args, **options) -> EstimationResult:
     r"""Estimate the parameters by multiple shooting [AT, problem (4) or (8)] with Ipopt.
 
     Parameters
@@ -863,70 +946,7 @@ def estimate_multiple_shooting(problem: EstimationProblem, scheme="adams_pc", qm
         multipliers: ``multipliers['path_<name>']`` and
         ``extra['parameter_constraint_multipliers']`` (as the reduced space).
     """
-    validate_estimator("multiple_shooting", problem, scheme=scheme, qmax=qmax, grid=grid,
-                       max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
-                       options=options, tee=tee, formulation=formulation, jacobian=jacobian,
-                       init=init)
-    t_start = time.perf_counter()
-    names = problem.experiment_names
-    subs = problem.experiment_problems if names else [problem]
-    nlp, inits = shooting_nlp(problem, scheme, qmax, grid, max_step, steps_per_interval, nodes,
-                              formulation, jacobian, u0, init)
-    parts = nlp.parts
-    build_s = time.perf_counter() - t_start
-    x_init = nlp.x0.copy()
-    opts = {"tol": 1e-8, "hessian_approximation": "limited-memory", "max_iter": DEFAULT_MAX_ITER}
-    opts.update(options or {})
-    history = []
-
-    def record(iter_count, obj_value, inf_pr, inf_du, mu):
-        history.append((int(iter_count), float(obj_value), float(inf_pr), float(inf_du), float(mu)))
-
-    t_solve = time.perf_counter()
-    mult = None
-    try:
-        nlp.constraints(x_init)
-        nlp.objective(x_init)
-        xs = None
-        if scale:
-            xs = np.concatenate([np.ones(nlp.ns), start_value_scaling(x_init[nlp.ns:])])
-        r = solve_with_ipopt(nlp, options=opts, tee=tee, intermediate=record, x_scaling=xs)
-        x, status, iters, mult = r.x, r.status_name, r.iterations, r.mult_g
-        success = status in _OK
-        counts = dict(r.counts)
-        eval_s = r.eval_s
-    except EvaluationError as err:
-        x, status, iters, success = x_init, f"Simulation_Failed_At_Start: {err}", 0, False
-        counts, eval_s = {}, 0.0
-    solve_s = time.perf_counter() - t_solve
-    for p in parts:
-        for k, v in p.counts.items():
-            counts[k] = counts.get(k, 0) + v
-    method = f"ipopt/{formulation}-{jacobian}+lbfgs"
-    timings = dict(build_s=build_s, setup_s=0.0, solve_s=solve_s, eval_s=eval_s,
-                   total_s=time.perf_counter() - t_start)
-    results = [_result(sp, part, nlp.part_x(x, e), nlp.part_x(x_init, e), status, success,
-                       iters, None if mult is None else
-                       np.asarray(mult)[nlp.row_offsets[e]:nlp.row_offsets[e + 1]],
-                       method, counts, timings)
-               for e, (sp, part) in enumerate(zip(subs, parts))]
-    hist = pd.DataFrame(history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"])
-    if names:
-        res = _combine(problem, nlp, x, results, status, success, iters, method, counts,
-                       timings)
-        res.extra.update(init=dict(zip(names, inits)), history=hist)
-    else:
-        res = results[0]
-        res.extra.update(init=inits[0], history=hist)
-    if mult is not None and nlp.m > nlp.m_cont:
-        frames, pmult = nlp.constraint_multipliers(mult)
-        res.multipliers.update(frames)
-        if pmult:
-            res.extra["parameter_constraint_multipliers"] = pmult
-    from ..problem._result import post_solve_checks
-    if names:
-        return post_solve_checks(problem, res, parts[0].im.scheme)
-    return post_solve_checks(problem, res, parts[0].im.scheme, grid=parts[0].im.grid)
+    return ShootingApproach().estimate(problem, *args, **options)
 
 
 def shooting_nlp(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
@@ -937,7 +957,7 @@ def shooting_nlp(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None
     experiment."""
     names = problem.experiment_names
     subs = problem.experiment_problems if names else [problem]
-    u_start = problem.u0.copy() if u0 is None else np.asarray(u0, dtype=float).copy()
+    u_start = start_values(problem, u0)
     parts, inits = [], []
     for name, sp in zip(names or [None], subs):
         g, nd = ((experiment_grid(grid, name), _experiment_nodes(nodes, name)) if names
@@ -963,35 +983,6 @@ def _experiment_nodes(nodes, name):
                        "node times (or None)")
 
 
-def _combine(problem, nlp, x, results, status, success, iters, method, counts, timings):
-    """One result of several experiments from the per-experiment results."""
-    names = problem.experiment_names
-    _, u = nlp.split(x)
-    ok = all(r.success for r in results)
-    bad = [r.status for r in results if not r.success and r.status != status]
-    st = bad[0] if (success and not ok and bad) else status
-    per = {n: r.extra for n, r in zip(names, results)}
-    extra = dict(experiments=per,
-                 max_defect=float(np.max([r.extra.get("max_defect", np.nan) for r in results])),
-                 formulation=nlp.parts[0].formulation)
-    for key in ("node_values", "node_values_initial", "defects", "continuity_multipliers"):
-        frames = [r.extra.get(key) for r in results]
-        if all(isinstance(f, pd.DataFrame) for f in frames):
-            extra[key] = stack_experiments(names, frames)
-    im = [p.im for p in nlp.parts]
-    k = ", ".join(f"k[{n}]={len(m.grid.t) - 1}, N[{n}]={m.N}" for n, m in zip(names, im))
-    return EstimationResult(
-        approach="multiple_shooting", method=method,
-        scheme=f"{im[0].scheme.name}(qmax={im[0].scheme.qmax}), {k}",
-        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
-        objective=float(sum(r.objective for r in results)), status=st,
-        success=bool(success and ok), iterations=int(iters), evaluations=counts,
-        timings=timings,
-        **{a: stack_experiments(names, [getattr(r, a) for r in results])
-           for a in ("states", "fitted", "residuals")},
-        extra=extra)
-
-
 def _node_trajectories(nlp, x):
     """One DataFrame per interval (index: time), NaN rows for a failing interval."""
     S, u = nlp.split(x)
@@ -1005,57 +996,48 @@ def _node_trajectories(nlp, x):
     return out
 
 
-def _result(problem, nlp, x, x_init, status, success, iters, mult, method, counts, timings):
+def _result(problem, nlp, x, x_init, mult):
+    """Frames, objective and extras of one experiment's shooting NLP at ``x``."""
     im = nlp.im
     S, u = nlp.split(x)
     S_init, _ = nlp.split(x_init)
     cols = problem.states
     node_idx = pd.Index(im.nodes, name="time")
-    extra = dict(nodes=im.nodes.copy(), interval_models=im, formulation=nlp.formulation,
+    extra = dict(nodes=im.nodes.copy(), formulation=nlp.formulation,
                  node_values=pd.DataFrame(S, index=node_idx, columns=cols),
                  node_values_initial=pd.DataFrame(S_init, index=node_idx, columns=cols),
                  node_trajectories_initial=_node_trajectories(nlp, x_init),
                  node_trajectories=_node_trajectories(nlp, x))
-    states = fitted = residuals = None
-    obj = np.nan
+    out = dict(states=None, fitted=None, residuals=None, objective=np.nan, failed=None,
+               extra=extra)
     try:
         trajs = nlp.trajectories(x)
         G = nlp.defects(x)
-        obj = nlp.objective(x) + misfit_constant(problem)
+        out["objective"] = nlp.objective(x) + misfit_constant(problem)
         t = np.asarray(im.grid.t)
         X = np.empty((len(t), nlp.nx))
         for j, tr in enumerate(trajs):
             a, b = im.node_index[j], im.node_index[j + 1]
             X[a:b] = tr.X[:-1]
         X[-1] = trajs[-1].X[-1]
-        states = pd.DataFrame(X, index=pd.Index(t, name="time"), columns=cols)
+        out["states"] = pd.DataFrame(X, index=pd.Index(t, name="time"), columns=cols)
         Xm = np.empty((len(problem.meas_times), nlp.nx))
         for j, a in nlp.node_meas:
             Xm[j] = S[a]
         for a, lst in nlp.off_meas.items():
             for j, i in lst:
                 Xm[j] = trajs[a].X[i]
-        fitted = observations(problem, Xm, u)
-        residuals = (fitted - problem.data).where(problem.mask)
+        out["fitted"] = fitted = observations(problem, Xm, u)
+        out["residuals"] = (fitted - problem.data).where(problem.mask)
         extra["defects"] = pd.DataFrame(G, index=pd.Index(im.nodes[1:], name="time"), columns=cols)
         extra["max_defect"] = float(np.max(np.abs(G))) if G.size else 0.0
     except EvaluationError as err:
-        success = False
         extra["max_defect"] = np.nan
-        if "Failed" not in status:
-            status = f"{status}; final simulation failed: {err}"
+        out["failed"] = str(err)
     if mult is not None:
-        m0 = nlp.r_init
-        lam = np.asarray(mult)[m0:]
-        if nlp.formulation == "vector":
-            extra["continuity_multipliers"] = pd.DataFrame(
-                lam.reshape(nlp.N, nlp.nx), index=pd.Index(im.nodes[1:], name="time"), columns=cols)
-        else:
-            extra["continuity_multipliers"] = pd.Series(lam, index=pd.Index(im.nodes[1:], name="time"))
-    return EstimationResult(
-        approach="multiple_shooting", method=method,
-        scheme=f"{im.scheme.name}(qmax={im.scheme.qmax}), k={len(im.grid.t) - 1}, N={im.N}",
-        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
-        objective=float(obj), status=status, success=bool(success), iterations=int(iters),
-        evaluations=counts, timings=timings, states=states, fitted=fitted, residuals=residuals,
-        extra=extra)
+        lam = np.asarray(mult)[nlp.r_init:]
+        idx = pd.Index(im.nodes[1:], name="time")
+        extra["continuity_multipliers"] = (
+            pd.DataFrame(lam.reshape(nlp.N, nlp.nx), index=idx, columns=cols)
+            if nlp.formulation == "vector" else pd.Series(lam, index=idx))
+    return out

@@ -10,8 +10,6 @@ the objective unless the user sets ``nlp_scaling_method``/``obj_scaling_factor``
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import pyomo.environ as pyo
@@ -22,17 +20,19 @@ from ..transcription._experiments import build_experiment_blocks
 from ..transcription._initial_state import initialize_steady_state, steady_state_mismatch
 from ..problem._misfit import misfit_constant, observations
 from ..problem._declaration import EstimationProblem, ProblemError
-from ..problem._result import EstimationResult, stack_experiments
+from ..problem._result import EstimationResult
+from ..problem._status import Status
 from ..discretization._size_guard import validate_estimator
-from ..problem._validation import DEFAULT_MAX_ITER
+from ._backend import KKTBackend
+from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
+                    ipopt_options, stack_multipliers, stack_parts)
 from ..discretization.schemes import integrate
 from ..symbolic._vectorfn import VectorFn
 from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
 from ..symbolic import lambdify
 
-__all__ = ["estimate_simultaneous", "simulate", "numeric_functions", "initialize_block"]
-
-_SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
+__all__ = ["SimultaneousApproach", "estimate_simultaneous", "simulate", "numeric_functions",
+           "initialize_block"]
 
 
 def numeric_functions(problem: EstimationProblem, u):
@@ -151,108 +151,125 @@ def initialize_block(b, u=None, init="auto"):
     return used
 
 
-def estimate_simultaneous(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
-                          max_step=None, steps_per_interval=None, options=None, tee=False,
-                          init="auto", model=None, u0=None, scale=True):
-    """Estimate the parameters by solving the full discretized NLP with Ipopt.
+class SimultaneousApproach(Approach):
+    """States and parameters solved together: the Pyomo block of the scheme
+    (:func:`~pyomo_odeest.transcription._block.build_block`; several experiments:
+    :func:`~pyomo_odeest.transcription._experiments.build_experiment_blocks`) solved by
+    the ``odeest_ipopt`` solver.
 
-    Parameters
-    ----------
-    problem : EstimationProblem
-        With several experiments, one block per experiment under one model
-        (:func:`~pyomo_odeest.transcription._experiments.build_experiment_blocks`).
-    scheme, qmax, grid, max_step, steps_per_interval
-        Discretization (see :func:`~pyomo_odeest.transcription._block.build_block`);
-        with several experiments ``grid`` is a mapping experiment -> Grid.
-    options : dict
-        Ipopt options (default ``tol=1e-8``).
-    tee : bool
-        Show Ipopt's log.
-    init : 'auto' | 'simulate' | 'data'
-        State initialization (see :func:`initialize_block`).
-    model : ConcreteModel, optional
-        A model that already holds a block built by ``build_block`` (or
-        ``build_experiment_blocks``) as ``model.est`` (with user
-        constraints/objective terms); it is solved as is.  Otherwise a new
-        model is built.
-    u0 : array, optional
-        Starting parameter values (default: the problem's).
-    scale : bool
-        Scale each free parameter by its start value inside Ipopt
-        (``scaling_factor = 1/|u0_k|``, 1 where u0_k = 0), as the reduced-space
-        estimator does, so that parameters of very different magnitudes are
-        O(1) for Ipopt; and every state whose magnitude exceeds 1 on the
-        initial trajectory by that magnitude (:func:`scale_states`).  The
-        factors go to the model's ``scaling_factor`` Suffix (created if
-        missing; factors the user set there are kept), which
-        the solver passes to Ipopt as user scaling.  Values and multipliers
-        are returned unscaled.
+    Own options: ``init`` (``'auto'`` | ``'simulate'`` | ``'data'``, the state
+    initialization of :func:`initialize_block`) and ``model`` (a ConcreteModel
+    that already holds such a block as ``model.est``, with user constraints or
+    objective terms; solved as is).  ``scale`` scales each free parameter by
+    its start value and every state whose magnitude exceeds 1 on the initial
+    trajectory by that magnitude (:func:`scale_states`), through the model's
+    ``scaling_factor`` Suffix (factors the user set there are kept).
+    """
+
+    name = "simultaneous"
+    CONFIG = common_config()
+    CONFIG.declare_from(discretization_config())
+    CONFIG.declare("init", ConfigValue(default="auto", domain=Choice(
+        "init", "auto", "simulate", "data"), description="state initialization"))
+    CONFIG.declare("model", ConfigValue(default=None, description=(
+        "a ConcreteModel holding a block of build_block as model.est, solved as is")))
+
+    def advice(self, cfg):
+        return ("init='simulate' (states from a simulation at u0; if it fails or leaves the "
+                "data's range, a better u0 helps), approach='reduced_space' (each iteration "
+                "simulates, so the states are always consistent; see docs/choosing.md) and then "
+                "the simultaneous solve from u0=its estimates, multiple_shooting")
+
+    def validate(self, problem, cfg):
+        validate_estimator(self.name, problem, needs_free=False, **_args(cfg))
+
+    def build(self, problem, cfg, u_start):
+        multi = bool(problem.experiments)
+        if cfg.model is None:
+            m = pyo.ConcreteModel(name=problem.name)
+            disc = (cfg.scheme, cfg.qmax, cfg.grid, cfg.max_step, cfg.steps_per_interval)
+            m.est = (build_experiment_blocks(problem, *disc) if multi
+                     else build_block(problem, *disc))
+        else:
+            m = cfg.model
+            kind = "experiment_blocks" if multi else "formulas"
+            if getattr(m, "est", None) is None or not hasattr(m.est, kind):
+                raise ProblemError("model must hold a block built by "
+                                   + ("build_experiment_blocks" if multi else "build_block")
+                                   + " as model.est")
+        b = m.est
+        for p, v in zip(problem.parameter_names, u_start):
+            if not b.u[p].fixed:
+                b.u[p].set_value(float(v))
+        u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+        blocks = _blocks(b)
+        init = [initialize_block(sb, u, cfg.init) for sb in blocks]
+        if cfg.scale:
+            scale_parameters(m, b)
+            scale_states(m, b)
+        if not hasattr(m, "dual"):
+            m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
+        return m, init
+
+    def solve(self, built, cfg):
+        m, _ = built
+        solver = OdeestIpoptSolver()
+        solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee)
+        info = solver.last_info
+        out = Outcome.from_ipopt(info)
+        out.timings = dict(setup_s=info["setup_s"], eval_s=info["eval_s"])
+        return out
+
+    def collect(self, problem, built, outcome, cfg):
+        m, init = built
+        b = m.est
+        blocks = _blocks(b)
+        names = problem.experiment_names
+        parts = [_frames(sb, m) for sb in blocks]
+        u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+        res = EstimationResult(
+            approach=self.name, method="ipopt/exact-hessian", scheme=blocks[0].scheme,
+            estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
+            objective=float(pyo.value(b.objective)) + misfit_constant(problem),
+            status=outcome.status, iterations=outcome.iterations,
+            evaluations=outcome.counts, model=m,
+            grid=dict(zip(names, (sb.grid for sb in blocks))) if names else b.grid,
+            **stack_parts(names, parts, ("states", "fitted", "residuals", "adjoint")),
+            multipliers=stack_multipliers(names, [p["multipliers"] for p in parts]))
+        res.extra["init"] = dict(zip(names, init)) if names else init[0]
+        res.backend = KKTBackend(problem, m)
+        wrong = [w for blk in blocks for w in steady_state_mismatch(blk, res.x)]
+        if wrong:                             # a root of G = 0 that is not the steady state
+            res.status = Status.FAILED
+            res.warnings.extend(wrong)
+        dual = getattr(m, "dual", None)
+        if problem.parameter_constraints and dual is not None:
+            res.extra["parameter_constraint_multipliers"] = {
+                pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
+                for pc, _ in problem.parameter_constraints}
+        return res
+
+
+def _blocks(b):
+    """The experiment blocks of a block of several experiments, else ``[b]``."""
+    return list(getattr(b, "experiment_blocks", None) or [b])
+
+
+def _args(cfg):
+    return {k: cfg[k] for k in cfg.keys() if k not in ("u0", "model")}
+
+
+def estimate_simultaneous(problem: EstimationProblem, *args, **options):
+    """Estimate the parameters by solving the full discretized NLP with Ipopt:
+    ``estimate(problem, 'simultaneous', ...)`` (:class:`SimultaneousApproach`;
+    the discretization options may be given positionally: ``scheme, qmax, grid,
+    max_step, steps_per_interval``).
 
     Returns
     -------
     EstimationResult
     """
-    validate_estimator("simultaneous", problem, scheme=scheme, qmax=qmax, grid=grid,
-                       max_step=max_step, steps_per_interval=steps_per_interval, u0=u0,
-                       options=options, tee=tee, init=init)
-    t_start = time.perf_counter()
-    multi = bool(problem.experiments)
-    if model is None:
-        m = pyo.ConcreteModel(name=problem.name)
-        if multi:
-            m.est = build_experiment_blocks(problem, scheme, qmax, grid, max_step,
-                                            steps_per_interval)
-        else:
-            m.est = build_block(problem, scheme, qmax, grid, max_step, steps_per_interval)
-        b = m.est
-    else:
-        m = model
-        b = getattr(m, "est", None)
-        kind = "experiment_blocks" if multi else "formulas"
-        if b is None or not hasattr(b, kind):
-            raise ProblemError("model must hold a block built by "
-                               + ("build_experiment_blocks" if multi else "build_block")
-                               + " as model.est")
-    if u0 is not None:
-        for p, v in zip(problem.parameter_names, np.asarray(u0, dtype=float)):
-            if not b.u[p].fixed:
-                b.u[p].set_value(float(v))
-    u_start = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
-    if multi:
-        init_used = {name: initialize_block(sb, u_start, init)
-                     for name, sb in zip(problem.experiment_names, b.experiment_blocks)}
-    else:
-        init_used = initialize_block(b, u_start, init)
-    if scale:
-        scale_parameters(m, b)
-        scale_states(m, b)
-    if not hasattr(m, "dual"):
-        m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
-    build_s = time.perf_counter() - t_start
-
-    opts = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
-    opts.update(options or {})
-    solver = OdeestIpoptSolver()
-    solver.solve(m, options=opts, tee=tee)
-    info = solver.last_info
-    if multi:
-        res = _collect_experiments(b, m, info, build_s, time.perf_counter() - t_start)
-    else:
-        res = collect_result(b, m, info, build_s, time.perf_counter() - t_start)
-    res.extra["init"] = init_used
-    wrong = [w for blk in (b.experiment_blocks if multi else [b])
-             for w in steady_state_mismatch(blk, res.x)]
-    if wrong:                             # a root of G = 0 that is not the steady state
-        res.success = False
-        res.warnings.extend(wrong)
-    dual = getattr(m, "dual", None)
-    if problem.parameter_constraints and dual is not None:
-        res.extra["parameter_constraint_multipliers"] = {
-            pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
-            for pc, _ in problem.parameter_constraints}
-    from ..problem._result import post_solve_checks
-    scheme = b.experiment_blocks[0].scheme if multi else b.scheme
-    return post_solve_checks(problem, res, scheme, None, grid=None if multi else b.grid)
+    return SimultaneousApproach().estimate(problem, *args, **options)
 
 
 def scale_parameters(m, b):
@@ -291,63 +308,33 @@ def scale_states(m, b):
                     sf[var] = 1.0 / big
 
 
-def collect_result(b, m, info, build_s, total_s):
-    """Assemble an :class:`EstimationResult` from a solved block."""
+def _frames(b, m):
+    """States, fitted observations, residuals, adjoint and multipliers of a solved block."""
     problem = b.problem
     S = problem.states
     t = np.asarray(b.grid.t)
     X = np.array([[pyo.value(b.x[i, s]) for s in S] for i in range(len(t))])
     u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
-    states = pd.DataFrame(X, index=pd.Index(t, name="time"), columns=S)
     fitted = observations(problem, X[np.asarray(b.grid.J)], u)
-    residuals = (fitted - problem.data).where(problem.mask)
+    out = dict(states=pd.DataFrame(X, index=pd.Index(t, name="time"), columns=S),
+               fitted=fitted, residuals=(fitted - problem.data).where(problem.mask),
+               adjoint=None, multipliers={})
     dual = getattr(m, "dual", None)
-    adjoint, mults = None, {}
     if dual is not None and len(dual):
         k = len(t) - 1
-        mults = {}
+        mults = out["multipliers"]
         from ..transcription._block import scheme_constraint
         for st in b.scheme.stage_names:
             mults[st] = pd.DataFrame(
                 [[dual.get(scheme_constraint(b, i, s, st), np.nan) for s in S] for i in range(k)],
                 index=pd.Index(range(k), name="step"), columns=S)
         p0 = [dual.get(b.x0_eq[s], np.nan) for s in S]
-        adjoint = pd.DataFrame(np.vstack([p0, mults["x"].to_numpy()]),
-                               index=pd.Index(range(k + 1), name="i"), columns=S)
+        out["adjoint"] = pd.DataFrame(np.vstack([p0, mults["x"].to_numpy()]),
+                                      index=pd.Index(range(k + 1), name="i"), columns=S)
         for pc, _ in problem.path_constraints:
             con = b.component(f"path_{pc.name}")
             idx = list(con.keys())
             mults[f"path_{pc.name}"] = pd.DataFrame(
                 {pc.name: [dual.get(con[i], np.nan) for i in idx]},
                 index=pd.Index(t[idx], name="time"))
-    status = info["status"]
-    return EstimationResult(
-        approach="simultaneous", method="ipopt/exact-hessian",
-        scheme=f"{b.scheme.name}(qmax={b.scheme.qmax}), k={len(t) - 1}",
-        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
-        objective=float(pyo.value(b.objective)) + misfit_constant(problem),
-        status=status, success=status in _SUCCESS, iterations=int(info["iterations"]),
-        evaluations=dict(info["counts"]),
-        timings=dict(build_s=build_s, setup_s=info["setup_s"], solve_s=info["ipopt_s"],
-                     eval_s=info["eval_s"], total_s=total_s),
-        states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
-        multipliers=mults, model=m)
-
-
-def _collect_experiments(b, m, info, build_s, total_s):
-    """The result of a solved :func:`build_experiment_blocks` block: per-experiment
-    frames stacked with an ``experiment`` index level."""
-    problem = b.problem
-    names = problem.experiment_names
-    parts = [collect_result(sb, m, info, build_s, total_s) for sb in b.experiment_blocks]
-    u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
-    res = parts[0]
-    res.estimates = pd.Series(u, index=problem.parameter_names, name="estimate")
-    res.objective = float(pyo.value(b.objective)) + misfit_constant(problem)
-    res.scheme = f"{b.experiment_blocks[0].scheme.name}(qmax={b.experiment_blocks[0].scheme.qmax}), " \
-        + ", ".join(f"k[{n}]={len(sb.grid.t) - 1}" for n, sb in zip(names, b.experiment_blocks))
-    for what in ("states", "fitted", "residuals", "adjoint"):
-        setattr(res, what, stack_experiments(names, [getattr(r, what) for r in parts]))
-    res.multipliers = {st: stack_experiments(names, [r.multipliers.get(st) for r in parts])
-                       for st in parts[0].multipliers}
-    return res
+    return out

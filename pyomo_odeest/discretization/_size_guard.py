@@ -15,18 +15,21 @@ from typing import Mapping
 
 import numpy as np
 
-from ..problem._validation import (METHOD_CHOICES, ProblemError, ProblemTooLargeError,
-                                  check_options, check_u0, positive_float, positive_int)
+from ..problem._validation import (ProblemError, ProblemTooLargeError, check_options,
+                                   positive_float, positive_int)
 
 __all__ = ["validate_estimator", "estimate_size", "SizeEstimate", "available_memory",
            "BYTES_PER_UNKNOWN"]
 
 
-def validate_estimator(approach: str, problem, **args):
+def validate_estimator(approach: str, problem, needs_free=True, needs_data=True, **args):
     """Check an estimator's arguments before it builds anything.
 
-    ``approach`` is a key of :data:`METHOD_CHOICES`; ``args`` are the
-    estimator's arguments by name (those it does not take are ignored).
+    ``approach`` names the estimator (the memory model of
+    :data:`BYTES_PER_UNKNOWN`); ``needs_free``: refuse a problem whose
+    parameters are all fixed; ``needs_data``: refuse a problem without data;
+    ``args`` are the estimator's arguments by name (their domains are checked
+    by the approach's configuration).
     Raises :class:`ProblemError` (or :class:`TypeError` for a wrong type of
     problem or grid) naming the argument and the valid choices, and
     :class:`ProblemTooLargeError` when the discretization cannot fit in
@@ -38,20 +41,12 @@ def validate_estimator(approach: str, problem, **args):
     if not problem.parameters:
         raise ProblemError("the problem has no parameter to estimate; declare at least one "
                            "Parameter")
-    if not problem.free_mask.any() and approach != "simultaneous":
+    if not problem.free_mask.any() and needs_free:
         raise ProblemError(f"all parameters {problem.parameter_names} are fixed: nothing to "
                            f"estimate; set fixed=False on at least one")
     subs = list(problem.experiment_problems) if problem.experiments else [problem]
-    if approach != "adaptive" and any(len(sp.meas_times) == 0 for sp in subs):
+    if needs_data and any(len(sp.meas_times) == 0 for sp in subs):
         raise ProblemError("the problem has no data (data=None): there is nothing to fit")
-    for name, choices in METHOD_CHOICES.get(approach, {}).items():
-        if name in args and args[name] not in choices:
-            raise ProblemError(f"unknown {name} {args[name]!r} for the {approach} approach; "
-                               f"valid: {list(choices)}")
-    if "tee" in args and not isinstance(args["tee"], (bool, np.bool_, int)):
-        raise ProblemError(f"tee must be True or False, got {args['tee']!r}")
-    if args.get("u0") is not None:
-        check_u0(problem, args["u0"])
     check_options(args.get("options"))
     if "scheme" in args or "grid" in args:
         grid = args.get("grid")

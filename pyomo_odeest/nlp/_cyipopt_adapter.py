@@ -108,10 +108,6 @@ class IpoptResult:
     counts: dict = field(default_factory=dict)
 
 
-class SolveAborted(Exception):
-    """Internal marker: a callback was asked to run after the solve was aborted."""
-
-
 class _Problem:
     """The callback object handed to ``cyipopt.Problem``."""
 

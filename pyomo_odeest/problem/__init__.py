@@ -9,7 +9,9 @@ from ._inputs import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_fra
 from ._misfit import MeasurementMisfit, misfit_constant, misfit_sym, observations
 from ._noise import noise_check
 from ._steady_state import SteadyState, SteadyStateError, conservation_laws
-from ._result import EstimationResult
+from ._result import EstimationResult, SchemeRef
+from ._start import start_values
+from ._status import Status
 from ._validation import ProblemTooLargeError
 
 __all__ = ["EstimationProblem", "Experiment", "Preequilibration", "SteadyState",
@@ -17,4 +19,5 @@ __all__ = ["EstimationProblem", "Experiment", "Preequilibration", "SteadyState",
            "PathConstraint", "require_no_constraints", "require_no_inputs", "PiecewiseConstant",
            "PiecewiseLinear", "Spline", "inputs_from_frame", "GaussianNLL", "LeastSquares", "Parameter", "ProblemError",
            "MeasurementMisfit", "misfit_constant", "misfit_sym", "observations",
-           "EstimationResult", "ProblemTooLargeError", "noise_check"]
+           "EstimationResult", "SchemeRef", "Status", "start_values", "ProblemTooLargeError",
+           "noise_check"]

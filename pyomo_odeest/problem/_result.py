@@ -7,7 +7,9 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import pandas as pd
 
-__all__ = ["EstimationResult", "stack_experiments", "post_solve_checks"]
+from ._status import Status, status_from_ipopt
+
+__all__ = ["EstimationResult", "SchemeRef", "stack_experiments", "post_solve_checks"]
 
 
 #: The analyses offered as methods of :class:`EstimationResult`,
@@ -27,15 +29,27 @@ def _analysis(name):
                            "import pyomo_odeest first") from None
 
 
-def post_solve_checks(problem, result, *args, **kwargs):
+def post_solve_checks(problem, result):
     """Run the post-solve checks on ``result`` (status, active bounds, χ², rank,
     stability: :func:`pyomo_odeest.analysis._diagnostics.diagnose`) and return it.
 
-    Every approach calls this before returning, so a doubtful result always
-    carries its warnings in ``result.warnings``.  The checks live in the
+    The estimation pipeline calls this once per result, so a doubtful result
+    always carries its warnings in ``result.warnings``.  The checks live in the
     analysis layer and are reached through :data:`RESULT_ANALYSES`.
     """
-    return _analysis("diagnose")(problem, result, *args, **kwargs)
+    return _analysis("diagnose")(problem, result)
+
+
+@dataclass(frozen=True)
+class SchemeRef:
+    """Name and maximum order of a scheme: what the JSON form of a result keeps of
+    ``result.scheme`` (``get_scheme(ref.name, ref.qmax)`` rebuilds the scheme)."""
+
+    name: str
+    qmax: int | None = None
+
+    def __str__(self):
+        return f"{self.name}(qmax={self.qmax})"
 
 
 def stack_experiments(names, frames):
@@ -79,6 +93,8 @@ def _to_json(v):
                                "data": v.to_numpy(dtype=float).tolist()}}
     if isinstance(v, np.ndarray):
         return {"__array__": v.tolist(), "dtype": str(v.dtype)}
+    if isinstance(v, Status):
+        return v.value
     if isinstance(v, tuple):
         return {"__tuple__": [_to_json(a) for a in v]}
     if isinstance(v, list):
@@ -109,6 +125,14 @@ def _from_json(v):
     return {k: _from_json(a) for k, a in v["__dict__"]}
 
 
+def _status(v) -> Status:
+    """A :class:`Status` from a status or its value (JSON), or an Ipopt status name."""
+    try:
+        return Status.parse(v)
+    except ValueError:
+        return status_from_ipopt(v)
+
+
 @dataclass
 class EstimationResult:
     """Outcome of one estimation.
@@ -116,19 +140,21 @@ class EstimationResult:
     Attributes
     ----------
     approach : str
-        ``'simultaneous'``, ``'reduced_space'``, ``'multiple_shooting'``, ...
+        The name passed to :func:`~pyomo_odeest.estimate`, one of
+        :data:`~pyomo_odeest.APPROACH_NAMES`.
     method : str
         Solver and derivative method (e.g. ``'ipopt/exact-hessian'``).
-    scheme : str
-        Discretization scheme and Q_max.
+    scheme : MultistepScheme or None
+        The discretization scheme (``.name``, ``.qmax``; a :class:`SchemeRef`
+        after :meth:`from_json`); None for the continuous approach.
     estimates : pandas.Series
         Parameter values (fixed ones included), indexed by name.
     objective : float
         J_k at the estimates (including any constant term of the loss).
-    status : str
-        Solver status (Ipopt's return status name for Ipopt backends).
+    status : Status
+        How the estimation ended (:class:`~pyomo_odeest.problem._status.Status`).
     success : bool
-        True if the solver reports convergence to a (local) optimum.
+        ``status.success``: converged to a (local) optimum (a property).
     iterations : int
     evaluations : dict
         Function / gradient / Hessian evaluation counts.
@@ -156,6 +182,10 @@ class EstimationResult:
         The solved Pyomo model (simultaneous approach) or None.
     extra : dict
         Backend-specific information.
+    message : str
+        The optimizer's own message (Ipopt's return status, SciPy's message).
+    grid : Grid, dict or None
+        The grid of the discretization (several experiments: name -> Grid).
     warnings : list of str
         Reasons to doubt the result although the solver may report success,
         each with advice: from the sanity checks of
@@ -169,18 +199,21 @@ class EstimationResult:
     constraints are rendered lazily by rules that close over the block) and
     entries of ``extra`` that are live objects rather than data (simulators,
     interval models) are left out, their names listed in
-    ``extra['not_pickled']``.  :meth:`lean` gives the same copy in memory
+    ``extra['not_pickled']``.  ``backend`` (the model the analyses evaluate
+    through one protocol: ``problem``, ``simulate(u)``,
+    ``observation_sensitivities(u, free)``, ``hessian(u, free)``) is not
+    pickled either; it is rebuilt from the problem, scheme and grid on first
+    use.  :meth:`lean` gives the same copy in memory
     (what the runner sends back from a worker), and :meth:`to_json` /
     :meth:`from_json` write and read the data fields.
     """
 
     approach: str
     method: str
-    scheme: str
+    scheme: object
     estimates: pd.Series
     objective: float
-    status: str
-    success: bool
+    status: Status
     iterations: int
     evaluations: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
@@ -192,6 +225,35 @@ class EstimationResult:
     model: object = None
     extra: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
+    message: str = ""
+    grid: object = None
+
+    def __post_init__(self):
+        self.status = _status(self.status)
+
+    @property
+    def success(self) -> bool:
+        """True when the status is a (local) optimum (:attr:`Status.success`)."""
+        return self.status.success
+
+    @property
+    def scheme_label(self) -> str:
+        """``'name(qmax=q)'`` of the scheme ('' without one)."""
+        s = self.scheme
+        return "" if s is None else f"{s.name}(qmax={s.qmax})"
+
+    @property
+    def backend(self):
+        """The model of this result's approach behind the analyses (rebuilt on demand)."""
+        be = self.__dict__.get("_backend")
+        if be is None:
+            be = _analysis("backend")(self)
+            self.__dict__["_backend"] = be
+        return be
+
+    @backend.setter
+    def backend(self, value):
+        self.__dict__["_backend"] = value
 
     def multiplier(self, i, state, stage="x"):
         """Multiplier of the ``stage`` equation of step ``i`` for ``state``."""
@@ -199,7 +261,8 @@ class EstimationResult:
 
     def summary(self) -> str:
         est = ", ".join(f"{k}={v:.6g}" for k, v in self.estimates.items())
-        text = (f"{self.approach} [{self.method}; {self.scheme}]: {self.status} after "
+        text = (f"{self.approach} [{self.method}; {self.scheme_label or '-'}]: {self.status} "
+                f"({self.message}) after "
                 f"{self.iterations} iterations, objective={self.objective:.8g}, {est} "
                 f"({self.timings.get('total_s', float('nan')):.2f} s)")
         return text + "".join(f"\n  WARNING: {w}" for w in self.warnings)
@@ -210,16 +273,8 @@ class EstimationResult:
     # -- serialization ---------------------------------------------------------
     @property
     def problem(self):
-        """The EstimationProblem this result solves, found in ``extra['problem']``,
-        the backend's model objects or the Pyomo block (None if there is none)."""
-        P = self.extra.get("problem")
-        if P is not None:
-            return P
-        for key in ("discrete_model", "continuous_model", "interval_models"):
-            P = getattr(self.extra.get(key), "problem", None)
-            if P is not None:
-                return P
-        return getattr(getattr(self.model, "est", None), "problem", None)
+        """The EstimationProblem this result solves (``extra['problem']``; None if unknown)."""
+        return self.extra.get("problem")
 
     def _data_extra(self):
         keep = {k: v for k, v in self.extra.items() if _is_data(v)}
@@ -231,7 +286,9 @@ class EstimationResult:
         return keep
 
     def __getstate__(self):
-        return dict(self.lean().__dict__)
+        state = dict(self.lean().__dict__)
+        state.pop("_backend", None)
+        return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -248,22 +305,31 @@ class EstimationResult:
         """The data fields as JSON-able Python structures (the model is left out)."""
         out = {}
         for f in fields(self):
-            if f.name == "model":
+            if f.name in ("model", "grid"):
                 continue
             v = self._data_extra() if f.name == "extra" else getattr(self, f.name)
             if f.name == "extra":
                 v.pop("problem", None)          # not JSON: rebuild it and pass problem=...
+            if f.name == "scheme":
+                v = None if v is None else {"name": v.name, "qmax": v.qmax}
             out[f.name] = _to_json(v)
         return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "EstimationResult":
         names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k != "success"}       # derived from status
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"EstimationResult.from_dict: unknown field(s) {unknown}; "
                              f"known: {sorted(names - {'model'})}")
-        return cls(**{k: _from_json(v) for k, v in d.items()})
+        out = {k: _from_json(v) for k, v in d.items()}
+        sch = out.get("scheme")
+        if isinstance(sch, dict):
+            out["scheme"] = SchemeRef(sch["name"], sch.get("qmax"))
+        elif isinstance(sch, str):                               # older files: a label
+            out["scheme"] = None
+        return cls(**out)
 
     def to_json(self, path=None, **kw) -> str:
         """JSON text of :meth:`to_dict` (non-finite numbers as ``NaN``/``Infinity``,

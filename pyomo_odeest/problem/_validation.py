@@ -31,8 +31,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ProblemError", "ProblemTooLargeError", "as_data_frame", "as_spec", "check_weights",
-           "positive_int", "positive_float", "check_u0", "check_options", "METHOD_CHOICES",
-           "DEFAULT_MAX_ITER"]
+           "positive_int", "positive_float", "check_options", "DEFAULT_MAX_ITER"]
 
 
 class ProblemError(ValueError):
@@ -46,24 +45,6 @@ class ProblemTooLargeError(ProblemError):
 #: Ipopt's iteration limit unless the options set ``max_iter`` (Ipopt's own
 #: default, 3000, let a drifting exact-Hessian solve run for minutes).
 DEFAULT_MAX_ITER = 500
-
-#: Valid values of the method arguments, per approach (``None`` allowed where listed).
-METHOD_CHOICES = {
-    "reduced_space": dict(
-        optimizer=("ipopt", "L-BFGS-B", "trust-constr"),
-        gradient=("adjoint", "transposed_solve", "sensitivity", "recursion", "fd"),
-        hessian=("soa", "adjoint_fd", "gauss_newton", None)),
-    "multiple_shooting": dict(formulation=("vector", "scalar"),
-                              jacobian=("sensitivity", "adjoint"),
-                              init=("data", "simulate")),
-    "simultaneous": dict(init=("auto", "simulate", "data")),
-    "continuous": dict(optimizer=("ipopt", "L-BFGS-B", "trust-constr", "least_squares"),
-                       gradient=("adjoint", "sensitivity", "fd"),
-                       hessian=("soa", "adjoint_fd", "sensitivity_fd", "fd", None),
-                       method=("LSODA", "BDF", "Radau", "DOP853", "RK45")),
-    "adaptive": {},
-}
-
 
 # ---------------------------------------------------------------------------
 # data, sigma, weights (problem construction)
@@ -187,26 +168,6 @@ def positive_float(v, what):
     if x is None or not math.isfinite(x) or x <= 0:
         raise ProblemError(f"{what} must be a positive finite number, got {v!r}")
     return x
-
-
-def check_u0(problem, u0):
-    names = problem.parameter_names
-    try:
-        u = np.asarray(u0, dtype=float)
-    except (TypeError, ValueError):
-        raise ProblemError(f"u0 must be numbers, one per parameter {names}; got {u0!r}") from None
-    if u.ndim != 1 or u.size != len(names):
-        raise ProblemError(f"u0 has {u.size} value(s) (shape {u.shape}); give one per parameter, "
-                           f"{len(names)}: {names} (fixed ones included)")
-    bad = [n for n, v in zip(names, u) if not np.isfinite(v)]
-    if bad:
-        raise ProblemError(f"u0 is not finite for parameter(s) {bad}")
-    for p, v in zip(problem.parameters, u):
-        if p.fixed:
-            continue
-        if (p.lb is not None and v < p.lb) or (p.ub is not None and v > p.ub):
-            raise ProblemError(f"u0 for parameter '{p.name}' is {v}, outside its bounds "
-                               f"[{p.lb}, {p.ub}]; start inside the bounds")
 
 
 def check_options(options):

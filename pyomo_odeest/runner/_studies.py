@@ -409,12 +409,12 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
 # ---------------------------------------------------------------------------
 def _profile_task(problem, name, value, u_start, approach, options):
     from ..analysis._profile import profile_point
+    from ..problem._status import status_from_ipopt
     u, J, status, iterations = profile_point(problem, name, value, u_start, approach,
                                              options=options)
     row = {f"p_{k}": float(v) for k, v in zip(problem.parameter_names, u)}
     row.update(objective=float(J), status=str(status),
-               success=status in ("Solve_Succeeded", "Solved_To_Acceptable_Level")
-               and bool(np.isfinite(J)), iterations=int(iterations), approach=approach)
+               success=status_from_ipopt(status).success and bool(np.isfinite(J)), iterations=int(iterations), approach=approach)
     return row
 
 

@@ -7,10 +7,10 @@ expressions, and the pyomo.dae transformations ``odeest.adams`` and
 ``odeest.enright`` with :func:`problem_from_dae`."""
 from ._block import add_objective_term, build_block, scheme_constraint
 from ._experiments import build_experiment_blocks
-from ._adaptive_block import build_adaptive_block, estimate_adaptive
-from ._dae import (AdamsTransformation, DaeSchemeError, EnrightTransformation, dae_result,
+from ._adaptive_block import build_adaptive_block
+from ._dae import (AdamsTransformation, DaeSchemeError, EnrightTransformation, dae_solution,
                   problem_from_dae)
 
 __all__ = ["add_objective_term", "build_block", "build_experiment_blocks", "scheme_constraint", "build_adaptive_block",
-           "estimate_adaptive", "AdamsTransformation", "DaeSchemeError", "EnrightTransformation",
-           "problem_from_dae", "dae_result"]
+           "AdamsTransformation", "DaeSchemeError", "EnrightTransformation",
+           "problem_from_dae", "dae_solution"]

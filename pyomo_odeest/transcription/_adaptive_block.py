@@ -43,34 +43,24 @@ the Lagrangian of §2.4: the multiplier of ``corr_eq[i, s]`` is
 (:func:`compare_block_multipliers`).  The acceptance tests
 :math:`e_{i,j} > \varepsilon` (rejected) and :math:`e_{i,j_i} \le \varepsilon`
 are *not* constraints (only :math:`h_i, h_{i,j} \ge 0`, inactive at a
-meaningful solution, keep a frozen pattern from producing negative steps): :func:`estimate_adaptive` re-runs the integrator at
+meaningful solution, keep a frozen pattern from producing negative steps): :func:`~pyomo_odeest.approaches.estimate_adaptive` re-runs the integrator at
 the solution and rebuilds when the pattern changed.
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
-import pandas as pd
 import pyomo.environ as pyo
 import sympy
 
-from ..discretization.adaptive import (AdaptiveAdjoint, AdaptiveError, AdaptiveModel, AdaptiveRun,
-                       StepController, max_relative_discrepancy)
-from ..problem._misfit import misfit_sym, observations
-from ..problem._declaration import (EstimationProblem, require_no_constraints, require_no_inputs,
-                                   require_single_experiment)
-from ..problem._result import EstimationResult
-from ..nlp._plugin import OdeestIpoptSolver
+from ..discretization.adaptive import (AdaptiveAdjoint, AdaptiveModel, AdaptiveRun,
+                       max_relative_discrepancy)
+from ..problem._misfit import misfit_sym
 from ..symbolic._convert import sympy_to_pyomo
 from ._initial_state import initial_state_expressions
 
 __all__ = ["build_adaptive_block", "run_from_block", "block_multipliers",
-           "compare_block_multipliers", "estimate_adaptive", "adaptive_constraint"]
-
-_SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
-# a round ending like this still moved to a usable point: rebuild and continue
-_CONTINUE = _SUCCESS + ("Search_Direction_Becomes_Too_Small",)
+           "compare_block_multipliers", "adaptive_constraint"]
 
 
 def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
@@ -310,151 +300,3 @@ def compare_block_multipliers(model, block=None) -> dict:
     out["duals"] = duals
     out["recursion"] = rec
     return out
-
-
-def _solve_block(am, run, options, tee, trust=None):
-    m = pyo.ConcreteModel(name=am.problem.name)
-    m.est = build_adaptive_block(am, run)
-    if trust is not None:
-        for p, v in zip(am.problem.parameter_names, run.u):
-            var = m.est.u[p]
-            if var.fixed:
-                continue
-            r = trust * max(abs(v), 1e-3)
-            lo, hi = v - r, v + r
-            var.setlb(lo if var.lb is None else max(var.lb, lo))
-            var.setub(hi if var.ub is None else min(var.ub, hi))
-    m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
-    solver = OdeestIpoptSolver()
-    solver.solve(m, options=options, tee=tee)
-    return m, solver.last_info
-
-
-def estimate_adaptive(problem: EstimationProblem, controller: StepController | None = None,
-                      qmax: int = 2, u0=None, options=None, tee=False, max_rebuilds=5,
-                      model: AdaptiveModel | None = None, trust=None):
-    r"""Estimate the parameters with model (55): adaptive grid, frozen pattern, Ipopt.
-
-    1. Integrate adaptively at :math:`u_0`; freeze the pattern.
-    2. Build :func:`build_adaptive_block`, solve it with ``odeest_ipopt``
-       (``dual`` suffix imported).
-    3. Integrate adaptively at the solution; if the pattern changed, rebuild
-       from that run and re-solve (at most ``max_rebuilds`` times).
-
-    A frozen pattern is a faithful model only near the parameters it was
-    recorded at: far away the steps before a clipped step can overshoot the
-    measurement time (the clipped step turns negative).  ``trust`` (e.g.
-    0.2) bounds each round's parameters to
-    :math:`|u - u_{\text{round}}| \le \text{trust}\cdot\max(|u_{\text{round}}|, 10^{-3})`;
-    the bounds act on :math:`u` only, so they do not change the multipliers
-    of the equations.  A round ending on a trust bound always triggers a
-    rebuild (``max_rebuilds`` must then be large enough to reach the
-    optimum).
-
-    Returns
-    -------
-    EstimationResult
-        ``approach='adaptive_simultaneous'``; ``extra`` holds ``rounds``
-        (per round: k, rejections, status, objective, whether the pattern at
-        the solution differed), ``pattern_changes``, ``pattern_stable``,
-        ``grid`` (k, h_min, h_max, ...), ``run`` (the adaptive run at the
-        estimate), ``adaptive_model``; ``multipliers`` holds ``'x'`` (p_{i+1}),
-        ``'y'`` (q_{i+1}), ``'step'`` (β, δ, θ per step) and ``'trial'``
-        (α, γ per trial).
-    """
-    require_single_experiment(problem, "the adaptive approach")
-    require_no_inputs(problem, "the adaptive approach")
-    require_no_constraints(problem, "the adaptive approach")
-    t_start = time.perf_counter()
-    am = model if model is not None else AdaptiveModel(problem, controller, qmax)
-    if isinstance(max_rebuilds, bool) or not isinstance(max_rebuilds, (int, np.integer)) \
-            or max_rebuilds < 0:
-        raise ValueError(f"max_rebuilds must be an int >= 0, got {max_rebuilds!r}")
-    u = am._check_u(u0)
-    opts = {"tol": 1e-8}
-    opts.update(options or {})
-    run = am.run(u)
-    rounds = []
-    build_s = solve_s = 0.0
-    stable = False
-    final_run = None
-    iterations = 0
-    evals = {}
-    for rnd in range(max_rebuilds + 1):
-        tb = time.perf_counter()
-        m, info = _solve_block(am, run, opts, tee, trust)
-        build_s += info["setup_s"]
-        solve_s += info["ipopt_s"]
-        iterations += int(info["iterations"])
-        for key, val in dict(info["counts"]).items():
-            evals[key] = evals.get(key, 0) + val
-        b = m.est
-        u_new = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
-        entry = dict(round=rnd, k=run.k, rejected=run.n_rejected, status=info["status"],
-                     objective=float(pyo.value(b.objective)) + am.const,
-                     wall_s=time.perf_counter() - tb)
-        try:
-            new = am.run(u_new)
-        except AdaptiveError as err:
-            entry.update(pattern_changed=None, error=str(err))
-            rounds.append(entry)
-            break
-        changed = new.pattern != run.pattern
-        on_trust = trust is not None and any(
-            (v.lb is not None and abs(v.value - v.lb) <= 1e-7 * max(1.0, abs(v.lb)))
-            or (v.ub is not None and abs(v.value - v.ub) <= 1e-7 * max(1.0, abs(v.ub)))
-            for v in b.u.values() if not v.fixed)
-        entry.update(pattern_changed=changed, on_trust_bound=on_trust,
-                     diff=run.pattern.diff(new.pattern) if changed else {})
-        rounds.append(entry)
-        final_run = new
-        if not changed and not on_trust:
-            stable = True
-            break
-        if info["status"] not in _CONTINUE:
-            break
-        run = new
-    res = _collect(b, m, info, am, rounds, stable, final_run, build_s, solve_s,
-                   time.perf_counter() - t_start, iterations, evals)
-    return res
-
-
-def _collect(b, m, info, am, rounds, stable, final_run, build_s, solve_s, total_s, iterations,
-             evals):
-    P = am.problem
-    run = run_from_block(b)
-    S = P.states
-    states = pd.DataFrame(run.x, index=pd.Index(run.t, name="time"), columns=S)
-    fitted = observations(P, run.x[run.J], run.u)
-    residuals = (fitted - P.data).where(P.mask)
-    mult = block_multipliers(b, m.dual) if len(m.dual) else None
-    multipliers, adjoint = {}, None
-    if mult is not None:
-        steps = pd.Index(range(run.k), name="step")
-        multipliers["x"] = pd.DataFrame(mult.p[1:], index=steps, columns=S)
-        multipliers["y"] = pd.DataFrame(mult.q, index=steps, columns=S)
-        multipliers["step"] = pd.DataFrame(dict(beta=mult.beta, delta=mult.delta,
-                                                theta=mult.theta[1:], h=run.h, e=run.e,
-                                                j=run.j, clip=run.clip), index=steps)
-        tidx = pd.MultiIndex.from_tuples([(i, j + 1) for i in range(run.k)
-                                          for j in range(run.pattern.j[i])], names=["step", "trial"])
-        multipliers["trial"] = pd.DataFrame(dict(
-            alpha=np.concatenate(mult.alpha), gamma=np.concatenate(mult.gamma),
-            H=np.concatenate(run.H), eta=np.concatenate(run.eta),
-            kind=[run.pattern.kind(i, j) for i in range(run.k) for j in range(run.pattern.j[i])]),
-            index=tidx)
-        adjoint = pd.DataFrame(mult.p, index=pd.Index(range(run.k + 1), name="i"), columns=S)
-    status = info["status"]
-    c = am.controller
-    extra = dict(rounds=rounds, pattern_changes=sum(1 for r in rounds if r.get("pattern_changed")),
-                 pattern_stable=stable, grid=run.summary(), run=final_run, block_run=run,
-                 adaptive_model=am, controller=c, eps=c.eps)
-    return EstimationResult(
-        approach="adaptive_simultaneous", method="ipopt/exact-hessian",
-        scheme=f"adaptive adams_pc(qmax={am.qmax}), eps={c.eps:g}, k={run.k}",
-        estimates=pd.Series(run.u, index=P.parameter_names, name="estimate"),
-        objective=float(pyo.value(b.objective)) + am.const, status=status,
-        success=status in _SUCCESS, iterations=iterations, evaluations=evals,
-        timings=dict(build_s=build_s, setup_s=build_s, solve_s=solve_s, total_s=total_s),
-        states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
-        multipliers=multipliers, model=m, extra=extra)

@@ -74,7 +74,7 @@ from ..discretization._grid import make_grid
 from ..discretization.schemes import QMAX_RANGE, get_scheme
 
 __all__ = ["AdamsTransformation", "EnrightTransformation", "DaeSchemeError", "ode_rhs", "problem_from_dae",
-           "dae_result"]
+           "dae_solution"]
 
 
 class DaeSchemeError(ValueError):
@@ -1005,75 +1005,20 @@ def _objective_weights(prob, terms, fixed=(), t0=None):
     return W
 
 
-def dae_result(model, data, results=None, sigma=None, weights=None):
-    """The estimate of a transformed, solved pyomo.dae model as an
-    :class:`~pyomo_odeest.problem._result.EstimationResult`, with the post-solve
-    checks of every approach (:func:`~pyomo_odeest.analysis._diagnostics.diagnose`:
-    status, parameters at bounds, χ² when ``sigma`` is given, rank, stability of the
-    scheme along the solution) in its ``warnings``.
-
-    Parameters
-    ----------
-    model
-        A model transformed by ``odeest.adams`` / ``odeest.enright`` and solved.
-        Its ODEs must be an ODE in the states and parameters (no algebraic
-        variables, autonomous), as for :func:`problem_from_dae`.
-    data : pandas.DataFrame
-        The measurements the objective fits (columns named like the states of
-        :func:`problem_from_dae`), for the fitted values, residuals and the χ²
-        test.
-    results : pyomo SolverResults, optional
-        What ``SolverFactory(...).solve`` returned (status and iterations);
-        without it the result's status is ``'unknown'``.
-    sigma, weights
-        Noise level or weights of the measurements, as for
-        :class:`~pyomo_odeest.problem._declaration.EstimationProblem`.
-    """
-    import pandas as pd
-    from ..problem._declaration import EstimationProblem
-    from ..problem._misfit import misfit_constant, observations
-    from ..problem._result import EstimationResult, post_solve_checks
+def dae_solution(model):
+    """``(parts, t, X, u)`` of a transformed, solved pyomo.dae model: the problem parts
+    of :func:`problem_from_dae` (``names``, ``params``, ``initial``, ``problem``, ...),
+    the grid, the state values on it and the parameter vector (the parameters, then the
+    initial values that are unknowns)."""
     parts = getattr(model, "_odeest_dae", None)
     if parts is None:
         raise DaeSchemeError("dae_result needs a model transformed by odeest.adams or "
                              "odeest.enright whose ODEs are an autonomous ODE in the states and "
                              "parameters (see problem_from_dae)")
-    base = parts["problem"]
-    f = tuple(base.f_sym)
-    P = EstimationProblem(states=parts["names"], parameters=parts["params"],
-                          rhs=lambda x, u, t: list(f), initial=parts["initial"], data=data,
-                          sigma=sigma, weights=weights, t0=parts["t0"], T=parts["T"],
-                          name="pyomo_dae")
     t = np.asarray(model._odeest_grid, dtype=float)
     X = np.array([[pyo.value(sv[_join(tt, rest, loc)]) for (_, sv, rest, loc) in parts["keys"]]
                   for tt in t], dtype=float)
     u = np.array([np.nan if v.value is None else float(v.value) for v in parts["parameters"]]
                  + [X[0, k] for k, n in enumerate(parts["names"])
                     if not isinstance(parts["initial"][n], float)], dtype=float)
-    idx = np.searchsorted(t, P.meas_times)
-    if np.any(idx >= len(t)) or not np.allclose(t[np.minimum(idx, len(t) - 1)], P.meas_times):
-        raise DaeSchemeError("every measurement time of data must be a point of the ContinuousSet")
-    fitted = observations(P, X[idx], u)
-    residuals = (fitted - P.data).where(P.mask)
-    from ..problem._misfit import MeasurementMisfit
-    obj = float(MeasurementMisfit(P).value(X[idx], u)) + misfit_constant(P)
-    status, success, iters = "unknown", False, 0
-    if results is not None:
-        tc = str(results.solver.termination_condition)
-        status = str(getattr(results.solver, "message", None) or tc)
-        success = tc in ("optimal", "locallyOptimal")
-        iters = int(getattr(results.solver, "iterations", 0) or 0)
-    scheme = model._odeest_scheme
-    res = EstimationResult(
-        approach="pyomo_dae", method=model._odeest_initialization,
-        scheme=f"{scheme.name}(qmax={scheme.qmax}), k={len(t) - 1}",
-        estimates=pd.Series(u, index=P.parameter_names, name="estimate"), objective=obj,
-        status=status, success=success, iterations=iters, evaluations={}, timings={},
-        states=pd.DataFrame(X, index=pd.Index(t, name="time"), columns=P.states),
-        fitted=fitted, residuals=residuals, extra={"problem": P})
-    from ..discretization._grid import Grid
-    J = idx.astype(int)
-    I = np.zeros(len(t), dtype=int)
-    I[J] = np.arange(1, len(J) + 1)
-    grid = Grid(t=t, meas_times=np.asarray(P.meas_times, dtype=float), I=I, J=J, restarts=())
-    return post_solve_checks(P, res, scheme, grid=grid)
+    return parts, t, X, u

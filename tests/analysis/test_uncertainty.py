@@ -205,7 +205,7 @@ def test_kkt_reduced_hessian_equals_reduced_space_hessian(lv):
     np.testing.assert_allclose(sim.x, red.x, rtol=1e-7)
     curv = curvature(sim, hessian=True)                    # the KKT system, no simulation
     H = curv.H
-    dm = red.extra["discrete_model"]
+    dm = red.backend.discrete_model
     np.testing.assert_allclose(H, dm.hessian(sim.x, "soa"), rtol=1e-7)
     # independent check: central differences of the adjoint gradient
     np.testing.assert_allclose(H, dm.hessian(sim.x, "adjoint_fd"), rtol=1e-5)

@@ -84,10 +84,9 @@ def test_shooting_one_interval_equals_reduced_space_with_constraints():
     """One shooting interval per experiment is single shooting: the same discrete
     equations as the reduced space, hence the same estimates and multipliers."""
     P = _problem()
-    kw = dict(scheme="enright", steps_per_interval=3)
+    kw = dict(scheme="enright", steps_per_interval=3, options={"tol": 1e-10})
     rr = estimate(P, "reduced_space", **kw)
-    rm = estimate(P, "multiple_shooting", nodes={"e1": [], "e2": []},
-                  options={"tol": 1e-10}, **kw)
+    rm = estimate(P, "multiple_shooting", nodes={"e1": [], "e2": []}, **kw)
     assert rr.success and rm.success
     np.testing.assert_allclose(rm.x, rr.x, rtol=1e-6, atol=1e-8)
     assert rr.multipliers["path_xmax"]["xmax"].max() > 0.01              # active

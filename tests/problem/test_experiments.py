@@ -115,7 +115,7 @@ def test_continuous_approach_sums_experiments():
     r = estimate(P, "simultaneous", scheme="enright", steps_per_interval=20)
     assert rc.success
     np.testing.assert_allclose(rc.x, r.x, rtol=1e-5)
-    cm = rc.extra["continuous_model"]
+    cm = rc.backend.model
     u = P.u0 * 1.1
     np.testing.assert_allclose(cm.gradient(u, "adjoint"), cm.gradient(u, "fd"), rtol=1e-5,
                                atol=1e-8)
@@ -125,9 +125,9 @@ def test_continuous_approach_sums_experiments():
 def test_compare_approaches_takes_experiments():
     from pyomo_odeest import compare_approaches
     table, results = compare_approaches(_problem(), ("simultaneous", "reduced_space",
-                                                     "multiple_shooting", "continuous_adjoint",
+                                                     "multiple_shooting", "continuous",
                                                      "adaptive"))
-    for a in ("simultaneous", "reduced_space", "multiple_shooting", "continuous_adjoint"):
+    for a in ("simultaneous", "reduced_space", "multiple_shooting", "continuous"):
         assert table.loc[a, "success"], a
         assert table.loc[a, "A0_e3"] == pytest.approx(0.5, abs=0.05)
         for frame in (results[a].states, results[a].fitted, results[a].residuals):

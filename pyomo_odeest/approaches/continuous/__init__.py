@@ -49,10 +49,10 @@ SUNDIALS CVODES through CasADi (the default engine when CasADi is installed);
 """
 from ._cvodes import (ENGINES, CvodesModel, CvodesUnavailable, continuous_model,
                       cvodes_available)
-from ._estimation import estimate_continuous
+from ._estimation import ContinuousApproach, estimate_continuous
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
 from ._model import ContinuousModel
 
-__all__ = ["ContinuousModel", "estimate_continuous", "IntegrationError",
+__all__ = ["ContinuousApproach", "ContinuousModel", "estimate_continuous", "IntegrationError",
            "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS", "ENGINES", "CvodesModel",
            "CvodesUnavailable", "continuous_model", "cvodes_available"]

@@ -3,26 +3,28 @@ cyipopt, or SciPy) on the scaled free parameters."""
 from __future__ import annotations
 
 import inspect
-import time
 import warnings
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
-from ...discretization._size_guard import validate_estimator
-from ...nlp._cyipopt_adapter import solve_with_ipopt, start_value_magnitude
+from ...nlp._cyipopt_adapter import start_value_magnitude
 from ...nlp._protocol import EvaluationError
 from ...nlp._stationarity import stationarity_check
 from ...problem._declaration import EstimationProblem, ProblemError
-from ...problem._result import EstimationResult, stack_experiments
+from ...problem._result import EstimationResult
+from ...problem._status import Status, status_from_scipy
+from .._backend import ContinuousBackend
+from .._base import (Approach, Choice, ConfigValue, Outcome, WallClock, common_config,
+                     ipopt_options, run_ipopt, stack_parts,
+                     add_constraint_multipliers)
 from ...discretization._experiments import ExperimentModels
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
 from ._cvodes import continuous_model, integrator_name
 
-__all__ = ["estimate_continuous", "ContinuousConstraints"]
+__all__ = ["ContinuousApproach", "estimate_continuous", "ContinuousConstraints"]
 
-_SUCCESS = ("Solve_Succeeded", "Solved_To_Acceptable_Level")
 OPTIMIZERS = ("ipopt", "L-BFGS-B", "trust-constr", "least_squares")
 
 
@@ -125,19 +127,10 @@ class ContinuousConstraints:
         rows += [np.asarray(dr(u), dtype=float).reshape(1, -1)[:, self.free] for dr in self._dr]
         return np.vstack(rows) if rows else np.zeros((0, len(self.free)))
 
-    def multipliers(self, problem, lam):
-        """``({'path_<name>': DataFrame}, {name: float})`` (as the reduced space)."""
-        per, a = {}, 0
-        for e, name, pts, tau, *_ in self.parts:
-            fr = pd.DataFrame({name: lam[a:a + len(pts)]}, index=pd.Index(tau, name="time"))
-            per.setdefault(f"path_{name}", []).append((e, fr))
-            a += len(pts)
-        frames = {}
-        for key, lst in per.items():
-            frames[key] = (stack_experiments([problem.experiment_names[e] for e, _ in lst],
-                                             [f for _, f in lst])
-                           if problem.experiments else lst[0][1])
-        return frames, {n: float(v) for n, v in zip(self.names, lam[a:])}
+    @property
+    def rows(self):
+        """``(experiment index, name, times)`` of the path-constraint rows, in order."""
+        return [(e, name, tau) for e, name, pts, tau, *_ in self.parts]
 
 
 def _guarded(fn, *args):
@@ -212,10 +205,182 @@ class _IpoptProblem:
         return obj_factor * H[self._rows, self._cols]
 
 
-def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient="adjoint",
-                        hessian=None, u0=None, method=None, rtol=None, atol=None,
-                        options=None, tee=False, scale=True, n_grid=201, model=None,
-                        engine=None):
+class ContinuousApproach(Approach):
+    """The continuous ODE, integrated adaptively, with continuous-time derivatives
+    [MHV]; see :func:`estimate_continuous` for the options."""
+
+    name = "continuous"
+    CONFIG = common_config()
+    CONFIG.declare("optimizer", ConfigValue(default="ipopt", domain=Choice(
+        "optimizer", *OPTIMIZERS), description="the optimizer"))
+    CONFIG.declare("gradient", ConfigValue(default="adjoint", domain=Choice(
+        "gradient", *GRADIENT_METHODS), description="gradient of J(u)"))
+    CONFIG.declare("hessian", ConfigValue(default=None, domain=Choice(
+        "hessian", *HESSIAN_METHODS, None), description="Hessian of J(u) (None: quasi-Newton)"))
+    CONFIG.declare("engine", ConfigValue(default=None, domain=Choice(
+        "engine", "cvodes", "scipy", None), description="the integration engine (None: "
+        "'cvodes' when CasADi imports and no SciPy method is named, else 'scipy')"))
+    CONFIG.declare("method", ConfigValue(default=None, domain=Choice(
+        "method", "LSODA", "BDF", "Radau", "DOP853", "RK45", None),
+        description="SciPy's integrator (None: LSODA on the SciPy engine)"))
+    CONFIG.declare("rtol", ConfigValue(default=None, domain=float, description=(
+        "relative integration tolerance (None: 1e-8 on CVODES, 1e-10 on SciPy)")))
+    CONFIG.declare("atol", ConfigValue(default=None, domain=float, description=(
+        "absolute integration tolerance (None: 1e-12)")))
+    CONFIG.declare("n_grid", ConfigValue(default=201, domain=int,
+                                         description="uniform times of the reported states"))
+    CONFIG.declare("model", ConfigValue(default=None, description="a ContinuousModel to reuse"))
+
+    def validate(self, problem, cfg):
+        super().validate(problem, cfg)
+        if cfg.optimizer == "least_squares" and cfg.hessian is not None:
+            raise ValueError("optimizer 'least_squares' uses the Gauss-Newton matrix of the "
+                             "residuals; leave hessian=None")
+
+    def advice(self, cfg):
+        return "hessian=None (L-BFGS)" if cfg.hessian else ""
+
+    def build(self, problem, cfg, u_start):
+        if cfg.model is not None:
+            cm = cfg.model
+        elif problem.experiments:
+            cm = ContinuousExperiments(problem, [
+                continuous_model(sp, cfg.engine, method=cfg.method, rtol=cfg.rtol, atol=cfg.atol)
+                for sp in problem.experiment_problems])
+        else:
+            cm = continuous_model(problem, cfg.engine, method=cfg.method, rtol=cfg.rtol,
+                                  atol=cfg.atol)
+        free = problem.free_mask
+        lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
+        ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
+        uf = np.clip(u_start[free], lb, ub)
+        s = start_value_magnitude(uf) if cfg.scale else np.ones(free.sum())   # w = u/s is O(1)
+        obj = _ScaledObjective(cm, u_start, free, s, cfg.gradient, cfg.hessian)
+        cons = ContinuousConstraints(problem, cm, free) if problem.has_constraints else None
+        if cons is not None and cfg.optimizer != "ipopt":
+            raise ProblemError(f"optimizer {cfg.optimizer!r} does not take the problem's path "
+                               f"or parameter constraints; use optimizer='ipopt'")
+        return SimpleNamespace(problem=problem, cm=cm, obj=obj, cons=cons, s=s, w0=uf / s,
+                               wl=lb / s, wu=ub / s, u_start=u_start, mult_g=None)
+
+    def solve(self, b, cfg):
+        cm, obj, cons = b.cm, b.obj, b.cons
+        try:
+            b.J_start = _guarded(cm.objective, obj.u(b.w0))
+            g0 = _guarded(obj.gradient, b.w0)
+        except EvaluationError as err:
+            b.J_start = np.nan
+            return Outcome.failed_at_start(b.w0, err)
+        if cfg.optimizer == "ipopt":
+            opts = ipopt_options(cfg, acceptable_tol=1e-2, acceptable_iter=5,
+                                 acceptable_obj_change_tol=max(1e-12, 10 * cm.rtol),
+                                 **({"hessian_approximation": "limited-memory"}
+                                    if cfg.hessian is None else {}))
+            # exceptions other than failed evaluations (and Ctrl-C) stop Ipopt and are re-raised
+            out = Outcome.from_ipopt(run_ipopt(_IpoptProblem(obj, b.w0, b.wl, b.wu, cons), cfg,
+                                               opts))
+            b.mult_g = np.asarray(out.mult_g, dtype=float) if cons is not None else None
+            b.mname = f"ipopt/{'limited-memory' if cfg.hessian is None else 'exact-hessian:' + cfg.hessian}"
+        elif cfg.optimizer == "least_squares":
+            r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee)
+            status = status_from_scipy(r, "least_squares")
+            out = Outcome(r.x, status, str(r.message), int(r.njev))
+            b.mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
+        else:
+            out = self._minimize(b, cfg)
+        if out.status.success:
+            out = _stationarity(b, out, cfg.gradient, g0)
+        return out
+
+    def _minimize(self, b, cfg):
+        from scipy.optimize import Bounds, minimize
+        obj, optimizer = b.obj, cfg.optimizer
+        opts = dict(maxiter=1000)
+        if optimizer == "L-BFGS-B":
+            opts.update(ftol=max(1e-14, 10 * b.cm.rtol), gtol=1e-8)
+        else:
+            opts.update(gtol=1e-10, xtol=1e-12)
+        opts.update(cfg.options or {})
+        if cfg.tee:
+            opts.setdefault("disp", True)
+        kw = {}
+        if optimizer == "trust-constr":
+            from scipy.optimize import BFGS
+            kw["hess"] = obj.hessian if cfg.hessian is not None else BFGS()
+
+        def fun(w):
+            try:
+                return _guarded(obj.objective, w), _guarded(obj.gradient, w)
+            except EvaluationError:                      # the line search backs off
+                return np.inf, np.zeros_like(w)
+        clock = WallClock(cfg.max_wall_time)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            r = minimize(fun, b.w0, jac=True, method=optimizer, bounds=Bounds(b.wl, b.wu),
+                         options=opts, callback=clock, **kw)
+        b.mname = f"scipy/{optimizer}" + ("" if cfg.hessian is None or optimizer == "L-BFGS-B"
+                                          else f"/hessian:{cfg.hessian}")
+        status = Status.TIME_LIMIT if clock.hit else status_from_scipy(r, optimizer)
+        return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)))
+
+    def collect(self, problem, b, outcome, cfg):
+        cm, obj = b.cm, b.obj
+        u_hat = obj.u(outcome.x)
+        names = problem.experiment_names
+        frames = dict.fromkeys(("states", "fitted", "residuals", "adjoint"))
+        J, g = np.nan, np.full(len(u_hat), np.nan)
+        if outcome.status is not Status.SIMULATION_FAILED:
+            J = cm.objective(u_hat)
+            try:                          # the optimizer may stop where the derivatives fail
+                g = _guarded(cm.gradient, u_hat, "adjoint" if cfg.gradient == "fd"
+                             else cfg.gradient)
+            except EvaluationError:
+                pass
+            subs = problem.experiment_problems if names else [problem]
+            frames = stack_parts(names, [_frames(sp, m, u_hat, cfg.n_grid) for sp, m in
+                                         zip(subs, getattr(cm, "models", [cm]))], frames)
+        res = EstimationResult(
+            approach=self.name, method=f"{getattr(b, 'mname', '-')}, gradient={cfg.gradient}",
+            scheme=None, estimates=pd.Series(u_hat, index=problem.parameter_names,
+                                             name="estimate"),
+            objective=J, status=outcome.status, iterations=outcome.iterations,
+            evaluations=dict(obj.counts, **{f"ode_{k}": v for k, v in cm.counts.items()}),
+            **frames)
+        res.extra.update(gradient=pd.Series(g, index=problem.parameter_names),
+                         start=pd.Series(b.u_start, index=problem.parameter_names),
+                         objective_start=b.J_start, scale=b.s,
+                         stationarity=getattr(b, "stationarity", None),
+                         integrator=dict(name=integrator_name(cm), engine=getattr(cm, "engine", "scipy"),
+                                         method=getattr(cm, "method", None), rtol=cm.rtol,
+                                         atol=cm.atol))
+        res.backend = ContinuousBackend(problem, cm)
+        if b.mult_g is not None:
+            add_constraint_multipliers(res, problem, b.cons.rows, b.mult_g, b.cons.names)
+        return res
+
+
+def _stationarity(b, out, gradient, g0):
+    """An f-tolerance stop in a steep valley, or a gradient the integration tolerance
+    does not resolve, is not a minimum: check stationarity with the gradient at
+    tighter tolerances."""
+    gm = "adjoint" if gradient == "fd" else gradient
+    u_hat, free = b.obj.u(out.x), b.problem.free_mask
+    try:
+        g_check = _gradient_at_tighter_tolerance(b.cm, u_hat, gm, np.flatnonzero(free)) * b.s
+        if b.mult_g is not None and len(b.mult_g):       # the Lagrangian's gradient
+            g_check = g_check + (_guarded(b.cons.jacobian, u_hat) * b.s[None, :]).T @ b.mult_g
+    except EvaluationError:
+        g_check = np.full(len(out.x), np.inf)
+    b.stationarity = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
+    pg, limit = st["projected_gradient"], st["limit"]
+    if pg > limit:
+        out.status = Status.NOT_STATIONARY
+        out.message = (f"{out.message}; projected gradient {pg:.3g} > {limit:.3g} (scaled "
+                       f"parameters, integration tolerances / 100)")
+    return out
+
+
+def estimate_continuous(problem: EstimationProblem, **options):
     r"""Estimate the free parameters by minimizing :math:`J(u)` on the continuous ODE solution.
 
     .. math::
@@ -240,9 +405,9 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     A success is kept only if the projected gradient (of the Lagrangian with
     constraints) in the scaled parameters, recomputed with the integration
     tolerances divided by 100, is below :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` ·
-    max(1, ‖∇J(w₀)‖∞/100); otherwise the status says ``not stationary``
+    max(1, ‖∇J(w₀)‖∞/100); otherwise the status is ``NOT_STATIONARY``
     (numbers in ``extra['stationarity']``).  A start that cannot be
-    simulated gives a failed result (``Simulation_Failed_At_Start``); SciPy
+    simulated gives a failed result (status ``SIMULATION_FAILED``); SciPy
     trial points that cannot be simulated count as J = ∞.
 
     Parameters
@@ -297,158 +462,14 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     Returns
     -------
     EstimationResult
-        ``approach='continuous_adjoint'``; ``states`` on the fine grid,
+        ``approach='continuous'``; ``states`` on the fine grid,
         ``fitted``/``residuals`` at the measurement times; ``extra`` holds
         the gradient at the estimates (``'gradient'``), the adjoint
         :math:`\lambda(t^-)` on the grid (``'adjoint'``; with the CVODES
         engine at :math:`t_0` and the measurement times), the start and its
         objective, the integrator counters and the model.
     """
-    validate_estimator("continuous", problem, u0=u0, options=options, tee=tee,
-                       optimizer=optimizer, gradient=gradient, hessian=hessian,
-                       **({} if model is not None or method is None else dict(method=method)))
-    t_start = time.perf_counter()
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    if gradient not in GRADIENT_METHODS:
-        raise ValueError(f"gradient must be one of {GRADIENT_METHODS}")
-    if hessian is not None and hessian not in HESSIAN_METHODS:
-        raise ValueError(f"hessian must be None or one of {HESSIAN_METHODS}")
-    if optimizer == "least_squares" and hessian is not None:
-        raise ValueError("optimizer 'least_squares' uses the Gauss-Newton matrix of the "
-                         "residuals; leave hessian=None")
-    if model is not None:
-        cm = model
-    elif problem.experiments:
-        cm = ContinuousExperiments(problem, [
-            continuous_model(sp, engine, method=method, rtol=rtol, atol=atol)
-            for sp in problem.experiment_problems])
-    else:
-        cm = continuous_model(problem, engine, method=method, rtol=rtol, atol=atol)
-    u_start = cm._u(u0)
-    free = problem.free_mask
-    if not free.any():
-        raise ProblemError("no free parameter to estimate")
-    lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
-    ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
-    uf = np.clip(u_start[free], lb, ub)
-    s = start_value_magnitude(uf) if scale else np.ones(free.sum())     # w = u/s is O(1)
-    obj = _ScaledObjective(cm, u_start, free, s, gradient, hessian)
-    w0 = uf / s
-    wl, wu = lb / s, ub / s
-    cons = ContinuousConstraints(problem, cm, free) if problem.has_constraints else None
-    if cons is not None and optimizer != "ipopt":
-        raise ProblemError(f"optimizer {optimizer!r} does not take the problem's path or "
-                           f"parameter constraints; use optimizer='ipopt'")
-    try:
-        J_start = _guarded(cm.objective, obj.u(w0))
-        g0 = _guarded(obj.gradient, w0)
-    except EvaluationError as err:
-        return _failed_at_start(problem, obj.u(w0), f"Simulation_Failed_At_Start: {err}",
-                                time.perf_counter() - t_start)
-    build_s = time.perf_counter() - t_start
-
-    t_solve = time.perf_counter()
-    mult_g = None
-    if optimizer == "ipopt":
-        opts = dict(tol=1e-8, acceptable_tol=1e-2, acceptable_iter=5,
-                    acceptable_obj_change_tol=max(1e-12, 10 * cm.rtol), max_iter=500)
-        if hessian is None:
-            opts["hessian_approximation"] = "limited-memory"
-        opts.update(options or {})
-        # exceptions other than failed evaluations (and Ctrl-C) stop Ipopt and are re-raised
-        r = solve_with_ipopt(_IpoptProblem(obj, w0, wl, wu, cons), options=opts, tee=tee)
-        w, status, iterations = r.x, r.status_name, r.iterations
-        mult_g = np.asarray(r.mult_g, dtype=float) if cons is not None else None
-        success = status in _SUCCESS
-        mname = f"ipopt/{'limited-memory' if hessian is None else 'exact-hessian:' + hessian}"
-    elif optimizer == "least_squares":
-        r = _least_squares(cm, obj, w0, wl, wu, options, tee)
-        w, success, status, iterations = r.x, bool(r.status > 0), str(r.message), int(r.njev)
-        mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
-    else:
-        from scipy.optimize import Bounds, minimize
-        bounds = Bounds(wl, wu)
-        opts = dict(maxiter=1000)
-        if optimizer == "L-BFGS-B":
-            opts.update(ftol=max(1e-14, 10 * cm.rtol), gtol=1e-8)
-        else:
-            opts.update(gtol=1e-10, xtol=1e-12)
-        opts.update(options or {})
-        if tee:
-            opts.setdefault("disp", True)
-        kw = {}
-        if optimizer == "trust-constr":
-            from scipy.optimize import BFGS
-            kw["hess"] = obj.hessian if hessian is not None else BFGS()
-        def fun(w):
-            try:
-                return _guarded(obj.objective, w), _guarded(obj.gradient, w)
-            except EvaluationError:                      # the line search backs off
-                return np.inf, np.zeros_like(w)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            r = minimize(fun, w0, jac=True, method=optimizer, bounds=bounds,
-                         options=opts, **kw)
-        w = r.x
-        success = bool(r.success)
-        status = str(r.message)
-        iterations = int(getattr(r, "nit", 0))
-        mname = f"scipy/{optimizer}" + ("" if hessian is None or optimizer == "L-BFGS-B"
-                                        else f"/hessian:{hessian}")
-    solve_s = time.perf_counter() - t_solve
-
-    u_hat = obj.u(w)
-    stationary = None
-    if success:
-        # An f-tolerance stop in a steep valley, or a gradient the integration
-        # tolerance does not resolve, is not a minimum: check stationarity with
-        # the gradient at tighter tolerances.
-        gm = "adjoint" if gradient == "fd" else gradient
-        try:
-            g_check = _gradient_at_tighter_tolerance(cm, u_hat, gm, np.flatnonzero(free)) * s
-            if mult_g is not None and len(mult_g):       # the Lagrangian's gradient
-                g_check = g_check + (_guarded(cons.jacobian, u_hat) * s[None, :]).T @ mult_g
-        except EvaluationError:
-            g_check = np.full(len(w), np.inf)
-        stationary = stationarity_check(g_check, w, wl, wu, g0)
-        pg, limit = stationary["projected_gradient"], stationary["limit"]
-        if pg > limit:
-            success = False
-            status = (f"{status}; not stationary: projected gradient {pg:.3g} > {limit:.3g} "
-                      f"(scaled parameters, integration tolerances / 100)")
-    J = cm.objective(u_hat)
-    try:                          # the optimizer may stop where the derivatives fail
-        g = _guarded(cm.gradient, u_hat, "adjoint" if gradient == "fd" else gradient)
-    except EvaluationError:
-        g = np.full(len(u_hat), np.nan)
-    if problem.experiments:
-        parts = [_frames(sp, m, u_hat, n_grid) for sp, m in
-                 zip(problem.experiment_problems, cm.models)]
-        states, fitted, residuals, lam = (
-            stack_experiments(problem.experiment_names, [p[a] for p in parts]) for a in range(4))
-    else:
-        states, fitted, residuals, lam = _frames(problem, cm, u_hat, n_grid)
-    res = EstimationResult(
-        approach="continuous_adjoint", method=f"{mname}, gradient={gradient}",
-        scheme=f"{integrator_name(cm)} (rtol={cm.rtol:g}, atol={cm.atol:g})",
-        estimates=pd.Series(u_hat, index=problem.parameter_names, name="estimate"),
-        objective=J, status=status, success=success, iterations=int(iterations),
-        evaluations=dict(obj.counts, **{f"ode_{k}": v for k, v in cm.counts.items()}),
-        timings=dict(build_s=build_s, setup_s=0.0, solve_s=solve_s,
-                     total_s=time.perf_counter() - t_start),
-        states=states, fitted=fitted, residuals=residuals,
-        extra=dict(gradient=pd.Series(g, index=problem.parameter_names), adjoint=lam,
-                   start=pd.Series(u_start, index=problem.parameter_names),
-                   objective_start=J_start, scale=s, continuous_model=cm,
-                   stationarity=stationary))
-    if mult_g is not None:
-        frames, pmult = cons.multipliers(problem, mult_g)
-        res.multipliers.update(frames)
-        if pmult:
-            res.extra["parameter_constraint_multipliers"] = pmult
-    from ...problem._result import post_solve_checks
-    return post_solve_checks(problem, res)
+    return ContinuousApproach().estimate(problem, **options)
 
 
 def _least_squares(cm, obj, w0, wl, wu, options, tee):
@@ -526,18 +547,6 @@ class _JacobianFailed(Exception):
         self.w, self.reason = w, reason
 
 
-def _failed_at_start(problem, u, status, elapsed):
-    """The result of a fit whose start cannot be simulated (no optimizer step taken)."""
-    res = EstimationResult(
-        approach="continuous_adjoint", method="-", scheme="solve_ivp",
-        estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
-        objective=float("nan"), status=status, success=False, iterations=0,
-        evaluations={}, timings=dict(build_s=elapsed, setup_s=0.0, solve_s=0.0,
-                                     total_s=elapsed))
-    from ...problem._result import post_solve_checks
-    return post_solve_checks(problem, res)
-
-
 def _frames(problem, cm, u, n_grid):
     """States on a fine grid, fitted observations, residuals and adjoint of one experiment."""
     times = np.union1d(np.linspace(cm.t0, cm.T, n_grid), cm.tau)
@@ -551,7 +560,7 @@ def _frames(problem, cm, u, n_grid):
         lam = _guarded(lambda: cm.adjoint(u, times=lam_times)["lambda"])
     except EvaluationError:
         lam = None
-    return states, fitted, residuals, lam
+    return dict(states=states, fitted=fitted, residuals=residuals, adjoint=lam)
 
 
 class ContinuousExperiments(ExperimentModels):

@@ -1,0 +1,391 @@
+r"""The backends of the results: the model of an approach behind the analyses.
+
+Every backend implements one small protocol, used by the covariance, profiles,
+identifiability, prediction bands, bootstrap, the post-solve checks and
+:func:`~pyomo_odeest.analysis.compare_approaches` (which never look at the
+approach's name):
+
+* ``problem`` — the :class:`~pyomo_odeest.EstimationProblem`;
+* ``simulate(u)`` — the states on the backend's time points (a trajectory per
+  experiment for several);
+* ``observation_sensitivities(u, free)`` — per experiment ``(problem, S,
+  residuals, misfit)``: :math:`S_j = \mathrm dz(\tau_j)/\mathrm du_{\text{free}}`,
+  the masked residuals and the :class:`~pyomo_odeest.problem._misfit.MeasurementMisfit`;
+* ``hessian(u, free)`` — the exact Hessian of J over the free parameters,
+  ``gauss_newton(u, free)`` its Gauss–Newton matrix;
+* ``discretization`` — ``dict(scheme=, qmax=, grid=)`` of the discretization
+  (empty for the continuous ODE), ``discrete_model`` — a
+  :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` on it (the
+  default discretization for the continuous ODE), ``refit`` — the approach
+  that re-optimizes the same objective (profiles), ``source`` — a label.
+
+:class:`DiscreteBackend` (reduced space, and a rebuilt backend), :class:`KKTBackend`
+(simultaneous: the KKT system at the solution), :class:`ShootingBackend`
+(multiple shooting: the null space of its continuity constraints) and
+:class:`ContinuousBackend` (the continuous ODE).  A backend is not pickled;
+:func:`rebuild_backend` makes one from a result's problem, scheme and grid.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from ..discretization._experiments import ExperimentModels, experiment_grid
+from ..discretization.discrete import DiscreteModel
+from ..problem._misfit import MeasurementMisfit
+
+__all__ = ["DiscreteBackend", "KKTBackend", "ShootingBackend", "ContinuousBackend",
+           "rebuild_backend", "kkt_reduced_hessian", "discrete_model"]
+
+
+def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
+                   steps_per_interval=None):
+    """The :class:`DiscreteModel` of ``problem``; for several experiments the
+    :class:`~pyomo_odeest.discretization._experiments.ExperimentModels` sum of one
+    per experiment (``grid``: a mapping experiment -> Grid, or None)."""
+    if not problem.experiments:
+        return DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
+    return ExperimentModels(problem, [
+        DiscreteModel(sp_, scheme, qmax, experiment_grid(grid, name), max_step,
+                      steps_per_interval)
+        for name, sp_ in zip(problem.experiment_names, problem.experiment_problems)])
+
+
+def _models(dm):
+    return list(getattr(dm, "models", None) or [dm])
+
+
+def _subs(problem):
+    return list(problem.experiment_problems) if problem.experiments else [problem]
+
+
+class DiscreteBackend:
+    """A :class:`DiscreteModel` (several experiments: their sum): discrete
+    sensitivities and second-order adjoint [GM-grad, (51), §2.5]."""
+
+    refit = "reduced_space"
+
+    def __init__(self, problem, dm, source=None):
+        self.problem, self.discrete_model = problem, dm
+        self.source = source or "discrete sensitivities / second-order adjoint [GM-grad, (51), §2.5]"
+
+    @property
+    def discretization(self):
+        ms = _models(self.discrete_model)
+        grid = ({n: m.grid for n, m in zip(self.problem.experiment_names, ms)}
+                if self.problem.experiments else ms[0].grid)
+        return dict(scheme=ms[0].scheme.name, qmax=ms[0].scheme.qmax, grid=grid)
+
+    def simulate(self, u):
+        return self.discrete_model.simulate(u)
+
+    def observation_sensitivities(self, u, free):
+        out = []
+        for sp_, dm in zip(_subs(self.problem), _models(self.discrete_model)):
+            traj = dm.simulate(u)
+            J = np.asarray(dm.grid.J)
+            Xm, Xs = traj.X[J], dm.state_sensitivities(traj)[J]
+            mf = dm.misfit
+            out.append((sp_, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
+                        mf.residuals(Xm, u) * sp_.mask, mf))
+        return out
+
+    def hessian(self, u, free, method="soa"):
+        H = sum(np.asarray(dm.hessian(u, method), dtype=float)
+                for dm in _models(self.discrete_model))
+        return H[np.ix_(free, free)]
+
+    def gauss_newton(self, u, free):
+        return self.hessian(u, free, "gauss_newton")
+
+
+class KKTBackend(DiscreteBackend):
+    """A solved simultaneous model: sensitivities and the reduced Hessian
+    :math:`Z^\top W Z` from its KKT system (:func:`kkt_reduced_hessian`)."""
+
+    refit = "simultaneous"
+
+    def __init__(self, problem, model):
+        blocks = list(getattr(model.est, "experiment_blocks", None) or [model.est])
+        super().__init__(problem, _block_models(problem, blocks),
+                         "KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)")
+        self.model, self.blocks = model, blocks
+        self._kkt = None
+
+    def _system(self, free):
+        if self._kkt is None:
+            H, dwdu, names, _ = kkt_reduced_hessian(self.model)
+            want = [self.problem.parameter_names[k] for k in free]
+            if names != want:
+                raise ValueError(f"free parameters of the model {names} differ from the "
+                                 f"problem's {want}")
+            self._kkt = H, dwdu if self.problem.experiments else [dwdu]
+        return self._kkt
+
+    def observation_sensitivities(self, u, free):
+        _, dwdu = self._system(free)
+        out = []
+        for sp_, b, d in zip(_subs(self.problem), self.blocks, dwdu):
+            J = np.asarray(b.grid.J)
+            Xm = np.array([[float(b.x[i, s].value) for s in sp_.states] for i in J], dtype=float)
+            Xs = np.zeros((len(J), len(sp_.states), len(u)))
+            Xs[:, :, free] = np.array([[d[(i, s)] for s in sp_.states] for i in J])
+            mf = MeasurementMisfit(sp_)
+            out.append((sp_, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
+                        mf.residuals(Xm, u) * sp_.mask, mf))
+        return out
+
+    def hessian(self, u, free, method="soa"):
+        if method != "soa":
+            return super().hessian(u, free, method)
+        return self._system(free)[0]
+
+
+def _block_models(problem, blocks):
+    ms = [DiscreteModel(sp_, b.scheme.name, b.scheme.qmax, b.grid)
+          for sp_, b in zip(_subs(problem), blocks)]
+    return ExperimentModels(problem, ms) if problem.experiments else ms[0]
+
+
+class ShootingBackend(DiscreteBackend):
+    """Multiple shooting at its solution: sensitivities from the null space of the
+    continuity constraints, the Hessian by central differences of the reduced
+    gradient; single shooting on the same grids where a measurement lies between
+    nodes, and for several experiments."""
+
+    def __init__(self, problem, interval_models, node_values):
+        self.ims, self.nodes = list(interval_models), list(node_values)
+        ms = [DiscreteModel(sp_, im.scheme.name, im.scheme.qmax, im.grid)
+              for sp_, im in zip(_subs(problem), self.ims)]
+        super().__init__(problem, ExperimentModels(problem, ms) if problem.experiments else ms[0],
+                         "discrete sensitivities (single shooting on the same grid)")
+        self._nlp = None
+        if not problem.experiments:
+            from ._shooting import MultipleShootingNLP
+            self._nlp = MultipleShootingNLP(problem, self.ims[0], "vector", "sensitivity",
+                                            problem.u0, self.nodes[0])
+            self.source = ("multiple-shooting constraint Jacobian (null space); Hessian by "
+                           "central differences of the reduced gradient")
+
+    def _usable(self):
+        """The shooting NLP, or None (single shooting) when a measurement lies between nodes."""
+        if self._nlp is not None and self._nlp.off_meas:
+            warnings.warn("multiple shooting with measurement times between nodes: "
+                          "derivatives from the single-shooting discretization",
+                          RuntimeWarning, stacklevel=3)
+            self._nlp = None
+            self.source = "discrete sensitivities (single shooting on the same grid)"
+        return self._nlp
+
+    def _null(self, u):
+        nlp = self._nlp
+        nlp.u_full = np.asarray(u, dtype=float).copy()
+        S0 = self.nodes[0]
+        x = np.concatenate([S0.ravel(), u[nlp.free]])
+        fixed_cols = np.flatnonzero(nlp.x_lb == nlp.x_ub)
+        par = np.arange(nlp.ns, nlp.n)
+        dep = np.setdiff1d(np.arange(nlp.ns), fixed_cols)
+        return x, par, dep
+
+    def observation_sensitivities(self, u, free):
+        if self._usable() is None:
+            return super().observation_sensitivities(u, free)
+        nlp, P, S0 = self._nlp, self.problem, self.nodes[0]
+        x, par, dep = self._null(u)
+        r, c = nlp.jacobian_structure()
+        Jc = sp.csc_matrix((nlp.jacobian(x), (r, c)), shape=(nlp.m, nlp.n))
+        D, _ = _null_space(Jc, dep, par)
+        dS = np.zeros((nlp.ns, len(par)))
+        dS[dep] = D
+        dS = dS.reshape(nlp.N + 1, nlp.nx, len(par))
+        Xm = np.empty((len(P.meas_times), nlp.nx))
+        Xs = np.zeros((len(P.meas_times), nlp.nx, len(u)))
+        for j, a in nlp.node_meas:
+            Xm[j] = S0[a]
+            Xs[j][:, free] = dS[a]
+        mf = MeasurementMisfit(P)
+        return [(P, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
+                 mf.residuals(Xm, u) * P.mask, mf)]
+
+    def hessian(self, u, free, method="soa"):
+        if method != "soa" or self._usable() is None:
+            return super().hessian(u, free, method)
+        x, par, dep = self._null(u)
+        return _shooting_hessian(self._nlp, x, dep, par)
+
+
+class ContinuousBackend:
+    """The continuous ODE (:class:`~pyomo_odeest.approaches.ContinuousModel`, one per
+    experiment): continuous sensitivities and second-order adjoint [MHV, (8),
+    (19)-(20)]; bands and plots on the default discretization."""
+
+    refit = "reduced_space"
+    discretization = {}
+    source = "continuous sensitivities / second-order adjoint [MHV, (8), (19)-(20)]"
+
+    def __init__(self, problem, cm):
+        self.problem, self.model = problem, cm
+        self._dm = None
+
+    @property
+    def discrete_model(self):
+        if self._dm is None:
+            self._dm = discrete_model(self.problem)
+        return self._dm
+
+    def simulate(self, u):
+        return [m.simulate(u, m.tau) for m in _models(self.model)]
+
+    def observation_sensitivities(self, u, free):
+        out = []
+        for sp_, c in zip(_subs(self.problem), _models(self.model)):
+            _, Xm, Xs = c.sensitivities(u)
+            mf = c.misfit
+            out.append((sp_, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
+                        mf.residuals(Xm, u) * sp_.mask, mf))
+        return out
+
+    def hessian(self, u, free, method="soa"):
+        H = sum(np.asarray(c.hessian(u, method, index=free), dtype=float)
+                for c in _models(self.model))
+        return 0.5 * (H + H.T)
+
+    def gauss_newton(self, u, free):
+        return DiscreteBackend(self.problem, self.discrete_model).gauss_newton(u, free)
+
+
+def rebuild_backend(result):
+    """A backend for a result whose backend was not kept (pickled, read from JSON):
+    the continuous ODE when the result has no scheme, else the discrete model of its
+    scheme and grid (the default grid when the grid is not known)."""
+    P = result.problem
+    if P is None:
+        raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} "
+                         f"result; pass problem=... explicitly")
+    if result.scheme is None:
+        from .continuous import ContinuousModel
+        kw = dict(result.extra.get("integrator") or {})
+        cms = [ContinuousModel(sp_, **kw) for sp_ in _subs(P)]
+        return ContinuousBackend(P, ExperimentModels(P, cms) if P.experiments else cms[0])
+    grid = result.grid
+    if P.experiments and not isinstance(grid, Mapping):
+        grid = None
+    return DiscreteBackend(P, discrete_model(P, result.scheme.name, result.scheme.qmax, grid))
+
+
+def _null_space(J, dep, par):
+    """``(D, lu)``: D = −J_dep⁻¹ J_par (the state part of Z) and the LU of J_dep."""
+    J = sp.csc_matrix(J)
+    Jd = J[:, dep]
+    if Jd.shape[0] != Jd.shape[1]:
+        raise ValueError(f"the constraint Jacobian with respect to the dependent variables is "
+                         f"{Jd.shape[0]}×{Jd.shape[1]}, not square: cannot eliminate the states")
+    lu = spla.splu(sp.csc_matrix(Jd))
+    D = -lu.solve(J[:, par].toarray())
+    return D, lu
+
+
+def kkt_reduced_hessian(model, block=None):
+    r"""Reduced Hessian of a solved simultaneous model from its KKT system.
+
+    At the solution ``(w, u)`` of :math:`\min J(w,u)` s.t. :math:`c(w,u) = 0`
+    (states and stages w, free parameters u), with
+    :math:`Z = \begin{pmatrix}-c_w^{-1}c_u\\ I\end{pmatrix}` spanning the null space
+    of the constraint Jacobian, the multipliers :math:`c_w^\top\lambda = -\nabla_w J`
+    and :math:`W = \nabla^2 J + \sum_i\lambda_i\nabla^2 c_i`,
+
+    .. math:: H_{\mathrm{red}} = Z^\top W Z = \nabla^2_{uu} J_k(u)
+
+    — the Hessian of the reduced objective [GM-grad, §2.5] — from one sparse LU
+    of :math:`c_w`, without simulating.
+
+    Returns
+    -------
+    H : (p, p) array, dwdu : dict (i, state) -> (p,) sensitivities of the grid
+    states (for a block of several experiments: a list of such dicts, one per
+    experiment), names : list of the free parameters, lam : multipliers (row
+    order of the evaluator).
+    """
+    from ..nlp._evaluator import PyomoNLPEvaluator
+    b = model.est if block is None else block
+    P = b.problem
+    names = [p for p in P.parameter_names if not b.u[p].fixed]
+    ev = PyomoNLPEvaluator(model)
+    if np.any(ev.g_lb != ev.g_ub):
+        raise ValueError("the model has inequality constraints; the reduced Hessian needs "
+                         "equality constraints only")
+    x = np.array([0.0 if v.value is None else v.value for v in ev.variables], dtype=float)
+    col = {id(v): k for k, v in enumerate(ev.variables)}
+    # a free parameter that enters no equation and no objective term (e.g. the initial
+    # value of a species in experiments that are not part of this problem) is not a
+    # column of the NLP: its rows and columns of H and its sensitivities are zero
+    present = np.array([id(b.u[p]) in col for p in names], dtype=bool)
+    par = np.array([col[id(b.u[p])] for p in names if id(b.u[p]) in col], dtype=int)
+    dep = np.setdiff1d(np.arange(ev.n), par)
+    r, c = ev.jacobian_structure()
+    Jc = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
+    D, lu = _null_space(Jc, dep, par)
+    g = ev.gradient(x)
+    lam = -lu.solve(g[dep], trans="T")
+    hr, hc = ev.hessian_structure()
+    hv = ev.hessian(x, lam, 1.0)
+    off = hr != hc
+    W = sp.csr_matrix((np.concatenate([hv, hv[off]]),
+                       (np.concatenate([hr, hc[off]]), np.concatenate([hc, hr[off]]))),
+                      shape=(ev.n, ev.n))
+    Zp = np.zeros((ev.n, len(par)))
+    Zp[dep] = D
+    Zp[par] = np.eye(len(par))
+    Z = np.zeros((ev.n, len(names)))
+    Z[:, present] = Zp
+    H = Z.T @ (W @ Z)
+
+    def state_rows(sb):
+        out = {}
+        for (i, s) in sb.x.keys():
+            k = col.get(id(sb.x[i, s]))
+            out[(i, s)] = Z[k] if k is not None else np.zeros(len(names))
+        return out
+    blocks = getattr(b, "experiment_blocks", None)
+    dwdu = [state_rows(sb) for sb in blocks] if blocks is not None else state_rows(b)
+    return 0.5 * (H + H.T), dwdu, names, lam
+
+
+def _shooting_hessian(nlp, x, dep, par, rel_step=1e-5):
+    """Central differences of the reduced gradient Zᵀ∇L at feasible node values."""
+    p = len(par)
+
+    def feasible(upar):
+        xx = x.copy()
+        xx[par] = upar
+        S, u_full = nlp.split(xx)
+        S = S.copy()
+        if nlp.init_rows:
+            S[0] = nlp.l(u_full)
+        for j, dm in enumerate(nlp.im.models):
+            S[j + 1] = dm.simulate(np.concatenate([u_full, S[j]])).X[-1]
+        xx[:nlp.ns] = S.ravel()
+        return xx
+
+    def reduced_gradient(xx):
+        r, c = nlp.jacobian_structure()
+        Jc = sp.csc_matrix((nlp.jacobian(xx), (r, c)), shape=(nlp.m, nlp.n))
+        g = nlp.gradient(xx)
+        lu = spla.splu(sp.csc_matrix(Jc[:, dep]))
+        lam = -lu.solve(g[dep], trans="T")
+        return g[par] + Jc[:, par].T @ lam
+
+    H = np.zeros((p, p))
+    u0 = x[par]
+    for a in range(p):
+        h = rel_step * max(1.0, abs(u0[a]))
+        e = np.zeros(p)
+        e[a] = h
+        H[:, a] = (reduced_gradient(feasible(u0 + e)) - reduced_gradient(feasible(u0 - e))) / (2 * h)
+    return 0.5 * (H + H.T)
+
+

@@ -1,0 +1,365 @@
+r"""One estimation pipeline for every approach (template method).
+
+An approach is an :class:`Approach` subclass that declares its options as a
+Pyomo ``ConfigDict`` (:attr:`Approach.CONFIG`: the common options below,
+declared once, plus its own) and fills three hooks:
+
+* :meth:`Approach.build` — the model of the problem (for several experiments
+  the sum of one per experiment, the parameters shared) at the start values;
+* :meth:`Approach.solve` — the optimizer call, returning an :class:`Outcome`;
+* :meth:`Approach.collect` — the :class:`~pyomo_odeest.EstimationResult` of
+  the outcome (estimates, frames, multipliers, scheme, grid, backend).
+
+:meth:`Approach.estimate` runs the pipeline once: parse and validate the
+options, take the start values through
+:func:`~pyomo_odeest.problem._start.start_values` (one rule for every
+approach), build, solve, judge success from the :class:`~pyomo_odeest.Status`
+(one place), assemble the result and run the post-solve checks once.
+
+Common options
+--------------
+``u0``, ``options`` (optimizer options; Ipopt's defaults :data:`IPOPT_DEFAULTS`
+for every approach), ``tee``, ``scale``, ``max_wall_time`` (seconds; Ipopt's
+``max_wall_time``, checked by the SciPy optimizers' callbacks), ``progress``
+(a line per block of iterations; None: on when ``sys.stderr`` is a terminal)
+and, for the approaches that discretize, ``scheme``, ``qmax``, ``grid``,
+``max_step``, ``steps_per_interval``.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from pyomo.common.config import ConfigDict, ConfigValue
+
+from ..discretization._size_guard import validate_estimator
+from ..discretization.schemes import QMAX_RANGE
+from ..nlp._cyipopt_adapter import solve_with_ipopt
+from ..problem._declaration import EstimationProblem, ProblemError
+from ..problem._result import post_solve_checks, stack_experiments
+from ..problem._start import start_values
+from ..problem._status import Status, status_from_ipopt
+from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
+
+__all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
+           "discretization_config", "option_table", "ipopt_options", "run_ipopt", "WallClock",
+           "stack_parts", "stack_multipliers", "add_constraint_multipliers"]
+
+#: Ipopt options every approach starts from (``options`` override them).
+IPOPT_DEFAULTS = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
+
+
+class Choice:
+    """Domain of an option with a fixed set of values; a refusal names the option."""
+
+    def __init__(self, name, *values):
+        self.name, self.values = name, values
+
+    def __call__(self, v):
+        if v not in self.values:
+            raise ProblemError(f"unknown {self.name} {v!r}; valid: {list(self.values)}")
+        return v
+
+    def domain_name(self):
+        return " | ".join(repr(v) for v in self.values)
+
+
+class _Bool:
+    def __init__(self, name, optional=False):
+        self.name, self.optional = name, optional
+
+    def __call__(self, v):
+        if v is None and self.optional:
+            return None
+        if not isinstance(v, (bool, np.bool_, int)) or isinstance(v, float):
+            raise ProblemError(f"{self.name} must be True or False"
+                               + (" (or None)" if self.optional else "") + f", got {v!r}")
+        return bool(v)
+
+    def domain_name(self):
+        return "bool or None" if self.optional else "bool"
+
+
+class _Optional:
+    def __init__(self, check, name, text):
+        self.check, self.name, self.text = check, name, text
+
+    def __call__(self, v):
+        return None if v is None else self.check(v, self.name)
+
+    def domain_name(self):
+        return self.text
+
+
+def _options(v):
+    check_options(v)
+    return None if v is None else dict(v)
+
+
+_options.domain_name = lambda: "dict"
+
+
+def common_config() -> ConfigDict:
+    """The options every approach takes, with their domains and defaults."""
+    c = ConfigDict()
+    c.declare("u0", ConfigValue(default=None, description=(
+        "start values: a vector (one per parameter), a mapping or Series name -> value "
+        "(default: the declared values)")))
+    c.declare("options", ConfigValue(default=None, domain=_options, description=(
+        "optimizer options (Ipopt: tol=1e-8, max_iter=500 unless given)")))
+    c.declare("tee", ConfigValue(default=False, domain=_Bool("tee"),
+                                 description="show the optimizer's log"))
+    c.declare("scale", ConfigValue(default=True, domain=_Bool("scale"), description=(
+        "scale each free parameter by its start value inside the optimizer")))
+    c.declare("max_wall_time", ConfigValue(
+        default=None, domain=_Optional(positive_float, "max_wall_time", "float > 0 or None"),
+        description="stop after this many seconds (None: no limit)"))
+    c.declare("progress", ConfigValue(default=None, domain=_Bool("progress", optional=True),
+                                      description=("a line per block of iterations (None: "
+                                                   "when stderr is a terminal)")))
+    return c
+
+
+def discretization_config() -> ConfigDict:
+    """The options of the approaches that solve a discretization of the ODE."""
+    c = ConfigDict()
+    c.declare("scheme", ConfigValue(default="adams_pc", description=(
+        "multistep scheme (name or scheme object)")))
+    c.declare("qmax", ConfigValue(default=None, domain=_Optional(
+        lambda v, n: positive_int(v, n, *QMAX_RANGE), "qmax",
+        f"int in [{QMAX_RANGE[0]}, {QMAX_RANGE[1]}] or None"),
+        description="maximum order of the scheme (None: the scheme's default)"))
+    c.declare("grid", ConfigValue(default=None, description=(
+        "an explicit Grid (several experiments: a mapping experiment -> Grid)")))
+    c.declare("max_step", ConfigValue(default=None, domain=_Optional(
+        positive_float, "max_step", "float > 0 or None"),
+        description="largest step of the generated grid"))
+    c.declare("steps_per_interval", ConfigValue(default=None, domain=_Optional(
+        lambda v, n: positive_int(v, n), "steps_per_interval", "int or None"),
+        description="steps between consecutive measurement times (default 10)"))
+    return c
+
+
+#: the discretization options in the order the estimators take them positionally
+_POSITIONAL = ("scheme", "qmax", "grid", "max_step", "steps_per_interval")
+
+
+@dataclass
+class Outcome:
+    """What an optimizer returned: the point, the :class:`Status`, its own message."""
+
+    x: np.ndarray
+    status: Status
+    message: str
+    iterations: int = 0
+    counts: dict = field(default_factory=dict)
+    mult_g: np.ndarray | None = None
+    timings: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_ipopt(cls, r):
+        """From an :class:`~pyomo_odeest.nlp.IpoptResult` (or the plugin's ``last_info``)."""
+        if isinstance(r, dict):
+            return cls(None, status_from_ipopt(r["status"]), str(r["status"]),
+                       int(r["iterations"]), dict(r.get("counts", {})))
+        return cls(r.x, status_from_ipopt(r.status_name), r.status_name, int(r.iterations),
+                   dict(r.counts), r.mult_g, dict(eval_s=r.eval_s))
+
+    @classmethod
+    def failed_at_start(cls, x, err):
+        return cls(np.asarray(x, dtype=float), Status.SIMULATION_FAILED,
+                   f"the model cannot be simulated at the start: {err}")
+
+
+def ipopt_options(cfg, **defaults) -> dict:
+    """Ipopt's options of a configuration: :data:`IPOPT_DEFAULTS`, the approach's
+    ``defaults``, ``max_wall_time``, then the user's ``options``."""
+    opts = dict(IPOPT_DEFAULTS, **defaults)
+    if cfg.max_wall_time is not None:
+        opts["max_wall_time"] = float(cfg.max_wall_time)
+    opts.update(cfg.options or {})
+    return opts
+
+
+def progress_on(cfg) -> bool:
+    """The ``progress`` option resolved (None: when stderr is a terminal)."""
+    if cfg.progress is None:
+        return bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return bool(cfg.progress)
+
+
+def run_ipopt(nlp, cfg, options, **kw):
+    """:func:`~pyomo_odeest.nlp.solve_with_ipopt` with the configuration's ``tee`` and
+    ``progress`` (passed when the adapter takes it)."""
+    if "progress" in inspect.signature(solve_with_ipopt).parameters:
+        kw["progress"] = progress_on(cfg)
+    return solve_with_ipopt(nlp, options=options, tee=cfg.tee, **kw)
+
+
+class WallClock:
+    """Callback of SciPy's optimizers: stop (``StopIteration``) after ``max_wall_time``."""
+
+    def __init__(self, max_wall_time):
+        self.limit = max_wall_time
+        self.start = time.perf_counter()
+        self.hit = False
+
+    def __call__(self, *args, **kw):
+        if self.limit is not None and time.perf_counter() - self.start > self.limit:
+            self.hit = True
+            raise StopIteration
+
+
+class Approach:
+    """Base of the estimation approaches (see the module docstring)."""
+
+    #: the front-door name, ``result.approach``
+    name: str = ""
+    #: the approach's options; subclasses extend :func:`common_config`
+    CONFIG: ConfigDict = common_config()
+    #: option defaults of this approach that differ from the common ones (documented there)
+    DEFAULTS: dict = {}
+
+    @classmethod
+    def config(cls) -> ConfigDict:
+        """A fresh configuration with this approach's defaults."""
+        cfg = cls.CONFIG()
+        for k, v in cls.DEFAULTS.items():
+            cfg[k] = v
+        return cfg
+
+    @classmethod
+    def option_names(cls) -> tuple:
+        return tuple(cls.CONFIG.keys())
+
+    def configure(self, options, args=()) -> ConfigDict:
+        """``options`` (and positional ``args``, the discretization options in order) parsed
+        and validated; an option the approach does not take is a :class:`TypeError`."""
+        cfg = self.config()
+        names = self.option_names()
+        if args:
+            pos = [n for n in _POSITIONAL if n in names]
+            if len(args) > len(pos):
+                raise TypeError(f"approach {self.name!r} takes at most {len(pos)} positional "
+                                f"options {pos}, got {len(args)}")
+            dup = sorted(set(pos[:len(args)]) & set(options))
+            if dup:
+                raise TypeError(f"option(s) {dup} given twice")
+            options = dict(zip(pos, args), **options)
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise TypeError(f"approach {self.name!r} does not take option(s) {unknown}; "
+                            f"it takes {list(names)}")
+        for k, v in options.items():
+            try:
+                cfg[k] = v
+            except ValueError as err:
+                cause = err.__context__
+                if isinstance(cause, (ProblemError, TypeError)):
+                    raise cause from None
+                raise ProblemError(f"option {k}={v!r}: {cause or err}") from None
+        return cfg
+
+    # -- hooks -----------------------------------------------------------------
+    def validate(self, problem, cfg):
+        """Checks before anything is built: the problem, and the size of the
+        discretization (skipped for a given ``model``)."""
+        given = "model" in cfg and cfg["model"] is not None
+        validate_estimator(self.name, problem, **{
+            k: cfg[k] for k in cfg.keys()
+            if k not in ("u0", "model") and not (given and k in _POSITIONAL)})
+
+    def build(self, problem, cfg, u_start):
+        raise NotImplementedError
+
+    def solve(self, built, cfg) -> Outcome:
+        raise NotImplementedError
+
+    def collect(self, problem, built, outcome, cfg):
+        raise NotImplementedError
+
+    def advice(self, cfg) -> str:
+        """Advice added to the warning of a result that did not converge."""
+        return ""
+
+    # -- the pipeline ----------------------------------------------------------
+    def estimate(self, problem, *args, **options):
+        """Run the pipeline on ``problem``; return an :class:`~pyomo_odeest.EstimationResult`."""
+        if not isinstance(problem, EstimationProblem):
+            raise TypeError(f"problem must be an EstimationProblem, got "
+                            f"{type(problem).__name__}")
+        cfg = self.configure(options, args)
+        self.validate(problem, cfg)
+        u_start = start_values(problem, cfg.u0)
+        t0 = time.perf_counter()
+        built = self.build(problem, cfg, u_start)
+        build_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        outcome = self.solve(built, cfg)
+        solve_s = time.perf_counter() - t1
+        res = self.collect(problem, built, outcome, cfg)
+        res.approach = self.name
+        if res.status.success and not outcome.status.success:
+            res.status = outcome.status
+        if not res.message:
+            res.message = outcome.message
+        res.timings = dict(dict(build_s=build_s, setup_s=0.0, solve_s=solve_s),
+                           **outcome.timings, **res.timings,
+                           total_s=time.perf_counter() - t0)
+        advice = self.advice(cfg)
+        if advice:
+            res.extra["advice"] = advice
+        return post_solve_checks(problem, res)
+
+
+def stack_parts(names, parts, keys) -> dict:
+    """``{key: frame}`` of one experiment's ``parts[0]`` (``names`` empty), or the
+    experiments' frames stacked with an ``experiment`` index level."""
+    if not names:
+        return {k: parts[0][k] for k in keys}
+    return {k: stack_experiments(names, [p[k] for p in parts]) for k in keys}
+
+
+def stack_multipliers(names, per) -> dict:
+    """Multiplier frames ``{stage: frame}`` of one experiment, or stacked over several."""
+    if not names:
+        return dict(per[0])
+    return {k: stack_experiments(names, [m.get(k) for m in per]) for k in per[0]}
+
+
+def add_constraint_multipliers(res, problem, rows, lam, names):
+    """Put the optimizer's multipliers ``lam`` of the problem's constraints on ``res``:
+    ``rows`` lists the path-constraint rows in order, ``(experiment index, name,
+    times)``, ``names`` the parameter constraints after them.  Each path constraint
+    becomes ``res.multipliers['path_<name>']`` (indexed by time, and by experiment
+    first for several experiments), the parameter constraints
+    ``res.extra['parameter_constraint_multipliers']``."""
+    lam = np.asarray(lam, dtype=float)
+    per, a = {}, 0
+    for e, name, t in rows:
+        fr = pd.DataFrame({name: lam[a:a + len(t)]}, index=pd.Index(t, name="time"))
+        per.setdefault(f"path_{name}", []).append((e, fr))
+        a += len(t)
+    exp = problem.experiment_names
+    for key, lst in per.items():
+        res.multipliers[key] = (stack_experiments([exp[e] for e, _ in lst], [f for _, f in lst])
+                                if exp else lst[0][1])
+    if len(names):
+        res.extra["parameter_constraint_multipliers"] = {
+            n: float(v) for n, v in zip(names, lam[a:])}
+
+
+def option_table(approach_cls) -> str:
+    """The Markdown table of an approach's options (name, default, domain, description),
+    generated from its configuration (the docs' option tables)."""
+    cfg = approach_cls.config()
+    rows = ["| option | default | values | meaning |", "|---|---|---|---|"]
+    for k in cfg.keys():
+        cv = cfg.get(k)
+        dom = (cv.domain_name() if cv._domain is not None else "any").replace("|", "\\|")
+        rows.append(f"| `{k}` | `{cfg[k]!r}` | {dom} | {cv._description or ''} |")
+    return "\n".join(rows)
