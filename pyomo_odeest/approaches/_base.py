@@ -27,8 +27,6 @@ and, for the approaches that discretize, ``scheme``, ``qmax``, ``grid``,
 """
 from __future__ import annotations
 
-import inspect
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -39,6 +37,7 @@ from pyomo.common.config import ConfigDict, ConfigValue
 from ..discretization._size_guard import validate_estimator
 from ..discretization.schemes import QMAX_RANGE
 from ..nlp._cyipopt_adapter import solve_with_ipopt
+from ..optimizers._clock import SolveClock
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import post_solve_checks, stack_experiments
 from ..problem._start import start_values
@@ -46,7 +45,7 @@ from ..problem._status import Status, status_from_ipopt
 from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
-           "discretization_config", "option_table", "ipopt_options", "run_ipopt", "WallClock",
+           "discretization_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
            "stack_parts", "stack_multipliers", "add_constraint_multipliers"]
 
 #: Ipopt options every approach starts from (``options`` override them).
@@ -185,33 +184,10 @@ def ipopt_options(cfg, **defaults) -> dict:
     return opts
 
 
-def progress_on(cfg) -> bool:
-    """The ``progress`` option resolved (None: when stderr is a terminal)."""
-    if cfg.progress is None:
-        return bool(getattr(sys.stderr, "isatty", lambda: False)())
-    return bool(cfg.progress)
-
-
 def run_ipopt(nlp, cfg, options, **kw):
     """:func:`~pyomo_odeest.nlp.solve_with_ipopt` with the configuration's ``tee`` and
-    ``progress`` (passed when the adapter takes it)."""
-    if "progress" in inspect.signature(solve_with_ipopt).parameters:
-        kw["progress"] = progress_on(cfg)
-    return solve_with_ipopt(nlp, options=options, tee=cfg.tee, **kw)
-
-
-class WallClock:
-    """Callback of SciPy's optimizers: stop (``StopIteration``) after ``max_wall_time``."""
-
-    def __init__(self, max_wall_time):
-        self.limit = max_wall_time
-        self.start = time.perf_counter()
-        self.hit = False
-
-    def __call__(self, *args, **kw):
-        if self.limit is not None and time.perf_counter() - self.start > self.limit:
-            self.hit = True
-            raise StopIteration
+    ``progress`` (None: lines when standard error is a terminal)."""
+    return solve_with_ipopt(nlp, options=options, tee=cfg.tee, progress=cfg.progress, **kw)
 
 
 class Approach:

@@ -28,7 +28,7 @@ from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
 from ..problem._status import Status, status_from_scipy
 from ._backend import DiscreteBackend, discrete_model
-from ._base import (Approach, Choice, ConfigValue, Outcome, WallClock, common_config,
+from ._base import (Approach, Choice, ConfigValue, Outcome, SolveClock, common_config,
                     discretization_config, ipopt_options, run_ipopt, stack_parts,
                     add_constraint_multipliers)
 
@@ -266,7 +266,7 @@ class ReducedApproach(Approach):
             except EvaluationError:
                 return np.inf, np.zeros_like(x)
 
-        clock = WallClock(cfg.max_wall_time)
+        clock = SolveClock(cfg.max_wall_time, cfg.progress)
         kw = dict(jac=True, method=optimizer, options=dict(cfg.options or {}),
                   callback=clock)
         if np.any(np.isfinite(nlp.x_lb)) or np.any(np.isfinite(nlp.x_ub)):
@@ -281,7 +281,7 @@ class ReducedApproach(Approach):
         g0 = nlp.gradient(nlp.x0)
         sol = minimize(fun, nlp.x0, **kw)
         status, message = status_from_scipy(sol, optimizer), str(sol.message)
-        if clock.hit:
+        if clock.exceeded:
             status = Status.TIME_LIMIT
         elif status is Status.FAILED and "ABNORMAL" in message:
             status, message = _stationary(nlp, sol, message)

@@ -16,7 +16,7 @@ from ...problem._declaration import EstimationProblem, ProblemError
 from ...problem._result import EstimationResult
 from ...problem._status import Status, status_from_scipy
 from .._backend import ContinuousBackend
-from .._base import (Approach, Choice, ConfigValue, Outcome, WallClock, common_config,
+from .._base import (Approach, Choice, ConfigValue, Outcome, SolveClock, common_config,
                      ipopt_options, run_ipopt, stack_parts,
                      add_constraint_multipliers)
 from ...discretization._experiments import ExperimentModels
@@ -313,14 +313,14 @@ class ContinuousApproach(Approach):
                 return _guarded(obj.objective, w), _guarded(obj.gradient, w)
             except EvaluationError:                      # the line search backs off
                 return np.inf, np.zeros_like(w)
-        clock = WallClock(cfg.max_wall_time)
+        clock = SolveClock(cfg.max_wall_time, cfg.progress)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             r = minimize(fun, b.w0, jac=True, method=optimizer, bounds=Bounds(b.wl, b.wu),
                          options=opts, callback=clock, **kw)
         b.mname = f"scipy/{optimizer}" + ("" if cfg.hessian is None or optimizer == "L-BFGS-B"
                                           else f"/hessian:{cfg.hessian}")
-        status = Status.TIME_LIMIT if clock.hit else status_from_scipy(r, optimizer)
+        status = Status.TIME_LIMIT if clock.exceeded else status_from_scipy(r, optimizer)
         return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)))
 
     def collect(self, problem, b, outcome, cfg):
