@@ -109,18 +109,20 @@ class PetabSimulator:
             return _Solution(np.array([float(T)]), x.reshape(-1, 1))
         return _Solution(np.concatenate(ts), np.concatenate(ys, axis=1))
 
-    def steady_state(self, condition, values, tol=1e-10):
-        """The state that ``condition`` settles to from its initial state (simulated until
-        ‖f‖ ≤ tol·(1 + ‖x‖), up to t = 1e12)."""
+    def steady_state(self, condition, values, tol=1e-10, x0=None):
+        """The state that ``condition`` settles to from its initial state (or ``x0``),
+        simulated until ‖f‖ ≤ tol·(1 + ‖x‖), up to t = 1e12."""
         p = np.asarray(values, dtype=float)
-        x = np.asarray(self._x0[condition](p), dtype=float).reshape(-1)
+        x = np.asarray(self._x0[condition](p) if x0 is None else x0,
+                       dtype=float).reshape(-1)
         f = self._f[condition]
         for T in 10.0 ** np.arange(1, 13):
             x = self._integrate(condition, p, x, T).y[:, -1]
-            if np.linalg.norm(np.asarray(f(x, p, 0.0), dtype=float)) <= tol * (1 + np.linalg.norm(x)):
+            if np.linalg.norm(np.asarray(f(x, p, T), dtype=float)) <= tol * (1 + np.linalg.norm(x)):
                 return x
-        raise RuntimeError(f"{self.model.name}: pre-equilibration condition {condition} reaches "
-                           f"no steady state by t = 1e12")
+        raise RuntimeError(f"{self.model.name}: condition {condition} reaches no steady state "
+                           f"by t = 1e12 (needed for pre-equilibration or a measurement at "
+                           f"time = inf)")
 
     def initial_state(self, condition, values):
         """The initial state of ``condition``: with pre-equilibration, the steady state of
@@ -140,6 +142,13 @@ class PetabSimulator:
         p = np.asarray(values, dtype=float)
         x0 = self.initial_state(condition, p)
         times = np.asarray(times, dtype=float)
+        if np.any(np.isinf(times)):          # steady-state measurements
+            out = np.empty((len(times), len(x0)))
+            fin = ~np.isinf(times)
+            if np.any(fin):
+                out[fin] = self.simulate(condition, times[fin], p)
+            out[~fin] = self.steady_state(condition, p, x0=x0)
+            return out
         T = float(times.max()) if len(times) else 0.0
         if T == 0.0:
             return np.tile(x0, (len(times), 1))

@@ -445,20 +445,19 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
                 f"on the model's states or observables {sorted(names & state_names)}; the "
                 "estimation supports sigma as a function of parameters only (petab_nll "
                 "evaluates this likelihood)")
-        shared = sorted(names & est_ids & model_side)
-        if shared:
-            raise UnsupportedFeatureError(
-                f"{model.name}: the noise formula of {meas['observableId'][i]} ({sgm}) uses the "
-                f"estimated parameters {shared}, which also enter the model or an observable "
-                "formula; the estimation supports sigma as a function of noise-only parameters "
-                "(petab_nll evaluates this likelihood)")
+    # sigma sharing an estimated parameter with the model or an observable: every datum
+    # its own scaled residual (see the module docstring)
+    joint = any({x.name for x in sgm.free_symbols} & est_ids & model_side
+                for sgm in meas["sigma"])
     sig_rows = [{x.name for x in sgm.free_symbols} & est_ids for sgm in meas["sigma"]]
     sig_par = set().union(*sig_rows)
     sigma_parameter = None
     groups = None
     general = None
     c = np.empty(len(meas))
-    if sig_par:
+    if joint:
+        c[:] = 1.0
+    elif sig_par:
         ratio = []
         for i, sgm in enumerate(meas["sigma"]):
             e = sgm.xreplace(fixed_sub)
@@ -492,6 +491,7 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     # parameters on their scales
     noise_ids = set(groups or []) - {None} | set(general or [])
     estimated = [p for p in model.estimated if p.id != sigma_parameter and p.id not in noise_ids]
+    sigma_terms = {}                    # joint: scaled sigma -> number of data
     s_start = np.array([1.0 if g is None else model.parameter(g).nominal
                         for g in (groups or [None] * len(meas))])
     if general is not None:
@@ -513,20 +513,35 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
                 f"{model.name}: an observable formula holds a piecewise of time (supported in "
                 "the model's rates, assignment rules and initial values)")
 
-    def model_rhs(cond, at_t0=False):
-        """The rates of ``cond``: piecewise of time as indicator inputs (or at t = 0)."""
-        sub = ({pw: pw.subs(TIME, 0) for pw, _ in pieces} if at_t0 else pw_sub)
-        out = [sympy.sympify(model.ode.rhs[x]).xreplace(sub).xreplace(model.constants[cond])
-               for x in states]
-        if at_t0 and any(e.has(sympy.Piecewise) and time_piecewise(e) for e in out):
-            raise UnsupportedFeatureError(f"{model.name}: the pre-equilibration condition {cond} "
-                                          "keeps a piecewise of time")
+    def model_rhs(cond, at=None):
+        """The rates of ``cond``: piecewise of time as indicator inputs, or their values at
+        time ``at`` (0: pre-equilibration; oo: after every switch, for a steady state)."""
+        if at is None:
+            return [sympy.sympify(model.ode.rhs[x]).xreplace(pw_sub)
+                    .xreplace(model.constants[cond]) for x in states]
+        out = [sympy.sympify(model.ode.rhs[x]).xreplace(model.constants[cond])
+               .xreplace(fixed_sub) for x in states]
+        out = [e.xreplace({pw: pw.subs(TIME, at) for pw in time_piecewise(e)}) for e in out]
+        if any(time_piecewise(e) for e in out):
+            raise UnsupportedFeatureError(f"{model.name}: the steady state of condition {cond} "
+                                          "keeps a piecewise of time (its switching time is "
+                                          "not a number)")
         return out
 
-    # observed quantities: one per distinct (observable, formula); replicates split
+    # observed quantities: one per distinct (observable, formula); replicates split; with
+    # joint sigma one scaled residual per datum
     obs_name, obs_expr, names = {}, {}, []
-    for oid, y in zip(meas["observableId"], meas["y"]):
-        if (oid, y) not in obs_name:
+    for i, (oid, y) in enumerate(zip(meas["observableId"], meas["y"])):
+        if joint:
+            nm = _identifier(f"{oid}_d{i}", taken)
+            obs_name[(oid, y, i)] = nm
+            tr = model.observables[oid].transformation
+            sg = scaled(meas["sigma"][i])
+            sigma_terms[sg] = sigma_terms.get(sg, 0) + 1
+            obs_expr[nm] = (transform_sym(scaled(y), tr) - float(
+                transform_value(float(meas["measurement"][i]), tr))) / sg
+            names.append(nm)
+        elif (oid, y) not in obs_name:
             nm = _identifier(oid, taken)
             obs_name[(oid, y)] = nm
             obs_expr[nm] = transform_sym(scaled(y), model.observables[oid].transformation)
@@ -538,10 +553,11 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         sel = trans == tr
         value[sel] = transform_value(meas["measurement"].to_numpy()[sel], tr)
         jac[sel] = log_jacobian(meas["measurement"].to_numpy()[sel], tr)
-    long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(),
-                         "time": meas["time"].to_numpy(),
-                         "name": [obs_name[(o, y)] for o, y in zip(meas["observableId"], meas["y"])],
-                         "value": value, "sigma": c * s_start})
+    long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(copy=True),
+                         "time": meas["time"].to_numpy(copy=True),
+                         "name": [obs_name[(o, y, i) if joint else (o, y)] for i, (o, y) in
+                                  enumerate(zip(meas["observableId"], meas["y"]))],
+                         "value": 0.0 if joint else value, "sigma": c * s_start})
     rep = long.groupby(["condition", "time", "name"]).cumcount().to_numpy()
     for i in np.flatnonzero(rep):
         base = long.at[i, "name"]
@@ -563,11 +579,38 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         cols = [n for n in names if n in set(d["name"])]
         return d.pivot(index="time", columns="name", values=what).reindex(columns=cols)
 
+    # steady-state measurements (time = inf): an experiment of their own, pre-equilibrated
+    # to the condition's steady state, observed at t = 0
+    times = meas["time"].to_numpy(dtype=float)
+    steady = np.isinf(times)
+    exps = []                                       # (experiment, condition, steady?)
+    for cond in conditions:
+        rows = (meas["simulationConditionId"] == cond).to_numpy()
+        if np.any(rows & ~steady):
+            exps.append((cond, cond, False))
+        if np.any(rows & steady):
+            if cond in model.preequilibration:
+                raise UnsupportedFeatureError(
+                    f"{model.name}: condition {cond} has steady-state measurements (time = inf) "
+                    "and a pre-equilibration (supported: one or the other)")
+            ss = _identifier(f"{cond}_steady_state", taken)
+            exps.append((ss, cond, True))
+            long.loc[rows & steady, "condition"] = ss
+            long.loc[rows & steady, "time"] = 0.0
+    finite = times[~steady]
+    # horizons: an experiment with data at t = 0 only runs to the first positive time
+    t_first = float(finite[finite > 0].min()) if np.any(finite > 0) else 1.0
+    horizon = {e: float(long["time"][long["condition"] == e].max()) for e, _, _ in exps}
+    T_of = {e: (t_first if horizon[e] <= 0.0 else None) for e, _, _ in exps}
+    inputs_of = {e: _indicator_inputs(model, pieces, cond, fixed_sub, 0.0,
+                                      T_of[e] or horizon[e]) or None
+                 for e, cond, _ in exps}
+
     # model constants that differ between conditions: k = a_k + sum_q b_kq * theta_q with
     # fixed per-experiment (local) coefficients a_k, b_kq
     rhs_c = {cond: [scaled(e) for e in model_rhs(cond)] for cond in conditions}
     local = []                      # (name, {condition: value})
-    if len(conditions) > 1:
+    if len(conditions) > 1 or len(exps) > 1:
         generic = {}
         in_rhs = set().union(*[sympy.sympify(e).xreplace(pw_sub).free_symbols
                                for e in model.ode.rhs.values()])
@@ -595,16 +638,6 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     else:
         f = rhs_c[conditions[0]]
     x0 = {cond: [scaled(model.initial[cond][s]) for s in states] for cond in conditions}
-
-    # horizons: an experiment with data at t = 0 only runs to the first positive time
-    times = meas["time"].to_numpy(dtype=float)
-    t_first = float(times[times > 0].min()) if np.any(times > 0) else 1.0
-    horizon = {cond: float(meas["time"][meas["simulationConditionId"] == cond].max())
-               for cond in conditions}
-    T_of = {cond: (t_first if horizon[cond] <= 0.0 else None) for cond in conditions}
-    inputs_of = {cond: _indicator_inputs(model, pieces, cond, fixed_sub, 0.0,
-                                         T_of[cond] or horizon[cond]) or None
-                 for cond in conditions}
 
     # priors of the estimated (non-noise) parameters: the penalty 2 * sum -log p
     prior_sym = sympy.Integer(0)
@@ -639,44 +672,47 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         return {nm: sympy_to_pyomo(obs_expr[nm], o) for nm in names}
 
     penalty = None
+    if joint:
+        prior_sym = prior_sym + sympy.Add(*[n * sympy.log(sg) for sg, n in sigma_terms.items()])
     if prior_sym != 0:
         penalty = _Penalty(2 * prior_sym, [p.id for p in estimated])
 
     def initial_fn(e):
         return _InitialValue(e, u_names) if e.free_symbols else float(e)
 
-    def preequilibration(cond):
-        """The steady state of the pre-equilibration condition, the species ``cond`` sets reset."""
-        pre = model.preequilibration.get(cond)
+    def preequilibration(cond, steady_state=False):
+        """The steady state of the pre-equilibration condition, the species ``cond`` sets
+        reset; with ``steady_state``, the steady state of ``cond`` itself."""
+        pre = cond if steady_state else model.preequilibration.get(cond)
         if pre is None:
             return None
-        f_pre = [scaled(e) for e in model_rhs(pre, at_t0=True)]
+        f_pre = [scaled(e) for e in model_rhs(pre, at=sympy.oo if steady_state else 0)]
 
         def rhs_pre(x, u, t):
             o = objects(x, u, t)
             return [sympy_to_pyomo(e, o) for e in f_pre]
         return Preequilibration(
-            rhs=rhs_pre, reset=model.reset[cond],
+            rhs=rhs_pre, reset=[] if steady_state else model.reset[cond],
             initial={s: initial_fn(scaled(model.initial[pre][s])) for s in states})
 
-    if len(conditions) == 1:
-        cond = conditions[0]
+    if len(exps) == 1:
+        e, cond, ss = exps[0]
         problem = EstimationProblem(
             states=states, parameters=params, rhs=rhs,
-            initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
-            data=wide(cond, "value"), observe=observe, **noise(cond),
-            name=model.name, preequilibration=preequilibration(cond), T=T_of[cond],
-            inputs=inputs_of[cond], penalty=penalty)
+            initial={s: initial_fn(v) for s, v in zip(states, x0[cond])},
+            data=wide(e, "value"), observe=observe, **noise(e),
+            name=model.name, preequilibration=preequilibration(cond, ss), T=T_of[e],
+            inputs=inputs_of[e], penalty=penalty)
     else:
         from ..problem._declaration import Experiment
         params = params + [Parameter(nm, 0.0, fixed=True, local=True) for nm, _ in local]
         experiments = [
-            Experiment(cond, data=wide(cond, "value"), **noise(cond), T=T_of[cond],
-                       inputs=inputs_of[cond],
-                       initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
+            Experiment(e, data=wide(e, "value"), **noise(e), T=T_of[e],
+                       inputs=inputs_of[e],
+                       initial={s: initial_fn(v) for s, v in zip(states, x0[cond])},
                        parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local},
-                       preequilibration=preequilibration(cond))
-            for cond in conditions]
+                       preequilibration=preequilibration(cond, ss))
+            for e, cond, ss in exps]
         problem = EstimationProblem(
             states=states, parameters=params, rhs=rhs, initial={s: 0.0 for s in states},
             data=None, observe=observe, experiments=experiments, name=model.name,

@@ -13,7 +13,8 @@ turns them into a :class:`PetabModel`:
   :math:`\sigma = s_o(\pi^{noise}, \theta)` with the placeholders
   ``observableParameter{n}_{id}`` and ``noiseParameter{n}_{id}`` filled per
   measurement row.
-* **measurements**: one row per datum :math:`m` at time :math:`t`.
+* **measurements**: one row per datum :math:`m` at time :math:`t`
+  (:math:`t = \infty`: at the condition's steady state).
 
 The negative log-likelihood is PEtab's, every constant included
 [MHV, eq. (2)–(5)] for the transformation :math:`\tau` (identity, ln or
@@ -52,8 +53,7 @@ states and of the observable itself (its id stands for its value).
 
 Unsupported features raise
 :class:`~pyomo_odeest.petab_io._sbml.UnsupportedFeatureError` naming the
-feature and the file: Laplace noise, steady-state measurements
-(``time = inf``), mapping tables, several models or problems in one file,
+feature and the file: Laplace noise, mapping tables, several models or problems in one file,
 PEtab extensions, and a simulation condition used with several
 pre-equilibration conditions.  Pre-equilibration (``preequilibrationConditionId``)
 is read into :attr:`PetabModel.preequilibration` and :attr:`PetabModel.reset`.
@@ -431,9 +431,10 @@ def read_petab(yaml_path) -> PetabModel:
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise ValueError(f"{meas_files}: row {i}: {col} {meas[col].iat[i]!r} is not a number")
     times = meas["time"].astype(float).to_numpy()
-    if np.any(np.isinf(times)):
-        raise UnsupportedFeatureError(f"{meas_files}: steady-state measurements (time = inf) "
-                                      "are not supported")
+    if np.any(np.isneginf(times)) or np.any(np.isnan(times)):
+        i = int(np.flatnonzero(np.isneginf(times) | np.isnan(times))[0])
+        raise ValueError(f"{meas_files}: row {i}: time {times[i]} (times are numbers >= 0, "
+                         "or inf for a steady-state measurement)")
     if np.any(times < 0):
         raise ValueError(f"{meas_files}: measurement times must be >= 0")
     unknown = sorted(set(meas["observableId"]) - set(observables))
