@@ -419,7 +419,10 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     conditions = list(model.conditions if conditions is None else
                       ([conditions] if isinstance(conditions, str) else conditions))
     unknown = [c for c in conditions if c not in model.conditions]
-    if unknown or not conditions:
+    if not conditions:
+        raise ValueError(f"{model.name}: no condition selected (conditions=[]); pass None for "
+                         f"all, or some of {model.conditions}")
+    if unknown:
         raise ValueError(f"{model.name}: unknown conditions {unknown}; "
                          f"conditions: {model.conditions}")
     meas = model.measurements[model.measurements["simulationConditionId"].isin(conditions)]
