@@ -741,3 +741,27 @@ def test_bad_petab_input_is_named(tmp_path, edit, error, message):
     with pytest.raises(error, match=message) as info:
         read_petab(d)
     assert not isinstance(info.value, KeyError)
+
+
+def test_suite_status_says_what_the_result_is():
+    """benchmarks/petab_suite.py: a converged fit worse than its own start is never a fit
+    (Borghans: -54.31 from a start at -83.32); a better point that did not converge is
+    the best found, flagged; with nothing finite, failed; the reference gap is a flag."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "petab_suite.py")
+    spec = importlib.util.spec_from_file_location("petab_suite", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+
+    def tab(*rows):
+        return pd.DataFrame([dict(success=s, nll_simulated=v, warnings="") for s, v in rows])
+    status, _, value, flags = suite.assess(tab((True, -54.31)), -83.32, None)
+    assert status == suite.NOT_STATIONARY and value == -83.32
+    assert flags == ["no_fit_better_than_its_start"] and not suite.solved(status, flags)
+    status, _, value, _ = suite.assess(tab((True, -90.0), (False, -104.0)), -83.32, None)
+    assert status == suite.NOT_STATIONARY and value == -104.0
+    status, _, value, flags = suite.assess(tab((True, -104.88), (False, -90.0)), -83.32, -83.32)
+    assert status == suite.CONVERGED and value == -104.88 and suite.solved(status, flags)
+    status, _, _, flags = suite.assess(tab((True, -90.0)), -83.32, -104.0)
+    assert status == suite.CONVERGED and flags == ["worse_than_reference"]
+    assert suite.assess(tab((False, np.nan)), -83.32, None)[0] == suite.FAILED
