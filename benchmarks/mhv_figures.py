@@ -12,17 +12,21 @@ drawn φ by
 * ``adj``   the continuous adjoint with jumps at the measurement times
             (eqs. (15)–(16)),
 
-all with :class:`pyomo_odeest.approaches.continuous.ContinuousModel` using SciPy's BDF
-with exact Jacobians ([MHV] used CVODES BDF; ``--method LSODA`` for the
-package's default integrator, the same for all three), rtol = 1e-8,
-atol = 1e-10; and by
+all on the compiled engine by default (``--engine cvodes``:
+:class:`pyomo_odeest.approaches.continuous.CvodesModel`, SUNDIALS CVODES BDF
+through CasADi, as [MHV] used CVODES: forward sensitivities by CasADi's forward
+mode, the adjoint by its reverse mode with the jumps as seeds), or with
+``--engine scipy`` on :class:`pyomo_odeest.approaches.continuous.ContinuousModel`
+(SciPy's BDF with exact Jacobians, ``--method LSODA`` for the package's SciPy
+default), rtol = 1e-8, atol = 1e-10; and by
 
 * ``disc``  the package's discrete adjoint (simulation + backward sweep of
             [GM-grad], eqs. (52)/(54)) of the Adams predictor–corrector,
             Q_max = 4, steps of at most 0.5.
 
-Sweeps: (a) p = 2, 12, ..., 122 with 11 observation times; (b) 2, 12, ...,
-122 observation times with p = 50.  Each model is built and warmed up (all
+Sweeps: (a) p = 2, 7, 12, 17, 22, 32, ..., 122 with 11 observation times
+([MHV]'s sizes 2, 12, ..., 122 plus 7 and 17, which locate the crossover to 5
+parameters); (b) 2, 12, ..., 122 observation times with p = 50.  Each model is built and warmed up (all
 functions compiled) at the start value before timing; the timed calls are
 made at the drawn φ in the order adj, sens, fd, disc (so no forward solution
 is reused).  [MHV] used 100 draws per point; the default here is 3
@@ -42,6 +46,11 @@ median time of sens / adj at p = 122; ``discrete_adjoint_obs_slope``: slope of
 log(time) of ``disc`` against log(number of observations) in sweep (b)
 (0 = flat, 1 = proportional).
 
+Times are CPU times of the process (``time.process_time``; ``--clock wall``
+for wall-clock time): every method runs in this one thread, and on a shared,
+loaded machine the wall-clock time of the same call varies by a factor 2–3
+with the load while its CPU time does not.
+
 BLAS runs single-threaded (``OPENBLAS_NUM_THREADS=1`` etc. unless set): the
 gradients factor small dense matrices (the adjoint's n + p Jacobian), and
 on a loaded 2-core machine OpenBLAS's worker threads spin-wait, which made a
@@ -50,7 +59,7 @@ took 15 s with threads and 0.44 s without, forward sensitivities 10 s and
 0.78 s).
 
 Usage: python benchmarks/mhv_figures.py [--draws N] [--fd-draws M] [--quick] [--no-plot]
-       [--method BDF|LSODA|Radau]
+       [--engine cvodes|scipy] [--method BDF|LSODA|Radau] [--clock cpu|wall]
 """
 from __future__ import annotations
 
@@ -65,7 +74,8 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from pyomo_odeest.approaches.continuous import ContinuousModel  # noqa: E402
+from pyomo_odeest.approaches.continuous import (continuous_model,  # noqa: E402
+                                                cvodes_available)
 from pyomo_odeest.discretization.discrete import DiscreteModel  # noqa: E402
 from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient,  # noqa: E402
                                                  diagonal_linear_problem)
@@ -74,21 +84,26 @@ RTOL, ATOL, METHOD = 1e-8, 1e-10, "BDF"
 METHODS = ("fd", "sens", "adj", "disc")
 
 
+CLOCK = {"cpu": time.process_time, "wall": time.perf_counter}
+_clock = CLOCK["cpu"]
+
+
 def _timed(fn):
-    t = time.perf_counter()
+    t = _clock()
     out = fn()
-    return time.perf_counter() - t, out
+    return _clock() - t, out
 
 
 def _rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
 
 
-def measure(p, n_obs, draw, with_fd, method=METHOD):
+def measure(p, n_obs, draw, with_fd, method=METHOD, engine="cvodes"):
     """Times (s) and relative errors of the gradient methods for one draw."""
     prob = diagonal_linear_problem(p, n_obs=n_obs, seed=1000 * p + 7 * n_obs + draw)
     u = np.asarray(prob.true_values, dtype=float)
-    cm = ContinuousModel(prob, method=method, rtol=RTOL, atol=ATOL)
+    cm = continuous_model(prob, engine, method=None if engine == "cvodes" else method,
+                          rtol=RTOL, atol=ATOL)
     dm = DiscreteModel(prob, "adams_pc", 4, max_step=0.5)
     u0 = prob.u0
     cm.gradient(u0, "adjoint")                       # compile everything once
@@ -107,13 +122,13 @@ def measure(p, n_obs, draw, with_fd, method=METHOD):
     return times, errs
 
 
-def sweep(configs, draws, fd_draws, label, method=METHOD):
+def sweep(configs, draws, fd_draws, label, method=METHOD, engine="cvodes"):
     rows = []
     for p, n_obs in configs:
         T = {m: [] for m in METHODS}
         E = {m: [] for m in METHODS}
         for d in range(draws):
-            t, e = measure(p, n_obs, d, d < fd_draws, method)
+            t, e = measure(p, n_obs, d, d < fd_draws, method, engine)
             for m in t:
                 T[m].append(t[m])
             for m in e:
@@ -178,22 +193,32 @@ def main(argv=None):
     ap.add_argument("--fd-draws", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="few sizes, one draw (smoke test)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--engine", default="cvodes" if cvodes_available() else "scipy",
+                    choices=("cvodes", "scipy"),
+                    help="engine of the continuous gradients (default: cvodes when CasADi "
+                         "is installed)")
     ap.add_argument("--method", default=METHOD, choices=("BDF", "LSODA", "Radau"),
-                    help="integrator of the continuous gradients (all three alike)")
+                    help="SciPy integrator of the continuous gradients (--engine scipy)")
+    ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
     ap.add_argument("--outdir", default=os.path.join(os.path.dirname(__file__), "..", "docs", "img"))
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
+    global _clock
+    _clock = CLOCK[args.clock]
     sizes = [2, 12, 22] if args.quick else list(range(2, 123, 10))
+    sizes_p = [2, 12, 22] if args.quick else sorted(set(sizes) | {7, 17})
     draws = 1 if args.quick else args.draws
     fd_draws = min(draws, args.fd_draws)
-    print(f"integrator {args.method}, rtol={RTOL:g}, atol={ATOL:g}; {draws} draws per point "
+    integrator = "CVODES BDF (CasADi)" if args.engine == "cvodes" else f"solve_ivp {args.method}"
+    print(f"integrator {integrator}, rtol={RTOL:g}, atol={ATOL:g}; {args.clock} time; "
+          f"{draws} draws per point "
           f"(finite differences on {fd_draws}); discrete: adams_pc, qmax 4, h <= 0.5; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; load average "
           f"{os.getloadavg()[0]:.1f}")
-    p_last = sizes[-1]
-    rows_p = sweep([(p, 11) for p in sizes], draws, fd_draws, "(a)", args.method)
+    p_last = sizes_p[-1]
+    rows_p = sweep([(p, 11) for p in sizes_p], draws, fd_draws, "(a)", args.method, args.engine)
     rows_o = sweep([(50 if not args.quick else 12, k) for k in sizes], draws, fd_draws, "(b)",
-                   args.method)
+                   args.method, args.engine)
     if not args.no_plot:
         for path in plot(rows_p, rows_o, args.outdir):
             print("figure:", os.path.normpath(path))

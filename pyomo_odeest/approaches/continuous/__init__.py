@@ -43,11 +43,16 @@ which is the Dirac source of (15) integrated out.  [MHV's restart formula
 :mod:`.forward` (symbolic set-up, forward solves, :math:`J`),
 :mod:`.first_order` (sensitivities, adjoint, gradients) and
 :mod:`.second_order` (Hessian-vector products, Hessians);
+:mod:`._cvodes` holds :class:`CvodesModel`, the same model integrated by
+SUNDIALS CVODES through CasADi (the default engine when CasADi is installed);
 :mod:`.estimation` holds :func:`estimate_continuous`.
 """
+from ._cvodes import (ENGINES, CvodesModel, CvodesUnavailable, continuous_model,
+                      cvodes_available)
 from ._estimation import estimate_continuous
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
 from ._model import ContinuousModel
 
 __all__ = ["ContinuousModel", "estimate_continuous", "IntegrationError",
-           "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS"]
+           "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS", "ENGINES", "CvodesModel",
+           "CvodesUnavailable", "continuous_model", "cvodes_available"]

@@ -18,7 +18,7 @@ from ...problem._declaration import EstimationProblem, ProblemError
 from ...problem._result import EstimationResult, stack_experiments
 from ...discretization._experiments import ExperimentModels
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
-from ._model import ContinuousModel
+from ._cvodes import continuous_model, integrator_name
 
 __all__ = ["estimate_continuous", "ContinuousConstraints"]
 
@@ -213,8 +213,9 @@ class _IpoptProblem:
 
 
 def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient="adjoint",
-                        hessian=None, u0=None, method="LSODA", rtol=1e-10, atol=1e-12,
-                        options=None, tee=False, scale=True, n_grid=201, model=None):
+                        hessian=None, u0=None, method=None, rtol=None, atol=None,
+                        options=None, tee=False, scale=True, n_grid=201, model=None,
+                        engine=None):
     r"""Estimate the free parameters by minimizing :math:`J(u)` on the continuous ODE solution.
 
     .. math::
@@ -265,7 +266,16 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     u0 : array, optional
         Start (all parameters); default: the problem's values.
     method, rtol, atol
-        Integrator (see :class:`ContinuousModel`).
+        SciPy integrator (see :class:`ContinuousModel`; default ``'LSODA'``,
+        rtol 1e-10, atol 1e-12) or CVODES tolerances (default rtol 1e-8,
+        atol 1e-12, see :class:`~pyomo_odeest.approaches.continuous.CvodesModel`).
+    engine : {None, 'cvodes', 'scipy'}
+        ``'cvodes'``: SUNDIALS CVODES through CasADi
+        (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`), compiled
+        right-hand sides, CVODES's forward sensitivities, adjoint and
+        forward-over-adjoint Hessian; ``'scipy'``: :class:`ContinuousModel`
+        on :func:`scipy.integrate.solve_ivp`.  Default: ``'cvodes'`` when
+        CasADi is installed and no SciPy ``method`` is named, else ``'scipy'``.
     options : dict
         Ipopt options (defaults: see "Stopping", ``max_iter=500``) or
         ``scipy.optimize.minimize`` options (L-BFGS-B: ``ftol=10·rtol``,
@@ -295,7 +305,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
     """
     validate_estimator("continuous", problem, u0=u0, options=options, tee=tee,
                        optimizer=optimizer, gradient=gradient, hessian=hessian,
-                       **({} if model is not None else dict(method=method)))
+                       **({} if model is not None or method is None else dict(method=method)))
     t_start = time.perf_counter()
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
@@ -310,10 +320,10 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         cm = model
     elif problem.experiments:
         cm = ContinuousExperiments(problem, [
-            ContinuousModel(sp, method=method, rtol=rtol, atol=atol)
+            continuous_model(sp, engine, method=method, rtol=rtol, atol=atol)
             for sp in problem.experiment_problems])
     else:
-        cm = ContinuousModel(problem, method=method, rtol=rtol, atol=atol)
+        cm = continuous_model(problem, engine, method=method, rtol=rtol, atol=atol)
     u_start = cm._u(u0)
     free = problem.free_mask
     if not free.any():
@@ -420,7 +430,7 @@ def estimate_continuous(problem: EstimationProblem, optimizer="ipopt", gradient=
         states, fitted, residuals, lam = _frames(problem, cm, u_hat, n_grid)
     res = EstimationResult(
         approach="continuous_adjoint", method=f"{mname}, gradient={gradient}",
-        scheme=f"solve_ivp {cm.method} (rtol={cm.rtol:g}, atol={cm.atol:g})",
+        scheme=f"{integrator_name(cm)} (rtol={cm.rtol:g}, atol={cm.atol:g})",
         estimates=pd.Series(u_hat, index=problem.parameter_names, name="estimate"),
         objective=J, status=status, success=success, iterations=int(iterations),
         evaluations=dict(obj.counts, **{f"ode_{k}": v for k, v in cm.counts.items()}),

@@ -92,16 +92,29 @@ class Forward:
         args = (X, U, t)
         self._args = args
         self._e_f = [((i,), sympy.sympify(e)) for i, e in enumerate(problem.f_sym)]
-        self._e_fx = _diff_entries(self._e_f, X)
-        self._e_fu = _diff_entries(self._e_f, U)
         self._e_l = [((i,), sympy.sympify(e)) for i, e in enumerate(problem.l_sym)]
         self._e_lu = _diff_entries(self._e_l, U)
-        #: f, f_x (forward right-hand side and its Jacobian)
-        self.f = _SymArray(self._e_f, (n,), args)
-        self.f_x = _SymArray(self._e_fx, (n, n), args)
         #: l and l_u
         self.l = _SymArray(self._e_l, (n,), (U,))
         self.l_u = _SymArray(self._e_lu, (n, p), (U,))
+        self._second = None
+        #: Σ φ_j and R(u) with their derivatives (shared with the discrete backend)
+        self.misfit = MeasurementMisfit(problem)
+        self._fwd_key = None
+        self._fwd = None
+        self.counts = dict(forward=0, sensitivity=0, adjoint=0, soa=0, nfev=0, njev=0)
+        self._integration_functions()
+
+    def _integration_functions(self):
+        r"""The lambdified :math:`f, f_x, f_u` and adjoint contractions of the SciPy
+        integrations (a compiled engine replaces them by its own)."""
+        X, U, n, p, args = self._X, self._U, self.n, self.p, self._args
+        t = self._t
+        self._e_fx = _diff_entries(self._e_f, X)
+        self._e_fu = _diff_entries(self._e_f, U)
+        #: f, f_x (forward right-hand side and its Jacobian)
+        self.f = _SymArray(self._e_f, (n,), args)
+        self.f_x = _SymArray(self._e_fx, (n, n), args)
         # adjoint: h_x = f_x^T λ (its right-hand side) and h_u = f_u^T λ (its
         # quadrature, evaluated at many points at once), h = λ^T f
         self._adj_x = _SymArray(_contract(self._e_fx, self._L), (n,), args + (self._L,))
@@ -113,12 +126,6 @@ class Forward:
         self._fx_const = not (fx_syms & (set(X) | {t}))
         self._sens = _SymBundle([(self._e_f, (n,)), (self._e_fx, (n, n)),
                                  (self._e_fu, (n, p))], args)
-        self._second = None
-        #: Σ φ_j and R(u) with their derivatives (shared with the discrete backend)
-        self.misfit = MeasurementMisfit(problem)
-        self._fwd_key = None
-        self._fwd = None
-        self.counts = dict(forward=0, sensitivity=0, adjoint=0, soa=0, nfev=0, njev=0)
 
     # -- lazily built symbolic pieces ---------------------------------------
     def _second_derivatives(self):

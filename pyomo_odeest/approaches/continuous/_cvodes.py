@@ -1,0 +1,596 @@
+r"""The continuous model on a compiled engine: SUNDIALS CVODES through CasADi's integrator.
+
+:class:`CvodesModel` is a :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`
+whose integrations run in compiled code: the right-hand side :math:`f(x, u, t)`
+of the problem's sympy form is rendered once into a CasADi ``SX`` expression
+graph, and CasADi's ``integrator('cvodes', ...)`` (BDF, Newton with the exact
+sparse Jacobian CasADi derives from that graph) integrates it.  Everything
+around the integrations stays the package's own: the initial state
+:math:`l(u)` with its derivatives (so estimated initial states and the
+steady state of a pre-equilibration enter exactly as in the SciPy path), and
+the misfit :math:`\varphi_j` with its first and second derivatives
+(:class:`~pyomo_odeest.problem._misfit.MeasurementMisfit`).
+
+The map from :math:`(x_0, u)` to the states at the output grid (the
+measurement times after :math:`t_0` and the switching times of the inputs)
+is one CasADi ``MX`` function :math:`G`: one CVODES integrator per piece
+between switching times (a restart at every switching time, where an input
+or its derivative jumps), each with the measurement times inside the piece as
+its output grid.  Its derivatives are CVODES's:
+
+* forward sensitivities [MHV, eq. (8)]: ``G.forward(k)``, the augmented
+  system :math:`\dot S = f_x S + f_u V`, :math:`S(t_0) = l_u V`, with
+  :math:`k` directions at once;
+* the adjoint [MHV, eqs. (15)–(16)]: ``G.reverse(1)`` with the seeds
+  :math:`\nabla_x\varphi_j` at the output times, i.e. CVODES's backward
+  integration of :math:`\dot\lambda = -f_x^\top\lambda` with the jumps
+  :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j` and the
+  quadrature :math:`\int f_u^\top\lambda\,dt` (checkpointed forward
+  solution, Hermite interpolation);
+* the Hessian by forward-over-adjoint: ``G.reverse(1).forward(k)``, the
+  directional derivative of the adjoint sweep (the second-order adjoint
+  :math:`\mu, Q` of [MHV, eqs. (18)–(20)]) seeded with
+  :math:`\varphi_{xx}S_j + \varphi_{xu}V` at the output times.
+
+Inputs given as data are polynomials of degree at most three in :math:`t`
+between their breakpoints (piecewise constant, piecewise linear, cubic
+spline); on each piece their values enter the compiled right-hand side as
+the coefficients of that polynomial, fitted at four points and checked at
+three more (an input that is not such a polynomial is refused).
+
+A right-hand side with a function that has no CasADi counterpart raises
+:class:`CvodesUnavailable`; :func:`~pyomo_odeest.approaches.continuous.estimate_continuous`
+then names ``engine='scipy'`` as the way out.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import sympy
+
+from ...problem._inputs import input_applications
+from ._functions import IntegrationError
+from ._model import ContinuousModel
+
+__all__ = ["CvodesModel", "CvodesUnavailable", "cvodes_available", "sympy_to_casadi",
+           "ENGINES", "resolve_engine", "continuous_model", "integrator_name"]
+
+ENGINES = ("cvodes", "scipy")
+
+
+class CvodesUnavailable(RuntimeError):
+    """The CVODES engine cannot take this problem (or CasADi is not installed)."""
+
+
+def cvodes_available() -> bool:
+    """True when CasADi (with its SUNDIALS CVODES plugin) imports."""
+    try:
+        import casadi  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _casadi():
+    try:
+        import casadi
+    except ImportError:
+        raise CvodesUnavailable("the CVODES engine needs CasADi: pip install "
+                                "'pyomo_odeest[sundials]' (or use engine='scipy')") from None
+    return casadi
+
+
+# ---------------------------------------------------------------------------
+# sympy -> CasADi
+# ---------------------------------------------------------------------------
+def _unary(ca):
+    return {sympy.exp: ca.exp, sympy.log: ca.log, sympy.sin: ca.sin, sympy.cos: ca.cos,
+            sympy.tan: ca.tan, sympy.sinh: ca.sinh, sympy.cosh: ca.cosh, sympy.tanh: ca.tanh,
+            sympy.asin: ca.asin, sympy.acos: ca.acos, sympy.atan: ca.atan,
+            sympy.asinh: ca.asinh, sympy.acosh: ca.acosh, sympy.atanh: ca.atanh,
+            sympy.Abs: ca.fabs, sympy.sign: ca.sign, sympy.floor: ca.floor,
+            sympy.ceiling: ca.ceil, sympy.erf: ca.erf}
+
+
+def sympy_to_casadi(exprs, table):
+    r"""CasADi expressions of the sympy expressions ``exprs``.
+
+    ``table`` maps sympy atoms (symbols, input applications) to CasADi
+    expressions.  Covered: numbers, ``+ * **``, the elementary functions
+    (exp, log, trigonometric and hyperbolic with inverses, Abs, sign, floor,
+    ceiling, erf), ``Max``/``Min``, ``Heaviside``, ``Piecewise`` with
+    relational and boolean conditions.  Anything else raises
+    :class:`CvodesUnavailable` naming it.  Common subexpressions are
+    converted once.
+    """
+    ca = _casadi()
+    unary = _unary(ca)
+    cache = {}
+
+    def conv(e):
+        if e in table:
+            return table[e]
+        hit = cache.get(e)
+        if hit is not None:
+            return hit
+        out = _conv(e)
+        cache[e] = out
+        return out
+
+    def _conv(e):
+        if e.is_Number or isinstance(e, sympy.NumberSymbol):
+            return float(e)
+        if e is sympy.true or e is sympy.false:
+            return 1.0 if e is sympy.true else 0.0
+        if e.is_Symbol:
+            raise CvodesUnavailable(f"symbol {e} of the right-hand side is neither a state, "
+                                    f"a parameter nor time")
+        if e.is_Add:
+            out = 0
+            for a in e.args:
+                out = out + conv(a)
+            return out
+        if e.is_Mul:
+            out = 1
+            for a in e.args:
+                out = out * conv(a)
+            return out
+        if e.is_Pow:
+            b, x = e.args
+            if x == sympy.Rational(1, 2):
+                return ca.sqrt(conv(b))
+            if x == -1:
+                return 1 / conv(b)
+            if x.is_Integer:
+                return conv(b) ** int(x)
+            return conv(b) ** conv(x)
+        f = type(e)
+        if f in unary:
+            return unary[f](conv(e.args[0]))
+        if f is sympy.atan2:
+            return ca.atan2(conv(e.args[0]), conv(e.args[1]))
+        if f in (sympy.Max, sympy.Min):
+            op = ca.fmax if f is sympy.Max else ca.fmin
+            args = [conv(a) for a in e.args]
+            out = args[0]
+            for a in args[1:]:
+                out = op(out, a)
+            return out
+        if f is sympy.Heaviside:
+            a = conv(e.args[0])
+            h0 = float(e.args[1]) if len(e.args) > 1 and e.args[1] is not sympy.nan else 0.5
+            return ca.if_else(a > 0, 1.0, ca.if_else(a < 0, 0.0, h0))
+        if f is sympy.Piecewise:
+            out = None
+            for val, cond in reversed(e.args):
+                v = conv(val)
+                if out is None or cond is sympy.true:
+                    out = v if cond is sympy.true else ca.if_else(conv(cond), v, np.nan)
+                else:
+                    out = ca.if_else(conv(cond), v, out)
+            return out
+        rel = {sympy.StrictLessThan: ca.lt, sympy.LessThan: ca.le,
+               sympy.StrictGreaterThan: ca.gt, sympy.GreaterThan: ca.ge,
+               sympy.Equality: ca.eq, sympy.Unequality: ca.ne}
+        if f in rel:
+            return rel[f](conv(e.args[0]), conv(e.args[1]))
+        if f is sympy.And or f is sympy.Or:
+            op = ca.logic_and if f is sympy.And else ca.logic_or
+            args = [conv(a) for a in e.args]
+            out = args[0]
+            for a in args[1:]:
+                out = op(out, a)
+            return out
+        if f is sympy.Not:
+            return ca.logic_not(conv(e.args[0]))
+        if not e.free_symbols and not e.atoms(sympy.Function):
+            return float(e)
+        raise CvodesUnavailable(f"no CasADi counterpart for {f.__name__} in the right-hand "
+                                f"side (in {e}); use engine='scipy'")
+
+    return [conv(sympy.sympify(e)) for e in exprs]
+
+
+# ---------------------------------------------------------------------------
+# inputs: one cubic per piece
+# ---------------------------------------------------------------------------
+_FIT = 0.5 - 0.5 * np.cos(np.pi * (np.arange(4) + 0.5) / 4)      # Chebyshev nodes in (0, 1)
+_CHECK = np.array([0.1, 0.45, 0.95])
+
+
+def _input_coefficients(app, lo, hi):
+    r"""Coefficients :math:`c_m` of :math:`F(t) = \sum_{m \le 3} c_m s^m`,
+    :math:`s = (t - lo)/(hi - lo)`, of the input application ``app`` on the
+    piece ``[lo, hi]`` (exact for the package's inputs, checked at three
+    more points)."""
+    imp = type(app)._imp_
+    w = hi - lo
+    vals = np.array([float(imp(lo + w * s)) for s in _FIT])
+    c = np.linalg.solve(np.vander(_FIT, 4, increasing=True), vals)
+    chk = np.array([float(imp(lo + w * s)) for s in _CHECK])
+    err = np.abs(np.vander(_CHECK, 4, increasing=True) @ c - chk)
+    if np.any(err > 1e-9 * max(1.0, float(np.max(np.abs(vals))))):
+        raise CvodesUnavailable(
+            f"input {type(app).__name__} is not a polynomial of degree <= 3 between its "
+            f"breakpoints on [{lo:g}, {hi:g}]; use engine='scipy'")
+    return c
+
+
+class _Trajectory:
+    """The forward solution of one parameter vector: ``sol(times)`` integrates
+    again with ``times`` as the output grid (CVODES keeps no dense output)."""
+
+    def __init__(self, model, u):
+        self._model, self._u = model, u
+
+    def sol(self, t):
+        t = np.asarray(t, dtype=float)
+        X = self._model._states_at(self._u, np.atleast_1d(t))
+        return X.T if t.ndim else X[0]
+
+
+class CvodesModel(ContinuousModel):
+    r""":class:`~pyomo_odeest.approaches.continuous.ContinuousModel` integrated by CVODES.
+
+    Same interface and conventions as the SciPy model (objective, gradient by
+    ``'adjoint'``, ``'sensitivity'`` or ``'fd'``, :meth:`sensitivities`,
+    Hessians with ``'soa'`` = forward-over-adjoint here, simulation); see
+    the module docstring for how each derivative is computed.
+
+    Parameters
+    ----------
+    problem : EstimationProblem
+        One experiment (use one model per experiment).
+    rtol, atol : float
+        CVODES tolerances of the states, sensitivities and adjoints
+        (default 1e-8 and 1e-12; AMICI's defaults are rtol 1e-8, atol 1e-16
+        on its scaled states).
+    max_num_steps : int
+        CVODES's step limit per output interval.
+    linear_solver : str
+        CasADi linear solver of the Newton iterations (``'csparse'``, sparse
+        LU of the exact Jacobian; ``'qr'``, CasADi's default).
+    **kwargs
+        Passed to :class:`ContinuousModel` (``fd_step``,
+        ``hessian_fd_step``); the ``method`` attribute (``'BDF'``) names the
+        SciPy integrator of :meth:`reference`.
+
+    Notes
+    -----
+    :meth:`adjoint` with ``times`` (the adjoint trajectory, a diagnostic)
+    comes from the SciPy sweep of :meth:`reference` (CVODES returns the
+    adjoint at :math:`t_0` only).  Counters: ``forward``, ``sensitivity``,
+    ``adjoint``, ``soa`` count calls of the compiled functions.
+    """
+
+    engine = "cvodes"
+
+    def __init__(self, problem, rtol=1e-8, atol=1e-12, max_num_steps=100_000,
+                 linear_solver="csparse", **kwargs):
+        kwargs.pop("method", None)
+        super().__init__(problem, method="BDF", rtol=rtol, atol=atol, **kwargs)
+        ca = _casadi()
+        self.max_num_steps = int(max_num_steps)
+        self.linear_solver = str(linear_solver)
+        n, p = self.n, self.p
+        X = ca.SX.sym("x", n)
+        U = ca.SX.sym("u", p)
+        t = ca.SX.sym("t")
+        apps = input_applications(self.problem.f_sym)
+        for a in apps:
+            if a.args != (self._t,):
+                raise CvodesUnavailable(f"input {a} is not evaluated at time t; use "
+                                        f"engine='scipy'")
+        lo, w = ca.SX.sym("lo"), ca.SX.sym("w")
+        C = ca.SX.sym("c", 4 * len(apps))
+        s = (t - lo) / w
+        table = {sym: X[i] for i, sym in enumerate(self._X)}
+        table.update({sym: U[i] for i, sym in enumerate(self._U)})
+        table[self._t] = t
+        for k, a in enumerate(apps):
+            table[a] = C[4 * k] + s * (C[4 * k + 1] + s * (C[4 * k + 2] + s * C[4 * k + 3]))
+        ode = ca.vertcat(*sympy_to_casadi(self.problem.f_sym, table))
+        extra = ca.vertcat(lo, w, C) if apps else ca.SX(0, 1)
+        self._dae = dict(x=X, p=ca.vertcat(U, extra), t=t, ode=ode)
+        self._apps = apps
+
+        # output grid: measurement times after t0 and switching times, in pieces
+        tau = self.tau
+        last = float(tau.max()) if len(tau) else self.t0
+        self._pieces = self._make_pieces(np.unique(tau[tau > self.t0]), last)
+        grid = np.concatenate([g for _, _, g in self._pieces]) if self._pieces else np.zeros(0)
+        self.grid = grid
+        self._col = np.array([int(np.searchsorted(grid, tt)) if tt > self.t0 else -1
+                              for tt in tau], dtype=int)
+        self._fun_key = None
+        self._funs = {}
+        self._lhess = None
+        self._ref = None
+        self._grids = {}
+
+    def _integration_functions(self):
+        """Nothing to lambdify: CVODES evaluates the compiled right-hand side."""
+
+    # -- compiled functions ---------------------------------------------------
+    def _make_pieces(self, out_times, last):
+        """``[(a, b, grid)]``: pieces between switching times, each with its output times."""
+        sw = self.switches[(self.switches > self.t0) & (self.switches < last)]
+        edges = np.concatenate([[self.t0], sw, [last]]) if last > self.t0 else np.zeros(0)
+        pieces = []
+        for a, b in zip(edges[:-1], edges[1:]):
+            g = out_times[(out_times > a) & (out_times <= b)]
+            if b < last:
+                g = np.union1d(g, [b])
+            if len(g):
+                pieces.append((float(a), float(b), g))
+        return pieces
+
+    def _piece_data(self, a, b):
+        if not self._apps:
+            return np.zeros(0)
+        cs = [_input_coefficients(app, a, b) for app in self._apps]
+        return np.concatenate([[a, b - a], *cs])
+
+    def _opts(self):
+        return dict(reltol=self.rtol, abstol=self.atol, max_num_steps=self.max_num_steps,
+                    linear_solver=self.linear_solver, disable_internal_warnings=True)
+
+    def _build(self, pieces, name):
+        """The MX function (x0, u) -> states at the pieces' output times (n, m)."""
+        ca = _casadi()
+        x0 = ca.MX.sym("x0", self.n)
+        u = ca.MX.sym("u", self.p)
+        xs, outs = x0, []
+        opts = self._opts()
+        for i, (a, b, g) in enumerate(pieces):
+            F = ca.integrator(f"{name}_{i}", "cvodes", self._dae, a, list(g), opts)
+            r = F(x0=xs, p=ca.vertcat(u, ca.DM(self._piece_data(a, b))))
+            outs.append(r["xf"])
+            xs = r["xf"][:, -1]
+        out = ca.horzcat(*outs) if outs else ca.MX(self.n, 0)
+        return ca.Function(name, [x0, u], [out], ["x0", "u"], ["X"])
+
+    def _f(self, kind, k=0):
+        """The compiled function ``kind`` ('G', 'fwd', 'adj', 'fwdadj'), rebuilt when the
+        tolerances change."""
+        key = (self.rtol, self.atol, self.max_num_steps, self.linear_solver)
+        if key != self._fun_key:
+            self._funs, self._grids, self._fun_key = {}, {}, key
+        name = (kind, k)
+        if name not in self._funs:
+            if kind == "G":
+                f = self._build(self._pieces, "G")
+            elif kind == "fwd":
+                f = self._f("G").forward(k)
+            elif kind == "adj":
+                f = self._f("G").reverse(1)
+            else:
+                f = self._f("adj").forward(k)
+            self._funs[name] = f
+        return self._funs[name]
+
+    def _call(self, fn, **kw):
+        try:
+            out = fn(**kw)
+        except RuntimeError as err:
+            msg = str(err).strip().splitlines()
+            raise IntegrationError("CVODES failed: " + (msg[-1] if msg else "")) from None
+        out = {k: np.array(v, dtype=float) for k, v in out.items()}
+        for k, v in out.items():
+            if not np.all(np.isfinite(v)):
+                raise IntegrationError(f"CVODES: non-finite values in {k}")
+        return out
+
+    # -- forward -------------------------------------------------------------
+    def _forward(self, u):
+        key = (u.tobytes(), self.rtol, self.atol)
+        if self._fwd_key == key:
+            return self._fwd
+        x0 = self.l.dense(u)
+        Xm = np.tile(x0, (len(self.tau), 1))
+        if len(self.grid):
+            Xg = self._call(self._f("G"), x0=x0, u=u)["X"].reshape(self.n, -1)
+            sel = self._col >= 0
+            Xm[sel] = Xg[:, self._col[sel]].T
+        self.counts["forward"] += 1
+        self._fwd_key, self._fwd = key, (_Trajectory(self, u), Xm)
+        return self._fwd
+
+    def _states_at(self, u, times):
+        """States (n, m) at arbitrary ``times`` (in [t0, ...]), by their own output grid."""
+        times = np.asarray(times, dtype=float)
+        if np.any(times < self.t0):
+            raise ValueError(f"times before t0 = {self.t0:g}")
+        out_t = np.unique(times[times > self.t0])
+        key = out_t.tobytes()
+        if key not in self._grids:
+            pieces = self._make_pieces(out_t, float(out_t.max()) if len(out_t) else self.t0)
+            grid = np.concatenate([g for _, _, g in pieces]) if pieces else np.zeros(0)
+            self._f("G")                          # resets the cache on new tolerances
+            self._grids[key] = (self._build(pieces, "sim"), grid)
+        fn, grid = self._grids[key]
+        x0 = self.l.dense(u)
+        X = np.tile(x0[:, None], (1, len(times)))
+        if len(grid):
+            Xg = self._call(fn, x0=x0, u=u)["X"].reshape(self.n, -1)
+            pos = times > self.t0
+            X[:, pos] = Xg[:, np.searchsorted(grid, times[pos])]
+        return X
+
+    def sensitivities(self, u=None, V=None):
+        r"""Forward sensitivities :math:`S = (\partial x/\partial u)V` at the measurement
+        times [MHV, eq. (8)], by CVODES (``G.forward(k)``).
+
+        Returns ``(trajectory, Xm, Sm)`` with ``Xm`` (N, n) and ``Sm`` (N, n, k).
+        """
+        u = self._u(u)
+        V = np.eye(self.p) if V is None else np.asarray(V, dtype=float).reshape(self.p, -1)
+        n, k, N = self.n, V.shape[1], len(self.tau)
+        traj, Xm = self._forward(u)
+        S0 = self.l_u.dense(u) @ V
+        Sm = np.tile(S0, (N, 1, 1))
+        if len(self.grid) and k:
+            m = len(self.grid)
+            out = self._call(self._f("fwd", k), x0=self.l.dense(u), u=u,
+                             fwd_x0=S0, fwd_u=V)["fwd_X"].reshape(n, k * m)
+            Sg = out.reshape(n, k, m)                    # directions side by side
+            sel = self._col >= 0
+            Sm[sel] = np.transpose(Sg[:, :, self._col[sel]], (2, 0, 1))
+        self.counts["sensitivity"] += 1
+        return traj, Xm, Sm
+
+    # -- adjoint ---------------------------------------------------------------
+    def _seeds(self, jumps):
+        """Jumps at the measurement times as seeds on the output grid (n, m), and the
+        sum of those at t0 (applied to λ(t0) directly)."""
+        seeds = np.zeros((self.n, len(self.grid)))
+        at0 = np.zeros(self.n)
+        for j, c in enumerate(self._col):
+            if c >= 0:
+                seeds[:, c] += jumps[j]
+            else:
+                at0 += jumps[j]
+        return seeds, at0
+
+    def adjoint(self, u=None, times=None):
+        r"""Gradient by the CVODES adjoint [MHV, eqs. (15)–(16)].
+
+        Returns a dict with ``gradient`` (p,), ``lambda0`` (:math:`\lambda(t_0)`)
+        and ``quadrature`` (:math:`\int_{t_0}^T f_u^\top\lambda\,dt`); with
+        ``times``, also ``lambda`` (a DataFrame) from the SciPy sweep of
+        :meth:`reference` (a diagnostic).
+        """
+        u = self._u(u)
+        _, Xm = self._forward(u)
+        jumps, gu = self.misfit.gradients(Xm, u)
+        gu = gu + self.misfit.penalty_gradient(u)
+        seeds, lam = self._seeds(jumps)
+        q = np.zeros(self.p)
+        if len(self.grid):
+            s = self._adjoint_scale(seeds)
+            out = self._call(self._f("adj"), x0=self.l.dense(u), u=u, adj_X=s * seeds)
+            lam = lam + out["adj_x0"].reshape(-1) / s
+            q = out["adj_u"].reshape(-1) / s
+        self.counts["adjoint"] += 1
+        grad = self.l_u.dense(u).T @ lam + q + gu
+        res = dict(gradient=grad, lambda0=lam, quadrature=q)
+        if times is not None:
+            res["lambda"] = self.reference().adjoint(u, times=times)["lambda"]
+        return res
+
+    def _adjoint_scale(self, seeds):
+        r"""Factor :math:`s \le 1` of the adjoint's seeds (the sweep is linear in them).
+
+        CVODES applies one absolute tolerance ``atol`` to the states and the
+        adjoint.  The adjoint has no scale of its own (it is driven by the
+        jumps); as in the SciPy sweep (``adjoint_atol``, see
+        :func:`~pyomo_odeest.approaches.continuous._functions._segment_atol`),
+        its absolute tolerance should be
+        :math:`\max(\text{atol}, \text{adjoint\_atol}\cdot\text{rtol}\cdot\|\text{jumps}\|_\infty)`.
+        Integrating :math:`s\lambda` with
+        :math:`s = \text{atol}/(\text{adjoint\_atol}\cdot\text{rtol}\cdot\|\text{jumps}\|_\infty)`
+        and dividing the result by :math:`s` does exactly that.
+        """
+        big = float(np.max(np.abs(seeds), initial=0.0))
+        want = self.adjoint_atol * self.rtol * big
+        return self.atol / want if want > self.atol else 1.0
+
+    # -- second order ------------------------------------------------------------
+    def hessian_vector(self, u=None, V=None):
+        r"""Hessian–vector products :math:`HV` by forward-over-adjoint.
+
+        The forward derivative of the CVODES adjoint sweep in the directions
+        :math:`(l_u V, V)` with the jumps' derivatives
+        :math:`\varphi_{xx}S_j + \varphi_{xu}V` as seeds gives the
+        second-order adjoint :math:`\mu(t_0)` and quadrature :math:`Q` of
+        [MHV, eqs. (18)–(20)]; then, as in the SciPy model,
+        :math:`Hv = l_u^\top\mu(t_0) + (\sum_i\lambda_i(t_0) l_{i,uu})v + Q
+        + \sum_j(\varphi_{ux}S_j + \varphi_{uu}v)`.
+        """
+        u = self._u(u)
+        vec = V is not None and np.ndim(V) == 1
+        V = np.eye(self.p) if V is None else np.asarray(V, dtype=float).reshape(self.p, -1)
+        n, k = self.n, V.shape[1]
+        _, Xm, Sm = self.sensitivities(u, V)
+        jl, _ = self.misfit.gradients(Xm, u)
+        jM, Hm = self.misfit.directional_second(Xm, u, Sm, V)
+        Hm = Hm + self.misfit.penalty_hessian(u) @ V
+        seeds, lam = self._seeds(jl)
+        M = np.zeros((n, k))
+        for j, c in enumerate(self._col):
+            if c < 0:
+                M += jM[j]
+        Q = np.zeros((self.p, k))
+        if len(self.grid) and k:
+            m = len(self.grid)
+            dseeds = np.zeros((n, k, m))
+            for j, c in enumerate(self._col):
+                if c >= 0:
+                    dseeds[:, :, c] += jM[j]
+            x0 = self.l.dense(u)
+            base = self._call(self._f("adj"), x0=x0, u=u, adj_X=seeds)
+            lam = lam + base["adj_x0"].reshape(-1)
+            out = self._call(self._f("fwdadj", k), x0=x0, u=u, adj_X=seeds,
+                             fwd_x0=self.l_u.dense(u) @ V, fwd_u=V,
+                             fwd_adj_X=dseeds.reshape(n, k * m))
+            M = M + out["fwd_adj_x0"].reshape(n, k)
+            Q = out["fwd_adj_u"].reshape(self.p, k)
+        self.counts["soa"] += 1
+        if self._lhess is None:
+            self._lhess = self.problem.initial_hessian()
+        Luu = np.tensordot(lam, self._lhess.dense(u), axes=1)
+        HV = self.l_u.dense(u).T @ M + Luu @ V + Q + Hm
+        return HV[:, 0] if vec else HV
+
+    # -- cross-check -------------------------------------------------------------
+    def reference(self):
+        """The SciPy :class:`ContinuousModel` of the same problem (BDF, same tolerances),
+        built once: the fallback and cross-check of this engine."""
+        if self._ref is None or (self._ref.rtol, self._ref.atol) != (self.rtol, self.atol):
+            self._ref = ContinuousModel(self.problem, method=self.method, rtol=self.rtol,
+                                        atol=self.atol)
+        return self._ref
+
+    def simulate(self, u=None, times=None):
+        """States x(t) at ``times`` (default: the measurement times) as a DataFrame."""
+        u = self._u(u)
+        if times is None:
+            return super().simulate(u)
+        times = np.asarray(times, dtype=float)
+        X = self._states_at(u, times).T
+        return pd.DataFrame(X, index=pd.Index(times, name="time"), columns=self.problem.states)
+
+
+# ---------------------------------------------------------------------------
+# engine selection
+# ---------------------------------------------------------------------------
+def resolve_engine(engine=None, method=None):
+    """``'cvodes'`` or ``'scipy'``: ``engine`` if given, else ``'cvodes'`` when CasADi
+    imports and no SciPy ``method`` is named."""
+    if engine is None:
+        return "cvodes" if method is None and cvodes_available() else "scipy"
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES} (or None), got {engine!r}")
+    if engine == "cvodes" and method not in (None, "BDF"):
+        raise ValueError(f"engine 'cvodes' integrates by CVODES's BDF; method={method!r} "
+                         f"names a SciPy integrator: use engine='scipy' with it")
+    return engine
+
+
+def continuous_model(problem, engine=None, method=None, rtol=None, atol=None, **kwargs):
+    """The continuous model of one experiment on the engine ``engine`` (see
+    :func:`resolve_engine`): a :class:`CvodesModel` (default rtol 1e-8, atol 1e-12)
+    or a :class:`ContinuousModel` (default ``'LSODA'``, rtol 1e-10, atol 1e-12)."""
+    if resolve_engine(engine, method) == "cvodes":
+        return CvodesModel(problem, rtol=1e-8 if rtol is None else rtol,
+                           atol=1e-12 if atol is None else atol, **kwargs)
+    return ContinuousModel(problem, method="LSODA" if method is None else method,
+                           rtol=1e-10 if rtol is None else rtol,
+                           atol=1e-12 if atol is None else atol, **kwargs)
+
+
+def integrator_name(model):
+    """``'CVODES BDF (CasADi 3.x)'`` or ``'solve_ivp LSODA'`` (for results)."""
+    if getattr(model, "engine", None) == "cvodes":
+        return f"CVODES BDF (CasADi {_casadi().__version__})"
+    return f"solve_ivp {model.method}"
