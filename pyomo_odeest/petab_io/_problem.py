@@ -70,10 +70,16 @@ joint NLL in :math:`(\theta, s)`.  Any other smooth σ formula of noise
 parameters (products or sums of several, a σ given by a formula with
 exponents) is handled the same way, the noise step then minimizing
 :math:`\sum_i \tfrac12 r_i^2/\sigma_i(s)^2 + \log\sigma_i(s)` (plus the priors of
-the noise parameters) numerically within their bounds.  A σ that depends on
-the states, or on a parameter that also enters the model or an observable
-formula, raises :class:`UnsupportedFeatureError` (its likelihood is still
-evaluated by :func:`~pyomo_odeest.petab_io.petab_nll`).
+the noise parameters) numerically within their bounds.
+
+**σ sharing a parameter with the model or an observable** (σ = scale·σ₀
+with the scale in the observable): every datum is its own observed quantity,
+the scaled residual :math:`z_i = (\tau(y_i) - \tau(m_i))/\sigma_i(u)` with datum 0
+and σ = 1, and the penalty holds :math:`2\sum_i\log\sigma_i(u)`, so the
+objective is twice the exact NLL (less its constants) with exact derivatives
+in every approach.  A σ that depends on the states raises
+:class:`UnsupportedFeatureError` (its likelihood is still evaluated by
+:func:`~pyomo_odeest.petab_io.petab_nll`).
 
 **Priors.**  The priors of the estimated parameters
 (:meth:`~pyomo_odeest.petab_io.PetabModel.prior_nll`) are the problem's
