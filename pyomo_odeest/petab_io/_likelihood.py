@@ -94,17 +94,20 @@ class PetabSimulator:
             te = None
             if t_eval is not None:
                 te = t_eval[(t_eval >= a) & ((t_eval <= b) if last else (t_eval < b))]
+                te_run = te if last else np.append(te, b)     # the state at b starts the next
             sol = solve_ivp(lambda t, x: np.asarray(f(x, p, t), dtype=float).reshape(-1),
-                            (a, b), x, method=self.method, t_eval=te,
-                            rtol=self.rtol, atol=self.atol, dense_output=t_eval is not None,
+                            (a, b), x, method=self.method,
+                            t_eval=None if te is None else te_run,
+                            rtol=self.rtol, atol=self.atol,
                             jac=lambda t, x: np.asarray(jac(x, p, t), dtype=float))
             if not sol.success:
                 raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
                                    f"failed: {sol.message}")
+            y = np.asarray(sol.y).reshape(len(x), -1)
             if te is not None and len(te):
-                ts.append(sol.t)
-                ys.append(np.asarray(sol.y).reshape(len(x), -1))
-            x = sol.y[:, -1] if te is None or len(cuts) == 2 else sol.sol(b)
+                ts.append(sol.t[:len(te)])
+                ys.append(y[:, :len(te)])
+            x = y[:, -1]
         if t_eval is None:
             return _Solution(np.array([float(T)]), x.reshape(-1, 1))
         return _Solution(np.concatenate(ts), np.concatenate(ys, axis=1))
