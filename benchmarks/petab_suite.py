@@ -18,22 +18,24 @@ with the tests (``tests/data/petab``).  Per problem:
    clipped to the bounds, seeded; discrete approaches on ``--scheme`` with
    largest step horizon/``grid-points``, and (``--grid auto``, the default) no
    more than the median step of LSODA at the start (:func:`largest_step`);
-3. every converged start is also evaluated by an independent simulation at its
-   estimates (the result's ``simulated_objective``); when the best start's
-   discrete and simulated objectives disagree (the result's
-   "discretization error" warning), the approach is rerun from that start and
-   the nominal point on a grid three times finer; when no start converged,
-   from the nominal point on a grid three times finer; at most ``--refine``
-   times;
-4. the best fit is the converged start with the lowest NLL *by simulation*
-   (PEtab's NLL by :class:`~pyomo_odeest.petab_io.PetabSimulator` at its
-   estimates), so a discretization artefact cannot be reported as a fit;
-5. the approaches are tried in the order given and the next one only when the
-   fits so far are not ``ok`` (``--all-approaches``: every one);
-   ``continuous_least_squares`` is the continuous approach with the
-   Gauss–Newton trust region (``optimizer='least_squares'``, at most 300
-   residual evaluations per start), first by default: it is the cheapest
-   where it converges.
+3. when the best converged start's discrete and simulated objectives
+   disagree (the result's "discretization error" warning), the approach is
+   rerun from that start and the nominal point on a grid three times finer;
+   when no start converged, from the nominal point on a grid three times
+   finer; at most ``--refine`` times;
+4. problems with several estimated noise parameters (σ estimated by
+   alternation, :meth:`~pyomo_odeest.petab_io.PetabEstimation.fit`): the best
+   start of the approach is refined by ``fit`` (θ and σ jointly);
+5. every start with finite estimates is evaluated by simulation (PEtab's NLL
+   by :class:`~pyomo_odeest.petab_io.PetabSimulator`, plus the priors when
+   the problem has them: the objective the estimation minimizes), so a
+   discretization artefact cannot be reported as a fit;
+6. the approaches are tried in the order given until one converges to a point
+   no worse than the problem's start and than the reference
+   (``--all-approaches``: every one).  ``continuous_least_squares`` is the
+   continuous approach with the Gauss–Newton trust region
+   (``optimizer='least_squares'``, at most 300 residual evaluations per
+   start), first by default: it is the cheapest where it converges.
 
 Ipopt options: ``max_wall_time`` from ``--max-wall-time``; when a start puts a
 free parameter on one of its bounds, ``bound_push = bound_frac = 1e-8``
@@ -41,13 +43,25 @@ free parameter on one of its bounds, ``bound_push = bound_frac = 1e-8``
 
 Prints one line per problem,
 ``petab_problem: name=... nominal_nll=... best_nll=... best_approach=... wall_s=... status=...``
-(followed by the reference, the discrete NLL of the best start and its grid),
-and ends with ``petab_suite: problems=... imported=... median_wall_s=...``.
-``status`` is ``ok`` (nominal within 1e-4 relative of the reference when
-there is one, and the best fit no worse than the reference + 1e-3),
-``nominal_mismatch``, ``worse_than_reference``, ``discretization_mismatch``
-(the best start still disagrees with its simulation after refining),
-``fit_failed`` or ``import_failed`` (with the exception's name).
+(values are the objective the estimation minimizes: PEtab's NLL, plus the
+priors when the problem has them), followed by ``reference_nll`` (the
+reference on the same objective) and ``ref_gap`` (best − reference), the
+discrete NLL of the best start and its grid, ``flags`` and the approaches'
+failures, and ends with ``petab_suite: problems=... imported=... median_wall_s=...``.
+``status`` is
+
+* ``converged`` — converged to a stationary point (the approach's success,
+  its simulation agreeing with its discretization), no worse than the
+  problem's own start (the nominal point);
+* ``best_found_not_stationary`` — no converged start reaches the best value
+  found; ``best_nll`` is the best value reached (by a start that did not
+  converge, or the start itself when every converged fit is worse: flag
+  ``no_fit_better_than_its_start``): not a fit;
+* ``failed`` — no start gives finite estimates; ``import_failed`` (with the
+  exception's name).
+
+Flags: ``worse_than_reference`` (``ref_gap`` > 1e-3·max(1, |ref|)),
+``nominal_mismatch`` (the nominal NLL differs from the reference by more).
 """
 from __future__ import annotations
 
@@ -165,7 +179,7 @@ LEAST_SQUARES_MAX_NFEV = 300
 
 
 def fits(pe, approach, args, runner, h, starts):
-    """Multistart of one approach; the table with PEtab's NLL per converged start."""
+    """Multistart of one approach; the table with the objective by simulation per start."""
     from pyomo_odeest.runner import multistart
     prob = pe.problem
     base = "continuous" if approach == LEAST_SQUARES else approach
@@ -186,19 +200,57 @@ def fits(pe, approach, args, runner, h, starts):
     names = prob.parameter_names
     nll_d, nll_s = [], []
     for _, r in tab.iterrows():
-        if not bool(r["success"]) or not np.isfinite(float(r.get("objective", np.nan))):
+        est = pd.Series([float(r.get(f"p_{k}", np.nan)) for k in names], index=names)
+        if not np.isfinite(float(r.get("objective", np.nan))) or not np.all(np.isfinite(est)):
             nll_d.append(np.nan)
             nll_s.append(np.nan)
             continue
-        est = pd.Series([float(r[f"p_{k}"]) for k in names], index=names)
         nll_d.append(pe.nll(float(r["objective"])))
-        try:
-            nll_s.append(pe.simulated_nll(_Estimates(est, float(r["objective"]))))
-        except Exception:  # noqa: BLE001 - a start whose estimates cannot be simulated
-            nll_s.append(np.nan)
+        nll_s.append(simulated(pe, _Estimates(est, float(r["objective"]))))
     tab["nll_discrete"], tab["nll_simulated"] = nll_d, nll_s
     tab["max_step"] = h
     return tab
+
+
+def simulated(pe, result):
+    """The objective the estimation minimizes (PEtab's NLL, plus the priors), by simulation
+    at a result's estimates; NaN where they cannot be simulated."""
+    try:
+        return pe.simulated_nll(result, priors=True)
+    except Exception:  # noqa: BLE001 - a start whose estimates cannot be simulated
+        return np.nan
+
+
+def refine_noise(pe, approach, args, tab, h):
+    """Problems with several noise parameters: ``fit`` (θ and σ alternately) from the
+    approach's best start; one row like those of :func:`fits` (or None)."""
+    if not pe.noise_parameters:
+        return None
+    ok = tab[np.isfinite(tab["nll_simulated"])]
+    if ok.empty:
+        return None
+    best = ok.loc[ok["nll_simulated"].idxmin()]
+    names = pe.problem.parameter_names
+    base = "continuous" if approach == LEAST_SQUARES else approach
+    opts = {} if base.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
+    if approach == LEAST_SQUARES:
+        opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
+    t0 = time.perf_counter()
+    row = dict(task=-1, approach=approach + "+noise", max_step=h, nll_discrete=np.nan,
+               nll_simulated=np.nan, warnings="", iterations=0)
+    try:
+        res = pe.fit(base, u0=best[[f"p_{k}" for k in names]].to_numpy(dtype=float), **opts)
+    except Exception as err:  # noqa: BLE001 - reported as the row's status
+        row.update(success=False, status=f"noise fit failed: {type(err).__name__}",
+                   wall_s=time.perf_counter() - t0)
+        return pd.DataFrame([row])
+    row.update(success=bool(res.success), status=str(res.status),
+               objective=float(res.objective),
+               nll_discrete=float(res.extra.get("petab_nll", np.nan)),
+               nll_simulated=simulated(pe, res), warnings="; ".join(res.warnings),
+               iterations=res.extra.get("petab_rounds", 0), wall_s=time.perf_counter() - t0)
+    row.update({f"p_{k}": float(v) for k, v in res.estimates.items()})
+    return pd.DataFrame([row])
 
 
 def status_token(status):
@@ -213,19 +265,47 @@ def mismatch(row):
     return "discretization error" in str(row.get("warnings", ""))
 
 
-def assess(tab, nominal, r):
-    """Status of a problem from its fits so far and the best converged start (or None)."""
-    ok = tab[np.isfinite(tab["nll_simulated"])]
-    if ok.empty:
-        return "fit_failed", None
-    best = ok.loc[ok["nll_simulated"].idxmin()]
-    if r is not None and abs(nominal - r) > 1e-4 * abs(r):
-        return "nominal_mismatch", best
-    if mismatch(best):
-        return "discretization_mismatch", best
-    if r is not None and float(best["nll_simulated"]) > r + 1e-3:
-        return "worse_than_reference", best
-    return "ok", best
+#: statuses of a problem (see the module docstring)
+CONVERGED, NOT_STATIONARY, FAILED = "converged", "best_found_not_stationary", "failed"
+
+
+def tolerance(value):
+    return 1e-3 * max(1.0, abs(value))
+
+
+def assess(tab, start, r):
+    """Status of a problem from its fits so far: ``(status, best row, best value, flags)``.
+
+    ``start`` is the objective at the problem's own start (the nominal point, by
+    simulation); ``r`` the reference on the same objective (or None).  A converged start
+    is one its approach reports as successful (stationary) whose simulation agrees with
+    its discretization; the problem is ``converged`` when the best converged start is the
+    best value found and no worse than ``start``.  Otherwise the best value found (by a
+    start that did not converge, or ``start`` itself) is ``best_found_not_stationary``.
+    """
+    fin = tab[np.isfinite(tab["nll_simulated"].astype(float))]
+    if fin.empty:
+        return FAILED, None, start, []
+    conv = fin[fin["success"].astype(bool) & ~fin.apply(mismatch, axis=1)]
+    best_any = fin.loc[fin["nll_simulated"].astype(float).idxmin()]
+    flags = []
+    if not conv.empty:
+        best = conv.loc[conv["nll_simulated"].astype(float).idxmin()]
+        value = float(best["nll_simulated"])
+        if value <= start + tolerance(start) and \
+                value <= float(best_any["nll_simulated"]) + tolerance(value):
+            if r is not None and value > r + tolerance(r):
+                flags.append("worse_than_reference")
+            return CONVERGED, best, value, flags
+    value = min(float(best_any["nll_simulated"]), start)
+    if value == start:
+        flags.append("no_fit_better_than_its_start")
+    return NOT_STATIONARY, best_any, value, flags
+
+
+def solved(status, flags):
+    """A problem needs no further approach: converged, no worse than its reference."""
+    return status == CONVERGED and not flags
 
 
 def run_problem(folder, args, ref, runner):
@@ -238,8 +318,12 @@ def run_problem(folder, args, ref, runner):
     except Exception as err:  # noqa: BLE001 - reported as the status
         return dict(name=name, nominal_nll=np.nan, best_nll=np.nan, best_approach="-",
                     wall_s=time.perf_counter() - t0, status=f"import_failed:{type(err).__name__}",
-                    imported=False, detail=str(err)[:200])
+                    imported=False, detail=str(err)[:200], flags=[], reference=None)
     nominal = petab_nll(model)
+    prior = model.prior_nll() if model.has_priors else 0.0
+    start = nominal + prior                       # the objective at the problem's start
+    r = ref.get(name)
+    r_obj = None if r is None else r + prior      # the reference on the same objective
     prob = pe.problem
     tables = []
     h0 = largest_step(prob, args)
@@ -250,7 +334,7 @@ def run_problem(folder, args, ref, runner):
             if approach.startswith("continuous"):
                 break
             cur = tab[tab["max_step"] == h]
-            ok = cur[np.isfinite(cur["nll_simulated"])]
+            ok = cur[np.isfinite(cur["nll_simulated"]) & cur["success"].astype(bool)]
             if ok.empty:                  # every start failed on this grid: refine, restart
                 starts = [prob.u0]
                 why = "no start converged"
@@ -266,30 +350,34 @@ def run_problem(folder, args, ref, runner):
             print(f"  {name} {approach}: {why}; refit on max_step={h:.4g}", flush=True)
             tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts)],
                             ignore_index=True)
-        for _, r in tab.iterrows():
-            print(f"  {name} {approach} max_step={r['max_step']:.4g} start {int(r['task'])}: "
-                  f"{r['status']}, {r.get('iterations', 0)} it, nll(discrete)="
-                  f"{r['nll_discrete']:.6f} nll(simulated)={r['nll_simulated']:.6f} "
-                  f"({r.get('wall_s', np.nan):.1f} s)", flush=True)
+        extra = refine_noise(pe, approach, args, tab, h)
+        if extra is not None:
+            tab = pd.concat([tab, extra], ignore_index=True)
+        for _, row in tab.iterrows():
+            print(f"  {name} {row['approach']} max_step={row['max_step']:.4g} start "
+                  f"{int(row['task'])}: {row['status']}, {row.get('iterations', 0)} it, "
+                  f"nll(discrete)={row['nll_discrete']:.6f} "
+                  f"nll(simulated)={row['nll_simulated']:.6f} "
+                  f"({row.get('wall_s', np.nan):.1f} s)", flush=True)
         tables.append(tab)
-        status, best = assess(pd.concat(tables, ignore_index=True), nominal, ref.get(name))
-        if status == "ok" and not args.all_approaches and approach != args.approaches[-1]:
+        status, best, value, flags = assess(pd.concat(tables, ignore_index=True), start, r_obj)
+        if solved(status, flags) and not args.all_approaches and \
+                approach != args.approaches[-1]:
             rest = args.approaches[args.approaches.index(approach) + 1:]
-            print(f"  {name}: {approach} fits; not run: {','.join(rest)}", flush=True)
+            print(f"  {name}: {approach} converged; not run: {','.join(rest)}", flush=True)
             break
     tab = pd.concat(tables, ignore_index=True)
     detail = ";".join(f"{a}:{status_token(s)}" for a, s, ok in
                       zip(tab["approach"], tab["status"], tab["success"]) if not bool(ok))
-    status, best = assess(tab, nominal, ref.get(name))
-    if best is None:
-        return dict(name=name, nominal_nll=nominal, best_nll=np.nan, best_approach="-",
-                    wall_s=time.perf_counter() - t0, status=status, imported=True,
-                    detail=detail)
-    best_nll = float(best["nll_simulated"])
-    return dict(name=name, nominal_nll=nominal, best_nll=best_nll,
-                best_approach=best["approach"], wall_s=time.perf_counter() - t0, status=status,
-                imported=True, detail=detail, best_discrete=float(best["nll_discrete"]),
-                best_step=float(best["max_step"]))
+    status, best, value, flags = assess(tab, start, r_obj)
+    if r is not None and abs(nominal - r) > tolerance(r):
+        flags.append("nominal_mismatch")
+    out = dict(name=name, nominal_nll=start, best_nll=value, wall_s=time.perf_counter() - t0,
+               status=status, flags=flags, imported=True, detail=detail,
+               best_approach="-" if best is None else best["approach"], reference=r_obj)
+    if best is not None:
+        out.update(best_discrete=float(best["nll_discrete"]), best_step=float(best["max_step"]))
+    return out
 
 
 def main(argv=None):
@@ -315,8 +403,8 @@ def main(argv=None):
                     help="Ipopt's max_wall_time (seconds) of every fit; a fit that hits it "
                          "counts as failed")
     ap.add_argument("--all-approaches", action="store_true",
-                    help="run every approach (default: stop at the first whose best start "
-                         "is ok)")
+                    help="run every approach (default: stop at the first that converges to "
+                         "a point no worse than the start and the reference)")
     ap.add_argument("--workers", type=int, default=0,
                     help="Dask worker processes of the runner (0: serial)")
     ap.add_argument("--seed", type=int, default=0)
@@ -331,7 +419,12 @@ def main(argv=None):
         for f in folders:
             row = run_problem(f, args, ref, runner)
             rows.append(row)
-            extra = f" reference_nll={ref[row['name']]:.6f}" if row["name"] in ref else ""
+            extra = ""
+            if row.get("reference") is not None:
+                extra = (f" reference_nll={row['reference']:.6f} "
+                         f"ref_gap={row['best_nll'] - row['reference']:+.6f}")
+            if row["flags"]:
+                extra += " flags=" + ",".join(row["flags"])
             if "best_discrete" in row:
                 extra += (f" best_discrete_nll={row['best_discrete']:.6f} "
                           f"best_max_step={row['best_step']:.4g}")
@@ -344,7 +437,7 @@ def main(argv=None):
     walls = [r["wall_s"] for r in rows]
     print(f"petab_suite: problems={len(rows)} imported={sum(r['imported'] for r in rows)} "
           f"median_wall_s={np.median(walls) if walls else float('nan'):.1f}")
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return 0 if all(solved(r["status"], r["flags"]) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ its pre-equilibration condition settles to by simulation (the species the
 condition sets are reset), independently of the Newton solves of
 :mod:`pyomo_odeest.problem._steady_state`.  It does not use the package's discretizations,
 so it is also the yardstick for the fits of every approach.
+
+A model with inputs switched in time (SBML ``piecewise`` of time) is
+integrated piece by piece: the integration restarts at every switching time
+(:func:`~pyomo_odeest.petab_io._sbml.switch_times`), so no step straddles a
+discontinuity.  Noise formulas may depend on states and observables.
+Priors are not part of the likelihood (:meth:`PetabModel.prior_nll`).
 """
 from __future__ import annotations
 
@@ -24,11 +30,16 @@ import pandas as pd
 import sympy
 from scipy.integrate import solve_ivp
 
-from ._sbml import TIME, symbol
+from ._sbml import TIME, switch_times, symbol
 from ._tables import PetabModel, log_jacobian, transform_value
 from ..symbolic import lambdify
 
 __all__ = ["PetabSimulator", "petab_nll"]
+
+
+class _Solution:
+    def __init__(self, t, y):
+        self.t, self.y = t, y
 
 
 class PetabSimulator:
@@ -49,7 +60,7 @@ class PetabSimulator:
         self.pids = [p.id for p in model.parameters]
         psyms = [symbol(p) for p in self.pids]
         xs = [symbol(s) for s in model.ode.states]
-        self._f, self._jac, self._x0 = {}, {}, {}
+        self._f, self._jac, self._x0, self._switch = {}, {}, {}, {}
         for c in list(model.conditions) + [p for p in dict.fromkeys(
                 model.preequilibration.values()) if p not in model.conditions]:
             f = model.rhs(c)
@@ -57,37 +68,65 @@ class PetabSimulator:
             self._jac[c] = lambdify((xs, psyms, TIME), sympy.Matrix(f).jacobian(xs), "numpy")
             self._x0[c] = lambdify((psyms,), [model.initial[c][s] for s in model.ode.states],
                                          "numpy")
+            sw = sorted({t for e in f for t in switch_times(e, f"{model.name}: condition {c}")},
+                        key=str)
+            self._switch[c] = lambdify((psyms,), sw, "numpy") if sw else None
         meas = model.measurements
         self._yfun = {}
         for y in set(meas["y"]):
             self._yfun[y] = lambdify((xs, psyms, TIME), y, "numpy")
         self._sfun = {}
         for s in set(meas["sigma"]):
-            self._sfun[s] = lambdify((psyms,), s, "numpy")
+            self._sfun[s] = lambdify((xs, psyms, TIME), s, "numpy")
 
     def _integrate(self, condition, p, x0, T, t_eval=None):
+        """Solution on [0, T] (``t`` and ``y`` at ``t_eval``, or at T), restarted at every
+        switching time of the condition's inputs."""
         f, jac = self._f[condition], self._jac[condition]
-        sol = solve_ivp(lambda t, x: np.asarray(f(x, p, t), dtype=float).reshape(-1),
-                        (0.0, T), x0, method=self.method, t_eval=t_eval,
-                        rtol=self.rtol, atol=self.atol,
-                        jac=lambda t, x: np.asarray(jac(x, p, t), dtype=float))
-        if not sol.success:
-            raise RuntimeError(f"{self.model.name}: simulation of condition {condition} failed: "
-                               f"{sol.message}")
-        return sol
+        cuts = [0.0]
+        if self._switch[condition] is not None:
+            cuts += sorted(t for t in np.atleast_1d(np.asarray(self._switch[condition](p),
+                                                               dtype=float)) if 0.0 < t < T)
+        cuts.append(float(T))
+        t_eval = None if t_eval is None else np.asarray(t_eval, dtype=float)
+        ts, ys, x = [], [], np.asarray(x0, dtype=float)
+        for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            last = k == len(cuts) - 2
+            te = None
+            if t_eval is not None:
+                te = t_eval[(t_eval >= a) & ((t_eval <= b) if last else (t_eval < b))]
+                te_run = te if last else np.append(te, b)     # the state at b starts the next
+            sol = solve_ivp(lambda t, x: np.asarray(f(x, p, t), dtype=float).reshape(-1),
+                            (a, b), x, method=self.method,
+                            t_eval=None if te is None else te_run,
+                            rtol=self.rtol, atol=self.atol,
+                            jac=lambda t, x: np.asarray(jac(x, p, t), dtype=float))
+            if not sol.success:
+                raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
+                                   f"failed: {sol.message}")
+            y = np.asarray(sol.y).reshape(len(x), -1)
+            if te is not None and len(te):
+                ts.append(sol.t[:len(te)])
+                ys.append(y[:, :len(te)])
+            x = y[:, -1]
+        if t_eval is None:
+            return _Solution(np.array([float(T)]), x.reshape(-1, 1))
+        return _Solution(np.concatenate(ts), np.concatenate(ys, axis=1))
 
-    def steady_state(self, condition, values, tol=1e-10):
-        """The state that ``condition`` settles to from its initial state (simulated until
-        ‖f‖ ≤ tol·(1 + ‖x‖), up to t = 1e12)."""
+    def steady_state(self, condition, values, tol=1e-10, x0=None):
+        """The state that ``condition`` settles to from its initial state (or ``x0``),
+        simulated until ‖f‖ ≤ tol·(1 + ‖x‖), up to t = 1e12."""
         p = np.asarray(values, dtype=float)
-        x = np.asarray(self._x0[condition](p), dtype=float).reshape(-1)
+        x = np.asarray(self._x0[condition](p) if x0 is None else x0,
+                       dtype=float).reshape(-1)
         f = self._f[condition]
         for T in 10.0 ** np.arange(1, 13):
             x = self._integrate(condition, p, x, T).y[:, -1]
-            if np.linalg.norm(np.asarray(f(x, p, 0.0), dtype=float)) <= tol * (1 + np.linalg.norm(x)):
+            if np.linalg.norm(np.asarray(f(x, p, T), dtype=float)) <= tol * (1 + np.linalg.norm(x)):
                 return x
-        raise RuntimeError(f"{self.model.name}: pre-equilibration condition {condition} reaches "
-                           f"no steady state by t = 1e12")
+        raise RuntimeError(f"{self.model.name}: condition {condition} reaches no steady state "
+                           f"by t = 1e12 (needed for pre-equilibration or a measurement at "
+                           f"time = inf)")
 
     def initial_state(self, condition, values):
         """The initial state of ``condition``: with pre-equilibration, the steady state of
@@ -107,6 +146,13 @@ class PetabSimulator:
         p = np.asarray(values, dtype=float)
         x0 = self.initial_state(condition, p)
         times = np.asarray(times, dtype=float)
+        if np.any(np.isinf(times)):          # steady-state measurements
+            out = np.empty((len(times), len(x0)))
+            fin = ~np.isinf(times)
+            if np.any(fin):
+                out[fin] = self.simulate(condition, times[fin], p)
+            out[~fin] = self.steady_state(condition, p, x0=x0)
+            return out
         T = float(times.max()) if len(times) else 0.0
         if T == 0.0:
             return np.tile(x0, (len(times), 1))
@@ -127,7 +173,15 @@ class PetabSimulator:
             X = self.simulate(c, t, p)
             for k, r in enumerate(rows):
                 y[r] = float(self._yfun[meas["y"].iat[r]](X[k], p, t[k]))
-        sig = np.array([float(self._sfun[s](p)) for s in meas["sigma"]])
+        sig = np.empty(len(meas))
+        for c in model.conditions:
+            rows = np.flatnonzero((meas["simulationConditionId"] == c).to_numpy())
+            need = [r for r in rows if self._state_sigma(meas["sigma"].iat[r])]
+            X = self.simulate(c, meas["time"].to_numpy()[need], p) if need else None
+            k = {r: i for i, r in enumerate(need)}
+            for r in rows:
+                xs = X[k[r]] if r in k else np.zeros(len(model.ode.states))
+                sig[r] = float(self._sfun[meas["sigma"].iat[r]](xs, p, meas["time"].iat[r]))
         m = meas["measurement"].to_numpy(dtype=float)
         trans = [model.observables[o].transformation for o in meas["observableId"]]
         res = np.empty(len(meas))
@@ -141,6 +195,10 @@ class PetabSimulator:
                              "simulationConditionId": meas["simulationConditionId"],
                              "time": meas["time"], "measurement": m, "simulation": y,
                              "sigma": sig, "scaled_residual": res, "nll": nll})
+
+    def _state_sigma(self, s):
+        return bool({x.name for x in s.free_symbols} & set(self.model.ode.states)) or \
+            TIME in s.free_symbols
 
     def nll(self, scaled=None):
         """The negative log-likelihood at the scaled estimated parameters

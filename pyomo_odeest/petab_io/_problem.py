@@ -66,8 +66,45 @@ alternating the two exact partial minimizations: the least-squares fit of θ
 with weights :math:`1/(c_i s_{g(i)})^2`, then
 :math:`s_g^2 = \mathrm{clip}\big(\frac{1}{N_g}\sum_{i\in g} r_i^2/c_i^2\big)`;
 each step lowers the NLL, and a fixed point is a stationary point of the
-joint NLL in :math:`(\theta, s)`.  A σ formula holding two estimated
-parameters (or a state) raises :class:`UnsupportedFeatureError`.
+joint NLL in :math:`(\theta, s)`.  Any other smooth σ formula of noise
+parameters (products or sums of several, a σ given by a formula with
+exponents) is handled the same way, the noise step then minimizing
+:math:`\sum_i \tfrac12 r_i^2/\sigma_i(s)^2 + \log\sigma_i(s)` (plus the priors of
+the noise parameters) numerically within their bounds.
+
+**σ sharing a parameter with the model or an observable** (σ = scale·σ₀
+with the scale in the observable): every datum is its own observed quantity,
+the scaled residual :math:`z_i = (\tau(y_i) - \tau(m_i))/\sigma_i(u)` with datum 0
+and σ = 1, and the penalty holds :math:`2\sum_i\log\sigma_i(u)`, so the
+objective is twice the exact NLL (less its constants) with exact derivatives
+in every approach.  A σ that depends on the states raises
+:class:`UnsupportedFeatureError` (its likelihood is still evaluated by
+:func:`~pyomo_odeest.petab_io.petab_nll`).
+
+**Priors.**  The priors of the estimated parameters
+(:meth:`~pyomo_odeest.petab_io.PetabModel.prior_nll`) are the problem's
+penalty :math:`R(u) = 2\sum_q -\log p_q(\theta_q)` (the objective is twice
+the NLL), so every approach minimizes the negative log-posterior with the
+exact gradient and Hessian of the priors, and the uncertainty analysis
+adds their Hessian to the Fisher information (prior information).  With
+priors, σ is never profiled (the profile would ignore them): a single σ
+parameter is estimated by the alternation above.  :meth:`PetabEstimation.nll`
+then includes the priors; :meth:`PetabEstimation.simulated_nll` reports
+likelihood and priors separately.
+
+**Inputs switched in time.**  A ``piecewise`` of time in the SBML rates,
+:math:`\sum_k v_k\,\mathbb 1[c_k(t)]`, becomes :math:`\sum_k v_k\,I_k(t)` with
+one indicator input :math:`I_k` per piece
+(:class:`~pyomo_odeest.problem.PiecewiseConstant` of values 0 and 1, per
+experiment, its switching times those of the condition): every approach
+then restarts its integrator or places a grid point at each switching time,
+as for inputs given as data.  Pre-equilibration sees the inputs' values at
+:math:`t = 0`.  A switching time that depends on an estimated parameter
+raises :class:`UnsupportedFeatureError`.
+
+**Measurements at t = 0 only.**  An experiment whose data are all at its
+initial time is simulated up to the problem's first positive measurement
+time (1 if none), where it has no data.
 """
 from __future__ import annotations
 
@@ -79,9 +116,11 @@ import pandas as pd
 import sympy
 
 from ..problem._declaration import EstimationProblem, Parameter, Preequilibration
+from ..problem._inputs import PiecewiseConstant
+from ..symbolic import lambdify
 from ..symbolic._convert import sympy_to_pyomo
 from ._likelihood import PetabSimulator
-from ._sbml import TIME, UnsupportedFeatureError, symbol
+from ._sbml import TIME, UnsupportedFeatureError, switch_times, symbol, time_piecewise
 from ._tables import (PetabModel, log_jacobian, read_petab, scale_value, transform_sym,
                      transform_value, unscale_sym)
 
@@ -108,7 +147,7 @@ class PetabEstimation:
     """
 
     def __init__(self, model: PetabModel, problem, constant, sigma_parameter, sigma_factors,
-                 jacobian_sum, conditions, groups=None, data=None):
+                 jacobian_sum, conditions, groups=None, data=None, noise=None):
         self.model = model
         self.conditions = list(conditions)
         self.problem = problem
@@ -119,7 +158,11 @@ class PetabEstimation:
         self._simulator = None
         self._groups = groups                      # per datum: noise parameter id or None
         self._data = data                          # per datum: condition, time, name
-        self.noise_parameters = sorted({g for g in (groups or []) if g is not None})
+        self._noise = noise                        # general sigma(noise parameters), or None
+        if noise is not None:
+            self.noise_parameters = list(noise.names)
+        else:
+            self.noise_parameters = sorted({g for g in (groups or []) if g is not None})
         self.noise_start = {g: self.model.parameter(g).nominal for g in self.noise_parameters}
 
     @property
@@ -142,9 +185,9 @@ class PetabEstimation:
         ``extra['petab_noise']``)."""
         objective = float(objective)
         if self.noise_parameters:
-            s = self._sigma_factor(noise)
+            sig = self._sigmas(noise)
             return 0.5 * objective + self._jac + float(
-                np.sum(0.5 * np.log(2 * np.pi * (self._c * s) ** 2)))
+                np.sum(0.5 * np.log(2 * np.pi * sig ** 2))) + self._noise_prior(noise)
         if self.sigma_parameter is None:
             return 0.5 * objective + self.constant
         s = self.profiled_sigma(objective)
@@ -167,22 +210,31 @@ class PetabEstimation:
                 out[p.id] = float(est[p.id])
         return pd.Series(out, name="scaled")
 
-    def simulated_nll(self, result=None):
+    def simulated_nll(self, result=None, priors=False):
         """NLL by the independent simulation (:class:`PetabSimulator`) at a
-        result's estimates (default: the nominal parameters)."""
+        result's estimates (default: the nominal parameters); with ``priors=True``
+        the priors' negative log-density is added (the estimation's objective)."""
         if self.conditions != self.model.conditions:
             raise ValueError("simulated_nll needs the problem of every condition "
                              f"{self.model.conditions}; this one holds {self.conditions}")
         if self._simulator is None:
             self._simulator = PetabSimulator(self.model)
         scaled = None if result is None else self.scaled_estimates(result).to_numpy()
-        return self._simulator.nll(scaled)
+        out = self._simulator.nll(scaled)
+        return out + self.model.prior_nll(scaled) if priors else out
 
     # -- several estimated noise parameters ----------------------------------
-    def _sigma_factor(self, noise=None):
-        """Per datum: the factor s of σ = c·s (1 where σ is a number)."""
+    def _sigmas(self, noise=None):
+        """Per datum: σ at the noise parameters ``noise`` (linear scale; default their
+        start values)."""
         noise = {**self.noise_start, **(noise or {})}
-        return np.array([1.0 if g is None else float(noise[g]) for g in self._groups])
+        if self._noise is not None:
+            return self._noise.sigma(noise)
+        return self._c * np.array([1.0 if g is None else float(noise[g]) for g in self._groups])
+
+    def _noise_prior(self, noise=None):
+        noise = {**self.noise_start, **(noise or {})}
+        return float(sum(self.model.parameter(g).prior_nll(noise[g]) for g in noise))
 
     def _residuals(self, result):
         """Per datum: τ(y) − τ(m) of ``result``, in the order of the measurements."""
@@ -195,7 +247,7 @@ class PetabEstimation:
 
     def _stated(self, noise):
         """The problem with σ stated at ``noise`` (weights rescaled from the start)."""
-        ratio = (self._sigma_factor(None) / self._sigma_factor(noise)) ** 2
+        ratio = (self._sigmas(None) / self._sigmas(noise)) ** 2
         P = self.problem
         d = self._data.assign(m=ratio)
 
@@ -226,17 +278,20 @@ class PetabEstimation:
             res.extra["petab_nll"] = self.nll(res.objective)
             return res
         noise = dict(self.noise_start)
-        groups = np.array([g if g is not None else "" for g in self._groups])
+        groups = np.array([g if g is not None else "" for g in (self._groups or [])])
         for k in range(1, rounds + 1):
             res = estimate(self._stated(noise), approach, **options)
             if not res.success:
                 break
             options["u0"] = res.x
-            r2 = (self._residuals(res) / self._c) ** 2
-            new = {}
-            for g in self.noise_parameters:
-                p = self.model.parameter(g)
-                new[g] = min(max(float(np.sqrt(np.mean(r2[groups == g]))), p.lb), p.ub)
+            if self._noise is not None:
+                new = self._noise.minimize(self._residuals(res), noise)
+            else:
+                r2 = (self._residuals(res) / self._c) ** 2
+                new = {}
+                for g in self.noise_parameters:
+                    p = self.model.parameter(g)
+                    new[g] = min(max(float(np.sqrt(np.mean(r2[groups == g]))), p.lb), p.ub)
             change = max(abs(new[g] / noise[g] - 1.0) for g in noise)
             res.extra.update(petab_noise=dict(noise), petab_rounds=k)
             noise = new
@@ -250,8 +305,99 @@ class PetabEstimation:
                 f", profiled sigma={self.sigma_parameter})")
 
 
+class _NoiseModel:
+    r"""σ of every datum as a smooth function of the noise parameters :math:`s`
+    (linear scale), and the exact partial minimization over :math:`s` of
+    :math:`\sum_i \tfrac12 r_i^2/\sigma_i(s)^2 + \log\sigma_i(s) - \log p(s)`."""
+
+    def __init__(self, model, sigmas, names):
+        self.model, self.names = model, list(names)
+        syms = [symbol(n) for n in self.names]
+        self._sig = lambdify((syms,), list(sigmas), "numpy")
+        self._dsig = lambdify((syms,), sympy.Matrix(list(sigmas)).jacobian(syms), "numpy")
+        prior = sum(model.parameter(n).prior_nll(symbol(n)) for n in self.names)
+        prior = sympy.sympify(prior)
+        self._prior = lambdify((syms,), prior, "numpy")
+        self._dprior = lambdify((syms,), [sympy.diff(prior, v) for v in syms], "numpy")
+        self.n = len(sigmas)
+
+    def sigma(self, noise):
+        v = [float(noise[n]) for n in self.names]
+        return np.broadcast_to(np.asarray(self._sig(v), dtype=float), (self.n,)).copy()
+
+    def minimize(self, r, noise):
+        from scipy.optimize import minimize
+        r2 = np.asarray(r, dtype=float) ** 2
+        pars = [self.model.parameter(n) for n in self.names]
+
+        def fun(v):
+            sig = np.broadcast_to(np.asarray(self._sig(v), dtype=float), (self.n,))
+            dsig = np.asarray(self._dsig(v), dtype=float).reshape(self.n, len(v))
+            f = float(np.sum(0.5 * r2 / sig**2 + np.log(sig)) + self._prior(v))
+            g = (-r2 / sig**3 + 1.0 / sig) @ dsig + np.asarray(self._dprior(v), dtype=float)
+            return f, g
+        x0 = np.array([float(noise[n]) for n in self.names])
+        out = minimize(fun, x0, jac=True, method="L-BFGS-B",
+                       bounds=[(p.lb, p.ub) for p in pars],
+                       options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 1000})
+        return {n: float(v) for n, v in zip(self.names, out.x)}
+
+
+def _rewrite_time_piecewise(model, taken):
+    """Per SBML piecewise of time in the rates: its replacement
+    :math:`\sum_k v_k I_k` (indicator symbols ``I_k``) and the pieces."""
+    pws = sorted({pw for e in model.ode.rhs.values() for pw in time_piecewise(e)}, key=str)
+    sub, pieces = {}, []
+    for j, pw in enumerate(pws):
+        names = [_identifier(f"switch{j + 1}_piece{k + 1}", taken) for k in range(len(pw.args))]
+        sub[pw] = sympy.Add(*[v * symbol(n) for (v, _), n in zip(pw.args, names)])
+        pieces.append((pw, names))
+    return sub, pieces
+
+
+def _indicator_inputs(model, pieces, cond, fixed_sub, t0, T):
+    """The indicator inputs of ``cond``: 1 where piece k of a piecewise is the active one."""
+    out = {}
+    for pw, names in pieces:
+        e = pw.xreplace(model.constants[cond]).xreplace(fixed_sub)
+        ts = switch_times(e, f"{model.name}: condition {cond}")
+        nums = []
+        for t in ts:
+            if t.free_symbols:
+                raise UnsupportedFeatureError(
+                    f"{model.name}: condition {cond}: the switching time {t} of a piecewise "
+                    "input depends on estimated parameters (supported: switching times given "
+                    "by numbers or fixed parameters)")
+            nums.append(float(t))
+        inside = sorted(t for t in set(nums) if t0 < t < T)
+        starts = [t0] + inside
+        ends = inside + [max(T, t0) + 1.0]
+        active = []
+        for a, b in zip(starts, ends):
+            mid = 0.5 * (a + b)
+            k = next((k for k, (_, c) in enumerate(e.args)
+                      if bool(sympy.sympify(c).subs(TIME, mid))), None)
+            if k is None:
+                raise ValueError(f"{model.name}: condition {cond}: no piece of {pw} holds at "
+                                 f"t = {mid} (give the piecewise an otherwise value)")
+            active.append(k)
+        for k, nm in enumerate(names):
+            out[nm] = PiecewiseConstant(starts, [float(a == k) for a in active])
+    return out
+
+
 class _InitialValue:
     """``l(u)`` of one state as a picklable callable on the parameters' Pyomo objects."""
+
+    def __init__(self, expr, names):
+        self.expr, self.names = expr, list(names)
+
+    def __call__(self, u):
+        return sympy_to_pyomo(self.expr, {symbol(n): u[n] for n in self.names})
+
+
+class _Penalty:
+    """The priors' penalty ``R(u)`` as a picklable callable on the parameters' Pyomo objects."""
 
     def __init__(self, expr, names):
         self.expr, self.names = expr, list(names)
@@ -280,52 +426,86 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     conditions = list(model.conditions if conditions is None else
                       ([conditions] if isinstance(conditions, str) else conditions))
     unknown = [c for c in conditions if c not in model.conditions]
-    if unknown or not conditions:
+    if not conditions:
+        raise ValueError(f"{model.name}: no condition selected (conditions=[]); pass None for "
+                         f"all, or some of {model.conditions}")
+    if unknown:
         raise ValueError(f"{model.name}: unknown conditions {unknown}; "
                          f"conditions: {model.conditions}")
     meas = model.measurements[model.measurements["simulationConditionId"].isin(conditions)]
     meas = meas.reset_index(drop=True)
 
-    # sigma: numbers, or c_i * s with one estimated s (profiled)
+    # sigma: numbers, c_i * s with one estimated s (profiled), or a smooth function of
+    # noise-only parameters (alternation)
     est_ids = {p.id for p in model.estimated}
-    sig_rows = [{s.name for s in sgm.free_symbols} & est_ids for sgm in meas["sigma"]]
+    fixed_sub = {symbol(p.id): sympy.Float(p.nominal, 17) for p in model.parameters
+                 if not p.estimate}
+    state_names = set(model.ode.states)
+    model_side = set()
+    for cond in conditions:
+        for e in list(model.constants[cond].values()) + list(model.initial[cond].values()):
+            model_side |= {x.name for x in sympy.sympify(e).free_symbols}
+    for y in meas["y"]:
+        model_side |= {x.name for x in y.free_symbols}
+    for i, sgm in enumerate(meas["sigma"]):
+        names = {x.name for x in sgm.free_symbols}
+        if names & state_names or TIME in sgm.free_symbols:
+            raise UnsupportedFeatureError(
+                f"{model.name}: the noise formula of {meas['observableId'][i]} ({sgm}) depends "
+                f"on the model's states or observables {sorted(names & state_names)}; the "
+                "estimation supports sigma as a function of parameters only (petab_nll "
+                "evaluates this likelihood)")
+    # sigma sharing an estimated parameter with the model or an observable: every datum
+    # its own scaled residual (see the module docstring)
+    joint = any({x.name for x in sgm.free_symbols} & est_ids & model_side
+                for sgm in meas["sigma"])
+    sig_rows = [{x.name for x in sgm.free_symbols} & est_ids for sgm in meas["sigma"]]
     sig_par = set().union(*sig_rows)
     sigma_parameter = None
     groups = None
-    if sig_par:
-        several = [sorted(u) for u in sig_rows if len(u) > 1]
-        if several:
-            raise UnsupportedFeatureError(
-                f"{model.name}: a noise formula holds several estimated parameters "
-                f"{several[0]} (supported: sigma = number * one estimated parameter)")
-        if len(sig_par) == 1 and all(sig_rows):
-            sigma_parameter = sig_par.pop()
-        else:
-            groups = [next(iter(u)) if u else None for u in sig_rows]
-    s_sym = symbol(sigma_parameter) if sigma_parameter else None
-    s_of = [None] * len(meas) if groups is None else [symbol(g) if g else None for g in groups]
-    fixed_sub = {symbol(p.id): sympy.Float(p.nominal, 17) for p in model.parameters
-                 if not p.estimate}
+    general = None
     c = np.empty(len(meas))
-    for i, sgm in enumerate(meas["sigma"]):
-        e = sgm.xreplace(fixed_sub)
-        if s_sym is not None:
-            e = sympy.simplify(e / s_sym)
-        elif s_of[i] is not None:
-            e = sympy.simplify(e / s_of[i])
-        if e.free_symbols:
-            raise UnsupportedFeatureError(
-                f"{model.name}: noise formula {sgm} of {meas['observableId'][i]} is not a "
-                "number times one estimated parameter")
-        c[i] = float(e)
+    if joint:
+        c[:] = 1.0
+    elif sig_par:
+        ratio = []
+        for i, sgm in enumerate(meas["sigma"]):
+            e = sgm.xreplace(fixed_sub)
+            if len(sig_rows[i]) == 1:
+                e = sympy.simplify(e / symbol(next(iter(sig_rows[i]))))
+            ratio.append(e)
+        simple = all(not e.free_symbols and len(u) <= 1 for e, u in zip(ratio, sig_rows))
+        noise_priors = any(model.parameter(g).prior is not None for g in sig_par)
+        if simple and not noise_priors and len(sig_par) == 1 and all(sig_rows) \
+                and not model.has_priors:
+            sigma_parameter = sig_par.pop()
+        elif simple and not noise_priors:
+            groups = [next(iter(u)) if u else None for u in sig_rows]
+        else:
+            general = sorted(sig_par)
+        if general is None:
+            c[:] = [float(e) if not u else float(e) for e, u in zip(ratio, sig_rows)]
+        else:
+            c[:] = 1.0
+    else:
+        for i, sgm in enumerate(meas["sigma"]):
+            c[i] = float(sgm.xreplace(fixed_sub))
+    noise_model = None
+    if general is not None:
+        noise_model = _NoiseModel(model, [sg.xreplace(fixed_sub) for sg in meas["sigma"]],
+                                  general)
+        c = noise_model.sigma({g: model.parameter(g).nominal for g in general})
     if np.any(~(c > 0)):
         raise ValueError(f"{model.name}: sigma must be positive; got {c[~(c > 0)][:3]}")
 
     # parameters on their scales
-    noise_ids = set(groups or []) - {None}
+    noise_ids = set(groups or []) - {None} | set(general or [])
     estimated = [p for p in model.estimated if p.id != sigma_parameter and p.id not in noise_ids]
+    sigma_terms = {}                    # joint: scaled sigma -> number of data
     s_start = np.array([1.0 if g is None else model.parameter(g).nominal
                         for g in (groups or [None] * len(meas))])
+    if general is not None:
+        s_start = np.ones(len(meas))          # c holds sigma at the start values already
     params = [Parameter(p.id, p.scaled_nominal, *p.scaled_bounds) for p in estimated]
     to_scaled = dict(fixed_sub)
     to_scaled.update({symbol(p.id): unscale_sym(symbol(p.id), p.scale) for p in estimated})
@@ -335,11 +515,43 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
 
     states = list(model.ode.states)
     taken = set(states) | {p.id for p in estimated}
+    pw_sub, pieces = _rewrite_time_piecewise(model, taken)
+    input_names = [n for _, names in pieces for n in names]
+    for y in meas["y"]:
+        if time_piecewise(y):
+            raise UnsupportedFeatureError(
+                f"{model.name}: an observable formula holds a piecewise of time (supported in "
+                "the model's rates, assignment rules and initial values)")
 
-    # observed quantities: one per distinct (observable, formula); replicates split
+    def model_rhs(cond, at=None):
+        """The rates of ``cond``: piecewise of time as indicator inputs, or their values at
+        time ``at`` (0: pre-equilibration; oo: after every switch, for a steady state)."""
+        if at is None:
+            return [sympy.sympify(model.ode.rhs[x]).xreplace(pw_sub)
+                    .xreplace(model.constants[cond]) for x in states]
+        out = [sympy.sympify(model.ode.rhs[x]).xreplace(model.constants[cond])
+               .xreplace(fixed_sub) for x in states]
+        out = [e.xreplace({pw: pw.subs(TIME, at) for pw in time_piecewise(e)}) for e in out]
+        if any(time_piecewise(e) for e in out):
+            raise UnsupportedFeatureError(f"{model.name}: the steady state of condition {cond} "
+                                          "keeps a piecewise of time (its switching time is "
+                                          "not a number)")
+        return out
+
+    # observed quantities: one per distinct (observable, formula); replicates split; with
+    # joint sigma one scaled residual per datum
     obs_name, obs_expr, names = {}, {}, []
-    for oid, y in zip(meas["observableId"], meas["y"]):
-        if (oid, y) not in obs_name:
+    for i, (oid, y) in enumerate(zip(meas["observableId"], meas["y"])):
+        if joint:
+            nm = _identifier(f"{oid}_d{i}", taken)
+            obs_name[(oid, y, i)] = nm
+            tr = model.observables[oid].transformation
+            sg = scaled(meas["sigma"][i])
+            sigma_terms[sg] = sigma_terms.get(sg, 0) + 1
+            obs_expr[nm] = (transform_sym(scaled(y), tr) - float(
+                transform_value(float(meas["measurement"][i]), tr))) / sg
+            names.append(nm)
+        elif (oid, y) not in obs_name:
             nm = _identifier(oid, taken)
             obs_name[(oid, y)] = nm
             obs_expr[nm] = transform_sym(scaled(y), model.observables[oid].transformation)
@@ -351,10 +563,11 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         sel = trans == tr
         value[sel] = transform_value(meas["measurement"].to_numpy()[sel], tr)
         jac[sel] = log_jacobian(meas["measurement"].to_numpy()[sel], tr)
-    long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(),
-                         "time": meas["time"].to_numpy(),
-                         "name": [obs_name[(o, y)] for o, y in zip(meas["observableId"], meas["y"])],
-                         "value": value, "sigma": c * s_start})
+    long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(copy=True),
+                         "time": meas["time"].to_numpy(copy=True),
+                         "name": [obs_name[(o, y, i) if joint else (o, y)] for i, (o, y) in
+                                  enumerate(zip(meas["observableId"], meas["y"]))],
+                         "value": 0.0 if joint else value, "sigma": c * s_start})
     rep = long.groupby(["condition", "time", "name"]).cumcount().to_numpy()
     for i in np.flatnonzero(rep):
         base = long.at[i, "name"]
@@ -376,13 +589,41 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         cols = [n for n in names if n in set(d["name"])]
         return d.pivot(index="time", columns="name", values=what).reindex(columns=cols)
 
+    # steady-state measurements (time = inf): an experiment of their own, pre-equilibrated
+    # to the condition's steady state, observed at t = 0
+    times = meas["time"].to_numpy(dtype=float)
+    steady = np.isinf(times)
+    exps = []                                       # (experiment, condition, steady?)
+    for cond in conditions:
+        rows = (meas["simulationConditionId"] == cond).to_numpy()
+        if np.any(rows & ~steady):
+            exps.append((cond, cond, False))
+        if np.any(rows & steady):
+            if cond in model.preequilibration:
+                raise UnsupportedFeatureError(
+                    f"{model.name}: condition {cond} has steady-state measurements (time = inf) "
+                    "and a pre-equilibration (supported: one or the other)")
+            ss = _identifier(f"{cond}_steady_state", taken)
+            exps.append((ss, cond, True))
+            long.loc[rows & steady, "condition"] = ss
+            long.loc[rows & steady, "time"] = 0.0
+    finite = times[~steady]
+    # horizons: an experiment with data at t = 0 only runs to the first positive time
+    t_first = float(finite[finite > 0].min()) if np.any(finite > 0) else 1.0
+    horizon = {e: float(long["time"][long["condition"] == e].max()) for e, _, _ in exps}
+    T_of = {e: (t_first if horizon[e] <= 0.0 else None) for e, _, _ in exps}
+    inputs_of = {e: _indicator_inputs(model, pieces, cond, fixed_sub, 0.0,
+                                      T_of[e] or horizon[e]) or None
+                 for e, cond, _ in exps}
+
     # model constants that differ between conditions: k = a_k + sum_q b_kq * theta_q with
     # fixed per-experiment (local) coefficients a_k, b_kq
-    rhs_c = {cond: [scaled(e) for e in model.rhs(cond)] for cond in conditions}
+    rhs_c = {cond: [scaled(e) for e in model_rhs(cond)] for cond in conditions}
     local = []                      # (name, {condition: value})
-    if len(conditions) > 1:
+    if len(conditions) > 1 or len(exps) > 1:
         generic = {}
-        in_rhs = set().union(*[sympy.sympify(e).free_symbols for e in model.ode.rhs.values()])
+        in_rhs = set().union(*[sympy.sympify(e).xreplace(pw_sub).free_symbols
+                               for e in model.ode.rhs.values()])
         for k in model.ode.constants:
             ks = symbol(k)
             if ks not in in_rhs:
@@ -402,10 +643,18 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
                 local.append((b_name, {cond: float(vals[cond] == w) for cond in conditions}))
                 parts += symbol(b_name) * w
             generic[ks] = parts
-        f = [sympy.sympify(model.ode.rhs[s]).xreplace(generic) for s in states]
+        f = [sympy.sympify(model.ode.rhs[s]).xreplace(pw_sub).xreplace(generic)
+             for s in states]
     else:
         f = rhs_c[conditions[0]]
     x0 = {cond: [scaled(model.initial[cond][s]) for s in states] for cond in conditions}
+
+    # priors of the estimated (non-noise) parameters: the penalty 2 * sum -log p
+    prior_sym = sympy.Integer(0)
+    for p in estimated:
+        if p.prior is not None:
+            prior_sym += sympy.sympify(p.prior_nll(unscale_sym(symbol(p.id), p.scale)))
+    prior_sym = sympy.expand_log(prior_sym, force=True) if prior_sym != 0 else prior_sym
 
     if sigma_parameter is None:
         constant = float(np.sum(0.5 * np.log(2 * np.pi * (c * s_start)**2) + jac))
@@ -415,56 +664,69 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     x_syms = [symbol(s) for s in states]
     u_names = [p.id for p in estimated] + [nm for nm, _ in local]
 
-    def objects(x, u, t):
+    def objects(x, u, t, inputs=False):
         obj = {symbol(n): u[n] for n in u_names}
+        if inputs:
+            obj.update({symbol(n): u[n] for n in input_names})
         if x is not None:
             obj[TIME] = t
             obj.update({s: x[n] for s, n in zip(x_syms, states)})
         return obj
 
     def rhs(x, u, t):
-        o = objects(x, u, t)
+        o = objects(x, u, t, inputs=True)
         return [sympy_to_pyomo(e, o) for e in f]
 
     def observe(x, u, t):
         o = objects(x, u, t)
         return {nm: sympy_to_pyomo(obs_expr[nm], o) for nm in names}
 
+    penalty = None
+    if joint:
+        prior_sym = prior_sym + sympy.Add(*[n * sympy.log(sg) for sg, n in sigma_terms.items()])
+    if prior_sym != 0:
+        penalty = _Penalty(2 * prior_sym, [p.id for p in estimated])
+
     def initial_fn(e):
         return _InitialValue(e, u_names) if e.free_symbols else float(e)
 
-    def preequilibration(cond):
-        """The steady state of the pre-equilibration condition, the species ``cond`` sets reset."""
-        pre = model.preequilibration.get(cond)
+    def preequilibration(cond, steady_state=False):
+        """The steady state of the pre-equilibration condition, the species ``cond`` sets
+        reset; with ``steady_state``, the steady state of ``cond`` itself."""
+        pre = cond if steady_state else model.preequilibration.get(cond)
         if pre is None:
             return None
-        f_pre = [scaled(e) for e in model.rhs(pre)]
+        f_pre = [scaled(e) for e in model_rhs(pre, at=sympy.oo if steady_state else 0)]
 
         def rhs_pre(x, u, t):
             o = objects(x, u, t)
             return [sympy_to_pyomo(e, o) for e in f_pre]
         return Preequilibration(
-            rhs=rhs_pre, reset=model.reset[cond],
+            rhs=rhs_pre, reset=[] if steady_state else model.reset[cond],
             initial={s: initial_fn(scaled(model.initial[pre][s])) for s in states})
 
-    if len(conditions) == 1:
-        cond = conditions[0]
+    if len(exps) == 1:
+        e, cond, ss = exps[0]
         problem = EstimationProblem(
             states=states, parameters=params, rhs=rhs,
-            initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
-            data=wide(cond, "value"), observe=observe, **noise(cond),
-            name=model.name, preequilibration=preequilibration(cond))
+            initial={s: initial_fn(v) for s, v in zip(states, x0[cond])},
+            data=wide(e, "value"), observe=observe, **noise(e),
+            name=model.name, preequilibration=preequilibration(cond, ss), T=T_of[e],
+            inputs=inputs_of[e], penalty=penalty)
     else:
         from ..problem._declaration import Experiment
         params = params + [Parameter(nm, 0.0, fixed=True, local=True) for nm, _ in local]
         experiments = [
-            Experiment(cond, data=wide(cond, "value"), **noise(cond),
-                       initial={s: initial_fn(e) for s, e in zip(states, x0[cond])},
+            Experiment(e, data=wide(e, "value"), **noise(e), T=T_of[e],
+                       inputs=inputs_of[e],
+                       initial={s: initial_fn(v) for s, v in zip(states, x0[cond])},
                        parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local},
-                       preequilibration=preequilibration(cond))
-            for cond in conditions]
+                       preequilibration=preequilibration(cond, ss))
+            for e, cond, ss in exps]
         problem = EstimationProblem(
             states=states, parameters=params, rhs=rhs, initial={s: 0.0 for s in states},
-            data=None, observe=observe, experiments=experiments, name=model.name)
+            data=None, observe=observe, experiments=experiments, name=model.name,
+            penalty=penalty, inputs=input_names or None)
     return PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)),
-                           conditions, groups, long[["condition", "time", "name"]].copy())
+                           conditions, groups, long[["condition", "time", "name"]].copy(),
+                           noise_model)

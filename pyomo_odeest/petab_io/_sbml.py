@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 import sympy
 
-__all__ = ["UnsupportedFeatureError", "SbmlOde", "read_sbml", "math_to_sympy", "TIME"]
+__all__ = ["UnsupportedFeatureError", "SbmlOde", "read_sbml", "math_to_sympy", "TIME",
+           "switch_times", "time_piecewise"]
 
 #: The symbol of SBML's time ``csymbol``.
 TIME = sympy.Symbol("t", real=True)
@@ -158,6 +159,36 @@ def math_to_sympy(ast, functions=None, where="", libsbml=None):
     return conv(ast)
 
 
+def time_piecewise(expr):
+    """The :class:`sympy.Piecewise` sub-expressions of ``expr`` whose conditions name time."""
+    return [pw for pw in sympy.sympify(expr).atoms(sympy.Piecewise)
+            if any(TIME in sympy.sympify(c).free_symbols for _, c in pw.args)]
+
+
+def switch_times(expr, where=""):
+    """Sympy expressions of the times where a piecewise of ``expr`` may switch.
+
+    Every relation of a condition must be linear in time, ``a*t + b  <op>  0`` with
+    ``a`` and ``b`` free of time; its switching time is ``-b/a``.
+    """
+    out = []
+    for pw in time_piecewise(expr):
+        for _, cond in pw.args:
+            for rel in sympy.sympify(cond).atoms(sympy.core.relational.Relational):
+                d = sympy.sympify(rel.lhs - rel.rhs)
+                if TIME not in d.free_symbols:
+                    continue
+                a = sympy.diff(d, TIME)
+                if TIME in a.free_symbols or a == 0:
+                    raise UnsupportedFeatureError(
+                        f"{where}: piecewise condition {rel} is not linear in time (supported: "
+                        "time compared with a constant, e.g. piecewise(0, time < t1, dose))")
+                t = sympy.simplify(-d.subs(TIME, 0) / a)
+                if t not in out:
+                    out.append(t)
+    return out
+
+
 def _UNARY(L):
     return {
         L.AST_FUNCTION_EXP: sympy.exp, L.AST_FUNCTION_LN: sympy.log,
@@ -211,6 +242,11 @@ class SbmlOde:
     def substitute_assignments(self, expr):
         """``expr`` with every assignment-rule target replaced by its formula."""
         return expr.xreplace({symbol(k): v for k, v in self.assignments.items()})
+
+
+def _some(names, n=8):
+    names = list(names)
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 def read_sbml(path) -> SbmlOde:
@@ -368,7 +404,10 @@ def read_sbml(path) -> SbmlOde:
             unsupported(f"an initial assignment to the constant {target} "
                         "(set its value in the PEtab parameter table instead)")
         else:
-            unsupported(f"an initial assignment to {target}")
+            raise ValueError(
+                f"{path}: the initial assignment names {target!r}, which is not a species, "
+                f"parameter or compartment of the model (was it renamed? model ids: "
+                f"{_some(states + sorted(constants))}); correct the initial assignment's symbol")
     # initial values may name other states (their initial values) or assignment targets
     state_init = {symbol(s): v for s, v in init.items()}
     for _ in range(len(states) + 2):
@@ -377,11 +416,31 @@ def read_sbml(path) -> SbmlOde:
             break
         init = new
         state_init = {symbol(s): v for s, v in init.items()}
+    known = {symbol(k) for k in states} | {symbol(k) for k in constants} | {TIME}
+    for what, exprs in (("the rate of", rhs), ("the initial value of", init),
+                        ("the assignment rule for", assigns)):
+        for k, e in exprs.items():
+            bad = sorted(s.name for s in sympy.sympify(e).free_symbols - known)
+            if bad:
+                raise ValueError(
+                    f"{path}: {what} {k} names {bad}, which are not defined in the model "
+                    "(no species, parameter, compartment or rule has these ids); define them "
+                    "or correct the formula")
+    state_syms = {symbol(k) for k in states}
+    for k, e in rhs.items():
+        for pw in sympy.sympify(e).atoms(sympy.Piecewise):
+            dep = sorted(x.name for _, c in pw.args for x in sympy.sympify(c).free_symbols
+                         & state_syms)
+            if dep:
+                unsupported(f"a piecewise in the rate of {k} whose condition depends on the "
+                            f"states {dep} (a switch at a state-dependent time, i.e. an event; "
+                            "only switches at times given by constants are supported)")
+        switch_times(e, f"{path}: the rate of {k}")
     for s, v in init.items():
         if v.has(sympy.nan):
             raise ValueError(f"{path}: species {s} has no initial value")
-        if TIME in v.free_symbols:
-            unsupported(f"an initial value of {s} that depends on time")
+    # SBML initial values hold at time 0 (a piecewise of time takes its value there)
+    init = {s: sympy.sympify(v).subs(TIME, 0) for s, v in init.items()}
     return SbmlOde(states=states, rhs=rhs, initial=init, constants=constants,
                    assignments=assigns, species_compartment=species_compartment,
                    amount_species=amount_species, path=path)

@@ -13,7 +13,8 @@ turns them into a :class:`PetabModel`:
   :math:`\sigma = s_o(\pi^{noise}, \theta)` with the placeholders
   ``observableParameter{n}_{id}`` and ``noiseParameter{n}_{id}`` filled per
   measurement row.
-* **measurements**: one row per datum :math:`m` at time :math:`t`.
+* **measurements**: one row per datum :math:`m` at time :math:`t`
+  (:math:`t = \infty`: at the condition's steady state).
 
 The negative log-likelihood is PEtab's, every constant included
 [MHV, eq. (2)–(5)] for the transformation :math:`\tau` (identity, ln or
@@ -28,12 +29,32 @@ log10) of each observable:
 with :math:`J_\tau(m) = 1,\ m,\ m\ln 10` for ``lin``, ``log``, ``log10``
 (the Jacobian of the transformation at the datum).
 
+**Priors** (``objectivePriorType``, ``objectivePriorParameters``) are read
+into :attr:`PetabParameter.prior`; :meth:`PetabModel.prior_nll` is their
+negative log-density :math:`-\log p(\theta)` (every constant included), for
+
+=========================  =====================================================
+type (parameters)          :math:`-\log p` of the value :math:`v`
+=========================  =====================================================
+``normal`` (μ; σ)          :math:`\tfrac12\log(2\pi\sigma^2) + (v-\mu)^2/(2\sigma^2)`
+``laplace`` (μ; b)         :math:`\log(2b) + |v-\mu|/b`
+``uniform`` (a; b)         :math:`\log(b-a)`
+``logNormal`` (μ; σ)       :math:`\log v + \tfrac12\log(2\pi\sigma^2) + (\log v-\mu)^2/(2\sigma^2)`
+``logLaplace`` (μ; b)      :math:`\log(2bv) + |\log v-\mu|/b`
+=========================  =====================================================
+
+with :math:`v` the linear value, or the scaled value for the
+``parameterScale...`` variants.  They are separate from the likelihood
+(the published reference values are likelihoods); the estimation adds them
+to the objective (:mod:`pyomo_odeest.petab_io._problem`).
+
+Noise formulas may be any smooth function of parameters, of the model's
+states and of the observable itself (its id stands for its value).
+
 Unsupported features raise
 :class:`~pyomo_odeest.petab_io._sbml.UnsupportedFeatureError` naming the
-feature and the file: priors on the objective, Laplace noise,
-noise formulas that depend on states or observables, steady-state
-measurements (``time = inf``), mapping tables, several models or problems
-in one file, PEtab extensions, and a simulation condition used with several
+feature and the file: Laplace noise, mapping tables, several models or problems in one file,
+PEtab extensions, and a simulation condition used with several
 pre-equilibration conditions.  Pre-equilibration (``preequilibrationConditionId``)
 is read into :attr:`PetabModel.preequilibration` and :attr:`PetabModel.reset`.
 """
@@ -105,6 +126,33 @@ class PetabParameter:
     ub: float
     nominal: float
     estimate: bool
+    prior: tuple | None = None     # (type, (a, b)) of objectivePriorType/-Parameters
+
+    def prior_nll(self, value):
+        """:math:`-\\log p` of this parameter's prior (a sympy expression when ``value`` is
+        one) at the *linear* value ``value``; 0 without a prior."""
+        if self.prior is None:
+            return 0
+        kind, (a, b) = self.prior
+        kind = kind.lower()
+        is_sym = isinstance(value, sympy.Basic)
+        log = sympy.log if is_sym else math.log
+        if kind.startswith("parameterscale"):
+            v = ({"lin": value, "log": log(value), "log10": log(value) / log(10)}[self.scale]
+                 if is_sym else scale_value(value, self.scale))
+            kind = kind[len("parameterscale"):]
+        else:
+            v = value
+        absf = sympy.Abs if is_sym else abs
+        if kind == "uniform":
+            return log(b - a)
+        if kind == "normal":
+            return 0.5 * log(2 * math.pi * b * b) + (v - a) ** 2 / (2 * b * b)
+        if kind == "laplace":
+            return log(2 * b) + absf(v - a) / b
+        if kind == "lognormal":
+            return log(v) + 0.5 * log(2 * math.pi * b * b) + (log(v) - a) ** 2 / (2 * b * b)
+        return log(2 * b * v) + absf(log(v) - a) / b          # logLaplace
 
     @property
     def scaled_nominal(self):
@@ -183,6 +231,16 @@ class PetabModel:
             if p.id == pid:
                 return p
         raise KeyError(f"no parameter {pid!r} in the parameter table of {self.name}")
+
+    @property
+    def has_priors(self):
+        return any(p.prior is not None for p in self.estimated)
+
+    def prior_nll(self, scaled=None):
+        """:math:`-\\log p(\\theta)` of the priors of the estimated parameters at ``scaled``
+        (default: the nominal values); 0 without priors."""
+        vals = self.linear_values(scaled)
+        return float(sum(p.prior_nll(vals[p.id]) for p in self.estimated))
 
     def nominal_scaled(self):
         """Scaled nominal values of the estimated parameters (the default start)."""
@@ -306,13 +364,11 @@ def read_petab(yaml_path) -> PetabModel:
     meas_df, meas_files = read_tables("measurement_files", petab.get_measurement_df)
 
     # -- parameter table ------------------------------------------------------
-    for col in ("objectivePriorType", "objectivePriorParameters"):
-        if col in par_df.columns and par_df[col].notna().any() and \
-                (par_df[col].astype(str).str.strip() != "").any():
-            pid = par_df.index[par_df[col].notna()][0]
-            raise UnsupportedFeatureError(
-                f"{par_file}: priors on the objective ({col}, e.g. parameter {pid}) are not "
-                "supported")
+    for col in ("parameterScale", "estimate"):
+        if col not in par_df.columns:
+            raise ValueError(f"{par_file}: the parameter table has no column {col!r} (PEtab "
+                             "requires parameterId, parameterScale, lowerBound, upperBound, "
+                             "nominalValue, estimate)")
     params = []
     for pid, row in par_df.iterrows():
         scale = str(row.get("parameterScale", "lin")).strip() or "lin"
@@ -334,7 +390,8 @@ def read_petab(yaml_path) -> PetabModel:
         if est and scale != "lin" and lb <= 0:
             raise ValueError(f"{par_file}: parameter {pid} on {scale} scale needs lowerBound > 0, "
                              f"got {lb}")
-        params.append(PetabParameter(str(pid), scale, lb, ub, nom, est))
+        params.append(PetabParameter(str(pid), scale, lb, ub, nom, est,
+                                     _prior(row, pid, scale, par_file)))
     pids = {p.id for p in params}
 
     # -- observables ---------------------------------------------------------
@@ -359,11 +416,25 @@ def read_petab(yaml_path) -> PetabModel:
             _placeholders(noise, "noiseParameter", oid))
 
     # -- measurements -----------------------------------------------------------
+    if meas_df is None or len(meas_df) == 0:
+        raise ValueError(f"{yaml_path}: the measurement table ({meas_files or 'none listed'}) "
+                         "has no rows; a PEtab problem needs at least one measurement")
+    needed = ("observableId", "simulationConditionId", "measurement", "time")
+    absent = [c for c in needed if c not in meas_df.columns]
+    if absent:
+        raise ValueError(f"{meas_files}: the measurement table has no column(s) {absent} "
+                         f"(required: {list(needed)}; columns found: {list(meas_df.columns)})")
     meas = meas_df.reset_index(drop=True).copy()
+    for col in ("time", "measurement"):
+        bad = pd.to_numeric(meas[col], errors="coerce").isna() & meas[col].notna()
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"{meas_files}: row {i}: {col} {meas[col].iat[i]!r} is not a number")
     times = meas["time"].astype(float).to_numpy()
-    if np.any(np.isinf(times)):
-        raise UnsupportedFeatureError(f"{meas_files}: steady-state measurements (time = inf) "
-                                      "are not supported")
+    if np.any(np.isneginf(times)) or np.any(np.isnan(times)):
+        i = int(np.flatnonzero(np.isneginf(times) | np.isnan(times))[0])
+        raise ValueError(f"{meas_files}: row {i}: time {times[i]} (times are numbers >= 0, "
+                         "or inf for a steady-state measurement)")
     if np.any(times < 0):
         raise ValueError(f"{meas_files}: measurement times must be >= 0")
     unknown = sorted(set(meas["observableId"]) - set(observables))
@@ -438,12 +509,9 @@ def read_petab(yaml_path) -> PetabModel:
             nsub = dict(zip(o.noise_placeholders,
                             overrides(npar, len(o.noise_placeholders), where + " noiseParameters")))
             y = ode.substitute_assignments(o.formula.xreplace(osub)).xreplace(constants[c])
-            sig = o.noise.xreplace(nsub)
-            if sig.free_symbols & ({symbol(o.id)} | state_syms | set(map(symbol, ode.assignments))):
-                raise UnsupportedFeatureError(
-                    f"{obs_files}: noiseFormula of {o.id} depends on the model's states or "
-                    "observables (state-dependent sigma is not supported)")
-            sig = sig.xreplace(constants[c])
+            # the observable's id in its noise formula stands for its value
+            sig = o.noise.xreplace(nsub).xreplace({symbol(o.id): o.formula.xreplace(osub)})
+            sig = ode.substitute_assignments(sig).xreplace(constants[c])
             free = {s.name for s in y.free_symbols | sig.free_symbols} - \
                 {s.name for s in state_syms} - pids - {TIME.name}
             if free:
@@ -463,6 +531,37 @@ def read_petab(yaml_path) -> PetabModel:
                       measurements=meas, yaml_path=os.path.abspath(yaml_path),
                       preequilibration={c: p for c, p in preeq.items() if p},
                       reset={c: reset[c] for c, p in preeq.items() if p})
+
+
+PRIOR_TYPES = ("uniform", "normal", "laplace", "logNormal", "logLaplace",
+               "parameterScaleUniform", "parameterScaleNormal", "parameterScaleLaplace")
+
+
+def _prior(row, pid, scale, par_file):
+    """``(type, (a, b))`` of a parameter's objective prior, or None."""
+    kind = row.get("objectivePriorType", None)
+    pars = row.get("objectivePriorParameters", None)
+    if _is_empty(kind) and _is_empty(pars):
+        return None
+    kind = "parameterScaleUniform" if _is_empty(kind) else str(kind).strip()
+    where = f"{par_file}: parameter {pid}"
+    if kind not in PRIOR_TYPES:
+        raise UnsupportedFeatureError(f"{where}: objectivePriorType {kind!r} is not one of "
+                                      f"{list(PRIOR_TYPES)}")
+    if _is_empty(pars):
+        raise ValueError(f"{where}: objectivePriorType {kind} needs objectivePriorParameters "
+                         "('a;b')")
+    try:
+        a, b = (float(v) for v in str(pars).split(";"))
+    except ValueError:
+        raise ValueError(f"{where}: objectivePriorParameters {pars!r} must be two numbers "
+                         "'a;b'") from None
+    if kind.lower().endswith("uniform") and not a < b:
+        raise ValueError(f"{where}: uniform prior needs lower < upper, got {pars!r}")
+    if not kind.lower().endswith("uniform") and not b > 0:
+        raise ValueError(f"{where}: the scale (second number) of the {kind} prior must be "
+                         f"> 0, got {pars!r}")
+    return (kind, (a, b))
 
 
 def _preequilibration(meas, conditions, meas_files):

@@ -39,17 +39,27 @@ def table(folder, prefix):
 # ---------------------------------------------------------------------------
 # nominal likelihood of every shipped problem
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(REFERENCE.index))
+#: problems whose simulation takes minutes (many conditions, 25 states)
+SLOW = {"Isensee_JCB2018", "Bachmann_MSB2011"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in REFERENCE.index])
 def test_nominal_nll_matches_reference(name):
+    """Each of the ten shipped problems imports and its nominal NLL by the independent
+    simulation equals the reference within 1e-3*max(1, |ref|) (Crauste's reference
+    carries an integration error, see the next test)."""
     model = read_petab(os.path.join(DATA, name))
     nll = PetabSimulator(model, rtol=1e-8, atol=1e-10).nll()
-    assert abs(nll - REFERENCE[name]) <= 1e-4 * abs(REFERENCE[name])
+    assert abs(nll - REFERENCE[name]) <= 1e-3 * max(1.0, abs(REFERENCE[name]))
 
 
 def test_crauste_nominal_equals_likelihood_of_its_simulated_data():
     """Crauste's reference is 1.2e-3 (absolute) above our nominal value; our value
     is the likelihood of the collection's own simulatedData table (computed by
-    petab's ``calculate_llh``), so the reference does not belong to the shipped data."""
+    petab's ``calculate_llh``).  The reference carries the integration error of its
+    simulator's default tolerance (AMICI: 190.96513 at rtol 1e-8, 190.96398 at rtol
+    1e-12, the value here)."""
     import petab.v1 as pv1
     name = "Crauste_CellSystems2017"
     model = read_petab(os.path.join(DATA, name))
@@ -160,25 +170,29 @@ def test_events_raise(tmp_path):
         read_petab(d)
 
 
-def test_priors_raise(tmp_path):
+def test_unknown_prior_type_raises(tmp_path):
     d = copy_problem(tmp_path)
     f = table(d, "parameters_")
     df = pd.read_csv(f, sep="\t")
-    df["objectivePriorType"] = "normal"
+    df["objectivePriorType"] = "gamma"
     df["objectivePriorParameters"] = "0;1"
     df.to_csv(f, sep="\t", index=False)
-    with pytest.raises(UnsupportedFeatureError, match=r"parameters_Crauste.*priors"):
+    with pytest.raises(UnsupportedFeatureError, match=r"parameters_Crauste.*objectivePriorType "
+                                                       r"'gamma'"):
         read_petab(d)
 
 
-def test_state_dependent_sigma_raises(tmp_path):
+def test_state_dependent_sigma_is_simulated_but_not_estimated(tmp_path):
     d = copy_problem(tmp_path)
     f = table(d, "observables_")
     df = pd.read_csv(f, sep="\t")
     df.loc[0, "noiseFormula"] = "noiseParameter1_observable_EarlyEffector * EarlyEffector"
     df.to_csv(f, sep="\t", index=False)
-    with pytest.raises(UnsupportedFeatureError, match=r"observables_Crauste.*state-dependent"):
-        read_petab(d)
+    model = read_petab(d)
+    assert np.isfinite(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
+    with pytest.raises(UnsupportedFeatureError, match=r"Crauste.*noise formula of "
+                                                       r"observable_EarlyEffector.*states"):
+        petab_problem(model)
 
 
 def test_laplace_noise_raises(tmp_path):
@@ -191,14 +205,14 @@ def test_laplace_noise_raises(tmp_path):
         read_petab(d)
 
 
-def test_steady_state_measurements_raise(tmp_path):
+def test_negative_infinite_time_raises(tmp_path):
     d = copy_problem(tmp_path)
     f = table(d, "measurementData_")
     df = pd.read_csv(f, sep="\t")
     df["time"] = df["time"].astype(float)
-    df.loc[0, "time"] = np.inf
+    df.loc[0, "time"] = -np.inf
     df.to_csv(f, sep="\t", index=False)
-    with pytest.raises(UnsupportedFeatureError, match=r"measurementData_Crauste.*steady-state"):
+    with pytest.raises(ValueError, match=r"measurementData_Crauste.*row 0: time -inf"):
         read_petab(d)
 
 
@@ -263,9 +277,9 @@ def test_yaml_feature_raises(tmp_path, edit, feature):
         read_petab(d)
 
 
-def test_sigma_with_two_estimated_parameters_raises(tmp_path):
-    """sigma = sd_a * sd_b with both estimated: the import names them (the likelihood
-    itself is still evaluated by simulation)."""
+def test_sigma_with_two_estimated_parameters(tmp_path):
+    """sigma = sd_a * sd_b with both estimated: a general noise model of the two (their
+    step of the alternation is a numerical minimization)."""
     d = copy_problem(tmp_path)
     f = table(d, "observables_")
     obs = pd.read_csv(f, sep="\t")
@@ -285,9 +299,8 @@ def test_sigma_with_two_estimated_parameters_raises(tmp_path):
     pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
     model = read_petab(d)
     assert np.isfinite(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
-    with pytest.raises(UnsupportedFeatureError,
-                       match=r"Crauste.*several estimated parameters \['sd_a', 'sd_b'\]"):
-        petab_problem(model)
+    pe = petab_problem(model)
+    assert pe.noise_parameters == ["sd_a", "sd_b"] and pe._noise is not None
 
 
 def test_several_noise_parameters_estimated_jointly(tmp_path):
@@ -664,3 +677,92 @@ def test_least_squares_fit_reaches_the_reference(name, start):
     if start == "perturbed":
         assert pe.nll(res.extra["objective_start"]) > ref + 10.0
     assert pe.simulated_nll(res) <= ref + 1e-6 * abs(ref)
+
+
+# ---------------------------------------------------------------------------
+# bad inputs: each names the file, the row or the id, and what to do
+# ---------------------------------------------------------------------------
+def _table_edit(prefix, edit):
+    def apply(d):
+        f = table(d, prefix)
+        df = pd.read_csv(f, sep="\t")
+        df = edit(df)
+        df.to_csv(f, sep="\t", index=False)
+    return apply
+
+
+def _sbml_edit(edit):
+    return lambda d: _edit_sbml(d, edit)
+
+
+def _renamed_species(m):
+    a = m.createInitialAssignment()
+    a.setSymbol("Naive_old"), a.setMath(libsbml.parseL3Formula("2"))
+
+
+def _undefined_in_rule(m):
+    p = m.createParameter()
+    p.setId("w"), p.setConstant(False)
+    r = m.createAssignmentRule()
+    r.setVariable("w"), r.setMath(libsbml.parseL3Formula("Naive * not_defined_anywhere"))
+    kl = m.getReaction(0).getKineticLaw()
+    kl.setMath(libsbml.parseL3Formula(f"({libsbml.formulaToL3String(kl.getMath())}) * (1 + w)"))
+
+
+@pytest.mark.parametrize("edit, error, message", [
+    (_table_edit("measurementData_", lambda df: df.drop(columns="time")), ValueError,
+     r"measurementData_Crauste.*no column\(s\) \['time'\]"),
+    (_table_edit("measurementData_", lambda df: df.drop(columns="measurement")), ValueError,
+     r"measurementData_Crauste.*no column\(s\) \['measurement'\]"),
+    (_table_edit("measurementData_", lambda df: df.iloc[:0]), ValueError,
+     r"measurementData_Crauste.*has no rows"),
+    (_table_edit("measurementData_", lambda df: df.assign(
+        time=["day 1"] + list(df["time"].astype(str))[1:])), ValueError,
+     r"measurementData_Crauste.*row 0: time 'day 1' is not a number"),
+    (_table_edit("parameters_", lambda df: df.drop(columns="parameterScale")), ValueError,
+     r"parameters_Crauste.*no column 'parameterScale'"),
+    (_table_edit("parameters_", lambda df: df.assign(objectivePriorType="normal",
+                                                     objectivePriorParameters="0;-1")),
+     ValueError, r"parameters_Crauste.*parameter \w+: the scale .* must be > 0"),
+    (_table_edit("parameters_", lambda df: df.assign(objectivePriorType="normal",
+                                                     objectivePriorParameters="0")),
+     ValueError, r"parameters_Crauste.*must be two numbers"),
+    (_sbml_edit(_kinetic_law("undefined_k")), ValueError,
+     r"model_Crauste.*names \['undefined_k'\], which are not defined in the model"),
+    (_sbml_edit(_undefined_in_rule), ValueError,
+     r"model_Crauste.*names \['not_defined_anywhere'\], which are not defined"),
+    (_sbml_edit(_renamed_species), ValueError,
+     r"model_Crauste.*initial assignment names 'Naive_old', which is not a species.*renamed"),
+], ids=["no_time_column", "no_measurement_column", "empty_measurements", "text_time",
+        "no_scale_column", "prior_negative_scale", "prior_one_number", "undefined_id_in_law",
+        "undefined_id_in_rule", "renamed_species"])
+def test_bad_petab_input_is_named(tmp_path, edit, error, message):
+    d = copy_problem(tmp_path)
+    edit(d)
+    with pytest.raises(error, match=message) as info:
+        read_petab(d)
+    assert not isinstance(info.value, KeyError)
+
+
+def test_suite_status_says_what_the_result_is():
+    """benchmarks/petab_suite.py: a converged fit worse than its own start is never a fit
+    (Borghans: -54.31 from a start at -83.32); a better point that did not converge is
+    the best found, flagged; with nothing finite, failed; the reference gap is a flag."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "petab_suite.py")
+    spec = importlib.util.spec_from_file_location("petab_suite", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+
+    def tab(*rows):
+        return pd.DataFrame([dict(success=s, nll_simulated=v, warnings="") for s, v in rows])
+    status, _, value, flags = suite.assess(tab((True, -54.31)), -83.32, None)
+    assert status == suite.NOT_STATIONARY and value == -83.32
+    assert flags == ["no_fit_better_than_its_start"] and not suite.solved(status, flags)
+    status, _, value, _ = suite.assess(tab((True, -90.0), (False, -104.0)), -83.32, None)
+    assert status == suite.NOT_STATIONARY and value == -104.0
+    status, _, value, flags = suite.assess(tab((True, -104.88), (False, -90.0)), -83.32, -83.32)
+    assert status == suite.CONVERGED and value == -104.88 and suite.solved(status, flags)
+    status, _, _, flags = suite.assess(tab((True, -90.0)), -83.32, -104.0)
+    assert status == suite.CONVERGED and flags == ["worse_than_reference"]
+    assert suite.assess(tab((False, np.nan)), -83.32, None)[0] == suite.FAILED
