@@ -26,7 +26,8 @@ import warnings
 import numpy as np
 
 from pyomo_odeest.discretization.adaptive import AdaptiveModel, StepController, StepTable
-from pyomo_odeest.transcription._adaptive_block import compare_block_multipliers, estimate_adaptive
+from pyomo_odeest.approaches import estimate_adaptive
+from pyomo_odeest.transcription._adaptive_block import compare_block_multipliers
 from pyomo_odeest.models import lotka_volterra_problem
 
 warnings.simplefilter("ignore", RuntimeWarning)

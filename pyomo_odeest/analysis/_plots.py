@@ -88,8 +88,7 @@ def _sigma(sp):
 
 def _curves(result, problem):
     """Observables on the grid of the result's discretization, one frame per experiment."""
-    from ._uncertainty import discrete_model_for
-    dm = discrete_model_for(result)
+    dm = result.backend.discrete_model
     u = np.asarray(result.estimates.reindex(problem.parameter_names), dtype=float)
     models = dm.models if getattr(problem, "experiments", None) else [dm]
     out = []

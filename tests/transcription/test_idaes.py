@@ -101,7 +101,7 @@ def test_idaes_numerical_report_unpatched_and_its_jacobian_equals_odeests(ex):
 
 
 def test_numerical_report_says_how_to_get_it_without_pynumero(ex, monkeypatch):
-    from pyomo_odeest.transcription import pynumero_asl
+    from pyomo_odeest.nlp import _pynumero_asl as pynumero_asl
     monkeypatch.setattr(pynumero_asl, "pynumero_asl_available", lambda: False)
     m = ex.build_model(times=[0.0, 1.0], steps_per_interval=2)
     ex.initialize(m)
