@@ -39,12 +39,7 @@ def table(folder, prefix):
 # ---------------------------------------------------------------------------
 # nominal likelihood of every shipped problem
 # ---------------------------------------------------------------------------
-#: problems whose simulation takes minutes (many conditions, 25 states)
-SLOW = {"Isensee_JCB2018", "Bachmann_MSB2011"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in REFERENCE.index])
+@pytest.mark.parametrize("name", list(REFERENCE.index))
 def test_nominal_nll_matches_reference(name):
     """Each of the ten shipped problems imports and its nominal NLL by the independent
     simulation equals the reference within 1e-3*max(1, |ref|) (Crauste's reference
