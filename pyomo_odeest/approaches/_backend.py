@@ -267,9 +267,12 @@ def rebuild_backend(result):
         raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} "
                          f"result; pass problem=... explicitly")
     if result.scheme is None:
-        from .continuous import ContinuousModel
+        from .continuous import continuous_model
         kw = dict(result.extra.get("integrator") or {})
-        cms = [ContinuousModel(sp_, **kw) for sp_ in _subs(P)]
+        engine = kw.get("engine")
+        engine = engine if engine in ("cvodes", "scipy") else None   # the installed default
+        cms = [continuous_model(sp_, engine, method=kw.get("method"), rtol=kw.get("rtol"),
+                                atol=kw.get("atol")) for sp_ in _subs(P)]
         return ContinuousBackend(P, ExperimentModels(P, cms) if P.experiments else cms[0])
     grid = result.grid
     if P.experiments and not isinstance(grid, Mapping):
