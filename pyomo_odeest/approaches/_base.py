@@ -190,6 +190,12 @@ def run_ipopt(nlp, cfg, options, **kw):
     return solve_with_ipopt(nlp, options=options, tee=cfg.tee, progress=cfg.progress, **kw)
 
 
+class NotAProblemError(ProblemError, TypeError):
+    """Something other than an :class:`~pyomo_odeest.EstimationProblem` was given
+    (a :class:`ProblemError` and, as for any argument of the wrong type, a
+    :class:`TypeError`)."""
+
+
 class Approach:
     """Base of the estimation approaches (see the module docstring)."""
 
@@ -266,8 +272,8 @@ class Approach:
     def estimate(self, problem, *args, **options):
         """Run the pipeline on ``problem``; return an :class:`~pyomo_odeest.EstimationResult`."""
         if not isinstance(problem, EstimationProblem):
-            raise TypeError(f"problem must be an EstimationProblem, got "
-                            f"{type(problem).__name__}")
+            raise NotAProblemError(f"problem must be an EstimationProblem, got "
+                                   f"{type(problem).__name__}")
         cfg = self.configure(options, args)
         self.validate(problem, cfg)
         u_start = start_values(problem, cfg.u0)
