@@ -298,6 +298,7 @@ def test_sigma_with_two_estimated_parameters(tmp_path):
     assert pe.noise_parameters == ["sd_a", "sd_b"] and pe._noise is not None
 
 
+@pytest.mark.slow       # the direct L-BFGS-B reference takes minutes of simulations
 def test_several_noise_parameters_estimated_jointly(tmp_path):
     """One estimated noise parameter per observable (log10 scale): fit() alternates the
     least-squares fit and the exact noise update; its NLL and estimates equal a direct
