@@ -876,8 +876,8 @@ class ShootingApproach(Approach):
 def estimate_multiple_shooting(problem: EstimationProblem, *args, **options) -> EstimationResult:
     r"""Estimate the parameters by multiple shooting [AT, problem (4) or (8)] with Ipopt.
 
-    Parameters
-    ----------
+    Options
+    -------
     problem : EstimationProblem
     scheme, qmax, grid, max_step, steps_per_interval
         Discretization, as for :func:`~pyomo_odeest.approaches._reduced.estimate_reduced`;

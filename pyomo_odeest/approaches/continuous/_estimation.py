@@ -410,8 +410,8 @@ def estimate_continuous(problem: EstimationProblem, **options):
     simulated gives a failed result (status ``SIMULATION_FAILED``); SciPy
     trial points that cannot be simulated count as J = ∞.
 
-    Parameters
-    ----------
+    Options
+    -------
     problem : EstimationProblem
     optimizer : {'ipopt', 'L-BFGS-B', 'trust-constr', 'least_squares'}
         ``'ipopt'``: Ipopt through ``cyipopt.Problem(n, m=0, ...)`` with the
