@@ -443,8 +443,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         if isinstance(prob.error, MemoryError):
             raise MemoryError(f"the machine ran out of memory while evaluating the NLP "
                               f"({ev.n} variables, {ev.m} constraints) in "
-                              f"{prob.error_in}: the problem is too large for this memory; "
-                              "use a coarser grid or fewer variables") from prob.error
+                              f"{prob.error_in} ({prob.error or 'no message'}): the problem is "
+                              "too large for this memory; use a coarser grid or fewer "
+                              "variables") from prob.error
         raise prob.error
     status = int(info["status"])
     msg = info["status_msg"]
