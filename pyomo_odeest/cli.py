@@ -314,13 +314,13 @@ def _num(v):
 
 
 def _info(res, ci, level):
-    return dict(approach=res.approach, method=res.method, scheme=res.scheme,
+    return dict(approach=res.approach, method=res.method, scheme=res.scheme_label,
                 estimates={k: float(v) for k, v in res.estimates.items()},
                 standard_errors={k: _num(v) for k, v in ci["se"].items()},
                 intervals={k: [_num(lo), _num(hi)] for k, lo, hi in
                            zip(ci.index, ci["lower"], ci["upper"])},
                 level=float(level),
-                objective=_num(res.objective), status=res.status, success=bool(res.success),
+                objective=_num(res.objective), status=str(res.status), message=res.message, success=bool(res.success),
                 iterations=int(res.iterations),
                 timings={k: float(v) for k, v in res.timings.items()},
                 warnings=list(res.warnings))
@@ -337,12 +337,9 @@ def _compare(problem, names, settings, args, out, plot_fits):
     """Every approach from the same start: one table (``comparison.csv``), one JSON entry
     per approach, one figure."""
     from .analysis import compare_approaches
-    from .approaches import estimate
 
-    def runner(a):
-        return lambda prob, **_: estimate(prob, a, **_options_for(a, settings))
-
-    table, results = compare_approaches(problem, [(a, runner(a), {}) for a in names])
+    table, results = compare_approaches(problem, [(a, a, _options_for(a, settings))
+                                                  for a in names])
     rows, info = [], {}
     for a in names:
         row = {"status": table.loc[a, "status"], "success": bool(table.loc[a, "success"])}
