@@ -453,7 +453,9 @@ def test_every_approach_takes_an_imported_problem_with_two_conditions():
     assert all(abs(v - nll["simultaneous"]) < 2e-2 for v in nll.values()), nll
     for r in results.values():
         rep = r.identifiability()
-        assert rep.rank == 4 and "init_bcar2" in "".join(rep.warnings)
+        # rank 5 on column-scaled sensitivities (4 before the rank test was scaled): far below
+        # the 13 free parameters, and the parameters the data never see are named
+        assert rep.rank <= 5 and "init_bcar2" in "".join(rep.warnings)
         assert any("do not depend on" in w for w in r.warnings)
 
 
