@@ -38,7 +38,6 @@ import pandas as pd
 
 from pyomo_odeest.analysis._compare import compare_approaches
 from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest.approaches._shooting import estimate_multiple_shooting
 from pyomo_odeest.runner import Runner, multistart
 
 AT_TABLE_MEAN = (0.9832, 0.9870, 1.0254, 1.0290)
@@ -52,8 +51,8 @@ NSEEDS, NSTARTS = (2, 2) if QUICK else (10, 8)
 def three_approaches():
     prob = lotka_volterra_problem(p0=LV_P0)                   # draw seed=1, variance 0.05
     approaches = ("reduced_space", "multiple_shooting",
-                  ("multiple_shooting_adjoint", estimate_multiple_shooting, {"jacobian": "adjoint"}),
-                  ("multiple_shooting_scalar(8)", estimate_multiple_shooting,
+                  ("multiple_shooting_adjoint", "multiple_shooting", {"jacobian": "adjoint"}),
+                  ("multiple_shooting_scalar(8)", "multiple_shooting",
                    {"formulation": "scalar", "jacobian": "adjoint", "options": {"max_iter": 200}}),
                   "simultaneous")
     tab, res = compare_approaches(prob, approaches)
