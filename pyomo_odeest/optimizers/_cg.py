@@ -69,7 +69,7 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
     gtol : float
         Stop when :math:`\lVert P(x - g) - x\rVert_\infty \le` ``gtol``.
     ftol : float
-        Stop when :math:`f_k - f_{k+1} \le \texttt{ftol}\,\max(|f_k|, |f_{k+1}|, 1)`.
+        Stop when :math:`f_k - f_{k+1} \le \texttt{ftol}\,\max(|f_k|, |f_{k+1}|, 1)` (``ftol = 0`` switches this test off).
     max_iter : int
         Maximum number of iterations.
     restart : int or None

@@ -185,12 +185,51 @@ def _search(prob, ls, x, d, f, g, alpha0, c2):
     else:
         a, _, _ = line_search_secant(phi, dphi, alpha0=alpha0, phi0=f, dphi0=dphi0, alpha_max=amax)
     if a is None or not a > 0.0:
-        return None
+        return _search_at_roundoff(prob, xa, phi, dphi, f, dphi0, alpha0, amax, c2)
     xn = xa(a)
     fn = prob.f(xn)
     if not (np.isfinite(fn) and fn <= f):
-        return None
+        return _search_at_roundoff(prob, xa, phi, dphi, f, dphi0, alpha0, amax, c2)
     return a, xn, fn, dphi0
+
+
+#: Relative size of the objective's round-off allowed by the approximate Wolfe test.
+_F_ROUNDOFF = 64 * np.finfo(float).eps
+
+
+def _search_at_roundoff(prob, xa, phi, dphi, f, dphi0, alpha0, amax, c2, max_iter=30):
+    r"""Near a minimizer the decrease of f along d falls below f's round-off and
+    no step satisfies the sufficient-decrease test, although the gradient still
+    carries information.  Hager and Zhang's *approximate Wolfe* conditions
+    (SIAM J. Optim. 16 (2005), eq. (4.1)) then accept a step by its derivative,
+    :math:`(2\delta - 1)\,\varphi'(0) \ge \varphi'(\alpha) \ge c_2\,\varphi'(0)`,
+    (here in the strong form, :math:`|\varphi'(\alpha)| \le c_2 |\varphi'(0)|`),
+    provided :math:`\varphi(\alpha) \le \varphi(0) + \epsilon_f |\varphi(0)|` with
+    :math:`\epsilon_f` a small multiple of the machine epsilon.  The step is found by the
+    secant iteration on :math:`\varphi'` alone; None if no such step exists (a
+    genuine failure: the objective and its gradient disagree)."""
+    slack = _F_ROUNDOFF * max(abs(f), 1.0)
+    hi = min(1.0 - 2e-4, c2) * -dphi0   # (2δ - 1) φ'(0), δ = 1e-4; strong Wolfe's c2 |φ'(0)|
+    a_prev, d_prev = 0.0, dphi0
+    a = min(alpha0, amax)
+    for _ in range(max_iter):
+        if not a > 0.0:
+            return None
+        da = dphi(a)
+        if not np.isfinite(da):
+            a = 0.5 * (a_prev + a)
+            continue
+        if c2 * dphi0 <= da <= hi:
+            fn = phi(a)
+            if np.isfinite(fn) and fn <= f + slack:
+                return a, xa(a), fn, dphi0
+            return None
+        if da == d_prev:
+            return None
+        a_next = a - da * (a - a_prev) / (da - d_prev)
+        a_prev, d_prev = a, da
+        a = min(a_next, amax) if np.isfinite(a_next) else 0.5 * a
+    return None
 
 
 def _finish(prob, x, f, g, nit, success, message, hist, method, hess_inv=None):
@@ -205,7 +244,7 @@ def _stop_test(pg, gtol, f_old, f, ftol, stop):
     (the projected gradient, the relative reduction of f, the user's callback), else None."""
     if pg <= gtol:
         return True, "projected gradient below gtol"
-    if f_old - f <= ftol * max(abs(f_old), abs(f), 1.0):
+    if ftol > 0 and f_old - f <= ftol * max(abs(f_old), abs(f), 1.0):
         return True, "relative reduction of f below ftol"
     if stop:
         return False, "stopped by callback"

@@ -344,7 +344,7 @@ class _NoiseModel:
 
 
 def _rewrite_time_piecewise(model, taken):
-    """Per SBML piecewise of time in the rates: its replacement
+    r"""Per SBML piecewise of time in the rates: its replacement
     :math:`\sum_k v_k I_k` (indicator symbols ``I_k``) and the pieces."""
     pws = sorted({pw for e in model.ode.rhs.values() for pw in time_piecewise(e)}, key=str)
     sub, pieces = {}, []

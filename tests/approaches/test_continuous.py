@@ -527,9 +527,9 @@ def test_loose_stopping_test_is_not_reported_as_success():
 
 
 def test_inexact_gradient_convergence_is_not_reported_as_success():
-    """Ipopt on central differences with a 5 % step converges (acceptable level) where the
-    exact gradient, recomputed at tighter tolerances, is 0.14: not a success; with the
-    default step the same fit is a success."""
+    """Ipopt on central differences with a 5 % step, allowed to stop at a loose
+    acceptable level, claims convergence where the exact gradient, recomputed at tighter
+    tolerances, is 0.16: not a success; with the default step the same fit is a success."""
     prob = nonlinear_problem()
     cm = ContinuousModel(prob)
     cm.fd_step = 1e-4
@@ -537,10 +537,11 @@ def test_inexact_gradient_convergence_is_not_reported_as_success():
     assert good.success
     cm = ContinuousModel(prob)
     cm.fd_step = 0.05
-    res = po.estimate(prob, "continuous", gradient="fd", model=cm)
+    res = po.estimate(prob, "continuous", gradient="fd", model=cm,
+                      options={"acceptable_tol": 0.1, "acceptable_iter": 3, "max_iter": 100})
     assert not res.success
-    # where Ipopt stops depends on the inexact gradients (acceptable level here; the iteration
-    # limit was seen under load): whenever it claims convergence, the check withdraws it
+    # where Ipopt stops depends on the inexact gradients (acceptable level here; without the
+    # loose acceptable level the iteration limit): whenever it claims convergence, the check withdraws it
     if res.message.split(";")[0] in ("Solve_Succeeded", "Solved_To_Acceptable_Level"):
         assert res.status is po.Status.NOT_STATIONARY
         assert res.extra["stationarity"]["projected_gradient"] > 0.1

@@ -369,3 +369,18 @@ def test_bfgs_inverse_hessian_is_exact_after_n_exact_steps():
     np.testing.assert_allclose(H, H.T, atol=1e-12)
     np.testing.assert_allclose(H, np.linalg.inv(A), rtol=0, atol=1e-6 * np.abs(np.linalg.inv(A)).max())
     assert minimize_cg(f, g, np.zeros(n)).hess_inv is None
+
+
+@pytest.mark.parametrize("method,ls", [("BFGS", "wolfe"), ("BFGS", "secant"), ("PR+", "secant")])
+def test_decrease_below_the_objectives_roundoff_still_converges(method, ls):
+    """f = 1e8 + the bounded quadratic: near x* the decrease along d (about |g|²/L)
+    falls below the round-off of f (1e8 · 2e-16) while |g| is still 1e-4; the step is
+    then taken by the approximate Wolfe conditions on φ' alone and the projected
+    gradient reaches gtol, as without the offset.  (CG with the Wolfe search accepts
+    steps on noisy values of f there and crawls: 500 iterations to |g| ~ 1e-6.)"""
+    f0, g, bounds, xs = bounded_quadratic()
+    r = run(method, lambda x: 1e8 + f0(x), g, np.full(8, 0.1), ls, bounds=bounds,
+            gtol=1e-9, ftol=0.0, max_iter=500)
+    assert r.success, r.message
+    assert r.history.gnorm[-1] <= 1e-9
+    np.testing.assert_allclose(r.x, xs, rtol=0, atol=1e-8)

@@ -260,9 +260,9 @@ def test_bootstrap_of_several_experiments_resamples_within_each():
     r = fit.residuals["x"].to_numpy()
     assert chk["chi2"] == pytest.approx(float(np.sum(r**2)) / 0.02**2, rel=1e-10)
     se = fit.covariance().se
-    bs = bootstrap(prob, n=40, kind="residual", approach="reduced_space", fit=fit, seed=3)
-    est = bs.estimates
-    assert len(est) == 40 and list(est.columns) == ["k", "x0_e0", "x0_e1"]
+    bs = bootstrap(prob, n=20, kind="residual", approach="reduced_space", fit=fit, seed=3)
+    est = bs.estimates                   # 20 samples: the spread's own error is about 16 %
+    assert len(est) == 20 and list(est.columns) == ["k", "x0_e0", "x0_e1"]
     assert est["k"].std() == pytest.approx(se["k"], rel=0.35)
     assert est["x0_e0"].std() == pytest.approx(se["x0_e0"], rel=0.35)
     case = bootstrap(prob, n=6, kind="case", approach="reduced_space", fit=fit, seed=4)
