@@ -312,6 +312,38 @@ def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8)
     return float(factor(np.array(gf))), factor(rowmax)
 
 
+def first_quasi_newton_scale(ev, x0, x_scaling=None, obj_factor=None, options=None):
+    """``limited_memory_init_val`` for a problem with bounds only: Ipopt's first
+    quasi-Newton step is ``-∇f / σ₀`` in its scaled variables, with σ₀ = 1 by
+    default, so a gradient of 100 (the largest Ipopt's gradient-based scaling leaves)
+    moves a parameter of size 0.5 by up to 100, often into a region where the misfit is
+    flat and the iteration stalls (x' = -k x from k = 0.5 went to k = 282).  Here σ₀ is
+    the smallest value (at least 1, at most 1e8) for which no variable moves by more than
+    its own start magnitude (1 for a start at 0) in that first step; the later updates
+    rescale as usual.  None where the gradient cannot be evaluated or Ipopt's default
+    needs no change."""
+    opts = options or {}
+    xs = np.ones(ev.n) if x_scaling is None else np.asarray(x_scaling, dtype=float)
+    x = np.clip(np.asarray(x0, dtype=float), ev.x_lb, ev.x_ub)
+    try:
+        g = np.asarray(ev.gradient(x), dtype=float) / xs
+    except (EvaluationError, ArithmeticError, ValueError):
+        return None
+    if not np.all(np.isfinite(g)) or ev.n == 0:
+        return None
+    if obj_factor is None or not np.isfinite(obj_factor):
+        obj_factor = 1.0
+        if opts.get("nlp_scaling_method", "gradient-based") == "gradient-based":
+            gmax = float(np.max(np.abs(g)))
+            big = float(opts.get("nlp_scaling_max_gradient", 100.0))
+            if gmax > big:
+                obj_factor = max(big / gmax, float(opts.get("nlp_scaling_min_value", 1e-8)))
+        obj_factor *= float(opts.get("obj_scaling_factor", 1.0))
+    reach = start_value_magnitude(x) * xs                # the start magnitudes, scaled
+    s0 = float(np.max(obj_factor * np.abs(g) / reach))
+    return min(s0, 1e8) if s0 > 1.0 else None
+
+
 _MEMORY_SIGNS = ("requires more memory", "insufficient memory", "not enough memory",
                  "memory allocation", "info(1) = -9", "info(1) = -13", "info(1) = -8")
 
@@ -394,6 +426,7 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     if str(opts.get("linear_solver", "mumps")).lower() == "mumps":
         for k, v in MUMPS_DEFAULTS.items():
             opts.setdefault(k, v)
+    user_obj_factor, user_xs = None, None
     if x_scaling is not None or g_scaling is not None or obj_scaling is not None:
         xs = _positive_vector(x_scaling, ev.n, "x_scaling")
         gs = _positive_vector(g_scaling, ev.m, "g_scaling", np.nan, allow_nan=True)
@@ -408,6 +441,14 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         nlp.set_problem_scaling(obj_scaling=float(os_[0]), x_scaling=xs,
                                 g_scaling=gs if ev.m else None)
         opts.setdefault("nlp_scaling_method", "user-scaling")
+        if opts["nlp_scaling_method"] == "user-scaling":
+            user_obj_factor, user_xs = float(os_[0]), xs
+    if (ev.m == 0 and str(opts.get("hessian_approximation", "")) == "limited-memory"
+            and "limited_memory_init_val" not in opts):
+        s0 = first_quasi_newton_scale(ev, ev.x0 if x0 is None else x0, user_xs,
+                                      user_obj_factor, opts)
+        if s0 is not None:
+            opts["limited_memory_init_val"] = s0
     if not tee:
         opts.setdefault("print_level", 0)
         opts.setdefault("sb", "yes")

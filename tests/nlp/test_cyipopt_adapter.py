@@ -235,3 +235,49 @@ def test_int_option_where_ipopt_takes_a_number():
         pyo.SolverFactory("odeest_ipopt").solve(model(), options={"no_such_option": 1})
     with pytest.raises(ValueError, match="max_iter"):
         pyo.SolverFactory("odeest_ipopt").solve(model(), options={"max_iter": 2.5})
+
+
+class _Linear:
+    """f(x) = g·x on bounds only (no constraints)."""
+
+    def __init__(self, g, x0):
+        self.g, self.x0 = np.asarray(g, float), np.asarray(x0, float)
+        self.n, self.m = self.g.size, 0
+        self.x_lb, self.x_ub = np.full(self.n, -np.inf), np.full(self.n, np.inf)
+
+    def gradient(self, x):
+        return self.g
+
+
+def test_first_quasi_newton_step_stays_within_the_start_magnitudes():
+    """σ₀ such that the first step -obj_factor·∇f/σ₀ (in Ipopt's scaled variables) moves
+    no variable by more than its start magnitude (1 at a start of 0)."""
+    from pyomo_odeest.nlp._cyipopt_adapter import first_quasi_newton_scale
+    ev = _Linear([1000.0, 1.0], [0.5, 0.0])
+    # Ipopt's gradient-based scaling: factor 100/1000; steps 0.1·[1000, 1]/σ₀ ≤ [0.5, 1]
+    assert first_quasi_newton_scale(ev, ev.x0) == pytest.approx(200.0)
+    assert first_quasi_newton_scale(ev, ev.x0, options={"nlp_scaling_max_gradient": 10}) == \
+        pytest.approx(20.0)
+    assert first_quasi_newton_scale(ev, ev.x0, options={"nlp_scaling_method": "none"}) == \
+        pytest.approx(2000.0)
+    # user scaling: x_s = [2, 1]·x, f_s = 0.05 f: ∇_s f_s = 0.05·[500, 1]; reach [1, 1]
+    assert first_quasi_newton_scale(ev, ev.x0, [2.0, 1.0], 0.05) == pytest.approx(25.0)
+    assert first_quasi_newton_scale(_Linear([0.1, 0.2], [1.0, 3.0]), [1.0, 3.0]) is None
+
+
+def test_limited_memory_solve_from_a_far_start_of_a_bound_constrained_model():
+    """The misfit of x' = -k x (σ = 0.05, exact data at k = 0.7) in closed form, from
+    k = 0.5, k >= 0: with Ipopt's σ₀ = 1 the first step goes far into the flat region
+    (k > 100) and the solve stalls there; with the start-magnitude rule it converges."""
+    t = np.linspace(0.5, 3.0, 6)
+    m = pyo.ConcreteModel()
+    m.k = pyo.Var(initialize=0.5, bounds=(0, None))
+    m.o = pyo.Objective(expr=sum((2 * pyo.exp(-m.k * tj) - 2 * np.exp(-0.7 * tj)) ** 2
+                                 for tj in t) / 0.05 ** 2)
+    ev = PyomoNLPEvaluator(m)
+    opts = {"hessian_approximation": "limited-memory", "max_iter": 100}
+    r = solve_with_ipopt(ev, options=opts)
+    assert r.status_name == "Solve_Succeeded"
+    assert float(r.x[0]) == pytest.approx(0.7, abs=1e-5)
+    old = solve_with_ipopt(ev, options=dict(opts, limited_memory_init_val=1.0))
+    assert abs(float(old.x[0]) - 0.7) > 1.0              # Ipopt's default first step
