@@ -69,7 +69,7 @@ With (8) Ipopt's violation :math:`\max_j \|G_j\|^2` reached 3.4e-8 at
 iteration 129 and then oscillated between 1e-7 and 1e-4 (occasional jumps
 to 0.4), the multipliers :math:`|\mu_j|` ended between 30 and 920 (the vector form's
 :math:`\|\lambda_j\| \le 0.75`).  ``docs/multiple_shooting.md`` has the
-details and ``tests/test_shooting.py::test_scalar_form_gradient_vanishes_and_ipopt_behaviour``
+details and ``tests/approaches/test_shooting.py::test_scalar_form_gradient_vanishes_and_ipopt_behaviour``
 records a shorter run.  The scalar form is kept for the gradient identity (17)
 and for this record, not as a recommended solver setting.
 

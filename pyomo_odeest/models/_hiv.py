@@ -124,7 +124,7 @@ def hiv_problem(seed=0, noise=0.05, times=HIV_TIMES, estimate=HIV_ESTIMATED, sta
     fix) to 4.3e4, a condition number of 2.7e12; the next two eigenvectors
     mix μ_V, p and η_NRTI.  For the six chosen parameters the smallest
     eigenvalue is 99 (standard deviation ≈ 0.1 in log units at 5 % noise) and
-    the condition number 352 (checked in ``tests/test_continuous.py``).  Any
+    the condition number 352 (checked in ``tests/approaches/test_continuous.py``).  Any
     subset can be estimated with ``estimate``.
 
     Start values: the truth times :math:`\exp(\text{start}\cdot\xi)`,
