@@ -1,6 +1,7 @@
 """The plain-numpy reference implementation of the step formulas: :func:`integrate`."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -157,7 +158,7 @@ def integrate(
         if v.__class__ is not np.ndarray or v.dtype != float or v.shape != (n,):
             v = np.asarray(v, dtype=float).reshape(-1)
         tot = v.sum() if v.size == n else np.nan
-        if tot - tot != 0:      # NaN or inf somewhere (or a wrong shape)
+        if not math.isfinite(tot):      # NaN or inf somewhere (or a wrong shape)
             raise RuntimeError(
                 f"{what} returned {'non-finite values' if v.size == n else f'shape {v.shape}, expected ({n},)'} "
                 f"at step {i} (t={tt:.6g}), stage {stage!r}"
