@@ -355,6 +355,22 @@ def status_warning(result):
             f"iterations); the estimates are not an optimum; {advice}"]
 
 
+def start_warning(result):
+    """A converged result whose objective is above its value at the start: the
+    optimizer left the start (Ipopt first moves a start on or near a bound into the
+    interior, by ``bound_push``/``bound_frac``) and ended at a worse stationary point."""
+    j0, j = result.extra.get("objective_start", np.nan), result.objective
+    if not (result.success and np.isfinite(j0) and np.isfinite(j)):
+        return []
+    if j <= j0 + 1e-6 * max(1.0, abs(j0)):       # above the integration error of J
+        return []
+    return [f"worse than the start: the objective at the estimates, {j:.8g}, is above its "
+            f"value at the start, {j0:.8g}; the optimizer ended at a stationary point worse "
+            f"than where it began, so the estimates are not the best point seen: try a "
+            f"smaller bound push (options bound_push=1e-8, bound_frac=1e-8) if the start is "
+            f"on or near a bound, another approach, or a multistart"]
+
+
 def _experiment_rows(frame, name):
     """The rows of experiment ``name`` of a frame indexed by ``(experiment, time)``."""
     if frame is None or "experiment" not in (frame.index.names or ()):
@@ -381,6 +397,7 @@ def diagnose(problem, result):
         from ..discretization.schemes import get_scheme
         scheme = get_scheme(scheme.name, scheme.qmax)
     w = list(status_warning(result))
+    w += start_warning(result)
     w += bound_warnings(problem, result)
     w += chi2_warning(problem, result)
     w += rank_warnings(problem, result)

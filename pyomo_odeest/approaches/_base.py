@@ -158,6 +158,8 @@ class Outcome:
     counts: dict = field(default_factory=dict)
     mult_g: np.ndarray | None = None
     timings: dict = field(default_factory=dict)
+    #: the objective at the start, on the scale of ``result.objective`` (NaN: not known)
+    objective_start: float = float("nan")
 
     @classmethod
     def from_ipopt(cls, r):
@@ -292,6 +294,8 @@ class Approach:
         res.timings = dict(dict(build_s=build_s, setup_s=0.0, solve_s=solve_s),
                            **outcome.timings, **res.timings,
                            total_s=time.perf_counter() - t0)
+        if np.isfinite(outcome.objective_start):
+            res.extra.setdefault("objective_start", float(outcome.objective_start))
         advice = self.advice(cfg)
         if advice:
             res.extra["advice"] = advice

@@ -236,12 +236,12 @@ class ReducedApproach(Approach):
     def solve(self, built, cfg):
         _, nlp = built
         try:
-            nlp.objective(nlp.x0)
-            if cfg.optimizer == "ipopt":
-                return self._ipopt(nlp, cfg)
-            return self._scipy(nlp, cfg)
+            j0 = nlp.objective(nlp.x0)
+            out = self._ipopt(nlp, cfg) if cfg.optimizer == "ipopt" else self._scipy(nlp, cfg)
         except EvaluationError as err:
             return Outcome.failed_at_start(nlp.x0, err)
+        out.objective_start = float(j0)
+        return out
 
     def _ipopt(self, nlp, cfg):
         opts = ipopt_options(cfg, **({"hessian_approximation": "limited-memory"}

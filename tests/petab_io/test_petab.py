@@ -787,3 +787,16 @@ def test_suite_status_says_what_the_result_is():
     status, _, _, flags = suite.assess(tab((True, -90.0)), -83.32, -104.0)
     assert status == suite.CONVERGED and flags == ["worse_than_reference"]
     assert suite.assess(tab((False, np.nan)), -83.32, None)[0] == suite.FAILED
+
+
+def test_borghans_continuous_fit_worse_than_its_start_says_so():
+    """Borghans from the nominal point by the continuous approach's defaults: Ipopt first
+    pushes init_A_state (1 - 4e-14 of [0, 1]) into the interior and has ended, converged,
+    at NLL -54.31 where the start's is -83.43.  Whatever the path, a converged result
+    above its start's objective carries the warning."""
+    from pyomo_odeest import estimate
+    pe = petab_problem(os.path.join(DATA, "Borghans_BiophysChem1997"))
+    res = estimate(pe.problem, "continuous", max_wall_time=600)
+    worse = res.objective > res.extra["objective_start"] + 1e-6 * abs(res.extra["objective_start"])
+    flagged = any(w.startswith("worse than the start") for w in res.warnings)
+    assert flagged == (worse and res.success)

@@ -290,6 +290,7 @@ class ContinuousApproach(Approach):
             out = self._minimize(b, cfg)
         if out.status.success:
             out = _stationarity(b, out, cfg.gradient, g0)
+        out.objective_start = float(b.J_start)
         return out
 
     def _minimize(self, b, cfg):
