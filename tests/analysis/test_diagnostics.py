@@ -16,7 +16,7 @@ def _decay():
                              data=pd.DataFrame({"x": 2 * np.exp(-0.7 * t)}, index=t), sigma=0.05)
 
 
-@pytest.mark.parametrize("approach", ["reduced_space", "continuous"])
+@pytest.mark.parametrize("approach", ["simultaneous", "reduced_space", "continuous"])
 def test_the_start_objective_is_on_the_result_scale(approach):
     """The objective at the start is recorded on the scale of ``result.objective``:
     started at the optimum, the two agree; from k = 0.5 the start's is the larger and
