@@ -3,25 +3,51 @@ r"""Write an :class:`~pyomo_odeest.EstimationProblem` as a PEtab problem.
 The model becomes SBML (through libsbml): one species per state in a
 compartment of size 1, with a *rate rule* :math:`\dot x = f(x, u, t)` (so the
 right-hand side is kept exactly, whatever its form), one SBML parameter per
-problem parameter and an initial assignment :math:`x(t_0) = l(u)` per state.
+parameter of the model (a local parameter once, set per experiment by the
+conditions) and an initial assignment :math:`x(0) = l(u)` per state.
 The tables:
 
-* parameters: every parameter on the linear scale, its bounds (PEtab needs
+* parameters: every parameter (with several experiments: the local ones
+  per experiment, ``k_e1``) on the linear scale, its bounds (PEtab needs
   finite ones: ±1e12 stand for none) and its start value as nominal value;
   ``estimate`` is 0 for fixed parameters;
-* one condition ``c0``; observables :math:`g_o` with the noise formula
-  ``noiseParameter1_<o>``; one measurement row per datum with
-  :math:`\sigma = 1/\sqrt{w}` (weight w; 1 without weights).
+* conditions: one per experiment, named after it (``c0`` without
+  experiments).  Its columns hold what differs between experiments: a local
+  parameter ``k`` is a model parameter set to ``k_<experiment>``, an input
+  constant over the experiment (a
+  :class:`~pyomo_odeest.problem.PiecewiseConstant` of one value) a model
+  parameter set to that value, and a state whose initial value is not the
+  initial assignment's a species column;
+* pre-equilibration (:class:`~pyomo_odeest.Preequilibration`): a condition
+  ``preeq`` (``preeq_<experiment>`` when the experiments' differ) with the
+  parameter values of the pre-equilibration and, as species columns, the
+  initial values it starts from; a column cannot be a parameter of the
+  parameter table, so a global parameter ``k`` that it sets becomes the model
+  parameter ``k_model``, set to ``k`` in the simulation conditions.  The
+  states ``reset`` after it are species columns of the simulation condition;
+  the measurement rows name the pre-equilibration in
+  ``preequilibrationConditionId``;
+* observables :math:`g_o` (id ``obs_<o>`` when ``o`` is a model id, which PEtab
+  does not allow) with the noise formula ``noiseParameter1_<id>``; one
+  measurement row per datum with :math:`\sigma = 1/\sqrt{w}` (weight w; 1
+  without weights) as its ``noiseParameters``.
 
 Weighted least squares :math:`J = \sum w r^2` and PEtab's normal likelihood
 with these σ are related by
-:math:`-\log L = J/2 + \sum \tfrac12\log(2\pi/w)`, which the round-trip test
-checks.  Problems with several experiments, a Gaussian covariance loss, a
-penalty or :math:`t_0 \ne 0` raise :class:`ValueError`.
+:math:`-\log L = J/2 + \sum \tfrac12\log(2\pi/w)`, which the round-trip tests
+check.  Raised as :class:`ValueError`: a Gaussian covariance loss, a penalty,
+:math:`t_0 \ne 0`, an input that changes in time, a pre-equilibration with
+dynamics of its own (``Preequilibration(rhs=...)`` other than the model's under
+other parameter values) or a parameter value given by a function, a
+condition entry that is an expression (PEtab v1 condition tables hold numbers
+and parameter ids: an experiment's initial value, a reset state's, a
+pre-equilibration value) and an observable whose formula differs between
+experiments beyond the local parameters.
 """
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -29,6 +55,7 @@ import sympy
 from sympy.printing.str import StrPrinter
 
 from ..problem._declaration import EstimationProblem, LeastSquares
+from ..problem._inputs import PiecewiseConstant, evaluate_inputs, input_applications
 from ._sbml import _libsbml
 
 __all__ = ["write_petab"]
@@ -60,48 +87,178 @@ def _formula(expr, libsbml, where):
     return ast
 
 
+def _sym(name):
+    return sympy.Symbol(str(name), real=True)
+
+
+def _inline(e):
+    """``e`` with its (constant) inputs replaced by their values."""
+    apps = input_applications([e])
+    return evaluate_inputs(e.xreplace({a: a.func(sympy.Float(0.0)) for a in apps})) if apps else e
+
+
+def _same(a, b):
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    return a == b or sympy.expand(a - b) == 0
+
+
+def _fresh(base, taken):
+    out, k = base, 2
+    while out in taken:
+        out, k = f"{base}_{k}", k + 1
+    taken.add(out)
+    return out
+
+
 def write_petab(problem: EstimationProblem, folder, name=None):
     """Write ``problem`` as PEtab v1 into ``folder`` (created); returns the YAML path."""
     L = _libsbml()
     import petab.v1 as petab
-    if getattr(problem, "experiments", None):
-        raise ValueError("write_petab takes a single-experiment problem")
     if not isinstance(problem.loss, LeastSquares):
         raise ValueError("write_petab takes least-squares problems (PEtab noise is per datum)")
     if sympy.sympify(problem.penalty_sym) != 0:
         raise ValueError("write_petab cannot write a penalty R(u) (PEtab v1 has no such term)")
-    if getattr(problem, "steady_state", None) is not None:
-        raise ValueError("write_petab cannot write a pre-equilibrated problem (the "
-                         "pre-equilibration would need its own condition)")
-    if problem.t0 != 0.0:
-        raise ValueError(f"PEtab simulations start at t = 0; the problem starts at "
-                         f"t0 = {problem.t0}")
+    several = bool(getattr(problem, "experiments", None))
+    runs = ([(e.name, sp, e.preequilibration or problem.preequilibration)
+             for e, sp in zip(problem.experiments, problem.experiment_problems)]
+            if several else [("c0", problem, problem.preequilibration)])
+
+    def where(cid):
+        return f"write_petab: experiment '{cid}': " if several else "write_petab: "
+
+    names, states = problem.parameter_names, problem.states
+    u0 = dict(zip(names, map(float, problem.u0)))
+    taken = set(names) | set(states) | set(problem.inputs or {})
+    local = {}                         # local parameter k -> {experiment: k_<experiment>}
+    for n in names if several else ():
+        k = n[:-len(runs[0][0]) - 1]
+        copies = {cid: f"{k}_{cid}" for cid, _, _ in runs}
+        if n == copies[runs[0][0]] and k.isidentifier() and k not in taken and \
+                all(c in names for c in copies.values()):
+            local[k] = copies
+    inputs, overrides = {}, {}         # input -> {experiment: value}; experiment -> {id: value}
+    for cid, sp, pre in runs:
+        if sp.t0 != 0.0:
+            raise ValueError(f"{where(cid)}PEtab simulations start at t = 0; the problem "
+                             f"starts at t0 = {sp.t0}")
+        for k, inp in (sp.inputs or {}).items():
+            vals = set(inp.values) if isinstance(inp, PiecewiseConstant) else set()
+            if len(vals) != 1:
+                raise ValueError(f"{where(cid)}input '{k}' ({type(inp).__name__}) changes in "
+                                 f"time; PEtab v1 conditions hold constants (an input constant "
+                                 f"over each experiment, a PiecewiseConstant of one value, is "
+                                 f"written)")
+            v = vals.pop()
+            if several:
+                inputs.setdefault(k, {})[cid] = _sym(v) if isinstance(v, str) else sympy.Float(v)
+        if pre is not None:
+            overrides[cid] = ov = {}
+            for k, v in (pre.parameters or {}).items():
+                if callable(v):
+                    raise ValueError(f"{where(cid)}Preequilibration parameters[{k!r}] is a "
+                                     f"function; PEtab v1 conditions hold numbers and "
+                                     f"parameter ids")
+                own = next((d for d, c in local.items() if c[cid] == k), None)
+                if own or not any(k in c.values() for c in local.values()):
+                    ov[own or k] = sympy.Float(v) if not isinstance(v, str) else \
+                        _sym(local[v][cid] if v in local else v)
+    renamed = {k: _fresh(f"{k}_model", taken) for k in dict.fromkeys(
+        k for ov in overrides.values() for k in ov if k not in local)}
+
+    def sim_map(cid):                  # model parameter -> its value in the condition
+        m = {_sym(k): _sym(c[cid]) for k, c in local.items()}
+        m.update({_sym(k): v[cid] for k, v in inputs.items()})
+        m.update({_sym(r): _sym(k) for k, r in renamed.items()})
+        return m
+
+    def back(cid):                     # this experiment's parameters -> model parameters
+        return {v: k for k, v in sim_map(cid).items() if str(k) not in inputs}
+
+    def entry(v, what):
+        v = sympy.sympify(v)
+        if v.is_Number:
+            return float(v)
+        if v.is_Symbol and v.name in names:
+            return v.name
+        raise ValueError(f"{what} is {v}: a PEtab v1 condition table holds numbers and "
+                         f"parameter ids only")
+
+    to_model = {_sym(k): _sym(r) for k, r in renamed.items()}
+    f = [sympy.sympify(e).xreplace(to_model)
+         for e in (problem.f_sym if several else map(_inline, problem.f_sym))]
+    cond, pre_rows, evaluated = {}, {}, []   # evaluated: where the initial assignments hold
+    for cid, sp, pre in runs:
+        cm = sim_map(cid)
+        cond[cid] = {str(k): entry(v, f"{where(cid)}the value of {k}") for k, v in cm.items()}
+        if pre is None:
+            evaluated.append((cond[cid], cm, sp.l_sym, cid, ""))
+            continue
+        pm = {**cm, **{_sym(renamed.get(k, k)): v for k, v in overrides[cid].items()}}
+        if not all(_same(fk.xreplace(pm), _inline(gk))
+                   for fk, gk in zip(f, sp.steady_state.f_sym)):
+            raise ValueError(f"{where(cid)}the pre-equilibration has dynamics of its own "
+                             f"(Preequilibration(rhs=...)), not the model's under other parameter "
+                             f"values: a PEtab v1 pre-equilibration condition sets parameters "
+                             f"and initial values only")
+        pre_rows[cid] = {str(k): entry(v, f"{where(cid)}the pre-equilibration value of {k}")
+                         for k, v in pm.items()}
+        evaluated.append((pre_rows[cid], pm, sp.steady_state.x0_sym, cid, " pre-equilibration"))
+        cond[cid].update({s: entry(v, f"{where(cid)}the initial value of the reset state {s}")
+                          for s, v in zip(states, sp.l_sym) if s in sp.preequilibration.reset})
+    ia = []                            # initial assignments: an expression before numbers and
+    for k in range(len(states)):       # parameters (which columns can hold), then the most common
+        n = Counter(sympy.sympify(tg[k]).xreplace(back(cid)) for _, _, tg, cid, _ in evaluated)
+        ia.append(max(n, key=lambda e: (not (e.is_Number or e.is_Symbol), n[e])))
+    for row, cm, tg, cid, what in evaluated:
+        for k, s in enumerate(states):
+            if not _same(ia[k].xreplace(cm), tg[k]):
+                row[s] = entry(tg[k], f"{where(cid)}the{what} initial value of {s}")
+    same = len({repr(sorted(r.items())) for r in pre_rows.values()}) == 1
+    ids = set(cond)
+    shared = _fresh("preeq", ids) if same else None
+    pre_id = {cid: shared or _fresh(f"preeq_{cid}", ids) for cid in pre_rows}
+    cond.update({pre_id[cid]: r for cid, r in pre_rows.items()})
+
+    obs = {}
+    for cid, sp, _ in runs:
+        cm = sim_map(cid)
+        for o, g in zip(sp.obs_names, map(_inline, sp.g_sym)):
+            h = obs.setdefault(o, g.xreplace(back(cid)))
+            if not _same(h.xreplace(cm), g):
+                raise ValueError(f"{where(cid)}observable '{o}' is {g}, not {h} under this "
+                                 f"experiment's parameters; a PEtab observable is one formula "
+                                 f"for every condition")
+
     name = name or problem.name
+    taken |= set(local) | {"default_compartment", name}
+    oid = {o: _fresh(f"obs_{o}", taken) if o in taken else o for o in obs}   # not a model id
     os.makedirs(folder, exist_ok=True)
     tname = "time"
     t_to_time = {problem.t_sym: sympy.Symbol(tname)}
-
     doc = L.SBMLDocument(3, 2)
     m = doc.createModel()
     m.setId(name if str(name).isidentifier() else "model")
     comp = m.createCompartment()
     comp.setId("default_compartment"), comp.setSize(1.0), comp.setConstant(True)
     comp.setSpatialDimensions(3)
-    u0 = problem.u0
-    for p, v in zip(problem.parameters, u0):
-        sp = m.createParameter()
-        sp.setId(p.name), sp.setValue(float(v)), sp.setConstant(True)
-    for k, s in enumerate(problem.states):
-        sp = m.createSpecies()
-        sp.setId(s), sp.setCompartment("default_compartment"), sp.setInitialConcentration(0.0)
-        sp.setHasOnlySubstanceUnits(False), sp.setBoundaryCondition(False)
-        sp.setConstant(False)
+    hidden = {c for cs in local.values() for c in cs.values()} | set(renamed)
+    used = set().union(*[e.free_symbols for e in f + ia])
+    u_at = {_sym(n): v for n, v in u0.items()}
+    for p, v in [(n, u0[n]) for n in names if n not in hidden or _sym(n) in used] + [
+            (str(k), float(v.xreplace(u_at))) for k, v in sim_map(runs[0][0]).items()]:
+        q = m.createParameter()
+        q.setId(p), q.setValue(v), q.setConstant(True)
+    for k, s in enumerate(states):
+        q = m.createSpecies()
+        q.setId(s), q.setCompartment("default_compartment"), q.setInitialConcentration(0.0)
+        q.setHasOnlySubstanceUnits(False), q.setBoundaryCondition(False)
+        q.setConstant(False)
         rr = m.createRateRule()
         rr.setVariable(s)
-        rr.setMath(_formula(problem.f_sym[k].xreplace(t_to_time), L, f"rhs of {s}"))
-        ia = m.createInitialAssignment()
-        ia.setSymbol(s)
-        ia.setMath(_formula(problem.l_sym[k], L, f"initial value of {s}"))
+        rr.setMath(_formula(f[k].xreplace(t_to_time), L, f"rhs of {s}"))
+        q = m.createInitialAssignment()
+        q.setSymbol(s)
+        q.setMath(_formula(ia[k], L, f"initial value of {s}"))
     # the csymbol time: parseL3Formula reads 'time' as a name; turn it into the csymbol
     for r in m.getListOfRules():
         _time_csymbol(r.getMath(), tname, L)
@@ -109,32 +266,34 @@ def write_petab(problem: EstimationProblem, folder, name=None):
     L.writeSBMLToFile(doc, os.path.join(folder, sbml_file))
 
     par = pd.DataFrame({
-        "parameterId": problem.parameter_names,
+        "parameterId": names,
         "parameterScale": "lin",
         "lowerBound": [-BOUND if p.lb is None else p.lb for p in problem.parameters],
         "upperBound": [BOUND if p.ub is None else p.ub for p in problem.parameters],
-        "nominalValue": u0,
+        "nominalValue": problem.u0,
         "estimate": [0 if p.fixed else 1 for p in problem.parameters]})
-    cond = pd.DataFrame({"conditionId": ["c0"]})
-    obs = pd.DataFrame({
-        "observableId": problem.obs_names,
-        "observableFormula": [str(g.xreplace(t_to_time)) for g in problem.g_sym],
-        "noiseFormula": [f"noiseParameter1_{o}" for o in problem.obs_names],
+    cond_df = pd.DataFrame([{"conditionId": c, **r} for c, r in cond.items()])
+    obs_df = pd.DataFrame({
+        "observableId": list(oid.values()),
+        "observableFormula": [str(g.xreplace(t_to_time)) for g in obs.values()],
+        "noiseFormula": [f"noiseParameter1_{o}" for o in oid.values()],
         "observableTransformation": "lin", "noiseDistribution": "normal"})
     rows = []
-    D = problem.data.to_numpy(dtype=float)
-    for j, t in enumerate(problem.meas_times):
-        for o, on in enumerate(problem.obs_names):
-            if problem.mask[j, o]:
-                rows.append({"observableId": on, "simulationConditionId": "c0",
-                             "measurement": D[j, o], "time": float(t),
-                             "noiseParameters": 1.0 / np.sqrt(problem.weights[j, o])})
+    for cid, sp, _ in runs:
+        D = sp.data.to_numpy(dtype=float)
+        pcol = {"preequilibrationConditionId": pre_id.get(cid, np.nan)} if pre_id else {}
+        for j, t in enumerate(sp.meas_times):
+            for o, on in enumerate(sp.obs_names):
+                if sp.mask[j, o]:
+                    rows.append({"observableId": oid[on], **pcol, "simulationConditionId": cid,
+                                 "measurement": D[j, o], "time": float(t),
+                                 "noiseParameters": 1.0 / np.sqrt(sp.weights[j, o])})
     meas = pd.DataFrame(rows)
     files = {k: f"{k}_{name}.tsv" for k in ("parameters", "conditions", "observables",
                                              "measurements")}
     petab.write_parameter_df(par, os.path.join(folder, files["parameters"]))
-    petab.write_condition_df(cond, os.path.join(folder, files["conditions"]))
-    petab.write_observable_df(obs, os.path.join(folder, files["observables"]))
+    petab.write_condition_df(cond_df, os.path.join(folder, files["conditions"]))
+    petab.write_observable_df(obs_df, os.path.join(folder, files["observables"]))
     petab.write_measurement_df(meas, os.path.join(folder, files["measurements"]))
     yaml_path = os.path.join(folder, f"{name}.yaml")
     full = {k: os.path.join(folder, v) for k, v in files.items()}

@@ -622,6 +622,15 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     local = []                      # (name, {condition: value})
     if len(conditions) > 1 or len(exps) > 1:
         generic = {}
+
+        def local_name(base):
+            """A new name whose experiment copies ``<name>_<experiment>`` are new too."""
+            while True:
+                nm = _identifier(base, taken)
+                copies = {f"{nm}_{e}" for e, _, _ in exps}
+                if not copies & taken:
+                    taken.update(copies)
+                    return nm
         in_rhs = set().union(*[sympy.sympify(e).xreplace(pw_sub).free_symbols
                                for e in model.ode.rhs.values()])
         for k in model.ode.constants:
@@ -634,12 +643,11 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
                 continue
             coef_a = {cond: (float(v) if v.is_Number else 0.0) for cond, v in vals.items()}
             parts = sympy.Integer(0)
-            a_name = _identifier(k, taken)
+            a_name = local_name(k)
             local.append((a_name, coef_a))
             parts += symbol(a_name)
             for w in sorted({v for v in vals.values() if not v.is_Number}, key=str):
-                b_name = _identifier(f"{k}__{'_'.join(sorted(s.name for s in w.free_symbols))}",
-                                     taken)
+                b_name = local_name(f"{k}__{'_'.join(sorted(s.name for s in w.free_symbols))}")
                 local.append((b_name, {cond: float(vals[cond] == w) for cond in conditions}))
                 parts += symbol(b_name) * w
             generic[ks] = parts

@@ -17,7 +17,8 @@ import sympy  # noqa: E402
 from pyomo_odeest.petab_io import (PetabSimulator, UnsupportedFeatureError, petab_problem,  # noqa: E402
                                 read_petab, read_sbml)
 from pyomo_odeest.petab_io._sbml import TIME, symbol  # noqa: E402
-from pyomo_odeest import Status  # noqa: E402
+from pyomo_odeest import GaussianNLL, Preequilibration, Status  # noqa: E402
+from pyomo_odeest.problem import PiecewiseConstant  # noqa: E402
 
 pytestmark = pytest.mark.extras
 
@@ -309,7 +310,7 @@ def test_several_noise_parameters_estimated_jointly(tmp_path):
     folder = pathlib.Path(write_petab(prob, tmp_path / "lv")).parent
     f = table(folder, "measurements_")
     df = pd.read_csv(f, sep="\t")
-    df["noiseParameters"] = np.where(df["observableId"] == "x1", "sd_x1", "sd_x2")
+    df["noiseParameters"] = np.where(df["observableId"] == "obs_x1", "sd_x1", "sd_x2")
     df.to_csv(f, sep="\t", index=False)
     f = table(folder, "parameters_")
     par = pd.read_csv(f, sep="\t")
@@ -359,6 +360,7 @@ def test_export_round_trip(tmp_path):
     from pyomo_odeest.petab_io import write_petab
     prob = _time_dependent_problem()
     yaml_path = write_petab(prob, tmp_path / "lv")
+    assert not petab.v1.lint_problem(petab.v1.Problem.from_yaml(yaml_path))
     model = read_petab(yaml_path)
     assert [p.id for p in model.parameters] == prob.parameter_names
     assert [p.estimate for p in model.parameters] == [not p.fixed for p in prob.parameters]
@@ -380,6 +382,193 @@ def test_export_round_trip(tmp_path):
     x, t = np.array([0.7, 1.3]), 2.5
     assert np.allclose(back.numeric_rhs()(x, back.u0, t), f(x, u, t), rtol=1e-14)
     assert np.allclose(back.initial_state(back.u0), prob.initial_state(u))
+
+
+def _round_trip(prob, tmp_path):
+    """Write ``prob``, lint it with petab and import it: PEtab's NLL of the import at the
+    nominal parameters is J/2 + sum 1/2 log(2 pi / w) of the original (both discretized
+    alike) and the reduced-space fits give the same estimates."""
+    from pyomo_odeest import DiscreteModel, estimate
+    from pyomo_odeest.petab_io import write_petab
+    yaml_path = write_petab(prob, tmp_path / prob.name)
+    assert not petab.v1.lint_problem(petab.v1.Problem.from_yaml(yaml_path))
+    pe = petab_problem(yaml_path)
+
+    def objective(P):
+        return sum(DiscreteModel(sp, "adams_pc", 6, steps_per_interval=20).objective(P.u0)
+                   for sp in (P.experiment_problems or [P]))
+    w = np.concatenate([sp.weights[sp.mask] for sp in (prob.experiment_problems or [prob])])
+    assert pe.nll(objective(pe.problem)) == pytest.approx(
+        objective(prob) / 2 + np.sum(0.5 * np.log(2 * np.pi / w)), rel=1e-8)
+    ours, back = (estimate(P, "reduced_space", scheme="adams_pc", qmax=6, steps_per_interval=20)
+                  for P in (prob, pe.problem))
+    assert ours.success and back.success
+    free = [p.name for p in prob.parameters if not p.fixed]
+    np.testing.assert_allclose(back.estimates[free], ours.estimates[free], rtol=1e-6)
+    return pe, pathlib.Path(yaml_path).parent
+
+
+def _experiments_problem():
+    """x' = -k x + b F, y' = k x - c y in three experiments: k and x0 local (x0 fixed in e1),
+    F a constant input per experiment, y(0) = 0.3 in e3 only, sigma or weights per
+    experiment."""
+    from pyomo_odeest import EstimationProblem, Experiment, Parameter
+    t = np.linspace(0.5, 4.0, 8)
+    rng = np.random.default_rng(5)
+
+    def data(k, F, x0, y0):
+        sol = solve_ivp(lambda _, z: [-k * z[0] + 0.5 * F, k * z[0] - 0.7 * z[1]], (0, 4),
+                        [x0, y0], t_eval=t, rtol=1e-10, atol=1e-12)
+        return pd.DataFrame(sol.y.T + 0.02 * rng.standard_normal((8, 2)), index=t,
+                            columns=["x", "y"])
+
+    def F(v):
+        return {"F": PiecewiseConstant([0.0], [v])}
+    return EstimationProblem(
+        ["x", "y"], [Parameter("k", 1.0, lb=0.01, ub=10, local=True),
+                     Parameter("b", 0.4, lb=0, ub=5), Parameter("c", 1.0, lb=0.01, ub=10),
+                     Parameter("x0", 1.0, local=True)],
+        rhs=lambda x, u, t: [-u.k * x.x + u.b * u.F, u.k * x.x - u.c * x.y],
+        initial={"x": "x0", "y": 0.0}, data=None, name="decay", experiments=[
+            Experiment("e1", data(0.8, 1.0, 1.0, 0.0), sigma=0.02, inputs=F(1.0),
+                       parameters={"x0": Parameter("x0", 1.0, fixed=True)}),
+            Experiment("e2", data(1.5, 2.0, 2.0, 0.0), sigma=0.05, inputs=F(2.0),
+                       parameters={"k": 1.2}),
+            Experiment("e3", data(1.2, 1.0, 0.5, 0.3), weights=4.0, inputs=F(1.0),
+                       initial={"y": 0.3})])
+
+
+def test_export_of_several_experiments_round_trip(tmp_path):
+    """One condition per experiment; local parameters, the constant input and the initial
+    state of e3 are its columns."""
+    pe, folder = _round_trip(_experiments_problem(), tmp_path)
+    c = petab.v1.get_condition_df(table(folder, "conditions_"))
+    assert c["k"].tolist() == ["k_e1", "k_e2", "k_e3"] and c["x0"].tolist() == ["x0_e1",
+                                                                                "x0_e2", "x0_e3"]
+    assert c["F"].tolist() == [1.0, 2.0, 1.0]
+    assert c["y"].isna().tolist() == [True, True, False] and c.at["e3", "y"] == 0.3
+    assert pe.problem.experiment_names == ["e1", "e2", "e3"]
+
+
+def _preequilibrated_problem():
+    """x' = s - k x, y' = -k y, pre-equilibrated at s = 0.5 (x = 0.5/k, y = 0), y reset to y0."""
+    from pyomo_odeest import EstimationProblem, Parameter, Preequilibration
+    t = np.linspace(0.5, 4.0, 8)
+    s, k, y0 = 1.6, 0.8, 0.9
+    df = pd.DataFrame({"x": s / k + (0.5 - s) / k * np.exp(-k * t), "y": y0 * np.exp(-k * t)},
+                      index=t) + 0.02 * np.random.default_rng(7).standard_normal((8, 2))
+    return EstimationProblem(
+        ["x", "y"], [Parameter("s", 1.0, lb=0, ub=10), Parameter("k", 1.0, lb=0.01, ub=10),
+                     Parameter("y0", 1.0)],
+        rhs=lambda x, u, t: [u.s - u.k * x.x, -u.k * x.y], initial={"x": 0.0, "y": "y0"},
+        data=df, sigma=0.02, name="switched",
+        preequilibration=Preequilibration(parameters={"s": 0.5}, reset=["y"]))
+
+
+def test_export_of_a_preequilibration_round_trip(tmp_path):
+    """The pre-equilibration condition sets the model's s (s_model: s is estimated, a row of
+    the parameter table) to 0.5; the reset y is a column of the simulation condition."""
+    pe, folder = _round_trip(_preequilibrated_problem(), tmp_path)
+    c = petab.v1.get_condition_df(table(folder, "conditions_"))
+    assert c["s_model"].tolist() == ["s", "0.5"] and c.at["c0", "y"] == "y0"
+    assert c.index.tolist() == ["c0", "preeq"] and np.isnan(c.at["preeq", "y"])
+    m = petab.v1.get_measurement_df(table(folder, "measurements_"))
+    assert set(m["preequilibrationConditionId"]) == {"preeq"}
+    assert pe.model.reset == {"c0": ["y"]}
+
+
+def _preequilibrated_experiments():
+    """A <-> B (rates k1 (1 + L) A, k2 B), C made at ks L A, degraded at kd C; L = 1 fixed.
+    e1 pre-equilibrated at L = 0.1, e2 at L = 0 from C = 0.3 with C reset to 0.3 and a local
+    total A0, e3 without pre-equilibration from B = 0.2."""
+    from pyomo_odeest import EstimationProblem, Experiment, Parameter, Preequilibration
+    k1, k2, ks, kd = 0.5, 0.3, 1.0, 0.8
+    t = np.linspace(0.5, 5.0, 8)
+    rng = np.random.default_rng(3)
+
+    def steady(total, L):
+        A = k2 * total / (k1 * (1 + L) + k2)
+        return [A, total - A, ks * L * A / kd]
+
+    def data(x0):
+        sol = solve_ivp(lambda _, z: [-k1 * 2 * z[0] + k2 * z[1], k1 * 2 * z[0] - k2 * z[1],
+                                      ks * z[0] - kd * z[2]], (0, 5), x0, t_eval=t,
+                        rtol=1e-10, atol=1e-12)
+        return pd.DataFrame(sol.y[[0, 2]].T + 0.01 * rng.standard_normal((8, 2)), index=t,
+                            columns=["A", "C"])
+    return EstimationProblem(
+        ["A", "B", "C"], [Parameter("k1", 0.6, lb=0.01, ub=10), Parameter("k2", 0.4, lb=0.01,
+                                                                          ub=10),
+                          Parameter("ks", 1.2, lb=0.01, ub=10), Parameter("kd", 0.7, lb=0.01,
+                                                                          ub=10),
+                          Parameter("L", 1.0, fixed=True), Parameter("A0", 1.0, local=True)],
+        lambda x, u, t: [-u.k1 * (1 + u.L) * x.A + u.k2 * x.B,
+                         u.k1 * (1 + u.L) * x.A - u.k2 * x.B, u.ks * u.L * x.A - u.kd * x.C],
+        {"A": "A0", "B": 0.0, "C": 0.0}, None, name="moiety", experiments=[
+            Experiment("e1", data(steady(1.0, 0.1)), sigma=0.01,
+                       parameters={"A0": Parameter("A0", 1.0, fixed=True)},
+                       preequilibration=Preequilibration(parameters={"L": 0.1})),
+            Experiment("e2", data(steady(1.5, 0.0)[:2] + [0.3]), sigma=0.01, initial={"C": 0.3},
+                       parameters={"A0": Parameter("A0", 1.2, lb=0.1, ub=5)},
+                       preequilibration=Preequilibration(parameters={"L": 0.0}, reset=["C"])),
+            Experiment("e3", data([0.7, 0.2, 0.0]), sigma=0.01, initial={"B": 0.2})])
+
+
+def test_export_of_experiments_with_their_own_preequilibration_round_trip(tmp_path):
+    pe, folder = _round_trip(_preequilibrated_experiments(), tmp_path)
+    c = petab.v1.get_condition_df(table(folder, "conditions_"))
+    assert c.index.tolist() == ["e1", "e2", "e3", "preeq_e1", "preeq_e2"]
+    assert c["L_model"].tolist() == ["L", "L", "L", "0.1", "0.0"]
+    assert c.at["e2", "C"] == 0.3 and c.at["preeq_e2", "C"] == 0.3 and c.at["e3", "B"] == 0.2
+    assert pe.model.preequilibration == {"e1": "preeq_e1", "e2": "preeq_e2"}
+    assert pe.model.reset == {"e1": [], "e2": ["C"]}
+
+
+def _refused_single(**changes):
+    from pyomo_odeest import EstimationProblem, Parameter
+    t = np.linspace(0.5, 2.0, 4)
+    kw = {"states": ["x"], "parameters": [Parameter("s", 1.0), Parameter("k", 1.0)],
+          "rhs": lambda x, u, t: [u.s - u.k * x.x], "initial": {"x": 0.0},
+          "data": pd.DataFrame({"x": 1 - np.exp(-t)}, index=t)}
+    return EstimationProblem(**{**kw, **changes})
+
+
+def _refused_observable():
+    from pyomo_odeest import EstimationProblem, Experiment, Parameter
+    t = np.linspace(0.5, 2.0, 4)
+    return EstimationProblem(
+        ["x"], [Parameter("k", 1.0)], lambda x, u, t: [-u.k * x.x], {"x": 1.0}, None,
+        observe=lambda x, u, t: {"z": u.F * x.x}, experiments=[
+            Experiment(e, pd.DataFrame({"z": np.exp(-t)}, index=t),
+                       inputs={"F": PiecewiseConstant([0.0], [v])})
+            for e, v in (("e1", 1.0), ("e2", 2.0))])
+
+
+@pytest.mark.parametrize("match, make", [
+    pytest.param("least-squares", lambda: _refused_single(loss=GaussianNLL(0.01)), id="gaussian"),
+    pytest.param("penalty", lambda: _refused_single(penalty=lambda u: (u.k - 1) ** 2),
+                 id="penalty"),
+    pytest.param(r"start at t = 0.*t0 = 0.2", lambda: _refused_single(t0=0.2), id="t0"),
+    pytest.param(r"input 'F' \(PiecewiseConstant\) changes in time", lambda: _refused_single(
+        rhs=lambda x, u, t: [u.s * u.F - u.k * x.x],
+        inputs={"F": PiecewiseConstant([0.0, 1.0], [0.0, 1.0])}), id="switched-input"),
+    pytest.param(r"Preequilibration\(rhs=\.\.\.\)", lambda: _refused_single(
+        preequilibration=Preequilibration(rhs=lambda x, u, t: [1.0 - u.k * x.x])),
+        id="preequilibration-rhs"),
+    pytest.param(r"Preequilibration parameters\['s'\] is a function", lambda: _refused_single(
+        preequilibration=Preequilibration(parameters={"s": lambda u: 2 * u.k})),
+        id="preequilibration-function"),
+    pytest.param(r"initial value of the reset state x is 2\*s.*numbers and parameter ids",
+                 lambda: _refused_single(initial={"x": lambda u: 2 * u.s},
+                                         preequilibration=Preequilibration(reset=["x"])),
+                 id="expression-in-condition"),
+    pytest.param(r"experiment 'e2': observable 'z' is 2\.0\*x", _refused_observable,
+                 id="observable-per-experiment"),
+])
+def test_export_refuses_what_petab_v1_cannot_state(tmp_path, match, make):
+    from pyomo_odeest.petab_io import write_petab
+    with pytest.raises(ValueError, match=match):
+        write_petab(make(), tmp_path / "out")
 
 
 # ---------------------------------------------------------------------------

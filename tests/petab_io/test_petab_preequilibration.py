@@ -139,7 +139,9 @@ def test_several_preequilibrations_of_one_condition_raise(tmp_path):
         read_petab(d)
 
 
-def test_export_of_a_preequilibrated_problem_raises(tmp_path):
+def test_export_of_an_imported_preequilibration_raises(tmp_path):
+    """The import states the pre-equilibration by its own rhs (L = 0.1 substituted, L being
+    fixed), which a PEtab pre-equilibration condition cannot set."""
     single = petab_problem(FOLDER, conditions="stim1").problem
-    with pytest.raises(ValueError, match="pre-equilibrated"):
+    with pytest.raises(ValueError, match=r"Preequilibration\(rhs=\.\.\.\)"):
         write_petab(single, tmp_path / "out")
