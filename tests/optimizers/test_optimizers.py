@@ -372,15 +372,33 @@ def test_bfgs_inverse_hessian_is_exact_after_n_exact_steps():
 
 
 @pytest.mark.parametrize("method,ls", [("BFGS", "wolfe"), ("BFGS", "secant"), ("PR+", "secant")])
-def test_decrease_below_the_objectives_roundoff_still_converges(method, ls):
-    """f = 1e8 + the bounded quadratic: near x* the decrease along d (about |g|²/L)
-    falls below the round-off of f (1e8 · 2e-16) while |g| is still 1e-4; the step is
-    then taken by the approximate Wolfe conditions on φ' alone and the projected
-    gradient reaches gtol, as without the offset.  (CG with the Wolfe search accepts
-    steps on noisy values of f there and crawls: 500 iterations to |g| ~ 1e-6.)"""
+def test_ftol_zero_does_not_stop_on_an_unchanged_objective(method, ls):
+    """f = 1e8 + the bounded quadratic: near x* f no longer changes in floating point
+    (its spacing there is 1.5e-8) while |g| is still 1e-4.  With ``ftol=0`` the
+    relative-decrease test is off, so the run goes on to gtol (it used to stop there,
+    called a success, with |g| ~ 1e-7)."""
     f0, g, bounds, xs = bounded_quadratic()
     r = run(method, lambda x: 1e8 + f0(x), g, np.full(8, 0.1), ls, bounds=bounds,
             gtol=1e-9, ftol=0.0, max_iter=500)
     assert r.success, r.message
     assert r.history.gnorm[-1] <= 1e-9
     np.testing.assert_allclose(r.x, xs, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["BFGS", "PR+"])
+def test_decrease_below_the_objectives_roundoff_still_converges(method):
+    """The bounded quadratic plus a deterministic jitter of 1e-13 (the size of its
+    round-off): near x* the decrease along d falls below the jitter while |g| ~ 1e-8, so
+    no step passes the Wolfe search's decrease test (BFGS stopped there, "line search
+    failed", as in one loaded run of the plain quadratic).  The step is then taken by
+    the approximate Wolfe conditions on φ' and the projected gradient reaches 1e-10."""
+    f0, g, bounds, xs = bounded_quadratic()
+
+    def jittered(x):
+        return f0(x) + 1e-13 * np.sin(1e7 * float(np.sum(x * np.arange(1, 9))))
+
+    r = run(method, jittered, g, np.full(8, 0.1), "wolfe", bounds=bounds, gtol=1e-10,
+            ftol=0.0, max_iter=500)
+    assert r.success, r.message
+    assert r.history.gnorm[-1] <= 1e-10
+    np.testing.assert_allclose(r.x, xs, rtol=0, atol=1e-9)
