@@ -320,7 +320,8 @@ def _info(res, ci, level):
                 intervals={k: [_num(lo), _num(hi)] for k, lo, hi in
                            zip(ci.index, ci["lower"], ci["upper"])},
                 level=float(level),
-                objective=_num(res.objective), status=str(res.status), message=res.message, success=bool(res.success),
+                objective=_num(res.objective), status=str(res.status), message=res.message,
+                success=bool(res.success),
                 iterations=int(res.iterations),
                 timings={k: float(v) for k, v in res.timings.items()},
                 warnings=list(res.warnings))

@@ -204,19 +204,19 @@ class SimultaneousApproach(Approach):
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
         blocks = _blocks(b)
         init = [initialize_block(sb, u, cfg.init) for sb in blocks]
+        # with every experiment's states simulated at the start the point is feasible
+        # and its objective comparable with the result's
+        j0 = (float(pyo.value(b.objective)) + misfit_constant(problem)
+              if all(i == "simulate" for i in init) else float("nan"))
         if cfg.scale:
             scale_parameters(m, b)
             scale_states(m, b)
         if not hasattr(m, "dual"):
             m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
-        return m, init
+        return m, init, j0
 
     def solve(self, built, cfg):
-        m, init = built
-        # with every experiment's states simulated at the start the point is feasible
-        # and its objective comparable with the result's
-        j0 = (float(pyo.value(m.est.objective)) if all(i == "simulate" for i in init)
-              else float("nan"))
+        m, _, j0 = built
         solver = OdeestIpoptSolver()
         solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee)
         info = solver.last_info
@@ -226,7 +226,7 @@ class SimultaneousApproach(Approach):
         return out
 
     def collect(self, problem, built, outcome, cfg):
-        m, init = built
+        m, init, _ = built
         b = m.est
         blocks = _blocks(b)
         names = problem.experiment_names
@@ -242,7 +242,6 @@ class SimultaneousApproach(Approach):
             **stack_parts(names, parts, ("states", "fitted", "residuals", "adjoint")),
             multipliers=stack_multipliers(names, [p["multipliers"] for p in parts]))
         res.extra["init"] = dict(zip(names, init)) if names else init[0]
-        outcome.objective_start += misfit_constant(problem)
         res.backend = KKTBackend(problem, m)
         wrong = [w for blk in blocks for w in steady_state_mismatch(blk, res.x)]
         if wrong:                             # a root of G = 0 that is not the steady state

@@ -56,6 +56,7 @@ from sympy.printing.str import StrPrinter
 
 from ..problem._declaration import EstimationProblem, LeastSquares
 from ..problem._inputs import PiecewiseConstant, evaluate_inputs, input_applications
+from ._problem import _identifier
 from ._sbml import _libsbml
 
 __all__ = ["write_petab"]
@@ -100,14 +101,6 @@ def _inline(e):
 def _same(a, b):
     a, b = sympy.sympify(a), sympy.sympify(b)
     return a == b or sympy.expand(a - b) == 0
-
-
-def _fresh(base, taken):
-    out, k = base, 2
-    while out in taken:
-        out, k = f"{base}_{k}", k + 1
-    taken.add(out)
-    return out
 
 
 def write_petab(problem: EstimationProblem, folder, name=None):
@@ -162,7 +155,7 @@ def write_petab(problem: EstimationProblem, folder, name=None):
                 if own or not any(k in c.values() for c in local.values()):
                     ov[own or k] = sympy.Float(v) if not isinstance(v, str) else \
                         _sym(local[v][cid] if v in local else v)
-    renamed = {k: _fresh(f"{k}_model", taken) for k in dict.fromkeys(
+    renamed = {k: _identifier(f"{k}_model", taken) for k in dict.fromkeys(
         k for ov in overrides.values() for k in ov if k not in local)}
 
     def sim_map(cid):                  # model parameter -> its value in the condition
@@ -215,8 +208,8 @@ def write_petab(problem: EstimationProblem, folder, name=None):
                 row[s] = entry(tg[k], f"{where(cid)}the{what} initial value of {s}")
     same = len({repr(sorted(r.items())) for r in pre_rows.values()}) == 1
     ids = set(cond)
-    shared = _fresh("preeq", ids) if same else None
-    pre_id = {cid: shared or _fresh(f"preeq_{cid}", ids) for cid in pre_rows}
+    shared = _identifier("preeq", ids) if same else None
+    pre_id = {cid: shared or _identifier(f"preeq_{cid}", ids) for cid in pre_rows}
     cond.update({pre_id[cid]: r for cid, r in pre_rows.items()})
 
     obs = {}
@@ -231,7 +224,7 @@ def write_petab(problem: EstimationProblem, folder, name=None):
 
     name = name or problem.name
     taken |= set(local) | {"default_compartment", name}
-    oid = {o: _fresh(f"obs_{o}", taken) if o in taken else o for o in obs}   # not a model id
+    oid = {o: _identifier(f"obs_{o}", taken) if o in taken else o for o in obs}   # not a model id
     os.makedirs(folder, exist_ok=True)
     tname = "time"
     t_to_time = {problem.t_sym: sympy.Symbol(tname)}
