@@ -283,6 +283,12 @@ def _positive_vector(v, n, name, fill=1.0, allow_nan=False):
     return a
 
 
+def _gradient_factor(gmax, max_gradient, min_value):
+    """Ipopt's gradient-based factor of a row whose largest gradient entry is ``gmax``."""
+    return np.where(gmax > max_gradient, np.maximum(max_gradient / np.where(gmax > 0, gmax, 1.0),
+                                                    min_value), 1.0)
+
+
 def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8):
     """Ipopt's ``gradient-based`` rule, applied in the scaled variables ``x_scaling * x``.
 
@@ -296,8 +302,7 @@ def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8)
     x = np.clip(np.asarray(x, dtype=float), ev.x_lb, ev.x_ub)
 
     def factor(gmax):
-        return np.where(gmax > max_gradient, np.maximum(max_gradient / np.where(gmax > 0, gmax, 1.0),
-                                                        min_value), 1.0)
+        return _gradient_factor(gmax, max_gradient, min_value)
     try:
         gf = np.max(np.abs(np.asarray(ev.gradient(x)) / xs), initial=0.0)
         rowmax = np.zeros(ev.m)
@@ -334,10 +339,9 @@ def first_quasi_newton_scale(ev, x0, x_scaling=None, obj_factor=None, options=No
     if obj_factor is None or not np.isfinite(obj_factor):
         obj_factor = 1.0
         if opts.get("nlp_scaling_method", "gradient-based") == "gradient-based":
-            gmax = float(np.max(np.abs(g)))
-            big = float(opts.get("nlp_scaling_max_gradient", 100.0))
-            if gmax > big:
-                obj_factor = max(big / gmax, float(opts.get("nlp_scaling_min_value", 1e-8)))
+            obj_factor = float(_gradient_factor(np.max(np.abs(g)),
+                                                float(opts.get("nlp_scaling_max_gradient", 100.0)),
+                                                float(opts.get("nlp_scaling_min_value", 1e-8))))
         obj_factor *= float(opts.get("obj_scaling_factor", 1.0))
     reach = start_value_magnitude(x) * xs                # the start magnitudes, scaled
     s0 = float(np.max(obj_factor * np.abs(g) / reach))
