@@ -23,6 +23,11 @@ with the tests (``tests/data/petab``).  Per problem:
    rerun from that start and the nominal point on a grid three times finer;
    when no start converged, from the nominal point on a grid three times
    finer; at most ``--refine`` times;
+   the continuous approaches have no grid: when none of their starts converged,
+   the best start (by simulation) is refitted with the integration tolerances
+   divided by 100 (from the engine's defaults,
+   :func:`~pyomo_odeest.approaches.continuous.default_tolerances`), at most
+   ``--refine`` times;
 4. problems with several estimated noise parameters (σ estimated by
    alternation, :meth:`~pyomo_odeest.petab_io.PetabEstimation.fit`): the best
    start of the approach is refined by ``fit`` (θ and σ jointly);
@@ -178,12 +183,15 @@ LEAST_SQUARES = "continuous_least_squares"
 LEAST_SQUARES_MAX_NFEV = 300
 
 
-def fits(pe, approach, args, runner, h, starts):
-    """Multistart of one approach; the table with the objective by simulation per start."""
+def fits(pe, approach, args, runner, h, starts, tol=None):
+    """Multistart of one approach; the table with the objective by simulation per start.
+    ``tol``: the continuous approaches' ``(rtol, atol)`` (None: the engine's defaults)."""
     from pyomo_odeest.runner import multistart
     prob = pe.problem
     base = "continuous" if approach == LEAST_SQUARES else approach
     opts = {} if base.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
+    if tol is not None:
+        opts.update(rtol=tol[0], atol=tol[1])
     if approach == LEAST_SQUARES:
         # no wall-time option in least_squares: its residual evaluations are capped
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
@@ -209,6 +217,7 @@ def fits(pe, approach, args, runner, h, starts):
         nll_s.append(simulated(pe, _Estimates(est, float(r["objective"]))))
     tab["nll_discrete"], tab["nll_simulated"] = nll_d, nll_s
     tab["max_step"] = h
+    tab["rtol"] = np.nan if tol is None else tol[0]
     return tab
 
 
@@ -267,6 +276,26 @@ def mismatch(row):
 
 #: statuses of a problem (see the module docstring)
 CONVERGED, NOT_STATIONARY, FAILED = "converged", "best_found_not_stationary", "failed"
+
+
+def tolerance_refit(tab, tol, prob):
+    """The continuous approaches' refinement (they have no grid): ``None`` when a start
+    fitted at the tolerances ``tol`` (None: the engine's defaults) converged, else
+    ``(tol / 100, [the best start by simulation, or the problem's start])``.
+
+    An objective whose integration error hides its minimum (oscillators: Borghans)
+    stops every optimizer short of it; tighter tolerances move that floor down."""
+    from pyomo_odeest.approaches.continuous import default_tolerances
+    cur = tab if tol is None else tab[tab["rtol"] == tol[0]]
+    fin = cur[np.isfinite(cur["nll_simulated"].astype(float))]
+    if not fin.empty and (fin["success"].astype(bool) & ~fin.apply(mismatch, axis=1)).any():
+        return None
+    r0, a0 = tol if tol is not None else default_tolerances()
+    if fin.empty:
+        return (r0 / 100.0, a0 / 100.0), [prob.u0]
+    best = fin.loc[fin["nll_simulated"].astype(float).idxmin(),
+                   [f"p_{k}" for k in prob.parameter_names]]
+    return (r0 / 100.0, a0 / 100.0), [best.to_numpy(dtype=float)]
 
 
 def tolerance(value):
@@ -328,11 +357,19 @@ def run_problem(folder, args, ref, runner):
     tables = []
     h0 = largest_step(prob, args)
     for approach in args.approaches:
-        h = h0
+        h, tol = h0, None
         tab = fits(pe, approach, args, runner, h, None)
         for _ in range(args.refine):
             if approach.startswith("continuous"):
-                break
+                refit = tolerance_refit(tab, tol, prob)
+                if refit is None:
+                    break
+                tol, starts = refit
+                print(f"  {name} {approach}: no start converged; refit from the best start "
+                      f"with rtol={tol[0]:.0e}, atol={tol[1]:.0e}", flush=True)
+                tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts, tol)],
+                                ignore_index=True)
+                continue
             cur = tab[tab["max_step"] == h]
             ok = cur[np.isfinite(cur["nll_simulated"]) & cur["success"].astype(bool)]
             if ok.empty:                  # every start failed on this grid: refine, restart

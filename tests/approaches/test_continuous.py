@@ -548,6 +548,27 @@ def test_inexact_gradient_convergence_is_not_reported_as_success():
     assert cm.rtol == 1e-10 and cm.atol == 1e-12          # tolerances restored
 
 
+@pytest.mark.parametrize("limit, factor", [(1e-11, 10.0), (1e-10, 1.0)])
+def test_stationarity_check_falls_back_to_tolerances_the_integrator_meets(limit, factor):
+    """A gradient that cannot be integrated at the tolerances / 100 (CVODES's adjoint
+    exceeding its step limit on a stiff problem) is checked at / 10, or at the fit's own
+    tolerances, and the message says which; not an infinite projected gradient."""
+    from pyomo_odeest.approaches.continuous import IntegrationError
+
+    class FailsWhenTight(ContinuousModel):
+        def gradient(self, u, *args, **kwargs):
+            if self.rtol < limit:
+                raise IntegrationError("too much work")
+            return super().gradient(u, *args, **kwargs)
+    prob = nonlinear_problem()
+    res = po.estimate(prob, "continuous", optimizer="L-BFGS-B", model=FailsWhenTight(prob),
+                      options=dict(ftol=1e-1))
+    st = res.extra["stationarity"]
+    assert st["tolerance_factor"] == factor and np.isfinite(st["projected_gradient"])
+    assert res.status is po.Status.NOT_STATIONARY
+    assert f"integration tolerances / {factor:g})" in res.message
+
+
 # ---------------------------------------------------------------------------
 # Gauss-Newton trust region (optimizer='least_squares')
 # ---------------------------------------------------------------------------

@@ -787,16 +787,22 @@ def test_crauste_stiff_fit_by_the_simultaneous_enright_block_is_a_fit_or_says_no
     assert not any(w.startswith("discretization error") for w in res.warnings)
 
 
-def test_suite_bound_push_and_grid_rules():
-    """benchmarks/petab_suite.py: Ipopt's bound push is limited exactly when a start puts a
-    free parameter on one of its bounds (Borghans' init_A_state = 1 - 4e-14 of [0, 1],
-    Crauste's mu_LE and mu_P); Bruno starts inside its box and keeps Ipopt's default."""
+def _suite():
+    """benchmarks/petab_suite.py as a module."""
     import importlib.util
-    import types
     path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "petab_suite.py")
     spec = importlib.util.spec_from_file_location("petab_suite", path)
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
+    return suite
+
+
+def test_suite_bound_push_and_grid_rules():
+    """benchmarks/petab_suite.py: Ipopt's bound push is limited exactly when a start puts a
+    free parameter on one of its bounds (Borghans' init_A_state = 1 - 4e-14 of [0, 1],
+    Crauste's mu_LE and mu_P); Bruno starts inside its box and keeps Ipopt's default."""
+    import types
+    suite = _suite()
     args = types.SimpleNamespace(max_wall_time=30.0)
     expect = {"Borghans_BiophysChem1997": ["init_A_state"],
               "Crauste_CellSystems2017": ["mu_LE", "mu_P"], "Bruno_JExpBot2016": []}
@@ -958,11 +964,7 @@ def test_suite_status_says_what_the_result_is():
     """benchmarks/petab_suite.py: a converged fit worse than its own start is never a fit
     (Borghans: -54.31 from a start at -83.32); a better point that did not converge is
     the best found, flagged; with nothing finite, failed; the reference gap is a flag."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "petab_suite.py")
-    spec = importlib.util.spec_from_file_location("petab_suite", path)
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
+    suite = _suite()
 
     def tab(*rows):
         return pd.DataFrame([dict(success=s, nll_simulated=v, warnings="") for s, v in rows])
@@ -976,6 +978,37 @@ def test_suite_status_says_what_the_result_is():
     status, _, _, flags = suite.assess(tab((True, -90.0)), -83.32, -104.0)
     assert status == suite.CONVERGED and flags == ["worse_than_reference"]
     assert suite.assess(tab((False, np.nan)), -83.32, None)[0] == suite.FAILED
+
+
+def test_suite_refines_the_continuous_tolerances_from_the_best_start():
+    """benchmarks/petab_suite.py: the continuous approaches (no grid) are refitted with the
+    tolerances / 100 from the best start by simulation when no start converged, from the
+    problem's start when none is finite, and not at all once a start converged."""
+    from pyomo_odeest.approaches.continuous import default_tolerances
+    suite = _suite()
+    prob = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016")).problem
+    names = prob.parameter_names
+
+    def row(success, nll, shift, rtol=np.nan, warnings=""):
+        return dict(success=success, nll_simulated=nll, warnings=warnings, rtol=rtol,
+                    **{f"p_{k}": v + shift for k, v in zip(names, prob.u0)})
+    r0, a0 = default_tolerances()
+    tab = pd.DataFrame([row(False, -40.0, 0.1), row(False, -45.0, 0.2), row(True, np.nan, 0.3)])
+    tol, starts = suite.tolerance_refit(tab, None, prob)
+    assert tol == (r0 / 100, a0 / 100)
+    np.testing.assert_allclose(starts[0], prob.u0 + 0.2)          # the best finite start
+    # a start that converged at these tolerances ends the refinement; one that converged
+    # with a discretization mismatch does not
+    assert suite.tolerance_refit(pd.concat([tab, pd.DataFrame([row(True, -46.0, 0.0)])]),
+                                 None, prob) is None
+    bad = pd.DataFrame([row(True, -46.0, 0.0, warnings="discretization error: ...")])
+    assert suite.tolerance_refit(bad, None, prob) is not None
+    # the next level reads only its own rows, and restarts from the problem's start
+    # when none of them is finite
+    nxt = pd.concat([tab, pd.DataFrame([row(False, np.nan, 0.0, rtol=tol[0])])])
+    tol2, starts2 = suite.tolerance_refit(nxt, tol, prob)
+    assert tol2 == (r0 / 1e4, a0 / 1e4)
+    np.testing.assert_allclose(starts2[0], prob.u0)
 
 
 def test_borghans_continuous_fit_worse_than_its_start_says_so():

@@ -48,11 +48,11 @@ SUNDIALS CVODES through CasADi (the default engine when CasADi is installed);
 :mod:`.estimation` holds :func:`estimate_continuous`.
 """
 from ._cvodes import (ENGINES, CvodesModel, CvodesUnavailable, continuous_model,
-                      cvodes_available)
+                      cvodes_available, default_tolerances)
 from ._estimation import ContinuousApproach, estimate_continuous
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
 from ._model import ContinuousModel
 
 __all__ = ["ContinuousApproach", "ContinuousModel", "estimate_continuous", "IntegrationError",
            "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS", "ENGINES", "CvodesModel",
-           "CvodesUnavailable", "continuous_model", "cvodes_available"]
+           "CvodesUnavailable", "continuous_model", "cvodes_available", "default_tolerances"]

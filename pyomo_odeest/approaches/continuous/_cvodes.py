@@ -628,16 +628,27 @@ def resolve_engine(engine=None, method=None):
     return engine
 
 
+#: default integration tolerances ``(rtol, atol)`` per engine
+DEFAULT_TOLERANCES = {"cvodes": (1e-8, 1e-12), "scipy": (1e-10, 1e-12)}
+
+
+def default_tolerances(engine=None, method=None):
+    """``(rtol, atol)`` that :func:`continuous_model` uses on the engine that
+    :func:`resolve_engine` picks for ``engine`` and ``method``."""
+    return DEFAULT_TOLERANCES[resolve_engine(engine, method)]
+
+
 def continuous_model(problem, engine=None, method=None, rtol=None, atol=None, **kwargs):
     """The continuous model of one experiment on the engine ``engine`` (see
     :func:`resolve_engine`): a :class:`CvodesModel` (default rtol 1e-8, atol 1e-12)
     or a :class:`ContinuousModel` (default ``'LSODA'``, rtol 1e-10, atol 1e-12)."""
-    if resolve_engine(engine, method) == "cvodes":
-        return CvodesModel(problem, rtol=1e-8 if rtol is None else rtol,
-                           atol=1e-12 if atol is None else atol, **kwargs)
+    engine = resolve_engine(engine, method)
+    r0, a0 = DEFAULT_TOLERANCES[engine]
+    rtol, atol = r0 if rtol is None else rtol, a0 if atol is None else atol
+    if engine == "cvodes":
+        return CvodesModel(problem, rtol=rtol, atol=atol, **kwargs)
     return ContinuousModel(problem, method="LSODA" if method is None else method,
-                           rtol=1e-10 if rtol is None else rtol,
-                           atol=1e-12 if atol is None else atol, **kwargs)
+                           rtol=rtol, atol=atol, **kwargs)
 
 
 def integrator_name(model):

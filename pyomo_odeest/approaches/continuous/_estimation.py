@@ -363,21 +363,37 @@ class ContinuousApproach(Approach):
 def _stationarity(b, out, gradient, g0):
     """An f-tolerance stop in a steep valley, or a gradient the integration tolerance
     does not resolve, is not a minimum: check stationarity with the gradient at
-    tighter tolerances."""
+    tighter tolerances.
+
+    The tolerances are divided by 100, or by 10 when the integrator cannot meet
+    that (stiff problems whose adjoint then exceeds CVODES's step limit), or
+    kept; ``stationarity['tolerance_factor']`` says which.  If the gradient
+    cannot be evaluated at all, the projected gradient is ``inf`` and the
+    message says why."""
     gm = "adjoint" if gradient == "fd" else gradient
     u_hat, free = b.obj.u(out.x), b.problem.free_mask
-    try:
-        g_check = _gradient_at_tighter_tolerance(b.cm, u_hat, gm, np.flatnonzero(free)) * b.s
-        if b.mult_g is not None and len(b.mult_g):       # the Lagrangian's gradient
-            g_check = g_check + (_guarded(b.cons.jacobian, u_hat) * b.s[None, :]).T @ b.mult_g
-    except EvaluationError:
+    g_check, factor, why = None, None, ""
+    for factor in (100.0, 10.0, 1.0):
+        try:
+            g_check = _gradient_at_tighter_tolerance(b.cm, u_hat, gm, np.flatnonzero(free),
+                                                     factor=factor) * b.s
+            if b.mult_g is not None and len(b.mult_g):       # the Lagrangian's gradient
+                g_check = g_check + (_guarded(b.cons.jacobian, u_hat)
+                                     * b.s[None, :]).T @ b.mult_g
+            break
+        except EvaluationError as err:
+            g_check, why = None, str(err)
+    if g_check is None:
         g_check = np.full(len(out.x), np.inf)
     b.stationarity = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
+    st["tolerance_factor"] = factor
     pg, limit = st["projected_gradient"], st["limit"]
     if pg > limit:
         out.status = Status.NOT_STATIONARY
+        where = (f"integration tolerances / {factor:g}" if np.isfinite(pg) else
+                 f"the gradient cannot be evaluated there: {why}")
         out.message = (f"{out.message}; projected gradient {pg:.3g} > {limit:.3g} (scaled "
-                       f"parameters, integration tolerances / 100)")
+                       f"parameters, {where})")
     return out
 
 
