@@ -789,13 +789,17 @@ class ShootingApproach(Approach):
     CONFIG = common_config()
     CONFIG.declare_from(discretization_config())
     CONFIG.declare("nodes", ConfigValue(default=None, description=(
-        "shooting nodes (several experiments: a mapping experiment -> nodes)")))
+        "shooting nodes; t0 and T are always added (None: t0, the measurement times and T; "
+        "several experiments: a mapping experiment -> nodes)")))
     CONFIG.declare("formulation", ConfigValue(default="vector", domain=Choice(
-        "formulation", "vector", "scalar"), description="continuity constraints (4) or (8)"))
+        "formulation", "vector", "scalar"), description=(
+        "continuity constraints G_j = 0 [AT, (4)] or ‖G_j‖² = 0 [AT, (8)]")))
     CONFIG.declare("jacobian", ConfigValue(default="sensitivity", domain=Choice(
-        "jacobian", "sensitivity", "adjoint"), description="derivatives of the constraints"))
+        "jacobian", "sensitivity", "adjoint"), description=(
+        "derivatives of the constraints: forward sensitivities or adjoint sweeps")))
     CONFIG.declare("init", ConfigValue(default="data", domain=Choice(
-        "init", "data", "simulate"), description="start values of the nodes"))
+        "init", "data", "simulate"), description=(
+        "start values of the nodes: from the data or from a simulation at u0")))
     DEFAULTS = {"scale": False}
 
     def build(self, problem, cfg, u_start):
@@ -876,45 +880,23 @@ class ShootingApproach(Approach):
 def estimate_multiple_shooting(problem: EstimationProblem, *args, **options) -> EstimationResult:
     r"""Estimate the parameters by multiple shooting [AT, problem (4) or (8)] with Ipopt.
 
-    Options
-    -------
-    problem : EstimationProblem
-    scheme, qmax, grid, max_step, steps_per_interval
-        Discretization, as for :func:`~pyomo_odeest.approaches._reduced.estimate_reduced`;
-        each interval integrates on its piece of this grid, the order ramp
-        restarting at each node.
-    nodes : sequence of float, optional
-        Shooting nodes; default :math:`\{t_0\} \cup \{\tau_j\} \cup \{T\}`
-        (Assumption 1).  ``t0`` and ``T`` are always added.  ``(t0, T)`` is
-        single shooting.  With several experiments: a mapping experiment
-        name -> nodes (as ``grid``: a mapping experiment name -> Grid).
-    formulation : 'vector' | 'scalar'
-        Continuity constraints :math:`G_j = 0` (eq. (4)) or
-        :math:`\|G_j\|^2 = 0` (eq. (8); degenerate, see the module docstring).
-    jacobian : 'sensitivity' | 'adjoint'
-        Forward sensitivities (eq. (51)) or adjoint sweeps (eq. (17)): ``n``
-        per interval for the vector form, one for the scalar form.
-    options : dict
-        Ipopt options; default ``tol=1e-8``,
-        ``hessian_approximation=limited-memory``.
-    tee : bool
-        Show Ipopt's log.
-    u0 : array, optional
-        Starting parameters (default: the problem's values).
-    init : 'data' | 'simulate'
-        Start values of the nodes (:func:`node_start_values`).  ``'data'``
-        lets multiple shooting start where single shooting cannot simulate
-        ([AT]'s Lotka–Volterra start).
-    scale : bool
-        Scale each free parameter by its start value inside Ipopt
-        (``1/|u0_k|``, 1 where u0_k = 0; node values unscaled), as the
-        simultaneous and reduced-space estimators do by default.  Off by
-        default here: the node values, of the states' magnitude, are
-        variables too, and scaling the parameters alone changes the balance.
-        On [AT]'s Lotka–Volterra study from p0 = (0.5, 0.5, 0.5, −0.2)
-        it sent 5 of 10 draws (σ = 0.05) to spurious minima, against 0 of 10
-        without.  Use it when parameters are orders of magnitude from 1
-        (α-pinene: 11 iterations with it, ``Restoration_Failed`` without).
+    The options, their defaults and domains are declared once, in
+    :class:`ShootingApproach`'s configuration (``approach_config('multiple_shooting')``;
+    the table in docs/choosing.md).  The discretization options are those of the
+    reduced space: each interval integrates on its piece of the grid, the order
+    ramp restarting at each node.  The default nodes are
+    :math:`\{t_0\} \cup \{\tau_j\} \cup \{T\}` (Assumption 1; ``(t0, T)`` is
+    single shooting); ``formulation='scalar'`` imposes :math:`\|G_j\|^2 = 0`
+    (eq. (8), degenerate: see the module docstring) instead of :math:`G_j = 0`
+    (eq. (4)); ``jacobian`` chooses forward sensitivities (eq. (51)) or adjoint
+    sweeps (eq. (17)); ``init='data'`` (:func:`node_start_values`) lets multiple
+    shooting start where single shooting cannot simulate ([AT]'s Lotka–Volterra
+    start).  Parameter scaling is off by default here: the node values, of the
+    states' magnitude, are variables too; on [AT]'s Lotka–Volterra study from
+    p0 = (0.5, 0.5, 0.5, −0.2) scaling sent 5 of 10 draws (σ = 0.05) to spurious
+    minima, against 0 of 10 without.  Use it when parameters are orders of
+    magnitude from 1 (α-pinene: 11 iterations with it, ``Restoration_Failed``
+    without).
 
     Notes
     -----

@@ -421,60 +421,35 @@ def estimate_continuous(problem: EstimationProblem, **options):
     ``acceptable_obj_change_tol=10·rtol``; L-BFGS-B uses ``ftol=10·rtol``.
     A success is kept only if the projected gradient (of the Lagrangian with
     constraints) in the scaled parameters, recomputed with the integration
-    tolerances divided by 100, is below :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` ·
+    tolerances divided by 100 (or by 10, or not, when the integrator cannot
+    meet them), is below :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` ·
     max(1, ‖∇J(w₀)‖∞/100); otherwise the status is ``NOT_STATIONARY``
     (numbers in ``extra['stationarity']``).  A start that cannot be
     simulated gives a failed result (status ``SIMULATION_FAILED``); SciPy
     trial points that cannot be simulated count as J = ∞.
 
-    Options
-    -------
-    problem : EstimationProblem
-    optimizer : {'ipopt', 'L-BFGS-B', 'trust-constr', 'least_squares'}
-        ``'ipopt'``: Ipopt through ``cyipopt.Problem(n, m=0, ...)`` with the
-        parameter bounds; ``hessian_approximation=limited-memory`` unless
-        ``hessian`` is given.  ``'L-BFGS-B'``, ``'trust-constr'``:
-        :func:`scipy.optimize.minimize` (trust-constr uses the exact Hessian
-        when ``hessian`` is given, BFGS updates otherwise).
-        ``'least_squares'``: the Gauss–Newton trust region of
-        :func:`scipy.optimize.least_squares` (``'trf'``, bounds,
-        ``x_scale='jac'``) on the weighted residuals
-        :math:`W_j r_j` (:math:`W_j^\top W_j = 2A_j`, so J − c is half their
-        squared norm), with their Jacobian from the forward sensitivities;
-        not with a penalty R(u) or constraints.
-    gradient : {'adjoint', 'sensitivity', 'fd'}
-    hessian : None or {'soa', 'adjoint_fd', 'sensitivity_fd', 'fd'}
-        Exact (or finite-difference) Hessian for Ipopt / trust-constr.
-    u0 : array, optional
-        Start (all parameters); default: the problem's values.
-    method, rtol, atol
-        SciPy integrator (see :class:`ContinuousModel`; default ``'LSODA'``,
-        rtol 1e-10, atol 1e-12) or CVODES tolerances (default rtol 1e-8,
-        atol 1e-12, see :class:`~pyomo_odeest.approaches.continuous.CvodesModel`).
-    engine : {None, 'cvodes', 'scipy'}
-        ``'cvodes'``: SUNDIALS CVODES through CasADi
-        (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`), compiled
-        right-hand sides, CVODES's forward sensitivities, adjoint and
-        forward-over-adjoint Hessian; ``'scipy'``: :class:`ContinuousModel`
-        on :func:`scipy.integrate.solve_ivp`.  Default: ``'cvodes'`` when
-        CasADi is installed and no SciPy ``method`` is named, else ``'scipy'``.
-    options : dict
-        Ipopt options (defaults: see "Stopping", ``max_iter=500``) or
-        ``scipy.optimize.minimize`` options (L-BFGS-B: ``ftol=10·rtol``,
-        ``gtol=1e-8``; trust-constr: ``gtol=1e-10``, ``xtol=1e-12``) or
-        keyword arguments of ``least_squares`` (``ftol=10·rtol``,
-        ``xtol=gtol=1e-10``, ``x_scale='jac'``, ``max_nfev``).
-    tee : bool
-        Show Ipopt's log (``disp`` for SciPy).
-    scale : bool
-        Optimize over :math:`w_k = u_k / s_k` with :math:`s_k = |u_{0,k}|`
-        (1 where :math:`u_{0,k} = 0`): parameters of very different
-        magnitudes (the HIV model spans 1.6e-5 … 641) become O(1).
-    n_grid : int
-        Number of uniform times in :math:`[t_0, T]` (plus the measurement
-        times) for the reported states.
-    model : ContinuousModel, optional
-        Reuse a model (its integrator settings win).
+    Options.  They are declared once, with defaults, domains and meanings, in
+    :class:`ContinuousApproach`'s configuration (``approach_config('continuous')``;
+    the table in docs/choosing.md).  ``optimizer='ipopt'`` runs Ipopt with the
+    parameter bounds (``hessian_approximation=limited-memory`` unless ``hessian``
+    is given); ``'L-BFGS-B'`` and ``'trust-constr'`` run
+    :func:`scipy.optimize.minimize` (``options``: its options; L-BFGS-B
+    ``ftol=10·rtol``, ``gtol=1e-8``; trust-constr ``gtol=1e-10``,
+    ``xtol=1e-12``); ``'least_squares'`` runs the Gauss–Newton trust region of
+    :func:`scipy.optimize.least_squares` (``'trf'``, bounds, ``x_scale='jac'``;
+    ``options``: its keyword arguments, ``ftol=10·rtol``, ``xtol=gtol=1e-10``)
+    on the weighted residuals :math:`W_j r_j` (:math:`W_j^\top W_j = 2A_j`, so
+    J − c is half their squared norm), with their Jacobian from the forward
+    sensitivities; not with a penalty R(u) or constraints.  ``engine='cvodes'``
+    integrates by SUNDIALS CVODES through CasADi
+    (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`: compiled
+    right-hand sides, CVODES's forward sensitivities, adjoint and
+    forward-over-adjoint Hessian), ``'scipy'`` by :class:`ContinuousModel` on
+    :func:`scipy.integrate.solve_ivp`; the default tolerances are
+    :func:`~pyomo_odeest.approaches.continuous.default_tolerances`.  ``scale``
+    optimizes over :math:`w_k = u_k / s_k` with :math:`s_k = |u_{0,k}|` (1 where
+    :math:`u_{0,k} = 0`): the HIV model's parameters, 1.6e-5 … 641, become O(1).
+    A ``model`` given is reused (its integrator settings win).
 
     Returns
     -------
