@@ -23,8 +23,9 @@ with the tests (``tests/data/petab``).  Per problem:
    rerun from that start and the nominal point on a grid three times finer;
    when no start converged, from the nominal point on a grid three times
    finer; at most ``--refine`` times;
-   the continuous approaches have no grid: when none of their starts converged,
-   the best start (by simulation) is refitted with the integration tolerances
+   the continuous approaches have no grid: when their starts did not converge
+   to the best value they found, no worse than the problem's start, the best
+   start (by simulation) is refitted with the integration tolerances
    divided by 100 (from the engine's defaults,
    :func:`~pyomo_odeest.approaches.continuous.default_tolerances`), at most
    ``--refine`` times;
@@ -278,24 +279,24 @@ def mismatch(row):
 CONVERGED, NOT_STATIONARY, FAILED = "converged", "best_found_not_stationary", "failed"
 
 
-def tolerance_refit(tab, tol, prob):
-    """The continuous approaches' refinement (they have no grid): ``None`` when a start
-    fitted at the tolerances ``tol`` (None: the engine's defaults) converged, else
-    ``(tol / 100, [the best start by simulation, or the problem's start])``.
+def tolerance_refit(tab, tol, prob, start):
+    """The continuous approaches' refinement (they have no grid): ``None`` when the fits
+    at the tolerances ``tol`` (None: the engine's defaults) converged to the best value
+    they found, no worse than ``start`` (:func:`assess`), else ``(tol / 100, [their best
+    start by simulation, or the problem's start when none is finite])``.
 
     An objective whose integration error hides its minimum (oscillators: Borghans)
     stops every optimizer short of it; tighter tolerances move that floor down."""
     from pyomo_odeest.approaches.continuous import default_tolerances
     cur = tab if tol is None else tab[tab["rtol"] == tol[0]]
-    fin = cur[np.isfinite(cur["nll_simulated"].astype(float))]
-    if not fin.empty and (fin["success"].astype(bool) & ~fin.apply(mismatch, axis=1)).any():
+    status, best, _, _ = assess(cur, start, None)
+    if status == CONVERGED:
         return None
     r0, a0 = tol if tol is not None else default_tolerances()
-    if fin.empty:
-        return (r0 / 100.0, a0 / 100.0), [prob.u0]
-    best = fin.loc[fin["nll_simulated"].astype(float).idxmin(),
-                   [f"p_{k}" for k in prob.parameter_names]]
-    return (r0 / 100.0, a0 / 100.0), [best.to_numpy(dtype=float)]
+    tighter = (r0 / 100.0, a0 / 100.0)
+    if best is None or float(best["nll_simulated"]) > start:
+        return tighter, [prob.u0]
+    return tighter, [best[[f"p_{k}" for k in prob.parameter_names]].to_numpy(dtype=float)]
 
 
 def tolerance(value):
@@ -361,7 +362,7 @@ def run_problem(folder, args, ref, runner):
         tab = fits(pe, approach, args, runner, h, None)
         for _ in range(args.refine):
             if approach.startswith("continuous"):
-                refit = tolerance_refit(tab, tol, prob)
+                refit = tolerance_refit(tab, tol, prob, start)
                 if refit is None:
                     break
                 tol, starts = refit

@@ -982,8 +982,9 @@ def test_suite_status_says_what_the_result_is():
 
 def test_suite_refines_the_continuous_tolerances_from_the_best_start():
     """benchmarks/petab_suite.py: the continuous approaches (no grid) are refitted with the
-    tolerances / 100 from the best start by simulation when no start converged, from the
-    problem's start when none is finite, and not at all once a start converged."""
+    tolerances / 100 when their fits did not converge to the best value they found, no
+    worse than the problem's start: from the best start by simulation, or from the
+    problem's start when that is better or nothing is finite; not once they converged."""
     from pyomo_odeest.approaches.continuous import default_tolerances
     suite = _suite()
     prob = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016")).problem
@@ -992,21 +993,26 @@ def test_suite_refines_the_continuous_tolerances_from_the_best_start():
     def row(success, nll, shift, rtol=np.nan, warnings=""):
         return dict(success=success, nll_simulated=nll, warnings=warnings, rtol=rtol,
                     **{f"p_{k}": v + shift for k, v in zip(names, prob.u0)})
+
+    def refit(rows, start, tol=None):
+        return suite.tolerance_refit(pd.DataFrame(rows), tol, prob, start)
     r0, a0 = default_tolerances()
-    tab = pd.DataFrame([row(False, -40.0, 0.1), row(False, -45.0, 0.2), row(True, np.nan, 0.3)])
-    tol, starts = suite.tolerance_refit(tab, None, prob)
+    rows = [row(False, -40.0, 0.1), row(False, -45.0, 0.2), row(True, np.nan, 0.3)]
+    tol, starts = refit(rows, -30.0)
     assert tol == (r0 / 100, a0 / 100)
     np.testing.assert_allclose(starts[0], prob.u0 + 0.2)          # the best finite start
-    # a start that converged at these tolerances ends the refinement; one that converged
-    # with a discretization mismatch does not
-    assert suite.tolerance_refit(pd.concat([tab, pd.DataFrame([row(True, -46.0, 0.0)])]),
-                                 None, prob) is None
-    bad = pd.DataFrame([row(True, -46.0, 0.0, warnings="discretization error: ...")])
-    assert suite.tolerance_refit(bad, None, prob) is not None
-    # the next level reads only its own rows, and restarts from the problem's start
-    # when none of them is finite
-    nxt = pd.concat([tab, pd.DataFrame([row(False, np.nan, 0.0, rtol=tol[0])])])
-    tol2, starts2 = suite.tolerance_refit(nxt, tol, prob)
+    # converged to the best value found, below the start: done; with a discretization
+    # mismatch, or (Borghans) converged above the start while a better point was found:
+    # refit from the better point, or from the problem's start when nothing beats it
+    assert refit(rows + [row(True, -46.0, 0.0)], -30.0) is None
+    assert refit([row(True, -46.0, 0.0, warnings="discretization error: ...")], -30.0)
+    _, starts = refit([row(True, -54.3, 0.1), row(False, -97.7, 0.2)], -83.3)
+    np.testing.assert_allclose(starts[0], prob.u0 + 0.2)
+    _, starts = refit([row(True, -54.3, 0.1)], -83.3)
+    np.testing.assert_allclose(starts[0], prob.u0)
+    # the next level reads only its own rows
+    nxt = rows + [row(False, np.nan, 0.0, rtol=tol[0])]
+    tol2, starts2 = refit(nxt, -30.0, tol)
     assert tol2 == (r0 / 1e4, a0 / 1e4)
     np.testing.assert_allclose(starts2[0], prob.u0)
 
