@@ -44,6 +44,11 @@ then names ``engine='scipy'`` as the way out.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+import sys
+
 import numpy as np
 import pandas as pd
 import sympy
@@ -69,6 +74,10 @@ def cvodes_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+#: CVODES's own lines in what CasADi writes on a failure (not the dump of the inputs)
+_CVODES_LINE = re.compile(r"^\s*(At t|Internal t|The )")
 
 
 def _casadi():
@@ -374,11 +383,21 @@ class CvodesModel(ContinuousModel):
         return self._funs[name]
 
     def _call(self, fn, **kw):
+        """``fn(**kw)`` as arrays.  A failure is an :class:`IntegrationError` with CVODES's
+        message (where it stopped); CasADi's dump of the failing function's inputs, which
+        it writes to standard error, is not passed on."""
+        err_out = io.StringIO()
         try:
-            out = fn(**kw)
+            with contextlib.redirect_stderr(err_out):
+                out = fn(**kw)
         except RuntimeError as err:
             msg = str(err).strip().splitlines()
-            raise IntegrationError("CVODES failed: " + (msg[-1] if msg else "")) from None
+            where = [ln.strip() for ln in err_out.getvalue().splitlines()
+                     if _CVODES_LINE.match(ln)]
+            raise IntegrationError("CVODES failed: " + (msg[-1] if msg else "")
+                                   + (f" ({where[0]})" if where else "")) from None
+        if err_out.getvalue():
+            sys.stderr.write(err_out.getvalue())
         out = {k: np.array(v, dtype=float) for k, v in out.items()}
         for k, v in out.items():
             if not np.all(np.isfinite(v)):
