@@ -165,10 +165,6 @@ def stability_warnings(problem, scheme, states, u):
 # ---------------------------------------------------------------------------
 # noise level, bounds, rank, status
 # ---------------------------------------------------------------------------
-def _subproblems(problem):
-    return list(problem.experiment_problems) if getattr(problem, "experiments", None) else [problem]
-
-
 def chi2_warning(problem, result):
     """The χ² test of :func:`~pyomo_odeest.problem._noise.noise_check` (σ known),
     stored in ``result.extra['noise_check']``; its message when the fit is
@@ -226,7 +222,7 @@ def _gauss_newton(problem, result):
 
 def rank_warnings(problem, result):
     """Fewer measurements than free parameters, or a numerically singular Gauss–Newton matrix."""
-    subs = _subproblems(problem)
+    subs = problem.subproblems
     N = sum(int(sp.mask.sum()) for sp in subs)
     free = problem.free_mask
     p = int(free.sum())
@@ -296,7 +292,7 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
     u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
     if not np.all(np.isfinite(u)):
         return []
-    subs = _subproblems(problem)
+    subs = problem.subproblems
     try:
         models = [ContinuousModel(sp, method="LSODA", rtol=sim_rtol, atol=sim_atol)
                   for sp in subs]

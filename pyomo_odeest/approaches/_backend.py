@@ -59,10 +59,6 @@ def _models(dm):
     return list(getattr(dm, "models", None) or [dm])
 
 
-def _subs(problem):
-    return list(problem.experiment_problems) if problem.experiments else [problem]
-
-
 class DiscreteBackend:
     """A :class:`DiscreteModel` (several experiments: their sum): discrete
     sensitivities and second-order adjoint [GM-grad, (51), §2.5]."""
@@ -85,7 +81,7 @@ class DiscreteBackend:
 
     def observation_sensitivities(self, u, free):
         out = []
-        for sp_, dm in zip(_subs(self.problem), _models(self.discrete_model)):
+        for sp_, dm in zip(self.problem.subproblems, _models(self.discrete_model)):
             traj = dm.simulate(u)
             J = np.asarray(dm.grid.J)
             Xm, Xs = traj.X[J], dm.state_sensitivities(traj)[J]
@@ -129,7 +125,7 @@ class KKTBackend(DiscreteBackend):
     def observation_sensitivities(self, u, free):
         _, dwdu = self._system(free)
         out = []
-        for sp_, b, d in zip(_subs(self.problem), self.blocks, dwdu):
+        for sp_, b, d in zip(self.problem.subproblems, self.blocks, dwdu):
             J = np.asarray(b.grid.J)
             Xm = np.array([[float(b.x[i, s].value) for s in sp_.states] for i in J], dtype=float)
             Xs = np.zeros((len(J), len(sp_.states), len(u)))
@@ -147,7 +143,7 @@ class KKTBackend(DiscreteBackend):
 
 def _block_models(problem, blocks):
     ms = [DiscreteModel(sp_, b.scheme.name, b.scheme.qmax, b.grid)
-          for sp_, b in zip(_subs(problem), blocks)]
+          for sp_, b in zip(problem.subproblems, blocks)]
     return ExperimentModels(problem, ms) if problem.experiments else ms[0]
 
 
@@ -160,7 +156,7 @@ class ShootingBackend(DiscreteBackend):
     def __init__(self, problem, interval_models, node_values):
         self.ims, self.nodes = list(interval_models), list(node_values)
         ms = [DiscreteModel(sp_, im.scheme.name, im.scheme.qmax, im.grid)
-              for sp_, im in zip(_subs(problem), self.ims)]
+              for sp_, im in zip(problem.subproblems, self.ims)]
         super().__init__(problem, ExperimentModels(problem, ms) if problem.experiments else ms[0],
                          "discrete sensitivities (single shooting on the same grid)")
         self._nlp = None
@@ -242,7 +238,7 @@ class ContinuousBackend:
 
     def observation_sensitivities(self, u, free):
         out = []
-        for sp_, c in zip(_subs(self.problem), _models(self.model)):
+        for sp_, c in zip(self.problem.subproblems, _models(self.model)):
             _, Xm, Xs = c.sensitivities(u)
             mf = c.misfit
             out.append((sp_, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
@@ -272,7 +268,7 @@ def rebuild_backend(result):
         engine = kw.get("engine")
         engine = engine if engine in ("cvodes", "scipy") else None   # the installed default
         cms = [continuous_model(sp_, engine, method=kw.get("method"), rtol=kw.get("rtol"),
-                                atol=kw.get("atol")) for sp_ in _subs(P)]
+                                atol=kw.get("atol")) for sp_ in P.subproblems]
         return ContinuousBackend(P, ExperimentModels(P, cms) if P.experiments else cms[0])
     grid = result.grid
     if P.experiments and not isinstance(grid, Mapping):

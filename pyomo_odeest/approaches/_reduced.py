@@ -312,7 +312,7 @@ class ReducedApproach(Approach):
         try:
             traj = dm.simulate(u)
             obj = dm.objective(u, traj)
-            subs = problem.experiment_problems if names else [problem]
+            subs = problem.subproblems
             trajs = traj if names else [traj]
             frames = stack_parts(names, [_frames(sp, d, tr, u) for sp, d, tr in
                                          zip(subs, _models(dm), trajs)], frames)

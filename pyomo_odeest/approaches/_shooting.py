@@ -829,7 +829,7 @@ class ShootingApproach(Approach):
     def collect(self, problem, built, outcome, cfg):
         nlp, inits, history = built
         names = problem.experiment_names
-        subs = problem.experiment_problems if names else [problem]
+        subs = problem.subproblems
         counts = dict(outcome.counts)
         for p in nlp.parts:
             for k, v in p.counts.items():
@@ -938,7 +938,7 @@ def shooting_nlp(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None
     :func:`estimate_multiple_shooting`) and the node initialization used per
     experiment."""
     names = problem.experiment_names
-    subs = problem.experiment_problems if names else [problem]
+    subs = problem.subproblems
     u_start = start_values(problem, u0)
     parts, inits = [], []
     for name, sp in zip(names or [None], subs):

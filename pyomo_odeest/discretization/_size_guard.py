@@ -44,7 +44,7 @@ def validate_estimator(approach: str, problem, needs_free=True, needs_data=True,
     if not problem.free_mask.any() and needs_free:
         raise ProblemError(f"all parameters {problem.parameter_names} are fixed: nothing to "
                            f"estimate; set fixed=False on at least one")
-    subs = list(problem.experiment_problems) if problem.experiments else [problem]
+    subs = problem.subproblems
     if needs_data and any(len(sp.meas_times) == 0 for sp in subs):
         raise ProblemError("the problem has no data (data=None): there is nothing to fit")
     check_options(args.get("options"))

@@ -37,7 +37,7 @@ def noise_level_known(problem) -> bool:
     have given standard deviations σ (or the loss is the Gaussian NLL with its
     covariance).  With weights only (or neither), σ is known up to a common
     factor and the uncertainty analyses scale by the residual variance."""
-    subs = problem.experiment_problems if getattr(problem, "experiments", None) else [problem]
+    subs = problem.subproblems
     return all(getattr(sp, "sigma_known", False) for sp in subs)
 
 
@@ -53,7 +53,7 @@ def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict
         raise ValueError(f"alpha must lie in (0, 0.5), got {alpha}")
     out = dict(applicable=False, chi2=np.nan, dof=0, p_upper=np.nan, p_lower=np.nan,
                consistent=None, message="")
-    subs = problem.experiment_problems if getattr(problem, "experiments", None) else [problem]
+    subs = problem.subproblems
     if not noise_level_known(problem):
         out["message"] = "noise level unknown (no sigma given): no chi-square test"
         return out

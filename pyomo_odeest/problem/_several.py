@@ -186,6 +186,12 @@ class SeveralExperiments:
         self._scratch = (scratch, xs, us_all, symbol_of)
 
     @property
+    def subproblems(self):
+        """The single-experiment problems the approaches loop over: the experiments'
+        problems, or ``[self]`` (a single-experiment problem is one experiment)."""
+        return list(self.experiment_problems) if self.experiments else [self]
+
+    @property
     def experiment_names(self):
         """Names of the experiments (``[]`` for a single-experiment problem)."""
         return [e.name for e in self.experiments] if self.experiments else []

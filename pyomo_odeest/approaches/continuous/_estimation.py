@@ -337,7 +337,7 @@ class ContinuousApproach(Approach):
                              else cfg.gradient)
             except EvaluationError:
                 pass
-            subs = problem.experiment_problems if names else [problem]
+            subs = problem.subproblems
             frames = stack_parts(names, [_frames(sp, m, u_hat, cfg.n_grid) for sp, m in
                                          zip(subs, getattr(cm, "models", [cm]))], frames)
         res = EstimationResult(
