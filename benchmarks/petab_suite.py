@@ -366,7 +366,7 @@ def run_problem(folder, args, ref, runner):
                 if refit is None:
                     break
                 tol, starts = refit
-                print(f"  {name} {approach}: no start converged; refit from the best start "
+                print(f"  {name} {approach}: no fit converged to the best value found; refit "
                       f"with rtol={tol[0]:.0e}, atol={tol[1]:.0e}", flush=True)
                 tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts, tol)],
                                 ignore_index=True)
