@@ -984,7 +984,8 @@ def test_suite_refines_the_continuous_tolerances_from_the_best_start():
     """benchmarks/petab_suite.py: the continuous approaches (no grid) are refitted with the
     tolerances / 100 when their fits did not converge to the best value they found, no
     worse than the problem's start: from the best start by simulation, or from the
-    problem's start when that is better or nothing is finite; not once they converged."""
+    problem's start when that is better; not once they converged, nor when nothing is
+    finite (a refusal is not a matter of tolerances)."""
     from pyomo_odeest.approaches.continuous import default_tolerances
     suite = _suite()
     prob = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016")).problem
@@ -1010,11 +1011,12 @@ def test_suite_refines_the_continuous_tolerances_from_the_best_start():
     np.testing.assert_allclose(starts[0], prob.u0 + 0.2)
     _, starts = refit([row(True, -54.3, 0.1)], -83.3)
     np.testing.assert_allclose(starts[0], prob.u0)
-    # the next level reads only its own rows
-    nxt = rows + [row(False, np.nan, 0.0, rtol=tol[0])]
-    tol2, starts2 = refit(nxt, -30.0, tol)
+    # the next level reads only its own rows; nothing finite there (refused, or failed)
+    # ends the refinement
+    tol2, starts2 = refit(rows + [row(False, -50.0, 0.4, rtol=tol[0])], -30.0, tol)
     assert tol2 == (r0 / 1e4, a0 / 1e4)
-    np.testing.assert_allclose(starts2[0], prob.u0)
+    np.testing.assert_allclose(starts2[0], prob.u0 + 0.4)
+    assert refit(rows + [row(False, np.nan, 0.0, rtol=tol[0])], -30.0, tol) is None
 
 
 def test_borghans_continuous_fit_worse_than_its_start_says_so():
