@@ -83,6 +83,10 @@ class MeasurementMisfit:
         self.const = misfit_constant(P)
         pen = sympy.sympify(P.penalty_sym)
         self.has_penalty = bool(pen.free_symbols) or pen != 0
+        #: R(u) is a polynomial of degree <= 2 (Gaussian priors on the estimation scale):
+        #: a sum of squares plus a constant when it is bounded below (least squares)
+        self.penalty_quadratic = self.has_penalty and pen.is_polynomial(*us) and \
+            sympy.Poly(pen, *us).total_degree() <= 2
         self._R = self._dR = self._d2R = None        # without a penalty: never called
         if self.has_penalty:        # (p² symbolic derivatives: tens of seconds for p ~ 100)
             self._R = lambdify((us,), pen, "numpy")
@@ -210,6 +214,30 @@ class MeasurementMisfit:
         p = len(u)
         return (np.asarray(self._d2R(u), dtype=float).reshape(p, p) if self.has_penalty
                 else np.zeros((p, p)))
+
+    def penalty_residuals(self, cols, base):
+        r"""A quadratic penalty as residuals of the free parameters ``u[cols]``, the
+        others at their values in ``base``: ``(L, m)`` with
+        :math:`R(u) = R(m) + \tfrac12\lVert L(u_F - m)\rVert^2` (``m`` in the free
+        parameters), one row of ``L`` per positive eigenvalue of R's Hessian;
+        ``None`` when R is not quadratic or not bounded below in them.
+        """
+        if not self.penalty_quadratic:
+            return None
+        u = np.array(base, dtype=float)
+        u[cols] = 0.0
+        H = self.penalty_hessian(u)[np.ix_(cols, cols)]
+        g = self.penalty_gradient(u)[cols]                # gradient in u_F at u_F = 0
+        lam, V = np.linalg.eigh(0.5 * (H + H.T))
+        tol = 1e-12 * max(1.0, float(np.max(np.abs(lam), initial=0.0)))
+        if np.any(lam < -tol):
+            return None
+        keep = lam > tol
+        Vk, lk = V[:, keep], lam[keep]
+        m = -Vk @ ((Vk.T @ g) / lk)                       # H m = -g on the range of H
+        if np.linalg.norm(g + H @ m) > 1e-9 * max(1.0, np.linalg.norm(g)):
+            return None                                   # linear along H's null space
+        return np.sqrt(lk)[:, None] * Vk.T, m
 
 
 def misfit_sym(problem: EstimationProblem, j: int):

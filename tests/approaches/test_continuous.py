@@ -608,11 +608,49 @@ def test_least_squares_reaches_the_optimum_of_ipopt(gaussian):
     assert b.objective == pytest.approx(a.objective, rel=1e-8)
 
 
+def _quadratic_penalty(u):
+    """Gaussian priors on a and c, and a coupling of c with x0: a quadratic R(u) >= 0."""
+    return 0.5 * ((u.a - 0.7) / 0.1) ** 2 + 2.0 * (u.c - u.x0 - 0.3) ** 2
+
+
+def test_quadratic_penalty_is_a_sum_of_squares_of_the_free_parameters():
+    """R(u) = R(m) + ½‖L(u_F - m)‖² with the other parameters at their values (here x0,
+    which R couples to c, and b, which R does not hold), for any free u_F."""
+    prob = nonlinear_problem(penalty=_quadratic_penalty)
+    mf = ContinuousModel(prob).misfit
+    cols, base = np.array([0, 2]), np.array([0.7, 0.4, 1.3, 0.9])
+    L, m = mf.penalty_residuals(cols, base)
+    u_m = base.copy()
+    u_m[cols] = m
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        u = base.copy()
+        u[cols] = rng.normal(size=2)
+        squares = 0.5 * np.sum((L @ (u[cols] - m)) ** 2)
+        assert mf.penalty(u) == pytest.approx(mf.penalty(u_m) + squares, rel=1e-12)
+    # b alone: R does not depend on it (no row), and it is bounded below
+    L, m = mf.penalty_residuals(np.array([1]), base)
+    assert L.shape == (0, 1)
+
+
+def test_least_squares_with_gaussian_priors_reaches_the_optimum_of_ipopt():
+    """A quadratic penalty (PEtab's parameterScaleNormal priors) adds its rows to the
+    residuals: the trust region reaches Ipopt's optimum of the same J."""
+    prob = nonlinear_problem(penalty=_quadratic_penalty)
+    a = po.estimate(prob, "continuous")
+    b = po.estimate(prob, "continuous", optimizer="least_squares")
+    assert a.success and b.success, (a.status, b.status)
+    np.testing.assert_allclose(b.x, a.x, rtol=2e-5)
+    assert b.objective == pytest.approx(a.objective, rel=1e-8)
+
+
 def test_least_squares_refuses_what_is_not_a_sum_of_squares():
     prob = nonlinear_problem()
-    pen = nonlinear_problem(penalty=lambda u: 0.5 * (u.a - 0.7) ** 2)
-    with pytest.raises(po.ProblemError, match="penalty"):
-        po.estimate(pen, "continuous", optimizer="least_squares")
+    for penalty in (lambda u: (u.a - 0.7) ** 4, lambda u: -(u.a - 0.7) ** 2,
+                    lambda u: 0.5 * (u.a - 0.7) ** 2 + u.b):
+        with pytest.raises(po.ProblemError, match="penalty"):
+            po.estimate(nonlinear_problem(penalty=penalty), "continuous",
+                        optimizer="least_squares")
     with pytest.raises(ValueError, match="hessian=None"):
         po.estimate(prob, "continuous", optimizer="least_squares", hessian="soa")
     with pytest.raises(ValueError, match=r"does not take the options \['tol'\]"):

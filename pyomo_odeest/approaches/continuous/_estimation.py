@@ -440,7 +440,8 @@ def estimate_continuous(problem: EstimationProblem, **options):
     ``options``: its keyword arguments, ``ftol=10·rtol``, ``xtol=gtol=1e-10``)
     on the weighted residuals :math:`W_j r_j` (:math:`W_j^\top W_j = 2A_j`, so
     J − c is half their squared norm), with their Jacobian from the forward
-    sensitivities; not with a penalty R(u) or constraints.  ``engine='cvodes'``
+    sensitivities, plus the rows of a quadratic penalty R(u) (Gaussian priors on
+    the estimation scale); not with another penalty or constraints.  ``engine='cvodes'``
     integrates by SUNDIALS CVODES through CasADi
     (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`: compiled
     right-hand sides, CVODES's forward sensitivities, adjoint and
@@ -471,12 +472,17 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
     sensitivities [MHV, eq. (8)] (one augmented solve per experiment)."""
     from scipy.optimize import least_squares
     models = getattr(cm, "models", [cm])
-    if any(m.misfit.has_penalty for m in models):
-        raise ProblemError("optimizer 'least_squares' needs J as a sum of squares; the "
-                           "problem's penalty R(u) is not one: use optimizer='ipopt'")
     cols = np.flatnonzero(obj.free)
+    # a quadratic penalty R(u) (Gaussian priors on the estimation scale) adds the rows
+    # L(u_F - m) with R = R(m) + ½‖L(u_F - m)‖² over the free parameters u_F
+    rows = [m.misfit.penalty_residuals(cols, obj.u_full) for m in models
+            if m.misfit.has_penalty]
+    if any(r is None for r in rows):
+        raise ProblemError("optimizer 'least_squares' needs J as a sum of squares; the "
+                           "problem's penalty R(u) is not a quadratic bounded below in the "
+                           "free parameters: use optimizer='ipopt'")
     V = np.eye(len(obj.u_full))[:, cols]
-    size = sum(m.misfit.zbar.size for m in models)
+    size = sum(m.misfit.zbar.size for m in models) + sum(len(L) for L, _ in rows)
 
     def residuals(w):
         obj.counts["objective"] += 1
@@ -484,7 +490,7 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
 
         def stacked():
             return np.concatenate([m.misfit.weighted_residuals(m._forward(u)[1], u).ravel()
-                                   for m in models])
+                                   for m in models] + [L @ (u[cols] - c) for L, c in rows])
         try:
             return _guarded(stacked)
         except EvaluationError:                          # the trust region shrinks
@@ -501,7 +507,7 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
             for m in models:
                 _, Xm, Sm = m.sensitivities(u, V)
                 blocks.append(m.misfit.weighted_jacobian(Xm, u, Sm, cols).reshape(-1, len(cols)))
-            return np.vstack(blocks)
+            return np.vstack(blocks + [L for L, _ in rows])
         try:
             J = _guarded(stacked) * obj.s[None, :]
             njev[0] += 1
