@@ -282,8 +282,9 @@ CONVERGED, NOT_STATIONARY, FAILED = "converged", "best_found_not_stationary", "f
 def tolerance_refit(tab, tol, prob, start):
     """The continuous approaches' refinement (they have no grid): ``None`` when the fits
     at the tolerances ``tol`` (None: the engine's defaults) converged to the best value
-    they found, no worse than ``start`` (:func:`assess`), or when none has finite
-    estimates (refused or failed: not a matter of tolerances); else ``(tol / 100,
+    they found, no worse than ``start`` (:func:`assess`), when none has finite
+    estimates (refused or failed), or when the best ran out of its evaluations (it was
+    still descending): not a matter of tolerances; else ``(tol / 100,
     [their best start by simulation, or the problem's start when that is better])``.
 
     An objective whose integration error hides its minimum (oscillators: Borghans)
@@ -296,6 +297,8 @@ def tolerance_refit(tab, tol, prob, start):
     r0, a0 = tol if tol is not None else default_tolerances()
     if best is None:                 # refused or failed everywhere: not a tolerance matter
         return None
+    if str(best.get("status", "")) == "max_iterations":
+        return None                  # still descending when its budget ran out (Fujita)
     tighter = (r0 / 100.0, a0 / 100.0)
     if float(best["nll_simulated"]) > start:
         return tighter, [prob.u0]

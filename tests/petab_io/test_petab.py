@@ -985,7 +985,7 @@ def test_suite_refines_the_continuous_tolerances_from_the_best_start():
     tolerances / 100 when their fits did not converge to the best value they found, no
     worse than the problem's start: from the best start by simulation, or from the
     problem's start when that is better; not once they converged, nor when nothing is
-    finite (a refusal is not a matter of tolerances)."""
+    finite or the best ran out of evaluations (not a matter of tolerances)."""
     from pyomo_odeest.approaches.continuous import default_tolerances
     suite = _suite()
     prob = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016")).problem
@@ -1017,6 +1017,9 @@ def test_suite_refines_the_continuous_tolerances_from_the_best_start():
     assert tol2 == (r0 / 1e4, a0 / 1e4)
     np.testing.assert_allclose(starts2[0], prob.u0 + 0.4)
     assert refit(rows + [row(False, np.nan, 0.0, rtol=tol[0])], -30.0, tol) is None
+    # the best ran out of its evaluations: it was still descending, not stopped by noise
+    stopped = dict(row(False, -50.0, 0.4), status="max_iterations")
+    assert refit(rows + [stopped], -30.0) is None
 
 
 def test_borghans_continuous_fit_worse_than_its_start_says_so():
