@@ -3,7 +3,7 @@
     python benchmarks/petab_suite.py [FOLDER ...] [--approaches continuous_least_squares,reduced_space,simultaneous]
                                      [--starts 4] [--spread 0.3] [--scheme enright]
                                      [--grid-points 300] [--grid auto|uniform] [--refine 2] [--workers 0]
-                                     [--max-wall-time SECONDS] [--all-approaches]
+                                     [--max-wall-time 120] [--all-approaches]
 
 Every FOLDER holding one PEtab YAML file is a problem (a folder holding
 problem folders is searched one level down); default: the problems shipped
@@ -43,7 +43,8 @@ with the tests (``tests/data/petab``).  Per problem:
    (``optimizer='least_squares'``, at most 300 residual evaluations per
    start), first by default: it is the cheapest where it converges.
 
-Ipopt options: ``max_wall_time`` from ``--max-wall-time``; when a start puts a
+Ipopt options: ``max_wall_time`` from ``--max-wall-time`` (default 120 s per fit,
+so that a run over the collection ends; 0: no limit); when a start puts a
 free parameter on one of its bounds, ``bound_push = bound_frac = 1e-8``
 (:func:`ipopt_options`), so the fit starts where the user's start is.
 
@@ -443,9 +444,9 @@ def main(argv=None):
     ap.add_argument("--refine", type=int, default=2,
                     help="grid refinements (step / 3 each) when the best start disagrees "
                          "with its simulation")
-    ap.add_argument("--max-wall-time", type=float, default=None,
-                    help="Ipopt's max_wall_time (seconds) of every fit; a fit that hits it "
-                         "counts as failed")
+    ap.add_argument("--max-wall-time", type=float, default=120.0,
+                    help="Ipopt's max_wall_time (seconds) of every fit, so that the suite "
+                         "ends; a fit that hits it is not converged (0: no limit)")
     ap.add_argument("--all-approaches", action="store_true",
                     help="run every approach (default: stop at the first that converges to "
                          "a point no worse than the start and the reference)")
