@@ -54,7 +54,9 @@ Prints one line per problem,
 priors when the problem has them), followed by ``reference_nll`` (the
 reference on the same objective) and ``ref_gap`` (best − reference), the
 discrete NLL of the best start and its grid, ``flags`` and the approaches'
-failures, and ends with ``petab_suite: problems=... imported=... median_wall_s=...``.
+failures, and ends with ``petab_suite: problems=... imported=... median_wall_s=...``;
+``--out`` (default ``benchmarks/results/petab_suite.tsv``) keeps one row per
+problem with its best estimates (JSON), updated by each run.
 ``status`` is
 
 * ``converged`` — converged to a stationary point (the approach's success,
@@ -421,8 +423,26 @@ def run_problem(folder, args, ref, runner):
                status=status, flags=flags, imported=True, detail=detail,
                best_approach="-" if best is None else best["approach"], reference=r_obj)
     if best is not None:
-        out.update(best_discrete=float(best["nll_discrete"]), best_step=float(best["max_step"]))
+        out.update(best_discrete=float(best["nll_discrete"]), best_step=float(best["max_step"]),
+                   best_rtol=float(best.get("rtol", np.nan)),
+                   estimates={k: float(best[f"p_{k}"]) for k in prob.parameter_names})
     return out
+
+
+def write_results(path, rows):
+    """Update the TSV ``path``: one row per problem (replacing an earlier row of the same
+    name), with the best estimates as JSON, so the fits can be checked or restarted."""
+    import json
+    cols = ["name", "status", "best_nll", "reference", "nominal_nll", "best_approach",
+            "wall_s", "best_rtol", "best_step", "flags", "estimates"]
+    new = pd.DataFrame([{**{k: r.get(k) for k in cols}, "flags": ",".join(r["flags"]),
+                         "estimates": json.dumps(r.get("estimates"))} for r in rows],
+                       columns=cols)
+    if os.path.exists(path):
+        old = pd.read_csv(path, sep="\t")
+        new = pd.concat([old[~old["name"].isin(new["name"])], new], ignore_index=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    new.sort_values("name").to_csv(path, sep="\t", index=False)
 
 
 def main(argv=None):
@@ -453,6 +473,9 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=0,
                     help="Dask worker processes of the runner (0: serial)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "petab_suite.tsv"),
+                    help="TSV updated with one row per problem and its best estimates "
+                         "('' : none)")
     args = ap.parse_args(argv)
     from pyomo_odeest.runner import Runner
     folders = problem_folders(args.folders)
@@ -479,6 +502,8 @@ def main(argv=None):
                   + (f" failures={row['detail']}" if row["detail"] else ""), flush=True)
     finally:
         runner.close()
+    if args.out:
+        write_results(args.out, rows)
     walls = [r["wall_s"] for r in rows]
     print(f"petab_suite: problems={len(rows)} imported={sum(r['imported'] for r in rows)} "
           f"median_wall_s={np.median(walls) if walls else float('nan'):.1f}")

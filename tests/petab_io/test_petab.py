@@ -980,6 +980,23 @@ def test_suite_status_says_what_the_result_is():
     assert suite.assess(tab((False, np.nan)), -83.32, None)[0] == suite.FAILED
 
 
+def test_suite_results_table_keeps_one_row_per_problem(tmp_path):
+    """benchmarks/petab_suite.py --out: each run replaces its problems' rows and keeps the
+    others; the best estimates round-trip through JSON."""
+    import json
+    suite = _suite()
+    path = tmp_path / "suite.tsv"
+
+    def row(name, nll):
+        return dict(name=name, status="converged", best_nll=nll, flags=[],
+                    estimates={"k": nll / 10})
+    suite.write_results(str(path), [row("A", -1.0), row("B", -2.0)])
+    suite.write_results(str(path), [row("B", -3.0)])
+    tab = pd.read_csv(path, sep="\t").set_index("name")
+    assert list(tab.index) == ["A", "B"] and tab.loc["B", "best_nll"] == -3.0
+    assert json.loads(tab.loc["A", "estimates"]) == {"k": -0.1}
+
+
 def test_suite_refines_the_continuous_tolerances_from_the_best_start():
     """benchmarks/petab_suite.py: the continuous approaches (no grid) are refitted with the
     tolerances / 100 when their fits did not converge to the best value they found, no
