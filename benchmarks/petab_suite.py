@@ -275,7 +275,14 @@ def status_token(status):
 
 
 def mismatch(row):
-    return "discretization error" in str(row.get("warnings", ""))
+    """The start's own NLL (its discretization's, or the continuous engine's) and PEtab's
+    independent simulation disagree: the result's "discretization error" warning, or a
+    difference beyond the package's rule for it (5 % plus half a unit).  Such a start is
+    neither a fit nor a best value found: one of the two integrations is wrong there."""
+    if "discretization error" in str(row.get("warnings", "")):
+        return True
+    d, s = float(row.get("nll_discrete", np.nan)), float(row.get("nll_simulated", np.nan))
+    return bool(np.isfinite(d) and np.isfinite(s) and abs(d - s) > 0.5 + 0.05 * abs(s))
 
 
 #: statuses of a problem (see the module docstring)
@@ -298,13 +305,13 @@ def tolerance_refit(tab, tol, prob, start):
     if status == CONVERGED:
         return None
     r0, a0 = tol if tol is not None else default_tolerances()
-    if best is None:                 # refused or failed everywhere: not a tolerance matter
-        return None
-    if str(best.get("status", "")) == "max_iterations":
+    if not np.isfinite(cur["nll_simulated"].astype(float)).any():
+        return None                  # refused or failed everywhere: not a tolerance matter
+    if best is not None and str(best.get("status", "")) == "max_iterations":
         return None                  # still descending when its budget ran out (Fujita)
     tighter = (r0 / 100.0, a0 / 100.0)
-    if float(best["nll_simulated"]) > start:
-        return tighter, [prob.u0]
+    if best is None or float(best["nll_simulated"]) > start:
+        return tighter, [prob.u0]    # nothing better than the start (or nothing trusted)
     return tighter, [best[[f"p_{k}" for k in prob.parameter_names]].to_numpy(dtype=float)]
 
 
@@ -321,11 +328,14 @@ def assess(tab, start, r):
     its discretization; the problem is ``converged`` when the best converged start is the
     best value found and no worse than ``start``.  Otherwise the best value found (by a
     start that did not converge, or ``start`` itself) is ``best_found_not_stationary``.
+    A start whose two integrations disagree (:func:`mismatch`) counts for neither.
     """
     fin = tab[np.isfinite(tab["nll_simulated"].astype(float))]
+    if not fin.empty:
+        fin = fin[~fin.apply(mismatch, axis=1)]
     if fin.empty:
         return FAILED, None, start, []
-    conv = fin[fin["success"].astype(bool) & ~fin.apply(mismatch, axis=1)]
+    conv = fin[fin["success"].astype(bool)]
     best_any = fin.loc[fin["nll_simulated"].astype(float).idxmin()]
     flags = []
     if not conv.empty:

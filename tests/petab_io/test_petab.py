@@ -978,6 +978,14 @@ def test_suite_status_says_what_the_result_is():
     status, _, _, flags = suite.assess(tab((True, -90.0)), -83.32, -104.0)
     assert status == suite.CONVERGED and flags == ["worse_than_reference"]
     assert suite.assess(tab((False, np.nan)), -83.32, None)[0] == suite.FAILED
+    # a start whose discretization and simulation disagree is not a value found (Crauste:
+    # reduced space stopped at its time limit with NLL 240.80 on its grid, 13.37 by LSODA)
+    rows = pd.DataFrame([dict(success=False, nll_simulated=13.37, nll_discrete=240.80,
+                              warnings=""),
+                         dict(success=True, nll_simulated=190.964039, nll_discrete=190.963979,
+                              warnings="")])
+    status, _, value, flags = suite.assess(rows, 190.963978, 190.965219)
+    assert status == suite.CONVERGED and value == 190.964039 and not flags
 
 
 def test_suite_results_table_keeps_one_row_per_problem(tmp_path):
