@@ -109,8 +109,15 @@ class MeasurementMisfit:
         return np.einsum("jab,jbm->jam", self.A, S)
 
     def residuals(self, Xm, u):
-        r""":math:`r_j = g(x_j, u, \tau_j) - \bar z_j` (N, n_obs)."""
-        return self.g(Xm, u, self.t) - self.zbar
+        r""":math:`r_j = g(x_j, u, \tau_j) - \bar z_j` (N, n_obs), 0 where nothing is
+        measured (an observable need not be finite where it is not measured: the log of
+        a state that is 0 at t0)."""
+        return np.where(self.problem.mask, self.g(Xm, u, self.t) - self.zbar, 0.0)
+
+    def _measured(self, jac, vals):
+        """Values ``vals`` (N, nnz) of the sparse Jacobian ``jac`` of g, 0 in the rows of
+        observables that are not measured at that time."""
+        return np.where(self.problem.mask[:, jac.rows], vals, 0.0)
 
     # -- as a sum of squares -------------------------------------------------
     def root(self):
@@ -135,10 +142,10 @@ class MeasurementMisfit:
         r""":math:`\partial z_j/\partial u = g_x S_j + g_u` at the measurement times
         (N, n_obs, k), with ``S`` (N, n, k) the state sensitivities to the parameters
         ``columns`` (default: all p)."""
-        Gu = self.gu.dense(self.gu.values(Xm, u, self.t))
+        Gu = self.gu.dense(self._measured(self.gu, self.gu.values(Xm, u, self.t)))
         if columns is not None:
             Gu = Gu[:, :, columns]
-        return self.gx.matmat(self.gx.values(Xm, u, self.t), S) + Gu
+        return self.gx.matmat(self._measured(self.gx, self.gx.values(Xm, u, self.t)), S) + Gu
 
     def weighted_jacobian(self, Xm, u, S, columns):
         r""":math:`\partial\rho_j/\partial u_c = W_j(g_x S_j + g_u)_{:,c}` (N, n_obs, k) for the
@@ -160,8 +167,9 @@ class MeasurementMisfit:
         if N == 0:
             return np.zeros((0, Xm.shape[1] if Xm.ndim == 2 else 0)), np.zeros(p)
         Ar2 = 2 * self.Ar(self.residuals(Xm, u))
-        Fx = self.gx.matvec_T(self.gx.values(Xm, u, self.t), Ar2)
-        Fu = self.gu.matvec_T(self.gu.values(Xm, u, self.t), Ar2).sum(axis=0)
+        Fx = self.gx.matvec_T(self._measured(self.gx, self.gx.values(Xm, u, self.t)), Ar2)
+        Fu = self.gu.matvec_T(self._measured(self.gu, self.gu.values(Xm, u, self.t)),
+                              Ar2).sum(axis=0)
         return Fx, Fu
 
     def second_order(self):

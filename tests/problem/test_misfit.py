@@ -84,3 +84,30 @@ def test_misfit_many_measurement_times():
     gx, _ = mf.gradients(Xm, prob.true_values)
     # Σ = I: ∇_xφ_j = x_j − z̄_j
     np.testing.assert_allclose(gx, Xm - prob.data.to_numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_an_observable_that_is_not_finite_where_it_is_not_measured():
+    """z = log10(y) with y(0) = 0 is -inf at t0, where only x is measured (PEtab's
+    Bachmann): the objective, its gradient and the least-squares Jacobian stay finite
+    and equal those of the problem without that entry."""
+    import pandas as pd
+    import pyomo_odeest as po
+    t = np.array([0.0, 0.5, 1.0, 2.0])
+    data = pd.DataFrame({"x": [1.0, 0.62, 0.4, 0.15], "z": [np.nan, -0.5, -0.3, -0.2]},
+                        index=t)
+
+    def problem(log):
+        return po.EstimationProblem(
+            ["x", "y"], [po.Parameter("k", 0.9), po.Parameter("c", 0.5)],
+            lambda x, u, t: [-u.k * x.x, u.c * x.x - 0.3 * x.y], {"x": 1.0, "y": 0.0},
+            observe=lambda x, u, t: {"x": x.x,
+                                     "z": (pyo.log10(x.y) if log else x.y)}, data=data)
+    cm = ContinuousModel(problem(True))
+    u = np.array([0.9, 0.5])
+    J, g = cm.objective(u), cm.gradient(u, "sensitivity")
+    assert np.isfinite(J) and np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, cm.gradient(u, "adjoint"), rtol=1e-5)
+    _, Xm, Sm = cm.sensitivities(u)
+    assert np.all(np.isfinite(cm.misfit.weighted_jacobian(Xm, u, Sm, np.arange(2))))
+    res = po.estimate(problem(True), "continuous", optimizer="least_squares")
+    assert res.success and np.isfinite(res.objective)
