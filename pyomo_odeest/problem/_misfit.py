@@ -92,7 +92,7 @@ class MeasurementMisfit:
             self._R = lambdify((us,), pen, "numpy")
             self._dR = lambdify((us,), [sympy.diff(pen, v) for v in us], "numpy")
             self._d2R = lambdify((us,), sympy.hessian(pen, us) if us else [], "numpy")
-        self._second = None
+        self._second = self._second_each = None
         self._root = None
 
     # -- the quadratic form -------------------------------------------------
@@ -118,6 +118,31 @@ class MeasurementMisfit:
         """Values ``vals`` (N, nnz) of the sparse Jacobian ``jac`` of g, 0 in the rows of
         observables that are not measured at that time."""
         return np.where(self.problem.mask[:, jac.rows], vals, 0.0)
+
+    def _second_values(self, part, Xm, u, Ar2):
+        """Values of the second derivatives ``part`` (1: xx, 2: xu, 3: uu) of
+        :math:`\lambda^\top g` at ``lam = Ar2`` (0 where nothing is measured).  At a
+        time where an unmeasured observable's second derivatives are not finite
+        (0·inf, 0/0), the sum is taken over the measured observables, each with its
+        own second derivatives (built on first need)."""
+        jac = self.second_order()[part]
+        vals = jac.values(Xm, u, self.t, Ar2)
+        bad = np.flatnonzero(~np.all(np.isfinite(vals), axis=1))
+        if len(bad) == 0:
+            return vals
+        if self._second_each is None:
+            g = self.problem.g_sym
+            self._second_each = [second_derivatives([g[o]], *self._syms)
+                                 for o in range(len(g))]
+        where = {rc: e for e, rc in enumerate(zip(jac.rows, jac.cols))}
+        for j in bad:
+            vals[j] = 0.0
+            for o in np.flatnonzero(self.problem.mask[j]):
+                each = self._second_each[o][part]
+                v = each.values(Xm[j:j + 1], u, self.t[j:j + 1], Ar2[j:j + 1, o:o + 1])[0]
+                for e, rc in enumerate(zip(each.rows, each.cols)):
+                    vals[j, where[rc]] += v[e]
+        return vals
 
     # -- as a sum of squares -------------------------------------------------
     def root(self):
@@ -195,14 +220,14 @@ class MeasurementMisfit:
             return np.zeros((0, n, k)), np.zeros((p, k))
         r = self.residuals(Xm, u)
         Ar2 = 2 * self.Ar(r)
-        gxv = self.gx.values(Xm, u, self.t)
-        guv = self.gu.values(Xm, u, self.t)
+        gxv = self._measured(self.gx, self.gx.values(Xm, u, self.t))
+        guv = self._measured(self.gu, self.gu.values(Xm, u, self.t))
         Z = self.gx.matmat(gxv, S) + self.gu.dense(guv) @ V           # (N, n_obs, k)
         AZ2 = 2 * self.AS(Z)
         _, hxx, hxu, huu = self.second_order()
-        hxxv = hxx.values(Xm, u, self.t, Ar2)
-        hxuv = hxu.values(Xm, u, self.t, Ar2)
-        huuv = huu.values(Xm, u, self.t, Ar2)
+        hxxv = self._second_values(1, Xm, u, Ar2)
+        hxuv = self._second_values(2, Xm, u, Ar2)
+        huuv = self._second_values(3, Xm, u, Ar2)
         Hxu = hxu.dense(hxuv)                                          # (N, n, p)
         M = self.gx.matmat_T(gxv, AZ2) + hxx.matmat(hxxv, S) + Hxu @ V
         Q = (np.einsum("jop,jok->pk", self.gu.dense(guv), AZ2)

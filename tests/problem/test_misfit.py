@@ -109,5 +109,19 @@ def test_an_observable_that_is_not_finite_where_it_is_not_measured():
     np.testing.assert_allclose(g, cm.gradient(u, "adjoint"), rtol=1e-5)
     _, Xm, Sm = cm.sensitivities(u)
     assert np.all(np.isfinite(cm.misfit.weighted_jacobian(Xm, u, Sm, np.arange(2))))
+    H = cm.hessian(u)                     # second-order adjoint: the same masking
+    h = 1e-6
+    H_fd = np.column_stack([(cm.gradient(u + h * e, "adjoint") - cm.gradient(u - h * e, "adjoint"))
+                            / (2 * h) for e in np.eye(2)])
+    assert np.all(np.isfinite(H))
+    np.testing.assert_allclose(H, H_fd, rtol=1e-4, atol=1e-6)
     res = po.estimate(problem(True), "continuous", optimizer="least_squares")
     assert res.success and np.isfinite(res.objective)
+    # the discrete model of the reduced space evaluates the same misfit
+    from pyomo_odeest.discretization.discrete import DiscreteModel
+    dm = DiscreteModel(problem(True), "adams_pc", 3, steps_per_interval=8)
+    g = dm.gradient(u, "adjoint")
+    np.testing.assert_allclose(g, dm.gradient(u, "sensitivity"), rtol=1e-8)
+    Hd = dm.hessian(u, "soa")
+    np.testing.assert_allclose(Hd, dm.hessian(u, "adjoint_fd"), rtol=1e-4, atol=1e-6)
+    assert np.isfinite(dm.objective(u)) and np.all(np.isfinite(dm.hessian(u, "gauss_newton")))

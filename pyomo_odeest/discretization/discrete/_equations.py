@@ -167,10 +167,7 @@ class DiscreteEquations:
         J = np.asarray(self.grid.J)
         self.meas_blk = self.xblk[J]
         self.meas_t = np.asarray(P.meas_times, dtype=float)
-        mf = self.misfit
-        self.zbar, self.A, self.A_diag, self.const = mf.zbar, mf.A, mf.A_diag, mf.const
-        self._has_penalty = mf.has_penalty
-        self._R, self._dR, self._d2R = mf._R, mf._dR, mf._d2R
+        self.const = self.misfit.const
 
     # ------------------------------------------------------------------
     # engine
@@ -237,10 +234,6 @@ class DiscreteEquations:
     # ------------------------------------------------------------------
     # evaluation helpers
     # ------------------------------------------------------------------
-    def _Ar(self, r):
-        """A_j r_j for all measurements (r: (s, no))."""
-        return self.misfit.Ar(r)
-
     def _check_u(self, u):
         u = np.asarray(u, dtype=float).reshape(-1)
         if u.shape != (self.m,):
@@ -309,26 +302,15 @@ class DiscreteEquations:
     # ------------------------------------------------------------------
     # objective
     # ------------------------------------------------------------------
-    def _obs(self, W, u):
-        Xm = W[self.meas_blk]
-        return self.g(Xm, u, self.meas_t) - self.zbar, Xm
-
     def objective(self, u, traj=None):
         """J_k(u) = Σ_j φ_j (same value as the block's objective)."""
         traj = self.simulate(u) if traj is None else traj
-        r, _ = self._obs(traj.W, traj.u)
-        pen = float(self._R(traj.u)) if self._has_penalty else 0.0
-        return float(np.sum(r * self._Ar(r))) + self.const + pen
+        mf = self.misfit
+        return mf.value(traj.W[self.meas_blk], traj.u) + self.const + mf.penalty(traj.u)
 
     def _dF(self, W, u):
         """∇_w F (nblocks, n) and ∇_u F (m,)."""
-        r, Xm = self._obs(W, u)
-        Ar2 = 2 * self._Ar(r)
-        gxv = self.gx.values(Xm, u, self.meas_t)
-        guv = self.gu.values(Xm, u, self.meas_t)
+        Fx, Fu = self.misfit.gradients(W[self.meas_blk], u)
         Fw = np.zeros((self.nblocks, self.n))
-        np.add.at(Fw, self.meas_blk, self.gx.matvec_T(gxv, Ar2))
-        Fu = self.gu.matvec_T(guv, Ar2).sum(axis=0)
-        if self._has_penalty:
-            Fu = Fu + np.asarray(self._dR(u), dtype=float)
-        return Fw, Fu
+        np.add.at(Fw, self.meas_blk, Fx)
+        return Fw, Fu + self.misfit.penalty_gradient(u)

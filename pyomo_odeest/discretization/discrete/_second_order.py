@@ -36,19 +36,10 @@ class SecondOrder:
         W = traj.W
         pv = self._point_values(W, u)
         M = self.sensitivities(traj, pv)
-        r, Xm = self._obs(W, u)
-        gxv = self.gx.values(Xm, u, self.meas_t)
-        guv = self.gu.values(Xm, u, self.meas_t)
-        Sm = self.gx.matmat(gxv, M[self.meas_blk]) + self.gu.dense(guv)      # (s, no, m)
+        mf, Xm, Mm = self.misfit, W[self.meas_blk], M[self.meas_blk]
         if method == "gauss_newton":
-            if self.A is None:
-                AS = self.A_diag[:, :, None] * Sm
-            else:
-                AS = np.einsum("jab,jbm->jam", self.A, Sm)
-            H = 2 * np.einsum("jam,jan->mn", Sm, AS)
-            if self._has_penalty:
-                H += np.asarray(self._d2R(u), dtype=float).reshape(self.m, self.m)
-            return H
+            Sm = mf.observation_sensitivities(Xm, u, Mm)                    # (s, no, m)
+            return 2 * np.einsum("jam,jan->mn", Sm, mf.AS(Sm)) + mf.penalty_hessian(u)
         if method != "soa":
             raise ValueError(f"unknown Hessian method {method!r}; use 'soa', 'adjoint_fd' or 'gauss_newton'")
         Fw, Fu = self._dF(W, u)
@@ -56,28 +47,13 @@ class SecondOrder:
         sec = self._second_order()
         compiled = self._compiled() is not None
         n, m, nb = self.n, self.m, self.nblocks
-        # second derivatives of L = F + pᵀG, as Lww·M + Lwu  (nb, n, m), Luw·M + Luu (m, m)
+        # second derivatives of L = F + pᵀG, as Lww·M + Lwu  (nb, n, m), Luw·M + Luu (m, m);
+        # the objective's part, φ_j applied to the direction (M, I), from the misfit
+        term_w, Lu_tot = mf.directional_second(Xm, u, Mm, np.eye(m))
         LwwM_Lwu = np.zeros((nb, n, m))
-        Lu_tot = np.zeros((m, m))
-        tb = self.blk_time
-        # objective part: φ_j = rᵀ A r → ∇²φ = 2 (r_x)ᵀ A r_x + Σ_o 2(Ar)_o ∇²g_o
-        Ar2 = 2 * self._Ar(r)
-        _, gxx, gxu, guu = self.misfit.second_order()
-        gxxv = gxx.values(Xm, u, self.meas_t, Ar2)
-        gxuv = gxu.values(Xm, u, self.meas_t, Ar2)
-        guuv = guu.values(Xm, u, self.meas_t, Ar2)
-        if self.A is None:
-            ASm = self.A_diag[:, :, None] * Sm
-        else:
-            ASm = np.einsum("jab,jbm->jam", self.A, Sm)
-        Mm = M[self.meas_blk]
-        # ∂/∂w (∇_wφ) applied to direction (M, I): g_xᵀ 2A S + (Σ Ar2 g_xx) M + Σ Ar2 g_xu
-        term_w = 2 * self.gx.matmat_T(gxv, ASm) + gxx.matmat(gxxv, Mm) + gxu.dense(gxuv)
         np.add.at(LwwM_Lwu, self.meas_blk, term_w)
-        Lu_tot += np.einsum("jam,jan->mn", self.gu.dense(guv), 2 * ASm).T  # g_uᵀ 2A S
-        Lu_tot += np.einsum("jxm,jxn->mn", gxu.dense(gxuv), Mm) + guu.dense(guuv).sum(axis=0)
-        if self._has_penalty:
-            Lu_tot += np.asarray(self._d2R(u), dtype=float).reshape(m, m)
+        Lu_tot = Lu_tot + mf.penalty_hessian(u)
+        tb = self.blk_time
         # constraint part: G_b = ... − Σ c f(w_P) → pᵀG second derivatives −c (p_bᵀ f)''
         for key, eq, pt, c in (("f", self.f_eq, self.f_pt, self.f_c),
                                ("fd", self.d_eq, self.d_pt, self.d_c)):
