@@ -20,7 +20,8 @@ Common options
 --------------
 ``u0``, ``options`` (optimizer options; Ipopt's defaults :data:`IPOPT_DEFAULTS`
 for every approach), ``tee``, ``scale``, ``max_wall_time`` (seconds; Ipopt's
-``max_wall_time``, checked by the SciPy optimizers' callbacks), ``progress``
+``max_wall_time``, checked by the SciPy optimizers' callbacks, and by
+``least_squares`` where its Jacobian is evaluated), ``progress``
 (a line per block of iterations; None: on when ``sys.stderr`` is a terminal)
 and, for the approaches that discretize, ``scheme``, ``qmax``, ``grid``,
 ``max_step``, ``steps_per_interval``.

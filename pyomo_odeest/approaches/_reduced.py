@@ -50,7 +50,7 @@ class ReducedConstraints:
 
     def __init__(self, problem, dm):
         self.parts = []
-        subs = problem.experiment_problems or [problem]
+        subs = problem.subproblems
         models = dm.models if problem.experiments else [dm]
         for e, (sp, d) in enumerate(zip(subs, models)):
             for pc, fn, jx, ju in sp.path_constraint_functions():

@@ -639,7 +639,7 @@ class ShootingNLP(NLPEvaluator):
         self.x0 = np.concatenate([p.x0[:p.ns] for p in self.parts] + [p0.x0[p0.ns:]])
         self.row_offsets = np.concatenate([[0], np.cumsum([p.m for p in self.parts])]).astype(int)
         self.m_cont = int(self.row_offsets[-1])
-        subs = problem.experiment_problems or [problem]
+        subs = problem.subproblems
         self.paths = []
         for e, (sp, part) in enumerate(zip(subs, self.parts)):
             im = part.im

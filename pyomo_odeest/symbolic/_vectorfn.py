@@ -95,13 +95,6 @@ class SparseJacobian:
         w = (vals * v[:, self.rows]).ravel()
         return np.bincount(flat, weights=w, minlength=npts * c).astype(float).reshape(npts, c)
 
-    def matvec(self, vals, v):
-        """Row-wise ``A_k v_k`` for v (npts, c) -> (npts, r)."""
-        npts, r = vals.shape[0], self.shape[0]
-        flat = (np.arange(npts)[:, None] * r + self.rows[None, :]).ravel()
-        w = (vals * v[:, self.cols]).ravel()
-        return np.bincount(flat, weights=w, minlength=npts * r).astype(float).reshape(npts, r)
-
     def sum_matvec_T(self, vals, v):
         """``Σ_k A_kᵀ v_k`` (c,) without forming the per-point products."""
         e = np.einsum("ke,ke->e", vals, v[:, self.rows])

@@ -269,10 +269,18 @@ def test_docs_option_tables_are_current():
     assert '--8<-- "approach_options.md"' in (root / "docs" / "choosing.md").read_text()
 
 
-def test_max_wall_time_stops_the_solve():
-    res = po.estimate(decay(c_fixed=False), "reduced_space", max_wall_time=1e-9,
-                      optimizer="L-BFGS-B", **OPTS["reduced_space"])
+@pytest.mark.parametrize("approach, optimizer", [
+    ("reduced_space", "L-BFGS-B"), ("continuous", "least_squares"),
+    ("continuous", "L-BFGS-B"), ("simultaneous", None)])
+def test_max_wall_time_stops_the_solve(approach, optimizer):
+    """Every optimizer honours max_wall_time (least_squares has no callback: it is
+    checked where its Jacobian is evaluated)."""
+    opts = dict(OPTS.get(approach, {}))
+    if optimizer is not None:
+        opts["optimizer"] = optimizer
+    res = po.estimate(decay(c_fixed=False), approach, max_wall_time=1e-9, **opts)
     assert res.status is Status.TIME_LIMIT and not res.success
+    assert any("time limit" in w for w in res.warnings)
     assert any("time limit" in w for w in res.warnings)
 
 

@@ -83,7 +83,7 @@ class ContinuousConstraints:
     """
 
     def __init__(self, problem, cm, free):
-        subs = problem.experiment_problems or [problem]
+        subs = problem.subproblems
         models = cm.models if problem.experiments else [cm]
         self.free = np.flatnonzero(free)
         self.parts = []
@@ -282,8 +282,11 @@ class ContinuousApproach(Approach):
             b.mult_g = np.asarray(out.mult_g, dtype=float) if cons is not None else None
             b.mname = f"ipopt/{'limited-memory' if cfg.hessian is None else 'exact-hessian:' + cfg.hessian}"
         elif cfg.optimizer == "least_squares":
-            r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee)
-            status = status_from_scipy(r, "least_squares")
+            clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
+            r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock)
+            clock.finish()
+            status = (Status.TIME_LIMIT if clock.exceeded
+                      else status_from_scipy(r, "least_squares"))
             out = Outcome(r.x, status, str(r.message), int(r.njev))
             b.mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
         else:
@@ -465,11 +468,15 @@ def estimate_continuous(problem: EstimationProblem, **options):
     return ContinuousApproach().estimate(problem, **options)
 
 
-def _least_squares(cm, obj, w0, wl, wu, options, tee):
+def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
     r"""Gauss–Newton trust region (SciPy's ``least_squares``, ``'trf'``) on
     :math:`J - c = \tfrac12\sum_j\lVert W_j r_j\rVert^2` over the scaled free
     parameters; the Jacobian of the weighted residuals from the forward
-    sensitivities [MHV, eq. (8)] (one augmented solve per experiment)."""
+    sensitivities [MHV, eq. (8)] (one augmented solve per experiment).
+
+    ``least_squares`` has no callback: the :class:`SolveClock` ``clock`` is ticked
+    where the Jacobian is evaluated (once per accepted iterate); at its wall-time
+    limit the solve stops there and returns that iterate."""
     from scipy.optimize import least_squares
     models = getattr(cm, "models", [cm])
     cols = np.flatnonzero(obj.free)
@@ -492,13 +499,22 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
             return np.concatenate([m.misfit.weighted_residuals(m._forward(u)[1], u).ravel()
                                    for m in models] + [L @ (u[cols] - c) for L, c in rows])
         try:
-            return _guarded(stacked)
+            r = _guarded(stacked)
         except EvaluationError:                          # the trust region shrinks
             return np.full(size, np.inf)
+        if clock is not None:                            # the last one, for the progress line
+            cost.clear()
+            cost[np.asarray(w, dtype=float).tobytes()] = r
+        return r
 
     njev = [0]
+    cost = {}
 
     def jacobian(w):
+        if clock is not None:
+            r = cost.get(np.asarray(w, dtype=float).tobytes())
+            if clock._tick(w, None if r is None else 0.5 * float(r @ r)):
+                raise _Stopped(np.array(w, dtype=float))
         obj.counts["gradient"] += 1
         u = obj.u(w)
 
@@ -531,10 +547,22 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee):
         try:
             return least_squares(residuals, w0, jac=jacobian, bounds=(wl, wu), method="trf",
                                  verbose=2 if tee else 0, **opts)
+        except _Stopped as stop:
+            return SimpleNamespace(x=stop.w, status=-101, njev=njev[0],
+                                   message=f"stopped at max_wall_time after "
+                                           f"{clock.elapsed:.1f} s")
         except _JacobianFailed as stop:
             return SimpleNamespace(x=stop.w, status=-100, njev=njev[0],
                                    message=f"Jacobian_Failed: the forward sensitivities "
                                            f"failed at an accepted point ({stop.reason})")
+
+
+class _Stopped(Exception):
+    """The wall-time limit was reached at the accepted iterate ``w``."""
+
+    def __init__(self, w):
+        super().__init__("max_wall_time")
+        self.w = w
 
 
 class _JacobianFailed(Exception):
