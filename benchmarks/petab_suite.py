@@ -43,8 +43,9 @@ with the tests (``tests/data/petab``).  Per problem:
    (``optimizer='least_squares'``, at most 300 residual evaluations per
    start), first by default: it is the cheapest where it converges.
 
-Ipopt options: ``max_wall_time`` from ``--max-wall-time`` (default 120 s per fit,
-so that a run over the collection ends; 0: no limit); when a start puts a
+Every fit (Ipopt's, and the least squares', checked once per iterate) stops at
+``max_wall_time`` from ``--max-wall-time`` (default 120 s per fit, so that a
+run over the collection ends; 0: no limit).  Ipopt options: when a start puts a
 free parameter on one of its bounds, ``bound_push = bound_frac = 1e-8``
 (:func:`ipopt_options`), so the fit starts where the user's start is.
 
@@ -197,8 +198,9 @@ def fits(pe, approach, args, runner, h, starts, tol=None):
     if tol is not None:
         opts.update(rtol=tol[0], atol=tol[1])
     if approach == LEAST_SQUARES:
-        # no wall-time option in least_squares: its residual evaluations are capped
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
+        if args.max_wall_time:
+            opts["max_wall_time"] = float(args.max_wall_time)
     else:
         ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts, args)
         if ipopt:
@@ -248,6 +250,8 @@ def refine_noise(pe, approach, args, tab, h):
     opts = {} if base.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
     if approach == LEAST_SQUARES:
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
+    if args.max_wall_time:
+        opts["max_wall_time"] = float(args.max_wall_time)
     t0 = time.perf_counter()
     row = dict(task=-1, approach=approach + "+noise", max_step=h, nll_discrete=np.nan,
                nll_simulated=np.nan, warnings="", iterations=0)
@@ -475,8 +479,9 @@ def main(argv=None):
                     help="grid refinements (step / 3 each) when the best start disagrees "
                          "with its simulation")
     ap.add_argument("--max-wall-time", type=float, default=120.0,
-                    help="Ipopt's max_wall_time (seconds) of every fit, so that the suite "
-                         "ends; a fit that hits it is not converged (0: no limit)")
+                    help="max_wall_time (seconds) of every fit (Ipopt's, and the least "
+                         "squares'), so that the suite ends; a fit that hits it is not "
+                         "converged (0: no limit)")
     ap.add_argument("--all-approaches", action="store_true",
                     help="run every approach (default: stop at the first that converges to "
                          "a point no worse than the start and the reference)")
