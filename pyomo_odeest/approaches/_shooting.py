@@ -54,24 +54,10 @@ and the KKT multipliers of (8) are unbounded — comparing with (4),
 :math:`\lambda_j = 2\mu_j G_j`, so :math:`\mu_j = \|\lambda_j\| / (2\|G_j\|)
 \to \infty`.  A Newton step on :math:`h = \|G\|^2` roughly halves :math:`\|G\|`
 (quadratic constraint with zero derivative at the root), so the feasibility
-error decreases linearly at best.  On the Lotka–Volterra problem of [AT]
-(default draw, from :math:`p_0 = (0.5, 0.5, 0.5, -0.2)`, 10 intervals of 10
-Adams PC steps, ``jacobian="adjoint"``, Ipopt L-BFGS, ``tol=1e-8``):
-
-==========================  ===========================  ==========  ==================
-formulation                 Ipopt status                 iterations  max |G_j| at end
-==========================  ===========================  ==========  ==================
-``"vector"`` (4)            Solve_Succeeded              16          1.6e-14
-``"scalar"`` (8)            Maximum_Iterations_Exceeded  3000        6.5e-4
-==========================  ===========================  ==========  ==================
-
-With (8) Ipopt's violation :math:`\max_j \|G_j\|^2` reached 3.4e-8 at
-iteration 129 and then oscillated between 1e-7 and 1e-4 (occasional jumps
-to 0.4), the multipliers :math:`|\mu_j|` ended between 30 and 920 (the vector form's
-:math:`\|\lambda_j\| \le 0.75`).  ``docs/multiple_shooting.md`` has the
-details and ``tests/approaches/test_shooting.py::test_scalar_form_gradient_vanishes_and_ipopt_behaviour``
-records a shorter run.  The scalar form is kept for the gradient identity (17)
-and for this record, not as a recommended solver setting.
+error decreases linearly at best: Ipopt does not converge on it where the
+vector form (4) does (measured in ``docs/multiple_shooting.md``, "The scalar
+form (8) in an interior-point method").  The scalar form is kept for the
+gradient identity (17), not as a recommended solver setting.
 
 Hessian: Ipopt's limited-memory quasi-Newton approximation
 (``hessian_approximation=limited-memory``) of the Lagrangian.
