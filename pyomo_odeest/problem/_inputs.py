@@ -37,6 +37,7 @@ so its derivatives are those of ordinary parameters.
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 
 import numpy as np
@@ -119,6 +120,12 @@ class PiecewiseConstant(Input):
         return [v for v in self.values if isinstance(v, str)]
 
     def _piece(self, t):
+        """Index of the piece of each time (an int for one time: the schemes evaluate
+        the input point by point, where numpy's per-call overhead dominated)."""
+        if np.ndim(t) == 0:
+            knots = self.__dict__.get("_knots") or self.__dict__.setdefault(
+                "_knots", self.times.tolist())
+            return min(max(bisect.bisect_right(knots, float(t)) - 1, 0), len(knots) - 1)
         return np.clip(np.searchsorted(self.times, t, side="right") - 1, 0, len(self.times) - 1)
 
     def __call__(self, t):
@@ -133,8 +140,8 @@ class PiecewiseConstant(Input):
             return fn(t_sym)
         out = sympy.Integer(0)
         for k, v in enumerate(self.values):
-            ind = _implemented(f"ind{k}", lambda t, k=k: (self._piece(np.asarray(t, dtype=float))
-                                                         == k).astype(float))
+            ind = _implemented(f"ind{k}", lambda t, k=k: np.asarray(
+                self._piece(np.asarray(t, dtype=float)) == k, dtype=float))
             c = symbol_of_parameter(v) if isinstance(v, str) else sympy.Float(v)
             out = out + c * ind(t_sym)
         return out
