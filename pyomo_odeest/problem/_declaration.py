@@ -315,7 +315,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         sym_of = {p: s for p, s in zip(self.parameter_names, self.u_sym)}
         subs = {sympy.Symbol(k, real=True): inp.expression(self.t_sym, sym_of.__getitem__)
                 for k, inp in self.inputs.items()}
-        return tuple(sympy.sympify(e).subs(subs) for e in exprs)
+        return tuple(sympy.sympify(e).xreplace(subs) for e in exprs)
 
     # -- conversions -------------------------------------------------------
     def _adopt(self, e):

@@ -133,7 +133,7 @@ class Preequilibrated:
             pre.rhs, xs, us, t, self.states, "preequilibration rhs", symbol_of)
         x0 = convert({**init, **(pre.initial or {})})
         ov = self._overrides(pre, names, us, symbol_of, where)
-        f = [sympy.sympify(v).xreplace(ov).subs(subs) for v in f]
-        x0 = {s: sympy.sympify(v).xreplace(ov).subs(subs) for s, v in x0.items()}
+        f = [sympy.sympify(v).xreplace(ov).xreplace(subs) for v in f]
+        x0 = {s: sympy.sympify(v).xreplace(ov).xreplace(subs) for s, v in x0.items()}
         return Preequilibration(initial=x0, rhs=(lambda fe: (lambda x, u, t: list(fe)))(f),
                                 reset=pre.reset)

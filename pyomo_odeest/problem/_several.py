@@ -142,17 +142,17 @@ class SeveralExperiments:
                         v = self._to_sym(v, f"initial[{st}]", symbol_of)
                     out[st] = v
                 return out
-            l_e = {st: v.subs(subs) for st, v in convert(init).items()}
+            l_e = {st: v.xreplace(subs) for st, v in convert(init).items()}
             pre_e = None
             if (e.preequilibration or preequilibration) is not None:
                 if e.preequilibration is None:
                     e = dataclasses.replace(e, preequilibration=preequilibration)
                 pre_e = self._experiment_preequilibration(e, init, convert, subs, enames, xs, us,
                                                           scratch.t, symbol_of)
-            f_e = [fi.subs(subs) for fi in self.f_sym]
+            f_e = [fi.xreplace(subs) for fi in self.f_sym]
             obs_e = observe
             if obs_sym is not None:
-                obs_e = (lambda d: (lambda x, u, t: d))({k: v.subs(subs) for k, v in obs_sym.items()})
+                obs_e = (lambda d: (lambda x, u, t: d))({k: v.xreplace(subs) for k, v in obs_sym.items()})
             in_e = {k: v for k, v in (inputs or {}).items() if v is not None}
             in_e.update(e.inputs or {})
             missing = [k for k in self.inputs if k not in in_e]
@@ -168,7 +168,7 @@ class SeveralExperiments:
                     t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
                     name=f"{self.name}_{e.name}", inputs=in_e or None, preequilibration=pre_e,
                     constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
-                        ex.subs(subs)), c.at) for c, ex in path_sym] or None,
+                        ex.xreplace(subs)), c.at) for c, ex in path_sym] or None,
                     penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
             except ProblemError as err:
                 raise ProblemError(f"experiment '{e.name}': {err}") from None
