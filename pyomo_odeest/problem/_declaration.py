@@ -323,9 +323,13 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         this problem's symbols: states and parameters by name, time by the
         time symbol's name (which no state or parameter can have) or ``t``
         when no parameter is called ``t``."""
-        own = dict(zip(self.states, self.x_sym))
-        own.update(zip((p.name for p in self.parameters), self.u_sym))
-        mine = set(own.values()) | {self.t_sym}
+        key = (id(self.x_sym), id(self.u_sym), id(self.t_sym), len(self.parameters))
+        cached = self.__dict__.get("_adopt_maps")
+        if cached is None or cached[0] != key:          # built once per set of symbols
+            own = dict(zip(self.states, self.x_sym))
+            own.update(zip((p.name for p in self.parameters), self.u_sym))
+            cached = self._adopt_maps = (key, own, set(own.values()) | {self.t_sym})
+        _, own, mine = cached
         rep = {}
         for s in e.free_symbols:
             if s in mine:
@@ -502,7 +506,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     # -- pickling and variants ----------------------------------------------------
     #: attributes that cache objects built from the problem (rebuilt on demand);
     #: they are not pickled and not shared with :meth:`variant` copies
-    _CACHES = ("_multiple_shooting_models",)
+    _CACHES = ("_multiple_shooting_models", "_adopt_maps")
 
     def __getstate__(self):
         state = dict(self.__dict__)
