@@ -506,7 +506,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     # -- pickling and variants ----------------------------------------------------
     #: attributes that cache objects built from the problem (rebuilt on demand);
     #: they are not pickled and not shared with :meth:`variant` copies
-    _CACHES = ("_multiple_shooting_models", "_adopt_maps")
+    _CACHES = ("_multiple_shooting_models", "_adopt_maps", "_numeric_cache")
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -613,15 +613,26 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def free_mask(self):
         return np.array([not p.fixed for p in self.parameters], dtype=bool)
 
+    def _numeric(self, key, build):
+        """The numeric function ``key`` built by ``build()`` from the symbolic problem,
+        once per problem (not pickled: rebuilt on first use).  ``key`` holds the
+        expressions themselves, so a function of replaced expressions is rebuilt."""
+        cache = self.__dict__.setdefault("_numeric_cache", {})
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
     def numeric_rhs(self):
         """``f(x, u, t) -> ndarray`` lambdified from the symbolic rhs."""
         self._single("numeric_rhs")
-        fn = lambdify((self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy")
+        fn = self._numeric(("f", self.f_sym), lambda: lambdify(
+            (self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy"))
         return lambda x, u, t: np.array(fn(x, u, t), dtype=float)
 
     def initial_state(self, u):
         self._single("initial_state")
-        fn = lambdify((self.u_sym,), list(self.l_sym), "numpy")
+        fn = self._numeric(("l", self.l_sym),
+                           lambda: lambdify((self.u_sym,), list(self.l_sym), "numpy"))
         return np.array(fn(np.asarray(u, dtype=float)), dtype=float)
 
     def interpolate_states(self, times, u=None):

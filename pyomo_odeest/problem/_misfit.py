@@ -318,7 +318,8 @@ def misfit_constant(problem: EstimationProblem) -> float:
 
 def observations(problem: EstimationProblem, Xmeas, u):
     """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time."""
-    g = lambdify((problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy")
+    g = problem._numeric(("g", problem.g_sym), lambda: lambdify(
+        (problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy"))
     Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float), (len(problem.g_sym),))
                   for x, tau in zip(Xmeas, problem.meas_times)])
     return pd.DataFrame(Z, index=pd.Index(problem.meas_times, name="time"), columns=problem.obs_names)
