@@ -125,7 +125,7 @@ class MeasurementMisfit:
         return np.where(self.problem.mask[:, jac.rows], vals, 0.0)
 
     def _second_values(self, part, Xm, u, Ar2):
-        """Values of the second derivatives ``part`` (1: xx, 2: xu, 3: uu) of
+        r"""Values of the second derivatives ``part`` (1: xx, 2: xu, 3: uu) of
         :math:`\lambda^\top g` at ``lam = Ar2`` (0 where nothing is measured).  At a
         time where an unmeasured observable's second derivatives are not finite
         (0·inf, 0/0), the sum is taken over the measured observables, each with its
