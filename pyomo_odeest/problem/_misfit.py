@@ -40,6 +40,25 @@ from ..symbolic import lambdify
 __all__ = ["MeasurementMisfit", "misfit_sym", "misfit_constant", "observations"]
 
 
+def _penalty_functions(pen, us):
+    """``(has_penalty, indices, quadratic, R, dR, d2R)`` of the penalty ``pen`` in the
+    parameters ``us``.  R's derivatives are taken in the parameters it depends on only
+    (priors on 20 of 907 parameters: 400 second derivatives, not 822 649).
+    ``quadratic``: R is a polynomial of degree <= 2 (Gaussian priors on the estimation
+    scale), a sum of squares plus a constant when it is bounded below."""
+    has = bool(pen.free_symbols) or pen != 0
+    free = pen.free_symbols
+    idx = np.array([i for i, v in enumerate(us) if v in free], dtype=int)
+    sub = [us[i] for i in idx]
+    quadratic = has and pen.is_polynomial(*sub) and \
+        (not sub or sympy.Poly(pen, *sub).total_degree() <= 2)
+    if not has:                                   # without a penalty: never called
+        return has, idx, quadratic, None, None, None
+    return (has, idx, quadratic, lambdify((us,), pen, "numpy"),
+            lambdify((us,), [sympy.diff(pen, v) for v in sub], "numpy"),
+            lambdify((us,), sympy.hessian(pen, sub) if sub else [], "numpy"))
+
+
 class MeasurementMisfit:
     r""":math:`\sum_j \varphi_j` and :math:`R(u)` of a problem with their derivatives.
 
@@ -65,9 +84,11 @@ class MeasurementMisfit:
         self.problem = P
         xs, us, ts = tuple(P.x_sym), tuple(P.u_sym), P.t_sym
         self._syms = (xs, us, ts)
-        self.g = VectorFn(P.g_sym, xs, us, ts)
-        self.gx = sparse_jacobian(P.g_sym, xs, xs, us, ts)
-        self.gu = sparse_jacobian(P.g_sym, us, xs, us, ts)
+        # the symbolic parts are built once per problem (a multistart builds a model per
+        # start; 36 experiments of 75 observables and 245 parameters take a minute)
+        self.g, self.gx, self.gu = P._numeric(("misfit", P.g_sym, xs, us, ts), lambda: (
+            VectorFn(P.g_sym, xs, us, ts), sparse_jacobian(P.g_sym, xs, xs, us, ts),
+            sparse_jacobian(P.g_sym, us, xs, us, ts)))
         self.t = np.asarray(P.meas_times, dtype=float)
         zbar = P.data.to_numpy(dtype=float) if len(self.t) else np.zeros((0, len(P.obs_names)))
         self.zbar = np.where(P.mask, zbar, 0.0)
@@ -82,21 +103,8 @@ class MeasurementMisfit:
             self.A, self.A_diag = None, np.where(P.mask, np.asarray(P.weights, dtype=float), 0.0)
         self.const = misfit_constant(P)
         pen = sympy.sympify(P.penalty_sym)
-        self.has_penalty = bool(pen.free_symbols) or pen != 0
-        # R's derivatives are taken in the parameters it depends on only (priors on 20
-        # of Isensee's 907 parameters: 400 second derivatives, not 822 649)
-        free = pen.free_symbols
-        self._pen_idx = np.array([i for i, v in enumerate(us) if v in free], dtype=int)
-        sub = [us[i] for i in self._pen_idx]
-        #: R(u) is a polynomial of degree <= 2 (Gaussian priors on the estimation scale):
-        #: a sum of squares plus a constant when it is bounded below (least squares)
-        self.penalty_quadratic = self.has_penalty and pen.is_polynomial(*sub) and \
-            (not sub or sympy.Poly(pen, *sub).total_degree() <= 2)
-        self._R = self._dR = self._d2R = None        # without a penalty: never called
-        if self.has_penalty:
-            self._R = lambdify((us,), pen, "numpy")
-            self._dR = lambdify((us,), [sympy.diff(pen, v) for v in sub], "numpy")
-            self._d2R = lambdify((us,), sympy.hessian(pen, sub) if sub else [], "numpy")
+        (self.has_penalty, self._pen_idx, self.penalty_quadratic, self._R, self._dR,
+         self._d2R) = P._numeric(("penalty", pen, us), lambda: _penalty_functions(pen, us))
         self._second = self._second_each = None
         self._root = None
 
@@ -137,8 +145,9 @@ class MeasurementMisfit:
             return vals
         if self._second_each is None:
             g = self.problem.g_sym
-            self._second_each = [second_derivatives([g[o]], *self._syms)
-                                 for o in range(len(g))]
+            self._second_each = self.problem._numeric(
+                ("misfit_second_each", g) + self._syms,
+                lambda: [second_derivatives([g[o]], *self._syms) for o in range(len(g))])
         where = {rc: e for e, rc in enumerate(zip(jac.rows, jac.cols))}
         for j in bad:
             vals[j] = 0.0
@@ -203,9 +212,12 @@ class MeasurementMisfit:
         return Fx, Fu
 
     def second_order(self):
-        """``(lam, Hxx, Hxu, Huu)`` of :math:`\\lambda^\\top g` (built on first use)."""
+        """``(lam, Hxx, Hxu, Huu)`` of :math:`\\lambda^\\top g` (built on first use, once
+        per problem)."""
         if self._second is None:
-            self._second = second_derivatives(self.problem.g_sym, *self._syms)
+            P = self.problem
+            self._second = P._numeric(("misfit_second", P.g_sym) + self._syms,
+                                      lambda: second_derivatives(P.g_sym, *self._syms))
         return self._second
 
     def directional_second(self, Xm, u, S, V):

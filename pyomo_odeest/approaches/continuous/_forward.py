@@ -87,16 +87,20 @@ class Forward:
 
         X, U, t = problem.x_sym, problem.u_sym, problem.t_sym
         self._X, self._U, self._t = X, U, t
-        self._L = tuple(sympy.Dummy(f"lam{i}", real=True) for i in range(self.n))
+        self._L = problem._numeric(("adjoint_symbols", self.n), lambda: tuple(
+            sympy.Dummy(f"lam{i}", real=True) for i in range(self.n)))
         n, p = self.n, self.p
         args = (X, U, t)
         self._args = args
         self._e_f = [((i,), sympy.sympify(e)) for i, e in enumerate(problem.f_sym)]
         self._e_l = [((i,), sympy.sympify(e)) for i, e in enumerate(problem.l_sym)]
-        self._e_lu = _diff_entries(self._e_l, U)
-        #: l and l_u
-        self.l = _SymArray(self._e_l, (n,), (U,))
-        self.l_u = _SymArray(self._e_lu, (n, p), (U,))
+
+        def initial():
+            e_lu = _diff_entries(self._e_l, U)
+            return e_lu, _SymArray(self._e_l, (n,), (U,)), _SymArray(e_lu, (n, p), (U,))
+        #: l and l_u (built once per problem: a multistart builds a model per start)
+        self._e_lu, self.l, self.l_u = problem._numeric(("l_u", problem.l_sym, tuple(U)),
+                                                        initial)
         self._second = None
         #: Σ φ_j and R(u) with their derivatives (shared with the discrete backend)
         self.misfit = MeasurementMisfit(problem)
@@ -107,50 +111,59 @@ class Forward:
 
     def _integration_functions(self):
         r"""The lambdified :math:`f, f_x, f_u` and adjoint contractions of the SciPy
-        integrations (a compiled engine replaces them by its own)."""
+        integrations (a compiled engine replaces them by its own); built once per
+        problem."""
+        self.__dict__.update(self.problem._numeric(
+            ("integration", tuple(self.problem.f_sym)), self._build_integration_functions))
+
+    def _build_integration_functions(self):
         X, U, n, p, args = self._X, self._U, self.n, self.p, self._args
         t = self._t
-        self._e_fx = _diff_entries(self._e_f, X)
-        self._e_fu = _diff_entries(self._e_f, U)
-        #: f, f_x (forward right-hand side and its Jacobian)
-        self.f = _SymArray(self._e_f, (n,), args)
-        self.f_x = _SymArray(self._e_fx, (n, n), args)
-        # adjoint: h_x = f_x^T λ (its right-hand side) and h_u = f_u^T λ (its
-        # quadrature, evaluated at many points at once), h = λ^T f
-        self._adj_x = _SymArray(_contract(self._e_fx, self._L), (n,), args + (self._L,))
-        self._adj_u = _SymArray(_contract(self._e_fu, self._L), (p,), args + (self._L,))
-        fx_syms = set().union(*(e.free_symbols for _, e in self._e_fx))
-        #: f_x free of x (a linear ODE) / of x and t (time-invariant too): the
-        #: adjoint's backward system then needs no x(t) / is a fixed matrix
-        self._fx_has_x = bool(fx_syms & set(X))
-        self._fx_const = not (fx_syms & (set(X) | {t}))
-        self._sens = _SymBundle([(self._e_f, (n,)), (self._e_fx, (n, n)),
-                                 (self._e_fu, (n, p))], args)
+        e_fx = _diff_entries(self._e_f, X)
+        e_fu = _diff_entries(self._e_f, U)
+        fx_syms = set().union(*(e.free_symbols for _, e in e_fx))
+        return dict(
+            _e_fx=e_fx, _e_fu=e_fu,
+            #: f, f_x (forward right-hand side and its Jacobian)
+            f=_SymArray(self._e_f, (n,), args), f_x=_SymArray(e_fx, (n, n), args),
+            # adjoint: h_x = f_x^T λ (its right-hand side) and h_u = f_u^T λ (its
+            # quadrature, evaluated at many points at once), h = λ^T f
+            _adj_x=_SymArray(_contract(e_fx, self._L), (n,), args + (self._L,)),
+            _adj_u=_SymArray(_contract(e_fu, self._L), (p,), args + (self._L,)),
+            #: f_x free of x (a linear ODE) / of x and t (time-invariant too): the
+            #: adjoint's backward system then needs no x(t) / is a fixed matrix
+            _fx_has_x=bool(fx_syms & set(X)), _fx_const=not (fx_syms & (set(X) | {t})),
+            _sens=_SymBundle([(self._e_f, (n,)), (e_fx, (n, n)), (e_fu, (n, p))], args))
 
     # -- lazily built symbolic pieces ---------------------------------------
     def _second_derivatives(self):
-        r"""Bundles with :math:`f_{xx}, f_{xu}, f_{uu}, l_{uu}` and the λ-contractions."""
+        r"""Bundles with :math:`f_{xx}, f_{xu}, f_{uu}, l_{uu}` and the λ-contractions
+        (built on first use, once per problem)."""
         if self._second is None:
-            X, U, L = self._X, self._U, self._L
-            n, p = self.n, self.p
-            fxx = _diff_entries(self._e_fx, X)
-            fxu = _diff_entries(self._e_fx, U)
-            fuu = _diff_entries(self._e_fu, U)
-            args = self._args
-            self._second = dict(
-                # sensitivity Jacobian: f_x, f_xx, f_xu
-                sens_jac=_SymBundle([(self._e_fx, (n, n)), (fxx, (n, n, n)),
-                                     (fxu, (n, n, p))], args),
-                # second-order adjoint rhs: f_x, f_u, h_xx, h_xu, h_uu
-                soa=_SymBundle([(self._e_fx, (n, n)), (self._e_fu, (n, p)),
-                                (_contract(fxx, L), (n, n)), (_contract(fxu, L), (n, p)),
-                                (_contract(fuu, L), (p, p))], args + (L,)),
-                # its Jacobian: f_x, f_u, f_xx, f_xu, f_uu
-                soa_jac=_SymBundle([(self._e_fx, (n, n)), (self._e_fu, (n, p)),
-                                    (fxx, (n, n, n)), (fxu, (n, n, p)), (fuu, (n, p, p))],
-                                   args),
-                l_uu=self.problem.initial_hessian())
+            self._second = self.problem._numeric(("second", tuple(self.problem.f_sym)),
+                                                 self._build_second_derivatives)
         return self._second
+
+    def _build_second_derivatives(self):
+        X, U, L = self._X, self._U, self._L
+        n, p = self.n, self.p
+        fxx = _diff_entries(self._e_fx, X)
+        fxu = _diff_entries(self._e_fx, U)
+        fuu = _diff_entries(self._e_fu, U)
+        args = self._args
+        return dict(
+            # sensitivity Jacobian: f_x, f_xx, f_xu
+            sens_jac=_SymBundle([(self._e_fx, (n, n)), (fxx, (n, n, n)),
+                                 (fxu, (n, n, p))], args),
+            # second-order adjoint rhs: f_x, f_u, h_xx, h_xu, h_uu
+            soa=_SymBundle([(self._e_fx, (n, n)), (self._e_fu, (n, p)),
+                            (_contract(fxx, L), (n, n)), (_contract(fxu, L), (n, p)),
+                            (_contract(fuu, L), (p, p))], args + (L,)),
+            # its Jacobian: f_x, f_u, f_xx, f_xu, f_uu
+            soa_jac=_SymBundle([(self._e_fx, (n, n)), (self._e_fu, (n, p)),
+                                (fxx, (n, n, n)), (fxu, (n, n, p)), (fuu, (n, p, p))],
+                               args),
+            l_uu=self.problem.initial_hessian())
 
     # -- integration ---------------------------------------------------------
     def _u(self, u):
