@@ -44,7 +44,8 @@ import numpy as np
 import sympy
 
 __all__ = ["Input", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_from_frame",
-           "input_applications", "evaluate_inputs"]
+           "input_applications", "evaluate_inputs", "NotPolynomial", "input_coefficients",
+           "input_pieces"]
 
 _counter = itertools.count()
 
@@ -234,3 +235,46 @@ def evaluate_inputs(expr):
         return expr
     return expr.xreplace({a: sympy.Float(float(type(a)._imp_(float(a.args[0]))), 17)
                           for a in apps})
+
+
+class NotPolynomial(ValueError):
+    """An input is not a polynomial of degree <= 3 between its breakpoints."""
+
+
+_FIT = 0.5 - 0.5 * np.cos(np.pi * (np.arange(4) + 0.5) / 4)      # Chebyshev nodes in (0, 1)
+_CHECK = np.array([0.1, 0.45, 0.95])
+
+
+def input_coefficients(app, lo, hi):
+    r"""Coefficients :math:`c_m` of :math:`F(t) = \sum_{m \le 3} c_m s^m`,
+    :math:`s = (t - lo)/(hi - lo)`, of the input application ``app`` on the
+    piece ``[lo, hi]`` between breakpoints: exact for the package's inputs
+    (piecewise constant, linear, cubic spline and their derivatives), checked at
+    three more points (:class:`NotPolynomial` otherwise).  A piece on which the
+    input is constant gets exactly that constant.  The compiled engines evaluate
+    inputs by these polynomials (CVODES, the discrete model's numba kernels)."""
+    imp = type(app)._imp_
+    w = hi - lo
+    vals = np.array([float(imp(lo + w * s)) for s in _FIT])
+    scale = max(1.0, float(np.max(np.abs(vals))))
+    if np.all(vals == vals[0]) and float(imp(lo + 0.5 * w)) == vals[0]:
+        c = np.array([vals[0], 0.0, 0.0, 0.0])
+    else:
+        c = np.linalg.solve(np.vander(_FIT, 4, increasing=True), vals)
+    chk = np.array([float(imp(lo + w * s)) for s in _CHECK])
+    err = np.abs(np.vander(_CHECK, 4, increasing=True) @ c - chk)
+    if not np.all(np.isfinite(c)) or np.any(err > 1e-9 * scale):
+        raise NotPolynomial(f"input {type(app).__name__} is not a polynomial of degree <= 3 "
+                            f"between its breakpoints on [{lo:g}, {hi:g}]")
+    return c
+
+
+def input_pieces(problem):
+    """``(inner, lo, width)``: the switching times strictly inside the problem's horizon
+    and the start and width of each piece between them (piece ``i`` of a time ``t`` is
+    ``searchsorted(inner, t, side='right')``, right-continuous as the inputs)."""
+    t0, T = float(problem.t0), float(problem.T)
+    sw = np.asarray(problem.switch_times, dtype=float)
+    inner = np.unique(sw[(sw > t0) & (sw < T)])
+    edges = np.concatenate([[t0], inner, [T]])
+    return inner, edges[:-1], np.diff(edges)

@@ -10,11 +10,12 @@ differs: ``math`` functions on floats and ``if``/``else`` for ``Piecewise``.
 """
 from __future__ import annotations
 
+import numpy as np
 import sympy
 from sympy.core.function import AppliedUndef
 from sympy.printing.pycode import PythonCodePrinter
 
-__all__ = ["NotCompilable", "kernel_source"]
+__all__ = ["NotCompilable", "kernel_source", "input_source"]
 
 
 class NotCompilable(ValueError):
@@ -36,13 +37,17 @@ class _Printer(PythonCodePrinter):
         return "0.5"
 
 
-def kernel_source(name, exprs, x_sym, u_sym, t_sym):
+def kernel_source(name, exprs, x_sym, u_sym, t_sym, inputs=None):
     """Source of ``def name(x, u, t, out)`` writing ``out[i] = exprs[i](x, u, t)``.
 
-    Raises :class:`NotCompilable` when an expression holds an applied function
-    without a printable implementation (inputs given as data).
+    ``inputs``: a mapping input application (``F(t)``) -> name of a compiled
+    function of ``t`` defined beside the kernel (:func:`input_source`), called
+    once per evaluation.  Raises :class:`NotCompilable` when an expression holds
+    another applied function without a printable implementation.
     """
-    exprs = [sympy.sympify(e) for e in exprs]
+    inputs = dict(inputs or {})
+    marks = {app: sympy.Dummy(f"in{k}") for k, app in enumerate(inputs)}
+    exprs = [sympy.sympify(e).xreplace(marks) for e in exprs]
     for e in exprs:
         undef = e.atoms(AppliedUndef)
         if undef:
@@ -58,6 +63,7 @@ def kernel_source(name, exprs, x_sym, u_sym, t_sym):
     names = {s: f"_x{i}" for i, s in enumerate(xs)}
     names.update({s: f"_u{i}" for i, s in enumerate(us)})
     names[tt] = "_t"
+    names.update({m: f"_in{k}" for k, m in enumerate(marks.values())})
     pr = _Printer()
 
     def text(e):
@@ -76,11 +82,36 @@ def kernel_source(name, exprs, x_sym, u_sym, t_sym):
     for i, s in enumerate(us):
         if s in used:
             lines.append(f"    _u{i} = u[{i}]")
-    if tt in used:
+    if tt in used or any(m in used for m in marks.values()):
         lines.append("    _t = t")
+    for k, (app, m) in enumerate(marks.items()):
+        if m in used:
+            lines.append(f"    _in{k} = {inputs[app]}(_t)")
     for sym, r in replacements:
         lines.append(f"    {sym} = {text(r)}")
     for i, e in enumerate(reduced):
         lines.append(f"    out[{i}] = {text(e)}")
     lines.append("    return")
     return "\n".join(lines) + "\n"
+
+
+def input_source(name, inner, lo, width, coefficients, decorator=""):
+    """Source of ``def name(t)``: an input given as data, as the cubic
+    :math:`\\sum_m c_{im} s^m`, :math:`s = (t - lo_i)/width_i`, of its piece
+    ``i = searchsorted(inner, t, side='right')`` (right-continuous), with the
+    pieces and coefficients of :func:`~pyomo_odeest.problem._inputs.input_pieces`
+    and :func:`~pyomo_odeest.problem._inputs.input_coefficients` written into the
+    module as constant arrays (exact round trip of every float); ``decorator``: a
+    line put above the ``def``."""
+    def arr(a):
+        return "np.array([" + ", ".join(repr(float(v)) for v in np.ravel(a)) + "])"
+    C = np.asarray(coefficients, dtype=float).reshape(-1, 4)
+    return (f"{name}_inner = {arr(inner) if len(inner) else 'np.zeros(0)'}\n"
+            f"{name}_lo = {arr(lo)}\n{name}_w = {arr(width)}\n"
+            f"{name}_c = {arr(C)}.reshape({len(C)}, 4)\n\n\n"
+            + (f"{decorator}\n" if decorator else "") +
+            f"def {name}(t):\n"
+            f"    i = np.searchsorted({name}_inner, t, side='right')\n"
+            f"    s = (t - {name}_lo[i]) / {name}_w[i]\n"
+            f"    return {name}_c[i, 0] + s * ({name}_c[i, 1] + s * ({name}_c[i, 2] "
+            f"+ s * {name}_c[i, 3]))\n")

@@ -133,23 +133,62 @@ def test_numpy_engine_is_the_fallback(monkeypatch):
         DiscreteModel(prob, steps_per_interval=2, engine="fortran")
 
 
+def _input_problem(F, control=False):
+    t = np.linspace(0.0, 6.0, 13)[1:]
+    params = [po.Parameter("k", 0.5, lb=0.01, ub=5.0), po.Parameter("a", 1.2)]
+    if control:
+        params += [po.Parameter("c0", 0.4, lb=0.0, ub=2.0), po.Parameter("c1", 1.5, lb=0.0,
+                                                                          ub=2.0)]
+    return po.EstimationProblem(
+        states=["x", "y"], parameters=params,
+        rhs=lambda x, u, t: [-u.k * x.x + u.a * u.F * x.y, u.F - 0.1 * x.y * x.x],
+        initial={"x": 1.0, "y": 1.0},
+        data=pd.DataFrame({"x": np.exp(-0.5 * t) + 0.1, "y": 1 + 0.1 * t}, index=t),
+        inputs={"F": F})
+
+
+INPUTS = {
+    # right-continuous pieces, a switch on a grid point of the default grid
+    "constant": lambda: po.PiecewiseConstant([0.0, 1.3, 3.0, 4.1], [0.0, 1.0, 0.3, 2.0]),
+    # its slope ends at T: 0 at T itself (right-continuous), as the numpy engine has it
+    "linear": lambda: po.PiecewiseLinear([0.0, 1.3, 2.7, 4.1, 6.0], [0.0, 1.0, 0.3, 2.0, 0.5]),
+    "spline": lambda: po.Spline(np.linspace(0.0, 6.0, 8), np.sin(np.linspace(0.0, 6.0, 8))),
+    "control": lambda: po.PiecewiseConstant([0.0, 2.5], ["c0", "c1"]),
+}
+
+
 @pytest.mark.extras
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed (extra 'compiled')")
-def test_inputs_given_as_data_stay_on_numpy():
-    """An input evaluated by a Python callable has no compiled form: 'auto' keeps numpy
-    (with the reason), 'numba' refuses and names the input."""
-    t = np.array([1.0, 2.0, 3.0])
-    prob = po.EstimationProblem(
-        states=["x"], parameters=[po.Parameter("k", 1.0)],
-        rhs=lambda x, u, t: [u.F - u.k * x.x], initial={"x": 1.0},
-        data=pd.DataFrame({"x": [0.8, 0.7, 0.6]}, index=t),
-        inputs={"F": po.PiecewiseLinear([0.0, 1.5, 3.0], [0.0, 1.0, 0.5])})
+@pytest.mark.parametrize("kind", list(INPUTS))
+@pytest.mark.parametrize("scheme,qmax", SCHEMES)
+def test_inputs_given_as_data_are_compiled(kind, scheme, qmax):
+    """Inputs given as data (piecewise constant, linear, spline, a piecewise-constant
+    control) run compiled, one cubic per piece between the switching times, with the
+    numbers of the numpy engine, which evaluates them by their own functions."""
+    prob = _input_problem(INPUTS[kind](), control=kind == "control")
+    grid = make_grid(prob.meas_times, prob.t0, prob.T, steps_per_interval=6,
+                     switches=prob.switch_times)
+    _compare(prob, scheme, qmax, grid, prob.u0 * 1.1)
+
+
+@pytest.mark.extras
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed (extra 'compiled')")
+def test_an_input_that_is_not_piecewise_cubic_stays_on_numpy():
+    """An input that is not a polynomial of degree <= 3 between its breakpoints has no
+    compiled form: 'auto' keeps numpy (with the reason), 'numba' refuses."""
+    from pyomo_odeest.problem._inputs import Input, _implemented
+
+    class Decay(Input):
+        def expression(self, t_sym, symbol_of_parameter):
+            return _implemented("decay", lambda t: np.exp(-np.asarray(t, dtype=float)))(t_sym)
+
+    prob = _input_problem(Decay())
     dm = DiscreteModel(prob, steps_per_interval=400)
     assert dm.nblocks >= AUTO_MIN_BLOCKS
-    assert dm.engine == "numpy" and "compiled" in dm.engine_note
-    assert np.isfinite(dm.objective(np.array([1.0])))
+    assert dm.engine == "numpy" and "polynomial" in dm.engine_note
+    assert np.isfinite(dm.objective(prob.u0))
     with pytest.raises(ValueError, match="engine='numba'"):
-        DiscreteModel(prob, steps_per_interval=3, engine="numba").simulate(np.array([1.0]))
+        DiscreteModel(prob, steps_per_interval=3, engine="numba").simulate(prob.u0)
 
 
 @pytest.mark.extras

@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ...problem._inputs import input_applications
+from ...problem._inputs import NotPolynomial, input_applications, input_coefficients
 from ._functions import IntegrationError
 from ._model import ContinuousModel
 
@@ -203,26 +203,13 @@ def sympy_to_casadi(exprs, table):
 # ---------------------------------------------------------------------------
 # inputs: one cubic per piece
 # ---------------------------------------------------------------------------
-_FIT = 0.5 - 0.5 * np.cos(np.pi * (np.arange(4) + 0.5) / 4)      # Chebyshev nodes in (0, 1)
-_CHECK = np.array([0.1, 0.45, 0.95])
-
-
 def _input_coefficients(app, lo, hi):
-    r"""Coefficients :math:`c_m` of :math:`F(t) = \sum_{m \le 3} c_m s^m`,
-    :math:`s = (t - lo)/(hi - lo)`, of the input application ``app`` on the
-    piece ``[lo, hi]`` (exact for the package's inputs, checked at three
-    more points)."""
-    imp = type(app)._imp_
-    w = hi - lo
-    vals = np.array([float(imp(lo + w * s)) for s in _FIT])
-    c = np.linalg.solve(np.vander(_FIT, 4, increasing=True), vals)
-    chk = np.array([float(imp(lo + w * s)) for s in _CHECK])
-    err = np.abs(np.vander(_CHECK, 4, increasing=True) @ c - chk)
-    if np.any(err > 1e-9 * max(1.0, float(np.max(np.abs(vals))))):
-        raise CvodesUnavailable(
-            f"input {type(app).__name__} is not a polynomial of degree <= 3 between its "
-            f"breakpoints on [{lo:g}, {hi:g}]; use engine='scipy'")
-    return c
+    """:func:`~pyomo_odeest.problem._inputs.input_coefficients`, refused as
+    :class:`CvodesUnavailable`."""
+    try:
+        return input_coefficients(app, lo, hi)
+    except NotPolynomial as err:
+        raise CvodesUnavailable(f"{err}; use engine='scipy'") from None
 
 
 class _Trajectory:

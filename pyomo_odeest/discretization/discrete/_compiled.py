@@ -21,8 +21,11 @@ equations are unchanged: the same blocks, terms and coefficients
   temporary directory), so numba's on-disk cache applies to it too: a problem
   structure is compiled once per machine, later processes load machine code.
 
-Problems whose expressions cannot be compiled (inputs given as data, evaluated
-by Python callables) keep the numpy engine; :attr:`DiscreteModel.engine` says
+Inputs given as data are compiled as one cubic per piece between the
+switching times (exact for piecewise-constant, piecewise-linear and spline
+inputs; the CVODES engine uses the same polynomials).  Problems whose
+expressions cannot be compiled (an input that is not such a polynomial, or
+not evaluated at t) keep the numpy engine; :attr:`DiscreteModel.engine` says
 which engine runs and :attr:`DiscreteModel.engine_note` why.
 """
 from __future__ import annotations
@@ -38,7 +41,9 @@ import warnings
 
 import numpy as np
 
-from ...symbolic._codegen import NotCompilable, kernel_source
+from ...problem._inputs import (NotPolynomial, input_applications, input_coefficients,
+                                input_pieces)
+from ...symbolic._codegen import NotCompilable, input_source, kernel_source
 
 __all__ = ["numba_available", "SimulationKernel", "build_simulation_kernel", "ENGINES",
            "COMPILE_SECONDS", "NotCompilable", "AUTO_MIN_BLOCKS"]
@@ -196,24 +201,55 @@ def _cache_dir():
     raise OSError("no writable directory for compiled kernels; set PYOMO_ODEEST_KERNEL_CACHE")
 
 
+_DECORATOR = '@njit(cache=True, error_model="numpy", nogil=True)'
+
+
 def _jit(name, src):
-    return f'@njit(cache=True, error_model="numpy", nogil=True)\n{src}\n'
+    return f'{_DECORATOR}\n{src}\n'
 
 
 def _zero_kernel(name):
     return _jit(name, f"def {name}(x, u, t, out):\n    return\n")
 
 
+def _inputs(eq, exprs):
+    """The inputs given as data in ``exprs``: ``({application: function name}, sources)``,
+    each a cubic per piece between the switching times (the same polynomials as the
+    CVODES engine's, :func:`~pyomo_odeest.problem._inputs.input_coefficients`)."""
+    P = eq.problem
+    inner, lo, width = input_pieces(P)
+    # at T and after: the input's own value at T (right-continuous, as the numpy engine
+    # evaluates it: a slope that ends at T is 0 there)
+    T = float(P.T)
+    inner, lo, width = np.append(inner, T), np.append(lo, T), np.append(width, 1.0)
+    names, parts = {}, []
+    for k, app in enumerate(input_applications(exprs)):
+        if app.args != (P.t_sym,):
+            raise NotCompilable(f"input {app} is not evaluated at time t")
+        try:
+            C = [input_coefficients(app, a, a + w) for a, w in zip(lo[:-1], width[:-1])]
+        except NotPolynomial as err:
+            raise NotCompilable(str(err)) from None
+        C.append([float(type(app)._imp_(T)), 0.0, 0.0, 0.0])
+        names[app] = f"_input{k}"
+        parts.append(input_source(names[app], inner, lo, width, C, _DECORATOR) + "\n\n")
+    return names, parts
+
+
 def kernel_text(eq):
     """Source of the generated module of the model ``eq`` (a DiscreteEquations)."""
     P = eq.problem
     xs, us, ts = P.x_sym, P.u_sym, P.t_sym
-    parts = [_HEADER,
-             _jit("_f", kernel_source("_f", P.f_sym, xs, us, ts)),
-             _jit("_fx", kernel_source("_fx", eq.fx.exprs, xs, us, ts))]
+    exprs = list(P.f_sym) + list(eq.fx.exprs)
     if eq.needs_fdot:
-        parts += [_jit("_fd", kernel_source("_fd", eq._fd_sym, xs, us, ts)),
-                  _jit("_fdx", kernel_source("_fdx", eq.fdx.exprs, xs, us, ts))]
+        exprs += list(eq._fd_sym) + list(eq.fdx.exprs)
+    names, parts = _inputs(eq, exprs)
+    parts = [_HEADER] + parts + [
+        _jit("_f", kernel_source("_f", P.f_sym, xs, us, ts, names)),
+        _jit("_fx", kernel_source("_fx", eq.fx.exprs, xs, us, ts, names))]
+    if eq.needs_fdot:
+        parts += [_jit("_fd", kernel_source("_fd", eq._fd_sym, xs, us, ts, names)),
+                  _jit("_fdx", kernel_source("_fdx", eq.fdx.exprs, xs, us, ts, names))]
     else:
         parts += [_zero_kernel("_fd"), _zero_kernel("_fdx")]
     parts.append(SIMULATION_TEMPLATE)

@@ -132,35 +132,46 @@ class DiscreteEquations:
         self.d_points = np.unique(self.d_pt)
 
     def _symbolic(self):
+        """The numeric f, f_x, f_u (ḟ and its Jacobians for the Enright schemes), l, l_u
+        and the misfit, built once per problem (a multistart builds a model per start)."""
         P = self.problem
-        xs, us, ts = P.x_sym, P.u_sym, P.t_sym
-        self.f = VectorFn(P.f_sym, xs, us, ts)
-        self.fx = sparse_jacobian(P.f_sym, xs, xs, us, ts)
-        self.fu = sparse_jacobian(P.f_sym, us, xs, us, ts)
         self.needs_fdot = self.scheme.needs_fdot
-        if self.needs_fdot:
-            fd = P.fdot_sym()
-            self.fd = VectorFn(fd, xs, us, ts)
-            self.fdx = sparse_jacobian(fd, xs, xs, us, ts)
-            self.fdu = sparse_jacobian(fd, us, xs, us, ts)
-            self._fd_sym = fd
-        self.l = VectorFn(P.l_sym, (), us, ts)
-        self.lu = sparse_jacobian(P.l_sym, us, (), us, ts)
+        self.__dict__.update(P._numeric(("discrete", P.f_sym, P.l_sym, self.needs_fdot),
+                                        self._build_symbolic))
         #: the misfit Σ φ_j and penalty R(u), shared with the continuous backend
         self.misfit = MeasurementMisfit(P)
         self.g, self.gx, self.gu = self.misfit.g, self.misfit.gx, self.misfit.gu
         self._second = None
 
+    def _build_symbolic(self):
+        P = self.problem
+        xs, us, ts = P.x_sym, P.u_sym, P.t_sym
+        d = dict(f=VectorFn(P.f_sym, xs, us, ts), fx=sparse_jacobian(P.f_sym, xs, xs, us, ts),
+                 fu=sparse_jacobian(P.f_sym, us, xs, us, ts), l=VectorFn(P.l_sym, (), us, ts),
+                 lu=sparse_jacobian(P.l_sym, us, (), us, ts))
+        if self.needs_fdot:
+            fd = P.fdot_sym()
+            d.update(fd=VectorFn(fd, xs, us, ts), fdx=sparse_jacobian(fd, xs, xs, us, ts),
+                     fdu=sparse_jacobian(fd, us, xs, us, ts), _fd_sym=fd)
+        return d
+
     def _second_order(self):
+        """Second derivatives of λᵀf (and λᵀḟ) and of l (built on first use, once per
+        problem)."""
         if self._second is None:
             P = self.problem
-            xs, us, ts = P.x_sym, P.u_sym, P.t_sym
-            d = {"f": second_derivatives(P.f_sym, xs, us, ts)}
-            if self.needs_fdot:
-                d["fd"] = second_derivatives(self._fd_sym, xs, us, ts)
-            d["l"] = P.initial_hessian()
-            self._second = d
+            self._second = P._numeric(("discrete_second", P.f_sym, self.needs_fdot),
+                                      self._build_second_order)
         return self._second
+
+    def _build_second_order(self):
+        P = self.problem
+        xs, us, ts = P.x_sym, P.u_sym, P.t_sym
+        d = {"f": second_derivatives(P.f_sym, xs, us, ts)}
+        if self.needs_fdot:
+            d["fd"] = second_derivatives(self._fd_sym, xs, us, ts)
+        d["l"] = P.initial_hessian()
+        return d
 
     def _measurements(self):
         P = self.problem
