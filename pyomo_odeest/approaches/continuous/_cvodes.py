@@ -307,6 +307,7 @@ class CvodesModel(ContinuousModel):
         self._lhess = None
         self._ref = None
         self._grids = {}
+        self._by_tolerance = {}
 
     def _integration_functions(self):
         """Nothing to lambdify: CVODES evaluates the compiled right-hand side."""
@@ -354,8 +355,9 @@ class CvodesModel(ContinuousModel):
         """The compiled function ``kind`` ('G', 'fwd', 'adj', 'fwdadj'), rebuilt when the
         tolerances change."""
         key = (self.rtol, self.atol, self.max_num_steps, self.linear_solver)
-        if key != self._fun_key:
-            self._funs, self._grids, self._fun_key = {}, {}, key
+        if key != self._fun_key:          # kept per tolerances (a stationarity check at
+            self._fun_key = key            # tighter ones goes back to the fit's)
+            self._funs, self._grids = self._by_tolerance.setdefault(key, ({}, {}))
         name = (kind, k)
         if name not in self._funs:
             if kind == "G":
