@@ -561,8 +561,9 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
             out.parameters = out.experiment_problems[0].parameters
             return out
         out = copy.copy(self)
-        for k in self._CACHES:
-            out.__dict__.pop(k, None)
+        for k in self._CACHES:            # the numeric functions of the symbolic problem
+            if k != "_numeric_cache":      # are shared (keyed by their expressions)
+                out.__dict__.pop(k, None)
         shape = self.mask.shape
         if values is not None:
             v = values.to_numpy(dtype=float) if isinstance(values, pd.DataFrame) else \
@@ -615,8 +616,9 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
 
     def _numeric(self, key, build):
         """The numeric function ``key`` built by ``build()`` from the symbolic problem,
-        once per problem (not pickled: rebuilt on first use).  ``key`` holds the
-        expressions themselves, so a function of replaced expressions is rebuilt."""
+        once per problem and its variants (not pickled: rebuilt on first use).  ``key``
+        holds the expressions themselves, so a function of replaced expressions is
+        rebuilt; what is built may not depend on data, weights or parameter values."""
         cache = self.__dict__.setdefault("_numeric_cache", {})
         if key not in cache:
             cache[key] = build()

@@ -140,8 +140,9 @@ class Forward:
         r"""Bundles with :math:`f_{xx}, f_{xu}, f_{uu}, l_{uu}` and the λ-contractions
         (built on first use, once per problem)."""
         if self._second is None:
-            self._second = self.problem._numeric(("second", tuple(self.problem.f_sym)),
-                                                 self._build_second_derivatives)
+            P = self.problem
+            self._second = P._numeric(("second", tuple(P.f_sym), tuple(P.l_sym)),
+                                      self._build_second_derivatives)
         return self._second
 
     def _build_second_derivatives(self):

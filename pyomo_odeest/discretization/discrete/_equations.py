@@ -160,7 +160,7 @@ class DiscreteEquations:
         problem)."""
         if self._second is None:
             P = self.problem
-            self._second = P._numeric(("discrete_second", P.f_sym, self.needs_fdot),
+            self._second = P._numeric(("discrete_second", P.f_sym, P.l_sym, self.needs_fdot),
                                       self._build_second_order)
         return self._second
 
