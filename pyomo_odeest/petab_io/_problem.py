@@ -726,6 +726,7 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         params = params + [Parameter(nm, 0.0, fixed=True, local=True) for nm, _ in local]
         experiments = [
             Experiment(e, data=wide(e, "value"), **noise(e), T=T_of[e],
+                       observables=list(wide(e, "value").columns),
                        inputs=inputs_of[e],
                        initial={s: initial_fn(v) for s, v in zip(states, x0[cond])},
                        parameters={nm: Parameter(nm, v[cond], fixed=True) for nm, v in local},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -101,6 +101,11 @@ class Experiment:
     preequilibration : Preequilibration, optional
         The experiment starts from a steady state (see :class:`Preequilibration`;
         its ``initial`` and ``parameters`` may name local parameters).
+    observables : sequence of str, optional
+        The observables of the problem's ``observe`` this experiment measures
+        (default: all of them).  An experiment that measures a few of many
+        observables builds the derivatives of those only; its ``fitted`` frame
+        has their columns only.
 
     Example
     -------
@@ -133,6 +138,7 @@ class Experiment:
     parameters: Mapping | None = None
     inputs: Mapping | None = None
     preequilibration: "Preequilibration | None" = None
+    observables: Sequence | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():

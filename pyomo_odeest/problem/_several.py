@@ -152,7 +152,11 @@ class SeveralExperiments:
             f_e = [fi.xreplace(subs) for fi in self.f_sym]
             obs_e = observe
             if obs_sym is not None:
-                obs_e = (lambda d: (lambda x, u, t: d))({k: v.xreplace(subs) for k, v in obs_sym.items()})
+                keep = _observed(e, list(obs_sym))
+                obs_e = (lambda d: (lambda x, u, t: d))({k: obs_sym[k].xreplace(subs)
+                                                         for k in keep})
+            elif e.observables is not None:
+                obs_e = _observed(e, list(observe) if observe is not None else self.states)
             in_e = {k: v for k, v in (inputs or {}).items() if v is not None}
             in_e.update(e.inputs or {})
             missing = [k for k in self.inputs if k not in in_e]
@@ -218,3 +222,16 @@ class SeveralExperiments:
             raise ProblemError(f"{what} needs a single-experiment problem; problem "
                                f"'{self.name}' has several experiments {self.experiment_names} "
                                f"(see problem.experiment_problems)")
+
+
+def _observed(e, names):
+    """The observables of experiment ``e`` (its ``observables``, in the problem's order;
+    default: all ``names``)."""
+    if e.observables is None:
+        return names
+    wanted = [str(o) for o in e.observables]
+    bad = [o for o in wanted if o not in names]
+    if bad:
+        raise ProblemError(f"experiment '{e.name}': observables {bad} are not observables of "
+                           f"the problem ({names})")
+    return [o for o in names if o in set(wanted)]

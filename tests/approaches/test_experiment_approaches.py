@@ -252,3 +252,46 @@ def test_shooting_includes_the_penalty():
     assert 0.5 < rr.x[0] < 0.8                       # pulled towards 0.8 by the penalty
     assert rm.x[0] == pytest.approx(rr.x[0], rel=1e-7)
     assert rm.objective == pytest.approx(rr.objective, rel=1e-9)
+
+
+def test_experiments_that_measure_some_of_the_observables():
+    """``Experiment(observables=...)``: each experiment builds the observables it measures
+    only; every approach finds the same estimates as with all observables declared in
+    every experiment, and the fitted frames are stacked over the union of columns."""
+    from pyomo_odeest import APPROACH_NAMES
+    t = np.linspace(0.5, 3.0, 6)
+    rng = np.random.default_rng(4)
+    d1 = pd.DataFrame({"A": np.exp(-1.2 * t) + 0.01 * rng.standard_normal(6)}, index=t)
+    d2 = pd.DataFrame({"S": 1.0 + 0.01 * rng.standard_normal(6),
+                       "B": 1 - np.exp(-1.2 * t) + 0.01 * rng.standard_normal(6)}, index=t)
+
+    def problem(subsets):
+        obs = dict(e1=["A"], e2=["B", "S"]) if subsets else dict(e1=None, e2=None)
+        return EstimationProblem(
+            states=["A", "B"], parameters=[Parameter("k", 0.5, lb=0.01, ub=5.0)],
+            rhs=lambda x, u, t: [-u.k * x.A, u.k * x.A], initial={"A": 1.0, "B": 0.0},
+            data=None, observe=lambda x, u, t: {"A": x.A, "B": x.B, "S": x.A + x.B},
+            experiments=[Experiment("e1", d1, observables=obs["e1"]),
+                         Experiment("e2", d2, observables=obs["e2"])])
+    sub, full = problem(True), problem(False)
+    assert [sp.obs_names for sp in sub.experiment_problems] == [["A"], ["B", "S"]]
+    assert [sp.obs_names for sp in full.experiment_problems] == [["A", "B", "S"]] * 2
+    for name in [n for n in APPROACH_NAMES if n != "adaptive"]:    # one experiment only
+        a, b = estimate(sub, name), estimate(full, name)
+        assert a.success and b.success, name
+        assert a.estimates["k"] == pytest.approx(b.estimates["k"], rel=1e-9), name
+        assert a.objective == pytest.approx(b.objective, rel=1e-9), name
+        assert set(a.fitted.columns) == {"A", "B", "S"}
+        assert np.isnan(a.fitted.loc[("e1", t[0]), "S"])          # not observed in e1
+    with pytest.raises(ProblemError, match="observables \\['Z'\\]"):
+        EstimationProblem(
+            states=["A", "B"], parameters=[Parameter("k", 0.5)],
+            rhs=lambda x, u, t: [-u.k * x.A, u.k * x.A], initial={"A": 1.0, "B": 0.0},
+            data=None, observe=lambda x, u, t: {"A": x.A},
+            experiments=[Experiment("e1", d1, observables=["Z"])])
+    with pytest.raises(ProblemError, match="data columns \\['S'\\]"):
+        EstimationProblem(
+            states=["A", "B"], parameters=[Parameter("k", 0.5)],
+            rhs=lambda x, u, t: [-u.k * x.A, u.k * x.A], initial={"A": 1.0, "B": 0.0},
+            data=None, observe=lambda x, u, t: {"A": x.A, "B": x.B, "S": x.A + x.B},
+            experiments=[Experiment("e2", d2, observables=["B"])])
