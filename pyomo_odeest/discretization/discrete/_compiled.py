@@ -272,7 +272,10 @@ def build_simulation_kernel(eq):
     :class:`~pyomo_odeest.symbolic._codegen.NotCompilable` for expressions
     without a compiled form.
     """
-    text = kernel_text(eq)
+    P = eq.problem            # the text once per problem and scheme family (a multistart
+    text = P._numeric(       # builds a model per start)
+        ("kernel_text", P.f_sym, eq.needs_fdot, float(P.t0), float(P.T),
+         tuple(np.asarray(P.switch_times, dtype=float).tolist())), lambda: kernel_text(eq))
     key = hashlib.sha1(text.encode()).hexdigest()[:20]
     with _LOCK:
         mod = _MODULES.get(key)
