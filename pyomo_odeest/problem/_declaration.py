@@ -505,7 +505,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
 
     # -- pickling and variants ----------------------------------------------------
     #: attributes that cache objects built from the problem (rebuilt on demand);
-    #: they are not pickled and not shared with :meth:`variant` copies
+    #: they are not pickled; :meth:`variant` copies share the numeric functions only
     _CACHES = ("_multiple_shooting_models", "_adopt_maps", "_numeric_cache")
 
     def __getstate__(self):
@@ -560,10 +560,9 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
                 for n, sp in zip(names, self.experiment_problems)]
             out.parameters = out.experiment_problems[0].parameters
             return out
-        out = copy.copy(self)
-        for k in self._CACHES:            # the numeric functions of the symbolic problem
-            if k != "_numeric_cache":      # are shared (keyed by their expressions)
-                out.__dict__.pop(k, None)
+        out = copy.copy(self)              # without the caches (__getstate__) but the
+        # numeric functions of the symbolic problem, shared (keyed by their expressions)
+        out._numeric_cache = self.__dict__.setdefault("_numeric_cache", {})
         shape = self.mask.shape
         if values is not None:
             v = values.to_numpy(dtype=float) if isinstance(values, pd.DataFrame) else \

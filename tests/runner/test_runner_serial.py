@@ -267,3 +267,23 @@ def test_bootstrap_of_several_experiments_resamples_within_each():
     assert est["x0_e0"].std() == pytest.approx(se["x0_e0"], rel=0.35)
     case = bootstrap(prob, n=6, kind="case", approach="reduced_space", fit=fit, seed=4)
     assert case.table["success"].all() and case.estimates["k"].std() > 0
+
+
+def test_variants_share_the_numeric_functions_not_the_data():
+    """A variant (other data, weights or fixed parameters) reuses the functions built
+    from the symbolic problem, and computes with its own data: a model of the variant
+    built after one of the original gives the variant's objective."""
+    from pyomo_odeest.discretization.discrete import DiscreteModel
+    prob = oscillator_problem(data=oscillator_data(1))
+    u = prob.u0 * 1.05
+    J = DiscreteModel(prob, steps_per_interval=4).objective(u)
+    half = prob.variant(multiplicity=0.5 * np.ones(len(prob.meas_times)))
+    shifted = prob.variant(values=prob.data.to_numpy() + 0.1)
+    assert half._numeric_cache is prob._numeric_cache
+    assert DiscreteModel(half, steps_per_interval=4).misfit.gx is \
+        DiscreteModel(prob, steps_per_interval=4).misfit.gx
+    c = DiscreteModel(prob, steps_per_interval=4).const
+    assert DiscreteModel(half, steps_per_interval=4).objective(u) - c == \
+        pytest.approx(0.5 * (J - c), rel=1e-12)
+    assert DiscreteModel(shifted, steps_per_interval=4).objective(u) != pytest.approx(J)
+    assert DiscreteModel(prob, steps_per_interval=4).objective(u) == J
