@@ -293,6 +293,10 @@ class CvodesModel(ContinuousModel):
         self._dae_unit = dict(x=X, p=ca.vertcat(U, extra, a, h), t=sig,
                               ode=h * ca.substitute(ode, t, a + h * sig))
         self._apps = apps
+        #: the parameters f or l depend on (the others cannot move the states)
+        used = set().union(*(sympy.sympify(e).free_symbols
+                             for e in list(self.problem.f_sym) + list(self.problem.l_sym)))
+        self._dynamic = np.array([i for i, s in enumerate(self._U) if s in used], dtype=int)
 
         # output grid: measurement times after t0 and switching times, in pieces
         tau = self.tau
@@ -441,13 +445,17 @@ class CvodesModel(ContinuousModel):
         traj, Xm = self._forward(u)
         S0 = self.l_u.dense(u) @ V
         Sm = np.tile(S0, (N, 1, 1))
-        if len(self.grid) and k:
-            m = len(self.grid)
-            out = self._call(self._f("fwd", k), x0=self.l.dense(u), u=u,
-                             fwd_x0=S0, fwd_u=V)["fwd_X"].reshape(n, k * m)
-            Sg = out.reshape(n, k, m)                    # directions side by side
-            sel = self._col >= 0
-            Sm[sel] = np.transpose(Sg[:, :, self._col[sel]], (2, 0, 1))
+        # directions that move no parameter of f or l leave the states alone (S = 0):
+        # an experiment of many sees few of the parameters (PEtab's conditions)
+        live = np.flatnonzero(np.any(V[self._dynamic] != 0, axis=0))
+        if len(self.grid) and len(live):
+            m, kl = len(self.grid), len(live)
+            out = self._call(self._f("fwd", kl), x0=self.l.dense(u), u=u,
+                             fwd_x0=S0[:, live], fwd_u=V[:, live])["fwd_X"]
+            Sg = out.reshape(n, kl, m)                   # directions side by side
+            rows = np.flatnonzero(self._col >= 0)
+            Sm[rows[:, None, None], np.arange(n)[None, :, None], live[None, None, :]] = \
+                np.transpose(Sg[:, :, self._col[rows]], (2, 0, 1))
         self.counts["sensitivity"] += 1
         return traj, Xm, Sm
 
