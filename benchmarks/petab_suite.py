@@ -419,7 +419,9 @@ def run_problem(folder, args, ref, runner):
                   f"{int(row['task'])}: {row['status']}, {row.get('iterations', 0)} it, "
                   f"nll(discrete)={row['nll_discrete']:.6f} "
                   f"nll(simulated)={row['nll_simulated']:.6f} "
-                  f"({row.get('wall_s', np.nan):.1f} s)", flush=True)
+                  f"({row.get('wall_s', np.nan):.1f} s)"
+                  + (f" {str(row.get('error'))[:300]}" if row["status"] == "error" else ""),
+                  flush=True)
         tables.append(tab)
         status, best, value, flags = assess(pd.concat(tables, ignore_index=True), start, r_obj)
         if solved(status, flags) and not args.all_approaches and \
