@@ -31,7 +31,9 @@ with the tests (``tests/data/petab``).  Per problem:
    ``--refine`` times;
 4. problems with several estimated noise parameters (σ estimated by
    alternation, :meth:`~pyomo_odeest.petab_io.PetabEstimation.fit`): the best
-   start of the approach is refined by ``fit`` (θ and σ jointly);
+   start of the approach is refined by ``fit`` (θ and σ jointly), starting no
+   new round after 5 × ``--max-wall-time`` (an alternation that stops before
+   the noise parameters settle is not converged);
 5. every start with finite estimates is evaluated by simulation (PEtab's NLL
    by :class:`~pyomo_odeest.petab_io.PetabSimulator`, plus the priors when
    the problem has them: the objective the estimation minimizes), so a
@@ -186,6 +188,8 @@ def ipopt_options(problem, starts, args):
 #: The continuous approach with the Gauss-Newton trust region (``optimizer='least_squares'``).
 LEAST_SQUARES = "continuous_least_squares"
 LEAST_SQUARES_MAX_NFEV = 300
+#: the noise refinement starts no new round after this many fits' time limits
+NOISE_ROUNDS_BUDGET = 5
 
 
 def fits(pe, approach, args, runner, h, starts, tol=None):
@@ -250,13 +254,16 @@ def refine_noise(pe, approach, args, tab, h):
     opts = {} if base.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
     if approach == LEAST_SQUARES:
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
+    budget = None
     if args.max_wall_time:
         opts["max_wall_time"] = float(args.max_wall_time)
+        budget = NOISE_ROUNDS_BUDGET * float(args.max_wall_time)
     t0 = time.perf_counter()
     row = dict(task=-1, approach=approach + "+noise", max_step=h, nll_discrete=np.nan,
                nll_simulated=np.nan, warnings="", iterations=0)
     try:
-        res = pe.fit(base, u0=best[[f"p_{k}" for k in names]].to_numpy(dtype=float), **opts)
+        res = pe.fit(base, u0=best[[f"p_{k}" for k in names]].to_numpy(dtype=float),
+                     max_time=budget, **opts)
     except Exception as err:  # noqa: BLE001 - reported as the row's status
         row.update(success=False, status=f"noise fit failed: {type(err).__name__}",
                    wall_s=time.perf_counter() - t0)

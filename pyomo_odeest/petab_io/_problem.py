@@ -110,6 +110,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 import numpy as np
 import pandas as pd
@@ -264,21 +265,28 @@ class PetabEstimation:
                                                             P.experiment_problems)})
         return P.variant(multiplicity=multiplicity(P, d))
 
-    def fit(self, approach="reduced_space", rounds=50, rtol=1e-9, **options):
+    def fit(self, approach="reduced_space", rounds=50, rtol=1e-9, max_time=None, **options):
         r"""Estimate θ and several noise parameters by alternating exact partial
         minimizations (see the module docstring): ``rounds`` at most, until the
-        noise parameters change by less than ``rtol`` (relative).  ``options`` go
-        to :func:`~pyomo_odeest.estimate` (``u0`` starts the first round).
+        noise parameters change by less than ``rtol`` (relative); no new round
+        after ``max_time`` seconds (None: no limit).  ``options`` go to
+        :func:`~pyomo_odeest.estimate` (``u0`` starts the first round).
         Returns the last round's result with ``extra['petab_noise']`` (the noise
         parameters, linear scale), ``extra['petab_rounds']`` and
-        ``extra['petab_nll']`` (PEtab's NLL on the discretization)."""
+        ``extra['petab_nll']`` (PEtab's NLL on the discretization).  When the
+        alternation stops before the noise parameters settle, its status is
+        ``max_iterations`` (or ``time_limit``), not the last round's success: θ
+        is then optimal for noise parameters that are not."""
         from ..approaches._estimate import estimate
+        from ..problem._status import Status
         if not self.noise_parameters:
             res = estimate(self.problem, approach, **options)
             res.extra["petab_nll"] = self.nll(res.objective)
             return res
         noise = dict(self.noise_start)
         groups = np.array([g if g is not None else "" for g in (self._groups or [])])
+        clock = time.perf_counter()
+        settled, late, change = False, False, np.inf
         for k in range(1, rounds + 1):
             res = estimate(self._stated(noise), approach, **options)
             if not res.success:
@@ -296,7 +304,19 @@ class PetabEstimation:
             res.extra.update(petab_noise=dict(noise), petab_rounds=k)
             noise = new
             if change < rtol:
+                settled = True
                 break
+            if max_time is not None and time.perf_counter() - clock > max_time:
+                late = True
+                break
+        if res.success and not settled:
+            res.status = Status.TIME_LIMIT if late else Status.MAX_ITERATIONS
+            why = (f"the alternation of the parameters and the noise parameters stopped after "
+                   f"{k} rounds " + (f"(max_time {max_time:g} s) " if late else "")
+                   + f"with the noise parameters still changing by {change:.2g} (relative, "
+                   f"rtol {rtol:g})")
+            res.message = f"{res.message}; {why}" if res.message else why
+            res.warnings.append(why)
         res.extra["petab_nll"] = self.nll(res.objective, res.extra.get("petab_noise"))
         return res
 

@@ -318,6 +318,14 @@ def test_noise_product_of_noise_parameters(tmp_path):
     assert pe.simulated_nll(res) == pytest.approx(best, abs=2e-3)
     s = res.extra["petab_noise"]
     assert s["sd_a"] * s["sd_b"] == pytest.approx(SIGMA, rel=0.4)
+    # an alternation stopped before the noise parameters settle is not a success
+    k = res.extra["petab_rounds"]
+    assert k >= 2
+    short = pe.fit("reduced_space", rounds=k - 1, scheme="enright", max_step=0.2)
+    assert short.extra["petab_rounds"] == k - 1 and not short.success
+    assert short.status.value == "max_iterations" and "still changing" in short.message
+    late = pe.fit("reduced_space", max_time=0.0, scheme="enright", max_step=0.2)
+    assert late.extra["petab_rounds"] == 1 and late.status.value == "time_limit"
 
 
 @pytest.mark.parametrize("approach, options", APPROACHES)
