@@ -84,8 +84,8 @@ class MeasurementMisfit:
         self.problem = P
         xs, us, ts = tuple(P.x_sym), tuple(P.u_sym), P.t_sym
         self._syms = (xs, us, ts)
-        # the symbolic parts are built once per problem (a multistart builds a model per
-        # start; 36 experiments of 75 observables and 245 parameters take a minute)
+        # the symbolic parts are built once per problem and its variants (a multistart
+        # builds a model per start, PEtab's noise fit a variant per round)
         self.g, self.gx, self.gu = P._numeric(("misfit", P.g_sym, xs, us, ts), lambda: (
             VectorFn(P.g_sym, xs, us, ts), sparse_jacobian(P.g_sym, xs, xs, us, ts),
             sparse_jacobian(P.g_sym, us, xs, us, ts)))

@@ -229,9 +229,9 @@ def _observed(e, names):
     default: all ``names``)."""
     if e.observables is None:
         return names
-    wanted = [str(o) for o in e.observables]
-    bad = [o for o in wanted if o not in names]
+    wanted = {str(o) for o in e.observables}
+    bad = sorted(wanted - set(names))
     if bad:
         raise ProblemError(f"experiment '{e.name}': observables {bad} are not observables of "
                            f"the problem ({names})")
-    return [o for o in names if o in set(wanted)]
+    return [o for o in names if o in wanted]
