@@ -167,10 +167,11 @@ def on_bound(problem, u, rtol=1e-8):
     return out
 
 
-def ipopt_options(problem, starts, args):
+def ipopt_options(problem, starts, args, wall=None):
     """Ipopt options of one multistart call.
 
-    ``max_wall_time`` from ``--max-wall-time``; when a start puts a free
+    ``max_wall_time`` from ``--max-wall-time`` (``wall``: the limit to use instead, from the
+    problem's :class:`Budget`); when a start puts a free
     parameter on its bound, ``bound_push = bound_frac = 1e-8``: Ipopt would
     otherwise move it into the interior by up to 1e-2 of the bound's magnitude
     before the first iteration (0.01 of an initial concentration in [0, 1],
@@ -178,8 +179,10 @@ def ipopt_options(problem, starts, args):
     Starts inside the box by more than 1e-8 are not affected by either option.
     """
     opts = {}
-    if args.max_wall_time:
-        opts["max_wall_time"] = float(args.max_wall_time)
+    if wall is None and args.max_wall_time:
+        wall = float(args.max_wall_time)
+    if wall:
+        opts["max_wall_time"] = float(wall)
     if any(on_bound(problem, u) for u in starts):
         opts.update(bound_push=1e-8, bound_frac=1e-8)
     return opts
@@ -192,21 +195,60 @@ LEAST_SQUARES_MAX_NFEV = 300
 NOISE_ROUNDS_BUDGET = 5
 
 
-def fits(pe, approach, args, runner, h, starts, tol=None):
+class Budget:
+    """The time a problem may take (``--max-problem-time``, seconds from the start of its
+    import; None: no limit).  No fit starts after it, and a fit started before it gets
+    no more than its share of what is left (:meth:`fit_limit`); a fit that has started
+    runs to its own limit (Ipopt's ``max_wall_time`` counts from Ipopt's start: the
+    model's set-up is not interrupted)."""
+
+    def __init__(self, seconds, workers=0):
+        self.start = time.perf_counter()
+        self.seconds = float(seconds) if seconds else None
+        self.workers = max(1, int(workers or 0))
+        self.skipped = []                         # stages not run, in order
+
+    def left(self):
+        if self.seconds is None:
+            return np.inf
+        return self.seconds - (time.perf_counter() - self.start)
+
+    def allows(self, stage):
+        """Whether ``stage`` may start; records it as not run otherwise."""
+        if self.left() > 0:
+            return True
+        self.skipped.append(stage)
+        print(f"  not run: {stage} (the problem's time budget of {self.seconds:.0f} s is "
+              "spent)", flush=True)
+        return False
+
+    def fit_limit(self, per_fit, n_starts=1):
+        """Wall-time limit of each of ``n_starts`` fits: ``per_fit`` (``--max-wall-time``,
+        0: none), and no more than their share of the budget left (the runner runs
+        ``workers`` of them at a time)."""
+        share = self.left() / np.ceil(n_starts / self.workers)
+        limit = min(float(per_fit) if per_fit else np.inf, share)
+        return None if not np.isfinite(limit) else max(limit, 1.0)
+
+
+def fits(pe, approach, args, runner, h, starts, tol=None, budget=None):
     """Multistart of one approach; the table with the objective by simulation per start.
-    ``tol``: the continuous approaches' ``(rtol, atol)`` (None: the engine's defaults)."""
+    ``tol``: the continuous approaches' ``(rtol, atol)`` (None: the engine's defaults);
+    ``budget``: the problem's :class:`Budget`."""
     from pyomo_odeest.runner import multistart
     prob = pe.problem
     base = "continuous" if approach == LEAST_SQUARES else approach
     opts = {} if base.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
     if tol is not None:
         opts.update(rtol=tol[0], atol=tol[1])
+    budget = budget or Budget(None, args.workers)
+    wall = budget.fit_limit(args.max_wall_time, args.starts if starts is None else len(starts))
     if approach == LEAST_SQUARES:
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
-        if args.max_wall_time:
-            opts["max_wall_time"] = float(args.max_wall_time)
+        if wall:
+            opts["max_wall_time"] = wall
     else:
-        ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts, args)
+        ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts, args, wall)
         if ipopt:
             opts["options"] = ipopt
     ms = multistart(prob, n=args.starts - 1 if starts is None else 0, runner=runner,
@@ -240,9 +282,10 @@ def simulated(pe, result):
         return np.nan
 
 
-def refine_noise(pe, approach, args, tab, h):
+def refine_noise(pe, approach, args, tab, h, budget=None):
     """Problems with several noise parameters: ``fit`` (θ and σ alternately) from the
-    approach's best start; one row like those of :func:`fits` (or None)."""
+    approach's best start; one row like those of :func:`fits` (or None).  Its rounds
+    stop at 5 × ``--max-wall-time`` and at the problem's ``budget``."""
     if not pe.noise_parameters:
         return None
     ok = tab[np.isfinite(tab["nll_simulated"])]
@@ -254,16 +297,21 @@ def refine_noise(pe, approach, args, tab, h):
     opts = {} if base.startswith("continuous") else dict(scheme=args.scheme, max_step=h)
     if approach == LEAST_SQUARES:
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
-    budget = None
+    budget = budget or Budget(None, args.workers)
+    if not budget.allows(f"{approach} noise refinement"):
+        return None
+    wall = budget.fit_limit(args.max_wall_time)
+    rounds = budget.left()
     if args.max_wall_time:
-        opts["max_wall_time"] = float(args.max_wall_time)
-        budget = NOISE_ROUNDS_BUDGET * float(args.max_wall_time)
+        rounds = min(rounds, NOISE_ROUNDS_BUDGET * float(args.max_wall_time))
+    if wall:
+        opts["max_wall_time"] = wall
     t0 = time.perf_counter()
     row = dict(task=-1, approach=approach + "+noise", max_step=h, nll_discrete=np.nan,
                nll_simulated=np.nan, warnings="", iterations=0)
     try:
         res = pe.fit(base, u0=best[[f"p_{k}" for k in names]].to_numpy(dtype=float),
-                     max_time=budget, **opts)
+                     max_time=rounds if np.isfinite(rounds) else None, **opts)
     except Exception as err:  # noqa: BLE001 - reported as the row's status
         row.update(success=False, status=f"noise fit failed: {type(err).__name__}",
                    wall_s=time.perf_counter() - t0)
@@ -372,6 +420,7 @@ def run_problem(folder, args, ref, runner):
     from pyomo_odeest.petab_io import petab_problem, read_petab, petab_nll
     name = os.path.basename(folder)
     t0 = time.perf_counter()
+    budget = Budget(args.max_problem_time, args.workers)
     try:
         model = read_petab(folder)
         pe = petab_problem(model)
@@ -389,17 +438,21 @@ def run_problem(folder, args, ref, runner):
     h0 = largest_step(prob, args)
     for approach in args.approaches:
         h, tol = h0, None
-        tab = fits(pe, approach, args, runner, h, None)
+        if not budget.allows(approach):
+            continue
+        tab = fits(pe, approach, args, runner, h, None, budget=budget)
         for _ in range(args.refine):
             if approach.startswith("continuous"):
                 refit = tolerance_refit(tab, tol, prob, start)
                 if refit is None:
                     break
                 tol, starts = refit
+                if not budget.allows(f"{approach} refit rtol={tol[0]:.0e}"):
+                    break
                 print(f"  {name} {approach}: no fit converged to the best value found; refit "
                       f"with rtol={tol[0]:.0e}, atol={tol[1]:.0e}", flush=True)
-                tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts, tol)],
-                                ignore_index=True)
+                tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts, tol,
+                                           budget=budget)], ignore_index=True)
                 continue
             cur = tab[tab["max_step"] == h]
             ok = cur[np.isfinite(cur["nll_simulated"]) & cur["success"].astype(bool)]
@@ -415,10 +468,12 @@ def run_problem(folder, args, ref, runner):
                 why = (f"discrete NLL {best['nll_discrete']:.6f} but "
                        f"{best['nll_simulated']:.6f} by simulation")
             h /= 3.0
+            if not budget.allows(f"{approach} refit max_step={h:.4g}"):
+                break
             print(f"  {name} {approach}: {why}; refit on max_step={h:.4g}", flush=True)
-            tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts)],
+            tab = pd.concat([tab, fits(pe, approach, args, runner, h, starts, budget=budget)],
                             ignore_index=True)
-        extra = refine_noise(pe, approach, args, tab, h)
+        extra = refine_noise(pe, approach, args, tab, h, budget)
         if extra is not None:
             tab = pd.concat([tab, extra], ignore_index=True)
         for _, row in tab.iterrows():
@@ -436,12 +491,21 @@ def run_problem(folder, args, ref, runner):
             rest = args.approaches[args.approaches.index(approach) + 1:]
             print(f"  {name}: {approach} converged; not run: {','.join(rest)}", flush=True)
             break
+    if not tables:                                # the import took the whole budget
+        tables.append(pd.DataFrame(columns=["approach", "status", "success", "nll_simulated",
+                                            "nll_discrete", "max_step"]))
     tab = pd.concat(tables, ignore_index=True)
     detail = ";".join(f"{a}:{status_token(s)}" for a, s, ok in
                       zip(tab["approach"], tab["status"], tab["success"]) if not bool(ok))
     status, best, value, flags = assess(tab, start, r_obj)
+    if tab.empty:                                 # no fit ran: the start is the best known
+        status, flags = NOT_STATIONARY, ["no_fit_better_than_its_start"]
     if r is not None and abs(nominal - r) > tolerance(r):
         flags.append("nominal_mismatch")
+    if budget.skipped:
+        flags.append("time_budget")
+        detail = ";".join([detail] * bool(detail) + ["not_run:" + status_token(k) for k in
+                                                   budget.skipped])
     out = dict(name=name, nominal_nll=start, best_nll=value, wall_s=time.perf_counter() - t0,
                status=status, flags=flags, imported=True, detail=detail,
                best_approach="-" if best is None else best["approach"], reference=r_obj)
@@ -491,6 +555,10 @@ def main(argv=None):
                     help="max_wall_time (seconds) of every fit (Ipopt's, and the least "
                          "squares'), so that the suite ends; a fit that hits it is not "
                          "converged (0: no limit)")
+    ap.add_argument("--max-problem-time", type=float, default=3600.0,
+                    help="seconds a problem may take, from the start of its import: no fit "
+                         "starts after it, the fits started before it share what is left, "
+                         "and the stages not run are listed (flag time_budget) (0: no limit)")
     ap.add_argument("--all-approaches", action="store_true",
                     help="run every approach (default: stop at the first that converges to "
                          "a point no worse than the start and the reference)")

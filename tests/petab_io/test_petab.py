@@ -988,6 +988,32 @@ def test_suite_status_says_what_the_result_is():
     assert status == suite.CONVERGED and value == 190.964039 and not flags
 
 
+def test_suite_time_budget_stops_a_problem_and_says_so(capsys):
+    """benchmarks/petab_suite.py --max-problem-time: no stage starts once a problem's time
+    is spent; the row is the best value known (the start), not stationary, flagged, with
+    the stages not run; fits started before share what is left."""
+    import time as _time
+    suite = _suite()
+    budget = suite.Budget(100.0, workers=0)
+    assert budget.fit_limit(120.0, 4) == pytest.approx(25.0, abs=0.5)   # 4 starts in turn
+    assert budget.fit_limit(10.0, 4) == 10.0                              # the fit's own limit
+    assert suite.Budget(100.0, workers=2).fit_limit(120.0, 4) == pytest.approx(50.0, abs=0.5)
+    assert suite.Budget(None).fit_limit(0.0) is None and suite.Budget(None).allows("x")
+    budget.start = _time.perf_counter() - 101.0                            # spent
+    assert not budget.allows("simultaneous") and budget.skipped == ["simultaneous"]
+    # a whole problem whose import takes the budget: nothing is fitted and it says so
+    code = suite.main([os.path.join(DATA, "Bruno_JExpBot2016"), "--max-problem-time", "1e-3",
+                       "--out", ""])
+    line = [ln for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith("petab_problem:")][0]
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+    assert code == 1 and fields["status"] == suite.NOT_STATIONARY
+    assert fields["best_nll"] == fields["nominal_nll"] and fields["best_approach"] == "-"
+    assert fields["flags"] == "no_fit_better_than_its_start,time_budget"
+    assert fields["failures"] == ("not_run:continuous_least_squares;not_run:reduced_space;"
+                                  "not_run:simultaneous")
+
+
 def test_suite_results_table_keeps_one_row_per_problem(tmp_path):
     """benchmarks/petab_suite.py --out: each run replaces its problems' rows and keeps the
     others; the best estimates round-trip through JSON."""
