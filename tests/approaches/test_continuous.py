@@ -569,6 +569,39 @@ def test_stationarity_check_falls_back_to_tolerances_the_integrator_meets(limit,
     assert f"integration tolerances / {factor:g})" in res.message
 
 
+def test_gauss_newton_decrement_is_the_newton_decrement_of_the_gauss_newton_model():
+    """Away from the bounds the predicted decrease is ½ gᵀ(DᵀD)⁻¹g with g = Dᵀρ; at the
+    optimum it vanishes (to the fit's accuracy), and it is invariant to the parameters'
+    scaling, unlike the gradient."""
+    from pyomo_odeest.approaches.continuous._estimation import _SumOfSquares
+
+    prob = nonlinear_problem()
+    best = po.estimate(prob, "continuous", optimizer="least_squares")
+    assert best.success
+    cm = ContinuousModel(prob)
+
+    class Obj:                      # the scaled free parameters w = u / s of the estimators
+        def __init__(self, s):
+            self.free, self.u_full, self.s = prob.free_mask, prob.u0, s
+
+        def u(self, w):
+            return np.asarray(w) * self.s
+    far = np.inf * np.ones(cm.p)
+    for s in (np.ones(cm.p), np.r_[10.0, 1e-3, np.ones(cm.p - 2)]):
+        sq = _SumOfSquares(cm, Obj(s))
+        w = (U_NL * 1.2) / s
+        r, D = sq.residuals(w), sq.jacobian(w)
+        g = D.T @ r
+        dec = sq.decrement(w, -far, far)
+        assert dec == pytest.approx(0.5 * g @ np.linalg.solve(D.T @ D, g), rel=1e-8)
+        if s[0] == 1.0:
+            first = dec
+        else:
+            assert dec == pytest.approx(first, rel=1e-8)          # same in any scaling
+        w_hat = best.estimates.to_numpy() / s
+        assert sq.decrement(w_hat, -far, far) < 1e-9 * (0.5 * np.sum(sq.residuals(w_hat) ** 2))
+
+
 # ---------------------------------------------------------------------------
 # Gauss-Newton trust region (optimizer='least_squares')
 # ---------------------------------------------------------------------------

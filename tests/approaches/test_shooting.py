@@ -196,8 +196,8 @@ def test_scalar_form_gradient_vanishes_and_ipopt_behaviour(record_property):
                                    formulation="scalar", jacobian="adjoint",
                                    options={"max_iter": 80})
     v = estimate_multiple_shooting(prob, "adams_pc", 4, steps_per_interval=10, jacobian="adjoint")
-    rec = dict(status=s.status, iterations=s.iterations, max_defect=s.extra["max_defect"],
-               estimates=np.round(s.x, 4).tolist(), vector_status=v.status,
+    rec = dict(status=str(s.status), iterations=s.iterations, max_defect=s.extra["max_defect"],
+               estimates=np.round(s.x, 4).tolist(), vector_status=str(v.status),
                vector_iterations=v.iterations, vector_max_defect=v.extra["max_defect"])
     for k, val in rec.items():
         record_property(k, val)
