@@ -104,7 +104,7 @@ def measure(p, n_obs, draw, with_fd, method=METHOD, engine="cvodes"):
     """Times (s) and relative errors of the gradient methods for one draw."""
     prob = diagonal_linear_problem(p, n_obs=n_obs, seed=1000 * p + 7 * n_obs + draw)
     u = np.asarray(prob.true_values, dtype=float)
-    cm = continuous_model(prob, engine, method=None if engine == "cvodes" else method,
+    cm = continuous_model(prob, engine, method=method,
                           rtol=RTOL, atol=ATOL)
     dm = DiscreteModel(prob, "adams_pc", 4, max_step=0.5)
     u0 = prob.u0
@@ -204,8 +204,10 @@ def main(argv=None):
                     choices=("cvodes", "scipy"),
                     help="engine of the continuous gradients (default: cvodes when CasADi "
                          "is installed)")
-    ap.add_argument("--method", default=METHOD, choices=("BDF", "LSODA", "Radau"),
-                    help="SciPy integrator of the continuous gradients (--engine scipy)")
+    ap.add_argument("--method", default=None, choices=("Adams", "BDF", "LSODA", "Radau"),
+                    help="integrator method of the continuous gradients: CVODES's Adams "
+                         "(default) or BDF with --engine cvodes; SciPy's BDF (default), "
+                         "LSODA or Radau with --engine scipy")
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
     ap.add_argument("--outdir", default=os.path.join(os.path.dirname(__file__), "..", "docs", "img"))
     args = ap.parse_args(argv)
@@ -216,7 +218,10 @@ def main(argv=None):
     sizes_p = [2, 12, 22] if args.quick else sorted(set(sizes) | {7, 17})
     draws = 1 if args.quick else args.draws
     fd_draws = min(draws, args.fd_draws)
-    integrator = "CVODES BDF (CasADi)" if args.engine == "cvodes" else f"solve_ivp {args.method}"
+    if args.method is None:
+        args.method = "Adams" if args.engine == "cvodes" else METHOD
+    integrator = (f"CVODES {args.method} (CasADi)" if args.engine == "cvodes"
+                  else f"solve_ivp {args.method}")
     print(f"integrator {integrator}, rtol={RTOL:g}, atol={ATOL:g}; {args.clock} time; "
           f"{draws} draws per point "
           f"(finite differences on {fd_draws}); discrete: adams_pc, qmax 4, h <= 0.5; "

@@ -121,9 +121,10 @@ def gauss_newton(model, u, cols):
     return Jw.T @ Jw
 
 
-def compare(problem, u=None, hess_tol=1e-6):
-    """Every derivative of the CVODES model against the SciPy model and differences."""
-    cv = CvodesModel(problem, **TOL)
+def compare(problem, u=None, hess_tol=1e-6, method="BDF"):
+    """Every derivative of the CVODES model (its ``method``) against the SciPy model and
+    differences."""
+    cv = CvodesModel(problem, method=method, **TOL)
     sc = ContinuousModel(problem, method="BDF", rtol=1e-11, atol=1e-13)
     u = cv._u(u)
     free = np.flatnonzero(problem.free_mask)
@@ -203,6 +204,17 @@ def test_preequilibrated_fit_recovers_the_truth():
     np.testing.assert_allclose(r.estimates.values[:4], [0.7, 0.4, 1.5, 0.6], rtol=1e-4)
 
 
+@pytest.mark.parametrize("problem", ["nonlinear", "input"])
+def test_adams_method_gives_the_same_derivatives(problem):
+    """CVODES's Adams-Moulton (``method='Adams'``, for non-stiff problems): objective,
+    adjoint and forward gradients, Gauss-Newton matrix and Hessians as the SciPy model's."""
+    if problem == "nonlinear":
+        cv, _, _ = compare(nonlinear(), U_NL, method="Adams")
+    else:
+        cv, _, _ = compare(with_input(INPUTS["linear"]), method="Adams")
+    assert cv.cvodes_method == "Adams" and cv._opts()["linear_multistep_method"] == "adams"
+
+
 # -- choices and refusals ----------------------------------------------------------
 def test_engine_choice_and_refusals():
     P = nonlinear()
@@ -212,6 +224,13 @@ def test_engine_choice_and_refusals():
         estimate_continuous(P, engine="amici")
     with pytest.raises(ValueError, match="use engine='scipy'"):
         continuous_model(P, "cvodes", method="LSODA")
+    adams = continuous_model(P, method="Adams")                   # CVODES's own method
+    assert isinstance(adams, CvodesModel) and adams.cvodes_method == "Adams"
+    assert continuous_model(P).cvodes_method == "BDF"
+    with pytest.raises(ValueError, match="CVODES's"):
+        continuous_model(P, "scipy", method="Adams")
+    r = estimate_continuous(P, method="Adams", optimizer="least_squares")
+    assert r.success and r.extra["integrator"]["name"].startswith("CVODES Adams")
     from pyomo_odeest.approaches.continuous._cvodes import sympy_to_casadi
     x = sympy.Symbol("x")
     with pytest.raises(CvodesUnavailable, match="gamma"):

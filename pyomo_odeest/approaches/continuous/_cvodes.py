@@ -248,8 +248,12 @@ class CvodesModel(ContinuousModel):
         LU of the exact Jacobian; ``'qr'``, CasADi's default).
     **kwargs
         Passed to :class:`ContinuousModel` (``fd_step``,
-        ``hessian_fd_step``); the ``method`` attribute (``'BDF'``) names the
-        SciPy integrator of :meth:`reference`.
+        ``hessian_fd_step``).
+    method : str
+        CVODES's linear multistep method: ``'BDF'`` (default; stiff problems) or
+        ``'Adams'`` (Adams–Moulton, for non-stiff problems: [MHV]'s diagonal model,
+        ``benchmarks/mhv_figures.py``).  :meth:`reference` integrates by SciPy's BDF,
+        or LSODA for ``'Adams'``; kept as ``cvodes_method``.
 
     Notes
     -----
@@ -261,9 +265,12 @@ class CvodesModel(ContinuousModel):
     engine = "cvodes"
 
     def __init__(self, problem, rtol=1e-8, atol=1e-12, max_num_steps=100_000,
-                 linear_solver="csparse", **kwargs):
-        kwargs.pop("method", None)
+                 linear_solver="csparse", method="BDF", **kwargs):
+        if method not in CVODES_METHODS:
+            raise ValueError(f"CVODES's method is one of {CVODES_METHODS}, got {method!r}")
         super().__init__(problem, method="BDF", rtol=rtol, atol=atol, **kwargs)
+        #: CVODES's method (``method`` stays the SciPy integrator of the inherited paths)
+        self.cvodes_method = method
         ca = _casadi()
         self.max_num_steps = int(max_num_steps)
         self.linear_solver = str(linear_solver)
@@ -338,7 +345,8 @@ class CvodesModel(ContinuousModel):
 
     def _opts(self):
         return dict(reltol=self.rtol, abstol=self.atol, max_num_steps=self.max_num_steps,
-                    linear_solver=self.linear_solver, disable_internal_warnings=True)
+                    linear_solver=self.linear_solver, disable_internal_warnings=True,
+                    linear_multistep_method=self.cvodes_method.lower())
 
     def _build(self, pieces, name):
         """The MX function (x0, u) -> states at the pieces' output times (n, m)."""
@@ -358,7 +366,8 @@ class CvodesModel(ContinuousModel):
     def _f(self, kind, k=0):
         """The compiled function ``kind`` ('G', 'fwd', 'adj', 'fwdadj'), rebuilt when the
         tolerances change."""
-        key = (self.rtol, self.atol, self.max_num_steps, self.linear_solver)
+        key = (self.rtol, self.atol, self.max_num_steps, self.linear_solver,
+               self.cvodes_method)
         if key != self._fun_key:          # kept per tolerances (a stationarity check at
             self._fun_key = key            # tighter ones goes back to the fit's)
             self._funs, self._grids = self._by_tolerance.setdefault(key, ({}, {}))
@@ -611,11 +620,12 @@ class CvodesModel(ContinuousModel):
 
     # -- cross-check -------------------------------------------------------------
     def reference(self):
-        """The SciPy :class:`ContinuousModel` of the same problem (BDF, same tolerances),
-        built once: the fallback and cross-check of this engine."""
+        """The SciPy :class:`ContinuousModel` of the same problem (BDF, or LSODA for
+        ``method='Adams'``; same tolerances), built once: the fallback and cross-check of
+        this engine."""
         if self._ref is None or (self._ref.rtol, self._ref.atol) != (self.rtol, self.atol):
-            self._ref = ContinuousModel(self.problem, method=self.method, rtol=self.rtol,
-                                        atol=self.atol)
+            self._ref = ContinuousModel(self.problem, method="BDF" if self.cvodes_method == "BDF"
+                                        else "LSODA", rtol=self.rtol, atol=self.atol)
         return self._ref
 
     def simulate(self, u=None, times=None):
@@ -633,16 +643,26 @@ class CvodesModel(ContinuousModel):
 # ---------------------------------------------------------------------------
 def resolve_engine(engine=None, method=None):
     """``'cvodes'`` or ``'scipy'``: ``engine`` if given, else ``'cvodes'`` when CasADi
-    imports and no SciPy ``method`` is named."""
+    imports and no SciPy ``method`` is named (``method='Adams'``, CVODES's own, needs
+    CasADi)."""
     if engine is None:
-        return "cvodes" if method is None and cvodes_available() else "scipy"
+        if method == "Adams":
+            engine = "cvodes"
+        else:
+            return "cvodes" if method is None and cvodes_available() else "scipy"
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES} (or None), got {engine!r}")
-    if engine == "cvodes" and method not in (None, "BDF"):
-        raise ValueError(f"engine 'cvodes' integrates by CVODES's BDF; method={method!r} "
-                         f"names a SciPy integrator: use engine='scipy' with it")
+    if engine == "cvodes" and method not in (None,) + CVODES_METHODS:
+        raise ValueError(f"engine 'cvodes' integrates by CVODES's {' or '.join(CVODES_METHODS)};"
+                         f" method={method!r} names a SciPy integrator: use engine='scipy' "
+                         f"with it")
+    if engine == "scipy" and method == "Adams":
+        raise ValueError("method 'Adams' is CVODES's: use engine='cvodes' (or None)")
     return engine
 
+
+#: CVODES's linear multistep methods (``method=`` of the cvodes engine)
+CVODES_METHODS = ("BDF", "Adams")
 
 #: default integration tolerances ``(rtol, atol)`` per engine
 DEFAULT_TOLERANCES = {"cvodes": (1e-8, 1e-12), "scipy": (1e-10, 1e-12)}
@@ -662,7 +682,7 @@ def continuous_model(problem, engine=None, method=None, rtol=None, atol=None, **
     r0, a0 = DEFAULT_TOLERANCES[engine]
     rtol, atol = r0 if rtol is None else rtol, a0 if atol is None else atol
     if engine == "cvodes":
-        return CvodesModel(problem, rtol=rtol, atol=atol, **kwargs)
+        return CvodesModel(problem, rtol=rtol, atol=atol, method=method or "BDF", **kwargs)
     return ContinuousModel(problem, method="LSODA" if method is None else method,
                            rtol=rtol, atol=atol, **kwargs)
 
@@ -670,5 +690,5 @@ def continuous_model(problem, engine=None, method=None, rtol=None, atol=None, **
 def integrator_name(model):
     """``'CVODES BDF (CasADi 3.x)'`` or ``'solve_ivp LSODA'`` (for results)."""
     if getattr(model, "engine", None) == "cvodes":
-        return f"CVODES BDF (CasADi {_casadi().__version__})"
+        return f"CVODES {model.cvodes_method} (CasADi {_casadi().__version__})"
     return f"solve_ivp {model.method}"

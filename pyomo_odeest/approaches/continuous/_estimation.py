@@ -231,8 +231,9 @@ class ContinuousApproach(Approach):
         "engine", "cvodes", "scipy", None), description="the integration engine (None: "
         "'cvodes' when CasADi imports and no SciPy method is named, else 'scipy')"))
     CONFIG.declare("method", ConfigValue(default=None, domain=Choice(
-        "method", "LSODA", "BDF", "Radau", "DOP853", "RK45", None),
-        description="SciPy's integrator (None: LSODA on the SciPy engine)"))
+        "method", "LSODA", "BDF", "Radau", "DOP853", "RK45", "Adams", None),
+        description="the integrator's method: SciPy's (None: LSODA on the SciPy engine), or "
+        "on CVODES 'BDF' (None) or 'Adams' (non-stiff problems)"))
     CONFIG.declare("rtol", ConfigValue(default=None, domain=float, description=(
         "relative integration tolerance (None: 1e-8 on CVODES, 1e-10 on SciPy)")))
     CONFIG.declare("atol", ConfigValue(default=None, domain=float, description=(
