@@ -13,9 +13,11 @@ drawn φ by
             (eqs. (15)–(16)),
 
 all on the compiled engine by default (``--engine cvodes``:
-:class:`pyomo_odeest.approaches.continuous.CvodesModel`, SUNDIALS CVODES BDF
+:class:`pyomo_odeest.approaches.continuous.CvodesModel`, SUNDIALS CVODES
 through CasADi, as [MHV] used CVODES: forward sensitivities by CasADi's forward
-mode, the adjoint by its reverse mode with the jumps as seeds), or with
+mode, the adjoint by its reverse mode with the jumps as seeds; by CVODES's
+Adams–Moulton method, the one for non-stiff problems such as this model,
+``--method BDF`` for the package's default BDF), or with
 ``--engine scipy`` on :class:`pyomo_odeest.approaches.continuous.ContinuousModel`
 (SciPy's BDF with exact Jacobians, ``--method LSODA`` for the package's SciPy
 default), rtol = 1e-8, atol = 1e-10; and by
