@@ -677,7 +677,7 @@ def test_least_squares_with_gaussian_priors_reaches_the_optimum_of_ipopt():
     assert b.objective == pytest.approx(a.objective, rel=1e-8)
 
 
-def test_least_squares_refuses_what_is_not_a_sum_of_squares():
+def test_least_squares_refuses_what_is_not_a_sum_of_squares(monkeypatch):
     prob = nonlinear_problem()
     for penalty in (lambda u: (u.a - 0.7) ** 4, lambda u: -(u.a - 0.7) ** 2,
                     lambda u: 0.5 * (u.a - 0.7) ** 2 + u.b):
@@ -690,6 +690,16 @@ def test_least_squares_refuses_what_is_not_a_sum_of_squares():
         po.estimate(prob, "continuous", optimizer="least_squares", options={"tol": 1e-8})
     with pytest.raises(ValueError, match=r"does not take the options \['loss'\]"):
         po.estimate(prob, "continuous", optimizer="least_squares", options={"loss": "soft_l1"})
+    # a penalty that is no polynomial of degree 2 is refused before any model is built
+    # (a PEtab problem with priors and log-sigma terms over 123 conditions: 10 minutes)
+    from pyomo_odeest.approaches.continuous import _estimation
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built")
+    monkeypatch.setattr(_estimation, "continuous_model", no_model)
+    with pytest.raises(po.ProblemError, match="penalty"):
+        po.estimate(nonlinear_problem(penalty=lambda u: pyo.log(u.a) + (u.b - 1) ** 2),
+                    "continuous", optimizer="least_squares")
 
 
 def test_least_squares_in_the_comparison():

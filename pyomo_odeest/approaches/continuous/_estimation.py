@@ -247,6 +247,8 @@ class ContinuousApproach(Approach):
         if cfg.optimizer == "least_squares" and cfg.hessian is not None:
             raise ValueError("optimizer 'least_squares' uses the Gauss-Newton matrix of the "
                              "residuals; leave hessian=None")
+        if cfg.optimizer == "least_squares" and not _quadratic_penalty(problem):
+            raise ProblemError(_NOT_SQUARES)          # before the models are built
 
     def advice(self, cfg):
         return "hessian=None (L-BFGS)" if cfg.hessian else ""
@@ -434,10 +436,18 @@ def _stationarity(b, out, gradient, g0):
                  f"the gradient cannot be evaluated there: {why}")
         dec = st.get("gauss_newton_decrement")
         out.message = (f"{out.message}; projected gradient {pg:.3g} > {limit:.3g} (scaled "
-                       f"parameters, {where})" + ("" if dec is None else
-                                                  f"; Gauss-Newton predicted decrease "
-                                                  f"{dec:.2g} > {st['decrement_limit']:.2g}"))
+                       f"parameters, {where})" + _decrement_note(st))
     return out
+
+
+def _decrement_note(st):
+    """The Gauss-Newton part of a not-stationary message (empty when it was not tried)."""
+    dec = st.get("gauss_newton_decrement")
+    if dec is None:
+        return ""
+    if not np.isfinite(dec):
+        return "; Gauss-Newton predicted decrease not found (the model's minimum not reached)"
+    return f"; Gauss-Newton predicted decrease {dec:.2g} > {st['decrement_limit']:.2g}"
 
 
 def estimate_continuous(problem: EstimationProblem, **options):
@@ -508,6 +518,25 @@ def estimate_continuous(problem: EstimationProblem, **options):
     return ContinuousApproach().estimate(problem, **options)
 
 
+_NOT_SQUARES = ("optimizer 'least_squares' needs J as a sum of squares; the problem's "
+                "penalty R(u) is not a quadratic bounded below in the free parameters: use "
+                "optimizer='ipopt'")
+
+
+def _quadratic_penalty(problem):
+    """Whether the penalty R(u) of ``problem`` and of its experiments is a polynomial of
+    degree at most 2 (or absent); whether it is bounded below is checked in the free
+    parameters when the fit starts (:meth:`MeasurementMisfit.penalty_residuals`)."""
+    import sympy
+    for sp in {id(q): q for q in [problem, *problem.subproblems]}.values():
+        pen = sympy.sympify(getattr(sp, "penalty_sym", 0) or 0)
+        syms = sorted(pen.free_symbols, key=str)
+        if syms and not (pen.is_polynomial(*syms)
+                         and sympy.Poly(pen, *syms).total_degree() <= 2):
+            return False
+    return True
+
+
 def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
     r"""Gauss–Newton trust region (SciPy's ``least_squares``, ``'trf'``) on
     :math:`J - c = \tfrac12\sum_j\lVert W_j r_j\rVert^2` over the scaled free
@@ -520,9 +549,7 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
     from scipy.optimize import least_squares
     squares = _SumOfSquares(cm, obj)
     if not squares:
-        raise ProblemError("optimizer 'least_squares' needs J as a sum of squares; the "
-                           "problem's penalty R(u) is not a quadratic bounded below in the "
-                           "free parameters: use optimizer='ipopt'")
+        raise ProblemError(_NOT_SQUARES)
     size = squares.size
 
     def residuals(w):
