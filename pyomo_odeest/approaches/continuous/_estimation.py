@@ -2,10 +2,9 @@ r"""Estimation on the continuous objective: :func:`estimate_continuous` (Ipopt t
 cyipopt, or SciPy) on the scaled free parameters."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import inspect
 import warnings
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
@@ -434,7 +433,6 @@ def _stationarity(b, out, gradient, g0):
         out.status = Status.NOT_STATIONARY
         where = (f"integration tolerances / {factor:g}" if np.isfinite(pg) else
                  f"the gradient cannot be evaluated there: {why}")
-        dec = st.get("gauss_newton_decrement")
         out.message = (f"{out.message}; projected gradient {pg:.3g} > {limit:.3g} (scaled "
                        f"parameters, {where})" + _decrement_note(st))
     return out
