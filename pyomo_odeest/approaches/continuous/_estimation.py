@@ -414,16 +414,17 @@ def _stationarity(b, out, gradient, g0):
     b.stationarity = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
     st["tolerance_factor"] = factor
     pg, limit = st["projected_gradient"], st["limit"]
-    squares = _SumOfSquares(b.cm, b.obj) if b.mult_g is None or not len(b.mult_g) else None
-    if pg > limit and np.isfinite(pg) and squares:
+    constrained = b.mult_g is not None and len(b.mult_g)
+    squares = None if pg <= limit or not np.isfinite(pg) or constrained else \
+        _SumOfSquares(b.cm, b.obj)
+    if squares:
         try:
             with _tighter(b.cm, factor):
-                dec = squares.decrement(out.x, b.wl, b.wu)
-                jc = 0.5 * float(np.sum(squares.residuals(out.x) ** 2))
-        except EvaluationError:
-            dec, jc = np.inf, np.inf
+                dec, jc = squares.decrement(out.x, b.wl, b.wu)
+        except EvaluationError:                  # unknown: the gradient test stands
+            dec, jc = np.inf, 0.0
         st.update(gauss_newton_decrement=dec, decrement_limit=DECREMENT_TOL * max(1.0, jc))
-        if dec <= st["decrement_limit"]:
+        if np.isfinite(dec) and dec <= st["decrement_limit"]:
             out.message = (f"{out.message}; stationary in the Gauss-Newton metric (predicted "
                            f"decrease {dec:.2g} <= {st['decrement_limit']:.2g}; projected "
                            f"gradient {pg:.3g}, ill-conditioned, at integration tolerances "
@@ -641,19 +642,22 @@ class _SumOfSquares:
         return _guarded(stacked) * self.obj.s[None, :]
 
     def decrement(self, w, lb, ub):
-        r"""Decrease of :math:`J` predicted by the Gauss–Newton model within the bounds,
-        :math:`\tfrac12\lVert\rho\rVert^2 - \min_{lb \le w + s \le ub}
-        \tfrac12\lVert\rho + D\rho\, s\rVert^2`: the Newton decrement of the
-        Gauss–Newton metric, 0 exactly at a stationary point, and in likelihood units
-        (invariant to the parameters' scaling and conditioning)."""
+        r"""``(decrease, J - c)`` at ``w``: the decrease of :math:`J` predicted by the
+        Gauss–Newton model within the bounds, :math:`\tfrac12\lVert\rho\rVert^2 -
+        \min_{lb \le w + s \le ub}\tfrac12\lVert\rho + D\rho\, s\rVert^2` (the Newton
+        decrement of the Gauss–Newton metric, 0 exactly at a stationary point, and in
+        likelihood units: invariant to the parameters' scaling and conditioning;
+        ``inf`` when the model's minimum is not found), and
+        :math:`\tfrac12\lVert\rho\rVert^2`."""
         from scipy.optimize import lsq_linear
         r, D = self.residuals(w), self.jacobian(w)
         lo, hi = np.asarray(lb, dtype=float) - w, np.asarray(ub, dtype=float) - w
         sol = lsq_linear(D, -r, bounds=(np.minimum(lo, 0.0), np.maximum(hi, 0.0)),
                          method="trf", tol=1e-14)
-        dec = 0.5 * float(r @ r) - 0.5 * float(np.sum((D @ sol.x + r) ** 2))
+        jc = 0.5 * float(r @ r)
+        dec = jc - 0.5 * float(np.sum((D @ sol.x + r) ** 2))
         # the model's minimum not found (iteration limit, or worse than no step): unknown
-        return dec if sol.status > 0 and dec >= -1e-12 * (1 + float(r @ r)) else np.inf
+        return (dec if sol.status > 0 and dec >= -1e-12 * (1 + 2 * jc) else np.inf), jc
 
 
 class _Stopped(Exception):
