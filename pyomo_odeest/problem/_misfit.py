@@ -37,24 +37,21 @@ from ._declaration import EstimationProblem, GaussianNLL
 from ._inputs import evaluate_inputs
 from ..symbolic import lambdify
 
-__all__ = ["MeasurementMisfit", "misfit_sym", "misfit_constant", "observations"]
+__all__ = ["MeasurementMisfit", "PenaltySquares", "penalty_squares", "interval", "misfit_sym",
+           "misfit_constant", "observations"]
 
 
 def _penalty_functions(pen, us):
-    """``(has_penalty, indices, quadratic, R, dR, d2R)`` of the penalty ``pen`` in the
-    parameters ``us``.  R's derivatives are taken in the parameters it depends on only
-    (priors on 20 of 907 parameters: 400 second derivatives, not 822 649).
-    ``quadratic``: R is a polynomial of degree <= 2 (Gaussian priors on the estimation
-    scale), a sum of squares plus a constant when it is bounded below."""
+    """``(has_penalty, indices, R, dR, d2R)`` of the penalty ``pen`` in the parameters
+    ``us``.  R's derivatives are taken in the parameters it depends on only (priors on
+    20 of 907 parameters: 400 second derivatives, not 822 649)."""
     has = bool(pen.free_symbols) or pen != 0
     free = pen.free_symbols
     idx = np.array([i for i, v in enumerate(us) if v in free], dtype=int)
     sub = [us[i] for i in idx]
-    quadratic = has and pen.is_polynomial(*sub) and \
-        (not sub or sympy.Poly(pen, *sub).total_degree() <= 2)
     if not has:                                   # without a penalty: never called
-        return has, idx, quadratic, None, None, None
-    return (has, idx, quadratic, lambdify((us,), pen, "numpy"),
+        return has, idx, None, None, None
+    return (has, idx, lambdify((us,), pen, "numpy"),
             lambdify((us,), [sympy.diff(pen, v) for v in sub], "numpy"),
             lambdify((us,), sympy.hessian(pen, sub) if sub else [], "numpy"))
 
@@ -103,7 +100,7 @@ class MeasurementMisfit:
             self.A, self.A_diag = None, np.where(P.mask, np.asarray(P.weights, dtype=float), 0.0)
         self.const = misfit_constant(P)
         pen = sympy.sympify(P.penalty_sym)
-        (self.has_penalty, self._pen_idx, self.penalty_quadratic, self._R, self._dR,
+        (self.has_penalty, self._pen_idx, self._R, self._dR,
          self._d2R) = P._numeric(("penalty", pen, us), lambda: _penalty_functions(pen, us))
         self._second = self._second_each = None
         self._root = None
@@ -271,29 +268,152 @@ class MeasurementMisfit:
                 self._d2R(u), dtype=float).reshape(k, k)
         return H
 
-    def penalty_residuals(self, cols, base):
-        r"""A quadratic penalty as residuals of the free parameters ``u[cols]``, the
-        others at their values in ``base``: ``(L, m)`` with
-        :math:`R(u) = R(m) + \tfrac12\lVert L(u_F - m)\rVert^2` (``m`` in the free
-        parameters), one row of ``L`` per positive eigenvalue of R's Hessian;
-        ``None`` when R is not quadratic or not bounded below in them.
-        """
-        if not self.penalty_quadratic:
-            return None
-        u = np.array(base, dtype=float)
-        u[cols] = 0.0
-        H = self.penalty_hessian(u)[np.ix_(cols, cols)]
-        g = self.penalty_gradient(u)[cols]                # gradient in u_F at u_F = 0
-        lam, V = np.linalg.eigh(0.5 * (H + H.T))
-        tol = 1e-12 * max(1.0, float(np.max(np.abs(lam), initial=0.0)))
-        if np.any(lam < -tol):
-            return None
+    def penalty_residuals(self, cols, base, lb=None, ub=None):
+        """R(u) as squares of the free parameters ``u[cols]`` within the bounds ``lb``,
+        ``ub`` (theirs; default unbounded), the others at their values in ``base``: a
+        :class:`PenaltySquares`, or ``None`` (:func:`penalty_squares`)."""
+        return penalty_squares(sympy.sympify(self.problem.penalty_sym), self._syms[1], cols,
+                               base, lb, ub)
+
+
+class PenaltySquares:
+    r"""A penalty bounded below on a box as squares:
+    :math:`R(u) = c + \tfrac12\lVert L(u_F - m)\rVert^2 + \tfrac12\sum_k s_k(u_F)^2`.
+
+    The quadratic terms of R (Gaussian priors on the estimation scale) give the
+    linear rows :math:`L(u_F - m)`, one per positive eigenvalue of their Hessian.
+    Every other term :math:`t_k` (log σ of an estimated σ, a prior that is not
+    Gaussian, a linear part along that Hessian's null space) is bounded below on the
+    box by interval arithmetic, :math:`t_k \ge \ell_k`, and becomes the row
+    :math:`s_k = \sqrt{2(t_k - \ell_k) + 1}`, the form AMICI gives the log σ
+    terms of its residuals: exact in value and gradient
+    (:math:`\nabla s_k = \nabla t_k / s_k`), a Gauss–Newton approximation in
+    curvature.
+    """
+
+    def __init__(self, L, m, terms, syms):
+        self.L, self.m = L, m
+        self.n_terms = len(terms)
+        self.size = L.shape[0] + len(terms)
+        if terms:
+            self._t = lambdify((syms,), [t for t, _ in terms], "numpy")
+            self._dt = lambdify((syms,), [[sympy.diff(t, v) for v in syms] for t, _ in terms],
+                                "numpy")
+            self._lo = np.array([lo for _, lo in terms])
+
+    def _s(self, uF):
+        return np.sqrt(np.maximum(2.0 * (np.asarray(self._t(uF), float) - self._lo), 0.0) + 1.0)
+
+    def residuals(self, uF):
+        rows = [self.L @ (uF - self.m)]
+        if self.n_terms:
+            rows.append(self._s(uF))
+        return np.concatenate(rows)
+
+    def jacobian(self, uF):
+        rows = [self.L]
+        if self.n_terms:
+            dt = np.asarray(self._dt(uF), float).reshape(self.n_terms, len(uF))
+            rows.append(dt / self._s(uF)[:, None])
+        return np.vstack(rows)
+
+
+def interval(e, box):
+    """Bounds ``(lo, hi)`` of the sympy expression ``e`` for its symbols within ``box``
+    (``{symbol: (lo, hi)}``), by interval arithmetic over sums, products, powers,
+    ``exp``, ``log``, ``sin`` and ``cos``; ``(-inf, inf)`` for what it cannot bound."""
+    inf = np.inf
+    if e.is_Number:
+        return float(e), float(e)
+    if e.is_Symbol:
+        return box.get(e, (-inf, inf))
+    if e.is_Add or e.is_Mul:
+        lo, hi = interval(e.args[0], box)
+        for a in e.args[1:]:
+            alo, ahi = interval(a, box)
+            if e.is_Add:
+                lo, hi = lo + alo, hi + ahi
+            else:
+                with np.errstate(invalid="ignore"):       # 0 * inf: 0 (inf bounds a finite value)
+                    c = np.nan_to_num(np.outer([lo, hi], [alo, ahi]), nan=0.0, posinf=inf,
+                                      neginf=-inf)
+                lo, hi = c.min(), c.max()
+        return (lo, hi) if not (np.isnan(lo) or np.isnan(hi)) else (-inf, inf)
+    if isinstance(e, (sympy.sin, sympy.cos)):
+        return -1.0, 1.0
+    if isinstance(e, (sympy.exp, sympy.log)):
+        lo, hi = interval(e.args[0], box)
+        if isinstance(e, sympy.exp):
+            return float(np.exp(lo)), float(np.exp(hi))
+        return (-inf, inf) if hi <= 0 else (float(np.log(lo)) if lo > 0 else -inf,
+                                            float(np.log(hi)))
+    if e.is_Pow:
+        b, x = e.args
+        if b.is_Number and float(b) > 0:                  # b**x: monotone in x
+            return interval(sympy.exp(x * sympy.log(b)), box)
+        if x.is_Number:
+            lo, hi = interval(b, box)
+            n = float(x)
+            with np.errstate(divide="ignore", over="ignore"):
+                if n == int(n) and int(n) % 2 == 0 and n > 0 and lo < 0 < hi:
+                    return 0.0, max(lo ** n, hi ** n)
+                if n == int(n) and n > 0:
+                    v = (lo ** n, hi ** n)
+                    return min(v), max(v)
+                if lo > 0 or (lo == 0 and n > 0):
+                    v = (np.power(lo, n), np.power(hi, n))
+                    return min(v), max(v)
+    return -inf, inf
+
+
+def penalty_squares(pen, us, cols, base, lb=None, ub=None):
+    """The penalty ``pen`` (sympy, in the parameters ``us``) as :class:`PenaltySquares`
+    of the free parameters ``us[cols]`` within ``lb``, ``ub`` (default unbounded), the
+    others at their values in ``base``; ``None`` when a term is not bounded below there
+    (R not bounded below, or not provably so)."""
+    cols = np.asarray(cols, dtype=int)
+    k = len(cols)
+    lb = np.full(k, -np.inf) if lb is None else np.asarray(lb, dtype=float)
+    ub = np.full(k, np.inf) if ub is None else np.asarray(ub, dtype=float)
+    syms = [us[i] for i in cols]
+    fixed = {v: sympy.Float(float(base[i]), 17) for i, v in enumerate(us) if i not in set(cols)}
+    pen = sympy.sympify(pen).xreplace(fixed)
+    c, rest = pen.as_coeff_Mul()
+    parts = [c * t for t in sympy.Add.make_args(rest)] if rest.is_Add else [pen]
+    quad, other = [], []
+    for t in parts:
+        free = t.free_symbols
+        if not free:
+            continue
+        sub = sorted(free, key=str)
+        (quad if t.is_polynomial(*sub) and sympy.Poly(t, *sub).total_degree() <= 2
+         else other).append(t)
+    Q = sympy.Add(*quad)
+    zero = dict.fromkeys(syms, 0)
+    H = np.array(sympy.hessian(Q, syms).xreplace(zero), dtype=float) if quad else np.zeros((k, k))
+    g = np.array([sympy.diff(Q, v).xreplace(zero) for v in syms], dtype=float) if quad \
+        else np.zeros(k)
+    lam, V = np.linalg.eigh(0.5 * (H + H.T))
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(lam), initial=0.0)))
+    L, m = np.zeros((0, k)), np.zeros(k)
+    if np.any(lam < -tol):                      # not convex: a bounded term like the others
+        other.append(Q)
+    elif quad:
         keep = lam > tol
         Vk, lk = V[:, keep], lam[keep]
-        m = -Vk @ ((Vk.T @ g) / lk)                       # H m = -g on the range of H
-        if np.linalg.norm(g + H @ m) > 1e-9 * max(1.0, np.linalg.norm(g)):
-            return None                                   # linear along H's null space
-        return np.sqrt(lk)[:, None] * Vk.T, m
+        m = -Vk @ ((Vk.T @ g) / lk)             # H m = -g on the range of H
+        L = np.sqrt(lk)[:, None] * Vk.T
+        gn = g + H @ m                          # linear along H's null space
+        if np.linalg.norm(gn) > 1e-9 * max(1.0, np.linalg.norm(g)):
+            other.append(sympy.Add(*[sympy.Float(float(a), 17) * v for a, v in zip(gn, syms)]))
+    box = {v: (lo, hi) for v, lo, hi in zip(syms, lb, ub)}
+    terms = []
+    for t in other:
+        lo = interval(t, box)[0]
+        if not np.isfinite(lo):
+            return None
+        terms.append((t, lo))
+    return PenaltySquares(L, m, terms, syms)
 
 
 def misfit_sym(problem: EstimationProblem, j: int):

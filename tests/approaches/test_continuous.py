@@ -588,7 +588,7 @@ def test_gauss_newton_decrement_is_the_newton_decrement_of_the_gauss_newton_mode
             return np.asarray(w) * self.s
     far = np.inf * np.ones(cm.p)
     for s in (np.ones(cm.p), np.r_[10.0, 1e-3, np.ones(cm.p - 2)]):
-        sq = _SumOfSquares(cm, Obj(s))
+        sq = _SumOfSquares(cm, Obj(s), -far, far)
         w = (U_NL * 1.2) / s
         r, D = sq.residuals(w), sq.jacobian(w)
         g = D.T @ r
@@ -664,24 +664,94 @@ def _quadratic_penalty(u):
     return 0.5 * ((u.a - 0.7) / 0.1) ** 2 + 2.0 * (u.c - u.x0 - 0.3) ** 2
 
 
+def _squares_are_the_penalty(mf, pq, cols, base, points):
+    """½‖ρ(u_F)‖² - R(u) is one constant at every point, and ρ's Jacobian is exact."""
+    gaps = []
+    for uF in points:
+        u = base.copy()
+        u[cols] = uF
+        r = pq.residuals(uF)
+        gaps.append(0.5 * r @ r - mf.penalty(u))
+        D, h = pq.jacobian(uF), 1e-6
+        fd = np.column_stack([(pq.residuals(uF + h * e) - pq.residuals(uF - h * e)) / (2 * h)
+                              for e in np.eye(len(cols))])
+        np.testing.assert_allclose(D, fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(gaps, gaps[0], atol=1e-10 * max(1.0, abs(gaps[0])))
+
+
 def test_quadratic_penalty_is_a_sum_of_squares_of_the_free_parameters():
     """R(u) = R(m) + ½‖L(u_F - m)‖² with the other parameters at their values (here x0,
     which R couples to c, and b, which R does not hold), for any free u_F."""
     prob = nonlinear_problem(penalty=_quadratic_penalty)
     mf = ContinuousModel(prob).misfit
     cols, base = np.array([0, 2]), np.array([0.7, 0.4, 1.3, 0.9])
-    L, m = mf.penalty_residuals(cols, base)
+    pq = mf.penalty_residuals(cols, base)
+    assert pq.n_terms == 0 and pq.L.shape == (2, 2)          # linear rows only
     u_m = base.copy()
-    u_m[cols] = m
+    u_m[cols] = pq.m
     rng = np.random.default_rng(3)
     for _ in range(5):
         u = base.copy()
         u[cols] = rng.normal(size=2)
-        squares = 0.5 * np.sum((L @ (u[cols] - m)) ** 2)
+        squares = 0.5 * np.sum((pq.L @ (u[cols] - pq.m)) ** 2)
         assert mf.penalty(u) == pytest.approx(mf.penalty(u_m) + squares, rel=1e-12)
     # b alone: R does not depend on it (no row), and it is bounded below
-    L, m = mf.penalty_residuals(np.array([1]), base)
-    assert L.shape == (0, 1)
+    assert mf.penalty_residuals(np.array([1]), base).size == 0
+
+
+def _bounded_penalty(u):
+    """Terms bounded below only within bounds: log(b) (the log sigma of an estimated
+    sigma), a linear term in x0 beside a Gaussian prior on a, a quartic, a cosine."""
+    return (0.5 * ((u.a - 0.7) / 0.1) ** 2 + 2 * pyo.log(u.b) + 0.3 * u.x0
+            + (u.c - 1) ** 4 - 0.1 * pyo.cos(u.c) + 4 * pyo.log(u.b * pyo.exp(u.a)))
+
+
+def test_penalty_bounded_below_in_the_bounds_is_a_sum_of_squares():
+    """Every term not a convex quadratic is bounded below on the box by interval
+    arithmetic and becomes a square-root row: the squares equal R up to a constant,
+    with an exact Jacobian; without bounds those terms are refused."""
+    from pyomo_odeest.problem._misfit import interval, penalty_squares
+    prob = nonlinear_problem(penalty=_bounded_penalty)
+    mf = ContinuousModel(prob).misfit
+    cols, base = np.arange(4), U_NL.copy()
+    lb, ub = np.array([0.1, 0.05, 0.5, -1.0]), np.array([2.0, 3.0, 2.0, 4.0])
+    pq = mf.penalty_residuals(cols, base, lb, ub)
+    assert pq is not None and pq.L.shape[0] == 1 and pq.n_terms >= 3
+    rng = np.random.default_rng(5)
+    _squares_are_the_penalty(mf, pq, cols, base, rng.uniform(lb, ub, size=(6, 4)))
+    assert mf.penalty_residuals(cols, base) is None             # log(b) for b -> 0
+    assert mf.penalty_residuals(cols, base, np.r_[lb[:3], -np.inf], ub) is None  # 0.3 x0
+    # the bounds hold every value of the expression on the box
+    a, b = prob.u_sym[:2]
+    box = {a: (-1.0, 2.0), b: (0.5, 3.0)}
+    for e in (a * b - a ** 2, 10 ** a / b, (a - b) ** 3, -4 * sympy.log(b * (1 + a ** 2)),
+              (b - 0.5) ** 0.5 * a, sympy.exp(-a) * b ** -2):
+        lo, hi = interval(e, box)
+        f = sympy.lambdify((a, b), e)
+        vals = [f(x, y) for x in np.linspace(-1, 2, 31) for y in np.linspace(0.5, 3, 31)]
+        assert lo <= min(vals) + 1e-12 and max(vals) <= hi + 1e-12
+    assert interval(sympy.log(a), box)[0] == -np.inf
+    assert interval(sympy.cos(a) - sympy.sin(b), box) == (-2.0, 2.0)
+    assert penalty_squares(-a ** 2, prob.u_sym, [0], U_NL) is None       # concave
+    concave = penalty_squares(-a ** 2 + b, prob.u_sym, [0], U_NL, [-1.0], [2.0])
+    assert concave.n_terms == 1 and concave.L.shape == (0, 1)
+
+
+def test_least_squares_with_bounded_penalty_reaches_the_optimum_of_ipopt():
+    """The square-root rows are exact in value and gradient: the trust region reaches
+    Ipopt's optimum of the same J (their curvature is the Gauss-Newton one)."""
+    prob = nonlinear_problem(penalty=_bounded_penalty)
+    bounds = dict(a=(0.1, 2.0), b=(0.05, 3.0), c=(0.5, 2.0), x0=(-1.0, 4.0))
+    for p in prob.parameters:
+        p.lb, p.ub = bounds[p.name]
+    a = po.estimate(prob, "continuous")
+    b = po.estimate(prob, "continuous", optimizer="least_squares")
+    assert a.success and b.success, (a.status, b.status)
+    np.testing.assert_allclose(b.x, a.x, rtol=2e-5, atol=1e-7)
+    # b is at its lower bound with dJ/db = 6/b = 120; the trust region's iterates stay
+    # strictly inside the bounds (measured: a few 1e-9 from it, 5e-7 in J)
+    assert b.x[1] == pytest.approx(0.05, abs=1e-8)
+    assert b.objective == pytest.approx(a.objective, abs=2e-6)
 
 
 def test_least_squares_with_gaussian_priors_reaches_the_optimum_of_ipopt():
@@ -697,8 +767,9 @@ def test_least_squares_with_gaussian_priors_reaches_the_optimum_of_ipopt():
 
 def test_least_squares_refuses_what_is_not_a_sum_of_squares(monkeypatch):
     prob = nonlinear_problem()
-    for penalty in (lambda u: (u.a - 0.7) ** 4, lambda u: -(u.a - 0.7) ** 2,
-                    lambda u: 0.5 * (u.a - 0.7) ** 2 + u.b):
+    # not bounded below without bounds on the parameters
+    for penalty in (lambda u: -(u.a - 0.7) ** 2, lambda u: 0.5 * (u.a - 0.7) ** 2 + u.b,
+                    lambda u: pyo.log(u.a)):
         with pytest.raises(po.ProblemError, match="penalty"):
             po.estimate(nonlinear_problem(penalty=penalty), "continuous",
                         optimizer="least_squares")
@@ -708,7 +779,7 @@ def test_least_squares_refuses_what_is_not_a_sum_of_squares(monkeypatch):
         po.estimate(prob, "continuous", optimizer="least_squares", options={"tol": 1e-8})
     with pytest.raises(ValueError, match=r"does not take the options \['loss'\]"):
         po.estimate(prob, "continuous", optimizer="least_squares", options={"loss": "soft_l1"})
-    # a penalty that is no polynomial of degree 2 is refused before any model is built
+    # a penalty not bounded below is refused before any model is built
     # (a PEtab problem with priors and log-sigma terms over 123 conditions: 10 minutes)
     from pyomo_odeest.approaches.continuous import _estimation
 

@@ -328,11 +328,13 @@ def test_noise_product_of_noise_parameters(tmp_path):
     assert late.extra["petab_rounds"] == 1 and late.status.value == "time_limit"
 
 
-@pytest.mark.parametrize("approach, options", APPROACHES)
+@pytest.mark.parametrize("approach, options",
+                         APPROACHES + [("continuous", dict(optimizer="least_squares"))])
 def test_noise_sharing_a_parameter_with_the_observable(tmp_path, approach, options):
     """y = scale * X with sigma = scale * rel (scale estimated, in the observable too):
     every datum is its own scaled residual and the log-sigma terms are part of the
-    objective, so every approach reaches the direct minimum."""
+    objective, so every approach reaches the direct minimum (the least squares with the
+    log-sigma terms as square-root rows)."""
     path = write_switch(tmp_path / "p", observable="scale * X", noise="scale * rel",
                         extra_params=_noise_params("scale", nominal=1.0, lb=0.1, ub=10.0)
                         + _noise_params("rel", nominal=0.05, lb=1e-3, ub=1.0))

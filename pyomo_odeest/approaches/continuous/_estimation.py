@@ -246,7 +246,7 @@ class ContinuousApproach(Approach):
         if cfg.optimizer == "least_squares" and cfg.hessian is not None:
             raise ValueError("optimizer 'least_squares' uses the Gauss-Newton matrix of the "
                              "residuals; leave hessian=None")
-        if cfg.optimizer == "least_squares" and not _quadratic_penalty(problem):
+        if cfg.optimizer == "least_squares" and not _penalty_as_squares(problem):
             raise ProblemError(_NOT_SQUARES)          # before the models are built
 
     def advice(self, cfg):
@@ -416,7 +416,7 @@ def _stationarity(b, out, gradient, g0):
     pg, limit = st["projected_gradient"], st["limit"]
     constrained = b.mult_g is not None and len(b.mult_g)
     squares = None if pg <= limit or not np.isfinite(pg) or constrained else \
-        _SumOfSquares(b.cm, b.obj)
+        _SumOfSquares(b.cm, b.obj, b.wl, b.wu)
     if squares:
         try:
             with _tighter(b.cm, factor):
@@ -518,22 +518,24 @@ def estimate_continuous(problem: EstimationProblem, **options):
 
 
 _NOT_SQUARES = ("optimizer 'least_squares' needs J as a sum of squares; the problem's "
-                "penalty R(u) is not a quadratic bounded below in the free parameters: use "
+                "penalty R(u) has a term that is not bounded below within the bounds of the "
+                "free parameters (or not provably so): give them bounds, or use "
                 "optimizer='ipopt'")
 
 
-def _quadratic_penalty(problem):
-    """Whether the penalty R(u) of ``problem`` and of its experiments is a polynomial of
-    degree at most 2 (or absent); whether it is bounded below is checked in the free
-    parameters when the fit starts (:meth:`MeasurementMisfit.penalty_residuals`)."""
+def _penalty_as_squares(problem):
+    """Whether the penalty R(u) of ``problem`` and of its experiments is a sum of squares
+    of the free parameters within their bounds, the others at their start values
+    (:func:`~pyomo_odeest.problem._misfit.penalty_squares`)."""
     import sympy
-    for sp in {id(q): q for q in [problem, *problem.subproblems]}.values():
-        pen = sympy.sympify(getattr(sp, "penalty_sym", 0) or 0)
-        syms = sorted(pen.free_symbols, key=str)
-        if syms and not (pen.is_polynomial(*syms)
-                         and sympy.Poly(pen, *syms).total_degree() <= 2):
-            return False
-    return True
+    from ...problem._misfit import penalty_squares
+    free = problem.free_mask
+    cols = np.flatnonzero(free)
+    lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
+    ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
+    return all(penalty_squares(sp.penalty_sym, sp.u_sym, cols, problem.u0, lb, ub) is not None
+               for sp in {id(q): q for q in [problem, *problem.subproblems]}.values()
+               if sympy.sympify(getattr(sp, "penalty_sym", 0) or 0) != 0)
 
 
 def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
@@ -546,7 +548,7 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
     where the Jacobian is evaluated (once per accepted iterate); at its wall-time
     limit the solve stops there and returns that iterate."""
     from scipy.optimize import least_squares
-    squares = _SumOfSquares(cm, obj)
+    squares = _SumOfSquares(cm, obj, wl, wu)
     if not squares:
         raise ProblemError(_NOT_SQUARES)
     size = squares.size
@@ -606,19 +608,21 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
 
 class _SumOfSquares:
     r""":math:`J - c = \tfrac12\lVert\rho(w)\rVert^2` over the scaled free parameters
-    ``w`` of ``obj``: the weighted residuals of every experiment, and for a quadratic
-    penalty R(u) (Gaussian priors on the estimation scale) the rows
-    :math:`L(u_F - m)`, with :math:`R = R(m) + \tfrac12\lVert L(u_F - m)\rVert^2`;
-    the Jacobian from the forward sensitivities [MHV, eq. (8)].  False (``bool``)
-    when J is not a sum of squares (another penalty)."""
+    ``w`` of ``obj`` within the bounds ``wl``, ``wu``: the weighted residuals of every
+    experiment and the penalty's squares
+    (:class:`~pyomo_odeest.problem._misfit.PenaltySquares`: Gaussian priors as linear
+    rows, the log σ of estimated σ and other terms bounded below as square roots); the
+    Jacobian from the forward sensitivities [MHV, eq. (8)].  False (``bool``) when the
+    penalty is not bounded below there."""
 
-    def __init__(self, cm, obj):
+    def __init__(self, cm, obj, wl, wu):
         self.models, self.obj = getattr(cm, "models", [cm]), obj
         self.cols = np.flatnonzero(obj.free)
-        self.rows = [m.misfit.penalty_residuals(self.cols, obj.u_full) for m in self.models
-                     if m.misfit.has_penalty]
+        lb, ub = np.asarray(wl) * obj.s, np.asarray(wu) * obj.s
+        self.rows = [m.misfit.penalty_residuals(self.cols, obj.u_full, lb, ub)
+                     for m in self.models if m.misfit.has_penalty]
         self.size = sum(m.misfit.zbar.size for m in self.models) + \
-            sum(len(r[0]) for r in self.rows if r is not None)
+            sum(r.size for r in self.rows if r is not None)
 
     def __bool__(self):
         return all(r is not None for r in self.rows)
@@ -627,7 +631,7 @@ class _SumOfSquares:
         u, cols = self.obj.u(w), self.cols
         return _guarded(lambda: np.concatenate(
             [m.misfit.weighted_residuals(m._forward(u)[1], u).ravel() for m in self.models]
-            + [L @ (u[cols] - c) for L, c in self.rows]))
+            + [r.residuals(u[cols]) for r in self.rows]))
 
     def jacobian(self, w):
         u, cols = self.obj.u(w), self.cols
@@ -638,7 +642,7 @@ class _SumOfSquares:
             for m in self.models:
                 _, Xm, Sm = m.sensitivities(u, V)
                 blocks.append(m.misfit.weighted_jacobian(Xm, u, Sm, cols).reshape(-1, len(cols)))
-            return np.vstack(blocks + [L for L, _ in self.rows])
+            return np.vstack(blocks + [r.jacobian(u[cols]) for r in self.rows])
         return _guarded(stacked) * self.obj.s[None, :]
 
     def decrement(self, w, lb, ub):
