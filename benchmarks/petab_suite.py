@@ -49,7 +49,12 @@ Every fit (Ipopt's, and the least squares', checked once per iterate) stops at
 ``max_wall_time`` from ``--max-wall-time`` (default 120 s per fit, so that a
 run over the collection ends; 0: no limit).  Ipopt options: when a start puts a
 free parameter on one of its bounds, ``bound_push = bound_frac = 1e-8``
-(:func:`ipopt_options`), so the fit starts where the user's start is.
+(:func:`ipopt_options`), so the fit starts where the user's start is.  Those
+limits are checked between iterations; as a backstop for what they cannot stop
+(a model's set-up, the compilation of kernels, one Ipopt iteration of minutes),
+the fits of the approaches other than the least squares run in a child process
+(the runner's ``task_timeout``) killed at 2 × their limit + 300 s: such a start
+is reported ``time_limit`` without estimates.
 
 Prints one line per problem,
 ``petab_problem: name=... nominal_nll=... best_nll=... best_approach=... wall_s=... status=...``
@@ -193,6 +198,8 @@ LEAST_SQUARES = "continuous_least_squares"
 LEAST_SQUARES_MAX_NFEV = 300
 #: the noise refinement starts no new round after this many fits' time limits
 NOISE_ROUNDS_BUDGET = 5
+#: a fit of the other approaches is killed at KILL_FACTOR x its time limit + KILL_GRACE s
+KILL_FACTOR, KILL_GRACE = 2.0, 300.0
 
 
 class Budget:
@@ -251,10 +258,18 @@ def fits(pe, approach, args, runner, h, starts, tol=None, budget=None):
         ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts, args, wall)
         if ipopt:
             opts["options"] = ipopt
-    ms = multistart(prob, n=args.starts - 1 if starts is None else 0, runner=runner,
-                    approach=base, space="linear", bounds=start_box(prob, args.spread),
-                    starts=starts if starts is not None else [prob.u0], seed=args.seed,
-                    options=opts)
+    # the backstop of the fits' own limits, which cannot stop a model's set-up or one long
+    # Ipopt iteration: the fit runs in a child process killed at KILL_FACTOR x its limit
+    # (+ KILL_GRACE s); the least squares keeps its models' set-up in this process
+    kill = KILL_FACTOR * wall + KILL_GRACE if wall and approach != LEAST_SQUARES else None
+    runner.task_timeout, before = kill, runner.task_timeout
+    try:
+        ms = multistart(prob, n=args.starts - 1 if starts is None else 0, runner=runner,
+                        approach=base, space="linear", bounds=start_box(prob, args.spread),
+                        starts=starts if starts is not None else [prob.u0], seed=args.seed,
+                        options=opts)
+    finally:
+        runner.task_timeout = before
     tab = ms.table.copy()
     tab["approach"] = approach
     names = prob.parameter_names
@@ -482,7 +497,9 @@ def run_problem(folder, args, ref, runner):
                   f"nll(discrete)={row['nll_discrete']:.6f} "
                   f"nll(simulated)={row['nll_simulated']:.6f} "
                   f"({row.get('wall_s', np.nan):.1f} s)"
-                  + (f" {str(row.get('error'))[:300]}" if row["status"] == "error" else ""),
+                  + (f" {str(row.get('error'))[:300]}"
+                     if row["status"] in ("error", "time_limit") and isinstance(
+                         row.get("error"), str) else ""),
                   flush=True)
         tables.append(tab)
         status, best, value, flags = assess(pd.concat(tables, ignore_index=True), start, r_obj)

@@ -266,16 +266,35 @@ def _Progress(total, progress, desc):
 _CAN_FORK = hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
-def _error_row(task, index, seed_seq, error, worker=""):
+def _error_row(task, index, seed_seq, error, worker="", status="error"):
     return index, dict(task=index, seed=int(seed_seq.generate_state(1)[0]), **task.columns,
-                       status="error", success=False, error=error, worker=worker), None
+                       status=status, success=False, error=error, worker=worker), None
 
 
-def _execute_isolated(task, index, seed_seq, keep):
+def _read_until(fd, deadline):
+    """The bytes written to the pipe ``fd`` until it closes; None at ``deadline``
+    (``time.monotonic()``; None: no limit)."""
+    import select
+    data = bytearray()
+    while True:
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            return None
+        if select.select([fd], [], [], wait)[0]:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return bytes(data)
+            data += chunk
+
+
+def _execute_isolated(task, index, seed_seq, keep, timeout=None):
     """:func:`_execute` in a child process forked by the worker: a task that ends
     its process (``os._exit``, a fatal signal, a crash in compiled code) gives an
-    error row naming it, and the worker lives on."""
+    error row naming it, and the worker lives on.  A task still running after
+    ``timeout`` seconds is killed (``SIGKILL``: whatever it is doing, set-up or
+    compiled code) and its row has the status ``'time_limit'``."""
     import cloudpickle
+    import signal
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                                 # the child: run, send, exit
@@ -292,8 +311,16 @@ def _execute_isolated(task, index, seed_seq, keep):
         finally:
             os._exit(0)
     os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
+    try:
+        data = _read_until(r, None if timeout is None else time.monotonic() + timeout)
+    finally:
+        os.close(r)
+    if data is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return _error_row(task, index, seed_seq, f"stopped by the runner's task_timeout after "
+                          f"{timeout:g} s (the process running it was killed)",
+                          _worker_name(), status="time_limit")
     _, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and data:
         try:
@@ -310,11 +337,13 @@ def _execute_isolated(task, index, seed_seq, keep):
                       "to see where", _worker_name())
 
 
-def _submit(client, task, index, seed_seq, keep, key, isolated=False):
+def _submit(client, task, index, seed_seq, keep, key, isolated=False, timeout=None):
     """Submit one task; a task that cannot be serialized is named with its culprit."""
     try:
-        return client.submit(_execute_isolated if isolated else _execute, task, index,
-                             seed_seq, keep, key=key, pure=False)
+        if isolated or timeout is not None:
+            return client.submit(_execute_isolated, task, index, seed_seq, keep, timeout,
+                                 key=key, pure=False)
+        return client.submit(_execute, task, index, seed_seq, keep, key=key, pure=False)
     except Exception as err:                     # noqa: BLE001 - diagnosed below
         raise _serialization_error(task, index, err) from None
 
@@ -404,6 +433,14 @@ class Runner:
         None (default): when standard error is a terminal.
     cluster_kwargs : dict
         More keyword arguments of :class:`distributed.LocalCluster`.
+    task_timeout : float, optional
+        Seconds a task may run: each task then runs in a child process (forked, on
+        Linux) that is killed at that limit, whatever it is doing (building a model,
+        compiling, inside one long Ipopt iteration), and its row has the status
+        ``'time_limit'``.  The task's own limits (``max_wall_time``) stop it more
+        gracefully, with its estimates; this is the backstop.  What a task caches
+        in memory is then lost with its process.  An attribute: it may be changed
+        between runs.
 
     Notes
     -----
@@ -412,7 +449,7 @@ class Runner:
     """
 
     def __init__(self, mode="dask", n_workers=None, address=None, client=None, retries=2,
-                 progress=None, cluster_kwargs=None):
+                 progress=None, cluster_kwargs=None, task_timeout=None):
         if mode not in ("dask", "serial"):
             raise ValueError(f"mode must be 'dask' or 'serial', got {mode!r}")
         if address is not None and client is not None:
@@ -425,6 +462,10 @@ class Runner:
                              "address= or client= is sized by whoever started it")
         if not (isinstance(retries, (int, np.integer)) and retries >= 0):
             raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        if task_timeout is not None and not (_CAN_FORK and float(task_timeout) > 0):
+            raise ValueError(f"task_timeout must be a number of seconds > 0, on Linux (its "
+                             f"tasks run in forked processes); got {task_timeout!r}")
+        self.task_timeout = task_timeout
         self.mode, self.retries, self.progress = mode, int(retries), progress
         self._client, self._cluster, self._own_client = None, None, False
         if mode == "serial":
@@ -512,7 +553,8 @@ class Runner:
         try:
             if self.mode == "serial":
                 for i, (t, s) in enumerate(zip(tasks, seeds)):
-                    collect(*_execute(t, i, s, keep_models))
+                    collect(*(_execute(t, i, s, keep_models) if self.task_timeout is None
+                              else _execute_isolated(t, i, s, keep_models, self.task_timeout)))
             else:
                 interrupted = self._run_dask(tasks, seeds, keep_models, collect)
         except KeyboardInterrupt:
@@ -558,7 +600,8 @@ class Runner:
             return lost
 
         try:
-            lost = gather({_submit(client, t, i, s, keep, task_key(run_id, i)): i
+            lost = gather({_submit(client, t, i, s, keep, task_key(run_id, i),
+                                   timeout=self.task_timeout): i
                            for i, (t, s) in enumerate(zip(tasks, seeds))})
             # a task lost with its worker runs again in a process of its own (forked by
             # a worker): if it ends that process it is the culprit and the worker lives;
@@ -569,7 +612,8 @@ class Runner:
                 for batch in batches:
                     again.update(gather({
                         _submit(client, tasks[i], i, seeds[i], keep,
-                                task_key(f"{run_id}r{attempt}", i), isolated=_CAN_FORK): i
+                                task_key(f"{run_id}r{attempt}", i), isolated=_CAN_FORK,
+                                timeout=self.task_timeout): i
                         for i in batch}))
                 lost = again
         except KeyboardInterrupt:

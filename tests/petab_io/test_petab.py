@@ -1040,6 +1040,24 @@ def test_suite_time_budget_stops_a_problem_and_says_so(capsys):
                                   "not_run:simultaneous")
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the suite's backstop forks")
+def test_suite_kills_a_fit_its_own_limit_cannot_stop(capsys, monkeypatch):
+    """benchmarks/petab_suite.py: a fit of the discrete approaches runs in a child process
+    killed at KILL_FACTOR x its limit + KILL_GRACE (here 0.5 s: inside the model's
+    set-up, which no limit of the fit's own stops); the start says ``time_limit`` and
+    the problem failed, and the suite ends."""
+    suite = _suite()
+    monkeypatch.setattr(suite, "KILL_FACTOR", 0.0)
+    monkeypatch.setattr(suite, "KILL_GRACE", 0.5)
+    code = suite.main([os.path.join(DATA, "Bruno_JExpBot2016"), "--approaches",
+                       "reduced_space", "--starts", "1", "--refine", "0", "--out", ""])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "start 0: time_limit" in out and "task_timeout after 0.5 s" in out
+    line = [ln for ln in out.splitlines() if ln.startswith("petab_problem:")][0]
+    assert "status=failed" in line and "failures=reduced_space:time_limit" in line
+
+
 def test_suite_results_table_keeps_one_row_per_problem(tmp_path):
     """benchmarks/petab_suite.py --out: each run replaces its problems' rows and keeps the
     others; the best estimates round-trip through JSON."""

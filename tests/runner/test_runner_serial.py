@@ -2,6 +2,7 @@
 
 No Dask needed: these tests run in a bare environment."""
 import math
+import os
 import pickle
 
 import numpy as np
@@ -287,3 +288,28 @@ def test_variants_share_the_numeric_functions_not_the_data():
         pytest.approx(0.5 * (J - c), rel=1e-12)
     assert DiscreteModel(shifted, steps_per_interval=4).objective(u) != pytest.approx(J)
     assert DiscreteModel(prob, steps_per_interval=4).objective(u) == J
+
+
+def _sleep_then(seconds):
+    import time
+    time.sleep(seconds)
+    return seconds
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="task_timeout forks")
+def test_task_timeout_kills_a_task_and_the_run_goes_on():
+    """A task past ``task_timeout`` is killed wherever it is (here in a sleep no limit of
+    its own can stop): its row says ``time_limit``, the next task runs, the run keeps
+    its order; without the attribute, tasks run in this process."""
+    import time
+    rn = Runner(mode="serial", progress=False, task_timeout=1.0)
+    t0 = time.perf_counter()
+    run = rn.map(_sleep_then, [0.05, 60.0, 0.1])
+    assert time.perf_counter() - t0 < 30.0
+    assert list(run.table["status"]) == ["done", "time_limit", "done"]
+    assert "task_timeout after 1 s" in run.table.loc[1, "error"]
+    assert list(run.table["value"].iloc[[0, 2]]) == [0.05, 0.1]
+    rn.task_timeout = None
+    assert rn.map(lambda _: os.getpid(), [0]).table.loc[0, "value"] == os.getpid()
+    with pytest.raises(ValueError, match="task_timeout"):
+        Runner(mode="serial", task_timeout=0)
