@@ -40,7 +40,9 @@ with the tests (``tests/data/petab``).  Per problem:
    discretization artefact cannot be reported as a fit;
 6. the approaches are tried in the order given until one converges to a point
    no worse than the problem's start and than the reference
-   (``--all-approaches``: every one).  ``continuous_least_squares`` is the
+   (``--all-approaches``: every one); when none converged to the best point
+   found and another approach than the first found it, the first approach
+   (the cheapest) is run once more from that point (:func:`polish`).  ``continuous_least_squares`` is the
    continuous approach with the Gauss–Newton trust region
    (``optimizer='least_squares'``, at most 300 residual evaluations per
    start), first by default: it is the cheapest where it converges.
@@ -508,6 +510,7 @@ def run_problem(folder, args, ref, runner):
             rest = args.approaches[args.approaches.index(approach) + 1:]
             print(f"  {name}: {approach} converged; not run: {','.join(rest)}", flush=True)
             break
+    tables = polish(pe, args, runner, h0, tables, start, r_obj, budget, name)
     if not tables:                                # the import took the whole budget
         tables.append(pd.DataFrame(columns=["approach", "status", "success", "nll_simulated",
                                             "nll_discrete", "max_step"]))
@@ -531,6 +534,28 @@ def run_problem(folder, args, ref, runner):
                    best_rtol=float(best.get("rtol", np.nan)),
                    estimates={k: float(best[f"p_{k}"]) for k in prob.parameter_names})
     return out
+
+
+def polish(pe, args, runner, h, tables, start, r_obj, budget, name):
+    """When no fit converged to the best point found and that point came from another
+    approach than the first (the cheapest), the first approach is run once more from it:
+    a local method started where an explorer stopped.  ``tables`` with its rows added."""
+    if not tables:
+        return tables
+    status, best, _, _ = assess(pd.concat(tables, ignore_index=True), start, r_obj)
+    first = args.approaches[0]
+    if status == CONVERGED or best is None or best["approach"] == first or \
+            not budget.allows(f"{first} from the best point"):
+        return tables
+    u = best[[f"p_{k}" for k in pe.problem.parameter_names]].to_numpy(dtype=float)
+    print(f"  {name}: best point by {best['approach']} (not converged, "
+          f"{float(best['nll_simulated']):.6f}); {first} from it", flush=True)
+    tab = fits(pe, first, args, runner, h, [u], budget=budget)
+    for _, row in tab.iterrows():
+        print(f"  {name} {first} from the best point: {row['status']}, "
+              f"{row.get('iterations', 0)} it, nll(simulated)={row['nll_simulated']:.6f} "
+              f"({row.get('wall_s', np.nan):.1f} s)", flush=True)
+    return tables + [tab]
 
 
 def write_results(path, rows):

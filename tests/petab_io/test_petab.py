@@ -1058,6 +1058,36 @@ def test_suite_kills_a_fit_its_own_limit_cannot_stop(capsys, monkeypatch):
     assert "status=failed" in line and "failures=reduced_space:time_limit" in line
 
 
+def test_suite_polishes_the_best_point_of_another_approach_with_the_first(monkeypatch):
+    """benchmarks/petab_suite.py: when no fit converged to the best point found and that
+    point came from another approach, the first approach runs once from it; not when
+    the best converged, nor when the first approach found it."""
+    from types import SimpleNamespace
+    suite = _suite()
+    calls = []
+
+    def fake_fits(pe, approach, args, runner, h, starts, tol=None, budget=None):
+        calls.append((approach, np.asarray(starts[0])))
+        return pd.DataFrame([dict(approach=approach, success=True, nll_simulated=-66.58,
+                                  nll_discrete=-66.58, status="converged", p_k=starts[0][0])])
+    monkeypatch.setattr(suite, "fits", fake_fits)
+    pe = SimpleNamespace(problem=SimpleNamespace(parameter_names=["k"]))
+    args = SimpleNamespace(approaches=[suite.LEAST_SQUARES, "reduced_space"])
+
+    def tab(approach, success, nll, k):
+        return pd.DataFrame([dict(approach=approach, success=success, nll_simulated=nll,
+                                  nll_discrete=nll, status="s", p_k=k)])
+    explorer = [tab(suite.LEAST_SQUARES, False, -53.2, 1.0), tab("reduced_space", False, -66.5, 2.0)]
+    out = suite.polish(pe, args, None, 1.0, explorer, -53.08, None, suite.Budget(None), "P")
+    assert calls[0][0] == suite.LEAST_SQUARES and calls[0][1][0] == 2.0 and len(out) == 3
+    assert suite.assess(pd.concat(out, ignore_index=True), -53.08, None)[0] == suite.CONVERGED
+    for tables in ([tab(suite.LEAST_SQUARES, False, -66.5, 1.0), tab("reduced_space", False, -60.0, 2.0)],
+                   [tab("reduced_space", True, -66.5, 2.0)], []):
+        calls.clear()
+        assert suite.polish(pe, args, None, 1.0, tables, -53.08, None, suite.Budget(None),
+                            "P") is tables and not calls
+
+
 def test_suite_results_table_keeps_one_row_per_problem(tmp_path):
     """benchmarks/petab_suite.py --out: each run replaces its problems' rows and keeps the
     others; the best estimates round-trip through JSON."""
