@@ -40,9 +40,9 @@ with the tests (``tests/data/petab``).  Per problem:
    discretization artefact cannot be reported as a fit;
 6. the approaches are tried in the order given until one converges to a point
    no worse than the problem's start and than the reference
-   (``--all-approaches``: every one); when none converged to the best point
-   found and another approach than the first found it, the first approach
-   (the cheapest) is run once more from that point (:func:`polish`).  ``continuous_least_squares`` is the
+   (``--all-approaches``: every one); after each, when no fit converged to the
+   best point found and another approach than the first found it, the first
+   approach (the cheapest) is run once more from that point (:func:`polish`).  ``continuous_least_squares`` is the
    continuous approach with the Gauss–Newton trust region
    (``optimizer='least_squares'``, at most 300 residual evaluations per
    start), first by default: it is the cheapest where it converges.
@@ -451,7 +451,7 @@ def run_problem(folder, args, ref, runner):
     r = ref.get(name)
     r_obj = None if r is None else r + prior      # the reference on the same objective
     prob = pe.problem
-    tables = []
+    tables, polished = [], set()
     h0 = largest_step(prob, args)
     for approach in args.approaches:
         h, tol = h0, None
@@ -504,13 +504,13 @@ def run_problem(folder, args, ref, runner):
                          row.get("error"), str) else ""),
                   flush=True)
         tables.append(tab)
+        tables = polish(pe, args, runner, h0, tables, start, r_obj, budget, name, polished)
         status, best, value, flags = assess(pd.concat(tables, ignore_index=True), start, r_obj)
         if solved(status, flags) and not args.all_approaches and \
                 approach != args.approaches[-1]:
             rest = args.approaches[args.approaches.index(approach) + 1:]
             print(f"  {name}: {approach} converged; not run: {','.join(rest)}", flush=True)
             break
-    tables = polish(pe, args, runner, h0, tables, start, r_obj, budget, name)
     if not tables:                                # the import took the whole budget
         tables.append(pd.DataFrame(columns=["approach", "status", "success", "nll_simulated",
                                             "nll_discrete", "max_step"]))
@@ -536,10 +536,11 @@ def run_problem(folder, args, ref, runner):
     return out
 
 
-def polish(pe, args, runner, h, tables, start, r_obj, budget, name):
+def polish(pe, args, runner, h, tables, start, r_obj, budget, name, polished=None):
     """When no fit converged to the best point found and that point came from another
     approach than the first (the cheapest), the first approach is run once more from it:
-    a local method started where an explorer stopped.  ``tables`` with its rows added."""
+    a local method started where an explorer stopped.  ``tables`` with its rows added;
+    ``polished``: the points (bytes) already polished, not polished again."""
     if not tables:
         return tables
     status, best, _, _ = assess(pd.concat(tables, ignore_index=True), start, r_obj)
@@ -548,6 +549,10 @@ def polish(pe, args, runner, h, tables, start, r_obj, budget, name):
             not budget.allows(f"{first} from the best point"):
         return tables
     u = best[[f"p_{k}" for k in pe.problem.parameter_names]].to_numpy(dtype=float)
+    polished = set() if polished is None else polished
+    if u.tobytes() in polished:
+        return tables
+    polished.add(u.tobytes())
     print(f"  {name}: best point by {best['approach']} (not converged, "
           f"{float(best['nll_simulated']):.6f}); {first} from it", flush=True)
     tab = fits(pe, first, args, runner, h, [u], budget=budget)
