@@ -238,10 +238,11 @@ class ContinuousBackend:
 
     def observation_sensitivities(self, u, free):
         out = []
+        V = np.eye(len(u))[:, free]               # the free directions only
         for sp_, c in zip(self.problem.subproblems, _models(self.model)):
-            _, Xm, Xs = c.sensitivities(u)
+            _, Xm, Xs = c.sensitivities(u, V)
             mf = c.misfit
-            out.append((sp_, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
+            out.append((sp_, mf.observation_sensitivities(Xm, u, Xs, free),
                         mf.residuals(Xm, u) * sp_.mask, mf))
         return out
 
