@@ -57,8 +57,10 @@ def _implemented(label, fn, derivative=None):
         return derivative(self.args[0]) if derivative is not None else sympy.Integer(0)
 
     name = f"{label}_{next(_counter)}"
-    return type(name, (sympy.Function,), {"nargs": 1, "fdiff": fdiff,
-                                          "_imp_": staticmethod(fn)})
+    # no "nargs" in the class dict: sympy makes it a read-only property, which a copy of
+    # the class by value (cloudpickle: a problem or result sent to another process)
+    # cannot set back
+    return type(name, (sympy.Function,), {"fdiff": fdiff, "_imp_": staticmethod(fn)})
 
 
 def _check_knots(times, values, what, min_points=1):

@@ -271,6 +271,18 @@ def _error_row(task, index, seed_seq, error, worker="", status="error"):
                        status=status, success=False, error=error, worker=worker), None
 
 
+def _dumps(obj):
+    """``obj`` pickled by reference where it can be (as Dask sends results: the classes
+    sympy creates at run time do not survive cloudpickle's copy by value), else by
+    cloudpickle."""
+    import pickle
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:                            # noqa: BLE001 - lambdas, local classes
+        import cloudpickle
+        return cloudpickle.dumps(obj)
+
+
 def _read_until(fd, deadline):
     """The bytes written to the pipe ``fd`` until it closes; None at ``deadline``
     (``time.monotonic()``; None: no limit)."""
@@ -301,7 +313,7 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None):
         try:
             os.close(r)
             try:
-                payload = cloudpickle.dumps(_execute(task, index, seed_seq, keep))
+                payload = _dumps(_execute(task, index, seed_seq, keep))
             except BaseException as err:         # noqa: BLE001 - an output that does not pickle
                 payload = cloudpickle.dumps(_error_row(
                     task, index, seed_seq, f"the task's output cannot be sent back: "
@@ -325,8 +337,9 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None):
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and data:
         try:
             return cloudpickle.loads(data)
-        except Exception:                        # noqa: BLE001 - a truncated payload
-            pass
+        except Exception as err:                 # noqa: BLE001 - sent, but not readable here
+            return _error_row(task, index, seed_seq, f"the task's output was sent back but "
+                              f"cannot be read: {type(err).__name__}: {err}", _worker_name())
     how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
            else f"exit code {os.WEXITSTATUS(status)}")
     return _error_row(task, index, seed_seq,

@@ -163,3 +163,18 @@ def test_input_errors():
     P = _problem(INPUTS["constant"])
     with pytest.raises(ProblemError, match="adaptive approach does not take inputs"):
         estimate(P, "adaptive")
+
+
+@pytest.mark.parametrize("kind", sorted(INPUTS))
+def test_problem_and_result_with_inputs_pickle_after_use(kind):
+    """The inputs' sympy functions are classes made at run time: a used problem and its
+    result go to another process (cloudpickle, as the runner sends them) and estimate
+    identically there; before, the copy of such a class failed to load ('nargs')."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    P = _problem(INPUTS[kind])
+    first = estimate(P, "reduced_space", scheme="enright", steps_per_interval=3)
+    res = cloudpickle.loads(cloudpickle.dumps(first.lean()))
+    np.testing.assert_array_equal(res.x, first.x)
+    again = estimate(cloudpickle.loads(cloudpickle.dumps(P)), "reduced_space",
+                     scheme="enright", steps_per_interval=3)
+    np.testing.assert_array_equal(again.x, first.x)
