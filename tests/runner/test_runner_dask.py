@@ -108,6 +108,26 @@ def test_interrupted_run_keeps_finished_rows(runner):
     assert (tab.loc[[2, 3, 4, 5], "status"] == "cancelled").all()
 
 
+def _sleep_then(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def test_task_timeout_kills_a_task_on_the_cluster(runner):
+    """task_timeout on the cluster: each task in a process forked by its worker, killed
+    at the limit; the worker lives on and the other tasks finish."""
+    runner.task_timeout = 2.0
+    try:
+        t0 = time.perf_counter()
+        run = runner.map(_sleep_then, [0.1, 120.0, 0.2])
+    finally:
+        runner.task_timeout = None
+    assert time.perf_counter() - t0 < 60.0
+    assert list(run.table["status"]) == ["done", "time_limit", "done"]
+    assert "task_timeout after 2 s" in run.table.loc[1, "error"]
+    assert len(runner.client.run(os.getpid)) == 2
+
+
 def test_killed_worker_tasks_are_retried_elsewhere(runner):
     """(Last test of the module: it kills one of the shared cluster's workers.)"""
     client = runner.client
