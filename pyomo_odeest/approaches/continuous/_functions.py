@@ -123,7 +123,10 @@ def _diff_entries(base_entries, syms):
     """Entries of the derivative of an array (given by its nonzero entries)."""
     out = []
     for k, e in base_entries:
+        fs = e.free_symbols                       # 0 for the others, without asking sympy
         for a, s in enumerate(syms):
+            if s not in fs:
+                continue
             d = sympy.diff(e, s)
             if d != 0:
                 out.append((k + (a,), d))
