@@ -42,7 +42,9 @@ with the tests (``tests/data/petab``).  Per problem:
    no worse than the problem's start and than the reference
    (``--all-approaches``: every one); after each, when no fit converged to the
    best point found and another approach than the first found it, the first
-   approach (the cheapest) is run once more from that point (:func:`polish`).  ``continuous_least_squares`` is the
+   approach (the cheapest) is run from that point, and again from where it
+   stops while it lowers the best value without converging (at most 3 runs,
+   :func:`polish`).  ``continuous_least_squares`` is the
    continuous approach with the Gauss–Newton trust region
    (``optimizer='least_squares'``, at most 300 residual evaluations per
    start), first by default: it is the cheapest where it converges.
@@ -202,6 +204,8 @@ LEAST_SQUARES_MAX_NFEV = 300
 NOISE_ROUNDS_BUDGET = 5
 #: a fit of the other approaches is killed at KILL_FACTOR x its time limit + KILL_GRACE s
 KILL_FACTOR, KILL_GRACE = 2.0, 300.0
+#: the first approach restarts from the best point at most this many times (polish)
+POLISH_ROUNDS = 3
 
 
 class Budget:
@@ -538,29 +542,34 @@ def run_problem(folder, args, ref, runner):
 
 def polish(pe, args, runner, h, tables, start, r_obj, budget, name, polished=None):
     """When no fit converged to the best point found and that point came from another
-    approach than the first (the cheapest), the first approach is run once more from it:
-    a local method started where an explorer stopped.  ``tables`` with its rows added;
-    ``polished``: the points (bytes) already polished, not polished again."""
-    if not tables:
-        return tables
-    status, best, _, _ = assess(pd.concat(tables, ignore_index=True), start, r_obj)
-    first = args.approaches[0]
-    if status == CONVERGED or best is None or best["approach"] == first or \
-            not budget.allows(f"{first} from the best point"):
-        return tables
-    u = best[[f"p_{k}" for k in pe.problem.parameter_names]].to_numpy(dtype=float)
+    approach than the first (the cheapest), the first approach is run from it: a local
+    method started where an explorer stopped; again from where it stops while it lowers
+    the best value without converging (at most ``POLISH_ROUNDS`` runs).  ``tables`` with
+    its rows added; ``polished``: the points (bytes) already polished, not again."""
     polished = set() if polished is None else polished
-    if u.tobytes() in polished:
-        return tables
-    polished.add(u.tobytes())
-    print(f"  {name}: best point by {best['approach']} (not converged, "
-          f"{float(best['nll_simulated']):.6f}); {first} from it", flush=True)
-    tab = fits(pe, first, args, runner, h, [u], budget=budget)
-    for _, row in tab.iterrows():
-        print(f"  {name} {first} from the best point: {row['status']}, "
-              f"{row.get('iterations', 0)} it, nll(simulated)={row['nll_simulated']:.6f} "
-              f"({row.get('wall_s', np.nan):.1f} s)", flush=True)
-    return tables + [tab]
+    first = args.approaches[0]
+    for k in range(POLISH_ROUNDS):
+        if not tables:
+            return tables
+        status, best, value, _ = assess(pd.concat(tables, ignore_index=True), start, r_obj)
+        if status == CONVERGED or best is None or (k == 0 and best["approach"] == first):
+            return tables
+        u = best[[f"p_{k}" for k in pe.problem.parameter_names]].to_numpy(dtype=float)
+        if u.tobytes() in polished or not budget.allows(f"{first} from the best point"):
+            return tables
+        polished.add(u.tobytes())
+        print(f"  {name}: best point by {best['approach']} (not converged, "
+              f"{float(best['nll_simulated']):.6f}); {first} from it", flush=True)
+        tab = fits(pe, first, args, runner, h, [u], budget=budget)
+        for _, row in tab.iterrows():
+            print(f"  {name} {first} from the best point: {row['status']}, "
+                  f"{row.get('iterations', 0)} it, nll(simulated)={row['nll_simulated']:.6f} "
+                  f"({row.get('wall_s', np.nan):.1f} s)", flush=True)
+        tables = tables + [tab]
+        if not (assess(pd.concat(tables, ignore_index=True), start, r_obj)[2]
+                < value - 1e-6 * max(1.0, abs(value))):
+            return tables                         # no lower: a restart would not help
+    return tables
 
 
 def write_results(path, rows):

@@ -1081,6 +1081,18 @@ def test_suite_polishes_the_best_point_of_another_approach_with_the_first(monkey
     out = suite.polish(pe, args, None, 1.0, explorer, -53.08, None, suite.Budget(None), "P")
     assert calls[0][0] == suite.LEAST_SQUARES and calls[0][1][0] == 2.0 and len(out) == 3
     assert suite.assess(pd.concat(out, ignore_index=True), -53.08, None)[0] == suite.CONVERGED
+    # not converged but lower: again from where it stopped, at most POLISH_ROUNDS times;
+    # not lower: no restart
+    for step, rounds in ((0.01, suite.POLISH_ROUNDS), (0.0, 1)):
+        calls.clear()
+
+        def descending(pe, approach, args, runner, h, starts, tol=None, budget=None):
+            calls.append(starts[0][0])
+            return tab(approach, False, -66.5 - step * len(calls), starts[0][0] + 1.0)
+        monkeypatch.setattr(suite, "fits", descending)
+        suite.polish(pe, args, None, 1.0, explorer, -53.08, None, suite.Budget(None), "P")
+        assert calls == [2.0 + k for k in range(rounds)]
+    monkeypatch.setattr(suite, "fits", fake_fits)
     for tables in ([tab(suite.LEAST_SQUARES, False, -66.5, 1.0), tab("reduced_space", False, -60.0, 2.0)],
                    [tab("reduced_space", True, -66.5, 2.0)], []):
         calls.clear()
