@@ -513,7 +513,8 @@ def run_problem(folder, args, ref, runner):
         if solved(status, flags) and not args.all_approaches and \
                 approach != args.approaches[-1]:
             rest = args.approaches[args.approaches.index(approach) + 1:]
-            print(f"  {name}: {approach} converged; not run: {','.join(rest)}", flush=True)
+            print(f"  {name}: converged (by {best['approach']}); not run: {','.join(rest)}",
+                  flush=True)
             break
     if not tables:                                # the import took the whole budget
         tables.append(pd.DataFrame(columns=["approach", "status", "success", "nll_simulated",
