@@ -295,11 +295,25 @@ class PenaltySquares:
         self.L, self.m = L, m
         self.n_terms = len(terms)
         self.size = L.shape[0] + len(terms)
-        if terms:
-            self._t = lambdify((syms,), [t for t, _ in terms], "numpy")
-            self._dt = lambdify((syms,), [[sympy.diff(t, v) for v in syms] for t, _ in terms],
-                                "numpy")
-            self._lo = np.array([lo for _, lo in terms])
+        self._terms, self._syms, self._fns = terms, syms, None
+        self._lo = np.array([lo for _, lo in terms])
+
+    @property
+    def _t(self):
+        return self._functions()[0]
+
+    @property
+    def _dt(self):
+        return self._functions()[1]
+
+    def _functions(self):
+        """The terms and their gradients, compiled on first use."""
+        if self._fns is None:
+            ts, syms = [t for t, _ in self._terms], self._syms
+            self._fns = (lambdify((syms,), ts, "numpy"), lambdify((syms,), [
+                [sympy.diff(t, v) if v in t.free_symbols else 0 for v in syms] for t in ts],
+                "numpy"))
+        return self._fns
 
     def _s(self, uF):
         return np.sqrt(np.maximum(2.0 * (np.asarray(self._t(uF), float) - self._lo), 0.0) + 1.0)
@@ -324,7 +338,8 @@ def interval(e, box):
     ``exp``, ``log``, ``sin`` and ``cos``; ``(-inf, inf)`` for what it cannot bound."""
     inf = np.inf
     if e.is_Number:
-        return float(e), float(e)
+        v = float(e)
+        return (v, v) if not np.isnan(v) else (-inf, inf)
     if e.is_Symbol:
         return box.get(e, (-inf, inf))
     if e.is_Add or e.is_Mul:
@@ -344,14 +359,15 @@ def interval(e, box):
     if isinstance(e, (sympy.exp, sympy.log)):
         lo, hi = interval(e.args[0], box)
         if isinstance(e, sympy.exp):
-            return float(np.exp(lo)), float(np.exp(hi))
+            with np.errstate(over="ignore"):
+                return float(np.exp(lo)), float(np.exp(hi))
         return (-inf, inf) if hi <= 0 else (float(np.log(lo)) if lo > 0 else -inf,
                                             float(np.log(hi)))
     if e.is_Pow:
         b, x = e.args
-        if b.is_Number and float(b) > 0:                  # b**x: monotone in x
+        if b.is_Number and b.is_positive and b.is_finite:  # b**x: monotone in x
             return interval(sympy.exp(x * sympy.log(b)), box)
-        if x.is_Number:
+        if x.is_Number and x.is_finite:
             lo, hi = interval(b, box)
             n = float(x)
             with np.errstate(divide="ignore", over="ignore"):

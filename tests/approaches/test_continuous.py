@@ -731,6 +731,8 @@ def test_penalty_bounded_below_in_the_bounds_is_a_sum_of_squares():
         vals = [f(x, y) for x in np.linspace(-1, 2, 31) for y in np.linspace(0.5, 3, 31)]
         assert lo <= min(vals) + 1e-12 and max(vals) <= hi + 1e-12
     assert interval(sympy.log(a), box)[0] == -np.inf
+    assert interval(b ** sympy.oo, box) == (-np.inf, np.inf)          # not bounded: no error
+    assert interval(sympy.exp(1000 * a), box) == (pytest.approx(np.exp(-1000.0)), np.inf)
     assert interval(sympy.cos(a) - sympy.sin(b), box) == (-2.0, 2.0)
     assert penalty_squares(-a ** 2, prob.u_sym, [0], U_NL) is None       # concave
     concave = penalty_squares(-a ** 2 + b, prob.u_sym, [0], U_NL, [-1.0], [2.0])

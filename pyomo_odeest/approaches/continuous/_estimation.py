@@ -533,9 +533,10 @@ def _penalty_as_squares(problem):
     cols = np.flatnonzero(free)
     lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
     ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
-    return all(penalty_squares(sp.penalty_sym, sp.u_sym, cols, problem.u0, lb, ub) is not None
-               for sp in {id(q): q for q in [problem, *problem.subproblems]}.values()
-               if sympy.sympify(getattr(sp, "penalty_sym", 0) or 0) != 0)
+    pens = {(sympy.sympify(getattr(sp, "penalty_sym", 0) or 0), tuple(sp.u_sym))
+            for sp in [problem, *problem.subproblems]}      # each penalty once
+    return all(penalty_squares(pen, us, cols, problem.u0, lb, ub) is not None
+               for pen, us in pens if pen != 0)
 
 
 def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
