@@ -278,8 +278,11 @@ def _dumps(obj):
     import pickle
     try:
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:                            # noqa: BLE001 - lambdas, local classes
-        import cloudpickle
+    except Exception as err:                     # noqa: BLE001 - lambdas, local classes
+        try:
+            import cloudpickle                   # with the [dask] extra
+        except ImportError:
+            raise err from None
         return cloudpickle.dumps(obj)
 
 
@@ -305,7 +308,7 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None):
     error row naming it, and the worker lives on.  A task still running after
     ``timeout`` seconds is killed (``SIGKILL``: whatever it is doing, set-up or
     compiled code) and its row has the status ``'time_limit'``."""
-    import cloudpickle
+    import pickle
     import signal
     r, w = os.pipe()
     pid = os.fork()
@@ -315,7 +318,7 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None):
             try:
                 payload = _dumps(_execute(task, index, seed_seq, keep))
             except BaseException as err:         # noqa: BLE001 - an output that does not pickle
-                payload = cloudpickle.dumps(_error_row(
+                payload = _dumps(_error_row(
                     task, index, seed_seq, f"the task's output cannot be sent back: "
                     f"{type(err).__name__}: {err}", _worker_name()))
             with os.fdopen(w, "wb") as f:
@@ -336,7 +339,7 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None):
     _, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and data:
         try:
-            return cloudpickle.loads(data)
+            return pickle.loads(data)
         except Exception as err:                 # noqa: BLE001 - sent, but not readable here
             return _error_row(task, index, seed_seq, f"the task's output was sent back but "
                               f"cannot be read: {type(err).__name__}: {err}", _worker_name())
