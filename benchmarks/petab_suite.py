@@ -555,7 +555,7 @@ def polish(pe, args, runner, h, tables, start, r_obj, budget, name, polished=Non
         status, best, value, _ = assess(pd.concat(tables, ignore_index=True), start, r_obj)
         if status == CONVERGED or best is None or (k == 0 and best["approach"] == first):
             return tables
-        u = best[[f"p_{k}" for k in pe.problem.parameter_names]].to_numpy(dtype=float)
+        u = best[[f"p_{n}" for n in pe.problem.parameter_names]].to_numpy(dtype=float)
         if u.tobytes() in polished or not budget.allows(f"{first} from the best point"):
             return tables
         polished.add(u.tobytes())

@@ -392,7 +392,8 @@ def penalty_squares(pen, us, cols, base, lb=None, ub=None):
     lb = np.full(k, -np.inf) if lb is None else np.asarray(lb, dtype=float)
     ub = np.full(k, np.inf) if ub is None else np.asarray(ub, dtype=float)
     syms = [us[i] for i in cols]
-    fixed = {v: sympy.Float(float(base[i]), 17) for i, v in enumerate(us) if i not in set(cols)}
+    free_cols = set(cols.tolist())
+    fixed = {v: sympy.Float(float(base[i]), 17) for i, v in enumerate(us) if i not in free_cols}
     pen = sympy.sympify(pen).xreplace(fixed)
     c, rest = pen.as_coeff_Mul()
     parts = [c * t for t in sympy.Add.make_args(rest)] if rest.is_Add else [pen]
