@@ -4,6 +4,7 @@ solved by Ipopt, rebuilt while the pattern at the solution changes."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from ..problem._declaration import (EstimationProblem, require_no_constraints, r
                                     require_single_experiment)
 from ..problem._misfit import observations
 from ..problem._result import EstimationResult
-from ..problem._status import Status, status_from_ipopt
+from ..problem._status import status_from_ipopt
 from ..problem._validation import positive_int
 from ..transcription._adaptive_block import build_adaptive_block, block_multipliers, run_from_block
 from ._backend import DiscreteBackend, discrete_model
@@ -58,13 +59,15 @@ class AdaptiveApproach(Approach):
         from ..discretization._size_guard import validate_estimator
         validate_estimator(self.name, problem, needs_data=False, options=cfg.options)
 
-    def build(self, problem, cfg, u_start):
-        am = cfg.model if cfg.model is not None else AdaptiveModel(problem, cfg.controller,
-                                                                   cfg.qmax)
-        return am, u_start
+    def build_experiment(self, problem, name, cfg, u_start):
+        return cfg.model if cfg.model is not None else AdaptiveModel(problem, cfg.controller,
+                                                                     cfg.qmax)
+
+    def combine(self, problem, parts, cfg, u_start):
+        return SimpleNamespace(am=parts[0], u=u_start, model=None)
 
     def solve(self, built, cfg):
-        am, u = built
+        am, u = built.am, built.u
         problem = am.problem
         opts = ipopt_options(cfg)
         trust, tee = cfg.trust, cfg.tee
@@ -117,14 +120,29 @@ class AdaptiveApproach(Approach):
         out.x = (m, rounds, stable, final_run)
         return out
 
+    def parts(self, built):
+        return [built.model.est]
+
     def collect(self, problem, built, outcome, cfg):
-        am, _ = built
+        am = built.am
         m, rounds, stable, final_run = outcome.x
-        res = _collect(m.est, m, am, rounds, stable, final_run)
-        res.status, res.iterations, res.evaluations = (outcome.status, outcome.iterations,
-                                                       outcome.counts)
+        built.model = m
+        run, c = run_from_block(m.est), am.controller
+        res = EstimationResult(
+            approach=self.name, method=f"ipopt/exact-hessian, adaptive eps={c.eps:g}",
+            scheme=get_scheme("adams_pc", am.qmax),
+            estimates=pd.Series(run.u, index=problem.parameter_names, name="estimate"),
+            objective=float(pyo.value(m.est.objective)) + am.const, status=outcome.status,
+            iterations=outcome.iterations, evaluations=outcome.counts, model=m,
+            extra=dict(rounds=rounds, pattern_changes=sum(1 for r in rounds
+                                                          if r.get("pattern_changed")),
+                       pattern_stable=stable, grid=run.summary(), run=final_run,
+                       block_run=run, adaptive_model=am, controller=c, eps=c.eps))
         res.backend = DiscreteBackend(problem, discrete_model(problem))
         return res
+
+    def collect_experiment(self, problem, b, u, built):
+        return _frames(b, built.model)
 
 
 def estimate_adaptive(problem: EstimationProblem, **options):
@@ -178,9 +196,9 @@ def _solve_block(am, run, options, tee, trust=None):
     return m, solver.last_info
 
 
-def _collect(b, m, am, rounds, stable, final_run):
-    P = am.problem
-    run = run_from_block(b)
+def _frames(b, m):
+    """States, fitted observations, residuals, adjoint and multipliers of a solved block."""
+    P, run = b.problem, run_from_block(b)
     S = P.states
     states = pd.DataFrame(run.x, index=pd.Index(run.t, name="time"), columns=S)
     fitted = observations(P, run.x[run.J], run.u)
@@ -202,14 +220,5 @@ def _collect(b, m, am, rounds, stable, final_run):
             kind=[run.pattern.kind(i, j) for i in range(run.k) for j in range(run.pattern.j[i])]),
             index=tidx)
         adjoint = pd.DataFrame(mult.p, index=pd.Index(range(run.k + 1), name="i"), columns=S)
-    c = am.controller
-    extra = dict(rounds=rounds, pattern_changes=sum(1 for r in rounds if r.get("pattern_changed")),
-                 pattern_stable=stable, grid=run.summary(), run=final_run, block_run=run,
-                 adaptive_model=am, controller=c, eps=c.eps)
-    return EstimationResult(
-        approach="adaptive", method=f"ipopt/exact-hessian, adaptive eps={c.eps:g}",
-        scheme=get_scheme("adams_pc", am.qmax),
-        estimates=pd.Series(run.u, index=P.parameter_names, name="estimate"),
-        objective=float(pyo.value(b.objective)) + am.const, status=Status.FAILED,
-        iterations=0, states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
-        multipliers=multipliers, model=m, extra=extra)
+    return dict(states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
+                multipliers=multipliers)

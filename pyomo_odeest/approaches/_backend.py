@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from ..discretization._experiments import ExperimentModels, experiment_grid
+from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
 from ..discretization.discrete import DiscreteModel
 from ..problem._misfit import MeasurementMisfit
 
@@ -47,16 +47,13 @@ def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=No
     """The :class:`DiscreteModel` of ``problem``; for several experiments the
     :class:`~pyomo_odeest.discretization._experiments.ExperimentModels` sum of one
     per experiment (``grid``: a mapping experiment -> Grid, or None)."""
-    if not problem.experiments:
-        return DiscreteModel(problem, scheme, qmax, grid, max_step, steps_per_interval)
-    return ExperimentModels(problem, [
+    return join_experiments(problem, [
         DiscreteModel(sp_, scheme, qmax, experiment_grid(grid, name), max_step,
                       steps_per_interval)
-        for name, sp_ in zip(problem.experiment_names, problem.experiment_problems)])
+        for name, sp_ in zip(problem.experiment_names or [None], problem.subproblems)])
 
 
-def _models(dm):
-    return list(getattr(dm, "models", None) or [dm])
+_models = experiment_models
 
 
 class DiscreteBackend:
@@ -72,8 +69,7 @@ class DiscreteBackend:
     @property
     def discretization(self):
         ms = _models(self.discrete_model)
-        grid = ({n: m.grid for n, m in zip(self.problem.experiment_names, ms)}
-                if self.problem.experiments else ms[0].grid)
+        grid = ({n: m.grid for n, m in zip(self.problem.experiment_names, ms)} or ms[0].grid)
         return dict(scheme=ms[0].scheme.name, qmax=ms[0].scheme.qmax, grid=grid)
 
     def simulate(self, u):
@@ -119,7 +115,7 @@ class KKTBackend(DiscreteBackend):
             if names != want:
                 raise ValueError(f"free parameters of the model {names} differ from the "
                                  f"problem's {want}")
-            self._kkt = H, dwdu if self.problem.experiments else [dwdu]
+            self._kkt = H, dwdu if isinstance(dwdu, list) else [dwdu]
         return self._kkt
 
     def observation_sensitivities(self, u, free):
@@ -144,7 +140,7 @@ class KKTBackend(DiscreteBackend):
 def _block_models(problem, blocks):
     ms = [DiscreteModel(sp_, b.scheme.name, b.scheme.qmax, b.grid)
           for sp_, b in zip(problem.subproblems, blocks)]
-    return ExperimentModels(problem, ms) if problem.experiments else ms[0]
+    return join_experiments(problem, ms)
 
 
 class ShootingBackend(DiscreteBackend):
@@ -157,7 +153,7 @@ class ShootingBackend(DiscreteBackend):
         self.ims, self.nodes = list(interval_models), list(node_values)
         ms = [DiscreteModel(sp_, im.scheme.name, im.scheme.qmax, im.grid)
               for sp_, im in zip(problem.subproblems, self.ims)]
-        super().__init__(problem, ExperimentModels(problem, ms) if problem.experiments else ms[0],
+        super().__init__(problem, join_experiments(problem, ms),
                          "discrete sensitivities (single shooting on the same grid)")
         self._nlp = None
         if not problem.experiments:
@@ -270,7 +266,7 @@ def rebuild_backend(result):
         engine = engine if engine in ("cvodes", "scipy") else None   # the installed default
         cms = [continuous_model(sp_, engine, method=kw.get("method"), rtol=kw.get("rtol"),
                                 atol=kw.get("atol")) for sp_ in P.subproblems]
-        return ContinuousBackend(P, ExperimentModels(P, cms) if P.experiments else cms[0])
+        return ContinuousBackend(P, join_experiments(P, cms))
     grid = result.grid
     if P.experiments and not isinstance(grid, Mapping):
         grid = None

@@ -2,19 +2,27 @@ r"""One estimation pipeline for every approach (template method).
 
 An approach is an :class:`Approach` subclass that declares its options as a
 Pyomo ``ConfigDict`` (:attr:`Approach.CONFIG`: the common options below,
-declared once, plus its own) and fills three hooks:
+declared once, plus its own) and fills a few hooks:
 
-* :meth:`Approach.build` — the model of the problem (for several experiments
-  the sum of one per experiment, the parameters shared) at the start values;
+* :meth:`Approach.build_experiment` — the model of one experiment at the start
+  values, and :meth:`Approach.combine` — the optimizer's model of the
+  experiments' parts, the parameters shared (the simultaneous approach
+  overrides :meth:`Approach.build`: its transcription renders the experiments
+  as blocks of one Pyomo model);
 * :meth:`Approach.solve` — the optimizer call, returning an :class:`Outcome`;
 * :meth:`Approach.collect` — the :class:`~pyomo_odeest.EstimationResult` of
-  the outcome (estimates, frames, multipliers, scheme, grid, backend).
+  the outcome (estimates, objective, multipliers of the constraints,
+  scheme, backend), and :meth:`Approach.collect_experiment` — the frames of
+  one experiment at the estimates.
 
 :meth:`Approach.estimate` runs the pipeline once: parse and validate the
 options, take the start values through
 :func:`~pyomo_odeest.problem._start.start_values` (one rule for every
-approach), build, solve, judge success from the :class:`~pyomo_odeest.Status`
-(one place), assemble the result and run the post-solve checks once.
+approach), build one part per experiment (a problem without experiments is
+one experiment) and combine them, solve, judge success from the
+:class:`~pyomo_odeest.Status` (one place), collect the result and each
+experiment's frames (stacked with an ``experiment`` index level for several),
+and run the post-solve checks once.
 
 Common options
 --------------
@@ -47,7 +55,7 @@ from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_floa
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
            "discretization_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
-           "stack_parts", "stack_multipliers", "add_constraint_multipliers"]
+           "add_constraint_multipliers"]
 
 #: Ipopt options every approach starts from (``options`` override them).
 IPOPT_DEFAULTS = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
@@ -259,12 +267,41 @@ class Approach:
             if k not in ("u0", "model") and not (given and k in _POSITIONAL)})
 
     def build(self, problem, cfg, u_start):
+        """The optimizer's model of ``problem``: one part per experiment
+        (:meth:`build_experiment`; a problem without experiments is one experiment)
+        joined by :meth:`combine`.  The simultaneous approach overrides it: its
+        transcription renders the experiments as blocks of one Pyomo model."""
+        names = problem.experiment_names or [None]
+        parts = [self.build_experiment(sp, name, cfg, u_start)
+                 for name, sp in zip(names, problem.subproblems)]
+        return self.combine(problem, parts, cfg, u_start)
+
+    def build_experiment(self, problem, name, cfg, u_start):
+        """The model of one experiment: ``problem`` is its single-experiment problem,
+        ``name`` its name (None for a problem without experiments)."""
+        raise NotImplementedError
+
+    def combine(self, problem, parts, cfg, u_start):
+        """The optimizer's model of the whole problem from its experiments' parts."""
         raise NotImplementedError
 
     def solve(self, built, cfg) -> Outcome:
         raise NotImplementedError
 
+    def parts(self, built) -> list:
+        """The experiments' parts of a built model, in experiment order."""
+        raise NotImplementedError
+
     def collect(self, problem, built, outcome, cfg):
+        """The :class:`~pyomo_odeest.EstimationResult` of the outcome, without the
+        experiments' frames (:meth:`collect_experiment` adds them)."""
+        raise NotImplementedError
+
+    def collect_experiment(self, problem, part, u, built) -> dict:
+        """Frames of one experiment at the estimates ``u``: ``states``, ``fitted``,
+        ``residuals`` and, where the approach has them, ``adjoint``,
+        ``multipliers`` (a dict of frames) and ``extra`` (a dict); ``grid``; and
+        ``failed``, the reason, when the model cannot be simulated there."""
         raise NotImplementedError
 
     def advice(self, cfg) -> str:
@@ -292,6 +329,7 @@ class Approach:
             res.status = outcome.status
         if not res.message:
             res.message = outcome.message
+        _add_experiments(problem, res, self._frames(problem, built, res))
         res.timings = dict(dict(build_s=build_s, setup_s=0.0, solve_s=solve_s),
                            **outcome.timings, **res.timings,
                            total_s=time.perf_counter() - t0)
@@ -302,20 +340,46 @@ class Approach:
             res.extra["advice"] = advice
         return post_solve_checks(problem, res)
 
+    def _frames(self, problem, built, res):
+        """The experiments' frames at the estimates; a failed final simulation makes
+        the status :attr:`Status.SIMULATION_FAILED`."""
+        per = [self.collect_experiment(sp, part, res.x, built)
+               for sp, part in zip(problem.subproblems, self.parts(built))]
+        failed = [p["failed"] for p in per if p.get("failed")]
+        if failed and res.status is not Status.SIMULATION_FAILED:
+            res.status = Status.SIMULATION_FAILED
+            res.message = f"{res.message}; final simulation failed: {failed[0]}"
+        return per
 
-def stack_parts(names, parts, keys) -> dict:
-    """``{key: frame}`` of one experiment's ``parts[0]`` (``names`` empty), or the
-    experiments' frames stacked with an ``experiment`` index level."""
+
+def _add_experiments(problem, res, per):
+    """Put the experiments' frames ``per`` (:meth:`Approach.collect_experiment`) on
+    ``res``: one experiment's as they are, several stacked with an ``experiment``
+    index level (multipliers and grids too; ``extra`` per experiment under
+    ``extra['experiments']``)."""
+    names = problem.experiment_names
+    keys = ("states", "fitted", "residuals", "adjoint")
     if not names:
-        return {k: parts[0][k] for k in keys}
-    return {k: stack_experiments(names, [p[k] for p in parts]) for k in keys}
-
-
-def stack_multipliers(names, per) -> dict:
-    """Multiplier frames ``{stage: frame}`` of one experiment, or stacked over several."""
-    if not names:
-        return dict(per[0])
-    return {k: stack_experiments(names, [m.get(k) for m in per]) for k in per[0]}
+        one = per[0]
+        for k in keys:
+            setattr(res, k, one.get(k))
+        res.multipliers.update(one.get("multipliers") or {})
+        res.extra.update(one.get("extra") or {})
+        res.grid = one.get("grid")
+        return
+    for k in keys:
+        setattr(res, k, stack_experiments(names, [p.get(k) for p in per]))
+    mults = [p.get("multipliers") or {} for p in per]
+    res.multipliers.update({k: stack_experiments(names, [m.get(k) for m in mults])
+                            for k in mults[0]})
+    res.grid = dict(zip(names, (p.get("grid") for p in per)))
+    extras = [p.get("extra") or {} for p in per]
+    if any(extras):
+        res.extra["experiments"] = dict(zip(names, extras))
+        for k in extras[0]:
+            frames = [x.get(k) for x in extras]
+            if all(isinstance(f, pd.DataFrame) for f in frames):
+                res.extra[k] = stack_experiments(names, frames)
 
 
 def add_constraint_multipliers(res, problem, rows, lam, names):

@@ -27,10 +27,10 @@ from ..nlp._stationarity import projected_gradient, stationarity_check
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
 from ..problem._status import Status, status_from_scipy
+from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, Outcome, SolveClock, common_config,
-                    discretization_config, ipopt_options, run_ipopt, stack_parts,
-                    add_constraint_multipliers)
+                    discretization_config, ipopt_options, run_ipopt, add_constraint_multipliers)
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
            "discrete_model"]
@@ -50,9 +50,7 @@ class ReducedConstraints:
 
     def __init__(self, problem, dm):
         self.parts = []
-        subs = problem.subproblems
-        models = dm.models if problem.experiments else [dm]
-        for e, (sp, d) in enumerate(zip(subs, models)):
+        for e, (sp, d) in enumerate(zip(problem.subproblems, experiment_models(dm))):
             for pc, fn, jx, ju in sp.path_constraint_functions():
                 pts = (np.arange(d.k + 1) if pc.at == "grid"
                        else np.unique(np.asarray(d.grid.J, dtype=int)))
@@ -223,8 +221,15 @@ class ReducedApproach(Approach):
     CONFIG.declare("model", ConfigValue(default=None, description="a DiscreteModel to reuse"))
 
     def build(self, problem, cfg, u_start):
-        dm = cfg.model or discrete_model(problem, cfg.scheme, cfg.qmax, cfg.grid, cfg.max_step,
-                                         cfg.steps_per_interval)
+        return super().build(problem, cfg, u_start) if cfg.model is None else \
+            self.combine(problem, None, cfg, u_start)
+
+    def build_experiment(self, problem, name, cfg, u_start):
+        return DiscreteModel(problem, cfg.scheme, cfg.qmax, experiment_grid(cfg.grid, name),
+                             cfg.max_step, cfg.steps_per_interval)
+
+    def combine(self, problem, parts, cfg, u_start):
+        dm = cfg.model or join_experiments(problem, parts)
         nlp = ReducedSpaceNLP(dm, cfg.gradient, cfg.hessian)
         nlp.u_full = u_start.copy()
         nlp.x0 = np.clip(nlp.u_full[nlp.free], nlp.x_lb, nlp.x_ub)
@@ -299,6 +304,9 @@ class ReducedApproach(Approach):
     def advice(self, cfg):
         return "hessian=None (L-BFGS) or optimizer='L-BFGS-B'" if cfg.hessian else ""
 
+    def parts(self, built):
+        return experiment_models(built[0])
+
     def collect(self, problem, built, outcome, cfg):
         dm, nlp = built
         if cfg.optimizer == "ipopt":
@@ -307,34 +315,25 @@ class ReducedApproach(Approach):
             method = f"scipy-{cfg.optimizer}/{cfg.gradient}" + (
                 f"+{cfg.hessian}" if cfg.optimizer == "trust-constr" and cfg.hessian else "")
         u = nlp.full(outcome.x)
-        names = problem.experiment_names
-        status, frames, obj = outcome.status, dict.fromkeys(("states", "fitted", "residuals")), np.nan
         try:
-            traj = dm.simulate(u)
-            obj = dm.objective(u, traj)
-            subs = problem.subproblems
-            trajs = traj if names else [traj]
-            frames = stack_parts(names, [_frames(sp, d, tr, u) for sp, d, tr in
-                                         zip(subs, _models(dm), trajs)], frames)
-        except SimulationError as err:
-            if status is not Status.SIMULATION_FAILED:
-                status = Status.SIMULATION_FAILED
-                outcome.message = f"{outcome.message}; final simulation failed: {err}"
-        ms = _models(dm)
+            obj = dm.objective(u)
+        except SimulationError:
+            obj = np.nan                      # said by the frames' simulation
         res = EstimationResult(
-            approach=self.name, method=method, scheme=ms[0].scheme,
-            grid=dict(zip(names, (d.grid for d in ms))) if names else dm.grid,
+            approach=self.name, method=method, scheme=self.parts(built)[0].scheme,
             estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
-            objective=float(obj), status=status, iterations=outcome.iterations,
-            evaluations=dict(nlp.counts), **frames)
+            objective=float(obj), status=outcome.status, iterations=outcome.iterations,
+            evaluations=dict(nlp.counts))
         res.backend = DiscreteBackend(problem, dm)
         if nlp.cons is not None and getattr(nlp, "mult_g", None) is not None:
             add_constraint_multipliers(res, problem, nlp.cons.rows, nlp.mult_g, nlp.cons.names)
         return res
 
-
-def _models(dm):
-    return list(getattr(dm, "models", None) or [dm])
+    def collect_experiment(self, problem, dm, u, built):
+        try:
+            return discrete_frames(problem, dm, dm.simulate(u), u)
+        except SimulationError as err:
+            return dict(grid=dm.grid, failed=str(err))
 
 
 def estimate_reduced(problem: EstimationProblem, *args, **options):
@@ -373,9 +372,10 @@ def _stationary(nlp, sol, message, rtol=1e-6):
     return Status.FAILED, message
 
 
-def _frames(problem, dm, traj, u):
+def discrete_frames(problem, dm, traj, u):
     """States on the grid, fitted observations and residuals of one experiment."""
     from ..problem._misfit import observations
     states = pd.DataFrame(traj.X, index=pd.Index(dm.t, name="time"), columns=problem.states)
     fitted = observations(problem, traj.X[np.asarray(dm.grid.J)], u)
-    return dict(states=states, fitted=fitted, residuals=(fitted - problem.data).where(problem.mask))
+    return dict(states=states, fitted=fitted, residuals=(fitted - problem.data).where(problem.mask),
+                grid=dm.grid)

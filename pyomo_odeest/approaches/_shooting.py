@@ -65,7 +65,7 @@ Hessian: Ipopt's limited-memory quasi-Newton approximation
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -77,15 +77,14 @@ from ..discretization._grid import Grid, make_grid, resolve_grid
 from ..nlp._cyipopt_adapter import start_value_scaling
 from ..nlp._protocol import EvaluationError, NLPEvaluator
 from ..problem._declaration import EstimationProblem, Parameter, ProblemError
-from ..problem._result import EstimationResult, stack_experiments
-from ..discretization._experiments import experiment_grid
+from ..problem._result import EstimationResult
+from ..discretization._experiments import experiment_option
 from ..discretization.schemes import get_scheme
 from ..symbolic import lambdify
 from ..problem._start import start_values
-from ..problem._status import Status
 from ._backend import ShootingBackend
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
-                    ipopt_options, run_ipopt, stack_parts, add_constraint_multipliers)
+                    ipopt_options, run_ipopt, add_constraint_multipliers)
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
            "ShootingApproach", "estimate_multiple_shooting", "node_start_values", "shooting_nlp"]
@@ -788,14 +787,19 @@ class ShootingApproach(Approach):
         "start values of the nodes: from the data or from a simulation at u0")))
     DEFAULTS = {"scale": False}
 
-    def build(self, problem, cfg, u_start):
-        nlp, inits = shooting_nlp(problem, cfg.scheme, cfg.qmax, cfg.grid, cfg.max_step,
-                                  cfg.steps_per_interval, cfg.nodes, cfg.formulation,
-                                  cfg.jacobian, u_start, cfg.init)
-        return nlp, inits, []
+    def build_experiment(self, problem, name, cfg, u_start):
+        im = interval_models(problem, cfg.scheme, cfg.qmax, experiment_option(cfg.grid, name),
+                             cfg.max_step, cfg.steps_per_interval,
+                             experiment_option(cfg.nodes, name, "nodes"))
+        S0, used = node_start_values(problem, im.nodes, u_start, cfg.init, im)
+        return MultipleShootingNLP(problem, im, cfg.formulation, cfg.jacobian, u_start, S0), used
+
+    def combine(self, problem, parts, cfg, u_start):
+        return SimpleNamespace(nlp=ShootingNLP(problem, [p for p, _ in parts]),
+                               inits=[i for _, i in parts], history=[])
 
     def solve(self, built, cfg):
-        nlp, _, history = built
+        nlp, history = built.nlp, built.history
 
         def record(iter_count, obj_value, inf_pr, inf_du, mu, **_):
             history.append((int(iter_count), float(obj_value), float(inf_pr), float(inf_du),
@@ -812,55 +816,58 @@ class ShootingApproach(Approach):
         opts = ipopt_options(cfg, hessian_approximation="limited-memory")
         return Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, intermediate=record, x_scaling=xs))
 
+    def parts(self, built):
+        return built.nlp.parts
+
     def collect(self, problem, built, outcome, cfg):
-        nlp, inits, history = built
-        names = problem.experiment_names
-        subs = problem.subproblems
+        nlp, names = built.nlp, problem.experiment_names
+        built.x, built.mult = outcome.x, outcome.mult_g
         counts = dict(outcome.counts)
         for p in nlp.parts:
             for k, v in p.counts.items():
                 counts[k] = counts.get(k, 0) + v
-        mult = outcome.mult_g
-        x_init = nlp.x0
-        parts = [_result(sp, part, nlp.part_x(outcome.x, e), nlp.part_x(x_init, e), None if
-                         mult is None else
-                         np.asarray(mult)[nlp.row_offsets[e]:nlp.row_offsets[e + 1]])
-                 for e, (sp, part) in enumerate(zip(subs, nlp.parts))]
         _, u = nlp.split(outcome.x)
-        failed = [p["failed"] for p in parts if p["failed"]]
-        status = outcome.status
-        if failed and status is not Status.SIMULATION_FAILED:
-            status = Status.SIMULATION_FAILED
-            outcome.message = f"{outcome.message}; final simulation failed: {failed[0]}"
         ims = [p.im for p in nlp.parts]
+        try:
+            obj = nlp.objective(outcome.x) + misfit_constant(problem)
+        except EvaluationError:
+            obj = np.nan
         res = EstimationResult(
             approach=self.name, method=f"ipopt/{cfg.formulation}-{cfg.jacobian}+lbfgs",
-            scheme=ims[0].scheme, grid=dict(zip(names, (m.grid for m in ims))) if names
-            else ims[0].grid,
+            scheme=ims[0].scheme,
             estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
-            objective=float(sum(p["objective"] for p in parts)), status=status,
-            iterations=outcome.iterations, evaluations=counts,
-            **stack_parts(names, parts, ("states", "fitted", "residuals")))
-        hist = pd.DataFrame(history, columns=["iter", "objective", "inf_pr", "inf_du", "mu"])
+            objective=float(obj), status=outcome.status, iterations=outcome.iterations,
+            evaluations=counts)
+        res.extra.update(init=dict(zip(names, built.inits)) if names else built.inits[0],
+                         formulation=cfg.formulation, history=pd.DataFrame(
+                             built.history, columns=["iter", "objective", "inf_pr", "inf_du",
+                                                     "mu"]))
         if names:
-            per = {n: p["extra"] for n, p in zip(names, parts)}
-            res.extra.update(experiments=per, formulation=cfg.formulation,
-                             max_defect=float(np.max([p["extra"].get("max_defect", np.nan)
-                                                      for p in parts])))
-            for key in ("node_values", "node_values_initial", "defects",
-                        "continuity_multipliers"):
-                frames = [p["extra"].get(key) for p in parts]
-                if all(isinstance(f, pd.DataFrame) for f in frames):
-                    res.extra[key] = stack_experiments(names, frames)
-            res.extra.update(init=dict(zip(names, inits)), history=hist)
-        else:
-            res.extra.update(parts[0]["extra"], init=inits[0], history=hist)
-        res.backend = ShootingBackend(problem, ims, [p["extra"]["node_values"].to_numpy()
-                                                     for p in parts])
-        if mult is not None and nlp.m > nlp.m_cont:
-            add_constraint_multipliers(res, problem, nlp.rows, np.asarray(mult)[nlp.m_cont:],
+            res.extra["max_defect"] = float(np.max([_max_defect(nlp, outcome.x, e)
+                                                    for e in range(len(ims))]))
+        res.backend = ShootingBackend(problem, ims, [nlp.split(outcome.x)[0][e] for e in
+                                                     range(len(ims))])
+        if outcome.mult_g is not None and nlp.m > nlp.m_cont:
+            add_constraint_multipliers(res, problem, nlp.rows,
+                                       np.asarray(outcome.mult_g)[nlp.m_cont:],
                                        nlp.parameter_constraint_names)
         return res
+
+    def collect_experiment(self, problem, part, u, built):
+        nlp = built.nlp
+        e = nlp.parts.index(part)
+        mult = built.mult
+        return _result(problem, part, nlp.part_x(built.x, e), nlp.part_x(nlp.x0, e), None
+                       if mult is None else
+                       np.asarray(mult)[nlp.row_offsets[e]:nlp.row_offsets[e + 1]])
+
+
+def _max_defect(nlp, x, e):
+    try:
+        G = nlp.parts[e].defects(nlp.part_x(x, e))
+    except EvaluationError:
+        return np.nan
+    return float(np.max(np.abs(G))) if G.size else 0.0
 
 
 def estimate_multiple_shooting(problem: EstimationProblem, *args, **options) -> EstimationResult:
@@ -923,32 +930,12 @@ def shooting_nlp(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None
     """The :class:`ShootingNLP` of ``problem`` (arguments as for
     :func:`estimate_multiple_shooting`) and the node initialization used per
     experiment."""
-    names = problem.experiment_names
-    subs = problem.subproblems
-    u_start = start_values(problem, u0)
-    parts, inits = [], []
-    for name, sp in zip(names or [None], subs):
-        g, nd = ((experiment_grid(grid, name), _experiment_nodes(nodes, name)) if names
-                 else (grid, nodes))
-        im = interval_models(sp, scheme, qmax, g, max_step, steps_per_interval, nd)
-        S0, used = node_start_values(sp, im.nodes, u_start, init, im)
-        parts.append(MultipleShootingNLP(sp, im, formulation, jacobian, u_start, S0))
-        inits.append(used)
-    return ShootingNLP(problem, parts), inits
-
-
-def _experiment_nodes(nodes, name):
-    """Shooting nodes of experiment ``name`` from ``nodes`` (None or a mapping name -> nodes)."""
-    if nodes is None:
-        return None
-    if isinstance(nodes, Mapping):
-        if name not in nodes:
-            raise ProblemError(f"nodes: no shooting nodes for experiment '{name}' (give a "
-                               f"mapping experiment name -> nodes with every experiment, or "
-                               f"None)")
-        return nodes[name]
-    raise ProblemError("with several experiments, nodes must be a mapping experiment name -> "
-                       "node times (or None)")
+    a = ShootingApproach()
+    cfg = a.configure(dict(scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
+                           steps_per_interval=steps_per_interval, nodes=nodes,
+                           formulation=formulation, jacobian=jacobian, u0=u0, init=init))
+    built = a.build(problem, cfg, start_values(problem, u0))
+    return built.nlp, built.inits
 
 
 def _node_trajectories(nlp, x):
@@ -965,7 +952,7 @@ def _node_trajectories(nlp, x):
 
 
 def _result(problem, nlp, x, x_init, mult):
-    """Frames, objective and extras of one experiment's shooting NLP at ``x``."""
+    """Frames and extras of one experiment's shooting NLP at ``x``."""
     im = nlp.im
     S, u = nlp.split(x)
     S_init, _ = nlp.split(x_init)
@@ -976,12 +963,10 @@ def _result(problem, nlp, x, x_init, mult):
                  node_values_initial=pd.DataFrame(S_init, index=node_idx, columns=cols),
                  node_trajectories_initial=_node_trajectories(nlp, x_init),
                  node_trajectories=_node_trajectories(nlp, x))
-    out = dict(states=None, fitted=None, residuals=None, objective=np.nan, failed=None,
-               extra=extra)
+    out = dict(extra=extra, grid=im.grid)
     try:
         trajs = nlp.trajectories(x)
         G = nlp.defects(x)
-        out["objective"] = nlp.objective(x) + misfit_constant(problem)
         t = np.asarray(im.grid.t)
         X = np.empty((len(t), nlp.nx))
         for j, tr in enumerate(trajs):

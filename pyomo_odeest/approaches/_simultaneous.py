@@ -25,7 +25,7 @@ from ..problem._status import Status
 from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
-                    ipopt_options, stack_multipliers, stack_parts)
+                    ipopt_options)
 from ..discretization.schemes import integrate
 from ..symbolic._vectorfn import VectorFn
 from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
@@ -225,25 +225,23 @@ class SimultaneousApproach(Approach):
         out.objective_start = j0
         return out
 
+    def parts(self, built):
+        return _blocks(built[0].est)
+
     def collect(self, problem, built, outcome, cfg):
         m, init, _ = built
         b = m.est
-        blocks = _blocks(b)
         names = problem.experiment_names
-        parts = [_frames(sb, m) for sb in blocks]
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
         res = EstimationResult(
-            approach=self.name, method="ipopt/exact-hessian", scheme=blocks[0].scheme,
+            approach=self.name, method="ipopt/exact-hessian", scheme=self.parts(built)[0].scheme,
             estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
             objective=float(pyo.value(b.objective)) + misfit_constant(problem),
             status=outcome.status, iterations=outcome.iterations,
-            evaluations=outcome.counts, model=m,
-            grid=dict(zip(names, (sb.grid for sb in blocks))) if names else b.grid,
-            **stack_parts(names, parts, ("states", "fitted", "residuals", "adjoint")),
-            multipliers=stack_multipliers(names, [p["multipliers"] for p in parts]))
+            evaluations=outcome.counts, model=m)
         res.extra["init"] = dict(zip(names, init)) if names else init[0]
         res.backend = KKTBackend(problem, m)
-        wrong = [w for blk in blocks for w in steady_state_mismatch(blk, res.x)]
+        wrong = [w for blk in self.parts(built) for w in steady_state_mismatch(blk, res.x)]
         if wrong:                             # a root of G = 0 that is not the steady state
             res.status = Status.FAILED
             res.warnings.extend(wrong)
@@ -253,6 +251,9 @@ class SimultaneousApproach(Approach):
                 pc.name: float(dual.get(b.component(f"param_{pc.name}"), np.nan))
                 for pc, _ in problem.parameter_constraints}
         return res
+
+    def collect_experiment(self, problem, b, u, built):
+        return _frames(b, built[0])
 
 
 def _blocks(b):
@@ -323,7 +324,7 @@ def _frames(b, m):
     fitted = observations(problem, X[np.asarray(b.grid.J)], u)
     out = dict(states=pd.DataFrame(X, index=pd.Index(t, name="time"), columns=S),
                fitted=fitted, residuals=(fitted - problem.data).where(problem.mask),
-               adjoint=None, multipliers={})
+               adjoint=None, multipliers={}, grid=b.grid)
     dual = getattr(m, "dual", None)
     if dual is not None and len(dual):
         k = len(t) - 1

@@ -20,22 +20,42 @@ import numpy as np
 from ..problem._declaration import ProblemError
 from ._grid import Grid
 
-__all__ = ["ExperimentModels", "experiment_grid"]
+__all__ = ["ExperimentModels", "experiment_grid", "experiment_option", "join_experiments",
+           "experiment_models"]
+
+
+def experiment_option(value, name, option="grid"):
+    """The value of ``option`` for experiment ``name``: ``value`` itself for a
+    problem without experiments (``name`` None), else ``value[name]`` of a
+    mapping experiment name -> value (None stays None)."""
+    if name is None or value is None:
+        return value
+    if isinstance(value, Mapping):
+        if name not in value:
+            raise ProblemError(f"{option}: no {option} for experiment '{name}' (give a mapping "
+                               f"with every experiment, or None)")
+        return value[name]
+    if option == "grid" and not isinstance(value, Grid):
+        raise TypeError("grid must be a mapping experiment name -> Grid, or None")
+    raise ProblemError(f"with several experiments, {option} must be a mapping experiment "
+                       f"name -> {option} (or None)")
 
 
 def experiment_grid(grid, name):
-    """The grid of experiment ``name`` from ``grid`` (None or a mapping name -> Grid)."""
-    if grid is None:
-        return None
-    if isinstance(grid, Mapping):
-        if name not in grid:
-            raise ProblemError(f"grid: no grid for experiment '{name}' (give one Grid per "
-                               f"experiment, or none)")
-        return grid[name]
-    if isinstance(grid, Grid):
-        raise ProblemError("with several experiments, grid must be a mapping experiment "
-                           "name -> Grid (or None)")
-    raise TypeError("grid must be a mapping experiment name -> Grid, or None")
+    """The grid of experiment ``name`` (:func:`experiment_option`)."""
+    return experiment_option(grid, name, "grid")
+
+
+def join_experiments(problem, models, kind=None):
+    """The model of ``problem`` from its experiments' models (in
+    ``problem.subproblems`` order): the one model of a problem without
+    experiments, else their sum, an :class:`ExperimentModels` (or subclass ``kind``)."""
+    return (kind or ExperimentModels)(problem, models) if problem.experiments else models[0]
+
+
+def experiment_models(model):
+    """The experiments' models of a model joined by :func:`join_experiments`."""
+    return model.models if isinstance(model, ExperimentModels) else [model]
 
 
 class ExperimentModels:

@@ -115,7 +115,7 @@ def test_shooting_experiment_argument_errors():
     P = _problem(constraints=False)
     with pytest.raises(ProblemError, match="nodes must be a mapping experiment"):
         estimate(P, "multiple_shooting", nodes=[1.0, 2.0])
-    with pytest.raises(ProblemError, match="no shooting nodes for experiment 'e2'"):
+    with pytest.raises(ProblemError, match="no nodes for experiment 'e2'"):
         estimate(P, "multiple_shooting", nodes={"e1": [1.0]})
 
 

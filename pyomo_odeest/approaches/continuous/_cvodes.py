@@ -450,7 +450,7 @@ class CvodesModel(ContinuousModel):
         """
         u = self._u(u)
         V = np.eye(self.p) if V is None else np.asarray(V, dtype=float).reshape(self.p, -1)
-        n, k, N = self.n, V.shape[1], len(self.tau)
+        n, N = self.n, len(self.tau)
         traj, Xm = self._forward(u)
         S0 = self.l_u.dense(u) @ V
         Sm = np.tile(S0, (N, 1, 1))

@@ -18,9 +18,8 @@ from ...problem._result import EstimationResult
 from ...problem._status import Status, status_from_scipy
 from .._backend import ContinuousBackend
 from .._base import (Approach, Choice, ConfigValue, Outcome, SolveClock, common_config,
-                     ipopt_options, run_ipopt, stack_parts,
-                     add_constraint_multipliers)
-from ...discretization._experiments import ExperimentModels
+                     ipopt_options, run_ipopt, add_constraint_multipliers)
+from ...discretization._experiments import ExperimentModels, experiment_models, join_experiments
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
 from ._cvodes import continuous_model, integrator_name
 
@@ -84,11 +83,9 @@ class ContinuousConstraints:
     """
 
     def __init__(self, problem, cm, free):
-        subs = problem.subproblems
-        models = cm.models if problem.experiments else [cm]
         self.free = np.flatnonzero(free)
         self.parts = []
-        for e, (sp, m) in enumerate(zip(subs, models)):
+        for e, (sp, m) in enumerate(zip(problem.subproblems, experiment_models(cm))):
             for pc, fn, jx, ju in sp.path_constraint_functions():
                 if pc.at != "measurements":
                     raise ProblemError(
@@ -152,7 +149,7 @@ def _guarded(fn, *args):
 def _tighter(cm, factor=100.0, floor=1e-13):
     """The models of ``cm`` integrate with ``rtol/factor`` and ``atol/factor`` (not below
     ``floor``) inside the block."""
-    models = getattr(cm, "models", [cm])
+    models = experiment_models(cm)
     saved = [(m.rtol, m.atol) for m in models]
     try:
         for m in models:
@@ -253,15 +250,15 @@ class ContinuousApproach(Approach):
         return "hessian=None (L-BFGS)" if cfg.hessian else ""
 
     def build(self, problem, cfg, u_start):
-        if cfg.model is not None:
-            cm = cfg.model
-        elif problem.experiments:
-            cm = ContinuousExperiments(problem, [
-                continuous_model(sp, cfg.engine, method=cfg.method, rtol=cfg.rtol, atol=cfg.atol)
-                for sp in problem.experiment_problems])
-        else:
-            cm = continuous_model(problem, cfg.engine, method=cfg.method, rtol=cfg.rtol,
-                                  atol=cfg.atol)
+        return super().build(problem, cfg, u_start) if cfg.model is None else \
+            self.combine(problem, None, cfg, u_start)
+
+    def build_experiment(self, problem, name, cfg, u_start):
+        return continuous_model(problem, cfg.engine, method=cfg.method, rtol=cfg.rtol,
+                                atol=cfg.atol)
+
+    def combine(self, problem, parts, cfg, u_start):
+        cm = cfg.model or join_experiments(problem, parts, ContinuousExperiments)
         free = problem.free_mask
         lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
         ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
@@ -273,7 +270,8 @@ class ContinuousApproach(Approach):
             raise ProblemError(f"optimizer {cfg.optimizer!r} does not take the problem's path "
                                f"or parameter constraints; use optimizer='ipopt'")
         return SimpleNamespace(problem=problem, cm=cm, obj=obj, cons=cons, s=s, w0=uf / s,
-                               wl=lb / s, wu=ub / s, u_start=u_start, mult_g=None)
+                               wl=lb / s, wu=ub / s, u_start=u_start, mult_g=None,
+                               n_grid=cfg.n_grid)
 
     def solve(self, b, cfg):
         cm, obj, cons = b.cm, b.obj, b.cons
@@ -339,11 +337,12 @@ class ContinuousApproach(Approach):
         status = Status.TIME_LIMIT if clock.exceeded else status_from_scipy(r, optimizer)
         return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)))
 
+    def parts(self, b):
+        return experiment_models(b.cm)
+
     def collect(self, problem, b, outcome, cfg):
         cm, obj = b.cm, b.obj
         u_hat = obj.u(outcome.x)
-        names = problem.experiment_names
-        frames = dict.fromkeys(("states", "fitted", "residuals", "adjoint"))
         J, g = np.nan, np.full(len(u_hat), np.nan)
         if outcome.status is not Status.SIMULATION_FAILED:
             J = cm.objective(u_hat)
@@ -352,16 +351,12 @@ class ContinuousApproach(Approach):
                              else cfg.gradient)
             except EvaluationError:
                 pass
-            subs = problem.subproblems
-            frames = stack_parts(names, [_frames(sp, m, u_hat, cfg.n_grid) for sp, m in
-                                         zip(subs, getattr(cm, "models", [cm]))], frames)
         res = EstimationResult(
             approach=self.name, method=f"{getattr(b, 'mname', '-')}, gradient={cfg.gradient}",
             scheme=None, estimates=pd.Series(u_hat, index=problem.parameter_names,
                                              name="estimate"),
             objective=J, status=outcome.status, iterations=outcome.iterations,
-            evaluations=dict(obj.counts, **{f"ode_{k}": v for k, v in cm.counts.items()}),
-            **frames)
+            evaluations=dict(obj.counts, **{f"ode_{k}": v for k, v in cm.counts.items()}))
         res.extra.update(gradient=pd.Series(g, index=problem.parameter_names),
                          start=pd.Series(b.u_start, index=problem.parameter_names),
                          objective_start=b.J_start, scale=b.s,
@@ -373,6 +368,12 @@ class ContinuousApproach(Approach):
         if b.mult_g is not None:
             add_constraint_multipliers(res, problem, b.cons.rows, b.mult_g, b.cons.names)
         return res
+
+    def collect_experiment(self, problem, m, u, b):
+        try:
+            return _frames(problem, m, u, b.n_grid)
+        except (IntegrationError, ArithmeticError, ValueError) as err:
+            return dict(failed=str(err))
 
 
 def _stationarity(b, out, gradient, g0):
@@ -617,7 +618,7 @@ class _SumOfSquares:
     penalty is not bounded below there."""
 
     def __init__(self, cm, obj, wl, wu):
-        self.models, self.obj = getattr(cm, "models", [cm]), obj
+        self.models, self.obj = experiment_models(cm), obj
         self.cols = np.flatnonzero(obj.free)
         lb, ub = np.asarray(wl) * obj.s, np.asarray(wu) * obj.s
         self.rows = [m.misfit.penalty_residuals(self.cols, obj.u_full, lb, ub)
@@ -694,7 +695,7 @@ def _frames(problem, cm, u, n_grid):
         lam = _guarded(lambda: cm.adjoint(u, times=lam_times)["lambda"])
     except EvaluationError:
         lam = None
-    return dict(states=states, fitted=fitted, residuals=residuals, adjoint=lam)
+    return dict(states=states, fitted=fitted, residuals=residuals, adjoint=lam, grid=None)
 
 
 class ContinuousExperiments(ExperimentModels):
