@@ -23,6 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..discretization._experiments import experiment_models
+from ..problem._result import stack_experiments
+
 from ._uncertainty import Covariance, _problem_of, covariance
 
 __all__ = ["PredictionBands", "prediction_bands"]
@@ -71,12 +74,8 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     u = cov.estimates.reindex(P.parameter_names).to_numpy(dtype=float)
     cols = [P.parameter_names.index(n) for n in cov.names]
     q = cov.quantile(level, dist)
-    if not P.experiments:
-        Y, se = _bands(P, dm, u, cols, cov, kind)
-        _warn_inestimable(se, cov)
-        return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
-    from ..problem._result import stack_experiments
-    parts = [_bands(sp, m, u, cols, cov, kind) for sp, m in zip(P.experiment_problems, dm.models)]
+    parts = [_bands(sp, m, u, cols, cov, kind)
+             for sp, m in zip(P.subproblems, experiment_models(dm))]
     Y = stack_experiments(P.experiment_names, [a for a, _ in parts])
     se = stack_experiments(P.experiment_names, [b for _, b in parts])
     _warn_inestimable(se, cov)

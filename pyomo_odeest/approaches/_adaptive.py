@@ -17,7 +17,7 @@ from ..problem._declaration import (EstimationProblem, require_no_constraints, r
                                     require_single_experiment)
 from ..problem._misfit import observations
 from ..problem._result import EstimationResult
-from ..problem._status import status_from_ipopt
+from ..problem._status import Status, status_from_ipopt
 from ..problem._validation import positive_int
 from ..transcription._adaptive_block import build_adaptive_block, block_multipliers, run_from_block
 from ._backend import DiscreteBackend, discrete_model
@@ -98,10 +98,7 @@ class AdaptiveApproach(Approach):
                 rounds.append(entry)
                 break
             changed = new.pattern != run.pattern
-            on_trust = trust is not None and any(
-                (v.lb is not None and abs(v.value - v.lb) <= 1e-7 * max(1.0, abs(v.lb)))
-                or (v.ub is not None and abs(v.value - v.ub) <= 1e-7 * max(1.0, abs(v.ub)))
-                for v in b.u.values() if not v.fixed)
+            on_trust = any(_at(b.u[p].value, bound) for p, bound in info["trust"])
             entry.update(pattern_changed=changed, on_trust_bound=on_trust,
                          diff=run.pattern.diff(new.pattern) if changed else {})
             rounds.append(entry)
@@ -115,6 +112,15 @@ class AdaptiveApproach(Approach):
                 break
             run = new
         out = Outcome.from_ipopt(info)
+        if out.status.success and not stable:       # the model solved is not the one at u
+            last = rounds[-1]
+            out.status, out.message = (
+                (Status.SIMULATION_FAILED, f"{out.message}; the adaptive integration fails at "
+                 f"the solution: {last['error']}") if "error" in last else
+                (Status.MAX_ITERATIONS, f"{out.message}; after {len(rounds)} rounds the "
+                 + ("solution is on a trust bound" if last["on_trust_bound"] else
+                    "pattern at the solution still differs from the one solved")
+                 + " (raise max_rebuilds, or start closer)"))
         out.iterations, out.counts = iterations, evals
         out.timings = dict(setup_s=build_s, solve_s=solve_s)
         out.x = (m, rounds, stable, final_run)
@@ -181,19 +187,28 @@ def estimate_adaptive(problem: EstimationProblem, **options):
 def _solve_block(am, run, options, tee, trust=None):
     m = pyo.ConcreteModel(name=am.problem.name)
     m.est = build_adaptive_block(am, run)
-    if trust is not None:
-        for p, v in zip(am.problem.parameter_names, run.u):
-            var = m.est.u[p]
-            if var.fixed:
-                continue
-            r = trust * max(abs(v), 1e-3)
-            lo, hi = v - r, v + r
-            var.setlb(lo if var.lb is None else max(var.lb, lo))
-            var.setub(hi if var.ub is None else min(var.ub, hi))
+    tight = []                                  # (parameter, trust bound tighter than its own)
+    for p, v in zip(am.problem.parameter_names, run.u if trust is not None else ()):
+        var = m.est.u[p]
+        if var.fixed:
+            continue
+        r = trust * max(abs(v), 1e-3)
+        lo, hi = v - r, v + r
+        if var.lb is None or lo > var.lb:
+            var.setlb(lo)
+            tight.append((p, lo))
+        if var.ub is None or hi < var.ub:
+            var.setub(hi)
+            tight.append((p, hi))
     m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     solver = OdeestIpoptSolver()
     solver.solve(m, options=options, tee=tee)
-    return m, solver.last_info
+    return m, dict(solver.last_info, trust=tight)
+
+
+def _at(value, bound):
+    """``value`` on ``bound`` (relative 1e-7)."""
+    return abs(value - bound) <= 1e-7 * max(1.0, abs(bound))
 
 
 def _frames(b, m):

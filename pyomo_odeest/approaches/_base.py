@@ -55,7 +55,7 @@ from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_floa
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
            "discretization_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
-           "add_constraint_multipliers"]
+           "add_constraint_multipliers", "ConstraintRows"]
 
 #: Ipopt options every approach starts from (``options`` override them).
 IPOPT_DEFAULTS = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
@@ -356,30 +356,72 @@ def _add_experiments(problem, res, per):
     """Put the experiments' frames ``per`` (:meth:`Approach.collect_experiment`) on
     ``res``: one experiment's as they are, several stacked with an ``experiment``
     index level (multipliers and grids too; ``extra`` per experiment under
-    ``extra['experiments']``)."""
+    ``extra['experiments']``, its frames stacked)."""
     names = problem.experiment_names
-    keys = ("states", "fitted", "residuals", "adjoint")
-    if not names:
-        one = per[0]
-        for k in keys:
-            setattr(res, k, one.get(k))
-        res.multipliers.update(one.get("multipliers") or {})
-        res.extra.update(one.get("extra") or {})
-        res.grid = one.get("grid")
-        return
-    for k in keys:
+    for k in ("states", "fitted", "residuals", "adjoint"):
         setattr(res, k, stack_experiments(names, [p.get(k) for p in per]))
     mults = [p.get("multipliers") or {} for p in per]
     res.multipliers.update({k: stack_experiments(names, [m.get(k) for m in mults])
                             for k in mults[0]})
-    res.grid = dict(zip(names, (p.get("grid") for p in per)))
+    grids = [p.get("grid") for p in per]
+    res.grid = dict(zip(names, grids)) if names else grids[0]
     extras = [p.get("extra") or {} for p in per]
-    if any(extras):
+    if not names:
+        res.extra.update(extras[0])
+    elif any(extras):
         res.extra["experiments"] = dict(zip(names, extras))
         for k in extras[0]:
             frames = [x.get(k) for x in extras]
             if all(isinstance(f, pd.DataFrame) for f in frames):
                 res.extra[k] = stack_experiments(names, frames)
+
+
+class ConstraintRows:
+    r"""The problem's path constraints :math:`c(x(t), u, t) \le 0` at points of each
+    experiment, then its parameter constraints :math:`r(u) \le 0`, as rows over u.
+
+    ``points(pc, model)`` gives the indices into the experiment's states and the
+    times of path constraint ``pc`` on the experiment's ``model``.  Values from
+    the states at those points; the Jacobian :math:`c_x S + c_u` from their
+    sensitivities :math:`S = \partial x/\partial u` in the directions ``cols``
+    [GM-grad, eq. (51)] (one forward sweep for all rows, where the adjoint would
+    need one sweep per row).
+    """
+
+    def __init__(self, problem, models, points):
+        self.parts = []
+        for e, (sp, m) in enumerate(zip(problem.subproblems, models)):
+            for pc, fn, jx, ju in sp.path_constraint_functions():
+                self.parts.append((e, pc.name, *points(pc, m), fn, jx, ju))
+        pcs = problem.parameter_constraints
+        self._r, self._dr = problem.parameter_constraint_functions()
+        self.names = [pc.name for pc, _ in pcs]
+        self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
+
+    @property
+    def rows(self):
+        """``(experiment index, name, times)`` of the path-constraint rows, in order."""
+        return [(e, name, t) for e, name, _, t, *_ in self.parts]
+
+    def values(self, u, states):
+        """The rows' values; ``states(e)``: experiment e's states, indexed by the points."""
+        out = [fn(states(e)[pts], u, t)[:, 0] for e, _, pts, t, fn, _, _ in self.parts]
+        out += [np.atleast_1d(float(r(u))) for r in self._r]
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def jacobian(self, u, sensitivities, cols):
+        """Dense (m, len(cols)) Jacobian; ``sensitivities(e)``: experiment e's states and
+        their sensitivities in the directions ``cols``, ``(X, S)``."""
+        rows, sens = [], {}
+        for e, _, pts, t, fn, jx, ju in self.parts:
+            if e not in sens:
+                sens[e] = sensitivities(e)
+            X, S = sens[e][0][pts], sens[e][1][pts]
+            cx = jx.dense(jx.values(X, u, t))[:, 0, :]
+            cu = ju.dense(ju.values(X, u, t))[:, 0, :]
+            rows.append(np.einsum("jn,jnk->jk", cx, S) + cu[:, cols])
+        rows += [np.asarray(dr(u), dtype=float).reshape(1, -1)[:, cols] for dr in self._dr]
+        return np.vstack(rows) if rows else np.zeros((0, len(cols)))
 
 
 def add_constraint_multipliers(res, problem, rows, lam, names):
@@ -397,8 +439,8 @@ def add_constraint_multipliers(res, problem, rows, lam, names):
         a += len(t)
     exp = problem.experiment_names
     for key, lst in per.items():
-        res.multipliers[key] = (stack_experiments([exp[e] for e, _ in lst], [f for _, f in lst])
-                                if exp else lst[0][1])
+        res.multipliers[key] = stack_experiments([exp[e] for e, _ in lst] if exp else [],
+                                                 [f for _, f in lst])
     if len(names):
         res.extra["parameter_constraint_multipliers"] = {
             n: float(v) for n, v in zip(names, lam[a:])}

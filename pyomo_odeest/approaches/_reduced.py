@@ -29,64 +29,40 @@ from ..problem._result import EstimationResult
 from ..problem._status import Status, status_from_scipy
 from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
 from ._backend import DiscreteBackend, discrete_model
-from ._base import (Approach, Choice, ConfigValue, Outcome, SolveClock, common_config,
+from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
+                    common_config,
                     discretization_config, ipopt_options, run_ipopt, add_constraint_multipliers)
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
            "discrete_model"]
 
 
-class ReducedConstraints:
-    r"""Path and parameter constraints of a problem as constraints over u.
-
-    Rows: :math:`c(x_i(u), u, t_i) \le 0` at the constrained grid points of
-    each experiment, then :math:`r(u) \le 0`.  Their Jacobian is exact for
-    the discrete equations: :math:`\mathrm d c_i/\mathrm d u = c_x S_i + c_u`
-    with the discrete state sensitivities :math:`S_i = \partial x_i/\partial u`
-    [GM-grad, eq. (51)] — one forward sweep for all rows, where the adjoint
-    would need one sweep per row (the functional gradient of Lemma 1, exact
-    as well, practical only for a few rows).
-    """
+class ReducedConstraints(ConstraintRows):
+    r"""Path and parameter constraints of a problem as constraints over u
+    (:class:`~pyomo_odeest.approaches._base.ConstraintRows`): :math:`c(x_i(u), u,
+    t_i) \le 0` at the constrained grid points of each experiment (every point,
+    or the measurement times), with the discrete state sensitivities
+    :math:`S_i = \partial x_i/\partial u` [GM-grad, eq. (51)], exact for the
+    discrete equations."""
 
     def __init__(self, problem, dm):
-        self.parts = []
-        for e, (sp, d) in enumerate(zip(problem.subproblems, experiment_models(dm))):
-            for pc, fn, jx, ju in sp.path_constraint_functions():
-                pts = (np.arange(d.k + 1) if pc.at == "grid"
-                       else np.unique(np.asarray(d.grid.J, dtype=int)))
-                self.parts.append((e, pc.name, pts, d, fn, jx, ju))
-        pcs = problem.parameter_constraints
-        self._r, self._dr = problem.parameter_constraint_functions()
-        self.names = [pc.name for pc, _ in pcs]
-        self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
+        self.models = experiment_models(dm)
 
-    @property
-    def rows(self):
-        """``(experiment index, name, times)`` of the path-constraint rows, in order."""
-        return [(e, name, d.t[pts]) for e, name, pts, d, *_ in self.parts]
-
-    def _trajs(self, traj):
-        return traj if isinstance(traj, tuple) else (traj,)
+        def points(pc, d):
+            pts = (np.arange(d.k + 1) if pc.at == "grid"
+                   else np.unique(np.asarray(d.grid.J, dtype=int)))
+            return pts, d.t[pts]
+        super().__init__(problem, self.models, points)
 
     def values(self, u, traj):
-        trajs = self._trajs(traj)
-        out = [fn(trajs[e].X[pts], u, d.t[pts])[:, 0] for e, _, pts, d, fn, _, _ in self.parts]
-        out += [np.atleast_1d(float(r(u))) for r in self._r]
-        return np.concatenate(out) if out else np.zeros(0)
+        trajs = traj if isinstance(traj, tuple) else (traj,)
+        return super().values(u, lambda e: trajs[e].X)
 
     def jacobian(self, u, traj):
         """Dense (m, p) Jacobian over all parameters."""
-        trajs = self._trajs(traj)
-        rows, sens = [], {}
-        for e, _, pts, d, fn, jx, ju in self.parts:
-            if e not in sens:
-                sens[e] = d.state_sensitivities(trajs[e])
-            X, tt = trajs[e].X[pts], d.t[pts]
-            cx = jx.dense(jx.values(X, u, tt))[:, 0, :]
-            cu = ju.dense(ju.values(X, u, tt))[:, 0, :]
-            rows.append(np.einsum("jn,jnm->jm", cx, sens[e][pts]) + cu)
-        rows += [np.asarray(dr(u), dtype=float).reshape(1, -1) for dr in self._dr]
-        return np.vstack(rows) if rows else np.zeros((0, len(u)))
+        trajs = traj if isinstance(traj, tuple) else (traj,)
+        return super().jacobian(u, lambda e: (trajs[e].X, self.models[e].state_sensitivities(
+            trajs[e])), np.arange(len(u)))
 
 
 class ReducedSpaceNLP(NLPEvaluator):

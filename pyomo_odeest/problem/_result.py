@@ -54,8 +54,11 @@ class SchemeRef:
 
 def stack_experiments(names, frames):
     """Per-experiment DataFrames as one frame indexed by ``(experiment, ...)``
-    (None if any is None)."""
+    (None if any is None); without names (a problem without experiments) the one
+    frame itself."""
     frames = list(frames)
+    if not names:
+        return frames[0]
     if any(f is None for f in frames):
         return None
     return pd.concat(dict(zip(names, frames)), names=["experiment"])

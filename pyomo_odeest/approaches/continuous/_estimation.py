@@ -17,7 +17,8 @@ from ...problem._declaration import EstimationProblem, ProblemError
 from ...problem._result import EstimationResult
 from ...problem._status import Status, status_from_scipy
 from .._backend import ContinuousBackend
-from .._base import (Approach, Choice, ConfigValue, Outcome, SolveClock, common_config,
+from .._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
+                     common_config,
                      ipopt_options, run_ipopt, add_constraint_multipliers)
 from ...discretization._experiments import ExperimentModels, experiment_models, join_experiments
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
@@ -69,66 +70,40 @@ class _ScaledObjective:
         return H * np.outer(self.s, self.s)
 
 
-class ContinuousConstraints:
-    r"""The problem's constraints on the continuous solution, as constraints over u.
-
-    Rows: :math:`c(x_e(\tau_{e,j}), u, \tau_{e,j}) \le 0` at the measurement
-    times of each experiment e (path constraints declared
-    ``at='measurements'``), then :math:`r(u) \le 0`.  Jacobian
-    :math:`c_x S(\tau_j) + c_u` with the forward sensitivities
-    :math:`S = \partial x/\partial u` [MHV, eq. (8)] of the free parameters
-    (one augmented solve per experiment).  A path constraint declared
-    ``at='grid'`` has no meaning here (the integration is adaptive, there is
-    no grid): it raises a :class:`ProblemError`.
+class ContinuousConstraints(ConstraintRows):
+    r"""The problem's constraints on the continuous solution, as constraints over u
+    (:class:`~pyomo_odeest.approaches._base.ConstraintRows`): :math:`c(x_e(\tau_{e,j}),
+    u, \tau_{e,j}) \le 0` at the measurement times of each experiment e (path
+    constraints declared ``at='measurements'``), with the forward sensitivities
+    :math:`S = \partial x/\partial u` [MHV, eq. (8)] of the free parameters (one
+    augmented solve per experiment).  A path constraint declared ``at='grid'``
+    has no meaning here (the integration is adaptive, there is no grid): it
+    raises a :class:`ProblemError`.
     """
 
     def __init__(self, problem, cm, free):
-        self.free = np.flatnonzero(free)
-        self.parts = []
-        for e, (sp, m) in enumerate(zip(problem.subproblems, experiment_models(cm))):
-            for pc, fn, jx, ju in sp.path_constraint_functions():
-                if pc.at != "measurements":
-                    raise ProblemError(
-                        f"the continuous approach imposes path constraints at the measurement "
-                        f"times only (it integrates adaptively, without a grid); path "
-                        f"constraint '{pc.name}' has at={pc.at!r}: declare it with "
-                        f"at='measurements', or use the simultaneous, reduced_space or "
-                        f"multiple_shooting approach")
-                tau, pts = np.unique(m.tau, return_index=True)
-                self.parts.append((e, pc.name, pts, tau, m, fn, jx, ju))
-        pcs = problem.parameter_constraints
-        self._r, self._dr = problem.parameter_constraint_functions()
-        self.names = [pc.name for pc, _ in pcs]
-        self.m = sum(len(p[2]) for p in self.parts) + len(pcs)
+        self.free, self.models = np.flatnonzero(free), experiment_models(cm)
+        super().__init__(problem, self.models, self._points)
+
+    @staticmethod
+    def _points(pc, m):
+        if pc.at != "measurements":
+            raise ProblemError(
+                f"the continuous approach imposes path constraints at the measurement "
+                f"times only (it integrates adaptively, without a grid); path "
+                f"constraint '{pc.name}' has at={pc.at!r}: declare it with "
+                f"at='measurements', or use the simultaneous, reduced_space or "
+                f"multiple_shooting approach")
+        tau, pts = np.unique(m.tau, return_index=True)
+        return pts, tau
 
     def values(self, u):
-        out = []
-        for e, _, pts, tau, m, fn, _, _ in self.parts:
-            _, Xm = m._forward(m._u(u))
-            out.append(fn(Xm[pts], u, tau)[:, 0])
-        out += [np.atleast_1d(float(r(u))) for r in self._r]
-        return np.concatenate(out) if out else np.zeros(0)
+        return super().values(u, lambda e: self.models[e]._forward(self.models[e]._u(u))[1])
 
     def jacobian(self, u):
         """Dense (m, free) Jacobian over the free parameters."""
-        rows, sens = [], {}
         V = np.eye(len(u))[:, self.free]
-        for e, _, pts, tau, m, fn, jx, ju in self.parts:
-            if e not in sens:
-                _, Xm, Sm = m.sensitivities(u, V)
-                sens[e] = (Xm, Sm)
-            Xm, Sm = sens[e]
-            X = Xm[pts]
-            cx = jx.dense(jx.values(X, u, tau))[:, 0, :]
-            cu = ju.dense(ju.values(X, u, tau))[:, 0, :]
-            rows.append(np.einsum("jn,jnk->jk", cx, Sm[pts]) + cu[:, self.free])
-        rows += [np.asarray(dr(u), dtype=float).reshape(1, -1)[:, self.free] for dr in self._dr]
-        return np.vstack(rows) if rows else np.zeros((0, len(self.free)))
-
-    @property
-    def rows(self):
-        """``(experiment index, name, times)`` of the path-constraint rows, in order."""
-        return [(e, name, tau) for e, name, pts, tau, *_ in self.parts]
+        return super().jacobian(u, lambda e: self.models[e].sensitivities(u, V)[1:], self.free)
 
 
 def _guarded(fn, *args):
