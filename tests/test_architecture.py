@@ -127,19 +127,25 @@ def test_known_upward_imports_are_still_there():
 
 def test_tests_mirror_the_package():
     """Tests of ``pyomo_odeest/<unit>/`` live in ``tests/<unit>/``: every folder of
-    tests (but ``data``) is named after a subpackage, and no test module sets a
-    warning filter for the whole run at import time."""
+    tests (but ``data``) is named after a subpackage, and no test module filters
+    warnings for all its tests (neither at import time nor by ``pytestmark``): a
+    test that expects a warning says which, on itself."""
     tests = Path(__file__).resolve().parent
     subpackages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders - subpackages - {"data"} == set()
-    for path in tests.rglob("test_*.py"):
-        tree = ast.parse(path.read_text())
-        for node in tree.body:       # module level only: pytestmark scopes a filter to the module
+    bad = []
+    for path in [*tests.rglob("test_*.py"), tests / "conftest.py"]:
+        for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 fn = node.value.func
-                assert not (isinstance(fn, ast.Attribute) and fn.attr in ("simplefilter", "filterwarnings")), \
-                    f"{path.name}:{node.lineno}: module-level warnings filter; use pytestmark"
+                if isinstance(fn, ast.Attribute) and fn.attr in ("simplefilter", "filterwarnings"):
+                    bad.append(f"{path.name}:{node.lineno}")
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark"
+                                                     for t in node.targets)
+                    and "filterwarnings" in ast.unparse(node.value)):
+                bad.append(f"{path.name}:{node.lineno}")
+    assert not bad, f"module-level warning filters: {bad}"
 
 
 def test_no_module_named_after_an_installed_package():

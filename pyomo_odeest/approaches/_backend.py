@@ -27,7 +27,6 @@ approach's name):
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -165,12 +164,10 @@ class ShootingBackend(DiscreteBackend):
 
     def _usable(self):
         """The shooting NLP, or None (single shooting) when a measurement lies between nodes."""
-        if self._nlp is not None and self._nlp.off_meas:
-            warnings.warn("multiple shooting with measurement times between nodes: "
-                          "derivatives from the single-shooting discretization",
-                          RuntimeWarning, stacklevel=3)
+        if self._nlp is not None and self._nlp.off_meas:      # said by the source
             self._nlp = None
-            self.source = "discrete sensitivities (single shooting on the same grid)"
+            self.source = ("discrete sensitivities (single shooting on the same grid: "
+                           "measurement times between the nodes)")
         return self._nlp
 
     def _null(self, u):

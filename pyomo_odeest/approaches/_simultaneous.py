@@ -129,7 +129,8 @@ def initialize_block(b, u=None, init="auto"):
     used = init
     if init in ("auto", "simulate"):
         try:
-            X = simulate(problem, b.scheme, t, u, b.grid.restarts)
+            with np.errstate(all="ignore"):          # a non-finite trajectory falls back below
+                X = simulate(problem, b.scheme, t, u, b.grid.restarts)
             scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
             if init == "auto" and (not np.all(np.isfinite(X)) or np.max(np.abs(X)) > scale):
                 X = None

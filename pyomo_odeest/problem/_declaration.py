@@ -471,10 +471,11 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def _check_start(self):
         """f must be finite at the initial state and parameter guesses."""
         u0 = self.u0
-        x0 = self.initial_state(u0)
-        if not np.all(np.isfinite(x0)):
-            raise ProblemError(f"initial state l(u0) = {x0} is not finite")
-        f = self.numeric_rhs()(x0, u0, self.t0)
+        with np.errstate(all="ignore"):               # a non-finite value is refused below
+            x0 = self.initial_state(u0)
+            if not np.all(np.isfinite(x0)):
+                raise ProblemError(f"initial state l(u0) = {x0} is not finite")
+            f = self.numeric_rhs()(x0, u0, self.t0)
         if not np.all(np.isfinite(f)):
             bad = [s for s, v in zip(self.states, f) if not np.isfinite(v)]
             raise ProblemError(f"rhs is not finite at the initial state and parameter guesses "

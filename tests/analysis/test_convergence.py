@@ -6,8 +6,6 @@ import pytest
 from pyomo_odeest.analysis._convergence import convergence_study, uniform_grid
 from pyomo_odeest.models import lotka_volterra_problem
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 @pytest.mark.parametrize("qmax", [2, 3])

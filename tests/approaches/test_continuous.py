@@ -21,8 +21,6 @@ from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient
 from pyomo_odeest.models._hiv import (HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_initial,
                                      hiv_problem, hiv_rhs, hiv_simulate)
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 from helpers import U_NL, likelihood_problem as nonlinear_problem, rel_norm as rel

@@ -8,9 +8,6 @@ import pyomo_odeest as po
 from pyomo_odeest.approaches._estimate import approach_options
 from pyomo_odeest.models import lotka_volterra_problem
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
 START = (0.8, 0.8, 0.8, 0.8)
 
 

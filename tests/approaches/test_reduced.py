@@ -17,8 +17,6 @@ from pyomo_odeest.analysis._recursions import paper_gradient, paper_sensitivity_
 from pyomo_odeest.approaches._reduced import estimate_reduced
 from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 SCHEMES = ["adams_pc", "adams_moulton", "enright", "semi_implicit_enright"]
 

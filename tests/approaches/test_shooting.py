@@ -15,8 +15,6 @@ from pyomo_odeest.approaches._reduced import estimate_reduced
 from pyomo_odeest.approaches._shooting import (MultipleShootingNLP, estimate_multiple_shooting,
                                    interval_models, node_start_values)
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 from helpers import nonautonomous_problem as nonlinear_problem, rel

@@ -16,8 +16,6 @@ from pyomo_odeest.models import lotka_volterra_problem
 from pyomo_odeest import PyomoNLPEvaluator
 from pyomo_odeest.discretization.schemes import adams_bashforth_coefficients, adams_moulton_coefficients
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 TABLE_R = StepTable((0.1, 0.5, 1.0), (2.0, 1.5, 1.0, 0.7))
 TABLE_r = StepTable((2.0, 10.0), (0.7, 0.5, 0.25))

@@ -15,8 +15,6 @@ from pyomo_odeest.models import lotka_volterra_problem
 from pyomo_odeest.approaches._reduced import estimate_reduced
 from helpers import nonautonomous_problem as nonlinear_problem
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 try:
     import numba  # noqa: F401

@@ -14,8 +14,6 @@ from pyomo_odeest.approaches._reduced import estimate_reduced
 from pyomo_odeest.approaches._shooting import estimate_multiple_shooting
 from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 # problem, max step, published optimum, its relative tolerance, reference θ (None: COPS
 # publishes none), its relative tolerance, the iteration limit of the test

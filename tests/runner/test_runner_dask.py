@@ -14,7 +14,7 @@ from pyomo_odeest.models import oscillator_problem                   # noqa: E40
 from pyomo_odeest.runner import (RunInterruptedWarning, Runner, multistart,   # noqa: E402
                                  task_index)
 
-pytestmark = [pytest.mark.extras, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
+pytestmark = pytest.mark.extras
 
 STARTS = dict(n=2, starts=[[3.0]], bounds={"omega": (0.5, 1.6)}, seed=7)
 

@@ -15,7 +15,6 @@ from pyomo_odeest.problem import ProblemError, noise_check
 from pyomo_odeest.runner import (RunInterruptedWarning, Runner, bootstrap, cluster_end_points, multistart,
                                  multistart_starts, profile_points)
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 @pytest.fixture(scope="module")

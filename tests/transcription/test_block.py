@@ -13,8 +13,6 @@ from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_probl
 from pyomo_odeest import PyomoNLPEvaluator
 from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 SCHEMES = ["adams_pc", "adams_moulton", "enright", "semi_implicit_enright"]
 

@@ -11,8 +11,6 @@ from pyomo_odeest.models import lotka_volterra_data, lotka_volterra_problem
 from pyomo_odeest.approaches._reduced import estimate_reduced
 from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
 
-# Trial points of the optimizers overflow; scoped to this module's tests.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 DATA = lotka_volterra_data(seed=1)
 
 
