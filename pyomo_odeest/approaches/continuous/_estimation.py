@@ -345,6 +345,8 @@ class ContinuousApproach(Approach):
         return res
 
     def collect_experiment(self, problem, m, u, b):
+        if not np.isfinite(b.J_start):                  # failed at the start: said there
+            return dict(failed="the model cannot be simulated at the start")
         try:
             return _frames(problem, m, u, b.n_grid)
         except (IntegrationError, ArithmeticError, ValueError) as err:
