@@ -122,12 +122,14 @@ class MeasurementMisfit:
         r""":math:`r_j = g(x_j, u, \tau_j) - \bar z_j` (N, n_obs), 0 where nothing is
         measured (an observable need not be finite where it is not measured: the log of
         a state that is 0 at t0)."""
-        return np.where(self.problem.mask, self.g(Xm, u, self.t) - self.zbar, 0.0)
+        with np.errstate(all="ignore"):           # masked: no warning for what is not used
+            return np.where(self.problem.mask, self.g(Xm, u, self.t) - self.zbar, 0.0)
 
-    def _measured(self, jac, vals):
-        """Values ``vals`` (N, nnz) of the sparse Jacobian ``jac`` of g, 0 in the rows of
+    def _measured(self, jac, Xm, u):
+        """Values (N, nnz) of the sparse Jacobian ``jac`` of g at ``Xm``, 0 in the rows of
         observables that are not measured at that time."""
-        return np.where(self.problem.mask[:, jac.rows], vals, 0.0)
+        with np.errstate(all="ignore"):
+            return np.where(self.problem.mask[:, jac.rows], jac.values(Xm, u, self.t), 0.0)
 
     def _second_values(self, part, Xm, u, Ar2):
         r"""Values of the second derivatives ``part`` (1: xx, 2: xu, 3: uu) of
@@ -136,7 +138,8 @@ class MeasurementMisfit:
         (0·inf, 0/0), the sum is taken over the measured observables, each with its
         own second derivatives (built on first need)."""
         jac = self.second_order()[part]
-        vals = jac.values(Xm, u, self.t, Ar2)
+        with np.errstate(all="ignore"):           # non-finite rows are redone below
+            vals = jac.values(Xm, u, self.t, Ar2)
         bad = np.flatnonzero(~np.all(np.isfinite(vals), axis=1))
         if len(bad) == 0:
             return vals
@@ -178,10 +181,10 @@ class MeasurementMisfit:
         r""":math:`\partial z_j/\partial u = g_x S_j + g_u` at the measurement times
         (N, n_obs, k), with ``S`` (N, n, k) the state sensitivities to the parameters
         ``columns`` (default: all p)."""
-        Gu = self.gu.dense(self._measured(self.gu, self.gu.values(Xm, u, self.t)))
+        Gu = self.gu.dense(self._measured(self.gu, Xm, u))
         if columns is not None:
             Gu = Gu[:, :, columns]
-        return self.gx.matmat(self._measured(self.gx, self.gx.values(Xm, u, self.t)), S) + Gu
+        return self.gx.matmat(self._measured(self.gx, Xm, u), S) + Gu
 
     def weighted_jacobian(self, Xm, u, S, columns):
         r""":math:`\partial\rho_j/\partial u_c = W_j(g_x S_j + g_u)_{:,c}` (N, n_obs, k) for the
@@ -203,8 +206,8 @@ class MeasurementMisfit:
         if N == 0:
             return np.zeros((0, Xm.shape[1] if Xm.ndim == 2 else 0)), np.zeros(p)
         Ar2 = 2 * self.Ar(self.residuals(Xm, u))
-        Fx = self.gx.matvec_T(self._measured(self.gx, self.gx.values(Xm, u, self.t)), Ar2)
-        Fu = self.gu.matvec_T(self._measured(self.gu, self.gu.values(Xm, u, self.t)),
+        Fx = self.gx.matvec_T(self._measured(self.gx, Xm, u), Ar2)
+        Fu = self.gu.matvec_T(self._measured(self.gu, Xm, u),
                               Ar2).sum(axis=0)
         return Fx, Fu
 
@@ -234,8 +237,8 @@ class MeasurementMisfit:
             return np.zeros((0, n, k)), np.zeros((p, k))
         r = self.residuals(Xm, u)
         Ar2 = 2 * self.Ar(r)
-        gxv = self._measured(self.gx, self.gx.values(Xm, u, self.t))
-        guv = self._measured(self.gu, self.gu.values(Xm, u, self.t))
+        gxv = self._measured(self.gx, Xm, u)
+        guv = self._measured(self.gu, Xm, u)
         Z = self.gx.matmat(gxv, S) + self.gu.dense(guv) @ V           # (N, n_obs, k)
         AZ2 = 2 * self.AS(Z)
         _, hxx, hxu, huu = self.second_order()
@@ -477,9 +480,12 @@ def misfit_constant(problem: EstimationProblem) -> float:
 
 
 def observations(problem: EstimationProblem, Xmeas, u):
-    """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time."""
+    """z_j = g(x_{J(j)}, u, τ_j) as a DataFrame indexed by measurement time (a value that
+    is not finite, e.g. the log of a state that is 0 where it is not measured, as it is)."""
     g = problem._numeric(("g", problem.g_sym), lambda: lambdify(
         (problem.x_sym, problem.u_sym, problem.t_sym), list(problem.g_sym), "numpy"))
-    Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float), (len(problem.g_sym),))
-                  for x, tau in zip(Xmeas, problem.meas_times)])
+    with np.errstate(all="ignore"):
+        Z = np.array([np.broadcast_to(np.asarray(g(x, u, tau), dtype=float),
+                                      (len(problem.g_sym),))
+                      for x, tau in zip(Xmeas, problem.meas_times)])
     return pd.DataFrame(Z, index=pd.Index(problem.meas_times, name="time"), columns=problem.obs_names)
