@@ -52,9 +52,6 @@ def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=No
         for name, sp_ in zip(problem.experiment_names or [None], problem.subproblems)])
 
 
-_models = experiment_models
-
-
 class DiscreteBackend:
     """A :class:`DiscreteModel` (several experiments: their sum): discrete
     sensitivities and second-order adjoint [GM-grad, (51), §2.5]."""
@@ -67,7 +64,7 @@ class DiscreteBackend:
 
     @property
     def discretization(self):
-        ms = _models(self.discrete_model)
+        ms = experiment_models(self.discrete_model)
         grid = ({n: m.grid for n, m in zip(self.problem.experiment_names, ms)} or ms[0].grid)
         return dict(scheme=ms[0].scheme.name, qmax=ms[0].scheme.qmax, grid=grid)
 
@@ -76,7 +73,7 @@ class DiscreteBackend:
 
     def observation_sensitivities(self, u, free):
         out = []
-        for sp_, dm in zip(self.problem.subproblems, _models(self.discrete_model)):
+        for sp_, dm in zip(self.problem.subproblems, experiment_models(self.discrete_model)):
             traj = dm.simulate(u)
             J = np.asarray(dm.grid.J)
             Xm, Xs = traj.X[J], dm.state_sensitivities(traj)[J]
@@ -87,7 +84,7 @@ class DiscreteBackend:
 
     def hessian(self, u, free, method="soa"):
         H = sum(np.asarray(dm.hessian(u, method), dtype=float)
-                for dm in _models(self.discrete_model))
+                for dm in experiment_models(self.discrete_model))
         return H[np.ix_(free, free)]
 
     def gauss_newton(self, u, free):
@@ -227,12 +224,12 @@ class ContinuousBackend:
         return self._dm
 
     def simulate(self, u):
-        return [m.simulate(u, m.tau) for m in _models(self.model)]
+        return [m.simulate(u, m.tau) for m in experiment_models(self.model)]
 
     def observation_sensitivities(self, u, free):
         out = []
         V = np.eye(len(u))[:, free]               # the free directions only
-        for sp_, c in zip(self.problem.subproblems, _models(self.model)):
+        for sp_, c in zip(self.problem.subproblems, experiment_models(self.model)):
             _, Xm, Xs = c.sensitivities(u, V)
             mf = c.misfit
             out.append((sp_, mf.observation_sensitivities(Xm, u, Xs, free),
@@ -241,7 +238,7 @@ class ContinuousBackend:
 
     def hessian(self, u, free, method="soa"):
         H = sum(np.asarray(c.hessian(u, method, index=free), dtype=float)
-                for c in _models(self.model))
+                for c in experiment_models(self.model))
         return 0.5 * (H + H.T)
 
     def gauss_newton(self, u, free):

@@ -291,10 +291,12 @@ class ReducedApproach(Approach):
             method = f"scipy-{cfg.optimizer}/{cfg.gradient}" + (
                 f"+{cfg.hessian}" if cfg.optimizer == "trust-constr" and cfg.hessian else "")
         u = nlp.full(outcome.x)
-        try:
-            obj = dm.objective(u)
-        except SimulationError:
-            obj = np.nan                      # said by the frames' simulation
+        try:                                  # the optimizer's last point: simulated once
+            traj = nlp._trajectory(outcome.x)
+            obj = dm.objective(u, traj)
+            nlp.final = traj if isinstance(traj, tuple) else (traj,)
+        except EvaluationError as err:
+            obj, nlp.final = np.nan, str(err)  # said by the frames
         res = EstimationResult(
             approach=self.name, method=method, scheme=self.parts(built)[0].scheme,
             estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
@@ -306,10 +308,10 @@ class ReducedApproach(Approach):
         return res
 
     def collect_experiment(self, problem, dm, u, built):
-        try:
-            return discrete_frames(problem, dm, dm.simulate(u), u)
-        except SimulationError as err:
-            return dict(grid=dm.grid, failed=str(err))
+        final = built[1].final
+        if isinstance(final, str):
+            return dict(grid=dm.grid, failed=final)
+        return discrete_frames(problem, dm, final[self.parts(built).index(dm)], u)
 
 
 def estimate_reduced(problem: EstimationProblem, *args, **options):
