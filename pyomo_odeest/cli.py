@@ -94,24 +94,21 @@ def _int_in(lo, hi=None):
     return conv
 
 
-def _positive_float(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{v} must be a positive finite number")
-    return v
+def _float_in(test, what):
+    """A float argument that satisfies ``test``; ``what`` says what it must be."""
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not test(v):
+            raise argparse.ArgumentTypeError(f"{v} must be {what}")
+        return v
+    return conv
 
 
-def _level(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be between 0 and 1 (e.g. 0.95)")
-    return v
+_positive_float = _float_in(lambda v: 0 < v < float("inf"), "a positive finite number")
+_level = _float_in(lambda v: 0 < v < 1, "between 0 and 1 (e.g. 0.95)")
 
 
 def _parser():

@@ -15,14 +15,13 @@ from ..discretization.schemes import get_scheme
 from ..nlp._plugin import OdeestIpoptSolver
 from ..problem._declaration import (EstimationProblem, require_no_constraints, require_no_inputs,
                                     require_single_experiment)
-from ..problem._misfit import observations
 from ..problem._result import EstimationResult
 from ..problem._status import Status, status_from_ipopt
 from ..problem._validation import positive_int
 from ..transcription._adaptive_block import build_adaptive_block, block_multipliers, run_from_block
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, ConfigValue, Outcome, common_config, discretization_config,
-                    ipopt_options)
+                    fit_frames, ipopt_options)
 
 __all__ = ["AdaptiveApproach", "estimate_adaptive"]
 
@@ -215,9 +214,6 @@ def _frames(b, m):
     """States, fitted observations, residuals, adjoint and multipliers of a solved block."""
     P, run = b.problem, run_from_block(b)
     S = P.states
-    states = pd.DataFrame(run.x, index=pd.Index(run.t, name="time"), columns=S)
-    fitted = observations(P, run.x[run.J], run.u)
-    residuals = (fitted - P.data).where(P.mask)
     mult = block_multipliers(b, m.dual) if len(m.dual) else None
     multipliers, adjoint = {}, None
     if mult is not None:
@@ -235,5 +231,5 @@ def _frames(b, m):
             kind=[run.pattern.kind(i, j) for i in range(run.k) for j in range(run.pattern.j[i])]),
             index=tidx)
         adjoint = pd.DataFrame(mult.p, index=pd.Index(range(run.k + 1), name="i"), columns=S)
-    return dict(states=states, fitted=fitted, residuals=residuals, adjoint=adjoint,
+    return dict(fit_frames(P, run.t, run.x, run.x[run.J], run.u), adjoint=adjoint,
                 multipliers=multipliers)

@@ -48,6 +48,7 @@ from ..discretization.schemes import QMAX_RANGE
 from ..nlp._cyipopt_adapter import solve_with_ipopt
 from ..optimizers._clock import SolveClock
 from ..problem._declaration import EstimationProblem, ProblemError
+from ..problem._misfit import observations
 from ..problem._result import post_solve_checks, stack_experiments
 from ..problem._start import start_values
 from ..problem._status import Status, status_from_ipopt
@@ -55,7 +56,7 @@ from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_floa
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
            "discretization_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
-           "add_constraint_multipliers", "ConstraintRows"]
+           "add_constraint_multipliers", "ConstraintRows", "fit_frames"]
 
 #: Ipopt options every approach starts from (``options`` override them).
 IPOPT_DEFAULTS = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
@@ -422,6 +423,14 @@ class ConstraintRows:
             rows.append(np.einsum("jn,jnk->jk", cx, S) + cu[:, cols])
         rows += [np.asarray(dr(u), dtype=float).reshape(1, -1)[:, cols] for dr in self._dr]
         return np.vstack(rows) if rows else np.zeros((0, len(cols)))
+
+
+def fit_frames(problem, t, X, Xm, u) -> dict:
+    """``states`` (the rows of ``X`` at times ``t``), ``fitted`` (the observations of
+    the states ``Xm`` at the measurement times) and ``residuals`` of one experiment."""
+    fitted = observations(problem, Xm, u)
+    return dict(states=pd.DataFrame(X, index=pd.Index(t, name="time"), columns=problem.states),
+                fitted=fitted, residuals=(fitted - problem.data).where(problem.mask))
 
 
 def add_constraint_multipliers(res, problem, rows, lam, names):

@@ -7,11 +7,12 @@ import pandas as pd
 
 from ..discretization._grid import Grid
 from ..problem._declaration import EstimationProblem
-from ..problem._misfit import MeasurementMisfit, misfit_constant, observations
+from ..problem._misfit import MeasurementMisfit, misfit_constant
 from ..problem._result import EstimationResult, post_solve_checks
 from ..problem._status import Status
 from ..transcription._dae import DaeSchemeError, dae_solution
 from ._backend import DiscreteBackend, discrete_model
+from ._base import fit_frames
 
 __all__ = ["dae_result"]
 
@@ -55,7 +56,6 @@ def dae_result(model, data, results=None, sigma=None, weights=None):
     idx = np.searchsorted(t, P.meas_times)
     if np.any(idx >= len(t)) or not np.allclose(t[np.minimum(idx, len(t) - 1)], P.meas_times):
         raise DaeSchemeError("every measurement time of data must be a point of the ContinuousSet")
-    fitted = observations(P, X[idx], u)
     obj = float(MeasurementMisfit(P).value(X[idx], u)) + misfit_constant(P)
     status, message, iters = Status.FAILED, "unknown", 0
     if results is not None:
@@ -72,7 +72,6 @@ def dae_result(model, data, results=None, sigma=None, weights=None):
         approach="pyomo_dae", method=model._odeest_initialization, scheme=scheme, grid=grid,
         estimates=pd.Series(u, index=P.parameter_names, name="estimate"), objective=obj,
         status=status, message=message, iterations=iters,
-        states=pd.DataFrame(X, index=pd.Index(t, name="time"), columns=P.states),
-        fitted=fitted, residuals=(fitted - P.data).where(P.mask), extra={"problem": P})
+        **fit_frames(P, t, X, X[idx], u), extra={"problem": P})
     res.backend = DiscreteBackend(P, discrete_model(P, scheme.name, scheme.qmax, grid))
     return post_solve_checks(P, res)

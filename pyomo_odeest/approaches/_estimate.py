@@ -1,25 +1,16 @@
 """One front door for every approach: :func:`estimate`.
 
-``estimate(problem, approach=..., **options)`` dispatches to the
-per-approach implementation and returns an
-:class:`~pyomo_odeest.EstimationResult` in every case.  Option names mean the
-same thing everywhere:
-
-* ``scheme``, ``qmax``: the multistep scheme and its maximum order;
-* ``grid``: an explicit :class:`~pyomo_odeest.Grid`;
-* ``max_step``: largest step of the generated grid;
-* ``steps_per_interval``: steps between consecutive measurement times;
-* ``u0``: start values of the parameters (default: the problem's);
-* ``options``: Ipopt (or optimizer) options, a dict;
-* ``tee``: print the solver's log;
-* ``scale``: scale the parameters by their start values.
-
-Options specific to one approach (``gradient``, ``hessian``, ``optimizer``,
-``nodes``, ``formulation``, ``method``, ...) are passed through; an option the
+``estimate(problem, approach=..., **options)`` runs the approach's pipeline and
+returns an :class:`~pyomo_odeest.EstimationResult` in every case.  Option names
+mean the same thing everywhere: the common ones are declared once
+(:func:`~pyomo_odeest.approaches._base.common_config`), each approach adds its
+own (:func:`approach_config`, the tables of docs/choosing.md); an option the
 chosen approach does not take raises a :class:`TypeError` that lists the ones
 it does take.
 """
 from __future__ import annotations
+
+import importlib
 
 from ..problem._declaration import EstimationProblem
 from ..problem._result import RESULT_ANALYSES, EstimationResult
@@ -29,26 +20,25 @@ __all__ = ["estimate", "APPROACH_NAMES", "approach_options", "approach_config",
            "approach_class"]
 
 
+#: front-door name -> (module, class) of its approach (the configuration registry)
+_REGISTRY = {"simultaneous": ("._simultaneous", "SimultaneousApproach"),
+             "reduced_space": ("._reduced", "ReducedApproach"),
+             "multiple_shooting": ("._shooting", "ShootingApproach"),
+             "continuous": (".continuous", "ContinuousApproach"),
+             "adaptive": ("._adaptive", "AdaptiveApproach")}
+
+
 def approach_class(approach):
     """The :class:`~pyomo_odeest.approaches._base.Approach` of a front-door name (the
     configuration registry)."""
-    if approach == "simultaneous":
-        from ._simultaneous import SimultaneousApproach as cls
-    elif approach == "reduced_space":
-        from ._reduced import ReducedApproach as cls
-    elif approach == "multiple_shooting":
-        from ._shooting import ShootingApproach as cls
-    elif approach == "continuous":
-        from .continuous import ContinuousApproach as cls
-    elif approach == "adaptive":
-        from ._adaptive import AdaptiveApproach as cls
-    else:
+    if not isinstance(approach, str) or approach not in _REGISTRY:
         raise ValueError(f"unknown approach {approach!r}; choose one of {APPROACH_NAMES}")
-    return cls
+    module, cls = _REGISTRY[approach]
+    return getattr(importlib.import_module(module, __package__), cls)
 
 
 #: The approaches :func:`estimate` knows, in the order the docs present them.
-APPROACH_NAMES = ("simultaneous", "reduced_space", "multiple_shooting", "continuous", "adaptive")
+APPROACH_NAMES = tuple(_REGISTRY)
 
 
 def approach_options(approach: str) -> tuple:

@@ -31,7 +31,7 @@ from ..discretization._experiments import experiment_grid, experiment_models, jo
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                     common_config,
-                    discretization_config, ipopt_options, run_ipopt, add_constraint_multipliers)
+                    discretization_config, ipopt_options, run_ipopt, add_constraint_multipliers, fit_frames)
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
            "discrete_model"]
@@ -352,8 +352,5 @@ def _stationary(nlp, sol, message, rtol=1e-6):
 
 def discrete_frames(problem, dm, traj, u):
     """States on the grid, fitted observations and residuals of one experiment."""
-    from ..problem._misfit import observations
-    states = pd.DataFrame(traj.X, index=pd.Index(dm.t, name="time"), columns=problem.states)
-    fitted = observations(problem, traj.X[np.asarray(dm.grid.J)], u)
-    return dict(states=states, fitted=fitted, residuals=(fitted - problem.data).where(problem.mask),
+    return dict(fit_frames(problem, dm.t, traj.X, traj.X[np.asarray(dm.grid.J)], u),
                 grid=dm.grid)

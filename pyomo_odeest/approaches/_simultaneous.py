@@ -18,14 +18,14 @@ import sympy
 from ..transcription._block import build_block
 from ..transcription._experiments import build_experiment_blocks
 from ..transcription._initial_state import initialize_steady_state, steady_state_mismatch
-from ..problem._misfit import misfit_constant, observations
+from ..problem._misfit import misfit_constant
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
 from ..problem._status import Status
 from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
-                    ipopt_options)
+                    fit_frames, ipopt_options)
 from ..discretization.schemes import integrate
 from ..symbolic._vectorfn import VectorFn
 from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
@@ -322,10 +322,8 @@ def _frames(b, m):
     t = np.asarray(b.grid.t)
     X = np.array([[pyo.value(b.x[i, s]) for s in S] for i in range(len(t))])
     u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
-    fitted = observations(problem, X[np.asarray(b.grid.J)], u)
-    out = dict(states=pd.DataFrame(X, index=pd.Index(t, name="time"), columns=S),
-               fitted=fitted, residuals=(fitted - problem.data).where(problem.mask),
-               adjoint=None, multipliers={}, grid=b.grid)
+    out = dict(fit_frames(problem, t, X, X[np.asarray(b.grid.J)], u), adjoint=None,
+               multipliers={}, grid=b.grid)
     dual = getattr(m, "dual", None)
     if dual is not None and len(dual):
         k = len(t) - 1

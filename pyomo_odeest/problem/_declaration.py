@@ -179,23 +179,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         if not isinstance(self.loss, (LeastSquares, GaussianNLL)):
             raise ProblemError("loss must be LeastSquares() or GaussianNLL(cov)")
 
-        # symbols: states and parameters by name (equal across problems that
-        # share them); time by a name no state or parameter can have, so that
-        # a parameter called ``t`` is not time.  Internal symbols elsewhere
-        # are Dummies; sympy constants (E, I, pi) are not Symbols.
-        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
-        self.u_sym = tuple(sympy.Symbol(p, real=True) for p in pnames)
-        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
-
-        scratch = pyo.ConcreteModel()
-        scratch.x = pyo.Var(self.states, initialize=1.0)
-        scratch.u = pyo.Var(pnames, initialize=1.0) if pnames else None
-        scratch.t = pyo.Var(initialize=0.0)
-        symbol_of = {id(scratch.x[s]): sym for s, sym in zip(self.states, self.x_sym)}
-        if pnames:
-            symbol_of.update({id(scratch.u[p]): sym for p, sym in zip(pnames, self.u_sym)})
-        symbol_of[id(scratch.t)] = self.t_sym
-        xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
+        scratch, symbol_of, xs = self._symbols(pnames)
         self.inputs = _check_inputs(inputs, self.states, pnames)
         in_vars = self._input_vars(scratch, symbol_of)
         us = _Namespace("parameter", {**{p: scratch.u[p] for p in pnames}, **in_vars})
@@ -207,15 +191,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         self.steady_state = self.preequilibration = None
         if preequilibration is not None:
             self._preequilibrate(preequilibration, initial, xs, us, scratch.t, symbol_of)
-        self.penalty_sym = sympy.Integer(0)
-        if penalty is not None:
-            if not callable(penalty):
-                raise ProblemError("penalty must be callable as penalty(u)")
-            self.penalty_sym = self._to_sym(_call_user(penalty, "penalty", us), "penalty",
-                                            symbol_of)
-            bad = self.penalty_sym.free_symbols - set(self.u_sym)
-            if bad:
-                raise ProblemError(f"penalty may depend on parameters only; uses {bad}")
+        self._penalty(penalty, us, symbol_of)
         self.path_constraints, self.parameter_constraints = self._constraints(
             constraints, xs, us, scratch.t, symbol_of)
         if data is None:
@@ -235,6 +211,38 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         self.T = T
         self.switch_times = _switch_times(self.inputs, self.t0, T)
         self._check_start()
+
+    def _symbols(self, pnames):
+        """The symbols of the states, the parameters ``pnames`` and time, and a scratch
+        model whose variables stand for them inside user functions: ``(model, map from
+        a variable's id to its symbol, namespace of the states)``.  States and
+        parameters are Symbols by name (equal across problems that share them); time
+        is a Symbol of a name no state or parameter can have, so that a parameter
+        called ``t`` is not time.  Internal symbols elsewhere are Dummies; sympy
+        constants (E, I, pi) are not Symbols."""
+        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
+        self.u_sym = tuple(sympy.Symbol(p.name, real=True) for p in self.parameters)
+        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
+        scratch = pyo.ConcreteModel()
+        scratch.x = pyo.Var(self.states, initialize=1.0)
+        scratch.u = pyo.Var(pnames, initialize=1.0) if pnames else None
+        scratch.t = pyo.Var(initialize=0.0)
+        symbol_of = {id(scratch.x[s]): sym for s, sym in zip(self.states, self.x_sym)}
+        symbol_of.update({id(scratch.u[p]): sympy.Symbol(p, real=True) for p in pnames})
+        symbol_of[id(scratch.t)] = self.t_sym
+        return scratch, symbol_of, _Namespace("state", {s: scratch.x[s] for s in self.states})
+
+    def _penalty(self, penalty, us, symbol_of):
+        """``penalty(u)`` as :attr:`penalty_sym` (0 without one); parameters only."""
+        self.penalty_sym = sympy.Integer(0)
+        if penalty is None:
+            return
+        if not callable(penalty):
+            raise ProblemError("penalty must be callable as penalty(u)")
+        self.penalty_sym = self._to_sym(_call_user(penalty, "penalty", us), "penalty", symbol_of)
+        bad = self.penalty_sym.free_symbols - set(self.u_sym)
+        if bad:
+            raise ProblemError(f"penalty may depend on parameters only; uses {bad}")
 
     # -- several experiments ------------------------------------------------
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-import pyomo.environ as pyo
 import sympy
 
-from ._components import (TIME_NAME, Experiment, LeastSquares, Parameter, ParameterConstraint,
+from ._components import (Experiment, LeastSquares, Parameter, ParameterConstraint,
                          PathConstraint, _check_names, _Namespace)
 from ._validation import ProblemError
 
@@ -70,17 +69,7 @@ class SeveralExperiments:
         self.parameters = expanded
         self.t0 = float(t0)
         self.loss = LeastSquares() if loss is None else loss
-        self.x_sym = tuple(sympy.Symbol(s, real=True) for s in self.states)
-        self.u_sym = tuple(sympy.Symbol(q.name, real=True) for q in expanded)
-        self.t_sym = sympy.Symbol(TIME_NAME, real=True)
-        scratch = pyo.ConcreteModel()
-        scratch.x = pyo.Var(self.states, initialize=1.0)
-        scratch.u = pyo.Var(enames, initialize=1.0)
-        scratch.t = pyo.Var(initialize=0.0)
-        symbol_of = {id(scratch.x[s]): sym for s, sym in zip(self.states, self.x_sym)}
-        symbol_of.update({id(scratch.u[p]): sympy.Symbol(p, real=True) for p in enames})
-        symbol_of[id(scratch.t)] = self.t_sym
-        xs = _Namespace("state", {s: scratch.x[s] for s in self.states})
+        scratch, symbol_of, xs = self._symbols(enames)
         if inputs is not None and not isinstance(inputs, Mapping):
             inputs = {k: None for k in inputs}           # names; values per experiment
         in_names = list(dict.fromkeys(list(inputs or {}) + [
@@ -102,14 +91,8 @@ class SeveralExperiments:
                 raise ProblemError("observe(x, u, t) must return a mapping name -> expression")
             obs_sym = {k: self._to_sym(out[k], f"observe[{k}]", symbol_of)
                        for k in _check_names(list(out), "observable")}
-        pen = None
-        if penalty is not None:
-            if not callable(penalty):
-                raise ProblemError("penalty must be callable as penalty(u)")
-            pen = self._to_sym(penalty(us_all), "penalty", symbol_of)
-            self.penalty_sym = pen
-        else:
-            self.penalty_sym = sympy.Integer(0)
+        self._penalty(penalty, us_all, symbol_of)
+        pen = None if penalty is None else self.penalty_sym
         if isinstance(constraints, (PathConstraint, ParameterConstraint)):
             constraints = [constraints]
         paths = [c for c in (constraints or []) if isinstance(c, PathConstraint)]
