@@ -12,55 +12,22 @@ the variables :math:`q = (s_0, \dots, s_N, p)` of the NLP [AT, eq. (4)]
 
 where :math:`x_j` solves the interval problem [AT, eq. (2)]
 :math:`\dot x_j = f(x_j, p, t)`, :math:`x_j(\tau_j) = s_j` on
-:math:`[\tau_j, \tau_{j+1}]`.  When every measurement time is a node
-(Assumption 1, the default node set :math:`\{t_0\} \cup \{\tau_j\} \cup \{T\}`)
-the objective depends on the node values only (eq. (7), Remark 2).  A
-measurement time that is not a node is evaluated on the interval trajectory
-(the classical form (3)); this is what makes multiple shooting with the single
-interval ``nodes=(t0, T)`` the single-shooting problem.
+:math:`[\tau_j, \tau_{j+1}]`.  The objective is eq. (7) in the node values
+(Remark 2); a measurement time that is not a node is evaluated on the interval
+trajectory (the classical form (3)), so ``nodes=(t0, T)`` is single shooting.
+Each interval is a :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`
+on the sub-grid between its nodes, its multistep order ramp restarting at the
+node.  Derivatives of the continuity constraints [AT, eq. (6)]: forward
+sensitivities [GM-grad, eq. (51)] (``jacobian="sensitivity"``) or ``n``
+adjoint sweeps per interval, eq. (17) (``jacobian="adjoint"``).  The scalar
+form (8), ``formulation="scalar"``, imposes :math:`h^{(j)} = \|G_j\|_2^2 = 0`
+(one adjoint sweep per interval with :math:`\lambda(\tau_{j+1}) = 2 G_j`); its
+constraint Jacobian vanishes at every feasible point, so Ipopt converges
+linearly at best on it: it is kept for the gradient identity (17), not as a
+recommended setting.  Hessian: Ipopt's limited-memory approximation.
 
-Discretization.  Each interval is an :class:`~pyomo_odeest.problem._declaration.EstimationProblem`
-without data (``t0 = τ_j``, ``T = τ_{j+1}``, parameters = the problem's
-parameters followed by ``n`` node parameters ``s_<state>``, initial state =
-those node parameters) rendered as a :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`
-on the sub-grid of the full problem's grid between the two nodes: the same
-scheme equations as the Pyomo block and the reduced space.  **The multistep
-order ramp** :math:`Q_i = \min(i+1, Q_{\max}-1)` **restarts at every node**
-(the history of a multistep scheme does not cross a node, whose value is a free
-variable), so for ``N > 1`` the discrete interval trajectories are not the
-sub-trajectories of the single-shooting simulation even at a continuous point;
-with one interval they are, bit for bit.
-
-Derivatives of the continuity constraints [AT, eq. (6)]:
-
-* ``jacobian="sensitivity"``: the forward sensitivities of the interval
-  [GM-grad, eq. (51), :meth:`~pyomo_odeest.discretization.discrete.DiscreteModel.state_sensitivities`],
-  row block :math:`[\,\partial x_j(\tau_{j+1})/\partial s_j,\ -I,\
-  \partial x_j(\tau_{j+1})/\partial p\,]`;
-* ``jacobian="adjoint"``: eq. (17) once per component, i.e. ``n`` adjoint
-  sweeps per interval (:meth:`~pyomo_odeest.discretization.discrete.DiscreteModel.functional_gradient`
-  with ``dFdx[-1] = e_r``), the :math:`d^2` adjoint equations of [AT] §3.
-
-The modified problem (8), ``formulation="scalar"``, replaces the ``n``
-constraints of interval ``j`` by :math:`h^{(j)} = \|G_j\|_2^2 = 0`, whose
-gradient needs one adjoint sweep (eq. (17)) with terminal value
-:math:`\lambda(\tau_{j+1}) = 2 G_j` plus the explicit
-:math:`\partial h^{(j)}/\partial s_{j+1} = -2 G_j` (:math:`2n + m` non-zeros).
-
-Scalar form and interior-point solvers.  :math:`\nabla h^{(j)} = 2 J_j^\top G_j`
-(:math:`J_j` the Jacobian of :math:`G_j`) vanishes at *every* feasible point:
-the constraint Jacobian of (8) is zero at the solution, LICQ (and MFCQ) fail,
-and the KKT multipliers of (8) are unbounded — comparing with (4),
-:math:`\lambda_j = 2\mu_j G_j`, so :math:`\mu_j = \|\lambda_j\| / (2\|G_j\|)
-\to \infty`.  A Newton step on :math:`h = \|G\|^2` roughly halves :math:`\|G\|`
-(quadratic constraint with zero derivative at the root), so the feasibility
-error decreases linearly at best: Ipopt does not converge on it where the
-vector form (4) does (measured in ``docs/multiple_shooting.md``, "The scalar
-form (8) in an interior-point method").  The scalar form is kept for the
-gradient identity (17), not as a recommended solver setting.
-
-Hessian: Ipopt's limited-memory quasi-Newton approximation
-(``hessian_approximation=limited-memory``) of the Lagrangian.
+See docs/multiple_shooting.md ("Equations and functions", "Order ramp", "The
+scalar form (8) in an interior-point method") for the details and measurements.
 """
 from __future__ import annotations
 
@@ -71,7 +38,7 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ..problem._misfit import misfit_constant, misfit_sym, observations
+from ..problem._misfit import misfit_constant, misfit_sym
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization._grid import Grid, make_grid, resolve_grid
 from ..nlp._cyipopt_adapter import start_value_scaling
@@ -83,8 +50,9 @@ from ..discretization.schemes import get_scheme
 from ..symbolic import lambdify
 from ..problem._start import start_values
 from ._backend import ShootingBackend
-from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
-                    ipopt_options, run_ipopt, add_constraint_multipliers)
+from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, common_config,
+                    discretization_config, fit_frames, ipopt_options, run_ipopt,
+                    add_constraint_multipliers)
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
            "ShootingApproach", "estimate_multiple_shooting", "node_start_values", "shooting_nlp"]
@@ -141,9 +109,7 @@ class IntervalModels:
     """
 
     def __init__(self, problem, scheme, grid, nodes):
-        self.problem = problem
-        self.scheme = scheme
-        self.grid = grid
+        self.problem, self.scheme, self.grid = problem, scheme, grid
         t = np.asarray(grid.t, dtype=float)
         self.nodes = np.asarray(nodes, dtype=float)
         idx = np.searchsorted(t, self.nodes)
@@ -176,18 +142,21 @@ class IntervalModels:
         """Number of intervals."""
         return len(self.models)
 
+    def locate(self, pts):
+        """Interval holding each grid index of ``pts`` (a node starts its interval, ``T``
+        ends the last) and the index within it."""
+        a = np.clip(np.searchsorted(self.node_index, pts, side="right") - 1, 0, self.N - 1)
+        return a, pts - self.node_index[a]
+
 
 def _resolve_nodes(problem, nodes):
-    if nodes is None:
-        pts = np.concatenate([[problem.t0], problem.meas_times, [problem.T]])
-    else:
-        pts = np.atleast_1d(np.asarray(nodes, dtype=float))
+    pts = problem.meas_times if nodes is None else np.atleast_1d(np.asarray(nodes, dtype=float))
+    if nodes is not None:
         if pts.ndim != 1 or not np.all(np.isfinite(pts)):
             raise ProblemError("nodes must be a 1-D sequence of finite times")
         if np.any(pts < problem.t0) or np.any(pts > problem.T):
             raise ProblemError(f"nodes must lie in [t0, T] = [{problem.t0}, {problem.T}]")
-        pts = np.concatenate([[problem.t0], pts, [problem.T]])
-    return np.unique(pts)
+    return np.unique(np.concatenate([[problem.t0], pts, [problem.T]]))
 
 
 def interval_models(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
@@ -229,11 +198,9 @@ def interval_models(problem, scheme="adams_pc", qmax=None, grid=None, max_step=N
         grid = resolve_grid(problem, grid)
     cache = problem.__dict__.setdefault("_multiple_shooting_models", {})
     key = (sch, tuple(np.asarray(grid.t).tolist()), tuple(node_t.tolist()))
-    im = cache.get(key)
-    if im is None:
-        im = IntervalModels(problem, sch, grid, node_t)
-        cache[key] = im
-    return im
+    if key not in cache:
+        cache[key] = IntervalModels(problem, sch, grid, node_t)
+    return cache[key]
 
 
 def node_start_values(problem, nodes, u, init="data", im=None):
@@ -263,9 +230,8 @@ def node_start_values(problem, nodes, u, init="data", im=None):
     """
     u = np.asarray(u, dtype=float)
     nodes = np.asarray(nodes, dtype=float)
-    x0 = problem.initial_state(u)
     S = problem.interpolate_states(nodes, u)
-    S[0] = x0
+    S[0] = problem.initial_state(u)
     if init == "data":
         return S, "data"
     if init != "simulate":
@@ -286,27 +252,53 @@ def node_start_values(problem, nodes, u, init="data", im=None):
 # ---------------------------------------------------------------------------
 # the NLP
 # ---------------------------------------------------------------------------
-class MultipleShootingNLP(NLPEvaluator):
+def _finite(v, what):
+    """``v``; an :class:`~pyomo_odeest.nlp._protocol.EvaluationError` if it is not finite."""
+    if not np.all(np.isfinite(v)):
+        raise EvaluationError(f"non-finite {what}")
+    return v
+
+
+class _ShootingEvaluator(NLPEvaluator):
+    """What the shooting NLPs share: the Jacobian structure set once, no exact Hessian."""
+
+    def _set_structure(self, blocks, rows=(), cols=()):
+        """The Jacobian structure: ``rows``, ``cols``, then each block ``(row indices,
+        node columns)`` over its node columns and every parameter column."""
+        pcols = self.ns + np.arange(len(self.free))
+        rows, cols = list(rows), list(cols)
+        for r, c in blocks:
+            c = np.concatenate([c, pcols])
+            rows.append(np.repeat(r, len(c)))
+            cols.append(np.tile(c, len(r)))
+        self._jr = np.concatenate(rows).astype(int) if rows else np.zeros(0, int)
+        self._jc = np.concatenate(cols).astype(int) if cols else np.zeros(0, int)
+
+    def jacobian_structure(self):
+        return self._jr, self._jc
+
+    def hessian_structure(self):
+        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+
+    def hessian(self, x, lam, obj_factor=1.0):
+        raise NotImplementedError("multiple shooting uses hessian_approximation=limited-memory")
+
+
+class MultipleShootingNLP(_ShootingEvaluator):
     r"""Problem (4) (``formulation="vector"``) or (8) (``"scalar"``) of [AT].
 
     Variables ``x = (s_0, ..., s_N, p_free)`` (node values row by node, then
-    the free parameters).  Constraints, in this order:
-
-    * if :math:`x_0 = l(u)` depends on free parameters: :math:`s_0 - l(p) = 0`
-      (``n`` rows); otherwise :math:`s_0` is fixed by equal bounds at
-      :math:`l(u)`;
-    * per interval ``j``: :math:`G_j = x_j(\tau_{j+1}; s_j, p) - s_{j+1} = 0`
-      (``n`` rows, eq. (4)) or :math:`h^{(j)} = \|G_j\|^2 = 0` (one row,
-      eq. (8)).
-
-    Objective: eq. (7), :math:`\sum_j \varphi_j` with :func:`~pyomo_odeest.problem._misfit.misfit_sym`
-    evaluated at the node value of the measurement time (or on the interval
-    trajectory for a measurement time that is not a node), plus the problem's
-    penalty :math:`R(u)` if it has one.  Its gradient is
-    explicit for node measurements (Remark 2) and one adjoint sweep per
-    interval holding off-node measurements.  A failing interval simulation
-    raises :class:`~pyomo_odeest.nlp._protocol.EvaluationError` (Ipopt cuts
-    the step).  No exact Hessian: use ``hessian_approximation=limited-memory``.
+    the free parameters).  Constraints, in this order: :math:`s_0 - l(p) = 0`
+    (``n`` rows) if :math:`x_0 = l(u)` depends on free parameters (otherwise
+    :math:`s_0` is fixed at :math:`l(u)` by equal bounds); per interval ``j``
+    :math:`G_j = x_j(\tau_{j+1}; s_j, p) - s_{j+1} = 0` (``n`` rows, eq. (4))
+    or :math:`h^{(j)} = \|G_j\|^2 = 0` (one row, eq. (8)).  Objective: eq. (7)
+    (:func:`~pyomo_odeest.problem._misfit.misfit_sym` at the node values, on the
+    interval trajectory for a measurement time that is not a node) plus the
+    penalty :math:`R(u)`; gradient explicit for node measurements (Remark 2), one
+    adjoint sweep per interval holding off-node measurements.  A failing interval
+    simulation raises :class:`~pyomo_odeest.nlp._protocol.EvaluationError` (Ipopt
+    cuts the step).  No exact Hessian: use ``hessian_approximation=limited-memory``.
     """
 
     def __init__(self, problem: EstimationProblem, im: IntervalModels, formulation="vector",
@@ -331,8 +323,7 @@ class MultipleShootingNLP(NLPEvaluator):
         self.n = self.ns + len(self.free)
         # initial state: constraint if it depends on free parameters
         free_syms = {P.u_sym[k] for k in self.free}
-        l_free = set().union(*[e.free_symbols for e in P.l_sym]) & free_syms
-        self.init_rows = bool(l_free)
+        self.init_rows = bool(set().union(*[e.free_symbols for e in P.l_sym]) & free_syms)
         self._l = lambdify((P.u_sym,), list(P.l_sym), "numpy")
         self._lu = lambdify((P.u_sym,), sympy.Matrix(P.l_sym).jacobian(P.u_sym), "numpy")
         # bounds
@@ -340,17 +331,14 @@ class MultipleShootingNLP(NLPEvaluator):
         ub = np.array([np.inf if p.ub is None else p.ub for p in P.parameters])
         self.x_lb = np.concatenate([np.full(self.ns, -np.inf), lb[self.free]])
         self.x_ub = np.concatenate([np.full(self.ns, np.inf), ub[self.free]])
-        if not self.init_rows:
-            l0 = self.l(self.u_full)
-            self.x_lb[:nx] = l0
-            self.x_ub[:nx] = l0
-        S0 = np.tile(self.l(self.u_full), (self.N + 1, 1)) if S0 is None else np.asarray(S0, float)
+        l0 = self.l(self.u_full)
+        S0 = np.tile(l0, (self.N + 1, 1)) if S0 is None else np.asarray(S0, float)
         if S0.shape != (self.N + 1, nx):
             raise ValueError(f"node start values must have shape {(self.N + 1, nx)}")
         self.x0 = np.concatenate([S0.ravel(), np.clip(self.u_full[self.free], lb[self.free],
                                                       ub[self.free])])
-        if not self.init_rows:
-            self.x0[:nx] = self.x_lb[:nx]
+        if not self.init_rows:                  # s_0 fixed at l(u) by equal bounds
+            self.x_lb[:nx] = self.x_ub[:nx] = self.x0[:nx] = l0
         # constraints
         per = nx if formulation == "vector" else 1
         self.r_init = nx if self.init_rows else 0
@@ -359,10 +347,7 @@ class MultipleShootingNLP(NLPEvaluator):
         self.g_ub = np.zeros(self.m)
         self._measurements()
         self._structure()
-        self._key = None
-        self._trajs = None
-        self._jkey = None
-        self._D = None
+        self._key = self._trajs = self._jkey = self._D = None
         self.counts = dict(simulations=0, failures=0, sensitivity_sweeps=0, adjoint_sweeps=0)
 
     # -- helpers ---------------------------------------------------------------
@@ -390,8 +375,7 @@ class MultipleShootingNLP(NLPEvaluator):
         self.off_meas = {}                        # interval -> [(meas j, local grid index)]
         self.phi, self.phix, self.phiu = [], [], []
         for j, gi in enumerate(J):
-            phi = misfit_sym(P, j)
-            phi = sympy.sympify(phi)
+            phi = sympy.sympify(misfit_sym(P, j))
             self.phi.append(lambdify((xs, us), phi, "numpy"))
             self.phix.append(lambdify((xs, us), [sympy.diff(phi, v) for v in xs], "numpy"))
             self.phiu.append(lambdify((xs, us), [sympy.diff(phi, v) for v in us], "numpy"))
@@ -399,26 +383,16 @@ class MultipleShootingNLP(NLPEvaluator):
             if len(hit):
                 self.node_meas.append((j, int(hit[0])))
             else:
-                a = int(np.searchsorted(im.node_index, gi)) - 1
-                self.off_meas.setdefault(a, []).append((j, int(gi - im.node_index[a])))
+                a, i = im.locate(gi)
+                self.off_meas.setdefault(int(a), []).append((j, int(i)))
 
     def _structure(self):
-        nx, N, ns = self.nx, self.N, self.ns
-        pcols = ns + np.arange(len(self.free))
-        rows, cols = [], []
-        r0 = 0
-        if self.init_rows:
-            c = np.concatenate([np.arange(nx), pcols])
-            rows.append(np.repeat(np.arange(nx), len(c)))
-            cols.append(np.tile(c, nx))
-            r0 = nx
-        per = nx if self.formulation == "vector" else 1
-        for j in range(N):
-            c = np.concatenate([j * nx + np.arange(nx), (j + 1) * nx + np.arange(nx), pcols])
-            rows.append(np.repeat(r0 + j * per + np.arange(per), len(c)))
-            cols.append(np.tile(c, per))
-        self._jr = np.concatenate(rows).astype(int) if rows else np.zeros(0, int)
-        self._jc = np.concatenate(cols).astype(int) if cols else np.zeros(0, int)
+        nx, per = self.nx, (self.nx if self.formulation == "vector" else 1)
+        # s_0 - l(p) over s_0, then G_j (or h^(j)) over (s_j, s_{j+1})
+        blocks = [(np.arange(nx), np.arange(nx))] if self.init_rows else []
+        blocks += [(self.r_init + j * per + np.arange(per), np.arange(j * nx, (j + 2) * nx))
+                   for j in range(self.N)]
+        self._set_structure(blocks)
 
     # -- simulation ------------------------------------------------------------
     def trajectories(self, x):
@@ -450,6 +424,21 @@ class MultipleShootingNLP(NLPEvaluator):
         trajs = self.trajectories(x)
         return np.array([tr.X[-1] for tr in trajs]) - S[1:]
 
+    def max_defect(self, x):
+        """:math:`\\max_j |G_j|` (NaN when an interval cannot be simulated)."""
+        try:
+            G = self.defects(x)
+        except EvaluationError:
+            return np.nan
+        return float(np.max(np.abs(G))) if G.size else 0.0
+
+    def grid_states(self, x):
+        """The interval trajectories on the full grid, shape (len(grid.t), n): the row of
+        node :math:`\\tau_j` is the start :math:`s_j` of interval ``j``, the last row the
+        end of the last interval."""
+        trajs = self.trajectories(x)
+        return np.vstack([tr.X[:-1] for tr in trajs] + [trajs[-1].X[-1:]])
+
     # -- objective -------------------------------------------------------------
     def objective(self, x):
         S, u = self.split(x)
@@ -463,9 +452,7 @@ class MultipleShootingNLP(NLPEvaluator):
                     v += float(self.phi[j](trajs[a].X[i], u))
         if self._pen is not None:
             v += float(self._pen(u))
-        if not np.isfinite(v):
-            raise EvaluationError("non-finite objective")
-        return v
+        return _finite(v, "objective")
 
     def gradient(self, x):
         S, u = self.split(x)
@@ -489,10 +476,7 @@ class MultipleShootingNLP(NLPEvaluator):
                 gS[a] += gi[mp:]
         if self._dpen is not None:
             gu += np.asarray(self._dpen(u), dtype=float)
-        g = np.concatenate([gS.ravel(), gu[self.free]])
-        if not np.all(np.isfinite(g)):
-            raise EvaluationError("non-finite objective gradient")
-        return g
+        return _finite(np.concatenate([gS.ravel(), gu[self.free]]), "objective gradient")
 
     # -- constraints -----------------------------------------------------------
     def constraints(self, x):
@@ -502,13 +486,15 @@ class MultipleShootingNLP(NLPEvaluator):
         if self.init_rows:
             parts.append(S[0] - self.l(u))
         parts.append(G.ravel() if self.formulation == "vector" else np.sum(G * G, axis=1))
-        c = np.concatenate(parts)
-        if not np.all(np.isfinite(c)):
-            raise EvaluationError("non-finite continuity defect")
-        return c
+        return _finite(np.concatenate(parts), "continuity defect")
 
-    def jacobian_structure(self):
-        return self._jr, self._jc
+    def _end_adjoint(self, j, tr, w):
+        """Gradient of :math:`w^\\top x_j(\\tau_{j+1})` over ``(u, s_j)``: one adjoint sweep
+        (eq. (17)) on trajectory ``tr`` of interval ``j`` with ``dFdx[-1] = w``."""
+        dFdx = np.zeros_like(tr.X)
+        dFdx[-1] = w
+        self.counts["adjoint_sweeps"] += 1
+        return self.im.models[j].functional_gradient(tr, dFdx)
 
     def end_sensitivities(self, x):
         r"""``D_j = ∂x_j(τ_{j+1})/∂(u, s_j)``, shape (N, n, m + n) (eq. (6)).
@@ -526,11 +512,7 @@ class MultipleShootingNLP(NLPEvaluator):
                 self.counts["sensitivity_sweeps"] += 1
                 D[j] = dm.state_sensitivities(tr)[-1]
             else:
-                for r in range(nx):
-                    dFdx = np.zeros_like(tr.X)
-                    dFdx[-1, r] = 1.0
-                    self.counts["adjoint_sweeps"] += 1
-                    D[j, r] = dm.functional_gradient(tr, dFdx)
+                D[j] = [self._end_adjoint(j, tr, e_r) for e_r in np.eye(nx)]
         self._jkey = np.asarray(x, float).copy()
         self._D = D
         return D
@@ -541,15 +523,9 @@ class MultipleShootingNLP(NLPEvaluator):
         ``dFdx[-1] = 2 G_j``; returns (N, m + n).  The ``s_{j+1}`` part
         :math:`-2G_j` is explicit.
         """
-        trajs = self.trajectories(x)
         G = self.defects(x)
-        out = np.zeros((self.N, self.mp + self.nx))
-        for j, (dm, tr) in enumerate(zip(self.im.models, trajs)):
-            dFdx = np.zeros_like(tr.X)
-            dFdx[-1] = 2.0 * G[j]
-            self.counts["adjoint_sweeps"] += 1
-            out[j] = dm.functional_gradient(tr, dFdx)
-        return out
+        return np.array([self._end_adjoint(j, tr, 2.0 * G[j])
+                         for j, tr in enumerate(self.trajectories(x))])
 
     def jacobian(self, x):
         S, u = self.split(x)
@@ -567,44 +543,27 @@ class MultipleShootingNLP(NLPEvaluator):
             D = self.end_sensitivities(x)
             for j in range(self.N):
                 blk = np.hstack([D[j][:, mp:], -np.eye(nx), D[j][:, :mp][:, free]])
-                if self.formulation == "vector":
-                    vals.append(blk.ravel())
-                else:
-                    vals.append(2.0 * G[j] @ blk)
-        v = np.concatenate(vals) if vals else np.zeros(0)
-        if not np.all(np.isfinite(v)):
-            raise EvaluationError("non-finite constraint Jacobian")
-        return v
-
-    # -- Hessian: limited-memory only -----------------------------------------
-    def hessian_structure(self):
-        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
-
-    def hessian(self, x, lam, obj_factor=1.0):
-        raise NotImplementedError("multiple shooting uses hessian_approximation=limited-memory")
+                vals.append(blk.ravel() if self.formulation == "vector" else 2.0 * G[j] @ blk)
+        return _finite(np.concatenate(vals) if vals else np.zeros(0), "constraint Jacobian")
 
 
-class ShootingNLP(NLPEvaluator):
+class ShootingNLP(_ShootingEvaluator):
     r"""Multiple shooting of a whole problem: one :class:`MultipleShootingNLP`
     per experiment, the parameters shared, and the problem's constraints.
 
     Variables ``x = (S^{(1)}, ..., S^{(E)}, p_free)``: the node values of
     each experiment (its own nodes, grid, initial state and data), then the
-    free parameters once (global parameters shared, each experiment's copy of
-    a local one among them).  Objective: the sum of the experiments'
-    objectives (7) (the problem's penalty :math:`R(u)` once, in the first);
-    its gradient the sum of theirs, placed in the experiment's node columns
-    and the shared parameter columns.  Constraints, in this order:
-
-    * each experiment's initial-state and continuity rows (eq. (4) or (8));
-    * path constraints :math:`c(x, u, t) \le 0` at the grid points (or the
-      measurement times) of each experiment, evaluated on the interval
-      trajectory that holds the point (at a node: the node value
-      :math:`s_j`, which starts interval ``j``; at ``T``: the end of the last
-      interval), with the exact Jacobian
-      :math:`c_x\,\partial x_i/\partial(u, s_j) + c_u` from the interval's
-      forward sensitivities [GM-grad, eq. (51)];
-    * parameter constraints :math:`r(u) \le 0`.
+    free parameters once.  Objective and gradient: the sums of the
+    experiments' (eq. (7); the penalty :math:`R(u)` once, in the first).
+    Constraints, in this order: each experiment's initial-state and continuity
+    rows (eq. (4) or (8)), then ``cons``
+    (:class:`~pyomo_odeest.approaches._base.ConstraintRows`): path constraints
+    :math:`c(x, u, t) \le 0` at the grid points (or measurement times) of each
+    experiment on the interval trajectory that holds the point
+    (:meth:`MultipleShootingNLP.grid_states`), Jacobian
+    :math:`c_x\,\partial x_i/\partial(u, s_j) + c_u` from the interval's forward
+    sensitivities [GM-grad, eq. (51)], and parameter constraints
+    :math:`r(u) \le 0` (docs/experiments.md).
 
     With one experiment and no constraints it is the :class:`MultipleShootingNLP`
     itself (same variables, rows and values).
@@ -617,32 +576,22 @@ class ShootingNLP(NLPEvaluator):
         self.u_full = p0.u_full.copy()
         self.offsets = np.concatenate([[0], np.cumsum([p.ns for p in self.parts])]).astype(int)
         self.ns = int(self.offsets[-1])
-        nf = len(self.free)
-        self.n = self.ns + nf
+        self.n = self.ns + len(self.free)
         self.x_lb = np.concatenate([p.x_lb[:p.ns] for p in self.parts] + [p0.x_lb[p0.ns:]])
         self.x_ub = np.concatenate([p.x_ub[:p.ns] for p in self.parts] + [p0.x_ub[p0.ns:]])
         self.x0 = np.concatenate([p.x0[:p.ns] for p in self.parts] + [p0.x0[p0.ns:]])
         self.row_offsets = np.concatenate([[0], np.cumsum([p.m for p in self.parts])]).astype(int)
         self.m_cont = int(self.row_offsets[-1])
-        subs = problem.subproblems
-        self.paths = []
-        for e, (sp, part) in enumerate(zip(subs, self.parts)):
-            im = part.im
-            for pc, fn, jx, ju in sp.path_constraint_functions():
-                pts = (np.arange(len(im.grid.t)) if pc.at == "grid"
-                       else np.unique(np.asarray(im.grid.J, dtype=int)))
-                a = np.clip(np.searchsorted(im.node_index, pts, side="right") - 1, 0, im.N - 1)
-                self.paths.append(dict(
-                    e=e, name=pc.name, pts=pts, interval=a, local=pts - im.node_index[a],
-                    t=np.asarray(im.grid.t, dtype=float)[pts], fn=fn, jx=jx, ju=ju))
-        pcs = problem.parameter_constraints
-        self._r, self._dr = problem.parameter_constraint_functions()
-        self.parameter_constraint_names = [pc.name for pc, _ in pcs]
-        self.m_path = sum(len(d["pts"]) for d in self.paths)
-        self.m = self.m_cont + self.m_path + len(pcs)
-        self.g_lb = np.concatenate([p.g_lb for p in self.parts]
-                                   + [np.full(self.m - self.m_cont, -np.inf)])
-        self.g_ub = np.concatenate([p.g_ub for p in self.parts] + [np.zeros(self.m - self.m_cont)])
+
+        def points(pc, im):
+            pts = (np.arange(len(im.grid.t)) if pc.at == "grid"
+                   else np.unique(np.asarray(im.grid.J, dtype=int)))
+            return pts, np.asarray(im.grid.t, dtype=float)[pts]
+        self.cons = ConstraintRows(problem, [p.im for p in self.parts], points)
+        self.m_path = self.cons.m - len(self.cons.names)
+        self.m = self.m_cont + self.cons.m
+        self.g_lb = np.concatenate([p.g_lb for p in self.parts] + [np.full(self.cons.m, -np.inf)])
+        self.g_ub = np.concatenate([p.g_ub for p in self.parts] + [np.zeros(self.cons.m)])
         self._structure()
 
     # -- layout ----------------------------------------------------------------
@@ -651,39 +600,22 @@ class ShootingNLP(NLPEvaluator):
         x = np.asarray(x, dtype=float)
         return np.concatenate([x[self.offsets[e]:self.offsets[e + 1]], x[self.ns:]])
 
-    def _cols(self, e, c):
-        """Columns of experiment ``e``'s NLP in this one."""
-        c = np.asarray(c, dtype=int)
-        ns_e = self.parts[e].ns
-        return np.where(c < ns_e, self.offsets[e] + c, self.ns + (c - ns_e))
-
     def _structure(self):
         rows, cols = [], []
-        for e, part in enumerate(self.parts):
+        for e, part in enumerate(self.parts):       # the part's columns in this NLP
             r, c = part.jacobian_structure()
-            rows.append(np.asarray(r, dtype=int) + self.row_offsets[e])
-            cols.append(self._cols(e, c))
-        pcols = self.ns + np.arange(len(self.free))
-        r0 = self.m_cont
-        for d in self.paths:
-            for a in d["interval"]:
-                c = np.concatenate([self.offsets[d["e"]] + a * self.nx + np.arange(self.nx),
-                                    pcols])
-                rows.append(np.full(len(c), r0))
-                cols.append(c)
-                r0 += 1
-        for _ in self._r:
-            rows.append(np.full(len(pcols), r0))
-            cols.append(pcols)
-            r0 += 1
-        self._jr = np.concatenate(rows).astype(int) if rows else np.zeros(0, int)
-        self._jc = np.concatenate(cols).astype(int) if cols else np.zeros(0, int)
+            rows.append(r + self.row_offsets[e])
+            cols.append(np.where(c < part.ns, self.offsets[e] + c, self.ns + (c - part.ns)))
+        # a path row over the node values of the interval holding its point; parameter rows
+        node_cols = [self.offsets[e] + a * self.nx + np.arange(self.nx)
+                     for e, _, pts, *_ in self.cons.parts for a in self.parts[e].im.locate(pts)[0]]
+        node_cols += [np.zeros(0, int)] * len(self.cons.names)
+        self._set_structure([([r], c) for r, c in enumerate(node_cols, self.m_cont)], rows, cols)
 
     def split(self, x):
         """``([S^{(e)}], u_full)`` of an NLP point."""
         x = np.asarray(x, dtype=float)
-        S = [x[self.offsets[e]:self.offsets[e + 1]].reshape(-1, self.nx)
-             for e in range(len(self.parts))]
+        S = [s.reshape(-1, self.nx) for s in np.split(x[:self.ns], self.offsets[1:-1])]
         u = self.u_full.copy()
         u[self.free] = x[self.ns:]
         return S, u
@@ -701,61 +633,29 @@ class ShootingNLP(NLPEvaluator):
         return g
 
     # -- constraints -----------------------------------------------------------
-    def _path_points(self, x, d):
-        part = self.parts[d["e"]]
-        trajs = part.trajectories(self.part_x(x, d["e"]))
-        return np.array([trajs[a].X[i] for a, i in zip(d["interval"], d["local"])])
-
     def constraints(self, x):
         _, u = self.split(x)
         out = [p.constraints(self.part_x(x, e)) for e, p in enumerate(self.parts)]
-        for d in self.paths:
-            out.append(d["fn"](self._path_points(x, d), u, d["t"])[:, 0])
-        out += [np.atleast_1d(float(r(u))) for r in self._r]
-        c = np.concatenate(out) if out else np.zeros(0)
-        if not np.all(np.isfinite(c)):
-            raise EvaluationError("non-finite constraint value")
-        return c
-
-    def jacobian_structure(self):
-        return self._jr, self._jc
+        out.append(self.cons.values(u, lambda e: self.parts[e].grid_states(self.part_x(x, e))))
+        return _finite(np.concatenate(out), "constraint value")
 
     def jacobian(self, x):
         _, u = self.split(x)
         vals = [p.jacobian(self.part_x(x, e)) for e, p in enumerate(self.parts)]
         mp, free = self.mp, self.free
         sens = {}
-        for d in self.paths:
-            part = self.parts[d["e"]]
-            trajs = part.trajectories(self.part_x(x, d["e"]))
-            X = self._path_points(x, d)
-            cx = d["jx"].dense(d["jx"].values(X, u, d["t"]))[:, 0, :]
-            cu = d["ju"].dense(d["ju"].values(X, u, d["t"]))[:, 0, :]
-            for r, (a, i) in enumerate(zip(d["interval"], d["local"])):
-                key = (d["e"], int(a))
-                if key not in sens:
-                    sens[key] = part.im.models[a].state_sensitivities(trajs[a])
-                D = sens[key][i]                              # (n, mp + n)
-                row = cx[r] @ D
+        for e, _, pts, t, fn, jx, ju in self.cons.parts:
+            part, xe = self.parts[e], self.part_x(x, e)
+            trajs, X = part.trajectories(xe), part.grid_states(xe)[pts]
+            cx = jx.dense(jx.values(X, u, t))[:, 0, :]
+            cu = ju.dense(ju.values(X, u, t))[:, 0, :]
+            for r, (a, i) in enumerate(zip(*part.im.locate(pts))):
+                if (e, a) not in sens:
+                    sens[e, a] = part.im.models[a].state_sensitivities(trajs[a])
+                row = cx[r] @ sens[e, a][i]                   # over (u, s_a)
                 vals.append(np.concatenate([row[mp:], row[:mp][free] + cu[r][free]]))
-        vals += [np.asarray(dr(u), dtype=float).reshape(-1)[free] for dr in self._dr]
-        v = np.concatenate(vals) if vals else np.zeros(0)
-        if not np.all(np.isfinite(v)):
-            raise EvaluationError("non-finite constraint Jacobian")
-        return v
-
-    @property
-    def rows(self):
-        """``(experiment index, name, times)`` of the path-constraint rows, in order
-        (after the ``m_cont`` continuity rows)."""
-        return [(d["e"], d["name"], d["t"]) for d in self.paths]
-
-    # -- Hessian: limited-memory only -----------------------------------------
-    def hessian_structure(self):
-        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
-
-    def hessian(self, x, lam, obj_factor=1.0):
-        raise NotImplementedError("multiple shooting uses hessian_approximation=limited-memory")
+        vals += [np.asarray(dr(u), dtype=float).reshape(-1)[free] for dr in self.cons._dr]
+        return _finite(np.concatenate(vals), "constraint Jacobian")
 
 
 # ---------------------------------------------------------------------------
@@ -810,9 +710,8 @@ class ShootingApproach(Approach):
             nlp.objective(nlp.x0)
         except EvaluationError as err:
             return Outcome.failed_at_start(nlp.x0, err)
-        xs = None
-        if cfg.scale:
-            xs = np.concatenate([np.ones(nlp.ns), start_value_scaling(nlp.x0[nlp.ns:])])
+        xs = (np.concatenate([np.ones(nlp.ns), start_value_scaling(nlp.x0[nlp.ns:])])
+              if cfg.scale else None)
         opts = ipopt_options(cfg, hessian_approximation="limited-memory")
         return Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, intermediate=record, x_scaling=xs))
 
@@ -826,7 +725,7 @@ class ShootingApproach(Approach):
         for p in nlp.parts:
             for k, v in p.counts.items():
                 counts[k] = counts.get(k, 0) + v
-        _, u = nlp.split(outcome.x)
+        S, u = nlp.split(outcome.x)
         ims = [p.im for p in nlp.parts]
         try:
             obj = nlp.objective(outcome.x) + misfit_constant(problem)
@@ -843,31 +742,47 @@ class ShootingApproach(Approach):
                              built.history, columns=["iter", "objective", "inf_pr", "inf_du",
                                                      "mu"]))
         if names:
-            res.extra["max_defect"] = float(np.max([_max_defect(nlp, outcome.x, e)
-                                                    for e in range(len(ims))]))
-        res.backend = ShootingBackend(problem, ims, [nlp.split(outcome.x)[0][e] for e in
-                                                     range(len(ims))])
+            res.extra["max_defect"] = float(np.max([p.max_defect(nlp.part_x(outcome.x, e))
+                                                    for e, p in enumerate(nlp.parts)]))
+        res.backend = ShootingBackend(problem, ims, S)
         if outcome.mult_g is not None and nlp.m > nlp.m_cont:
-            add_constraint_multipliers(res, problem, nlp.rows,
-                                       np.asarray(outcome.mult_g)[nlp.m_cont:],
-                                       nlp.parameter_constraint_names)
+            add_constraint_multipliers(res, problem, nlp.cons.rows,
+                                       np.asarray(outcome.mult_g)[nlp.m_cont:], nlp.cons.names)
         return res
 
     def collect_experiment(self, problem, part, u, built):
-        nlp = built.nlp
+        """Frames and extras of one experiment's shooting NLP at the solution."""
+        nlp, im, cols = built.nlp, part.im, problem.states
         e = nlp.parts.index(part)
-        mult = built.mult
-        return _result(problem, part, nlp.part_x(built.x, e), nlp.part_x(nlp.x0, e), None
-                       if mult is None else
-                       np.asarray(mult)[nlp.row_offsets[e]:nlp.row_offsets[e + 1]])
-
-
-def _max_defect(nlp, x, e):
-    try:
-        G = nlp.parts[e].defects(nlp.part_x(x, e))
-    except EvaluationError:
-        return np.nan
-    return float(np.max(np.abs(G))) if G.size else 0.0
+        x, x_init = nlp.part_x(built.x, e), nlp.part_x(nlp.x0, e)
+        S, u = part.split(x)
+        S_init = part.split(x_init)[0]
+        node_idx = pd.Index(im.nodes, name="time")
+        extra = dict(nodes=im.nodes.copy(), formulation=part.formulation,
+                     node_values=pd.DataFrame(S, index=node_idx, columns=cols),
+                     node_values_initial=pd.DataFrame(S_init, index=node_idx, columns=cols),
+                     node_trajectories_initial=_node_trajectories(part, x_init),
+                     node_trajectories=_node_trajectories(part, x))
+        out = dict(extra=extra, grid=im.grid)
+        try:
+            trajs = part.trajectories(x)
+            Xm = np.empty((len(problem.meas_times), part.nx))
+            for j, a in part.node_meas:
+                Xm[j] = S[a]
+            for a, lst in part.off_meas.items():
+                for j, i in lst:
+                    Xm[j] = trajs[a].X[i]
+            out.update(fit_frames(problem, im.grid.t, part.grid_states(x), Xm, u))
+            extra["defects"] = pd.DataFrame(part.defects(x), index=node_idx[1:], columns=cols)
+        except EvaluationError as err:
+            out["failed"] = str(err)
+        extra["max_defect"] = part.max_defect(x)
+        if built.mult is not None:
+            lam = np.asarray(built.mult)[nlp.row_offsets[e] + part.r_init:nlp.row_offsets[e + 1]]
+            extra["continuity_multipliers"] = (
+                pd.DataFrame(lam.reshape(part.N, part.nx), index=node_idx[1:], columns=cols)
+                if part.formulation == "vector" else pd.Series(lam, index=node_idx[1:]))
+        return out
 
 
 def estimate_multiple_shooting(problem: EstimationProblem, *args, **options) -> EstimationResult:
@@ -875,50 +790,30 @@ def estimate_multiple_shooting(problem: EstimationProblem, *args, **options) -> 
 
     The options, their defaults and domains are declared once, in
     :class:`ShootingApproach`'s configuration (``approach_config('multiple_shooting')``;
-    the table in docs/choosing.md).  The discretization options are those of the
-    reduced space: each interval integrates on its piece of the grid, the order
-    ramp restarting at each node.  The default nodes are
-    :math:`\{t_0\} \cup \{\tau_j\} \cup \{T\}` (Assumption 1; ``(t0, T)`` is
-    single shooting); ``formulation='scalar'`` imposes :math:`\|G_j\|^2 = 0`
-    (eq. (8), degenerate: see the module docstring) instead of :math:`G_j = 0`
-    (eq. (4)); ``jacobian`` chooses forward sensitivities (eq. (51)) or adjoint
-    sweeps (eq. (17)); ``init='data'`` (:func:`node_start_values`) lets multiple
-    shooting start where single shooting cannot simulate ([AT]'s Lotka–Volterra
-    start).  Parameter scaling is off by default here: the node values, of the
-    states' magnitude, are variables too; on [AT]'s Lotka–Volterra study from
-    p0 = (0.5, 0.5, 0.5, −0.2) scaling sent 5 of 10 draws (σ = 0.05) to spurious
-    minima, against 0 of 10 without.  Use it when parameters are orders of
-    magnitude from 1 (α-pinene: 11 iterations with it, ``Restoration_Failed``
-    without).
-
-    Notes
-    -----
-    Several experiments, inputs and constraints.  Each experiment is shot
-    on its own nodes and grid (which contains every switching time of its
-    inputs, the order ramp restarting there too), the parameters shared
-    (:class:`ShootingNLP`); the problem's path constraints are imposed at the
-    grid points (or measurement times) of each experiment on the interval
-    trajectories, its parameter constraints on u, both with exact Jacobians;
-    the penalty :math:`R(u)` is part of the objective.
+    the table in docs/choosing.md).  The nodes (default
+    :math:`\{t_0\} \cup \{\tau_j\} \cup \{T\}`, Assumption 1; ``(t0, T)`` is single
+    shooting), the forms (4) and (8) (degenerate), the Jacobians (eq. (51) or
+    eq. (17)), ``init`` (:func:`node_start_values`) and several experiments with
+    inputs and constraints (:class:`ShootingNLP`) are described in
+    docs/multiple_shooting.md.  Parameter scaling is off by default here: the
+    node values, of the states' magnitude, are variables too; on [AT]'s
+    Lotka–Volterra study from p0 = (0.5, 0.5, 0.5, −0.2) scaling sent 5 of 10
+    draws (σ = 0.05) to spurious minima, against 0 of 10 without.  Use it when
+    parameters are orders of magnitude from 1 (α-pinene: 11 iterations with it,
+    ``Restoration_Failed`` without).
 
     Returns
     -------
     EstimationResult
-        ``approach='multiple_shooting'``; ``states`` concatenates the interval
-        trajectories on the full grid (row of node :math:`\tau_j` = start
-        :math:`s_j` of interval ``j``, the last row = end of the last
-        interval) and is discontinuous at the nodes by ``extra['defects']``
-        unless converged; ``fitted`` uses the node values (eq. (7)).
-        ``extra``: ``nodes``, ``node_values`` / ``node_values_initial``
-        (DataFrames), ``defects`` (N × n), ``max_defect``,
-        ``node_trajectories`` / ``node_trajectories_initial`` (one DataFrame per
-        interval, at the final and initial iterate), ``continuity_multipliers``,
-        ``history`` (Ipopt iterations: objective, inf_pr, inf_du),
-        ``init``, ``interval_models``.  With several experiments ``states``,
-        ``fitted``, ``residuals`` and the node frames are indexed by
-        ``(experiment, time)``, ``extra['experiments']`` holds each
-        experiment's extras and ``max_defect`` is the largest.  Constraint
-        multipliers: ``multipliers['path_<name>']`` and
+        ``approach='multiple_shooting'``; ``states`` (the interval trajectories
+        on the full grid), ``fitted`` (from the node values, eq. (7)) and
+        ``extra`` (``nodes``, ``node_values(_initial)``,
+        ``node_trajectories(_initial)``, ``defects``, ``max_defect``,
+        ``continuity_multipliers``, ``history``, ``init``) as in
+        docs/multiple_shooting.md, "Result".  With several experiments the
+        frames are indexed by ``(experiment, time)``, ``extra['experiments']``
+        holds each experiment's extras and ``max_defect`` is the largest.
+        Constraint multipliers: ``multipliers['path_<name>']`` and
         ``extra['parameter_constraint_multipliers']`` (as the reduced space).
     """
     return ShootingApproach().estimate(problem, *args, **options)
@@ -948,49 +843,4 @@ def _node_trajectories(nlp, x):
         except SimulationError:
             X = np.full((len(dm.t), nlp.nx), np.nan)
         out.append(pd.DataFrame(X, index=pd.Index(dm.t, name="time"), columns=nlp.problem.states))
-    return out
-
-
-def _result(problem, nlp, x, x_init, mult):
-    """Frames and extras of one experiment's shooting NLP at ``x``."""
-    im = nlp.im
-    S, u = nlp.split(x)
-    S_init, _ = nlp.split(x_init)
-    cols = problem.states
-    node_idx = pd.Index(im.nodes, name="time")
-    extra = dict(nodes=im.nodes.copy(), formulation=nlp.formulation,
-                 node_values=pd.DataFrame(S, index=node_idx, columns=cols),
-                 node_values_initial=pd.DataFrame(S_init, index=node_idx, columns=cols),
-                 node_trajectories_initial=_node_trajectories(nlp, x_init),
-                 node_trajectories=_node_trajectories(nlp, x))
-    out = dict(extra=extra, grid=im.grid)
-    try:
-        trajs = nlp.trajectories(x)
-        G = nlp.defects(x)
-        t = np.asarray(im.grid.t)
-        X = np.empty((len(t), nlp.nx))
-        for j, tr in enumerate(trajs):
-            a, b = im.node_index[j], im.node_index[j + 1]
-            X[a:b] = tr.X[:-1]
-        X[-1] = trajs[-1].X[-1]
-        out["states"] = pd.DataFrame(X, index=pd.Index(t, name="time"), columns=cols)
-        Xm = np.empty((len(problem.meas_times), nlp.nx))
-        for j, a in nlp.node_meas:
-            Xm[j] = S[a]
-        for a, lst in nlp.off_meas.items():
-            for j, i in lst:
-                Xm[j] = trajs[a].X[i]
-        out["fitted"] = fitted = observations(problem, Xm, u)
-        out["residuals"] = (fitted - problem.data).where(problem.mask)
-        extra["defects"] = pd.DataFrame(G, index=pd.Index(im.nodes[1:], name="time"), columns=cols)
-        extra["max_defect"] = float(np.max(np.abs(G))) if G.size else 0.0
-    except EvaluationError as err:
-        extra["max_defect"] = np.nan
-        out["failed"] = str(err)
-    if mult is not None:
-        lam = np.asarray(mult)[nlp.r_init:]
-        idx = pd.Index(im.nodes[1:], name="time")
-        extra["continuity_multipliers"] = (
-            pd.DataFrame(lam.reshape(nlp.N, nlp.nx), index=idx, columns=cols)
-            if nlp.formulation == "vector" else pd.Series(lam, index=idx))
     return out
