@@ -23,29 +23,16 @@ eqs. (2)–(5)].  :class:`ContinuousModel` computes
 :func:`estimate_continuous` minimizes :math:`J` over the free parameters with
 Ipopt (through cyipopt) or SciPy.
 
-Sign convention of the adjoint
-------------------------------
-The adjoint :math:`\lambda` used here is the derivative of :math:`J` with
-respect to the state, so it is :math:`-v` of [MHV] (whose functional (2)
-carries a sign and whose :math:`v` satisfies (15)).  Between measurement times
-:math:`\dot\lambda = -f_x^\top \lambda`, :math:`\lambda(T^+) = 0`, and crossing
-a measurement time backward in time
-
-.. math:: \lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j\big(x(\tau_j), u\big),
-
-which is the Dirac source of (15) integrated out.  [MHV's restart formula
-(32) writes ``v(t_i) = v_i^+ + d_u``; with (15) as printed the jump of
-:math:`v` is :math:`-d_u`, which is what makes (16) hold.  With
-:math:`\lambda = -v` the two agree.]
+The adjoint :math:`\lambda` used here is :math:`\partial J/\partial x = -v` of
+[MHV] (sign convention and the jump at :math:`\tau_j`, [MHV, eqs. (15), (32)]:
+docs/continuous.md, "Sign convention").
 
 :class:`ContinuousModel` is assembled from one module per responsibility:
-:mod:`.functions` (sparse lambdified arrays, integration helpers),
-:mod:`.forward` (symbolic set-up, forward solves, :math:`J`),
-:mod:`.first_order` (sensitivities, adjoint, gradients) and
-:mod:`.second_order` (Hessian-vector products, Hessians);
-:mod:`._cvodes` holds :class:`CvodesModel`, the same model integrated by
-SUNDIALS CVODES through CasADi (the default engine when CasADi is installed);
-:mod:`.estimation` holds :func:`estimate_continuous`.
+``_functions`` (sparse lambdified arrays, integration helpers), ``_forward``
+(symbolic set-up, forward solves, :math:`J`), ``_first_order`` (sensitivities,
+adjoint, gradients) and ``_second_order`` (Hessians); ``_cvodes`` holds
+:class:`CvodesModel` (SUNDIALS CVODES through CasADi, the default engine when
+CasADi is installed) and ``_estimation`` :func:`estimate_continuous`.
 """
 from ._cvodes import (ENGINES, CvodesModel, CvodesUnavailable, continuous_model,
                       cvodes_available, default_tolerances)

@@ -13,44 +13,26 @@ the misfit :math:`\varphi_j` with its first and second derivatives
 
 The map from :math:`(x_0, u)` to the states at the output grid (the
 measurement times after :math:`t_0` and the switching times of the inputs)
-is one CasADi ``MX`` function :math:`G`: one CVODES integrator per piece
-between switching times (a restart at every switching time, where an input
-or its derivative jumps), each with the measurement times inside the piece as
-its output grid.  Its derivatives are CVODES's:
-
-* forward sensitivities [MHV, eq. (8)]: ``G.forward(k)``, the augmented
-  system :math:`\dot S = f_x S + f_u V`, :math:`S(t_0) = l_u V`, with
-  :math:`k` directions at once;
-* the adjoint [MHV, eqs. (15)–(16)]: ``G.reverse(1)`` with the seeds
-  :math:`\nabla_x\varphi_j` at the output times, i.e. CVODES's backward
-  integration of :math:`\dot\lambda = -f_x^\top\lambda` with the jumps
-  :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j` and the
-  quadrature :math:`\int f_u^\top\lambda\,dt` (checkpointed forward
-  solution, Hermite interpolation);
-* the Hessian by forward-over-adjoint: ``G.reverse(1).forward(k)``, the
-  directional derivative of the adjoint sweep (the second-order adjoint
-  :math:`\mu, Q` of [MHV, eqs. (18)–(20)]) seeded with
-  :math:`\varphi_{xx}S_j + \varphi_{xu}V` at the output times.
-
-Inputs given as data are polynomials of degree at most three in :math:`t`
-between their breakpoints (piecewise constant, piecewise linear, cubic
-spline); on each piece their values enter the compiled right-hand side as
-the coefficients of that polynomial, fitted at four points and checked at
-three more (an input that is not such a polynomial is refused).
-
-A right-hand side with a function that has no CasADi counterpart raises
-:class:`CvodesUnavailable`; :func:`~pyomo_odeest.approaches.continuous.estimate_continuous`
-then names ``engine='scipy'`` as the way out.
+is one CasADi ``MX`` function :math:`G`, one CVODES integrator per piece
+between switching times.  Its derivatives are CVODES's: forward
+sensitivities [MHV, eq. (8)] ``G.forward(k)``; the adjoint [MHV, eqs.
+(15)–(16)] ``G.reverse(1)`` seeded with :math:`\nabla_x\varphi_j`; the Hessian
+by forward-over-adjoint ``G.reverse(1).forward(k)``, the second-order adjoint
+:math:`\mu, Q` of [MHV, eqs. (18)–(20)].  Inputs given as data enter each piece
+as cubic polynomials in :math:`t`; a right-hand side with a function that has
+no CasADi counterpart raises :class:`CvodesUnavailable`.  Details: the table in
+docs/continuous.md, "The compiled engine".
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import operator
 import re
 import sys
 
 import numpy as np
-import pandas as pd
 import sympy
 
 from ...problem._inputs import NotPolynomial, input_applications, input_coefficients
@@ -92,13 +74,21 @@ def _casadi():
 # ---------------------------------------------------------------------------
 # sympy -> CasADi
 # ---------------------------------------------------------------------------
-def _unary(ca):
-    return {sympy.exp: ca.exp, sympy.log: ca.log, sympy.sin: ca.sin, sympy.cos: ca.cos,
-            sympy.tan: ca.tan, sympy.sinh: ca.sinh, sympy.cosh: ca.cosh, sympy.tanh: ca.tanh,
-            sympy.asin: ca.asin, sympy.acos: ca.acos, sympy.atan: ca.atan,
-            sympy.asinh: ca.asinh, sympy.acosh: ca.acosh, sympy.atanh: ca.atanh,
-            sympy.Abs: ca.fabs, sympy.sign: ca.sign, sympy.floor: ca.floor,
-            sympy.ceiling: ca.ceil, sympy.erf: ca.erf}
+def _operators(ca):
+    """CasADi counterparts of sympy's functions: unary ones, and those folded over their
+    arguments (binary ones included)."""
+    unary = {sympy.exp: ca.exp, sympy.log: ca.log, sympy.sin: ca.sin, sympy.cos: ca.cos,
+             sympy.tan: ca.tan, sympy.sinh: ca.sinh, sympy.cosh: ca.cosh, sympy.tanh: ca.tanh,
+             sympy.asin: ca.asin, sympy.acos: ca.acos, sympy.atan: ca.atan,
+             sympy.asinh: ca.asinh, sympy.acosh: ca.acosh, sympy.atanh: ca.atanh,
+             sympy.Abs: ca.fabs, sympy.sign: ca.sign, sympy.floor: ca.floor,
+             sympy.ceiling: ca.ceil, sympy.erf: ca.erf, sympy.Not: ca.logic_not}
+    folded = {sympy.Add: operator.add, sympy.Mul: operator.mul, sympy.atan2: ca.atan2,
+              sympy.Max: ca.fmax, sympy.Min: ca.fmin, sympy.And: ca.logic_and,
+              sympy.Or: ca.logic_or, sympy.StrictLessThan: ca.lt, sympy.LessThan: ca.le,
+              sympy.StrictGreaterThan: ca.gt, sympy.GreaterThan: ca.ge,
+              sympy.Equality: ca.eq, sympy.Unequality: ca.ne}
+    return unary, folded
 
 
 def sympy_to_casadi(exprs, table):
@@ -113,7 +103,7 @@ def sympy_to_casadi(exprs, table):
     converted once.
     """
     ca = _casadi()
-    unary = _unary(ca)
+    unary, folded = _operators(ca)
     cache = {}
 
     def conv(e):
@@ -134,16 +124,6 @@ def sympy_to_casadi(exprs, table):
         if e.is_Symbol:
             raise CvodesUnavailable(f"symbol {e} of the right-hand side is neither a state, "
                                     f"a parameter nor time")
-        if e.is_Add:
-            out = 0
-            for a in e.args:
-                out = out + conv(a)
-            return out
-        if e.is_Mul:
-            out = 1
-            for a in e.args:
-                out = out * conv(a)
-            return out
         if e.is_Pow:
             b, x = e.args
             if x == sympy.Rational(1, 2):
@@ -156,15 +136,8 @@ def sympy_to_casadi(exprs, table):
         f = type(e)
         if f in unary:
             return unary[f](conv(e.args[0]))
-        if f is sympy.atan2:
-            return ca.atan2(conv(e.args[0]), conv(e.args[1]))
-        if f in (sympy.Max, sympy.Min):
-            op = ca.fmax if f is sympy.Max else ca.fmin
-            args = [conv(a) for a in e.args]
-            out = args[0]
-            for a in args[1:]:
-                out = op(out, a)
-            return out
+        if f in folded:
+            return functools.reduce(folded[f], [conv(a) for a in e.args])
         if f is sympy.Heaviside:
             a = conv(e.args[0])
             h0 = float(e.args[1]) if len(e.args) > 1 and e.args[1] is not sympy.nan else 0.5
@@ -178,38 +151,12 @@ def sympy_to_casadi(exprs, table):
                 else:
                     out = ca.if_else(conv(cond), v, out)
             return out
-        rel = {sympy.StrictLessThan: ca.lt, sympy.LessThan: ca.le,
-               sympy.StrictGreaterThan: ca.gt, sympy.GreaterThan: ca.ge,
-               sympy.Equality: ca.eq, sympy.Unequality: ca.ne}
-        if f in rel:
-            return rel[f](conv(e.args[0]), conv(e.args[1]))
-        if f is sympy.And or f is sympy.Or:
-            op = ca.logic_and if f is sympy.And else ca.logic_or
-            args = [conv(a) for a in e.args]
-            out = args[0]
-            for a in args[1:]:
-                out = op(out, a)
-            return out
-        if f is sympy.Not:
-            return ca.logic_not(conv(e.args[0]))
         if not e.free_symbols and not e.atoms(sympy.Function):
             return float(e)
         raise CvodesUnavailable(f"no CasADi counterpart for {f.__name__} in the right-hand "
                                 f"side (in {e}); use engine='scipy'")
 
     return [conv(sympy.sympify(e)) for e in exprs]
-
-
-# ---------------------------------------------------------------------------
-# inputs: one cubic per piece
-# ---------------------------------------------------------------------------
-def _input_coefficients(app, lo, hi):
-    """:func:`~pyomo_odeest.problem._inputs.input_coefficients`, refused as
-    :class:`CvodesUnavailable`."""
-    try:
-        return input_coefficients(app, lo, hi)
-    except NotPolynomial as err:
-        raise CvodesUnavailable(f"{err}; use engine='scipy'") from None
 
 
 class _Trajectory:
@@ -222,7 +169,7 @@ class _Trajectory:
     def sol(self, t):
         t = np.asarray(t, dtype=float)
         X = self._model._states_at(self._u, np.atleast_1d(t))
-        return X.T if t.ndim else X[0]
+        return X if t.ndim else X[:, 0]
 
 
 class CvodesModel(ContinuousModel):
@@ -306,13 +253,9 @@ class CvodesModel(ContinuousModel):
         self._dynamic = np.array([i for i, s in enumerate(self._U) if s in used], dtype=int)
 
         # output grid: measurement times after t0 and switching times, in pieces
-        tau = self.tau
-        last = float(tau.max()) if len(tau) else self.t0
-        self._pieces = self._make_pieces(np.unique(tau[tau > self.t0]), last)
-        grid = np.concatenate([g for _, _, g in self._pieces]) if self._pieces else np.zeros(0)
-        self.grid = grid
-        self._col = np.array([int(np.searchsorted(grid, tt)) if tt > self.t0 else -1
-                              for tt in tau], dtype=int)
+        self._pieces, self.grid = self._make_pieces(np.unique(self.tau[self.tau > self.t0]))
+        self._col = np.array([int(np.searchsorted(self.grid, tt)) if tt > self.t0 else -1
+                              for tt in self.tau], dtype=int)
         self._fun_key = None
         self._funs = {}
         self._lhess = None
@@ -324,8 +267,10 @@ class CvodesModel(ContinuousModel):
         """Nothing to lambdify: CVODES evaluates the compiled right-hand side."""
 
     # -- compiled functions ---------------------------------------------------
-    def _make_pieces(self, out_times, last):
-        """``[(a, b, grid)]``: pieces between switching times, each with its output times."""
+    def _make_pieces(self, out_times):
+        """``([(a, b, grid)], grid)``: pieces between switching times up to the last of the
+        (sorted) ``out_times``, each with its output times, and all their output times."""
+        last = float(out_times[-1]) if len(out_times) else self.t0
         sw = self.switches[(self.switches > self.t0) & (self.switches < last)]
         edges = np.concatenate([[self.t0], sw, [last]]) if last > self.t0 else np.zeros(0)
         pieces = []
@@ -335,12 +280,16 @@ class CvodesModel(ContinuousModel):
                 g = np.union1d(g, [b])
             if len(g):
                 pieces.append((float(a), float(b), g))
-        return pieces
+        return pieces, np.concatenate([g for _, _, g in pieces]) if pieces else np.zeros(0)
 
     def _piece_data(self, a, b):
+        """The inputs on the piece [a, b] as cubics: a, b - a and their coefficients."""
         if not self._apps:
             return np.zeros(0)
-        cs = [_input_coefficients(app, a, b) for app in self._apps]
+        try:
+            cs = [input_coefficients(app, a, b) for app in self._apps]
+        except NotPolynomial as err:
+            raise CvodesUnavailable(f"{err}; use engine='scipy'") from None
         return np.concatenate([[a, b - a], *cs])
 
     def _opts(self):
@@ -373,15 +322,10 @@ class CvodesModel(ContinuousModel):
             self._funs, self._grids = self._by_tolerance.setdefault(key, ({}, {}))
         name = (kind, k)
         if name not in self._funs:
-            if kind == "G":
-                f = self._build(self._pieces, "G")
-            elif kind == "fwd":
-                f = self._f("G").forward(k)
-            elif kind == "adj":
-                f = self._f("G").reverse(1)
-            else:
-                f = self._f("adj").forward(k)
-            self._funs[name] = f
+            self._funs[name] = {"G": lambda: self._build(self._pieces, "G"),
+                                "fwd": lambda: self._f("G").forward(k),
+                                "adj": lambda: self._f("G").reverse(1),
+                                "fwdadj": lambda: self._f("adj").forward(k)}[kind]()
         return self._funs[name]
 
     def _call(self, fn, **kw):
@@ -429,8 +373,7 @@ class CvodesModel(ContinuousModel):
         out_t = np.unique(times[times > self.t0])
         key = out_t.tobytes()
         if key not in self._grids:
-            pieces = self._make_pieces(out_t, float(out_t.max()) if len(out_t) else self.t0)
-            grid = np.concatenate([g for _, _, g in pieces]) if pieces else np.zeros(0)
+            pieces, grid = self._make_pieces(out_t)
             self._f("G")                          # resets the cache on new tolerances
             self._grids[key] = (self._build(pieces, "sim"), grid)
         fn, grid = self._grids[key]
@@ -470,28 +413,19 @@ class CvodesModel(ContinuousModel):
 
     # -- adjoint ---------------------------------------------------------------
     def _seeds(self, jumps):
-        """Jumps at the measurement times as seeds on the output grid (n, m), and the
-        sum of those at t0 (applied to λ(t0) directly)."""
-        seeds = np.zeros((self.n, len(self.grid)))
-        at0 = np.zeros(self.n)
+        """Jumps (N, ...) at the measurement times as seeds on the output grid (..., m),
+        and the sum of those at t0 (applied to λ(t0) or μ(t0) directly)."""
+        shape = np.shape(jumps)[1:]
+        seeds, at0 = np.zeros(shape + (len(self.grid),)), np.zeros(shape)
         for j, c in enumerate(self._col):
             if c >= 0:
-                seeds[:, c] += jumps[j]
+                seeds[..., c] += jumps[j]
             else:
                 at0 += jumps[j]
         return seeds, at0
 
-    def adjoint(self, u=None, times=None):
-        r"""Gradient by the CVODES adjoint [MHV, eqs. (15)–(16)].
-
-        Returns a dict with ``gradient`` (p,), ``lambda0`` (:math:`\lambda(t_0)`)
-        and ``quadrature`` (:math:`\int_{t_0}^T f_u^\top\lambda\,dt`); with
-        ``times``, also ``lambda`` (a DataFrame of :math:`\lambda(t^-)`).
-        """
-        u = self._u(u)
-        _, Xm = self._forward(u)
-        jumps, gu = self.misfit.gradients(Xm, u)
-        gu = gu + self.misfit.penalty_gradient(u)
+    def _adjoint_sweep(self, u, traj, jumps):
+        """λ(t0), q and :meth:`_lambda_at` by the CVODES adjoint [MHV, eqs. (15)–(16)]."""
         seeds, lam = self._seeds(jumps)
         q = np.zeros(self.p)
         if len(self.grid):
@@ -499,15 +433,10 @@ class CvodesModel(ContinuousModel):
             out = self._call(self._f("adj"), x0=self.l.dense(u), u=u, adj_X=s * seeds)
             lam = lam + out["adj_x0"].reshape(-1) / s
             q = out["adj_u"].reshape(-1) / s
-        self.counts["adjoint"] += 1
-        grad = self.l_u.dense(u).T @ lam + q + gu
-        res = dict(gradient=grad, lambda0=lam, quadrature=q)
-        if times is not None:
-            res["lambda"] = self._lambda_at(u, np.asarray(times, dtype=float), jumps, lam)
-        return res
+        return lam, q, lambda times: self._lambda_at(u, times, jumps, lam)
 
     def _lambda_at(self, u, times, jumps, lam0):
-        r""":math:`\lambda(t^-)` at ``times`` (a DataFrame; left limits, i.e. after the
+        r""":math:`\lambda(t^-)` at ``times``, (m, n) (left limits, i.e. after the
         jump at a measurement time), by CVODES.
 
         The horizon is cut at the measurement, switching and requested times
@@ -552,71 +481,45 @@ class CvodesModel(ContinuousModel):
                               adj_X=s * seeds)["adj_D"].reshape(self.n, -1) / s
             pos = (times > self.t0) & (times <= last)
             L[pos] = adjD[:, np.searchsorted(edges, times[pos])].T
-        return pd.DataFrame(L, index=pd.Index(times, name="time"), columns=self.problem.states)
+        return L
 
     def _adjoint_scale(self, seeds):
         r"""Factor :math:`s \le 1` of the adjoint's seeds (the sweep is linear in them).
 
-        CVODES applies one absolute tolerance ``atol`` to the states and the
-        adjoint.  The adjoint has no scale of its own (it is driven by the
-        jumps); as in the SciPy sweep (``adjoint_atol``, see
-        :func:`~pyomo_odeest.approaches.continuous._functions._segment_atol`),
-        its absolute tolerance should be
-        :math:`\max(\text{atol}, \text{adjoint\_atol}\cdot\text{rtol}\cdot\|\text{jumps}\|_\infty)`.
+        CVODES has one absolute tolerance ``atol`` for the states and the adjoint.
         Integrating :math:`s\lambda` with
         :math:`s = \text{atol}/(\text{adjoint\_atol}\cdot\text{rtol}\cdot\|\text{jumps}\|_\infty)`
-        and dividing the result by :math:`s` does exactly that.
+        and dividing the result by :math:`s` gives the adjoint the absolute tolerance
+        of the SciPy sweep (:func:`~pyomo_odeest.approaches.continuous._functions._segment_atol`).
         """
         big = float(np.max(np.abs(seeds), initial=0.0))
         want = self.adjoint_atol * self.rtol * big
         return self.atol / want if want > self.atol else 1.0
 
     # -- second order ------------------------------------------------------------
-    def hessian_vector(self, u=None, V=None):
-        r"""Hessian–vector products :math:`HV` by forward-over-adjoint.
+    def _l_uu(self):
+        if self._lhess is None:
+            self._lhess = self.problem.initial_hessian()
+        return self._lhess
 
-        The forward derivative of the CVODES adjoint sweep in the directions
-        :math:`(l_u V, V)` with the jumps' derivatives
-        :math:`\varphi_{xx}S_j + \varphi_{xu}V` as seeds gives the
-        second-order adjoint :math:`\mu(t_0)` and quadrature :math:`Q` of
-        [MHV, eqs. (18)–(20)]; then, as in the SciPy model,
-        :math:`Hv = l_u^\top\mu(t_0) + (\sum_i\lambda_i(t_0) l_{i,uu})v + Q
-        + \sum_j(\varphi_{ux}S_j + \varphi_{uu}v)`.
-        """
-        u = self._u(u)
-        vec = V is not None and np.ndim(V) == 1
-        V = np.eye(self.p) if V is None else np.asarray(V, dtype=float).reshape(self.p, -1)
+    def _second_order_sweep(self, u, V, traj, jl, jM):
+        r"""λ(t0), μ(t0) and Q by forward-over-adjoint: the forward derivative of the
+        CVODES adjoint sweep in the directions :math:`(l_u V, V)`, seeded with
+        :math:`\varphi_{xx}S_j + \varphi_{xu}V` (``jM``) [MHV, eqs. (18)–(20)]."""
         n, k = self.n, V.shape[1]
-        _, Xm, Sm = self.sensitivities(u, V)
-        jl, _ = self.misfit.gradients(Xm, u)
-        jM, Hm = self.misfit.directional_second(Xm, u, Sm, V)
-        Hm = Hm + self.misfit.penalty_hessian(u) @ V
         seeds, lam = self._seeds(jl)
-        M = np.zeros((n, k))
-        for j, c in enumerate(self._col):
-            if c < 0:
-                M += jM[j]
+        dseeds, M = self._seeds(jM)
         Q = np.zeros((self.p, k))
         if len(self.grid) and k:
-            m = len(self.grid)
-            dseeds = np.zeros((n, k, m))
-            for j, c in enumerate(self._col):
-                if c >= 0:
-                    dseeds[:, :, c] += jM[j]
             x0 = self.l.dense(u)
             base = self._call(self._f("adj"), x0=x0, u=u, adj_X=seeds)
             lam = lam + base["adj_x0"].reshape(-1)
             out = self._call(self._f("fwdadj", k), x0=x0, u=u, adj_X=seeds,
                              fwd_x0=self.l_u.dense(u) @ V, fwd_u=V,
-                             fwd_adj_X=dseeds.reshape(n, k * m))
+                             fwd_adj_X=dseeds.reshape(n, -1))
             M = M + out["fwd_adj_x0"].reshape(n, k)
             Q = out["fwd_adj_u"].reshape(self.p, k)
-        self.counts["soa"] += 1
-        if self._lhess is None:
-            self._lhess = self.problem.initial_hessian()
-        Luu = np.tensordot(lam, self._lhess.dense(u), axes=1)
-        HV = self.l_u.dense(u).T @ M + Luu @ V + Q + Hm
-        return HV[:, 0] if vec else HV
+        return lam, M, Q
 
     # -- cross-check -------------------------------------------------------------
     def reference(self):
@@ -627,15 +530,6 @@ class CvodesModel(ContinuousModel):
             self._ref = ContinuousModel(self.problem, method="BDF" if self.cvodes_method == "BDF"
                                         else "LSODA", rtol=self.rtol, atol=self.atol)
         return self._ref
-
-    def simulate(self, u=None, times=None):
-        """States x(t) at ``times`` (default: the measurement times) as a DataFrame."""
-        u = self._u(u)
-        if times is None:
-            return super().simulate(u)
-        times = np.asarray(times, dtype=float)
-        X = self._states_at(u, times).T
-        return pd.DataFrame(X, index=pd.Index(times, name="time"), columns=self.problem.states)
 
 
 # ---------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from .._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, Sol
                      common_config,
                      ipopt_options, run_ipopt, add_constraint_multipliers)
 from ...discretization._experiments import ExperimentModels, experiment_models, join_experiments
-from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, IntegrationError
-from ._cvodes import continuous_model, integrator_name
+from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
+from ._cvodes import ENGINES, continuous_model, integrator_name
 
 __all__ = ["ContinuousApproach", "estimate_continuous", "ContinuousConstraints"]
 
@@ -137,12 +137,6 @@ def _tighter(cm, factor=100.0, floor=1e-13):
             m._fwd_key = None
 
 
-def _gradient_at_tighter_tolerance(cm, u, method, index, factor=100.0):
-    """∇J(u) integrated with the tolerances divided by ``factor`` (:func:`_tighter`)."""
-    with _tighter(cm, factor):
-        return _guarded(cm.gradient, u, method, index)
-
-
 class _IpoptProblem:
     """The problem over the scaled free parameters as an evaluator for
     :func:`~pyomo_odeest.nlp._cyipopt_adapter.solve_with_ipopt`: bounds, and the
@@ -175,8 +169,7 @@ class _IpoptProblem:
         return (_guarded(self.cons.jacobian, self.obj.u(w)) * self.obj.s[None, :]).ravel()
 
     def jacobian_structure(self):
-        r, c = np.meshgrid(np.arange(self.m), np.arange(self.n), indexing="ij")
-        return r.ravel(), c.ravel()
+        return np.repeat(np.arange(self.m), self.n), np.tile(np.arange(self.n), self.m)
 
     def hessian_structure(self):
         return self._rows, self._cols
@@ -199,10 +192,10 @@ class ContinuousApproach(Approach):
     CONFIG.declare("hessian", ConfigValue(default=None, domain=Choice(
         "hessian", *HESSIAN_METHODS, None), description="Hessian of J(u) (None: quasi-Newton)"))
     CONFIG.declare("engine", ConfigValue(default=None, domain=Choice(
-        "engine", "cvodes", "scipy", None), description="the integration engine (None: "
+        "engine", *ENGINES, None), description="the integration engine (None: "
         "'cvodes' when CasADi imports and no SciPy method is named, else 'scipy')"))
     CONFIG.declare("method", ConfigValue(default=None, domain=Choice(
-        "method", "LSODA", "BDF", "Radau", "DOP853", "RK45", "Adams", None),
+        "method", *ODE_METHODS, "Adams", None),
         description="the integrator's method: SciPy's (None: LSODA on the SciPy engine), or "
         "on CVODES 'BDF' (None) or 'Adams' (non-stiff problems)"))
     CONFIG.declare("rtol", ConfigValue(default=None, domain=float, description=(
@@ -345,43 +338,46 @@ class ContinuousApproach(Approach):
         return res
 
     def collect_experiment(self, problem, m, u, b):
+        """States on a fine grid, fitted observations, residuals and adjoint of one
+        experiment."""
         if not np.isfinite(b.J_start):                  # failed at the start: said there
             return dict(failed="the model cannot be simulated at the start")
         try:
-            return _frames(problem, m, u, b.n_grid)
+            times = np.union1d(np.linspace(m.t0, m.T, b.n_grid), m.tau)
+            states, fitted = m.simulate(u, times), m.observations(u)
+            residuals = (fitted - problem.data).where(problem.mask)
+            # CVODES keeps no adjoint trajectory: each reported time is one more restart
+            lam_times = times if getattr(m, "engine", "scipy") == "scipy" else \
+                np.union1d([m.t0], m.tau)
+            try:
+                lam = _guarded(lambda: m.adjoint(u, times=lam_times)["lambda"])
+            except EvaluationError:
+                lam = None
         except (IntegrationError, ArithmeticError, ValueError) as err:
             return dict(failed=str(err))
+        return dict(states=states, fitted=fitted, residuals=residuals, adjoint=lam, grid=None)
 
 
 def _stationarity(b, out, gradient, g0):
     """An f-tolerance stop in a steep valley, or a gradient the integration tolerance
     does not resolve, is not a minimum: check stationarity with the gradient at
-    tighter tolerances.
-
-    The tolerances are divided by 100, or by 10 when the integrator cannot meet
-    that (stiff problems whose adjoint then exceeds CVODES's step limit), or
-    kept; ``stationarity['tolerance_factor']`` says which.  If the gradient
-    cannot be evaluated at all, the projected gradient is ``inf`` and the
-    message says why.
-
-    A projected gradient above the limit on a sum of squares is then measured in
-    the metric of the problem itself: the decrease of J that the Gauss–Newton
-    model predicts within the bounds (:meth:`_SumOfSquares.decrement`).  At most
-    :data:`~pyomo_odeest.nlp.DECREMENT_TOL` · max(1, J − c), the point is
-    stationary: on an ill-conditioned problem the gradient's norm is the
-    integration error amplified by the largest singular value of the
-    sensitivities (Crauste's PEtab problem at its optimum: ‖∇J‖ 1e5, 3e3 and
-    1.5e2 at rtol 1e-8, 1e-10, 1e-12, along one direction), while the decrease
-    it allows is 2e-6.  ``stationarity`` then holds ``gauss_newton_decrement``
-    and ``decrement_limit``."""
+    the tolerances divided by 100, or by 10, or 1 (the first the integrator meets:
+    ``stationarity['tolerance_factor']``); a gradient that cannot be evaluated
+    gives an infinite projected gradient.  Above the limit on a sum of squares,
+    the point is still stationary when the Gauss–Newton model's predicted
+    decrease (:meth:`_SumOfSquares.decrement`) is at most
+    :data:`~pyomo_odeest.nlp.DECREMENT_TOL` · max(1, J − c)
+    (``gauss_newton_decrement``, ``decrement_limit``).  Why: docs/continuous.md,
+    "Stopping"."""
     gm = "adjoint" if gradient == "fd" else gradient
     u_hat, free = b.obj.u(out.x), b.problem.free_mask
     g_check, factor, why = None, None, ""
+    constrained = b.mult_g is not None and len(b.mult_g)
     for factor in (100.0, 10.0, 1.0):
         try:
-            g_check = _gradient_at_tighter_tolerance(b.cm, u_hat, gm, np.flatnonzero(free),
-                                                     factor=factor) * b.s
-            if b.mult_g is not None and len(b.mult_g):       # the Lagrangian's gradient
+            with _tighter(b.cm, factor):
+                g_check = _guarded(b.cm.gradient, u_hat, gm, np.flatnonzero(free)) * b.s
+            if constrained:                                  # the Lagrangian's gradient
                 g_check = g_check + (_guarded(b.cons.jacobian, u_hat)
                                      * b.s[None, :]).T @ b.mult_g
             break
@@ -392,9 +388,9 @@ def _stationarity(b, out, gradient, g0):
     b.stationarity = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
     st["tolerance_factor"] = factor
     pg, limit = st["projected_gradient"], st["limit"]
-    constrained = b.mult_g is not None and len(b.mult_g)
     squares = None if pg <= limit or not np.isfinite(pg) or constrained else \
         _SumOfSquares(b.cm, b.obj, b.wl, b.wu)
+    note = ""                                    # the Gauss-Newton part of the message
     if squares:
         try:
             with _tighter(b.cm, factor):
@@ -408,23 +404,16 @@ def _stationarity(b, out, gradient, g0):
                            f"gradient {pg:.3g}, ill-conditioned, at integration tolerances "
                            f"/ {factor:g})")
             return out
+        note = (f"; Gauss-Newton predicted decrease {dec:.2g} > {st['decrement_limit']:.2g}"
+                if np.isfinite(dec) else
+                "; Gauss-Newton predicted decrease not found (the model's minimum not reached)")
     if pg > limit:
         out.status = Status.NOT_STATIONARY
         where = (f"integration tolerances / {factor:g}" if np.isfinite(pg) else
                  f"the gradient cannot be evaluated there: {why}")
         out.message = (f"{out.message}; projected gradient {pg:.3g} > {limit:.3g} (scaled "
-                       f"parameters, {where})" + _decrement_note(st))
+                       f"parameters, {where})" + note)
     return out
-
-
-def _decrement_note(st):
-    """The Gauss-Newton part of a not-stationary message (empty when it was not tried)."""
-    dec = st.get("gauss_newton_decrement")
-    if dec is None:
-        return ""
-    if not np.isfinite(dec):
-        return "; Gauss-Newton predicted decrease not found (the model's minimum not reached)"
-    return f"; Gauss-Newton predicted decrease {dec:.2g} > {st['decrement_limit']:.2g}"
 
 
 def estimate_continuous(problem: EstimationProblem, **options):
@@ -441,46 +430,35 @@ def estimate_continuous(problem: EstimationProblem, **options):
     loss constant would only blur relative stopping tests); the result
     reports :math:`J`.
 
-    Stopping.  J and its gradient carry the integration error (relative
-    ~rtol of the terms that make them up, which cancel at the optimum), so
-    the gradient cannot be driven to Ipopt's ``tol`` in general.  Besides
-    ``tol=1e-8`` the Ipopt defaults therefore accept a point
-    (``Solved_To_Acceptable_Level``, counted as success) after
-    ``acceptable_iter=5`` iterations with scaled NLP error below
-    ``acceptable_tol=1e-2`` and relative objective change below
-    ``acceptable_obj_change_tol=10·rtol``; L-BFGS-B uses ``ftol=10·rtol``.
-    A success is kept only if the projected gradient (of the Lagrangian with
-    constraints) in the scaled parameters, recomputed with the integration
-    tolerances divided by 100 (or by 10, or not, when the integrator cannot
-    meet them), is below :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` ·
-    max(1, ‖∇J(w₀)‖∞/100); otherwise the status is ``NOT_STATIONARY``
-    (numbers in ``extra['stationarity']``).  A start that cannot be
-    simulated gives a failed result (status ``SIMULATION_FAILED``); SciPy
-    trial points that cannot be simulated count as J = ∞.
+    Stopping.  J and its gradient carry the integration error, so Ipopt also
+    accepts its "acceptable" level (``acceptable_tol=1e-2`` for
+    ``acceptable_iter=5`` iterations, ``acceptable_obj_change_tol=10·rtol``);
+    L-BFGS-B uses ``ftol=10·rtol``.  A success is kept only if the projected
+    gradient (of the Lagrangian with constraints) at the integration tolerances
+    / 100 (or / 10, or / 1, when the integrator cannot meet them) is below
+    :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` · max(1, ‖∇J(w₀)‖∞/100) (or the
+    Gauss–Newton decrement is small, see :func:`_stationarity`); otherwise the
+    status is ``NOT_STATIONARY`` (numbers in ``extra['stationarity']``).  A start
+    that cannot be simulated gives the status ``SIMULATION_FAILED``; SciPy trial
+    points that cannot be simulated count as J = ∞.  See docs/continuous.md,
+    "Stopping".
 
-    Options.  They are declared once, with defaults, domains and meanings, in
-    :class:`ContinuousApproach`'s configuration (``approach_config('continuous')``;
-    the table in docs/choosing.md).  ``optimizer='ipopt'`` runs Ipopt with the
-    parameter bounds (``hessian_approximation=limited-memory`` unless ``hessian``
-    is given); ``'L-BFGS-B'`` and ``'trust-constr'`` run
-    :func:`scipy.optimize.minimize` (``options``: its options; L-BFGS-B
-    ``ftol=10·rtol``, ``gtol=1e-8``; trust-constr ``gtol=1e-10``,
-    ``xtol=1e-12``); ``'least_squares'`` runs the Gauss–Newton trust region of
-    :func:`scipy.optimize.least_squares` (``'trf'``, bounds, ``x_scale='jac'``;
-    ``options``: its keyword arguments, ``ftol=10·rtol``, ``xtol=gtol=1e-10``)
-    on the weighted residuals :math:`W_j r_j` (:math:`W_j^\top W_j = 2A_j`, so
-    J − c is half their squared norm), with their Jacobian from the forward
-    sensitivities, plus the rows of a quadratic penalty R(u) (Gaussian priors on
-    the estimation scale); not with another penalty or constraints.  ``engine='cvodes'``
-    integrates by SUNDIALS CVODES through CasADi
-    (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`: compiled
-    right-hand sides, CVODES's forward sensitivities, adjoint and
-    forward-over-adjoint Hessian), ``'scipy'`` by :class:`ContinuousModel` on
-    :func:`scipy.integrate.solve_ivp`; the default tolerances are
+    Options.  Declared, with defaults and meanings, in
+    :class:`ContinuousApproach`'s configuration (the table in docs/choosing.md).
+    ``optimizer``: ``'ipopt'`` (limited-memory unless ``hessian`` is given),
+    ``'L-BFGS-B'`` or ``'trust-constr'`` (:func:`scipy.optimize.minimize`),
+    ``'least_squares'`` (:func:`scipy.optimize.least_squares` on the weighted
+    residuals, Jacobian from the forward sensitivities; docs/continuous.md,
+    "Gauss–Newton trust region"; a quadratic or bounded-below penalty, no
+    constraints); ``options`` are the optimizer's own, with the defaults L-BFGS-B
+    ``ftol=10·rtol``, ``gtol=1e-8``; trust-constr ``gtol=1e-10``, ``xtol=1e-12``;
+    least_squares ``'trf'``, ``x_scale='jac'``, ``ftol=10·rtol``,
+    ``xtol=gtol=1e-10``.  ``engine``: ``'cvodes'``
+    (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`) or ``'scipy'``
+    (:class:`ContinuousModel`); default tolerances from
     :func:`~pyomo_odeest.approaches.continuous.default_tolerances`.  ``scale``
     optimizes over :math:`w_k = u_k / s_k` with :math:`s_k = |u_{0,k}|` (1 where
-    :math:`u_{0,k} = 0`): the HIV model's parameters, 1.6e-5 … 641, become O(1).
-    A ``model`` given is reused (its integrator settings win).
+    :math:`u_{0,k} = 0`).  A ``model`` given is reused (its integrator settings win).
 
     Returns
     -------
@@ -517,7 +495,7 @@ def _penalty_as_squares(problem):
                for pen, us in pens if pen != 0)
 
 
-def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
+def _least_squares(cm, obj, w0, wl, wu, options, tee, clock):
     r"""Gauss–Newton trust region (SciPy's ``least_squares``, ``'trf'``) on
     :math:`J - c = \tfrac12\sum_j\lVert W_j r_j\rVert^2` over the scaled free
     parameters; the Jacobian of the weighted residuals from the forward
@@ -530,34 +508,30 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
     squares = _SumOfSquares(cm, obj, wl, wu)
     if not squares:
         raise ProblemError(_NOT_SQUARES)
-    size = squares.size
+    cost, njev = {}, [0]                 # cost: the last residuals, for the progress line
 
     def residuals(w):
         obj.counts["objective"] += 1
         try:
             r = squares.residuals(w)
         except EvaluationError:                          # the trust region shrinks
-            return np.full(size, np.inf)
-        if clock is not None:                            # the last one, for the progress line
-            cost.clear()
-            cost[np.asarray(w, dtype=float).tobytes()] = r
+            return np.full(squares.size, np.inf)
+        cost.clear()
+        cost[np.asarray(w, dtype=float).tobytes()] = r
         return r
 
-    njev = [0]
-    cost = {}
-
     def jacobian(w):
-        if clock is not None:
-            r = cost.get(np.asarray(w, dtype=float).tobytes())
-            if clock._tick(w, None if r is None else 0.5 * float(r @ r)):
-                raise _Stopped(np.array(w, dtype=float))
+        r = cost.get(np.asarray(w, dtype=float).tobytes())
+        if clock._tick(w, None if r is None else 0.5 * float(r @ r)):
+            raise _Stopped(w, -101, f"stopped at max_wall_time after {clock.elapsed:.1f} s")
         obj.counts["gradient"] += 1
         try:
             J = squares.jacobian(w)
             njev[0] += 1
             return J
         except EvaluationError as err:    # at a point whose residuals were finite
-            raise _JacobianFailed(np.array(w, dtype=float), str(err)) from None
+            raise _Stopped(w, -100, f"Jacobian_Failed: the forward sensitivities failed "
+                                    f"at an accepted point ({err})") from None
 
     opts = dict(ftol=max(1e-14, 10 * squares.models[0].rtol), xtol=1e-10, gtol=1e-10,
                 x_scale="jac", max_nfev=None)
@@ -576,13 +550,8 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock=None):
             return least_squares(residuals, w0, jac=jacobian, bounds=(wl, wu), method="trf",
                                  verbose=2 if tee else 0, **opts)
         except _Stopped as stop:
-            return SimpleNamespace(x=stop.w, status=-101, njev=njev[0],
-                                   message=f"stopped at max_wall_time after "
-                                           f"{clock.elapsed:.1f} s")
-        except _JacobianFailed as stop:
-            return SimpleNamespace(x=stop.w, status=-100, njev=njev[0],
-                                   message=f"Jacobian_Failed: the forward sensitivities "
-                                           f"failed at an accepted point ({stop.reason})")
+            return SimpleNamespace(x=stop.w, status=stop.status, njev=njev[0],
+                                   message=str(stop))
 
 
 class _SumOfSquares:
@@ -644,43 +613,17 @@ class _SumOfSquares:
 
 
 class _Stopped(Exception):
-    """The wall-time limit was reached at the accepted iterate ``w``."""
+    """The solve ends at the accepted iterate ``w`` with ``status`` (-101: the wall-time
+    limit; -100: the residual Jacobian failed there, its residuals being finite)."""
 
-    def __init__(self, w):
-        super().__init__("max_wall_time")
-        self.w = w
-
-
-class _JacobianFailed(Exception):
-    """The residual Jacobian could not be computed at ``w`` (its residuals were finite)."""
-
-    def __init__(self, w, reason):
-        super().__init__(reason)
-        self.w, self.reason = w, reason
-
-
-def _frames(problem, cm, u, n_grid):
-    """States on a fine grid, fitted observations, residuals and adjoint of one experiment."""
-    times = np.union1d(np.linspace(cm.t0, cm.T, n_grid), cm.tau)
-    states = cm.simulate(u, times)
-    fitted = cm.observations(u)
-    residuals = (fitted - problem.data).where(problem.mask)
-    # CVODES keeps no adjoint trajectory: each reported time is one more restart
-    lam_times = times if getattr(cm, "engine", "scipy") == "scipy" else np.union1d([cm.t0],
-                                                                                 cm.tau)
-    try:
-        lam = _guarded(lambda: cm.adjoint(u, times=lam_times)["lambda"])
-    except EvaluationError:
-        lam = None
-    return dict(states=states, fitted=fitted, residuals=residuals, adjoint=lam, grid=None)
+    def __init__(self, w, status, message):
+        super().__init__(message)
+        self.w, self.status = np.array(w, dtype=float), status
 
 
 class ContinuousExperiments(ExperimentModels):
     """:class:`ContinuousModel` of each experiment, summed (with the continuous
     models' signatures: ``gradient(u, method, index)``, ``hessian(u, method, index)``)."""
-
-    def _u(self, u):
-        return self.models[0]._u(u)
 
     def _misfit(self, u):
         return float(sum(m._misfit(u) for m in self.models))
@@ -697,8 +640,4 @@ class ContinuousExperiments(ExperimentModels):
 
     @property
     def counts(self):
-        out = {}
-        for m in self.models:
-            for k, v in m.counts.items():
-                out[k] = out.get(k, 0) + v
-        return out
+        return {k: sum(m.counts[k] for m in self.models) for k in self.models[0].counts}

@@ -8,8 +8,8 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ._forward import _values
-from ._functions import (_IMPLICIT, GRADIENT_METHODS, _adaptive_quadrature, _check_bounded, _rel,
-                        _segment_atol, _steps)
+from ._functions import (_IMPLICIT, GRADIENT_METHODS, _adaptive_quadrature, _central,
+                         _check_bounded, _rel, _segment_atol, _steps)
 
 __all__ = ["FirstOrder"]
 
@@ -26,29 +26,15 @@ class FirstOrder:
         u : array (p,), optional
             All parameters (default: the problem's start values).
         method : {'adjoint', 'sensitivity', 'fd'}
-            ``'adjoint'`` [MHV, eqs. (15)–(16)]: one forward solve with
-            dense output and one backward sweep of
+            ``'adjoint'`` [MHV, eqs. (15)–(16), (32)]: one forward solve with
+            dense output and one backward sweep of the adjoint with jumps at the
+            :math:`\tau_j` (:meth:`adjoint`), then
+            :math:`\nabla J = l_u^\top\lambda(t_0) + \int_{t_0}^{T} f_u^\top\lambda\,dt
+            + \sum_j \nabla_u\varphi_j`.  The backward system has n unknowns
+            whatever p; use it when p is large and N moderate.
 
-            .. math::
-
-                \dot\lambda = -f_x^\top\lambda,\qquad \lambda(T^+) = 0,
-
-            restarted at every :math:`\tau_j` with
-            :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j`
-            [MHV, eq. (32), sign as in the module docstring]; then
-
-            .. math::
-
-                \nabla J = l_u^\top\lambda(t_0) + \int_{t_0}^{T} f_u^\top\lambda\,dt
-                + \sum_j \nabla_u\varphi_j,
-
-            the integral by adaptive quadrature on the dense outputs (see
-            :meth:`adjoint`).  The backward system has n unknowns whatever p;
-            use it when p is large and N moderate.
-
-            ``'sensitivity'`` [MHV, eq. (8)]: the augmented forward
-            system :math:`\dot S = f_x S + f_u`, :math:`S(t_0) = l_u`
-            (n·p extra states), and
+            ``'sensitivity'`` [MHV, eq. (8)]: the augmented forward system
+            (:meth:`sensitivities`, n·p extra states), and
             :math:`\nabla J = \sum_j S(\tau_j)^\top\nabla_x\varphi_j + \nabla_u\varphi_j`.
             Preferable for small p and many measurement times.
 
@@ -66,20 +52,12 @@ class FirstOrder:
         if method == "adjoint":
             return self.adjoint(u)["gradient"][idx]
         if method == "sensitivity":
-            return self._sensitivity_gradient(u, idx)
+            _, Xm, Sm = self.sensitivities(u, np.eye(self.p)[:, idx])
+            Fx, Fu = self.misfit.gradients(Xm, u)
+            return np.einsum("jnk,jn->k", Sm, Fx) + (Fu + self.misfit.penalty_gradient(u))[idx]
         if method == "fd":
-            return self._fd_gradient(u, idx)
+            return _central(self._misfit, u, idx, _steps(u, self.fd_step), np.zeros(len(idx)))
         raise ValueError(f"gradient method must be one of {GRADIENT_METHODS}, got {method!r}")
-
-    def _fd_gradient(self, u, idx):
-        h = _steps(u, self.fd_step)
-        g = np.zeros(len(idx))
-        for a, k in enumerate(idx):
-            up, um = u.copy(), u.copy()
-            up[k] += h[k]
-            um[k] -= h[k]
-            g[a] = (self._misfit(up) - self._misfit(um)) / (up[k] - um[k])
-        return g
 
     # forward sensitivities -------------------------------------------------
     def sensitivities(self, u=None, V=None):
@@ -137,12 +115,6 @@ class FirstOrder:
         self.counts["sensitivity"] += 1
         return sol, Y[:, :n], Y[:, n:].reshape(len(self.tau), n, k)
 
-    def _sensitivity_gradient(self, u, idx):
-        _, Xm, Sm = self.sensitivities(u, np.eye(self.p)[:, idx])
-        Fx, Fu = self.misfit.gradients(Xm, u)
-        Fu = Fu + self.misfit.penalty_gradient(u)
-        return np.einsum("jnk,jn->k", Sm, Fx) + Fu[idx]
-
     # adjoint ----------------------------------------------------------------
     def adjoint(self, u=None, times=None):
         r"""Backward sweep of the continuous adjoint [MHV, eqs. (15)–(16), (32)].
@@ -151,14 +123,10 @@ class FirstOrder:
         :math:`\lambda(T^+) = 0` with jumps
         :math:`\lambda(\tau_j^-) = \lambda(\tau_j^+) + \nabla_x\varphi_j`, using the
         forward dense output for :math:`x(t)`: n unknowns, whatever p.  The
-        quadrature :math:`q = \int_{t_0}^T f_u^\top\lambda\,dt` is not carried
-        as p extra states of the backward system (they would enlarge its
-        Newton matrix to n + p and take part in its step-size control); it is
-        computed segment by segment afterwards from the two dense outputs by
-        adaptive Gauss–Kronrod quadrature (:func:`_adaptive_quadrature`,
-        the 7-point Kronrod rule against the 3-point Gauss rule on its nodes per
-        panel, to the tolerances of the
-        integration).
+        quadrature :math:`q = \int_{t_0}^T f_u^\top\lambda\,dt` is computed segment
+        by segment afterwards from the two dense outputs by adaptive Gauss–Kronrod
+        quadrature (:func:`_adaptive_quadrature`; why: docs/continuous.md, "How the
+        adjoint is computed").  :class:`CvodesModel` sweeps by CVODES instead.
 
         Parameters
         ----------
@@ -175,6 +143,20 @@ class FirstOrder:
         """
         u = self._u(u)
         sol, Xm = self._forward(u)
+        jumps, gu = self.misfit.gradients(Xm, u)
+        gu = gu + self.misfit.penalty_gradient(u)
+        lam, q, lambda_at = self._adjoint_sweep(u, sol, jumps)
+        self.counts["adjoint"] += 1
+        out = dict(gradient=self.l_u.dense(u).T @ lam + q + gu, lambda0=lam, quadrature=q)
+        if times is not None:
+            times = np.asarray(times, dtype=float)
+            out["lambda"] = pd.DataFrame(lambda_at(times), index=pd.Index(times, name="time"),
+                                         columns=self.problem.states)
+        return out
+
+    def _adjoint_sweep(self, u, sol, jumps):
+        """λ(t0), q and a function of the times giving λ(t⁻) there, (m, n), from the
+        backward sweep with the ``jumps`` on the forward solution ``sol``."""
         n, p = self.n, self.p
         adj_x, adj_u, fx = self._adj_x, self._adj_u, self.f_x
         xs = sol.sol
@@ -200,9 +182,6 @@ class FirstOrder:
                 J = -fx.dense(xt(t), ul, t).T
                 return sp.csc_matrix(J) if sparse else J
 
-        jumps, gu = self.misfit.gradients(Xm, u)
-        gu = gu + self.misfit.penalty_gradient(u)
-        whole = (slice(0, n),)
         q = np.zeros(p)
         lam = np.zeros(n)
         segments = []
@@ -210,7 +189,7 @@ class FirstOrder:
         def sweep(t_hi, t_lo, lam):
             s = self._solve(rhs, jac, (t_hi, t_lo), lam,
                             atol=_segment_atol(self.atol, self.rtol, self.adjoint_atol, lam,
-                                               whole))
+                                               (slice(0, n),)))
             if p:
                 def integrand(t):
                     return adj_u.many(len(t), list(_values(sol, t)), ul, t, list(_values(s, t)))[0]
@@ -222,23 +201,17 @@ class FirstOrder:
             return s, np.zeros(0)
 
         t_hi = self.T
-        for j in range(len(self.tau) - 1, -1, -1):
-            tau = self.tau[j]
-            if tau < t_hi:
-                s, dq = sweep(t_hi, tau, lam)
+        for j in range(len(self.tau) - 1, -2, -1):          # j = -1: down to t0, no jump
+            t_lo = self.tau[j] if j >= 0 else self.t0
+            if t_lo < t_hi:
+                s, dq = sweep(t_hi, t_lo, lam)
                 lam, q = s.y[:, -1].copy(), q + dq
-                segments.append((tau, t_hi, s))
-            lam = lam + jumps[j]
-            t_hi = tau
-        if self.t0 < t_hi:
-            s, dq = sweep(t_hi, self.t0, lam)
-            lam, q = s.y[:, -1].copy(), q + dq
-            segments.append((self.t0, t_hi, s))
-        self.counts["adjoint"] += 1
-        grad = self.l_u.dense(u).T @ lam + q + gu
-        out = dict(gradient=grad, lambda0=lam, quadrature=q)
-        if times is not None:
-            times = np.asarray(times, dtype=float)
+                segments.append((t_lo, t_hi, s))
+            if j >= 0:
+                lam = lam + jumps[j]
+            t_hi = t_lo
+
+        def lambda_at(times):
             L = np.zeros((len(times), n))
             for i, tt in enumerate(times):
                 if tt <= self.t0:
@@ -248,9 +221,8 @@ class FirstOrder:
                     if lo < tt <= hi:
                         L[i] = s.sol(tt)
                         break
-            out["lambda"] = pd.DataFrame(L, index=pd.Index(times, name="time"),
-                                         columns=self.problem.states)
-        return out
+            return L
+        return lam, q, lambda_at
 
     def check(self, u=None):
         """Relative differences between the gradient methods (a diagnostic).

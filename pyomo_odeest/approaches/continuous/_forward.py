@@ -56,6 +56,11 @@ def _values(result, t):
     return _dense_values(result.sol, t)
 
 
+def _capped(fn, c):
+    """``fn(t, y)`` evaluated at ``min(t, c)`` (None stays None)."""
+    return None if fn is None else (lambda t, y: fn(min(t, c), y))
+
+
 class Forward:
     """Symbolic set-up, forward solves and objective (base of ``ContinuousModel``)."""
 
@@ -90,17 +95,14 @@ class Forward:
         self._L = problem._numeric(("adjoint_symbols", self.n), lambda: tuple(
             sympy.Dummy(f"lam{i}", real=True) for i in range(self.n)))
         n, p = self.n, self.p
-        args = (X, U, t)
-        self._args = args
+        self._args = (X, U, t)
         self._e_f = [((i,), sympy.sympify(e)) for i, e in enumerate(problem.f_sym)]
-        self._e_l = [((i,), sympy.sympify(e)) for i, e in enumerate(problem.l_sym)]
 
         def initial():
-            e_lu = _diff_entries(self._e_l, U)
-            return e_lu, _SymArray(self._e_l, (n,), (U,)), _SymArray(e_lu, (n, p), (U,))
+            e_l = [((i,), sympy.sympify(e)) for i, e in enumerate(problem.l_sym)]
+            return _SymArray(e_l, (n,), (U,)), _SymArray(_diff_entries(e_l, U), (n, p), (U,))
         #: l and l_u (built once per problem: a multistart builds a model per start)
-        self._e_lu, self.l, self.l_u = problem._numeric(("l_u", problem.l_sym, tuple(U)),
-                                                        initial)
+        self.l, self.l_u = problem._numeric(("l_u", problem.l_sym, tuple(U)), initial)
         self._second = None
         #: Σ φ_j and R(u) with their derivatives (shared with the discrete backend)
         self.misfit = MeasurementMisfit(problem)
@@ -205,9 +207,7 @@ class Forward:
             top = max(s, e)
             if np.any(self.switches == top):
                 top = float(np.nextafter(top, -np.inf))
-                f = (lambda fn, c: (lambda t, yy: fn(min(t, c), yy)))(fun, top)
-                jj = None if jac is None else (lambda fn, c: (lambda t, yy: fn(min(t, c), yy)))(
-                    jac, top)
+                f, jj = _capped(fun, top), _capped(jac, top)
             else:
                 f, jj = fun, jac
             sol = self._solve_piece(f, jj, (s, e), y, dense, atol)

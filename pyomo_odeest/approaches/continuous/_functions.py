@@ -139,6 +139,17 @@ def _steps(u, step):
     return step * np.where(a > 0, a, 1.0)
 
 
+def _central(fun, u, idx, h, out):
+    """Central differences of ``fun`` at ``u`` along the components ``idx`` with the
+    steps ``h``: ``out[..., a]`` is the one along ``idx[a]``."""
+    for a, k in enumerate(idx):
+        up, um = u.copy(), u.copy()
+        up[k] += h[k]
+        um[k] -= h[k]
+        out[..., a] = (fun(up) - fun(um)) / (up[k] - um[k])
+    return out
+
+
 def _segment_atol(atol, rtol, factor, y, parts, quad=None, growth=None):
     r"""Absolute tolerances of one backward segment.
 
@@ -217,32 +228,25 @@ def _stacked_values(ode_solution, t, lsoda):
     return D[inv, 0].T + np.einsum("mk,mkn->nm", prod, D[inv, 1:])
 
 
-def _gauss_kronrod_7():
-    """Nodes on [-1, 1] and the weights of the 7-point Kronrod rule (exact to degree 11)
-    and of the 3-point Gauss rule on its nodes ±√(3/5), 0 (zeros elsewhere)."""
-    x = np.array([-0.9604912687080202, -0.7745966692414834, -0.4342437493468026, 0.0,
-                  0.4342437493468026, 0.7745966692414834, 0.9604912687080202])
-    w = np.array([0.1046562260264672, 0.2684880898683334, 0.4013974147759622,
+#: nodes on [-1, 1] and the weights of the 7-point Kronrod rule (exact to degree 11)
+#: and of the 3-point Gauss rule on its nodes ±√(3/5), 0 (zeros elsewhere)
+_GK7 = (np.array([-0.9604912687080202, -0.7745966692414834, -0.4342437493468026, 0.0,
+                  0.4342437493468026, 0.7745966692414834, 0.9604912687080202]),
+        np.array([0.1046562260264672, 0.2684880898683334, 0.4013974147759622,
                   0.4509165386584741, 0.4013974147759622, 0.2684880898683334,
-                  0.1046562260264672])
-    g = np.array([0.0, 5.0 / 9.0, 0.0, 8.0 / 9.0, 0.0, 5.0 / 9.0, 0.0])
-    return x, w, g
-
-
-_GK7 = _gauss_kronrod_7()
+                  0.1046562260264672]),
+        np.array([0.0, 5.0 / 9.0, 0.0, 8.0 / 9.0, 0.0, 5.0 / 9.0, 0.0]))
 
 
 def _adaptive_quadrature(fun, edges, rtol, atol, floor, max_panels=None):
     r"""Adaptive Gauss–Kronrod quadrature of a vector integrand over ``[edges[0], edges[-1]]``.
 
     ``fun(t)`` takes an array of m times and returns the (p, m) values.
-    The first panels lie between consecutive ``edges`` (the caller passes the
-    accepted steps of the integrations that the integrand interpolates, and
-    the switching times of the inputs, so that every feature the integrators
-    resolved — a boundary layer after a jump of a stiff adjoint — is
-    resolved here too).  Every panel is integrated by the 7-point Kronrod
-    rule and the 3-point Gauss rule on its nodes, all panels of one pass in
-    one call of ``fun``; a panel is accepted when, componentwise,
+    The first panels lie between consecutive ``edges`` (the integrators' accepted
+    steps and the switching times: docs/continuous.md, "How the adjoint is
+    computed").  Every panel is integrated by the 7-point Kronrod rule and the
+    3-point Gauss rule on its nodes, all panels of one pass in one call of
+    ``fun``; a panel is accepted when, componentwise,
     :math:`|K_7 - G_3| \le \frac{b-a}{L}\max(\text{atol}, \text{rtol}\cdot
     \max(S_k, \text{floor}\cdot\|S\|_\infty))`, with :math:`S_k` the first
     pass's estimate of :math:`\int|g_k|` over the whole interval and

@@ -17,13 +17,8 @@ class ContinuousModel(FirstOrder, SecondOrder, Forward):
         \dot x = f(x,u,t),\; x(t_0) = l(u)\quad\text{[MHV, eqs. (1)–(2)]}.
 
     Every function is derived from the problem's sympy expressions (``f_sym``,
-    ``l_sym``, ``g_sym``): :math:`f, f_x, f_u`,
-    the second derivatives :math:`f_{xx}, f_{xu}, f_{uu}`, :math:`l, l_u,
-    l_{uu}` and :math:`\varphi_j` with its first and second derivatives.  Only
-    nonzero entries are lambdified; the contractions with the adjoint
-    (:math:`f_x^\top\lambda`, :math:`\sum_i\lambda_i f_{i,xx}`, ...) are formed
-    symbolically from those entries, and each right-hand side is one
-    lambdified call on Python floats.
+    ``l_sym``, ``g_sym``); only nonzero entries are lambdified, and each
+    right-hand side is one lambdified call (:class:`._functions._SymBundle`).
 
     Parameters
     ----------

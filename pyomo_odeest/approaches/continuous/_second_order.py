@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ._functions import HESSIAN_METHODS, _segment_atol, _steps
+from ._functions import HESSIAN_METHODS, _central, _segment_atol, _steps
 
 __all__ = ["SecondOrder"]
 
@@ -42,6 +42,7 @@ class SecondOrder:
         re-associated so that no second sensitivity (18) is needed.  All
         columns of ``V`` are integrated together (one forward and one backward
         solve); pass one column at a time for the column-by-column variant.
+        :class:`CvodesModel` obtains :math:`\mu(t_0)` and :math:`Q` by forward-over-adjoint.
 
         Returns
         -------
@@ -50,10 +51,25 @@ class SecondOrder:
         u = self._u(u)
         vec = V is not None and np.ndim(V) == 1
         V = np.eye(self.p) if V is None else np.asarray(V, dtype=float).reshape(self.p, -1)
+        fsol, Xm, Sm = self.sensitivities(u, V)
+        jl, _ = self.misfit.gradients(Xm, u)
+        jM, Hm = self.misfit.directional_second(Xm, u, Sm, V)
+        Hm = Hm + self.misfit.penalty_hessian(u) @ V
+        lam, M, Q = self._second_order_sweep(u, V, fsol, jl, jM)
+        self.counts["soa"] += 1
+        Luu = np.tensordot(lam, self._l_uu().dense(u), axes=1)       # Σ_i λ_i l_{i,uu}
+        HV = self.l_u.dense(u).T @ M + Luu @ V + Q + Hm
+        return HV[:, 0] if vec else HV
+
+    def _l_uu(self):
+        return self._second_derivatives()["l_uu"]
+
+    def _second_order_sweep(self, u, V, fsol, jl, jM):
+        """λ(t0), μ(t0) and Q(t0) of the backward sweep on the sensitivity solution
+        ``fsol`` with the jumps ``jl`` of λ and ``jM`` of μ."""
         n, p, k = self.n, self.p, V.shape[1]
         sec = self._second_derivatives()
         soa, soa_jac = sec["soa"], sec["soa_jac"]
-        fsol, Xm, Sm = self.sensitivities(u, V)
         ys = fsol.sol
         ul = u.tolist()
         dim = n + n * k + p * k
@@ -93,10 +109,7 @@ class SecondOrder:
             return J
 
         N = len(self.tau)
-        jl, _ = self.misfit.gradients(Xm, u)
-        jM, Hm = self.misfit.directional_second(Xm, u, Sm, V)
         jM = jM.reshape(N, n * k)
-        Hm = Hm + self.misfit.penalty_hessian(u) @ V
         parts = (slice(0, n), slice(n, n + n * k), slice(n + n * k, dim))
 
         def atol(y, t_hi, t_lo):
@@ -106,22 +119,16 @@ class SecondOrder:
                                  parts[2], growth)
         y = np.zeros(dim)
         t_hi = self.T
-        for j in range(N - 1, -1, -1):
-            tau = self.tau[j]
-            if tau < t_hi:
-                y = self._solve(rhs, jac, (t_hi, tau), y, dense=False,
-                                atol=atol(y, t_hi, tau)).y[:, -1].copy()
-            y[:n] += jl[j]
-            y[n:n + n * k] += jM[j]
-            t_hi = tau
-        if self.t0 < t_hi:
-            y = self._solve(rhs, jac, (t_hi, self.t0), y, dense=False,
-                            atol=atol(y, t_hi, self.t0)).y[:, -1].copy()
-        lam, M, Q = y[:n], y[n:n + n * k].reshape(n, k), y[n + n * k:].reshape(p, k)
-        self.counts["soa"] += 1
-        Luu = np.tensordot(lam, sec["l_uu"].dense(u), axes=1)       # Σ_i λ_i l_{i,uu}
-        HV = self.l_u.dense(u).T @ M + Luu @ V + Q + Hm
-        return HV[:, 0] if vec else HV
+        for j in range(N - 1, -2, -1):                      # j = -1: down to t0, no jump
+            t_lo = self.tau[j] if j >= 0 else self.t0
+            if t_lo < t_hi:
+                y = self._solve(rhs, jac, (t_hi, t_lo), y, dense=False,
+                                atol=atol(y, t_hi, t_lo)).y[:, -1].copy()
+            if j >= 0:
+                y[:n] += jl[j]
+                y[n:n + n * k] += jM[j]
+            t_hi = t_lo
+        return y[:n], y[n:n + n * k].reshape(n, k), y[n + n * k:].reshape(p, k)
 
     def hessian(self, u=None, method="soa", index=None, block=None):
         r"""Hessian :math:`\nabla^2 J(u)`.
@@ -161,13 +168,7 @@ class SecondOrder:
         h = _steps(u, self.hessian_fd_step)
         if method in ("adjoint_fd", "sensitivity_fd"):
             gm = "adjoint" if method == "adjoint_fd" else "sensitivity"
-            H = np.zeros((m, m))
-            for a, kk in enumerate(idx):
-                up, um = u.copy(), u.copy()
-                up[kk] += h[kk]
-                um[kk] -= h[kk]
-                H[:, a] = ((self.gradient(up, gm, idx) - self.gradient(um, gm, idx))
-                           / (up[kk] - um[kk]))
+            H = _central(lambda w: self.gradient(w, gm, idx), u, idx, h, np.zeros((m, m)))
             return 0.5 * (H + H.T)
         if method == "fd":
             J0 = self._misfit(u)
