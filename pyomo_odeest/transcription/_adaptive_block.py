@@ -40,11 +40,10 @@ Every body is ``lhs - rhs`` with the defined unknown on the left, so Ipopt's
 ``dual`` (Lagrangian :math:`J + \lambda^\top c`) equals the multipliers of
 the Lagrangian of §2.4: the multiplier of ``corr_eq[i, s]`` is
 :math:`p_{i+1}`, of ``trial_eq[i, j]`` is :math:`\alpha_{i,j}`, and so on
-(:func:`compare_block_multipliers`).  The acceptance tests
-:math:`e_{i,j} > \varepsilon` (rejected) and :math:`e_{i,j_i} \le \varepsilon`
-are *not* constraints (only :math:`h_i, h_{i,j} \ge 0`, inactive at a
-meaningful solution, keep a frozen pattern from producing negative steps): :func:`~pyomo_odeest.approaches.estimate_adaptive` re-runs the integrator at
-the solution and rebuilds when the pattern changed.
+(:func:`compare_block_multipliers`).  The acceptance tests are *not*
+constraints (only the bounds :math:`h_i, h_{i,j} \ge 0`):
+:func:`~pyomo_odeest.approaches.estimate_adaptive` re-runs the integrator at the
+solution and rebuilds when the pattern changed (docs/adaptive.md, "Limitations observed").
 """
 from __future__ import annotations
 
@@ -55,9 +54,9 @@ import sympy
 
 from ..discretization.adaptive import (AdaptiveAdjoint, AdaptiveModel, AdaptiveRun,
                        max_relative_discrepancy)
-from ..problem._misfit import misfit_sym
 from ..symbolic._convert import sympy_to_pyomo
-from ._initial_state import initial_state_expressions
+from ._block import add_misfit, set_parameter_vars
+from ._initial_state import add_initial_condition
 
 __all__ = ["build_adaptive_block", "run_from_block", "block_multipliers",
            "compare_block_multipliers", "adaptive_constraint"]
@@ -97,7 +96,7 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
     b.steps = pyo.RangeSet(0, k - 1)
     trials = [(i, jj + 1) for i in range(k) for jj in range(pat.j[i])]
     b.trials = pyo.Set(initialize=trials, dimen=2, ordered=True)
-    b.trial_kind = {(i, jj + 1): pat.kind(i, jj) for i in range(k) for jj in range(pat.j[i])}
+    b.trial_kind = {(i, j): pat.kind(i, j - 1) for i, j in trials}
 
     b.x = pyo.Var(b.K, b.S, initialize={(i, s): float(run.x[i, a]) for i in range(k + 1)
                                         for a, s in enumerate(S)})
@@ -115,12 +114,7 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
     b.xt = pyo.Var(b.trials, b.S, initialize={(i, j, s): float(run.xc[i][j - 1][a])
                                               for i, j in trials for a, s in enumerate(S)})
     b.u = pyo.Var(b.P)
-    for p, v in zip(P.parameters, run.u):
-        b.u[p.name].setlb(p.lb)
-        b.u[p.name].setub(p.ub)
-        b.u[p.name].set_value(float(v), skip_validation=True)
-        if p.fixed:
-            b.u[p.name].fix(float(p.value))
+    set_parameter_vars(b.u, P.parameters, run.u)
 
     usub = {sym: b.u[p] for sym, p in zip(P.u_sym, P.parameter_names)}
 
@@ -136,21 +130,23 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
         return Q, o
 
     # x0 = l(u)
-    l_py = initial_state_expressions(b, P, usub)
-    b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
+    add_initial_condition(b, P, usub)
 
-    def pred_rule(b, i, s):
-        Q, o = objects(i, b.h[i])
-        return b.y[i, s] == sympy_to_pyomo(am.exprs[Q]["Y"][S.index(s)], o)
+    def predictor(i, s, h):
+        """The predictor of state s for step i taken with step ``h``."""
+        Q, o = objects(i, h)
+        return sympy_to_pyomo(am.exprs[Q]["Y"][S.index(s)], o)
 
-    def corr_rule(b, i, s):
-        Q, o = objects(i, b.h[i])
-        o.update({sy["yv"][a]: b.y[i, z] for a, z in enumerate(S)})
-        a = S.index(s)
-        return b.x[i + 1, s] == b.x[i, s] + b.h[i] * sympy_to_pyomo(am.exprs[Q]["Fv"][a], o)
+    def corrector(i, s, h, y):
+        """x_i + h F_i of state s for step i taken with step ``h`` and predictor ``y``."""
+        Q, o = objects(i, h)
+        o.update(zip(sy["yv"], y))
+        return b.x[i, s] + h * sympy_to_pyomo(am.exprs[Q]["Fv"][S.index(s)], o)
 
-    b.pred_eq = pyo.Constraint(b.steps, b.S, rule=pred_rule)
-    b.corr_eq = pyo.Constraint(b.steps, b.S, rule=corr_rule)
+    b.pred_eq = pyo.Constraint(b.steps, b.S,
+                               rule=lambda b, i, s: b.y[i, s] == predictor(i, s, b.h[i]))
+    b.corr_eq = pyo.Constraint(b.steps, b.S, rule=lambda b, i, s: b.x[i + 1, s] == corrector(
+        i, s, b.h[i], [b.y[i, z] for z in S]))
     b.time_eq = pyo.Constraint(b.steps, rule=lambda b, i: b.t[i + 1] == b.t[i] + b.h[i])
 
     c = am.controller
@@ -174,16 +170,6 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
         f = sympy_to_pyomo(fac, {esym: ev}) if fac.free_symbols else float(fac)
         return b.H[i, j] == f * hv
 
-    def trial_pred_rule(b, i, j, s):
-        Q, o = objects(i, b.H[i, j])
-        return b.yt[i, j, s] == sympy_to_pyomo(am.exprs[Q]["Y"][S.index(s)], o)
-
-    def trial_corr_rule(b, i, j, s):
-        Q, o = objects(i, b.H[i, j])
-        o.update({sy["yv"][a]: b.yt[i, j, z] for a, z in enumerate(S)})
-        a = S.index(s)
-        return b.xt[i, j, s] == b.x[i, s] + b.H[i, j] * sympy_to_pyomo(am.exprs[Q]["Fv"][a], o)
-
     Ed = am.exprs["Ed"]
 
     def err_rule(b, i, j):
@@ -193,19 +179,15 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
         return b.eta[i, j] == sympy_to_pyomo(Ed, o)
 
     b.trial_eq = pyo.Constraint(b.trials, rule=trial_rule)
-    b.trial_pred_eq = pyo.Constraint(b.trials, b.S, rule=trial_pred_rule)
-    b.trial_corr_eq = pyo.Constraint(b.trials, b.S, rule=trial_corr_rule)
+    b.trial_pred_eq = pyo.Constraint(b.trials, b.S, rule=lambda b, i, j, s: b.yt[i, j, s] == (
+        predictor(i, s, b.H[i, j])))
+    b.trial_corr_eq = pyo.Constraint(b.trials, b.S, rule=lambda b, i, j, s: b.xt[i, j, s] == (
+        corrector(i, s, b.H[i, j], [b.yt[i, j, z] for z in S])))
     b.err_eq = pyo.Constraint(b.trials, rule=err_rule)
     b.accept_h_eq = pyo.Constraint(b.steps, rule=lambda b, i: b.h[i] == b.H[i, pat.j[i]])
     b.accept_e_eq = pyo.Constraint(b.steps, rule=lambda b, i: b.e[i] == b.eta[i, pat.j[i]])
 
-    terms = []
-    for jm, gi in enumerate(run.J):
-        phi = sympy.sympify(misfit_sym(P, jm))
-        o = dict(usub)
-        o.update({xs: b.x[int(gi), s] for xs, s in zip(P.x_sym, S)})
-        terms.append(sympy_to_pyomo(phi, o) if phi.free_symbols else float(phi))
-    b.misfit = pyo.Expression(expr=sum(terms))
+    add_misfit(b, P, usub, run.J, run.t)
     b.objective = pyo.Objective(expr=b.misfit)
     return b
 
@@ -219,15 +201,9 @@ def adaptive_constraint(b, kind, i, j=None, state=None):
     comp = b.component(f"{kind}_eq")
     if comp is None:
         raise KeyError(f"unknown relation {kind!r}")
-    if kind == "x0":
-        return comp[state]
-    if kind in ("pred", "corr"):
-        return comp[i, state]
-    if kind in ("trial", "err"):
-        return comp[i, j]
-    if kind in ("trial_pred", "trial_corr"):
-        return comp[i, j, state]
-    return comp[i]
+    index = {"x0": (state,), "pred": (i, state), "corr": (i, state), "trial": (i, j), "err": (i, j),
+             "trial_pred": (i, j, state), "trial_corr": (i, j, state)}
+    return comp[index.get(kind, (i,))]
 
 
 def run_from_block(b) -> AdaptiveRun:
@@ -247,11 +223,9 @@ def run_from_block(b) -> AdaptiveRun:
     for i in range(k):
         Q = int(Qs[i])
         xm, tm = am._hist(X, t, i, Q)
-        fn = am._fn[Q]
-        yt.append(np.array([np.asarray(fn["Y"](X[i], xm, u, h, t[i], tm), float).reshape(-1)
-                            for h in H[i]]))
-        xc.append(np.array([np.asarray(fn["XC"](X[i], xm, u, h, t[i], tm), float).reshape(-1)
-                            for h in H[i]]))
+        for out, fn in ((yt, am._fn[Q]["Y"]), (xc, am._fn[Q]["XC"])):   # trial stage values
+            out.append(np.array([np.asarray(fn(X[i], xm, u, h, t[i], tm), float).reshape(-1)
+                                 for h in H[i]]))
     return AdaptiveRun(u=u, t=t, x=X, y=Y, h=np.array([v(b.h[i]) for i in range(k)]),
                        e=np.array([v(b.e[i]) for i in range(k)]), H=H, eta=eta, yt=yt, xc=xc,
                        Q=Qs, pattern=pat, J=np.asarray(b.J, dtype=int))

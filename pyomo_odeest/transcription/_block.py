@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import contextmanager
+from functools import cached_property
 
 import numpy as np
 import pyomo.core.base.constraint as _pcon
@@ -55,12 +56,12 @@ from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._inputs import input_applications
 from ..discretization.schemes import get_scheme
 from ..symbolic._convert import sympy_to_pyomo
-from ._initial_state import initial_state_expressions
+from ._initial_state import add_initial_condition
 
 _TemplateConstraintData = getattr(_pcon, "TemplateConstraintData", None)
 
 __all__ = ["build_block", "scheme_constraint", "add_objective_term", "set_parameter_vars",
-           "add_parameter_constraints"]
+           "add_misfit", "add_parameter_constraints"]
 
 
 def _batch_tags(batches):
@@ -130,16 +131,6 @@ else:                                      # pragma: no cover - Pyomo < 6.9
     _LazyRowData = None
 
 
-def _point_objects(b, i, pref, stage_S):
-    """Pyomo objects (states of a point and its time) for step ``i``."""
-    if pref.kind == "past":
-        return [b.x[i - pref.lag, s] for s in stage_S], b.t[i - pref.lag]
-    if pref.kind == "new":
-        return [b.x[i + 1, s] for s in stage_S], b.t[i + 1]
-    comp = b.component(pref.stage)
-    return [comp[i, s] for s in stage_S], b.t[i + 1]
-
-
 def _point_index(i, pref):
     """Grid index of a point of step ``i`` (stage points: that of x_{i+1})."""
     return i - pref.lag if pref.kind == "past" else i + 1
@@ -164,12 +155,13 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
         base = {sym: b.u[p] for sym, p in zip(u_sym, pnames)}
 
         def term(expr_sym, pref):
-            xv, tv = _point_objects(b, i, pref, S)
+            """``expr_sym`` at a point of step i: its states, time and input values."""
+            ip = _point_index(i, pref)
+            xc = b.component(pref.stage) if pref.kind == "stage" else None
             objs = dict(base)
-            objs.update(zip(x_sym, xv))
-            objs[t_sym] = tv
-            for w, nm in zip(in_syms, in_names):
-                objs[w] = b.component(nm)[_point_index(i, pref)]
+            objs.update(zip(x_sym, [b.x[ip, z] if xc is None else xc[i, z] for z in S]))
+            objs[t_sym] = b.t[ip]
+            objs.update((w, b.component(nm)[ip]) for w, nm in zip(in_syms, in_names))
             return sympy_to_pyomo(expr_sym, objs)
 
         # one flat sum x_i + sum_j (h c_j) f(P_j) + sum_j (h^2 d_j) fdot(P_j):
@@ -188,44 +180,28 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
     return rule
 
 
-def _once(init_of):
-    """``(initializer, release)``: ``init_of(data)`` reads ``data`` only while an
-    immutable Param is constructed; ``release()`` drops the data afterwards.
+def _add_param(b, name, index, get):
+    """Add the immutable Param ``b.<name>`` over the sets ``index`` with values ``get(*idx)``.
 
     A Param keeps its initializer for its lifetime, but an immutable Param
     never calls it again once built (missing entries take the default, and
-    clones copy values), so the Python lists behind it (about 100 bytes per
-    entry) need not live as long as the model."""
-    box = {}
-
-    def init(b, *idx):
-        return box["f"](*idx)
-
-    def bind(data):
-        box["f"] = init_of(data)
-        return init
-    return bind, box.clear
+    clones copy values), so ``get`` and the Python lists behind it (about 100
+    bytes per entry) are dropped after construction.  The data is floats
+    computed here: ``within=Any`` skips Pyomo's per-entry check of the implicit
+    domain (a test against Reals, most of the build time)."""
+    box = [get]
+    b.add_component(name, pyo.Param(*index, initialize=lambda b, *idx: box[0](*idx),
+                                    within=pyo.Any))
+    box.clear()
 
 
-def _list_param(values):
-    """``(initializer i -> values[i], release)`` (see :func:`_once`)."""
-    bind, release = _once(lambda v: v.__getitem__)
-    return bind(values), release
-
-
-def _coefficient_param(steps, table):
-    """``(initializer, release)`` of an immutable Param ``[i, j]`` holding
-    ``table[r, j]`` for step ``steps[r]`` (see :func:`_once`)."""
+def _coefficient_reader(steps, rows):
+    """``(i, j) -> rows[r][j]`` for step ``i = steps[r]``."""
     i0 = int(steps[0])
-    contiguous = bool(np.all(np.diff(steps) == 1))
-    pos = None if contiguous else {int(i): r for r, i in enumerate(steps.tolist())}
-
-    def reader(rows):
-        if pos is None:
-            return lambda i, j: rows[i - i0][j]
-        return lambda i, j: rows[pos[i]][j]
-    bind, release = _once(reader)
-    return bind(table.tolist()), release
+    if np.all(np.diff(steps) == 1):
+        return lambda i, j: rows[i - i0][j]
+    pos = {int(i): r for r, i in enumerate(steps.tolist())}
+    return lambda i, j: rows[pos[i]][j]
 
 
 def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,
@@ -277,14 +253,8 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.P = pyo.Set(initialize=problem.parameter_names, ordered=True)
     b.K = pyo.RangeSet(0, k)
     b.steps = pyo.RangeSet(0, k - 1)
-    # float data computed here: ``within=Any`` skips Pyomo's per-entry check
-    # of the implicit domain (a test against Reals, most of the build time)
-    init, release = _list_param(t.tolist())
-    b.t = pyo.Param(b.K, initialize=init, within=pyo.Any)
-    release()
-    init, release = _list_param(np.diff(t).tolist())
-    b.h = pyo.Param(b.steps, initialize=init, within=pyo.Any)
-    release()
+    _add_param(b, "t", (b.K,), t.tolist().__getitem__)
+    _add_param(b, "h", (b.steps,), np.diff(t).tolist().__getitem__)
     b.x = pyo.Var(b.K, b.S, initialize=0.0)
     if parameters is not None:
         b.u = pyo.Reference(parameters[:])
@@ -308,20 +278,15 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     in_syms = tuple(sympy.Dummy(f"w{j}") for j in range(len(apps)))
     for j, a in enumerate(apps):
         vals = np.broadcast_to(np.asarray(type(a)._imp_(t), dtype=float), t.shape).tolist()
-        init, release = _list_param(vals)
-        b.add_component(f"input_{j}", pyo.Param(b.K, initialize=init, within=pyo.Any))
-        release()
+        _add_param(b, f"input_{j}", (b.K,), vals.__getitem__)
     if apps:
         rep = dict(zip(apps, in_syms))
         f_sym = tuple(e.xreplace(rep) for e in f_sym)
         fd_sym = None if fd_sym is None else tuple(e.xreplace(rep) for e in fd_sym)
         c_sym = [e.xreplace(rep) for e in c_sym]
-    tsym = problem.t_sym
-    xs = problem.x_sym
 
     # x0 = l(u)
-    l_py = initial_state_expressions(b, problem, usub)
-    b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
+    add_initial_condition(b, problem, usub)
 
     # one constraint per (batch, stage, state), stored as a template: every
     # distinct step formula is rendered (sympy -> Pyomo) once, not per step
@@ -342,11 +307,9 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
                 cname = f"{kind}_{sname}_{tag}"
                 names.append(cname)
                 if terms:
-                    table = np.stack([c for _, c in terms], axis=1)
-                    init, release = _coefficient_param(steps, table)
-                    b.add_component(cname, pyo.Param(
-                        step_set, range(len(terms)), initialize=init, within=pyo.Any))
-                    release()
+                    table = np.stack([c for _, c in terms], axis=1).tolist()
+                    _add_param(b, cname, (step_set, range(len(terms))),
+                               _coefficient_reader(steps, table))
             for si, s in enumerate(S):
                 cname = f"ode_{sname}_{s}_{tag}"
                 with _templatized():
@@ -360,15 +323,7 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
                             d.__class__ = _LazyRowData
                 b._scheme_parts[(sname, s, bi)] = con
 
-    # objective: J_k = Σ_j φ_j(x_{J(j)}, u)
-    terms = []
-    for j, i in enumerate(grid.J):
-        phi = misfit_sym(problem, j)
-        objs = dict(usub)
-        objs.update(zip(xs, [b.x[int(i), s] for s in S]))
-        objs[tsym] = float(t[i])
-        terms.append(sympy_to_pyomo(phi, objs) if phi.free_symbols else float(phi))
-    b.misfit = pyo.Expression(expr=sum(terms))
+    add_misfit(b, problem, usub, grid.J, t)
     pen = problem.penalty_sym
     b.penalty = pyo.Expression(expr=sympy_to_pyomo(pen, usub) if pen.free_symbols else float(pen))
     b.extra_objective_terms = []
@@ -377,8 +332,8 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     # path constraints c(x_i, u, t_i) <= 0 at grid points or measurement times
     def point(ip):
         objs = dict(usub)
-        objs.update(zip(xs, [b.x[ip, s] for s in S]))
-        objs[tsym] = b.t[ip]
+        objs.update(zip(problem.x_sym, [b.x[ip, s] for s in S]))
+        objs[problem.t_sym] = b.t[ip]
         objs.update({w: b.component(f"input_{j}")[ip] for j, w in enumerate(in_syms)})
         return objs
 
@@ -397,19 +352,34 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     return b
 
 
+def add_misfit(b, problem, usub, J, t):
+    """``b.misfit``: J_k = Σ_j φ_j(x_{J(j)}, u) (an Expression), with the states ``b.x[i, s]``
+    at the grid points ``J`` (times ``t[i]``)."""
+    terms = []
+    for j, i in enumerate(J):
+        phi = sympy.sympify(misfit_sym(problem, j))
+        objs = dict(usub)
+        objs.update(zip(problem.x_sym, [b.x[int(i), s] for s in problem.states]))
+        objs[problem.t_sym] = float(t[i])
+        terms.append(sympy_to_pyomo(phi, objs) if phi.free_symbols else float(phi))
+    b.misfit = pyo.Expression(expr=sum(terms))
+
+
 def add_parameter_constraints(b, constraints, usub):
     """``b.param_<name>``: r(u) <= 0 for each (ParameterConstraint, sym) of ``constraints``."""
     for pc, ex in constraints:
         b.add_component(f"param_{pc.name}", pyo.Constraint(expr=sympy_to_pyomo(ex, usub) <= 0))
 
 
-def set_parameter_vars(var, parameters):
-    """Bounds, start values and fixed flags of ``var[p.name]`` from ``parameters``."""
-    for p in parameters:
+def set_parameter_vars(var, parameters, values=None):
+    """Bounds, start values (``values``, default: the parameters' own) and fixed flags of
+    ``var[p.name]`` from ``parameters``."""
+    values = [p.value for p in parameters] if values is None else values
+    for p, value in zip(parameters, values):
         v = var[p.name]
         v.setlb(p.lb)
         v.setub(p.ub)
-        v.set_value(float(p.value), skip_validation=True)
+        v.set_value(float(value), skip_validation=True)
         if p.fixed:
             v.fix(float(p.value))
 
@@ -443,19 +413,17 @@ class _LazyFormulas(Sequence):
     """``b.formulas``: the scheme's step formulas, built on first use."""
 
     def __init__(self, scheme, t, restarts=()):
-        self._scheme, self._t, self._list = scheme, t, None
-        self._restarts = restarts
+        self._scheme, self._t, self._restarts = scheme, t, restarts
 
+    @cached_property
     def _all(self):
-        if self._list is None:
-            self._list = self._scheme.formulas(self._t, self._restarts)
-        return self._list
+        return self._scheme.formulas(self._t, self._restarts)
 
     def __len__(self):
         return len(self._t) - 1
 
     def __getitem__(self, i):
-        return self._all()[i]
+        return self._all[i]
 
     def __iter__(self):
-        return iter(self._all())
+        return iter(self._all)

@@ -9,29 +9,13 @@ Registered on ``import pyomo_odeest``:
   [GM-grad eq. (6)] or ``'semi_implicit'`` (predictor–corrector–recorrector,
   §2.3.2).
 
-They discretize a pyomo.dae model the way ``dae.finite_difference`` does —
-same ContinuousSet, DerivativeVar and ODE constraints::
-
-    m = ConcreteModel()
-    m.t = ContinuousSet(initialize=[0, 1, 2, ..., 10])   # measurement times stay grid points
-    m.x = Var(m.t); m.dxdt = DerivativeVar(m.x, wrt=m.t)
-    m.ode = Constraint(m.t, rule=lambda m, t: m.dxdt[t] == -m.k * m.x[t])
-    TransformationFactory('odeest.adams').apply_to(m, wrt=m.t, qmax=4, steps_per_interval=10)
-
-Two options make the estimation route need no hand-holding, both on by
-default: ``initialize='simulate'`` sets the states (and the derivative and
-stage variables) to the scheme's own simulation at the current parameter
-values (``initialize=False``: leave them), and ``scale_parameters=True`` puts
-``scaling_factor`` 1/|p0| on the free parameters of the ODEs, as
-:func:`~pyomo_odeest.approaches._simultaneous.estimate_simultaneous` does
-(``scale_parameters=False``: none); both apply to models that
-:func:`problem_from_dae` reads.  :func:`dae_result` reports the solved model
-as an ``EstimationResult`` with the post-solve checks of every approach.
-
-Points already in the ContinuousSet stay grid points [GM-grad, eq. (3)];
-``steps_per_interval`` or ``max_step`` subdivide the intervals.  The ODE
-constraints stay in the model and define the derivative variables at every
-grid point (``dxdt[t] = f(x(t))``); the transformation adds
+They discretize a pyomo.dae model the way ``dae.finite_difference`` does; the
+options (``initialize='simulate'``, ``scale_parameters=True``, ...) and the
+requirements on the ODE constraints are described in docs/cli.md, section
+"pyomo.dae models".  Points already in the ContinuousSet stay grid points
+[GM-grad, eq. (3)].  The ODE constraints stay in the model and define the
+derivative variables at every grid point (``dxdt[t] = f(x(t))``); the
+transformation adds
 
 * ``<dxdt>_odeest_<stage>[step, ...]`` stage variables (predictor ``y``,
   corrector ``yc``) for the predictor–corrector variants,
@@ -40,19 +24,9 @@ grid point (``dxdt[t] = f(x(t))``); the transformation adds
   constraint's right-hand side with the states replaced by the stage values,
   and ḟ = D_x f·f from Pyomo's symbolic differentiation.
 
-Requirements: every derivative variable is defined by one ODE constraint of
-the form ``c·dxdt[t] + (terms without derivatives) = 0`` at each grid point,
-unless it is *fixed* when the transformation is applied: a fixed derivative
-value is data and needs no defining constraint (the scheme uses its value as
-f at that grid point; constraints where it appears are algebraic).  This is
-IDAES's ``fix_initial_conditions('steady-state')`` pattern — accumulation
-terms fixed to 0 at the first time, the balances there then determine the
-initial steady state.
-The predictor–corrector and Enright variants evaluate f at points that are not
-grid points, so f may depend on the differential states, parameters and
-numbers only (no algebraic variables); the Enright variants need an
-autonomous f (∂f/∂t is not available from a pyomo.dae model).  The implicit
-Adams–Moulton variant uses grid-point derivatives only and accepts DAEs.
+A derivative variable that is *fixed* when the transformation is applied is
+data and needs no defining constraint (IDAES's
+``fix_initial_conditions('steady-state')`` pattern).
 """
 from __future__ import annotations
 
@@ -72,6 +46,7 @@ from pyomo.repn import generate_standard_repn
 
 from ..discretization._grid import make_grid
 from ..discretization.schemes import QMAX_RANGE, get_scheme
+from ._block import _point_index
 
 __all__ = ["AdamsTransformation", "EnrightTransformation", "DaeSchemeError", "ode_rhs", "problem_from_dae",
            "dae_solution"]
@@ -144,8 +119,9 @@ class _SchemeTransformation(Transformation):
         if "scheme" in cs.get_discretization_info():
             raise DaeSchemeError(f"ContinuousSet '{cs.name}' is already discretized "
                                  f"({cs.get_discretization_info()['scheme']})")
-        if not any(cs in dv.get_continuousset_list()
-                   for dv in model.component_objects(DerivativeVar, descend_into=True)):
+        dvs = [dv for dv in model.component_objects(DerivativeVar, descend_into=True)
+               if cs in dv.get_continuousset_list()]
+        if not dvs:
             raise DaeSchemeError(f"the model has no DerivativeVar with respect to ContinuousSet "
                                  f"'{cs.name}': there is no ODE to discretize")
         scheme = get_scheme(self._variants[cfg.variant], cfg.qmax)
@@ -170,8 +146,6 @@ class _SchemeTransformation(Transformation):
         expand_components(model)
         t = [float(v) for v in cs]                     # the ContinuousSet's own (float) keys
         batches = scheme.batches(np.array(t))
-        dvs = [dv for dv in model.component_objects(DerivativeVar, descend_into=True)
-               if cs in dv.get_continuousset_list()]
         for dv in dvs:
             if len(dv.get_continuousset_list()) != 1:
                 raise DaeSchemeError(f"'{dv.name}': only first derivatives with respect to one "
@@ -184,7 +158,7 @@ class _SchemeTransformation(Transformation):
                         f"no ODE constraint defines '{d.name}' (the ODE must hold at every point "
                         "of the ContinuousSet, the first one included: do not skip it)")
         model._odeest_initialization = (
-            _simulate_start(model, cs, dae_problem, scheme, t, rhs) if cfg.initialize
+            _simulate_start(dae_problem, scheme, t, rhs) if cfg.initialize
             else "none (initialize=False)")
         ctx = _Context(model, cs, t, scheme, batches, rhs)
         for dv in dvs:
@@ -225,13 +199,9 @@ class EnrightTransformation(_SchemeTransformation):
 
 # ---------------------------------------------------------------------------
 def _units_of(expr):
-    """Pyomo units of ``expr``, or None when the model declares none.
-
-    Units need the optional ``pint`` package; without it no component can carry units, so
-    there is nothing to propagate (and asking Pyomo would raise a DeferredImportError). A
-    model without units gets the same equations with or without pint: ``dimensionless`` is
-    reported as None.
-    """
+    """Pyomo units of ``expr``, or None when the model declares none (``dimensionless``) or
+    cannot (without the optional ``pint`` package, where asking Pyomo would raise a
+    DeferredImportError): a model without units gets the same equations either way."""
     if not pint_available:
         return None
     u = pyo.units.get_units(expr)
@@ -279,12 +249,8 @@ def ode_rhs(model, cs):
 
 def _derivative_vars(model):
     """{id: VarData} of every derivative variable of the model."""
-    dvars = {}
-    for dv in model.component_objects((DerivativeVar, pyo.Var), descend_into=True):
-        if isinstance(dv, DerivativeVar) or getattr(dv, "_odeest_derivative", False):
-            for d in dv.values():
-                dvars[id(d)] = d
-    return dvars
+    comps = model.component_objects((DerivativeVar, pyo.Var), descend_into=True)  # transformed too
+    return {id(d): d for dv in comps if isinstance(dv, DerivativeVar) for d in dv.values()}
 
 
 def _check_only_odes(model):
@@ -326,9 +292,7 @@ def _rhs_of(con, dvars):
     ids = [id(v) for v in repn.linear_vars]
     if id(d) not in ids or (repn.nonlinear_vars and any(id(v) == id(d) for v in repn.nonlinear_vars)):
         raise DaeSchemeError(f"derivative '{d.name}' must appear linearly in '{con.name}'")
-    c = repn.linear_coefs[ids.index(id(d))]
-    if not isinstance(c, (int, float)):
-        c = pyo.value(c)
+    c = pyo.value(repn.linear_coefs[ids.index(id(d))])
     rest = repn.constant
     for coef, v in zip(repn.linear_coefs, repn.linear_vars):
         if v is not d:
@@ -352,26 +316,26 @@ _PLAIN_NODES = frozenset({
 _FUNCTION_NODES = (nx.UnaryFunctionExpression, nx.NPV_UnaryFunctionExpression)
 
 
-def _same_function(a, b, slot_a, slot_b):
-    """Is expression ``b`` expression ``a`` with every state leaf of ``a`` (keys of ``slot_a``)
-    replaced by the state of the same slot in ``b`` (``slot_b``), all other leaves identical?"""
-    ta = type(a)
-    if ta is not type(b):
-        return False
-    if ta in native_types:
-        return a == b
-    if ta not in _PLAIN_NODES:
-        if a.is_expression_type():                     # named expressions and anything unusual
-            return False
-        sa = slot_a.get(id(a))
-        if sa is None:
-            return a is b and id(b) not in slot_b
-        return sa == slot_b.get(id(b))
-    if a.nargs() != b.nargs():
-        return False
-    if ta in _FUNCTION_NODES and a.getname() != b.getname():
-        return False
-    return all(_same_function(x, y, slot_a, slot_b) for x, y in zip(a.args, b.args))
+class _NotPlain(Exception):
+    pass
+
+
+class _Source:
+    """Straight-line Python source of one generated function: its lines and the objects it
+    refers to (``K[n]``)."""
+
+    def __init__(self):
+        self.consts, self.lines = [], []
+
+    def const(self, obj):
+        self.consts.append(obj)
+        return f"K[{len(self.consts) - 1}]"
+
+    def function(self, name, args, result):
+        src = f"def {name}({args}):\n" + "\n".join(self.lines) + f"\n    return {result}\n"
+        env = {"K": self.consts}
+        exec(compile(src, f"<odeest template {name}>", "exec"), env)
+        return env[name]
 
 
 def _compile(expr, slot):
@@ -379,53 +343,37 @@ def _compile(expr, slot):
     ``L[slot[id(v)]]`` (straight-line generated code, one node constructor call per node
     above a replaced leaf; subtrees without such leaves are shared), or None if ``expr``
     holds a node type this does not know (the caller then uses the replacement walker)."""
-    consts, lines = [], []
-
-    def const(obj):
-        consts.append(obj)
-        return f"K[{len(consts) - 1}]"
+    src = _Source()
 
     def emit(e):                                   # -> (code, depends on L)
         if type(e) in native_types:
-            return const(e), False
+            return src.const(e), False
         if not e.is_expression_type():
             k = slot.get(id(e))
-            return (f"L[{k}]", True) if k is not None else (const(e), False)
+            return (f"L[{k}]", True) if k is not None else (src.const(e), False)
         if type(e) not in _PLAIN_NODES:
             raise _NotPlain
         parts = [emit(a) for a in e.args]
         if not any(dep for _, dep in parts):
-            return const(e), False
-        make = const(e.create_node_with_local_data)
-        lines.append(f"    v{len(lines)} = {make}(({', '.join(c for c, _ in parts)},))")
-        return f"v{len(lines) - 1}", True
+            return src.const(e), False
+        make = src.const(e.create_node_with_local_data)
+        src.lines.append(f"    v{len(src.lines)} = {make}(({', '.join(c for c, _ in parts)},))")
+        return f"v{len(src.lines) - 1}", True
 
     try:
         code, dep = emit(expr)
     except (_NotPlain, RecursionError):
         return None
-    if not dep:
-        return lambda L: expr
-    src = "def build(L):\n" + "\n".join(lines) + f"\n    return {code}\n"
-    env = {"K": consts}
-    exec(compile(src, "<odeest template>", "exec"), env)
-    return env["build"]
-
-
-class _NotPlain(Exception):
-    pass
+    return src.function("build", "L", code) if dep else lambda L: expr
 
 
 def _compile_matcher(exprs, slot):
     """A function ``match(bs, S)``: is ``bs[k]`` the same function as ``exprs[k]`` for every k,
-    state leaves (``slot``, resp. ``S`` for ``bs``) matched by slot and every other leaf
-    identical?  Generated code doing what :func:`_same_function` does; None if an
-    expression holds a node type outside ``_PLAIN_NODES``."""
-    consts, lines = [], []
-
-    def const(obj):
-        consts.append(obj)
-        return f"K[{len(consts) - 1}]"
+    i.e. the same nodes (types, arities, function names), state leaves (``slot``, resp.
+    ``S`` for ``bs``) of the same slot and every other leaf identical?  Generated code;
+    None if an expression holds a node type outside ``_PLAIN_NODES``."""
+    src = _Source()
+    lines, const = src.lines, src.const
 
     def emit(a, var):
         ta = type(a)
@@ -456,10 +404,7 @@ def _compile_matcher(exprs, slot):
             emit(e, f"bs[{k}]")
     except (_NotPlain, RecursionError):
         return None
-    src = "def match(bs, S):\n" + "\n".join(lines) + "\n    return True\n"
-    env = {"K": consts}
-    exec(compile(src, "<odeest template match>", "exec"), env)
-    return env["match"]
+    return src.function("match", "bs, S", "True")
 
 
 class _Template:
@@ -473,34 +418,29 @@ class _Template:
         self.d = [col[j] for col in ctx.dcols]                       # derivatives at the point
         self.slot = {id(v): s for s, v in enumerate(self.x)}
         self.f = [ctx.f_of(d) for d in self.d]
-        self._fdot, self._built, self._slot_of_key = {}, {}, {}
+        self._fdot, self._built = {}, {}           # ḟ per (s, with_f); (slot, build) per key
         self._match = False
 
     def matches(self, j):
+        """Are the right-hand sides at grid point ``j`` those of the template, state leaves
+        matched by slot?  Never for a template of a node type outside ``_PLAIN_NODES``."""
         ctx = self.ctx
-        slot_b = {id(col[j]): s for s, col in enumerate(ctx.xcols)}
         if self._match is False:
             self._match = _compile_matcher(self.f, self.slot)
-        if self._match is not None:
-            bs = [ctx.rhs.get(id(col[j])) for col in ctx.dcols]
-            return None not in bs and self._match(bs, slot_b)
-        for s, col in enumerate(ctx.dcols):
-            fb = ctx.rhs.get(id(col[j]))
-            if fb is None or not _same_function(self.f[s], fb, self.slot, slot_b):
-                return False
-        return True
+        bs = [ctx.rhs.get(id(col[j])) for col in ctx.dcols]
+        if self._match is None or None in bs:
+            return False
+        return self._match(bs, {id(col[j]): s for s, col in enumerate(ctx.xcols)})
 
     def fdot(self, s, with_f):
         """ḟ_s at the template point, with f_r (``with_f``) or the derivative variables."""
         key = (s, with_f)
         if key not in self._fdot:
-            f = self.f[s]
             total = 0
             for r, xr in enumerate(self.x):
-                dfx = differentiate(f, wrt=xr, mode=Modes.sympy)
-                if isinstance(dfx, (int, float)) and dfx == 0:
-                    continue
-                total = total + dfx * (self.f[r] if with_f else self.d[r])
+                dfx = differentiate(self.f[s], wrt=xr, mode=Modes.sympy)
+                if not (isinstance(dfx, (int, float)) and dfx == 0):
+                    total = total + dfx * (self.f[r] if with_f else self.d[r])
             self._fdot[key] = total
         return self._fdot[key]
 
@@ -509,19 +449,16 @@ class _Template:
         with the derivative variables) with the template point's states replaced by
         ``leaves`` (and, for ``'fdot_d'``, its derivatives by ``leaves[S:]``)."""
         key = (what, s)
-        build = self._built.get(key, False)
-        if build is False:
-            expr = self.f[s] if what == "f" else self.fdot(s, what == "fdot_f")
+        expr = self.f[s] if what == "f" else self.fdot(s, what == "fdot_f")
+        if key not in self._built:
             slot = dict(self.slot)
             if what == "fdot_d":
-                n = len(self.x)
-                slot.update({id(v): n + r for r, v in enumerate(self.d)})
-            self._slot_of_key[key] = slot
-            build = self._built[key] = _compile(expr, slot)
+                slot.update({id(v): len(self.x) + r for r, v in enumerate(self.d)})
+            self._built[key] = (slot, _compile(expr, slot))
+        slot, build = self._built[key]
         if build is not None:
             return build(leaves)
-        expr = self.f[s] if what == "f" else self.fdot(s, what == "fdot_f")
-        return self.ctx.replace(expr, {k: leaves[r] for k, r in self._slot_of_key[key].items()})
+        return self.ctx.replace(expr, {k: leaves[r] for k, r in slot.items()})
 
 
 class _Context:
@@ -537,18 +474,17 @@ class _Context:
         self.cs, self.t, self.scheme, self.rhs = cs, t, scheme, rhs
         self.k = len(t) - 1
         self.h = [t[i + 1] - t[i] for i in range(self.k)]
-        self.states = _state_info(model, cs)
         self.slots, self.xcols, self.dcols = [], [], []
         self.slot_of = {}                   # (id(dv), rest) -> slot
-        for dv, sv, loc in self.states:
-            rests = sorted({_split(key, loc)[1] for key in dv.keys()}, key=repr)
+        self.rests = {}                     # id(dv) -> indices off the time set, sorted
+        for dv, sv, loc in _state_info(model, cs):
+            rests = self.rests[id(dv)] = sorted({_split(k, loc)[1] for k in dv.keys()}, key=repr)
             for r in rests:
                 self.slot_of[(id(dv), r)] = len(self.slots)
                 self.slots.append((dv, sv, loc, r))
                 self.xcols.append([sv[_join(tv, r, loc)] for tv in t])
                 self.dcols.append([dv[_join(tv, r, loc)] for tv in t])
         self.state_ids = {id(v) for col in self.xcols for v in col}
-        self.stage_vars = {}            # (id(dv), stage) -> Var
         self.stage_cols = {}            # (slot, stage) -> [stage VarData per step]
         # step i -> (batch, position in batch); per batch and stage: terms with float lists
         self.pos = [None] * self.k
@@ -563,9 +499,6 @@ class _Context:
         self.template_at = {}           # grid index -> _Template or None
         self.checked = set()            # ids of right-hand sides checked for algebraic variables
 
-    def rests(self, dv, loc):
-        return sorted({_split(key, loc)[1] for key in dv.keys()}, key=repr)
-
     def replace(self, expr, subst):
         if not subst:
             return expr
@@ -573,9 +506,7 @@ class _Context:
         return self.replacer.walk_expression(expr)
 
     def make_stage_vars(self, dv):
-        sv = dv.get_state_var()
-        loc = sv._contset[self.cs] if sv.dim() > 1 else 0
-        rests = self.rests(dv, loc)
+        sv, rests = dv.get_state_var(), self.rests[id(dv)]
         for st in self.scheme.stage_names:
             if st == "x":
                 continue
@@ -590,7 +521,6 @@ class _Context:
                     start = xcol[i + 1].value
                     vd.set_value(0.0 if start is None else start)
                 self.stage_cols[(s, st)] = col
-            self.stage_vars[(id(dv), st)] = v
 
     def f_of(self, d):
         try:
@@ -630,25 +560,20 @@ class _Context:
         self.template_at[j] = found
         return found
 
-    def stage_subst(self, st, i):
-        """{id(state at t_{i+1}): stage VarData of step i}."""
-        return {id(col[i + 1]): self.stage_cols[(s, st)][i] for s, col in enumerate(self.xcols)}
-
     def stage_leaves(self, st, i):
+        """The stage ``st`` VarData of step i, per slot."""
         return [self.stage_cols[(s, st)][i] for s in range(len(self.slots))]
 
     def f_stage(self, s, st, i):
         """f of slot s at step i's stage ``st`` (the states at t_{i+1} replaced by the stage)."""
-        tp = self.template(i + 1)
-        dv = self.slots[s][0]
+        tp, leaves = self.template(i + 1), self.stage_leaves(st, i)
+        fexpr = self.f_of(self.dcols[s][i + 1]) if tp is None else tp.f[s]
+        self.check_no_algebraic(fexpr, self.slots[s][0], "the predictor-corrector")
         if tp is not None:
-            self.check_no_algebraic(tp.f[s], dv, "the predictor-corrector")
-            return tp.render("f", s, self.stage_leaves(st, i))
-        fexpr = self.f_of(self.dcols[s][i + 1])
-        self.check_no_algebraic(fexpr, dv, "the predictor-corrector")
-        return self.replace(fexpr, self.stage_subst(st, i))
+            return tp.render("f", s, leaves)
+        return self.replace(fexpr, {id(col[i + 1]): v for col, v in zip(self.xcols, leaves)})
 
-    def fdot(self, s, j, stage=None, i=None):
+    def fdot(self, s, j, stage="", i=None):
         """ḟ = Σ_r ∂f/∂x_r f_r of slot s at grid point j, or at step i's stage ``stage``
         (the states at t_{i+1} = t_j replaced by the stage values).
 
@@ -667,14 +592,12 @@ class _Context:
                 f"at t = {t0} with the states renamed (time-dependent terms or inputs); use "
                 "odeest.adams")
         self.check_no_algebraic(tp.f[s], dv, "Enright's scheme")
-        if stage is None:
+        if not stage:
             return tp.render("fdot_d", s, [col[j] for col in self.xcols] + [col[j] for col in self.dcols])
         return tp.render("fdot_f", s, self.stage_leaves(stage, i))
 
     def make_equations(self, dv):
-        sv = dv.get_state_var()
-        loc = sv._contset[self.cs] if sv.dim() > 1 else 0
-        rests = self.rests(dv, loc)
+        sv, rests = dv.get_state_var(), self.rests[id(dv)]
         # unit of the independent variable (state units / derivative units), so that the scheme
         # equations are unit-consistent when the model declares units (e.g. IDAES); None if none
         key0 = next(iter(dv.keys()))
@@ -696,7 +619,7 @@ class _Context:
                     if pref.kind == "stage":
                         fv, linear = self.f_stage(s, pref.stage, i), False
                     else:
-                        fv = dcol[i - pref.lag] if pref.kind == "past" else dcol[i + 1]
+                        fv = dcol[_point_index(i, pref)]
                         if tu is None:
                             terms.append(nx.MonomialTermExpression((h * c, fv)))
                             continue
@@ -705,24 +628,14 @@ class _Context:
                     d = dl[r]
                     if d == 0.0:
                         continue
-                    if pref.kind == "new":
-                        fd = self.fdot(s, i + 1)
-                    elif pref.kind == "stage":
-                        fd = self.fdot(s, i + 1, pref.stage, i)
-                    else:
-                        fd = self.fdot(s, i - pref.lag)
+                    fd = self.fdot(s, _point_index(i, pref), pref.stage, i)
                     terms.append((h * h * d) * fd if tu is None else (h * h * d * tu * tu) * fd)
                     linear = False
                 if tu is None:
                     val = nx.LinearExpression(terms) if linear else nx.SumExpression(terms)
                 else:
-                    val = terms[0]
-                    for term in terms[1:]:
-                        val = val + term
-                if st_name == "x":
-                    target = xcol[i + 1]
-                else:
-                    target = self.stage_cols[(s, st_name)][i]
+                    val = sum(terms[1:], terms[0])
+                target = xcol[i + 1] if st_name == "x" else self.stage_cols[(s, st_name)][i]
                 return EqualityExpression((target, val))
 
             index = [(i,) + r for i in range(self.k) for r in rests]
@@ -781,8 +694,7 @@ def _problem_parts(model, cs, parameters=None):
             initial[n] = f"{n}_0"
 
     # autonomy check: the rhs at t0 and t1 must agree symbolically
-    xs = sympy.symbols(names, real=True)
-    xs = (xs,) if isinstance(xs, sympy.Symbol) else xs
+    xs = [sympy.Symbol(n, real=True) for n in names]
     us = [sympy.Symbol(n, real=True) for n in pnames]
     forms = {}
     for tt in (t0, t1):
@@ -821,7 +733,7 @@ def _ode_parameters(exprs, cs, state_ids):
     return seen.values()
 
 
-def _simulate_start(model, cs, parts, scheme, t, rhs):
+def _simulate_start(parts, scheme, t, rhs):
     """Set the unfixed states at every grid point to the scheme's simulation at the
     current parameter values (the discrete equations then hold at the start, up to the
     stage variables' start values), and the derivative variables to f there.  Returns
@@ -843,14 +755,13 @@ def _simulate_start(model, cs, parts, scheme, t, rhs):
         X = DiscreteModel(P, scheme, grid=g).simulate(u).X
     except SimulationError as err:
         return f"none: the simulation at the start failed ({err})"
-    tpts = list(t)
     for s, (dv, sv, rest, loc) in enumerate(parts["keys"]):
-        for i, tt in enumerate(tpts):
+        for i, tt in enumerate(t):
             v = sv[_join(tt, rest, loc)]
             if not v.fixed:
                 v.set_value(float(X[i, s]))
-    for s, (dv, sv, rest, loc) in enumerate(parts["keys"]):
-        for tt in tpts:
+    for dv, sv, rest, loc in parts["keys"]:         # f at the simulated states
+        for tt in t:
             d = dv[_join(tt, rest, loc)]
             if not d.fixed and id(d) in rhs:
                 d.set_value(float(pyo.value(rhs[id(d)])))
@@ -870,17 +781,13 @@ def problem_from_dae(model, data, wrt=None, parameters=None, **problem_kwargs):
     point; it must be autonomous (the same at every point) — checked.  Call it
     on the model *before* transforming it.
 
-    The model's active objective, if any, is honoured: it must be a weighted
-    least-squares sum :math:`\sum w_{jo} (x_o(\tau_j) - \bar z_{jo})^2` over
-    states at points of the ContinuousSet (a quadratic without cross terms, no
-    parameters), whose terms are exactly the measurements of ``data`` (the
-    values :math:`\bar z_{jo}` are checked against ``data``).  Its weights
-    :math:`w_{jo}` become the problem's ``weights``; ``sigma=`` or
-    ``weights=`` given as well must be proportional to them (the same
-    estimate).  Any other objective raises a :class:`DaeSchemeError` that
-    says what to do (deactivate it and state the weights with ``weights=`` or
-    ``sigma=``).  Active constraints other than the ODEs are refused too
-    (declare them with ``constraints=``), so that nothing of the model is dropped.
+    The model's active objective, if any, must be a weighted least-squares sum
+    :math:`\sum w_{jo} (x_o(\tau_j) - \bar z_{jo})^2` over exactly the
+    measurements of ``data``; its weights become the problem's ``weights``
+    (``sigma=`` or ``weights=`` given as well must be proportional to them).  Any
+    other objective, and active constraints other than the ODEs, raise a
+    :class:`DaeSchemeError` that says what to do, so that nothing of the model is
+    dropped (docs/cli.md, section "pyomo.dae models").
     """
     from ..problem._declaration import EstimationProblem
     sets = list(model.component_objects(ContinuousSet, descend_into=True))
@@ -967,7 +874,7 @@ def _least_squares_terms(model, cs, parts):
     return out
 
 
-def _objective_weights(prob, terms, fixed=(), t0=None):
+def _objective_weights(prob, terms, fixed, t0):
     """The objective's weights on the problem's data layout (measurement time x observable);
     :class:`DaeSchemeError` when its terms and the measurements differ.  A measurement of
     a state fixed at ``t0`` (a constant term of the objective, whatever its weight) gets
@@ -989,7 +896,7 @@ def _objective_weights(prob, terms, fixed=(), t0=None):
                                  "objective")
         W[i, j] = w
     missing = prob.mask & (W == 0)
-    at_t0 = np.isclose(times, t0, rtol=1e-12, atol=1e-12) if t0 is not None else times < -np.inf
+    at_t0 = np.isclose(times, t0, rtol=1e-12, atol=1e-12)
     for n in fixed:
         j = cols.get(n)
         if j is not None and missing[at_t0, j].any():

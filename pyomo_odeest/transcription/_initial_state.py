@@ -1,6 +1,6 @@
-r"""The initial state :math:`x_0 = l(u)` as Pyomo expressions on a block.
+r"""The initial condition :math:`x_0 = l(u)` as constraints ``x0_eq[s]`` of a block.
 
-Without pre-equilibration these are ``l`` rendered on the block's parameter
+Without pre-equilibration ``l`` is rendered on the block's parameter
 variables.  With one (:class:`~pyomo_odeest.problem._components.Preequilibration`)
 the steady state is a vector of algebraic variables ``x_ss[s]`` with the
 square steady-state system of
@@ -18,18 +18,17 @@ import sympy
 from ..problem._steady_state import SteadyStateError
 from ..symbolic._convert import sympy_to_pyomo
 
-__all__ = ["initial_state_expressions", "initialize_steady_state", "steady_state_mismatch"]
+__all__ = ["add_initial_condition", "initialize_steady_state", "steady_state_mismatch"]
 
 
-def initial_state_expressions(b, problem, usub):
-    """``[l_s(u)]`` per state as Pyomo expressions (or floats) on block ``b``, whose
-    parameters are ``usub`` (symbol -> Pyomo variable); adds ``b.x_ss`` and
-    ``b.steady_state_eq`` for a pre-equilibrated problem."""
+def add_initial_condition(b, problem, usub):
+    """``b.x0_eq[s]``: ``b.x[0, s] == l_s(u)`` on block ``b``, whose parameters are ``usub``
+    (symbol -> Pyomo variable); adds ``b.x_ss`` and ``b.steady_state_eq`` for a
+    pre-equilibrated problem."""
     ss = getattr(problem, "steady_state", None)
     l_sym = problem.l_sym
-    sub = dict(usub)
+    sub, S = dict(usub), list(problem.states)
     if ss is not None:
-        S = problem.states
         b.x_ss = pyo.Var(b.S, initialize=0.0)
         sub.update({x: b.x_ss[s] for x, s in zip(ss.x_sym, S)})
         rows = [sympy_to_pyomo(g, sub) for g in ss.G_sym]
@@ -40,7 +39,8 @@ def initial_state_expressions(b, problem, usub):
         u = [usub[s].value for s in problem.u_sym]
         initialize_steady_state(b, problem, np.where([v is None for v in u], problem.u0,
                                                      np.array(u, dtype=object)).astype(float))
-    return [sympy_to_pyomo(e, sub) if e.free_symbols else float(e) for e in l_sym]
+    l_py = [sympy_to_pyomo(e, sub) if e.free_symbols else float(e) for e in l_sym]
+    b.x0_eq = pyo.Constraint(b.S, rule=lambda b, s: b.x[0, s] == l_py[S.index(s)])
 
 
 def initialize_steady_state(b, problem, u):
