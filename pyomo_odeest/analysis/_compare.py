@@ -10,12 +10,7 @@ returns a pandas table::
 
 ``continuous`` optimizes the same J on the adaptively integrated ODE [MHV's
 optimize-then-discretize reference]; ``adaptive`` chooses its own grid.
-
-Choosing an approach: the simultaneous block converges from poor starts (the
-states are free, so no trajectory has to exist at intermediate parameters) and
-its cost grows with the grid; the reduced-space backend has few variables and
-cheap iterations but needs every intermediate parameter to give a finite
-simulation.
+Choosing an approach: see docs/choosing.md.
 """
 from __future__ import annotations
 

@@ -64,14 +64,8 @@ class ConvergenceStudy:
 
     def plot(self, path=None, ax=None):
         """Log–log plot of the errors against h (matplotlib)."""
-        import matplotlib
-        if path is not None:
-            matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        if ax is None:
-            fig, ax = plt.subplots(figsize=(5, 4))
-        else:
-            fig = ax.figure
+        from ._plots import _axes, _pyplot, _save
+        fig, (ax,) = _axes(_pyplot(path), 1, ax, width=5, height=4)
         tab = self.table
         ax.loglog(tab["h"], tab["gradient_error"], "o-", label=r"$\|\nabla J_k - \nabla J\|$ (rel.)")
         if "parameter_error" in tab and tab["parameter_error"].notna().any():
@@ -83,17 +77,12 @@ class ConvergenceStudy:
         ax.set_xlabel("h")
         ax.set_ylabel("relative error")
         ax.legend()
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=110)
-        return fig
+        return _save(fig, path, dpi=110)
 
 
 def _rates(h, e):
-    r = [np.nan]
-    for a in range(1, len(e)):
-        r.append(np.log(e[a - 1] / e[a]) / np.log(h[a - 1] / h[a]))
-    return r
+    """Observed orders ``log(e[a-1]/e[a]) / log(h[a-1]/h[a])`` (NaN first)."""
+    return np.concatenate([[np.nan], np.log(e[:-1] / e[1:]) / np.log(h[:-1] / h[1:])])
 
 
 def convergence_study(problem: EstimationProblem, ks=(20, 40, 80, 160, 320), scheme="adams_pc",
@@ -119,10 +108,9 @@ def convergence_study(problem: EstimationProblem, ks=(20, 40, 80, 160, 320), sch
     cm = ContinuousModel(problem, method=method, rtol=rtol, atol=atol)
     u_star = None
     if estimate:
-        opts = {"tol": 1e-12}
-        opts.update(continuous_options or {})
         res = estimate_continuous(problem, optimizer="ipopt", hessian="soa", method=method,
-                                  rtol=rtol, atol=atol, options=opts, model=cm)
+                                  rtol=rtol, atol=atol, model=cm,
+                                  options={"tol": 1e-12, **(continuous_options or {})})
         u_star = res.x
     u_ref = np.asarray(problem.u0 if u is None else u, dtype=float)
     g_ref = cm.gradient(u_ref, method="adjoint")

@@ -273,6 +273,31 @@ def _fd_columns(fun, x, h, what, notes, noise_factor=10.0):
             np.stack([fill if c is None else c for c in noise]))
 
 
+def _fd_check(name, fun, exact, x, h, rtol, atol, fd_noise, what, post=None):
+    """Compare ``exact(shape)`` (called after the differences) with the central
+    differences of ``fun`` at ``x`` (:func:`_fd_columns`), rearranged by
+    ``post(fd, noise)``; failed evaluations become notes."""
+    notes = []
+    fd, nz = _fd_columns(fun, x, h, what, notes, fd_noise)
+    if post is not None:
+        fd, nz = post(fd, nz)
+    qc = _compare(name, exact(fd.shape), fd, rtol, atol, noise=nz)
+    qc.notes.extend(notes)
+    return qc
+
+
+def _transpose(fd, nz):
+    return fd.T, nz.T
+
+
+def _lagrangian_weights(m, lam, obj_factor, seed):
+    """``lam`` (default uniform random in [-1, 1]) and ``obj_factor`` (default
+    uniform random in [0.5, 1.5]), drawn in that order from ``seed``."""
+    rng = np.random.default_rng(seed)
+    lam = rng.uniform(-1.0, 1.0, m) if lam is None else np.asarray(lam, dtype=float)
+    return lam, (float(rng.uniform(0.5, 1.5)) if obj_factor is None else obj_factor)
+
+
 def _dense(a, shape):
     """Dense float array from an array, a scipy sparse matrix or a matrix-like."""
     if hasattr(a, "toarray"):
@@ -283,17 +308,14 @@ def _dense(a, shape):
 def _structure_notes(ev):
     """Problems with the declared sparsity structures of an evaluator."""
     notes = []
-    jr, jc = (np.asarray(a) for a in ev.jacobian_structure())
-    if jr.shape != jc.shape:
-        notes.append(f"Jacobian structure: rows {jr.shape} and cols {jc.shape} differ in length")
-    elif jr.size and (jr.min() < 0 or jr.max() >= ev.m or jc.min() < 0 or jc.max() >= ev.n):
-        notes.append("Jacobian structure: index out of range")
-    hr, hc = (np.asarray(a) for a in ev.hessian_structure())
-    if hr.shape != hc.shape:
-        notes.append(f"Hessian structure: rows {hr.shape} and cols {hc.shape} differ in length")
-    elif hr.size:
-        if hr.min() < 0 or hr.max() >= ev.n or hc.min() < 0 or hc.max() >= ev.n:
-            notes.append("Hessian structure: index out of range")
+    (jr, jc), (hr, hc) = ([np.asarray(a) for a in st()]
+                          for st in (ev.jacobian_structure, ev.hessian_structure))
+    for what, r, c, m in (("Jacobian", jr, jc, ev.m), ("Hessian", hr, hc, ev.n)):
+        if r.shape != c.shape:
+            notes.append(f"{what} structure: rows {r.shape} and cols {c.shape} differ in length")
+        elif r.size and (r.min() < 0 or r.max() >= m or c.min() < 0 or c.max() >= ev.n):
+            notes.append(f"{what} structure: index out of range")
+    if hr.shape == hc.shape and hr.size:
         if np.any(hr < hc):
             k = int(np.flatnonzero(hr < hc)[0])
             notes.append(f"Hessian structure: entry ({hr[k]}, {hc[k]}) is above the "
@@ -348,34 +370,19 @@ def check_derivatives(ev, x=None, lam=None, obj_factor=None, h=1e-6, rtol=1e-6,
         gradient of ``L = obj_factor * f + lam . g``, as a full symmetric
         ``(n, n)`` matrix; the structure is checked to be lower triangular.
     """
-    rng = np.random.default_rng(seed)
     x = np.array(ev.x0 if x is None else x, dtype=float)
     if x.shape != (ev.n,):
         raise ValueError(f"x has shape {x.shape}, the evaluator has n={ev.n}")
-    if lam is None:
-        lam = rng.uniform(-1.0, 1.0, ev.m)
-    lam = np.asarray(lam, dtype=float)
-    if obj_factor is None:
-        obj_factor = float(rng.uniform(0.5, 1.5))
+    lam, obj_factor = _lagrangian_weights(ev.m, lam, obj_factor, seed)
     rep = DerivativeReport(f"derivative check (n={ev.n}, m={ev.m})", rtol=rtol, atol=atol, h=h)
-
-    st = QuantityCheck("structure", None)
-    st.notes.extend(_structure_notes(ev))
-    rep.checks["structure"] = st
-
-    notes = []
-    fd_g, nz = _fd_columns(ev.objective, x, h, "objective", notes, fd_noise)
-    qc = _compare("gradient", ev.gradient(x), fd_g, rtol, atol, noise=nz)
-    qc.notes.extend(notes)
-    rep.checks["gradient"] = qc
-
+    rep.checks["structure"] = QuantityCheck("structure", None, notes=_structure_notes(ev))
+    fd_args = (x, h, rtol, atol, fd_noise)
+    rep.checks["gradient"] = _fd_check("gradient", ev.objective, lambda _: ev.gradient(x),
+                                       *fd_args, "objective")
     if ev.m:
-        notes = []
-        fd_j, nz = _fd_columns(ev.constraints, x, h, "constraints", notes, fd_noise)
-        qc = _compare("jacobian", ev.jacobian_dense(x), fd_j.T, rtol, atol, noise=nz.T)
-        qc.notes.extend(notes)
-        rep.checks["jacobian"] = qc
-
+        rep.checks["jacobian"] = _fd_check("jacobian", ev.constraints,
+                                           lambda _: ev.jacobian_dense(x), *fd_args,
+                                           "constraints", _transpose)
     if hessian:
         def grad_lagrangian(z):
             g = obj_factor * np.asarray(ev.gradient(z), dtype=float)
@@ -383,14 +390,9 @@ def check_derivatives(ev, x=None, lam=None, obj_factor=None, h=1e-6, rtol=1e-6,
                 g = g + ev.jacobian_dense(z).T @ lam
             return g
 
-        notes = []
-        fd_h, nz = _fd_columns(grad_lagrangian, x, h, "Lagrangian gradient", notes, fd_noise)
-        fd_h = 0.5 * (fd_h + fd_h.T)
-        nz = np.maximum(nz, nz.T)
-        qc = _compare("hessian", ev.hessian_dense(x, lam, obj_factor), fd_h, rtol, atol,
-                      noise=nz)
-        qc.notes.extend(notes)
-        rep.checks["hessian"] = qc
+        rep.checks["hessian"] = _fd_check(
+            "hessian", grad_lagrangian, lambda _: ev.hessian_dense(x, lam, obj_factor), *fd_args,
+            "Lagrangian gradient", lambda fd, nz: (0.5 * (fd + fd.T), np.maximum(nz, nz.T)))
     return rep
 
 
@@ -417,10 +419,9 @@ def check_gradient(fun: Callable, grad: Callable, x, h=1e-6, rtol=1e-6, atol=1e-
         With one quantity, ``name``.
     """
     x = np.array(x, dtype=float).ravel()
-    notes = []
-    fd, nz = _fd_columns(lambda z: float(fun(z)), x, h, "fun", notes, fd_noise)
-    qc = _compare(name, np.asarray(grad(x), dtype=float).ravel(), fd, rtol, atol, noise=nz)
-    qc.notes.extend(notes)
+    qc = _fd_check(name, lambda z: float(fun(z)),
+                   lambda _: np.asarray(grad(x), dtype=float).ravel(),
+                   x, h, rtol, atol, fd_noise, "fun")
     return DerivativeReport(f"gradient check (n={x.size})", {name: qc}, rtol, atol, h)
 
 
@@ -448,13 +449,10 @@ def check_jacobian(fun: Callable, jac: Callable, x, h=1e-6, rtol=1e-6, atol=1e-8
         With one quantity, ``name``.
     """
     x = np.array(x, dtype=float).ravel()
-    notes = []
-    fd, nz = _fd_columns(lambda z: np.atleast_1d(np.asarray(fun(z), dtype=float)),
-                         x, h, "fun", notes, fd_noise)
-    fd, nz = fd.T, nz.T
-    qc = _compare(name, _dense(jac(x), fd.shape), fd, rtol, atol, noise=nz)
-    qc.notes.extend(notes)
-    return DerivativeReport(f"Jacobian check ({fd.shape[0]}x{x.size})", {name: qc},
+    qc = _fd_check(name, lambda z: np.atleast_1d(np.asarray(fun(z), dtype=float)),
+                   lambda shape: _dense(jac(x), shape), x, h, rtol, atol, fd_noise, "fun",
+                   _transpose)
+    return DerivativeReport(f"Jacobian check ({qc.shape[0]}x{x.size})", {name: qc},
                             rtol, atol, h)
 
 
@@ -587,15 +585,12 @@ def check_consistency(ev_a, ev_b, x=None, lam=None, obj_factor=None, rtol=1e-9,
         mp.notes.append(str(err))
         return rep
 
-    rng = np.random.default_rng(seed)
     x = np.array(ev_a.x0 if x is None else x, dtype=float)
     xb = np.empty_like(x)
     xb[pc] = x
-    lam = rng.uniform(-1.0, 1.0, ev_a.m) if lam is None else np.asarray(lam, dtype=float)
+    lam, obj_factor = _lagrangian_weights(ev_a.m, lam, obj_factor, seed)
     lam_b = np.empty_like(lam)
     lam_b[pr] = lam
-    if obj_factor is None:
-        obj_factor = float(rng.uniform(0.5, 1.5))
 
     def add(name, va, vb):
         rep.checks[name] = _compare(name, va, vb, rtol, atol, labels)

@@ -1,34 +1,12 @@
 r"""Sanity checks on every estimation result, reported as warnings on the result.
 
-A solver's "success" says that a (local) optimum of the *discretized*
-problem was found.  It does not say that the optimum answers the question.
-:func:`diagnose` adds a warning to :attr:`EstimationResult.warnings` (shown
-by :meth:`~EstimationResult.summary`) when
-
-* the solver did not converge (with advice that depends on the status);
-* the weighted misfit is inconsistent with the stated noise level (the χ²
-  test of :func:`~pyomo_odeest.problem._noise.noise_check`, when σ is known;
-  too large: the model or the optimum is wrong, or σ is too small; too small:
-  σ is too large);
-* a parameter ends at one of its bounds;
-* the discrete solution is stability-limited: along the solution,
-  :math:`z = h_i\lambda` for the eigenvalues :math:`\lambda` of
-  :math:`\partial f/\partial x` lies outside (or on the edge of) the
-  absolute stability region of the scheme, computed from the scheme's own
-  step formulas by :func:`amplification` — an estimate fitted to a
-  discretization artefact;
-* the problem is rank-deficient: fewer measurements than free parameters,
-  or a numerically rank-deficient sensitivity matrix — from
-  :func:`~pyomo_odeest.analysis._identifiability.identifiability_report` on the
-  result's own approach, or, where that does not apply, from the
-  Gauss–Newton matrix :math:`2\sum_j S_j^\top A_j S_j`
-  (:math:`S_j = \partial r_j/\partial u`) of the discrete model, scaled by
-  the parameter magnitudes;
-* the discretization does not resolve the solution at the estimates: the
-  objective recomputed by an independent simulation (the continuous
-  approach's adaptive integrator, :func:`simulation_warning`) disagrees with
-  the discrete objective that the approach minimised — an optimum of the
-  discretized problem that is not one of the ODE's.
+A solver's "success" says that a (local) optimum of the *discretized* problem
+was found, not that it answers the question.  :func:`diagnose` adds a warning
+to :attr:`EstimationResult.warnings` for no convergence, a worse objective than
+at the start, a χ² inconsistent with σ, a parameter at a bound, a
+stability-limited discretization (:func:`amplification`), rank deficiency and
+a discretization error (:func:`simulation_warning`); see docs/checks.md,
+"After the solve".
 """
 from __future__ import annotations
 
@@ -53,12 +31,6 @@ STABILITY_POINTS = 400
 # ---------------------------------------------------------------------------
 # stability region of a scheme, from its step formulas
 # ---------------------------------------------------------------------------
-def _full_order_formula(scheme):
-    """The step formula at full order :math:`Q = Q_{\\max}-1` on a uniform grid."""
-    t = np.arange(scheme.qmax + 1, dtype=float)
-    return scheme.formulas(t)[-1]
-
-
 def amplification(scheme, z) -> float:
     r"""Spectral radius of the scheme's step map for :math:`\dot x = \lambda x`, :math:`z = h\lambda`.
 
@@ -70,7 +42,7 @@ def amplification(scheme, z) -> float:
     at ``z`` when the returned radius is at most 1 (the region of
     absolute stability).  ``inf`` when an implicit stage is singular.
     """
-    sf = _full_order_formula(scheme)
+    sf = scheme.formulas(np.arange(scheme.qmax + 1, dtype=float))[-1]   # full order, uniform grid
     q = max(sf.order_q, 1)
     z = complex(z)
     vals = {}
@@ -98,11 +70,9 @@ def amplification(scheme, z) -> float:
         if abs(1.0 - a) < 1e-300:
             return float("inf")
         vals[st.name] = rest / (1.0 - a)
-    row = vals["x"]
     C = np.zeros((q, q), dtype=complex)
-    C[0] = row
-    if q > 1:
-        C[np.arange(1, q), np.arange(q - 1)] = 1.0
+    C[0] = vals["x"]
+    C[np.arange(1, q), np.arange(q - 1)] = 1.0
     return float(np.max(np.abs(np.linalg.eigvals(C))))
 
 
@@ -110,12 +80,9 @@ def stability_warnings(problem, scheme, states, u):
     r"""Warnings when :math:`h_i\,\mathrm{eig}(\partial f/\partial x)` leaves the stability region.
 
     ``states`` is the result's state frame (index = grid times).  Only
-    eigenvalues with negative real part count (there the ODE damps and the
-    discrete solution must too).  A point is *beyond* the region when the
-    radius exceeds 1, and *on its edge* when the radius is above 0.98 while
-    the exact factor :math:`|e^z|` is below 0.5: the discrete solution
-    then decays far slower than the ODE, the signature of an estimate
-    pinned at the stability limit.
+    eigenvalues with negative real part count; a point beyond the region (radius
+    above 1) or on its edge (above 0.98 while :math:`|e^z| < 0.5`) is reported
+    (see docs/checks.md, "stiffness").
     """
     if states is None or scheme is None or len(states) < 2:
         return []
@@ -265,24 +232,17 @@ def rank_warnings(problem, result):
 def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim_atol=1e-10):
     r"""Compare the discrete objective with an independent simulation at the estimates.
 
-    A discrete approach minimises :math:`J_h(u)`, the objective on its grid.
-    At the estimates :math:`\hat u` the misfit is recomputed by the
-    continuous approach's adaptive integrator
-    (:class:`~pyomo_odeest.approaches.ContinuousModel`, LSODA at ``sim_rtol``;
-    one per experiment), :math:`J(\hat u)`.  The result is flagged when
+    The misfit at the estimates is recomputed by the continuous approach's
+    adaptive integrator (:class:`~pyomo_odeest.approaches.ContinuousModel`,
+    LSODA at ``sim_rtol``; one per experiment).  The result is flagged when
 
     .. math:: |J_h(\hat u) - J(\hat u)| > \mathrm{rtol}\cdot\max(|J_h|, |J|) + a,
 
-    with :math:`a = \kappa/2` (half a unit of negative log-likelihood, κ of
-    :func:`~pyomo_odeest.analysis._uncertainty.nll_factor`) when σ is known and
-    otherwise :math:`a = 10^{-6}\sum_j w_j\bar z_j^2` (a millionth of the
-    data's weighted size, so that exact fits of noise-free data are not
-    flagged).  The grid then does not resolve the solution at the estimates
-    (too coarse, or unstable there), and the estimate may be an optimum of
-    the discretization only.  A simulation that fails at the estimates is
-    flagged too.  Stores ``result.extra['simulated_objective']`` (None when
-    the check does not apply: no grid (the continuous ODE, the adaptive
-    grid), inputs with switching times, path constraints).
+    with :math:`a = \kappa/2` when σ is known and otherwise
+    :math:`a = 10^{-6}\sum_j w_j\bar z_j^2` (see docs/checks.md), or when the
+    simulation fails.  Stores ``result.extra['simulated_objective']`` (None
+    when the check does not apply: no grid, inputs with switching times, path
+    constraints).
     """
     from ..approaches.continuous import ContinuousModel, IntegrationError
     from ..problem._declaration import ProblemError
@@ -392,12 +352,9 @@ def diagnose(problem, result):
     if scheme is not None and not hasattr(scheme, "stage_names"):    # a SchemeRef
         from ..discretization.schemes import get_scheme
         scheme = get_scheme(scheme.name, scheme.qmax)
-    w = list(status_warning(result))
-    w += start_warning(result)
-    w += bound_warnings(problem, result)
-    w += chi2_warning(problem, result)
-    w += rank_warnings(problem, result)
-    w += simulation_warning(problem, result)
+    w = [m for check in (status_warning, start_warning) for m in check(result)]
+    w += [m for check in (bound_warnings, chi2_warning, rank_warnings, simulation_warning)
+          for m in check(problem, result)]
     if getattr(problem, "experiments", None):
         for name, sp in zip(problem.experiment_names, problem.experiment_problems):
             st = _experiment_rows(result.states, name)

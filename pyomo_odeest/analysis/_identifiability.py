@@ -1,26 +1,11 @@
 r"""Local identifiability: the weighted, scaled sensitivity matrix and its singular values.
 
-With :math:`S_j = \mathrm dz(\tau_j)/\mathrm du` (free parameters), the
-precision :math:`P_j` of the measurements (see
-:mod:`pyomo_odeest.analysis._uncertainty`) and the parameter scaling
-:math:`D = \operatorname{diag}(|u_k|)` (1 where :math:`u_k = 0`), the matrix
-
-.. math:: R = \big(P_j^{1/2} S_j\big)_j\, D
-
-has :math:`R^\top R = D F D`, the Fisher information of the *relative*
-parameters :math:`\log u_k`.  Its singular values :math:`s_i` and right
-singular vectors :math:`v_i` say how well each direction of parameter space is
-determined: the standard error along :math:`v_i` is :math:`1/s_i` (relative
-units).  The numerical rank is decided on the equilibrated matrix (columns of
-R scaled to unit norm: invariant to the units and magnitudes of the
-parameters, so a pre-exponential factor and an activation energy are not
-called dependent for their scales): a singular value below ``rtol·s_max``
-there is a numerically non-identifiable direction (reported as the
-corresponding smallest directions of R); below ``poor`` (default 1: more than 100 %
-relative standard error at the current noise level) a practically
-non-identifiable one.  The report names those directions in parameter names,
-and warns when there are fewer informative measurements (measured values
-whose sensitivity row is not negligible) than free parameters.
+With :math:`S_j = \mathrm dz(\tau_j)/\mathrm du`, the precision :math:`P_j` of the
+measurements and :math:`D = \operatorname{diag}(|u_k|)` (1 where :math:`u_k = 0`),
+:math:`R = (P_j^{1/2} S_j)_j\, D` has :math:`R^\top R = D F D`, the Fisher
+information of :math:`\log u`; the standard error along a right singular vector
+:math:`v_i` is :math:`1/s_i` (relative units).  The numerical rank is decided
+with the columns of R scaled to unit norm.  See docs/uncertainty.md, "Identifiability".
 """
 from __future__ import annotations
 
@@ -149,11 +134,8 @@ def identifiability_report(result=None, *, problem=None, estimates=None, rtol=1e
     m = curv.n_measured
     rows = np.linalg.norm(R, axis=1) if R.size else np.zeros(0)
     n_inf = int(np.sum(rows > 1e-10 * max(rows.max(initial=0.0), 1e-300))) if m else 0
-    if R.shape[0] >= p:
-        _, s, Vt = np.linalg.svd(R, full_matrices=False)
-    else:
-        _, s, Vt = np.linalg.svd(R, full_matrices=True)
-        s = np.concatenate([s, np.zeros(p - len(s))])
+    _, s, Vt = np.linalg.svd(R, full_matrices=R.shape[0] < p)
+    s = np.concatenate([s, np.zeros(p - len(s))])           # fewer rows than parameters
     smax = s[0] if len(s) else 0.0
     rank = _equilibrated_rank(R, rtol) if smax > 0 else 0
     is_null = np.arange(p) >= rank

@@ -1,14 +1,9 @@
 r"""Ipopt's multipliers versus the discrete adjoint of [GM-grad].
 
-Convention (tested): the block stores every scheme equation with body
-``G = v − x_i − h_i F_i`` and the initial condition as ``x_0 − l(u)``; Ipopt's
-Lagrangian is ``J_k + λᵀG`` (the ``dual`` suffix, see
-:mod:`pyomo_odeest.nlp._plugin`) and [GM-grad]'s is ``F + pᵀG``.  Hence, with the
+With the block's equations ``G = v − x_i − h_i F_i`` and ``x_0 − l(u)`` and the
 objective unscaled, **the multiplier of the equation defining x_i is p_i of
-eq. (52)**, and the multipliers of the stage equations (predictor y, corrector
-y^c) are the stage adjoints (q, q^c of §2.3.2).  This holds at the optimum and
-at any fixed u (fix u, solve the square system with the objective: the duals
-then solve ``(∂G/∂w)ᵀ λ = −∇_w F``), where eq. (54) turns them into ∇J_k(u).
+eq. (52)**, the stage multipliers are q, q^c of §2.3.2, and eq. (54) turns them
+into ∇J_k(u); see docs/multipliers.md.
 """
 from __future__ import annotations
 
@@ -100,19 +95,12 @@ def validate_multipliers(model, dm: DiscreteModel | None = None) -> MultiplierRe
     scale = max(np.max(np.abs(P)), 1e-300)
     rel_adj = np.abs(lam - P) / scale
     rel_rec = np.abs(lam[dm.xblk] - p_rec) / max(np.max(np.abs(p_rec)), 1e-300)
-    rows = []
     S = b.problem.states
-    for blk in range(dm.nblocks):
-        stage = dm.blk_stage[blk]
-        step = int(dm.blk_step[blk])
-        row = {"stage": stage, "step": step}
-        for si, s in enumerate(S):
-            row[(s, "ipopt")] = lam[blk, si]
-            row[(s, "adjoint")] = P[blk, si]
-            row[(s, "rel_err")] = rel_adj[blk, si]
-        rows.append(row)
-    table = pd.DataFrame(rows).set_index(["stage", "step"])
-    table.columns = pd.MultiIndex.from_tuples(table.columns)
+    table = pd.DataFrame(
+        np.stack([lam, P, rel_adj], axis=2).reshape(dm.nblocks, -1),
+        index=pd.MultiIndex.from_arrays([dm.blk_stage, dm.blk_step.astype(int)],
+                                        names=["stage", "step"]),
+        columns=pd.MultiIndex.from_product([S, ["ipopt", "adjoint", "rel_err"]]))
     wb, ws = np.unravel_index(np.argmax(rel_adj), rel_adj.shape)
     worst = dict(stage=dm.blk_stage[wb], step=int(dm.blk_step[wb]), state=S[ws],
                  rel_err=float(rel_adj[wb, ws]))
@@ -138,10 +126,8 @@ def adjoint_from_duals(problem, u, scheme="adams_pc", qmax=None, grid=None, max_
         m.est.u[p].fix(float(v))
     initialize_block(m.est, u, "auto")
     m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
-    opts = {"tol": 1e-12}
-    opts.update(options or {})
     s = OdeestIpoptSolver()
-    s.solve(m, options=opts)
+    s.solve(m, options={"tol": 1e-12, **(options or {})})
     if not status_from_ipopt(s.last_info["status"]).success:
         raise RuntimeError(f"solving the block at fixed u failed: {s.last_info['status']}")
     rep = validate_multipliers(m)

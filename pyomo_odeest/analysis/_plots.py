@@ -87,16 +87,16 @@ def _sigma(sp):
 
 
 def _curves(result, problem):
-    """Observables on the grid of the result's discretization, one frame per experiment."""
+    """Observables on the grid of the result's discretization: experiment name -> frame."""
     dm = result.backend.discrete_model
     u = np.asarray(result.estimates.reindex(problem.parameter_names), dtype=float)
     models = dm.models if getattr(problem, "experiments", None) else [dm]
-    out = []
-    for (_, sp), m in zip(_experiments(problem), models):
+    out = {}
+    for (name, sp), m in zip(_experiments(problem), models):
         X = m.simulate(u).X
         Y = m.misfit.g(X, u, m.t)
-        out.append(pd.DataFrame(Y, index=pd.Index(np.asarray(m.t, float), name=TIME_LABEL),
-                                columns=sp.obs_names))
+        out[name] = pd.DataFrame(Y, index=pd.Index(np.asarray(m.t, float), name=TIME_LABEL),
+                                 columns=sp.obs_names)
     return out
 
 
@@ -135,9 +135,9 @@ def plot_result(result, residuals=True, bands=False, level=0.95, problem=None, n
     residual panel below (residual/σ when σ is known).  Returns the figure."""
     from ._uncertainty import _problem_of
     plt = _pyplot(path)
-    P = problem if problem is not None else _problem_of(result)
+    P = _problem_of(result, problem)
     panels = _panels(P)
-    curves = dict(zip([n for n, _ in _experiments(P)], _curves(result, P)))
+    curves = _curves(result, P)
     band = None
     if bands:
         from ._prediction import prediction_bands
@@ -193,7 +193,7 @@ def plot_fits(problem, results, ax=None, path=None):
     curves = {}
     for label, res in results.items():
         try:
-            curves[label] = dict(zip([n for n, _ in _experiments(problem)], _curves(res, problem)))
+            curves[label] = _curves(res, problem)
         except Exception:                     # noqa: BLE001 - a result that cannot be simulated
             continue
     for a, (name, sp, obs) in zip(axes, panels):
@@ -239,7 +239,7 @@ def plot_bands(bands, data=None, ax=None, path=None):
             if q in d.columns:
                 a.plot(d.index, d[q], "k.", ms=5, label="data")
         a.set_xlabel(TIME_LABEL)
-        a.set_title(q if e is None else f"{e}: {q}")
+        a.set_title(_title(e, q))
     axes[0].legend(fontsize=8)
     return _save(fig, path)
 

@@ -1,19 +1,9 @@
 r"""Confidence bands of states and observables over time (delta method).
 
-For a quantity :math:`y(t; u)` (a state :math:`x_i(t)` or an observable
-:math:`g(x(t), u, t)`) on the grid of the discretization,
-
-.. math::
-
-    \operatorname{Var} y(t) \approx \nabla_u y(t)^\top C\,\nabla_u y(t),\qquad
-    \nabla_u x(t_i) = M_i \text{ (discrete sensitivities, [GM-grad, eq. (51)])},\quad
-    \nabla_u g = g_x M_i + g_u,
-
-with :math:`C` the covariance of the estimates
-(:class:`~pyomo_odeest.analysis._uncertainty.Covariance`).  The band
-:math:`y \pm q\,\mathrm{se}` is a pointwise confidence band of the *mean*
-trajectory (not a prediction interval of new measurements, which would add
-the measurement variance).
+:math:`\operatorname{Var} y(t) \approx \nabla_u y(t)^\top C\,\nabla_u y(t)` with
+:math:`\nabla_u x(t_i) = M_i` (discrete sensitivities, [GM-grad, eq. (51)]) and
+:math:`\nabla_u g = g_x M_i + g_u`: pointwise bands of the *mean* trajectory, not
+prediction intervals of new measurements (see docs/uncertainty.md, "Confidence bands").
 """
 from __future__ import annotations
 
@@ -68,7 +58,7 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     """
     if kind not in ("observables", "states"):
         raise ValueError(f"kind must be 'observables' or 'states', got {kind!r}")
-    P = problem if problem is not None else _problem_of(result)
+    P = _problem_of(result, problem)
     cov = cov if cov is not None else covariance(result, method, problem=P, scale=scale)
     dm = result.backend.discrete_model
     u = cov.estimates.reindex(P.parameter_names).to_numpy(dtype=float)
@@ -76,8 +66,7 @@ def prediction_bands(result, cov: Covariance | None = None, level=0.95, kind="ob
     q = cov.quantile(level, dist)
     parts = [_bands(sp, m, u, cols, cov, kind)
              for sp, m in zip(P.subproblems, experiment_models(dm))]
-    Y = stack_experiments(P.experiment_names, [a for a, _ in parts])
-    se = stack_experiments(P.experiment_names, [b for _, b in parts])
+    Y, se = (stack_experiments(P.experiment_names, list(f)) for f in zip(*parts))
     _warn_inestimable(se, cov)
     return PredictionBands(Y, se, Y - q * se, Y + q * se, level, kind)
 

@@ -1,38 +1,15 @@
-r"""Profile likelihood and likelihood-ratio intervals.
+r"""Profile likelihood and likelihood-ratio intervals (see docs/uncertainty.md,
+"Profile likelihood").
 
-For a parameter :math:`\theta = u_k` the profile is
-
-.. math::
-
-    \mathrm{PL}(\theta) = \min_{u:\,u_k=\theta} J(u),\qquad
-    \lambda(\theta) = \frac{2}{\kappa}\big(\mathrm{PL}(\theta) - J(\hat u)\big)
-    = 2\big(\mathrm{NLL}_{\text{profile}}(\theta) - \mathrm{NLL}(\hat u)\big)
-
-(κ of :func:`~pyomo_odeest.analysis._uncertainty.nll_factor`).  The
-likelihood-ratio interval at level α is :math:`\{\theta: \lambda(\theta) \le
-\chi^2_{1,\alpha}\}`; with σ unknown (``scale='residual'``) the statistic is
-divided by :math:`s^2 = \chi^2/(m-p)` and compared with the
-:math:`F_{1,m-p}` quantile (the profile-t interval: the likelihood ratio with
-the variance profiled out, exact for a model linear in its parameters).
-``scale='auto'`` (the default) takes ``'known'`` when the data give σ and
-``'residual'`` otherwise, as :func:`~pyomo_odeest.analysis._uncertainty.covariance` does.
-
-Each side of each profile is a path from :math:`\hat\theta` outwards.  The
-steps adapt so that the signed root :math:`\pm\sqrt{\lambda}` — linear in θ
-for a model linear in its parameters — grows by about ``target_step`` per
-point; each point re-optimizes the other parameters (and, in the
-simultaneous block, the states) warm-started from its neighbour.  The
-crossing of the threshold is refined by secant steps on the signed root.  A
-side that reaches a parameter bound or the step limit without crossing is
-reported as open (``'bound'`` / ``'not reached'``); a profile that stays
-below ``flat_tol`` over the explored range as ``'flat'``.
-
-Parallel use: :func:`profile_tasks` returns one picklable
-:class:`ProfileTask` per (parameter, side); :func:`profile_segment` computes
-one of them in any process; :func:`assemble_profiles` combines the segments.
-:func:`profile_likelihood` does the three steps with a ``runner(fn, tasks)``
-(default: serial ``map``), e.g. ``lambda fn, ts: client.gather(client.map(fn, ts))``
-for Dask.
+For :math:`\theta = u_k`, :math:`\mathrm{PL}(\theta) = \min_{u:\,u_k=\theta} J(u)` and
+:math:`\lambda(\theta) = \frac{2}{\kappa}(\mathrm{PL}(\theta) - J(\hat u))`; the
+interval is :math:`\{\theta: \lambda(\theta) \le \chi^2_{1,\alpha}\}`, or with σ
+unknown (``scale='residual'``) :math:`\lambda/s^2` against the :math:`F_{1,m-p}`
+quantile.  Each side of a profile is a path from :math:`\hat\theta` outwards
+with steps adapted to the signed root :math:`\pm\sqrt{\lambda}`; the crossing of
+the threshold is refined by :func:`_illinois`.  :func:`profile_tasks`,
+:func:`profile_segment` and :func:`assemble_profiles` split the work for a
+``runner(fn, tasks)``; :func:`profile_likelihood` does the three steps.
 """
 from __future__ import annotations
 
@@ -135,15 +112,11 @@ class _ReducedProfiler:
     def __init__(self, problem, disc, parameter, options, u_hat=None):
         from ..approaches._reduced import ReducedSpaceNLP
         self.dm = _discrete_model(problem, disc)
-        P = problem
-        self.k = P.parameter_names.index(parameter)
-        free = P.free_mask.copy()
+        self.k = problem.parameter_names.index(parameter)
+        free = problem.free_mask.copy()
         free[self.k] = False
         self.nlp = ReducedSpaceNLP(self.dm, "adjoint", "soa", free=free)
         self.options = {"tol": 1e-10, **(options or {})}
-
-    def objective_at(self, u):
-        return self.dm.objective(u)
 
     def solve(self, u_start, theta):
         from ..nlp._cyipopt_adapter import solve_with_ipopt, start_value_scaling
@@ -197,9 +170,6 @@ class _BlockProfiler:
         self.var = b.u[parameter]
         self.var.fix()
         self.options = {"tol": 1e-10, **(options or {})}
-
-    def objective_at(self, u):
-        return None
 
     def solve(self, u_start, theta):
         import pyomo.environ as pyo
@@ -384,12 +354,6 @@ def _predict(problem, u, tangent, dtheta):
 # ---------------------------------------------------------------------------
 # tasks, assembly, the front function
 # ---------------------------------------------------------------------------
-def _thresholds(level, scale_kind, dof):
-    if scale_kind == "residual":
-        return float(stats.f.ppf(level, 1, dof))
-    return float(stats.chi2.ppf(level, 1))
-
-
 def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="auto",
                   options=None, cov: Covariance | None = None, problem=None, **kw):
     """One :class:`ProfileTask` per (parameter, side) for ``result``.
@@ -402,7 +366,7 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
     data give σ).  Other keywords go to
     :class:`ProfileTask` (``target_step``, ``max_points``, ``max_range``, ...).
     """
-    P = problem if problem is not None else _problem_of(result)
+    P = _problem_of(result, problem)
     if approach is None:
         approach = result.backend.refit
     if approach not in PROFILE_APPROACHES:
@@ -415,7 +379,7 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
         raise ValueError(f"cannot profile {bad}: not free parameters of the problem ({free})")
     cov = cov if cov is not None else covariance(result, "fim", problem=P, scale=scale)
     scale = cov.scale
-    thr = _thresholds(level, scale, cov.dof)
+    thr = float(stats.f.ppf(level, 1, cov.dof) if scale == "residual" else stats.chi2.ppf(level, 1))
     sc = cov.s2 if scale == "residual" else 1.0
     u_hat = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
     se = cov.se
@@ -565,7 +529,7 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
         :class:`ProfileTask` settings (``target_step``, ``max_points``, ...).
     """
     t = time.perf_counter()
-    P = problem if problem is not None else _problem_of(result)
+    P = _problem_of(result, problem)
     cov = covariance(result, "fim", problem=P, scale=scale)
     tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P, **kw)
     if runner is not None:

@@ -49,26 +49,21 @@ def _coefs(stage):
     return ({key(p): c for p, c in stage.f_terms}, {key(p): c for p, c in stage.fdot_terms})
 
 
+def _dense_at(name):
+    """Method ``(x, t) ->`` the dense matrix of the model's function ``name`` at one point."""
+    def at(self, x, t):
+        fn = getattr(self.dm, name)
+        return fn.dense(fn.point(x, self.u, t))[0]
+    return at
+
+
 class _Local:
-    """Dense f, f_x, f_u, ḟ, ḟ_x, ḟ_u at single points."""
+    """Dense f_x, f_u, ḟ_x, ḟ_u at single points."""
 
     def __init__(self, dm, u):
         self.dm, self.u = dm, u
 
-    def f(self, x, t):
-        return self.dm.f.point(x, self.u, t)
-
-    def fx(self, x, t):
-        return self.dm.fx.dense(self.dm.fx.point(x, self.u, t))[0]
-
-    def fu(self, x, t):
-        return self.dm.fu.dense(self.dm.fu.point(x, self.u, t))[0]
-
-    def fdx(self, x, t):
-        return self.dm.fdx.dense(self.dm.fdx.point(x, self.u, t))[0]
-
-    def fdu(self, x, t):
-        return self.dm.fdu.dense(self.dm.fdu.point(x, self.u, t))[0]
+    fx, fu, fdx, fdu = (_dense_at(n) for n in ("fx", "fu", "fdx", "fdu"))
 
 
 def _phi_derivatives(dm, traj):

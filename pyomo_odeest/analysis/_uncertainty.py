@@ -1,68 +1,19 @@
 r"""Parameter covariance, standard errors, Wald intervals and the delta method.
 
-Every loss of the package is :math:`J(u) = \kappa\,\mathrm{NLL}(u) + c` with
-:math:`\kappa = 2` for least squares with weights :math:`w = 1/\sigma^2` and
-:math:`\kappa = 1` for the Gaussian negative log-likelihood
-(:mod:`pyomo_odeest.problem._misfit`: :math:`\varphi_j = r_j^\top A_j r_j`
-with :math:`A_j = \operatorname{diag}(w_j)` or :math:`\tfrac12\Sigma^{-1}`).
-With the precision :math:`P_j = 2A_j/\kappa` (:math:`W_j` or
-:math:`\Sigma^{-1}`) and the sensitivities :math:`S_j = \mathrm dz(\tau_j)/\mathrm du`
-of the observations,
+See docs/uncertainty.md ("What is computed", "Where the derivatives come
+from", "Several experiments").  Every loss is :math:`J(u) = \kappa\,\mathrm{NLL}(u) + c`
+(:func:`nll_factor`); with the precision :math:`P_j` of the measurements and
+the sensitivities :math:`S_j = \mathrm dz(\tau_j)/\mathrm du` the Fisher
+information is :math:`F = \sum_j S_j^\top P_j S_j` (+ a penalty's Hessian / κ)
+and the covariance is :math:`F^{-1}` (``'fim'``), :math:`\kappa\,(\nabla^2 J)^{-1}`
+(``'hessian'``) or :math:`s^2 F^{-1}` (``'residual'``, ``scale='residual'``).
+Singularity is decided on the scaled matrix :math:`D F D`,
+:math:`D = \operatorname{diag}(F_{kk}^{-1/2})`; parameters at a bound are held there.
 
-.. math::
-
-    F = \sum_j S_j^\top P_j S_j \;(\text{Fisher information} = \tfrac1\kappa
-    \text{Gauss–Newton matrix of } J),\qquad
-    \chi^2 = \sum_j r_j^\top P_j r_j,
-
-and the covariance of the estimates is one of
-
-* ``method='fim'`` (alias ``'gauss_newton'``): :math:`F^{-1}` (σ known);
-* ``method='hessian'``: :math:`\kappa\,(\nabla^2 J)^{-1}`, the inverse Hessian of the NLL
-  (observed information);
-* ``method='residual'``: :math:`s^2 F^{-1}` with :math:`s^2 = \chi^2/(m-p)`,
-  least squares with unknown σ (weights known up to a common factor).
-
-**Scale.**  ``scale='auto'`` (the default) decides what σ is: when the data
-carry standard deviations (or the loss is the Gaussian NLL) the covariance
-is exact as above (``'known'``: :math:`F^{-1}`, normal quantiles); when no σ
-is given (weights only, or none: σ = 1 would be an arbitrary guess) it is
-scaled by the residual variance (``'residual'``: :math:`s^2 F^{-1}`, Student
-:math:`t` quantiles with :math:`m-p` degrees of freedom), as least-squares
-practice does (``scipy.optimize.curve_fit`` with ``absolute_sigma=False``).
-``Covariance.scale`` says which was used.
-
-**Conditioning.**  Whether the information matrix is singular is decided on
-the *scaled* matrix :math:`D F D`, :math:`D = \operatorname{diag}(F_{kk}^{-1/2})`
-(a correlation-like matrix, invariant to the units of the parameters), so
-parameters of very different magnitudes (a pre-exponential factor and an
-activation energy) are not called singular for their units.  A singular or
-ill-conditioned matrix, or a Hessian that is not positive definite, is said
-in ``Covariance.warnings``, in the interval table (``status`` and
-``attrs['warnings']``) and in the result's ``warnings``.
-
-A penalty :math:`R(u)` of the problem is a prior: its Hessian divided by κ is
-added to :math:`F`.  Free parameters at an active bound are held at the bound:
-the covariance is that of the other parameters and the interval of the bound
-parameter is reported as ``'at lower bound'`` / ``'at upper bound'``.
-
-Curvature and sensitivities come from the approach that produced the result,
-without re-solving (see :func:`curvature`): the discrete second-order adjoint
-and sensitivities [GM-grad, §2.5, eq. (51)] (reduced space), the KKT system at
-the solution (simultaneous: the reduced Hessian :math:`Z^\top\nabla^2 L\,Z`
-with :math:`Z` spanning the null space of the constraint Jacobian;
-multiple shooting: the same null space for the sensitivities), or the
-continuous sensitivities and second-order adjoint [MHV, eqs. (8), (19)–(20)].
-
-**Several experiments.**  The objective of a problem with experiments is
-:math:`J = \sum_e J_e(u)` over one parameter vector (the global parameters
-and each experiment's copies of the local ones), so its Fisher information,
-Hessian and χ² are the sums of the experiments' terms, each with the
-sensitivities of its own simulation (a local parameter of another experiment
-has zero sensitivity there); m counts every experiment's measured values
-(:class:`ExperimentCurvature`).  In the simultaneous approach the reduced
-Hessian and the sensitivities come from the KKT system of the whole
-multi-experiment NLP.
+The derivatives come from the result's backend without re-solving: discrete
+sensitivities and second-order adjoint [GM-grad, §2.5, eq. (51)], the KKT
+system at the solution (simultaneous, multiple shooting), or the continuous
+sensitivities and second-order adjoint [MHV, eqs. (8), (19)–(20)].
 """
 from __future__ import annotations
 
@@ -156,16 +107,13 @@ class Curvature:
         mask = P.mask
         if self.misfit.A is None:
             w = np.sqrt(2.0 / self.kappa * self.misfit.A_diag)
-            R = (w[:, :, None] * S)[mask]
-        else:
-            rows = []
-            for j in range(S.shape[0]):
-                o = np.flatnonzero(mask[j])
-                Pj = 2.0 / self.kappa * self.misfit.A[j][np.ix_(o, o)]
-                L = np.linalg.cholesky(Pj)
-                rows.append(L.T @ S[j][o])
-            R = np.vstack(rows) if rows else np.zeros((0, S.shape[2]))
-        return R
+            return (w[:, :, None] * S)[mask]
+        rows = []
+        for j in range(S.shape[0]):
+            o = np.flatnonzero(mask[j])
+            L = np.linalg.cholesky(2.0 / self.kappa * self.misfit.A[j][np.ix_(o, o)])
+            rows.append(L.T @ S[j][o])
+        return np.vstack(rows) if rows else np.zeros((0, S.shape[2]))
 
 
 @dataclass
@@ -202,8 +150,9 @@ class ExperimentCurvature:
         return np.vstack([c.scaled_rows() for c in self.parts])
 
 
-def _problem_of(result):
-    P = result.problem
+def _problem_of(result, problem=None):
+    """``problem`` if given, else the :class:`EstimationProblem` of ``result``."""
+    P = problem if problem is not None else result.problem
     if P is not None:
         return P
     raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} result; "
@@ -214,7 +163,7 @@ def curvature(result, hessian=False, problem=None) -> Curvature:
     """Sensitivities (and with ``hessian`` the exact Hessian of J) at ``result``'s
     estimates, from the result's backend (``result.backend``: the model of the
     approach that produced it; see the module docstring)."""
-    P = problem if problem is not None else _problem_of(result)
+    P = _problem_of(result, problem)
     u = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
     return backend_curvature(P, result.backend, u, hessian)
 
@@ -257,7 +206,7 @@ def bound_status(problem, u, rtol=1e-6):
 # ---------------------------------------------------------------------------
 @dataclass
 class Covariance:
-    """Covariance of the estimates (see the module docstring).
+    """Covariance of the estimates (see docs/uncertainty.md).
 
     Attributes
     ----------
@@ -344,10 +293,9 @@ class Covariance:
 
     @property
     def correlation(self) -> pd.DataFrame:
-        C = self.matrix.to_numpy()
-        d = np.sqrt(np.clip(np.diag(C), 0, None))
+        d = self.se.to_numpy()
         with np.errstate(invalid="ignore", divide="ignore"):
-            R = C / np.outer(d, d)
+            R = self.matrix.to_numpy() / np.outer(d, d)
         return pd.DataFrame(R, index=self.matrix.index, columns=self.matrix.columns)
 
     def quantile(self, level=0.95, dist=None):
@@ -398,7 +346,7 @@ class Covariance:
 
 
 def resolve_scale(problem, scale="auto", method="fim") -> str:
-    """``'known'`` or ``'residual'``: what ``scale`` (see the module docstring)
+    """``'known'`` or ``'residual'``: what ``scale`` (see docs/uncertainty.md)
     means for ``problem`` (``method='residual'`` always scales)."""
     if scale not in COVARIANCE_SCALES:
         raise ValueError(f"scale must be one of {COVARIANCE_SCALES}, got {scale!r}")
@@ -421,7 +369,7 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     result : EstimationResult
         From any approach.
     method : 'fim' | 'gauss_newton' | 'hessian' | 'residual'
-        See the module docstring (``'residual'`` is ``'fim'`` with ``scale='residual'``).
+        See docs/uncertainty.md (``'residual'`` is ``'fim'`` with ``scale='residual'``).
     problem : EstimationProblem, optional
         Needed only when the result does not carry it.
     bound_rtol : float
@@ -461,11 +409,7 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
         own.append(f"σ is not given and no degrees of freedom are left ({m_obs} measured "
                    f"values, {len(names)} parameters): the covariance takes the weights as "
                    f"1/σ², which may be arbitrary")
-    if method == "hessian":
-        Iinfo = curv.H / curv.kappa
-    else:
-        Iinfo = curv.fim()
-    Iinfo = Iinfo[np.ix_(keep, keep)]
+    Iinfo = (curv.H / curv.kappa if method == "hessian" else curv.fim())[np.ix_(keep, keep)]
     C, cond, bad, estimable = _inverse(Iinfo, names, own)
     if estimable is not None and kind == "residual":
         # a singular information matrix: the fit spends rank(F) degrees of
@@ -505,14 +449,16 @@ def _inverse(M, names, notes):
     Ms = d[:, None] * M * d[None, :]
     ev, V = np.linalg.eigh(0.5 * (Ms + Ms.T))
     cond = float(ev[-1] / ev[0]) if ev[0] > 0 else np.inf
-    if np.isfinite(cond) and cond <= SINGULAR and np.all(diag > 0):
+    regular = np.isfinite(cond) and cond <= SINGULAR and np.all(diag > 0)
+    Cs = np.linalg.inv(Ms) if regular else np.linalg.pinv(Ms, rcond=1.0 / SINGULAR, hermitian=True)
+    C = d[:, None] * Cs * d[None, :]
+    C = 0.5 * (C + C.T)
+    if regular:
         if cond > ILL_CONDITIONED:
             notes.append(f"the information matrix is ill-conditioned (condition number "
                          f"{cond:.3g} after scaling the parameters): standard errors are "
                          f"large and strongly correlated; see identifiability_report")
-        Cs = np.linalg.inv(Ms)
-        C = d[:, None] * Cs * d[None, :]
-        return 0.5 * (C + C.T), cond, [], None
+        return C, cond, [], None
     null = ev <= max(ev[-1], 0.0) / SINGULAR
     zero = diag <= 0
     Vn = V[:, null]
@@ -526,13 +472,10 @@ def _inverse(M, names, notes):
                  + (f"; no information on {[n for n, z in zip(names, zero) if z]}" if zero.any() else "")
                  + f"; standard errors of {bad} are infinite. Fix a parameter, add data or a "
                  "penalty; see identifiability_report")
-    Cs = np.linalg.pinv(Ms, rcond=1.0 / SINGULAR, hermitian=True)
-    C = d[:, None] * Cs * d[None, :]
-    pinv = 0.5 * (C + C.T)
     # null directions in the parameters' own units: M (D v) = D^-1 Ms v = 0; a
     # parameter without information is a null direction of its own
     null = np.hstack([d[:, None] * Vn, np.eye(len(names))[:, zero]])
-    C = pinv.copy()
+    pinv, C = C, C.copy()
     idx = np.flatnonzero(in_null)
     C[idx, :] = np.nan
     C[:, idx] = np.nan
@@ -563,7 +506,10 @@ def delta_method(cov: Covariance, fn, level=0.95, dist=None, names=None, rel_ste
     """
     u = cov.estimates.astype(float)
     est_names = cov.names
-    q0 = np.atleast_1d(np.asarray(fn(u.copy()), dtype=float))
+    def f(v):
+        return np.atleast_1d(np.asarray(fn(v), dtype=float))
+
+    q0 = f(u.copy())
     if jacobian is not None:
         G = np.atleast_2d(np.asarray(jacobian(u.copy()), dtype=float))
         G = G.reshape(len(q0), -1)
@@ -575,8 +521,7 @@ def delta_method(cov: Covariance, fn, level=0.95, dist=None, names=None, rel_ste
             up, dn = u.copy(), u.copy()
             up[name] += h
             dn[name] -= h
-            G[:, a] = (np.atleast_1d(np.asarray(fn(up), dtype=float))
-                       - np.atleast_1d(np.asarray(fn(dn), dtype=float))) / (2 * h)
+            G[:, a] = (f(up) - f(dn)) / (2 * h)
     V = G @ cov.matrix.to_numpy() @ G.T
     se = np.sqrt(np.clip(np.diag(V), 0, None))
     q = cov.quantile(level, dist)
