@@ -5,16 +5,10 @@
 * Failed evaluations (:class:`~pyomo_odeest.nlp._protocol.EvaluationError`,
   arithmetic errors, ``ValueError``) become ``cyipopt.CyIpoptEvaluationError``
   so that Ipopt rejects the trial step and backs off instead of stopping.
-* Any other exception raised in a callback (a bug, ``MemoryError``,
-  ``KeyboardInterrupt``, an exception of the user's ``intermediate``
-  callback) stops the solve: it is recorded, every later callback fails at
-  once without evaluating anything, the next ``intermediate`` call returns
-  ``False`` (Ipopt stops), and :func:`solve_with_ipopt` re-raises it once
-  Ipopt has returned.  cyipopt itself cannot be relied on for this: its
-  Hessian wrapper swallows exceptions, and Ipopt would go on with stale
-  values.  While Ipopt runs in the main thread, Ctrl-C (SIGINT) is turned
-  into the same path, so that it ends the solve at the next callback even
-  when it arrives inside cyipopt's own code.
+* Any other exception raised in a callback, in the user's ``intermediate``
+  callback, or Ctrl-C stops the solve and is re-raised by
+  :func:`solve_with_ipopt` once Ipopt has returned (cyipopt's Hessian wrapper
+  swallows exceptions): see docs/solver.md, the list at the top.
 * Options given as Python ints are accepted where Ipopt takes a real number
   (``bound_relax_factor=0``).
 * Time spent in callbacks and the iteration count are recorded.
@@ -108,6 +102,11 @@ class IpoptResult:
     counts: dict = field(default_factory=dict)
 
 
+def _forwarded(name):
+    """A callback of :class:`_Problem` that evaluates ``name`` through ``_call``."""
+    return lambda self, *args: self._call(name, *args)
+
+
 class _Problem:
     """The callback object handed to ``cyipopt.Problem``."""
 
@@ -142,23 +141,11 @@ class _Problem:
         finally:
             self.eval_s += time.perf_counter() - t
 
-    def objective(self, x):
-        return self._call("objective", x)
-
-    def gradient(self, x):
-        return self._call("gradient", x)
-
-    def constraints(self, x):
-        return self._call("constraints", x)
-
-    def jacobian(self, x):
-        return self._call("jacobian", x)
+    objective, gradient, constraints, jacobian, hessian = map(
+        _forwarded, ("objective", "gradient", "constraints", "jacobian", "hessian"))
 
     def jacobianstructure(self):
         return self.ev.jacobian_structure()
-
-    def hessian(self, x, lam, obj_factor):
-        return self._call("hessian", x, lam, obj_factor)
 
     def hessianstructure(self):
         return self.ev.hessian_structure()
@@ -233,22 +220,16 @@ def _add_options(nlp, opts):
         for k, v in opts.items():
             if isinstance(v, (bool, np.bool_)):
                 v = "yes" if v else "no"
-            elif isinstance(v, np.integer):
-                v = int(v)
-            elif isinstance(v, np.floating):
-                v = float(v)
-            try:
-                nlp.add_option(k, v)
-                continue
-            except TypeError:
-                pass
-            if isinstance(v, int):
+            elif isinstance(v, (np.integer, np.floating)):
+                v = v.item()
+            for tried in ((v, float(v)) if isinstance(v, int) else (v,)):
                 try:
-                    nlp.add_option(k, float(v))
-                    continue
+                    nlp.add_option(k, tried)
+                    break
                 except TypeError:
                     pass
-            bad.append((k, v))
+            else:
+                bad.append((k, v))
     if bad:
         k, v = bad[0]
         detail = " ".join(msgs[0].split()) if msgs and msgs[0].strip() else ""
@@ -300,9 +281,6 @@ def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8)
     """
     xs = np.asarray(x_scaling, dtype=float)
     x = np.clip(np.asarray(x, dtype=float), ev.x_lb, ev.x_ub)
-
-    def factor(gmax):
-        return _gradient_factor(gmax, max_gradient, min_value)
     try:
         gf = np.max(np.abs(np.asarray(ev.gradient(x)) / xs), initial=0.0)
         rowmax = np.zeros(ev.m)
@@ -314,19 +292,16 @@ def gradient_based_scaling(ev, x, x_scaling, max_gradient=100.0, min_value=1e-8)
         return 1.0, np.ones(ev.m)
     if not (np.isfinite(gf) and np.all(np.isfinite(rowmax))):
         return 1.0, np.ones(ev.m)
-    return float(factor(np.array(gf))), factor(rowmax)
+    return (float(_gradient_factor(np.array(gf), max_gradient, min_value)),
+            _gradient_factor(rowmax, max_gradient, min_value))
 
 
 def first_quasi_newton_scale(ev, x0, x_scaling=None, obj_factor=None, options=None):
-    """``limited_memory_init_val`` for a problem with bounds only: Ipopt's first
-    quasi-Newton step is ``-∇f / σ₀`` in its scaled variables, with σ₀ = 1 by
-    default, so a gradient of 100 (the largest Ipopt's gradient-based scaling leaves)
-    moves a parameter of size 0.5 by up to 100, often into a region where the misfit is
-    flat and the iteration stalls (x' = -k x from k = 0.5 went to k = 282).  Here σ₀ is
-    the smallest value (at least 1, at most 1e8) for which no variable moves by more than
-    its own start magnitude (1 for a start at 0) in that first step; the later updates
-    rescale as usual.  None where the gradient cannot be evaluated or Ipopt's default
-    needs no change."""
+    """``limited_memory_init_val`` σ₀ for a problem with bounds only (see docs/solver.md,
+    the ``limited-memory`` item of the list at the top): the smallest σ₀ (at least 1, at
+    most 1e8) for which Ipopt's first quasi-Newton step ``-∇f / σ₀`` (in its scaled
+    variables) moves no variable by more than its start magnitude (1 for a start at 0).
+    None where the gradient cannot be evaluated or Ipopt's default needs no change."""
     opts = options or {}
     xs = np.ones(ev.n) if x_scaling is None else np.asarray(x_scaling, dtype=float)
     x = np.clip(np.asarray(x0, dtype=float), ev.x_lb, ev.x_ub)
@@ -358,16 +333,6 @@ def _memory_exhausted(log):
     return any(sign in text for sign in _MEMORY_SIGNS)
 
 
-def _read(path):
-    if path is None:
-        return ""
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
 def _remove(path):
     if path is not None:
         with contextlib.suppress(OSError):
@@ -376,12 +341,9 @@ def _remove(path):
 
 MUMPS_DEFAULTS = {"mumps_pivot_order": 7}
 """MUMPS settings that :func:`solve_with_ipopt` gives Ipopt unless the options name them (or
-ask for another ``linear_solver``), chosen by ``benchmarks/linear_solver.py`` on the
-Lotka–Volterra NLP (see "Linear algebra" in the solver guide): MUMPS's automatic ordering
-was within 5 % of the best ordering per iteration, AMD and AMF were 5–7x slower, and PORD
-crashed Debian's Ipopt 3.11 at 120 000 variables.  Switching MUMPS's scalings off
-(``mumps_scaling=0``, ``mumps_permuting_scaling=0``) was about 20 % faster per iteration
-there but is left to the options: it weakens pivoting on badly scaled systems."""
+ask for another ``linear_solver``): MUMPS's automatic ordering, as fast as the best one
+and safer than PORD (see docs/solver.md, section "Linear algebra: MUMPS settings and
+Ipopt builds", measured with ``benchmarks/linear_solver.py``)."""
 
 
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
@@ -392,15 +354,11 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     the MUMPS settings they do not name.  With ``tee=False`` Ipopt is
     silent (``print_level=0``) unless the options set ``print_level``.
     ``x_scaling`` (length n), ``g_scaling`` (length m), ``obj_scaling``
-    (scalar): user scaling; Ipopt works internally with ``x_scaling * x``,
-    ``g_scaling * g(x)`` and ``obj_scaling * f(x)``
-    (``nlp_scaling_method=user-scaling`` unless the options say otherwise).
-    Constraint and objective factors that are not given (None, or NaN
-    entries) follow Ipopt's gradient-based rule in the scaled variables
-    (:func:`gradient_based_scaling`, honouring ``nlp_scaling_max_gradient``
-    and ``nlp_scaling_min_value``), so that user scaling of some components
-    does not switch off Ipopt's default scaling of the others.
-    Multipliers and values returned are those of the unscaled problem.
+    (scalar): user scaling (``nlp_scaling_method=user-scaling`` unless the
+    options say otherwise); factors not given (None, or NaN entries) follow
+    Ipopt's gradient-based rule in the scaled variables
+    (:func:`gradient_based_scaling`; see docs/solver.md, section "User
+    scaling").  Multipliers and values returned are those of the unscaled problem.
 
     ``progress``: one line on standard error per block of iterations
     (iteration, objective, inf_pr, inf_du, elapsed seconds; :class:`~pyomo_odeest.nlp._progress.IterationProgress`)
@@ -415,11 +373,8 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
                          and progress > 1) else 10
     lines = IterationProgress("ipopt", every) if show else None
     prob = _Problem(ev, cyipopt, intermediate, lines)
-    big = 1e20
-    lb = np.where(np.isfinite(ev.x_lb), ev.x_lb, -big)
-    ub = np.where(np.isfinite(ev.x_ub), ev.x_ub, big)
-    cl = np.where(np.isfinite(ev.g_lb), ev.g_lb, -big)
-    cu = np.where(np.isfinite(ev.g_ub), ev.g_ub, big)
+    lb, ub, cl, cu = (np.where(np.isfinite(b), b, big) for b, big in
+                      ((ev.x_lb, -1e20), (ev.x_ub, 1e20), (ev.g_lb, -1e20), (ev.g_ub, 1e20)))
     nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
     opts = dict(options or {})
     if max_wall_time is not None:
@@ -455,9 +410,7 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
             opts["limited_memory_init_val"] = s0
     if not tee:
         opts.setdefault("print_level", 0)
-        opts.setdefault("sb", "yes")
-    else:
-        opts.setdefault("sb", "yes")
+    opts.setdefault("sb", "yes")
     log = None
     if "output_file" not in opts:
         # Ipopt's warnings (MUMPS asking for memory) go to a file read after the solve
@@ -481,7 +434,10 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     finally:
         nlp.close()
     ipopt_s = time.perf_counter() - t
-    ipopt_log = _read(log)
+    ipopt_log = ""
+    if log is not None:
+        with contextlib.suppress(OSError), open(log, errors="replace") as f:
+            ipopt_log = f.read()
     _remove(log)
     if prob.error is not None:
         # an exception in a callback (or Ctrl-C) stopped Ipopt: nothing is returned

@@ -1,33 +1,11 @@
 """An ASL-free evaluator of Pyomo NLPs with exact first and second derivatives.
 
-How a model becomes callbacks
------------------------------
 Everything is read from the data stored in the model passed in; constraint
-rules are never called again (a rule may refer to another model, for example
-the original of a clone, or no longer describe a row changed by
-``set_value``).
-
-1. Every active constraint row is read in one pass over its stored
-   expression (:func:`_flatten`), which gives its *signature* (the class of
-   every node, the arity of sums, constant exponents, function names) and its
-   leaves (variables, Params, numbers).  Rows with equal signatures, from any
-   component, share one symbolic expression: it is converted to sympy,
-   differentiated and lambdified once
-   (:class:`~pyomo_odeest.nlp._family.Family`), and the positions of every
-   row's own leaves are gathered into an index array, so each callback is one
-   vectorised call per family.  Every discretized ODE, whatever the rule that
-   built it, becomes a handful of families.
-2. Rows stored as a template (Pyomo's ``TEMPLATIZE_CONSTRAINTS``: one
-   template expression in symbolic indices shared by all rows) are evaluated
-   from that stored template with vectorised index arithmetic, without
-   creating the rows; rows changed since (``set_value``) are concrete rows and
-   take step 1, and a template the evaluator cannot read is instantiated row
-   by row from the stored template.
-3. With ``templatize=False`` every row is walked on its own (the reference
-   path of the tests); rows of equal structure are still grouped.
-4. Sparsity of the Jacobian and of the lower-triangular Lagrangian Hessian is
-   computed once; each callback evaluates each family once and scatters the
-   values with precomputed positions.
+rules are never called again.  Rows are read in one pass over their stored
+expressions (:func:`_flatten`), rows of equal signature share one compiled
+:class:`~pyomo_odeest.nlp._family.Family`, rows stored as a template are
+evaluated from that template, and the sparsity is computed once: see
+docs/solver.md, section "How a model becomes callbacks".
 
 Fixed variables, Params and numbers live in a constant pool after the free
 variables, ``w = [x, pool]``; their values are read when the evaluator is
@@ -35,6 +13,7 @@ built.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from operator import itemgetter
@@ -48,7 +27,7 @@ from pyomo.core.base.param import Param
 from pyomo.core.base.var import Var
 from pyomo.core.expr import numeric_expr as ne
 from pyomo.core.expr import relational_expr as re_
-from pyomo.core.expr.template_expr import IndexTemplate, resolve_template
+from pyomo.core.expr.template_expr import GetItemExpression, IndexTemplate, resolve_template
 from pyomo.environ import value
 
 try:                      # Pyomo >= 6.9 (TEMPLATIZE_CONSTRAINTS)
@@ -269,10 +248,6 @@ class _ComponentIndex:
 # --------------------------------------------------------------------------
 # rows
 # --------------------------------------------------------------------------
-def _potentially_variable(e):
-    return e.__class__ not in (int, float) and e.is_potentially_variable()
-
-
 def _relational_parts(expr):
     """(body, lb, ub) of a template relational expression, or None.
 
@@ -285,7 +260,7 @@ def _relational_parts(expr):
     if isinstance(expr, (re_.EqualityExpression, re_.InequalityExpression)):
         a, b = expr.args
         eq = isinstance(expr, re_.EqualityExpression)
-        if _potentially_variable(b) and not _potentially_variable(a):
+        if not _is_constant(b) and _is_constant(a):
             return b - a, 0.0, (0.0 if eq else INF)
         return a - b, (0.0 if eq else -INF), 0.0
     if isinstance(expr, re_.RangedExpression):
@@ -297,13 +272,6 @@ def _relational_parts(expr):
 
 
 def _has_template(e):
-    if e.__class__ in (int, float):
-        return False
-    from pyomo.core.expr.template_expr import GetItemExpression
-    if isinstance(e, IndexTemplate):
-        return True
-    if not getattr(e, "is_expression_type", lambda: False)():
-        return False
     stack = [e]
     while stack:
         n = stack.pop()
@@ -362,8 +330,7 @@ class _TemplateResolver:
                 args.append(payload)
             else:
                 raise KeyError("component access inside an index expression")
-        out = np.broadcast_to(np.asarray(fn(*args)), (self.nrows,))
-        return out
+        return np.broadcast_to(np.asarray(fn(*args)), (self.nrows,))
 
     def leaf_positions(self, kind, payload):
         if kind == "C":
@@ -406,9 +373,15 @@ class _Group:
         self.objs = []        # one Pyomo object (or None) per row
         self.bounds = []
 
+    def family(self, name, split):
+        idx = np.array(self.rows, dtype=np.int64).reshape(len(self.rows), len(self.kinds))
+        comp = compile_family(self.structure, self.kinds, split=split,
+                              classes=slot_classes(idx, self.kinds) if split else None)
+        return Family(name, comp, idx, self.objs)
+
 
 def _kinds(leaves):
-    return tuple("V" if k in ("V",) or (k == "G" and p.args[0].ctype is Var) else "C"
+    return tuple("V" if k == "V" or (k == "G" and p.args[0].ctype is Var) else "C"
                  for k, p in leaves)
 
 
@@ -592,8 +565,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
         t_start = time.perf_counter()
         self.model = model
         _check_supported(model)
-        reg = _Registry()
-        self._reg = reg
+        self._reg = _Registry()
         self.stats = {"template_families": 0, "grouped_families": 0, "general_families": 0,
                       "template_rows": 0, "grouped_rows": 0, "general_rows": 0,
                       "fallbacks": []}
@@ -631,11 +603,8 @@ class PyomoNLPEvaluator(NLPEvaluator):
                 self._general_row(d, rel, groups)
 
         for g in groups.values():
-            idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
-            comp = compile_family(g.structure, g.kinds, split=templatize,
-                                  classes=slot_classes(idx, g.kinds) if templatize else None)
             b = np.array(g.bounds, dtype=float).reshape(-1, 2)
-            con_fams.append((Family("general", comp, idx, g.objs), b[:, 0], b[:, 1]))
+            con_fams.append((g.family("general", templatize), b[:, 0], b[:, 1]))
             self.stats["general_families"] += 1
             self.stats["general_rows"] += len(g.rows)
 
@@ -660,20 +629,8 @@ class PyomoNLPEvaluator(NLPEvaluator):
             else:
                 ogroups = {}
                 for term in terms:
-                    leaves = []
-                    try:
-                        s = walk(term, leaves)
-                    except UnsupportedExpressionError as err:
-                        raise UnsupportedModelError(f"objective '{obj.name}': {err}") from None
-                    g = ogroups.get(s)
-                    if g is None:
-                        g = ogroups[s] = _Group(s, _kinds(leaves))
-                    g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p)
-                                   for k, p in leaves])
-                for g in ogroups.values():
-                    idx = np.array(g.rows, dtype=np.int64).reshape(len(g.rows), len(g.kinds))
-                    obj_fams.append(Family("objective",
-                                           compile_family(g.structure, g.kinds, split=False), idx))
+                    self._walked(term, ogroups, f"objective '{obj.name}'")
+                obj_fams = [g.family("objective", False) for g in ogroups.values()]
 
         self._finalize(con_fams, obj_fams)
         # the registry (column dictionary, per-component look-up tables, pool
@@ -699,8 +656,8 @@ class PyomoNLPEvaluator(NLPEvaluator):
         res = _TemplateResolver(self._reg, templates, keys)
         cols = [res.leaf_positions(k, p) for k, p in leaves]
         idx = np.stack(cols, axis=1) if cols else np.zeros((len(keys), 0), np.int64)
-        comp = compile_family(s, _kinds(leaves),
-                              classes=slot_classes(idx, _kinds(leaves)))
+        kinds = _kinds(leaves)
+        comp = compile_family(s, kinds, classes=slot_classes(idx, kinds))
         n = len(keys)
         self.stats["template_families"] += 1
         self.stats["template_rows"] += n
@@ -709,48 +666,39 @@ class PyomoNLPEvaluator(NLPEvaluator):
     def _general_row(self, d, rel, groups):
         """Walk one row (stored relational expression ``rel`` of ``d``) on its own."""
         mode = _bounded_mode(rel, d)
-        args = rel.args
-        if mode == "diff":
-            body = args[0] - args[1]
-        else:
-            body = args[_BODY_ARG[mode]]
+        a = rel.args
+        body = a[0] - a[1] if mode == "diff" else a[_BODY_ARG[mode]]
         lo, hi = _bound_values(mode, [rel], [d])
-        leaves = []
-        try:
-            s = walk(body, leaves)
-        except UnsupportedExpressionError as err:
-            raise UnsupportedModelError(f"constraint '{d.name}': {err}") from None
-        kinds = _kinds(leaves)
-        g = groups.get(s)
-        if g is None:
-            g = groups[s] = _Group(s, kinds)
-        reg = self._reg
-        g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p)
-                       for k, p in leaves])
+        g = self._walked(body, groups, f"constraint '{d.name}'")
         g.objs.append(d)
         g.bounds.append((float(lo[0]), float(hi[0])))
+
+    def _walked(self, expr, groups, what):
+        """Walk ``expr`` on its own and add it as a row of the group of its structure."""
+        leaves = []
+        try:
+            s = walk(expr, leaves)
+        except UnsupportedExpressionError as err:
+            raise UnsupportedModelError(f"{what}: {err}") from None
+        g = groups.get(s)
+        if g is None:
+            g = groups[s] = _Group(s, _kinds(leaves))
+        reg = self._reg
+        g.rows.append([reg.position(p) if k == "V" else reg.pool_scalar(p) for k, p in leaves])
+        return g
 
     def _grouped_rows(self, rows, con_fams, groups):
         """Rows whose stored expressions have the same signature (operators,
         leaf types, arities, exponents, function names) share one family; the
         leaves of every row are read from its own stored expression."""
-        by_sig = {}
-        reg = self._reg
-        for d, rel in rows:
-            sig, leaves = _flatten(rel, reg)
-            g = by_sig.get(sig)
-            if g is None:
-                g = by_sig[sig] = ([], [], [])
-            g[0].append(d)
-            g[1].append(rel)
-            g[2].append(leaves)
-        for ds, rels, leaves in by_sig.values():
+        for items, leaves in self._by_signature(rows, itemgetter(1)):
+            ds, rels = zip(*items)
             try:
                 fam = self._stored_family(ds, rels, leaves)
             except (UnsupportedExpressionError, _SignatureMismatch) as err:
                 self.stats["fallbacks"].append((ds[0].parent_component().name,
                                                 str(err).split("\n")[0]))
-                for d, rel in zip(ds, rels):
+                for d, rel in items:
                     self._general_row(d, rel, groups)
                 continue
             con_fams.append(fam)
@@ -762,14 +710,12 @@ class PyomoNLPEvaluator(NLPEvaluator):
         mode = _bounded_mode(rep, ds[0])
         counts = [len(_flatten(a)[1]) for a in rep.args]
         offs = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        wleaves = []
         if mode == "diff":
-            la, lb_ = [], []
-            sa = walk(rep.args[0], la, template=True)
-            sb = walk(rep.args[1], lb_, template=True)
-            structure, wleaves, slots = ("+", sa, ("neg", sb)), la + lb_, range(offs[2])
+            sa, sb = (walk(a, wleaves, template=True) for a in rep.args)
+            structure, slots = ("+", sa, ("neg", sb)), range(offs[2])
         else:
             j = _BODY_ARG[mode]
-            wleaves = []
             structure = walk(rep.args[j], wleaves, template=True)
             slots = range(offs[j], offs[j + 1])
         lo, hi = _bound_values(mode, rels, ds)
@@ -780,23 +726,27 @@ class PyomoNLPEvaluator(NLPEvaluator):
 
     def _grouped_terms(self, terms):
         """Objective terms grouped by signature (see :meth:`_grouped_rows`)."""
-        by_sig = {}
-        reg = self._reg
-        for term in terms:
-            sig, leaves = _flatten(term, reg)
-            g = by_sig.get(sig)
-            if g is None:
-                g = by_sig[sig] = ([], [])
-            g[0].append(term)
-            g[1].append(leaves)
         fams = []
-        for ts, leaves in by_sig.values():
+        for ts, leaves in self._by_signature(terms, lambda t: t):
             wleaves = []
             structure = walk(ts[0], wleaves, template=True)
             idx, kinds = self._slot_positions(structure, wleaves, range(len(leaves[0])), leaves)
             fams.append(Family("objective", compile_family(structure, kinds,
                                                             classes=slot_classes(idx, kinds)), idx))
         return fams
+
+    def _by_signature(self, items, expr):
+        """``[(items, their flattened leaves)]`` per signature of ``expr(item)``."""
+        by_sig = {}
+        reg = self._reg
+        for it in items:
+            sig, leaves = _flatten(expr(it), reg)
+            g = by_sig.get(sig)
+            if g is None:
+                g = by_sig[sig] = ([], [])
+            g[0].append(it)
+            g[1].append(leaves)
+        return by_sig.values()
 
     def _slot_positions(self, structure, wleaves, slots, leaves):
         """Positions in ``w`` of the body slots of every row, and the slot kinds.
@@ -852,28 +802,19 @@ class PyomoNLPEvaluator(NLPEvaluator):
         # positions in w, Jacobian/Hessian structure and scatter maps are held
         # as 32-bit integers whenever w fits (half the memory of int64)
         itype = _index_type(self._w.size)
-
-        def fix(fam):
+        self.con_families = [fam for fam, _, _ in con_fams]
+        self.obj_families = obj_fams
+        for fam in self.con_families + obj_fams:
             fam.idx = np.where(fam.idx >= 0, fam.idx, n + (-1 - fam.idx)).astype(itype, copy=False)
-
-        self.con_families = []
         self.constraint_rows = []
-        lbs, ubs = [], []
         row0 = 0
-        for fam, lb, ub in con_fams:
-            fix(fam)
+        for fam in self.con_families:
             fam.row0 = row0
             row0 += fam.nrows
-            self.con_families.append(fam)
             self.constraint_rows.extend(fam.components)
-            lbs.append(lb)
-            ubs.append(ub)
         self.m = row0
-        self.g_lb = np.concatenate(lbs) if lbs else np.zeros(0)
-        self.g_ub = np.concatenate(ubs) if ubs else np.zeros(0)
-        for fam in obj_fams:
-            fix(fam)
-        self.obj_families = obj_fams
+        self.g_lb = np.concatenate([lb for _, lb, _ in con_fams] or [np.zeros(0)])
+        self.g_ub = np.concatenate([ub for _, _, ub in con_fams] or [np.zeros(0)])
         self._refuse_nonfinite_constants()
 
         # variable bounds and start
@@ -946,10 +887,9 @@ class PyomoNLPEvaluator(NLPEvaluator):
             by_pair = {}
             for q, (a, b) in enumerate(pairs):
                 ga, gb = gid[a], gid[b]
-                w = 2.0 if (ga == gb and a != b) else 1.0
-                by_pair.setdefault((min(ga, gb), max(ga, gb)), ([], []))
-                by_pair[(min(ga, gb), max(ga, gb))][0].append(q)
-                by_pair[(min(ga, gb), max(ga, gb))][1].append(w)
+                entry = by_pair.setdefault((min(ga, gb), max(ga, gb)), ([], []))
+                entry[0].append(q)
+                entry[1].append(2.0 if (ga == gb and a != b) else 1.0)
             for (ga, gb), (poss, wts) in by_pair.items():
                 (ca, ka), (cb, kb) = gcol[ga], gcol[gb]
                 if ka and kb:
@@ -1011,8 +951,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
         """Names of the objective and constraint rows that are not finite at ``x``."""
         oargs, cargs = self._args(np.asarray(x, dtype=float))
         out = []
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet():
             for f, a in zip(self.obj_families, oargs):
                 if not np.all(np.isfinite(f.values(a))):
                     out.append("the objective")
@@ -1042,40 +981,28 @@ class PyomoNLPEvaluator(NLPEvaluator):
 
     def objective(self, x):
         oargs, _ = self._args(x)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                tot = sum(float(np.sum(f.values(a))) for f, a in zip(self.obj_families, oargs))
-            except (ArithmeticError, ValueError) as err:
-                raise EvaluationError(str(err)) from None
+        with _evaluating():
+            tot = sum(float(np.sum(f.values(a))) for f, a in zip(self.obj_families, oargs))
         return self._checked(self.sense * tot, "objective")
 
     def gradient(self, x):
         oargs, _ = self._args(x)
         g = np.zeros(self.n)
         plan = iter(self._grad_plan)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                for f, a in zip(self.obj_families, oargs):
-                    for d in f.first(a):
-                        mask, cols = next(plan)
-                        g += np.bincount(cols, weights=d if mask is None else d[mask],
-                                         minlength=self.n)
-            except (ArithmeticError, ValueError) as err:
-                raise EvaluationError(str(err)) from None
+        with _evaluating():
+            for f, a in zip(self.obj_families, oargs):
+                for d in f.first(a):
+                    mask, cols = next(plan)
+                    g += np.bincount(cols, weights=d if mask is None else d[mask],
+                                     minlength=self.n)
         return self._checked(self.sense * g, "gradient")
 
     def constraints(self, x):
         _, cargs = self._args(x)
         if not self.con_families:
             return np.zeros(0)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                c = np.concatenate([f.values(a) for f, a in zip(self.con_families, cargs)])
-            except (ArithmeticError, ValueError) as err:
-                raise EvaluationError(str(err)) from None
+        with _evaluating():
+            c = np.concatenate([f.values(a) for f, a in zip(self.con_families, cargs)])
         return self._checked(c, "constraint value")
 
     def jacobian_structure(self):
@@ -1097,27 +1024,18 @@ class PyomoNLPEvaluator(NLPEvaluator):
     def jacobian(self, x):
         args = self._arg_source(x)
         nobj = len(self.obj_families)
-        # entries written in place (no list of pieces and concatenated copy)
-        v = np.empty(self._jac_rows.size if self._jac_inv is None else self._jac_inv.size)
-        o = 0
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                for k, (f, fplan) in enumerate(zip(self.con_families, self._jac_plan)):
-                    ds = f.first(args(nobj + k, f))
-                    for poss, mask in fplan:
-                        d = ds[poss[0]]
-                        for q in poss[1:]:
-                            d = d + ds[q]
-                        if mask is not None:
-                            d = d[mask]
-                        v[o:o + d.size] = d
-                        o += d.size
-                    del ds
-            except (ArithmeticError, ValueError) as err:
-                raise EvaluationError(str(err)) from None
-        if o != v.size:                            # pragma: no cover - a set-up bug
-            raise AssertionError(f"Jacobian: {o} entries written, {v.size} expected")
+
+        def pieces():
+            for k, (f, fplan) in enumerate(zip(self.con_families, self._jac_plan)):
+                ds = f.first(args(nobj + k, f))
+                for poss, mask in fplan:
+                    d = ds[poss[0]]
+                    for q in poss[1:]:
+                        d = d + ds[q]
+                    yield d if mask is None else d[mask]
+                del ds
+        v = _written(self._jac_rows.size if self._jac_inv is None else self._jac_inv.size,
+                     pieces(), "Jacobian")
         if self._jac_inv is not None:
             v = np.bincount(self._jac_inv, weights=v, minlength=self._jac_rows.size)
         # Ipopt factorizes after the Jacobian (least-squares multipliers) and
@@ -1132,41 +1050,27 @@ class PyomoNLPEvaluator(NLPEvaluator):
     def hessian(self, x, lam, obj_factor=1.0):
         args = self._arg_source(x)
         lam = np.asarray(lam, dtype=float)
-        out = np.empty(self._hess_inv.size)      # entries before merging, in place
-        o = 0
-        fams = self.obj_families + self.con_families
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                nobj = len(self.obj_families)
-                for j, (f, fplan) in enumerate(zip(fams, self._hess_plan)):
-                    if not fplan:
+        nobj = len(self.obj_families)
+
+        def pieces():
+            for j, (f, fplan) in enumerate(zip(self.obj_families + self.con_families,
+                                               self._hess_plan)):
+                if not fplan:
+                    continue
+                wgt = obj_factor * self.sense if j < nobj else lam[f.row0:f.row0 + f.nrows]
+                ds = f.second(args(j, f))
+                for poss, wts, mask, factor in fplan:
+                    d = ds[poss[0]] if wts[0] == 1.0 else wts[0] * ds[poss[0]]
+                    for q, w in zip(poss[1:], wts[1:]):
+                        d = d + (ds[q] if w == 1.0 else w * ds[q])
+                    v = d * wgt
+                    if isinstance(mask, str):       # "sum": one entry for every row
+                        yield np.atleast_1d(factor * np.sum(v))
                         continue
-                    if j < nobj:
-                        wgt = obj_factor * self.sense
-                    else:
-                        wgt = lam[f.row0:f.row0 + f.nrows]
-                    ds = f.second(args(j, f))
-                    for poss, wts, mask, factor in fplan:
-                        d = ds[poss[0]] if wts[0] == 1.0 else wts[0] * ds[poss[0]]
-                        for q, w in zip(poss[1:], wts[1:]):
-                            d = d + (ds[q] if w == 1.0 else w * ds[q])
-                        v = d * wgt
-                        if mask is None:
-                            v = v if factor is None else v * factor
-                        elif mask.__class__ is np.ndarray:
-                            v = v[mask]
-                            v = v if factor is None else v * factor
-                        else:               # "sum": one entry for every row
-                            v = np.atleast_1d(factor * np.sum(v))
-                        out[o:o + v.size] = v
-                        o += v.size
-                    del ds
-            except (ArithmeticError, ValueError) as err:
-                raise EvaluationError(str(err)) from None
-        if o != out.size:                          # pragma: no cover - a set-up bug
-            raise AssertionError(f"Hessian: {o} entries written, {out.size} expected")
-        v = out
+                    v = v if mask is None else v[mask]
+                    yield v if factor is None else v * factor
+                del ds
+        v = _written(self._hess_inv.size, pieces(), "Hessian")     # entries before merging
         h = np.bincount(self._hess_inv, weights=v, minlength=self._hess_nnz)
         self._cache_x = self._cache_args = None      # as in jacobian()
         return self._checked(h, "Hessian entry")
@@ -1185,6 +1089,38 @@ class PyomoNLPEvaluator(NLPEvaluator):
         """Write a primal point into the Pyomo variables."""
         for v, val in zip(self.variables, np.asarray(x, dtype=float).tolist()):
             v.set_value(val, skip_validation=True)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """numpy's floating-point warnings silenced."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@contextlib.contextmanager
+def _evaluating():
+    """:func:`_quiet`, with arithmetic errors raised as :class:`EvaluationError`."""
+    with _quiet():
+        try:
+            yield
+        except (ArithmeticError, ValueError) as err:
+            raise EvaluationError(str(err)) from None
+
+
+def _written(size, pieces, what):
+    """The arrays ``pieces`` written one after another into one array of ``size``
+    entries (in place: no list of pieces and concatenated copy)."""
+    out = np.empty(size)
+    o = 0
+    with _evaluating():
+        for v in pieces:
+            out[o:o + v.size] = v
+            o += v.size
+    if o != size:                                  # pragma: no cover - a set-up bug
+        raise AssertionError(f"{what}: {o} entries written, {size} expected")
+    return out
 
 
 def _same_number(a, b):
@@ -1230,27 +1166,14 @@ def _check_supported(model):
     """Clear errors for components that an NLP evaluator cannot represent."""
     from pyomo.core.base.logical_constraint import LogicalConstraint
     from pyomo.core.base.sos import SOSConstraint
-    from pyomo.core.base.external import ExternalFunction
+    from pyomo.gdp import Disjunction
+    from pyomo.mpec import Complementarity
 
-    for ctype, what in ((LogicalConstraint, "logical constraint"),
-                        (SOSConstraint, "SOS constraint")):
+    # (an external function is an error only if used: the walker reports its row)
+    smooth_only = ": the solver handles smooth NLPs only"
+    for ctype, what, hint in ((LogicalConstraint, "logical constraint", smooth_only),
+                              (SOSConstraint, "SOS constraint", smooth_only),
+                              (Disjunction, "disjunction", ": apply a GDP transformation first"),
+                              (Complementarity, "complementarity condition", "")):
         for c in model.component_data_objects(ctype, active=True, descend_into=True):
-            raise UnsupportedModelError(
-                f"{what} '{c.name}' is not supported: the solver handles smooth NLPs only")
-    try:
-        from pyomo.gdp import Disjunction
-        for c in model.component_data_objects(Disjunction, active=True, descend_into=True):
-            raise UnsupportedModelError(
-                f"disjunction '{c.name}' is not supported: apply a GDP transformation first")
-    except ImportError:   # pragma: no cover
-        pass
-    try:
-        from pyomo.mpec import Complementarity
-        for c in model.component_data_objects(Complementarity, active=True, descend_into=True):
-            raise UnsupportedModelError(
-                f"complementarity condition '{c.name}' is not supported")
-    except ImportError:   # pragma: no cover
-        pass
-    for c in model.component_objects(ExternalFunction, descend_into=True):
-        # only an error if used; the walker reports the constraint that uses it
-        pass
+            raise UnsupportedModelError(f"{what} '{c.name}' is not supported{hint}")

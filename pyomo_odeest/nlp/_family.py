@@ -13,6 +13,7 @@ every callback is one vectorised call per family.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partialmethod
 
 import numpy as np
 import sympy
@@ -39,9 +40,7 @@ class _Compiled:
 
 
 def _lambdify(syms, exprs, tree):
-    consts = tuple(
-        float(e) if not e.free_symbols else None for e in exprs
-    )
+    consts = tuple(float(e) if not e.free_symbols else None for e in exprs)
     live = [e for e, c in zip(exprs, consts) if c is None]
     fn = lambdify(syms, live, modules="numpy", cse=tree.cse_for(live)) if live else None
     return fn, consts
@@ -122,9 +121,7 @@ def compile_family(structure, kinds, split=True, classes=None):
     ``split=False`` compiles the whole expression at once.
     """
     K = len(kinds)
-    if classes is not None and tuple(classes) == tuple(range(K)):
-        classes = None
-    classes = None if classes is None else tuple(classes)
+    classes = None if classes is None or tuple(classes) == tuple(range(K)) else tuple(classes)
     if split:
         terms = _additive_terms(structure, tuple(range(K)))
         if len(terms) > 1:
@@ -237,7 +234,7 @@ class _SumCompiled:
             total = total + signs @ v.reshape(len(maps), nrows)
         return total
 
-    def _derivs(self, which, args):
+    def _derivs(self, which, *args):
         out = []
         for comp, signs, maps in self.groups:
             fn, consts = (comp.d1, comp.d1_const) if which == 1 else (comp.d2, comp.d2_const)
@@ -250,11 +247,8 @@ class _SumCompiled:
                 out.extend(v[p] if sign == 1.0 else sign * v[p] for v in vals)
         return out
 
-    def d1(self, *args):
-        return self._derivs(1, args)
-
-    def d2(self, *args):
-        return self._derivs(2, args)
+    d1 = partialmethod(_derivs, 1)
+    d2 = partialmethod(_derivs, 2)
 
 
 def _expand(fn, consts, args, nrows):
@@ -288,9 +282,7 @@ class Family:
         return np.broadcast_to(np.asarray(v, dtype=float), (self.nrows,))
 
     def first(self, args):
-        c = self.compiled
-        return _expand(c.d1, c.d1_const, args, self.nrows)
+        return _expand(self.compiled.d1, self.compiled.d1_const, args, self.nrows)
 
     def second(self, args):
-        c = self.compiled
-        return _expand(c.d2, c.d2_const, args, self.nrows)
+        return _expand(self.compiled.d2, self.compiled.d2_const, args, self.nrows)

@@ -10,21 +10,9 @@ imported::
 
 Derivatives are exact (symbolic, see :mod:`pyomo_odeest.nlp`).  After the
 solve the primal values are loaded into the model and, when the model declares
-IMPORT Suffixes, multipliers are loaded:
-
-* ``dual``: the constraint multipliers λ of Ipopt's Lagrangian of the
-  *minimization* form of the problem,
-
-      L(x, λ) = s·f(x) + Σ_i λ_i c_i(x),  s = +1 (minimize) or -1 (maximize),
-
-  where ``c_i`` is the constraint body as Pyomo stores it (``lhs - rhs`` for
-  ``lhs == rhs`` and ``lhs <= rhs``).  Stationarity reads
-  ``s·∇f + Σ λ_i ∇c_i - z_L + z_U = 0``.  So λ_i ≥ 0 at an active upper bound
-  (``body <= ub``), λ_i ≤ 0 at an active lower bound, any sign for
-  equalities.  This is the convention of ``SolverFactory('cyipopt')``.
-* ``ipopt_zL_out`` / ``ipopt_zU_out``: the bound multipliers z_L ≥ 0 and
-  z_U ≥ 0 (Ipopt's sign convention; ``ipopt_zU_out`` is reported as
-  ``-z_U`` like the Ipopt AMPL executable does).
+IMPORT Suffixes, the multipliers ``dual`` (Ipopt's λ of the minimization form,
+the convention of ``SolverFactory('cyipopt')``), ``ipopt_zL_out`` (z_L) and
+``ipopt_zU_out`` (-z_U): see docs/solver.md, section "Multiplier sign convention".
 """
 from __future__ import annotations
 
@@ -93,16 +81,10 @@ def user_scaling(model, ev):
     :func:`~pyomo_odeest.nlp._cyipopt_adapter.solve_with_ipopt` (empty if the
     model declares none).
 
-    Pyomo's convention (the one of the Ipopt AMPL interface and of IDAES): a
-    Suffix named ``scaling_factor`` on the model or on any sub-block maps
-    variables, constraints and the objective to positive factors s; Ipopt
-    then works with s·x, s·c(x), s·f(x) (``nlp_scaling_method=user-scaling``,
-    unless the options choose another method).  The value of a component is
-    looked up as Pyomo's :class:`~pyomo.core.base.suffix.SuffixFinder` does
-    (the component itself, then its container, outermost block first);
-    variables without a value get 1; constraints and the objective without
-    a value get Ipopt's gradient-based factor computed in the scaled variables
-    (see :func:`~pyomo_odeest.nlp._cyipopt_adapter.gradient_based_scaling`).
+    Pyomo's convention (the one of the Ipopt AMPL interface and of IDAES),
+    looked up as :class:`~pyomo.core.base.suffix.SuffixFinder` does: see
+    docs/solver.md, section "User scaling".  Variables without a factor get 1,
+    constraints and the objective NaN (Ipopt's gradient-based factor).
     """
     suffixes = [sfx for sfx in model.component_data_objects(Suffix, descend_into=True)
                 if sfx.local_name == "scaling_factor"]
@@ -349,10 +331,10 @@ class OdeestIpoptSolver:
         if ev.n == 0:
             raise ValueError(f"model '{model.name}' has no free variables in its "
                              "active constraints and objective")
-        nan_start = [v.name for v in ev.variables if v.value is not None and not np.isfinite(v.value)]
+        nan_start = [v for v in ev.variables if v.value is not None and not np.isfinite(v.value)]
         if nan_start:
-            raise ValueError(f"variable '{nan_start[0]}' has the start value "
-                             f"{ev.variables[[v.name for v in ev.variables].index(nan_start[0])].value}"
+            v = nan_start[0]
+            raise ValueError(f"variable '{v.name}' has the start value {v.value}"
                              f"{f' (and {len(nan_start) - 1} more)' if len(nan_start) > 1 else ''}: "
                              "give it a finite value (or None to start at 0, moved into its bounds)")
         scaling = user_scaling(model, ev)
@@ -380,12 +362,10 @@ class OdeestIpoptSolver:
         tc = _TERMINATION.get(r.status_name, TerminationCondition.unknown)
         results.solver.name = SOLVER_NAME
         results.solver.return_code = r.status
-        results.solver.message = r.message
-        results.solver.termination_message = r.message
+        results.solver.message = results.solver.termination_message = r.message
         results.solver.termination_condition = tc
         results.solver.status = TerminationCondition.to_solver_status(tc)
-        results.solver.wallclock_time = setup_s + r.ipopt_s
-        results.solver.time = setup_s + r.ipopt_s
+        results.solver.wallclock_time = results.solver.time = setup_s + r.ipopt_s
         results.solver.iterations = r.iterations
         results.solver.ipopt_status = r.status_name
 
@@ -405,7 +385,7 @@ class OdeestIpoptSolver:
                 s.update(zip(comps, vals.tolist()))
             StaleFlagManager.mark_all_as_stale(delayed=True)
         else:
-            _store_solution(results, model, ev, r, obj_value, tc, wanted, values,
+            _store_solution(results, ev, r, obj_value, tc, wanted, values,
                             bool(config.symbolic_solver_labels))
 
         self.last_info = dict(setup_s=setup_s, eval_s=r.eval_s, ipopt_s=r.ipopt_s,
@@ -419,35 +399,30 @@ class OdeestIpoptSolver:
         return results
 
 
-def _store_solution(results, model, ev, r, obj_value, tc, wanted, values, symbolic):
+def _store_solution(results, ev, r, obj_value, tc, wanted, values, symbolic):
     """Fill ``results.solution`` (with a symbol map) for ``model.solutions.load_from``."""
     smap = SymbolMap()
-    if symbolic:
-        label = lambda c, k, p: c.getname(fully_qualified=True)   # noqa: E731
-    else:
-        label = lambda c, k, p: f"{p}{k}"                         # noqa: E731
+
+    def add(table, comp, k, prefix, entry):
+        sym = comp.getname(fully_qualified=True) if symbolic else f"{prefix}{k}"
+        smap.addSymbol(comp, sym)
+        table[sym] = entry
+
     soln = results.solution.add()
     soln.status = _SOLUTION_STATUS.get(tc, SolutionStatus.other)
     soln.message = r.message
-    xs = r.x.tolist()
-    var_entries = [{"Value": v} for v in xs]
+    var_entries = [{"Value": v} for v in r.x.tolist()]
     for name in ("ipopt_zL_out", "ipopt_zU_out"):
         if name in wanted:
             for e, v in zip(var_entries, values[name][1].tolist()):
                 e[name] = v
     for k, (v, e) in enumerate(zip(ev.variables, var_entries)):
-        sym = label(v, k, "x")
-        smap.addSymbol(v, sym)
-        soln.variable[sym] = e
+        add(soln.variable, v, k, "x", e)
     if "dual" in wanted:
         for k, (c, d) in enumerate(zip(ev.constraint_rows, r.mult_g.tolist())):
-            sym = label(c, k, "c")
-            smap.addSymbol(c, sym)
-            soln.constraint[sym] = {"Dual": d}
+            add(soln.constraint, c, k, "c", {"Dual": d})
     if ev.objective_component is not None:
-        sym = label(ev.objective_component, 0, "o")
-        smap.addSymbol(ev.objective_component, sym)
-        soln.objective[sym] = {"Value": obj_value}
+        add(soln.objective, ev.objective_component, 0, "o", {"Value": obj_value})
     results._smap = smap
 
 

@@ -1,23 +1,15 @@
 r"""Build Pyomo's PyNumero ASL interface against a system AMPL Solver Library.
 
-The package never needs the AMPL Solver Library (ASL): ``odeest_ipopt``
-evaluates Pyomo models itself.  Some of Pyomo's and IDAES's own tools do:
-PyNumero's ``PyomoNLP`` (IDAES's numerical diagnostics, ``get_jacobian``,
-Pyomo's ``SolverFactory('cyipopt')``) loads a compiled library
-``libpynumero_ASL.so``, which Pyomo normally obtains with
-``pyomo build-extensions`` (a download from GitHub, not reachable everywhere)
-or IDAES with ``idaes get-extensions`` (a binary download).
-
-This module compiles that library from the C++ source that ships inside
-Pyomo (``pyomo/contrib/pynumero/src/AmplInterface.cpp``) against an ASL that a
-system package provides — on Debian and Ubuntu::
+PyNumero's ``PyomoNLP`` (IDAES's numerical diagnostics, Pyomo's
+``SolverFactory('cyipopt')``) loads ``libpynumero_ASL.so``; this module compiles it
+from the C++ source that ships inside Pyomo
+(``pyomo/contrib/pynumero/src/AmplInterface.cpp``) against a system ASL, and
+installs it into Pyomo's configuration directory (``PYOMO_CONFIG_DIR/lib``)::
 
     apt install libamplsolver-dev g++
     python -m pyomo_odeest.nlp._pynumero_asl
 
-and installs it into Pyomo's configuration directory
-(``~/.pyomo/lib``, ``PYOMO_CONFIG_DIR/lib``), where Pyomo's ``find_library``
-looks first.  It takes about a second.
+See docs/solver.md, section "IDAES, PyNumero and Pyomo's own ``cyipopt`` interface".
 """
 from __future__ import annotations
 
