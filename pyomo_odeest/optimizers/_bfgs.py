@@ -5,9 +5,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ._projected import (_check_common, _finish, _initial_step, _Problem, _search, _start,
-                        _stop_test)
-from ._results import OptimizeHistory, OptimizeResult
+from ._projected import _accept, _check_common, _finish, _initial_step, _Problem, _search, _start
+from ._results import OptimizeResult
 
 
 # ---------------------------------------------------------------------------
@@ -63,11 +62,8 @@ def minimize_bfgs(fun: Callable, grad: Callable, x0, *, line_search: str = "wolf
     n = prob.n
     method = f"BFGS/{line_search}"
 
-    x, f, g = _start(prob)
-    hist = OptimizeHistory()
-    pg = prob.pg_norm(x, g)
-    hist.append(0, f, pg, x, np.nan, prob.nfev, prob.ngev)
-    if pg <= gtol:
+    x, f, g, hist, optimal = _start(prob, gtol)
+    if optimal:
         return _finish(prob, x, f, g, 0, True, "projected gradient below gtol", hist, method,
                        np.eye(n))
 
@@ -88,23 +84,13 @@ def minimize_bfgs(fun: Callable, grad: Callable, x0, *, line_search: str = "wolf
             H, fresh = eye.copy(), True
             d = prob.clean_direction(x, -gr, free)
             res = _search(prob, line_search, x, d, f, g, _initial_step(gr), 0.9)
-        if res is None:
-            message = "line search failed to decrease the objective"
+        gn, ended = _accept(prob, res, k + 1, f, hist, gtol, ftol, callback)
+        if gn is None:
+            success, message = ended
             break
-        alpha, xn, fn, _ = res
-        gn = prob.g(xn)
-        if not np.all(np.isfinite(gn)):
-            message = "gradient is not finite at the new iterate"
-            break
-        prob.clear_cache(keep=xn)
         k += 1
-        pg = prob.pg_norm(xn, gn)
-        hist.append(k, fn, pg, xn, alpha, prob.nfev, prob.ngev)
-        f_old = f
-        s = xn - x
-        x, f = xn, fn
-        stop = callback(x.copy()) if callback is not None else False
-        ended = _stop_test(pg, gtol, f_old, f, ftol, stop)
+        s = res[1] - x
+        x, f = res[1], res[2]
         if ended:
             (success, message), g = ended, gn
             break

@@ -5,9 +5,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ._projected import (CG_BETAS, _check_common, _finish, _initial_step, _Problem, _search, _start,
-                        _stop_test)
-from ._results import OptimizeHistory, OptimizeResult
+from ._projected import (CG_BETAS, _accept, _check_common, _finish, _initial_step, _Problem,
+                         _search, _start)
+from ._results import OptimizeResult
 
 
 # ---------------------------------------------------------------------------
@@ -99,11 +99,8 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
         raise ValueError(f"restart must be >= 0 or None (got {restart})")
     method = f"CG-{key}/{line_search}"
 
-    x, f, g = _start(prob)
-    hist = OptimizeHistory()
-    pg = prob.pg_norm(x, g)
-    hist.append(0, f, pg, x, np.nan, prob.nfev, prob.ngev)
-    if pg <= gtol:
+    x, f, g, hist, optimal = _start(prob, gtol)
+    if optimal:
         return _finish(prob, x, f, g, 0, True, "projected gradient below gtol", hist, method)
 
     free = ~prob.binding(x, g)
@@ -120,24 +117,14 @@ def minimize_cg(fun: Callable, grad: Callable, x0, *, beta: str = "PR", line_sea
             d = prob.clean_direction(x, -gr, free)
             since_restart = 0
             res = _search(prob, line_search, x, d, f, g, _initial_step(gr), 0.1)
-        if res is None:
-            message = "line search failed to decrease the objective"
+        gn, ended = _accept(prob, res, k + 1, f, hist, gtol, ftol, callback)
+        if gn is None:
+            success, message = ended
             break
-        alpha, xn, fn, slope = res
-        gn = prob.g(xn)
-        if not np.all(np.isfinite(gn)):
-            message = "gradient is not finite at the new iterate"
-            break
-        prob.clear_cache(keep=xn)
+        alpha, x, f, slope = res
         k += 1
         since_restart += 1
-        pg = prob.pg_norm(xn, gn)
-        hist.append(k, fn, pg, xn, alpha, prob.nfev, prob.ngev)
-        f_old = f
         x_old_free = free
-        x, f = xn, fn
-        stop = callback(x.copy()) if callback is not None else False
-        ended = _stop_test(pg, gtol, f_old, f, ftol, stop)
         if ended:
             (success, message), g = ended, gn
             break

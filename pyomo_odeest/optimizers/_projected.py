@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from ._line_search import line_search_secant, line_search_wolfe
-from ._results import OptimizeResult
+from ._results import OptimizeHistory, OptimizeResult
 
 #: Supported conjugate-gradient β formulas.
 CG_BETAS = ("FR", "PR", "PR+", "HS", "DY")
@@ -159,7 +159,8 @@ def _check_common(line_search, gtol, ftol, max_iter):
         raise ValueError(f"max_iter must be >= 0 (got {max_iter})")
 
 
-def _start(prob):
+def _start(prob, gtol):
+    """``x0, f(x0), g(x0)`` (checked), the history holding iteration 0 and whether x0 is optimal."""
     x = prob.x0
     f = prob.f(x)
     if not np.isfinite(f):
@@ -169,7 +170,10 @@ def _start(prob):
     g = prob.g(x)
     if not np.all(np.isfinite(g)):
         raise ValueError(f"grad(x0) is not finite: {g}")
-    return x, f, g
+    hist = OptimizeHistory()
+    pg = prob.pg_norm(x, g)
+    hist.append(0, f, pg, x, np.nan, prob.nfev, prob.ngev)
+    return x, f, g, hist, pg <= gtol
 
 
 def _search(prob, ls, x, d, f, g, alpha0, c2):
@@ -230,6 +234,24 @@ def _search_at_roundoff(prob, xa, phi, dphi, f, dphi0, alpha0, amax, c2, max_ite
         a_prev, d_prev = a, da
         a = min(a_next, amax) if np.isfinite(a_next) else 0.5 * a
     return None
+
+
+def _accept(prob, res, k, f, hist, gtol, ftol, callback):
+    """Iteration ``k`` ending at the line-search result ``res`` (from f = ``f``): the gradient
+    there, a history entry and the stopping tests.  Returns ``(g_new, ended)``: ``ended`` is
+    a ``(success, message)`` pair when the iteration stops, else None; ``g_new`` is None
+    when the iteration failed (no new iterate)."""
+    if res is None:
+        return None, (False, "line search failed to decrease the objective")
+    alpha, xn, fn, _ = res
+    gn = prob.g(xn)
+    if not np.all(np.isfinite(gn)):
+        return None, (False, "gradient is not finite at the new iterate")
+    prob.clear_cache(keep=xn)
+    pg = prob.pg_norm(xn, gn)
+    hist.append(k, fn, pg, xn, alpha, prob.nfev, prob.ngev)
+    stop = callback(xn.copy()) if callback is not None else False
+    return gn, _stop_test(pg, gtol, f, fn, ftol, stop)
 
 
 def _finish(prob, x, f, g, nit, success, message, hist, method, hess_inv=None):

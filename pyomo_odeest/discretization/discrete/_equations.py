@@ -122,14 +122,22 @@ class DiscreteEquations:
         self.f_eq, self.f_pt, self.f_t, self.f_c = ft[:, 0].astype(int), ft[:, 1].astype(int), ft[:, 2], ft[:, 3]
         self.d_eq, self.d_pt, self.d_t, self.d_c = dt[:, 0].astype(int), dt[:, 1].astype(int), dt[:, 2], dt[:, 3]
         # per-block term lists (for the sequential sweeps)
-        self.f_by_eq = [[] for _ in range(nb)]
-        self.d_by_eq = [[] for _ in range(nb)]
-        for e, b in enumerate(self.f_eq):
-            self.f_by_eq[b].append(e)
-        for e, b in enumerate(self.d_eq):
-            self.d_by_eq[b].append(e)
-        self.f_points = np.unique(self.f_pt)          # blocks where f is evaluated
-        self.d_points = np.unique(self.d_pt)
+        self.f_by_eq, self.d_by_eq = [[] for _ in range(nb)], [[] for _ in range(nb)]
+        for by_eq, eq in ((self.f_by_eq, self.f_eq), (self.d_by_eq, self.d_eq)):
+            for e, b in enumerate(eq):
+                by_eq[b].append(e)
+
+    def _term_kinds(self, pv=None, *wrt):
+        """Per kind of term, f then ḟ (no ḟ terms without ḟ): ``(by_eq, pt, c)`` followed,
+        for each ``"x"`` / ``"u"`` in ``wrt``, that Jacobian of f (ḟ) and its values in ``pv``."""
+        out = []
+        for key, by_eq, pt, c in (("f", self.f_by_eq, self.f_pt, self.f_c),
+                                  ("fd", self.d_by_eq, self.d_pt, self.d_c)):
+            row = (by_eq, pt, c)
+            for v in wrt:
+                row += (getattr(self, key + v, None), pv.get(key + v))
+            out.append(row)
+        return out
 
     def _symbolic(self):
         """The numeric f, f_x, f_u (ḟ and its Jacobians for the Enright schemes), l, l_u

@@ -35,21 +35,16 @@ class FirstOrder:
             Fw, _ = self._dF(W, u)
         if self._compiled() is not None:
             return self.block_backward_solve(-Fw[:, :, None], pv)[:, :, 0]
-        n = self.n
         rhs = -Fw.copy()
         P = np.zeros_like(W)
-        fx, fxv = self.fx, pv["fx"]
-        fdx = getattr(self, "fdx", None)
-        fdxv = pv.get("fdx")
+        kinds = self._term_kinds(pv, "x")
         for b in range(self.nblocks - 1, -1, -1):
             if self.implicit[b]:
-                D = np.eye(n)
-                for e in self.f_by_eq[b]:
-                    if self.f_pt[e] == b:
-                        D -= self.f_c[e] * fx.dense(fxv[b])[0]
-                for e in self.d_by_eq[b]:
-                    if self.d_pt[e] == b:
-                        D -= self.d_c[e] * fdx.dense(fdxv[b])[0]
+                D = np.eye(self.n)
+                for by_eq, pts, cs, J, Jv in kinds:
+                    for e in by_eq[b]:
+                        if pts[e] == b:
+                            D -= cs[e] * J.dense(Jv[b])[0]
                 p = np.linalg.solve(D.T, rhs[b])
             else:
                 p = rhs[b]
@@ -57,16 +52,10 @@ class FirstOrder:
             if b == 0:
                 break
             rhs[self.base[b]] += p
-            for e in self.f_by_eq[b]:
-                pt = self.f_pt[e]
-                if pt == b:
-                    continue
-                rhs[pt] += self.f_c[e] * fx.rmatvec_point(fxv[pt], p)
-            for e in self.d_by_eq[b]:
-                pt = self.d_pt[e]
-                if pt == b:
-                    continue
-                rhs[pt] += self.d_c[e] * fdx.rmatvec_point(fdxv[pt], p)
+            for by_eq, pts, cs, J, Jv in kinds:
+                for e in by_eq[b]:
+                    if pts[e] != b:
+                        rhs[pts[e]] += cs[e] * J.rmatvec_point(Jv[pts[e]], p)
         return P
 
     def block_backward_solve(self, R, pv):
@@ -153,8 +142,6 @@ class FirstOrder:
         W, u = traj.W, traj.u
         pv = self._point_values(W, u) if pv is None else pv
         n, m = self.n, self.m
-        fx, fxv = self.fx, pv["fx"]
-        fdx, fdxv = getattr(self, "fdx", None), pv.get("fdx")
         stream = Fw is not None
         last_use = self._last_use()
         M = {} if stream else np.zeros((self.nblocks, n, m))
@@ -166,25 +153,18 @@ class FirstOrder:
         M[0] = M0
         if stream:
             acc += Fw[0] @ M0
-        fuv = pv["fu"]
-        fduv = pv.get("fdu")
+        kinds = self._term_kinds(pv, "x", "u")
         for b in range(1, self.nblocks):
             rhs = M[self.base[b]].copy()
             D = np.eye(n) if self.implicit[b] else None
-            for e in self.f_by_eq[b]:
-                pt = self.f_pt[e]
-                rhs += self.f_c[e] * self.fu.dense(fuv[pt][None])[0]
-                if pt == b:
-                    D -= self.f_c[e] * fx.dense(fxv[b][None])[0]
-                else:
-                    rhs += self.f_c[e] * fx.apply(fxv[pt], M[pt])
-            for e in self.d_by_eq[b]:
-                pt = self.d_pt[e]
-                rhs += self.d_c[e] * self.fdu.dense(fduv[pt][None])[0]
-                if pt == b:
-                    D -= self.d_c[e] * fdx.dense(fdxv[b][None])[0]
-                else:
-                    rhs += self.d_c[e] * fdx.apply(fdxv[pt], M[pt])
+            for by_eq, pts, cs, Jx, Jxv, Ju, Juv in kinds:
+                for e in by_eq[b]:
+                    pt = pts[e]
+                    rhs += cs[e] * Ju.dense(Juv[pt][None])[0]
+                    if pt == b:
+                        D -= cs[e] * Jx.dense(Jxv[b][None])[0]
+                    else:
+                        rhs += cs[e] * Jx.apply(Jxv[pt], M[pt])
             M[b] = rhs if D is None else np.linalg.solve(D, rhs)
             if stream:
                 if np.any(Fw[b]):

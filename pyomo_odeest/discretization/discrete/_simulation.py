@@ -47,46 +47,27 @@ class Simulation:
         kernel = self._compiled()
         if kernel is not None:
             return self._simulate_compiled(kernel, W, u, newton_tol, max_newton)
-        Fv = {}
-        Dv = {}
-        f, fd = self.f, (self.fd if self.needs_fdot else None)
+        kinds = [(fn, {}) + kind for fn, kind in
+                 zip((self.f, getattr(self, "fd", None)), self._term_kinds())]
         newton_total = 0
         ul = u.tolist()      # the lambdified code runs 2-3x faster on Python floats
-
-        def fval(b):
-            v = Fv.get(b)
-            if v is None:
-                v = f.point(W[b].tolist(), ul, float(self.blk_time[b]))
-                Fv[b] = v
-            return v
-
-        def dval(b):
-            v = Dv.get(b)
-            if v is None:
-                v = fd.point(W[b].tolist(), ul, float(self.blk_time[b]))
-                Dv[b] = v
-            return v
-
         with np.errstate(all="ignore"):
             for b in range(1, self.nblocks):
-                fe, de = self.f_by_eq[b], self.d_by_eq[b]
                 rhs = W[self.base[b]].copy()
-                own_f, own_d = [], []
-                for e in fe:
-                    if self.f_pt[e] == b:
-                        own_f.append(self.f_c[e])
-                    else:
-                        rhs += self.f_c[e] * fval(self.f_pt[e])
-                for e in de:
-                    if self.d_pt[e] == b:
-                        own_d.append(self.d_c[e])
-                    else:
-                        rhs += self.d_c[e] * dval(self.d_pt[e])
+                own = [0, 0]                  # implicit coefficients of f and ḟ
+                for kind, (fn, cache, by_eq, pts, cs) in enumerate(kinds):
+                    for e in by_eq[b]:
+                        p = pts[e]
+                        if p == b:
+                            own[kind] += cs[e]
+                            continue
+                        if p not in cache:    # f (ḟ) once per point
+                            cache[p] = fn.point(W[p].tolist(), ul, float(self.blk_time[p]))
+                        rhs += cs[e] * cache[p]
                 if not self.implicit[b]:
                     W[b] = rhs
                 else:
-                    W[b], it = self._newton(b, rhs, sum(own_f), sum(own_d), u, newton_tol,
-                                            max_newton)
+                    W[b], it = self._newton(b, rhs, own[0], own[1], u, newton_tol, max_newton)
                     newton_total += it
                 if not np.all(np.isfinite(W[b])):
                     self._fail_nonfinite(b, u)

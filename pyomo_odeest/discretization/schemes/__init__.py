@@ -40,19 +40,11 @@ what the Pyomo renderer, the simulator and the adjoint consume.  The function
 :func:`integrate` is the plain-numpy reference implementation of those
 formulas.
 
-Start-up and the observable order
----------------------------------
-With the ramp :math:`Q_i = \min(i+1, Q_{\max}-1)` the first steps are of low
-order.  Step 0 of the Adams schemes is Heun's method / the trapezoidal rule
-(local error :math:`O(h^3)`) and step 0 of the Enright schemes is the
-one-step member of order 3 (local error :math:`O(h^4)`).  A fixed number of
-low-order steps of size :math:`h` limits the *global* error, so on a plain
-uniform grid the observed order is :attr:`MultistepScheme.startup_order`
-(:math:`\min(3, Q_{\max})` for Adams, :math:`\min(4, Q_{\max}+1)` for Enright)
-rather than :attr:`MultistepScheme.order`.  The full order is recovered with
-a grid whose start-up steps shrink faster than :math:`h`
-(``make_grid(..., startup="refined")`` in :mod:`pyomo_odeest.discretization._grid`) or with
-exact start values (``integrate(..., start_values=...)``).
+The low-order start-up steps of the ramp limit the order observed on a plain
+uniform grid to :attr:`MultistepScheme.startup_order`; a refined start-up grid
+(``make_grid(..., startup="refined")``) or exact start values
+(``integrate(..., start_values=...)``) recover :attr:`MultistepScheme.order`.
+See docs/schemes.md, "The start-up ramp limits the order".
 """
 
 from ._coefficients import (adams_bashforth_coefficients, adams_moulton_coefficients,

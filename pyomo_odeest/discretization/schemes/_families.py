@@ -52,6 +52,13 @@ def _stage_ref(name: str) -> PointRef:
     return PointRef("stage", stage=name)
 
 
+def _f_terms(w, q: int, first: PointRef | None = None) -> tuple:
+    """The f terms ``(first, w[:, 0]), (x_i, w[:, 1]), ..., (x_{i-q+1}, w[:, q])``;
+    without ``first`` the past points take the columns ``0..q-1``."""
+    head = () if first is None else ((first, w[:, 0]),)
+    return head + tuple((_past(j), w[:, j + len(head)]) for j in range(q))
+
+
 #: A stage whose coefficients are arrays over a batch of steps with the same
 #: structure: ``(name, ((PointRef, coef[B]), ...), ((PointRef, coef[B]), ...))``.
 StageTemplate = tuple
@@ -69,10 +76,8 @@ class MultistepScheme:
     1. Set the class attributes ``name`` (registry key), ``needs_fdot``
        (whether :math:`\dot f` appears) and ``stage_names`` (stage names in
        evaluation order, ending with ``"x"``).
-    2. Implement the properties ``order`` (classical global order, reached
-       once :math:`Q_i = Q_{\max}-1`) and ``startup_order`` (observed global
-       order on a plain uniform grid when the order ramp is used; see the
-       module docstring).
+    2. Set ``_extra_order``: :attr:`order` is ``qmax + _extra_order`` and
+       :attr:`startup_order` is ``min(3 + _extra_order, order)``.
     3. Implement ``_stage_templates(s, q)``: ``s`` has shape ``(B, q)``, row
        ``b`` holding the scaled past nodes
        :math:`s_j = (t_{i-j+1} - t_i)/h_i`, :math:`j = 1..q`, of ``B`` steps
@@ -107,6 +112,7 @@ class MultistepScheme:
     name: str = ""
     needs_fdot: bool = False
     stage_names: tuple[str, ...] = ("x",)
+    _extra_order = 0
     _CACHE_SIZE = 8
 
     def __init__(self, qmax: int = DEFAULT_QMAX):
@@ -116,15 +122,18 @@ class MultistepScheme:
         #: number of step formulas built so far (cache hits do not count)
         self.n_formulas_built = 0
 
+    @property
+    def order(self) -> int:
+        r"""Classical global order, reached once :math:`Q_i = Q_{\max}-1`."""
+        return self.qmax + self._extra_order
+
+    @property
+    def startup_order(self) -> int:
+        """Observed global order on a plain uniform grid with the order ramp (see the
+        module docstring): limited by the start-up steps."""
+        return min(3 + self._extra_order, self.order)
+
     # -- to be provided by subclasses ---------------------------------------
-    @property
-    def order(self) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    @property
-    def startup_order(self) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
-
     def _stage_templates(self, s: np.ndarray, q: int) -> tuple[StageTemplate, ...]:  # pragma: no cover
         raise NotImplementedError
 
@@ -191,23 +200,16 @@ class MultistepScheme:
         restart; used at the switching times of piecewise inputs).  Default:
         ``t.restarts`` when ``t`` is a :class:`~pyomo_odeest.discretization._grid.Grid`.
         """
-        restarts = self._restarts(t, restarts)
-        t = _check_grid(t)
-        key = (t.tobytes(), restarts)
-        hit = self._cache.get(key)
-        if hit is None:
+        restarts, t = self._restarts(t, restarts), _check_grid(t)
+
+        def build():
             out: list[StepFormula | None] = [None] * (t.size - 1)
             for batch in self.batches(t, restarts):
                 for r, i in enumerate(batch.steps.tolist()):
                     out[i] = batch.formula(r)
             self.n_formulas_built += len(out)
-            hit = tuple(out)
-            self._cache[key] = hit
-            while len(self._cache) > self._CACHE_SIZE:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
-        return list(hit)
+            return tuple(out)
+        return list(self._cached(self._cache, (t.tobytes(), restarts), build))
 
     def batches(self, t, restarts=()) -> tuple[StepBatch, ...]:
         """The step formulas of grid ``t`` as arrays: one :class:`StepBatch` per
@@ -218,26 +220,29 @@ class MultistepScheme:
         With ``restarts`` (see :meth:`formulas`) a batch's steps need not be
         consecutive.
         """
-        restarts = self._restarts(t, restarts)
-        t = _check_grid(t)
-        key = (t.tobytes(), restarts)
-        hit = self._batch_cache.get(key)
-        if hit is None:
-            k = t.size - 1
-            steps = np.arange(k)
-            seg = np.zeros(k, dtype=int)
+        restarts, t = self._restarts(t, restarts), _check_grid(t)
+
+        def build():
+            steps = np.arange(t.size - 1)
+            seg = np.zeros(t.size - 1, dtype=int)
             for r in restarts:
                 seg[r:] = r
             qs = np.minimum(steps - seg + 1, self.qmax - 1)
-            hit = tuple(self._build(steps[qs == q], t, int(q)) for q in np.unique(qs))
-            self._batch_cache[key] = hit
-            while len(self._batch_cache) > self._CACHE_SIZE:
-                self._batch_cache.popitem(last=False)
-        else:
-            self._batch_cache.move_to_end(key)
-        return hit
+            return tuple(self._build(steps[qs == q], t, int(q)) for q in np.unique(qs))
+        return self._cached(self._batch_cache, (t.tobytes(), restarts), build)
 
     # -- internals ----------------------------------------------------------
+    def _cached(self, cache: OrderedDict, key, build):
+        """``cache[key]``, computed by ``build()`` on a miss (LRU of ``_CACHE_SIZE`` grids)."""
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = build()
+            while len(cache) > self._CACHE_SIZE:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(key)
+        return hit
+
     def _build(self, idx: np.ndarray, t: np.ndarray, q: int | None = None) -> StepBatch:
         """Coefficients of steps ``idx`` (all with the same Q_i), checked."""
         q = self.order_q(int(idx[0])) if q is None else q
@@ -338,24 +343,12 @@ class AdamsPC(MultistepScheme):
     needs_fdot = False
     stage_names = ("y", "x")
 
-    @property
-    def order(self) -> int:
-        return self.qmax
-
-    @property
-    def startup_order(self) -> int:
-        return min(3, self.qmax)
-
     def _stage_degrees(self, q):
         return {"y": q, "x": q + 1}
 
     def _stage_templates(self, s, q):
-        pi = _ab_weights(s)
-        k = _am_weights(s)
-        past = [_past(j) for j in range(q)]
-        y = ("y", tuple((past[j], pi[:, j]) for j in range(q)), ())
-        x = ("x", ((_stage_ref("y"), k[:, 0]),) + tuple((past[j], k[:, j + 1]) for j in range(q)), ())
-        return (y, x)
+        y = ("y", _f_terms(_ab_weights(s), q), ())
+        return (y, ("x", _f_terms(_am_weights(s), q, _stage_ref("y")), ()))
 
 
 class AdamsMoulton(MultistepScheme):
@@ -381,21 +374,11 @@ class AdamsMoulton(MultistepScheme):
     needs_fdot = False
     stage_names = ("x",)
 
-    @property
-    def order(self) -> int:
-        return self.qmax
-
-    @property
-    def startup_order(self) -> int:
-        return min(3, self.qmax)
-
     def _stage_degrees(self, q):
         return {"x": q + 1}
 
     def _stage_templates(self, s, q):
-        k = _am_weights(s)
-        past = [_past(j) for j in range(q)]
-        return (("x", ((_NEW, k[:, 0]),) + tuple((past[j], k[:, j + 1]) for j in range(q)), ()),)
+        return (("x", _f_terms(_am_weights(s), q, _NEW), ()),)
 
 
 class Enright(MultistepScheme):
@@ -423,23 +406,14 @@ class Enright(MultistepScheme):
     name = "enright"
     needs_fdot = True
     stage_names = ("x",)
-
-    @property
-    def order(self) -> int:
-        return self.qmax + 1
-
-    @property
-    def startup_order(self) -> int:
-        return min(4, self.qmax + 1)
+    _extra_order = 1
 
     def _stage_degrees(self, q):
         return {"x": q + 2}
 
     def _stage_templates(self, s, q):
         rho, sigma = _enright_weights(s)
-        past = [_past(j) for j in range(q)]
-        f_terms = ((_NEW, rho[:, 0]),) + tuple((past[j], rho[:, j + 1]) for j in range(q))
-        return (("x", f_terms, ((_NEW, sigma),)),)
+        return (("x", _f_terms(rho, q, _NEW), ((_NEW, sigma),)),)
 
 
 class SemiImplicitEnright(MultistepScheme):
@@ -478,28 +452,16 @@ class SemiImplicitEnright(MultistepScheme):
     name = "semi_implicit_enright"
     needs_fdot = True
     stage_names = ("y", "yc", "x")
-
-    @property
-    def order(self) -> int:
-        return self.qmax + 1
-
-    @property
-    def startup_order(self) -> int:
-        return min(4, self.qmax + 1)
+    _extra_order = 1
 
     def _stage_degrees(self, q):
         return {"y": q, "yc": q + 1, "x": q + 2}
 
     def _stage_templates(self, s, q):
-        pi = _ab_weights(s)
-        k = _am_weights(s)
         rho, sigma = _enright_weights(s)
-        past = [_past(j) for j in range(q)]
-        y = ("y", tuple((past[j], pi[:, j]) for j in range(q)), ())
-        yc = ("yc", ((_stage_ref("y"), k[:, 0]),) + tuple((past[j], k[:, j + 1]) for j in range(q)), ())
-        x = ("x", ((_NEW, rho[:, 0]),) + tuple((past[j], rho[:, j + 1]) for j in range(q)),
-             ((_stage_ref("yc"), sigma),))
-        return (y, yc, x)
+        y = ("y", _f_terms(_ab_weights(s), q), ())
+        yc = ("yc", _f_terms(_am_weights(s), q, _stage_ref("y")), ())
+        return (y, yc, ("x", _f_terms(rho, q, _NEW), ((_stage_ref("yc"), sigma),)))
 
 
 SCHEMES: dict[str, type[MultistepScheme]] = {

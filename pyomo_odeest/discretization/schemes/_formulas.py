@@ -54,6 +54,11 @@ class PointRef:
                 raise ValueError("PointRef(kind='new') takes no stage name")
 
 
+def _targets_self(p: PointRef, name: str) -> bool:
+    """Whether ``p`` is the value that stage ``name`` defines (an implicit term)."""
+    return (p.kind == "stage" and p.stage == name) or (name == "x" and p.kind == "new")
+
+
 @dataclass(frozen=True)
 class Stage:
     r"""One stage equation of a step.
@@ -80,15 +85,10 @@ class Stage:
     f_terms: tuple[tuple[PointRef, float], ...]
     fdot_terms: tuple[tuple[PointRef, float], ...] = ()
 
-    def _targets_self(self, p: PointRef) -> bool:
-        if p.kind == "stage" and p.stage == self.name:
-            return True
-        return self.name == "x" and p.kind == "new"
-
     @property
     def implicit(self) -> bool:
         """True if the stage references its own value (``"new"`` for ``x``)."""
-        return any(self._targets_self(p) for p, _ in self.f_terms + self.fdot_terms)
+        return any(_targets_self(p, self.name) for p, _ in self.f_terms + self.fdot_terms)
 
     @property
     def points(self) -> tuple[PointRef, ...]:

@@ -7,6 +7,7 @@ from typing import Callable
 import numpy as np
 
 from ._families import AdamsPC, _check_grid, get_scheme
+from ._formulas import _targets_self
 
 # ---------------------------------------------------------------------------
 # Reference forward integrator
@@ -46,13 +47,6 @@ def _fd_fdot(f):
         return (fp - fm) / (2.0 * eps)
 
     return fdot
-
-
-def _stage_is_implicit(stage) -> bool:
-    """Whether a batch stage ``(name, f_terms, fdot_terms)`` references itself."""
-    name, f_terms, d_terms = stage
-    return any((p.kind == "new" and name == "x") or (p.kind == "stage" and p.stage == name)
-               for p, _ in f_terms + d_terms)
 
 
 def integrate(
@@ -239,7 +233,8 @@ def integrate(
     # terms one by one, implicit (own) coefficients summed
     batches = sch.batches(t, restarts)
     pred = None
-    if any(_stage_is_implicit(st) for bt in batches for st in bt.stages):
+    if any(_targets_self(p, name) for bt in batches
+           for name, ft, dt in bt.stages for p, _ in ft + dt):
         pred = {bt.q: bt for bt in AdamsPC(sch.qmax).batches(t, restarts)}   # AB guess
     work = []
     for batch in batches:
@@ -261,7 +256,7 @@ def integrate(
                 for p, c in ts:
                     if p.kind == "past":
                         continue
-                    if (p.kind == "new" and name == "x") or (p.kind == "stage" and p.stage == name):
+                    if _targets_self(p, name):
                         own[int(is_dot)] = own[int(is_dot)] + c
                     else:
                         others.append((p.stage, c * hh ** power))
