@@ -3,46 +3,12 @@ r"""Write an :class:`~pyomo_odeest.EstimationProblem` as a PEtab problem.
 The model becomes SBML (through libsbml): one species per state in a
 compartment of size 1, with a *rate rule* :math:`\dot x = f(x, u, t)` (so the
 right-hand side is kept exactly, whatever its form), one SBML parameter per
-parameter of the model (a local parameter once, set per experiment by the
-conditions) and an initial assignment :math:`x(0) = l(u)` per state.
-The tables:
-
-* parameters: every parameter (with several experiments: the local ones
-  per experiment, ``k_e1``) on the linear scale, its bounds (PEtab needs
-  finite ones: ±1e12 stand for none) and its start value as nominal value;
-  ``estimate`` is 0 for fixed parameters;
-* conditions: one per experiment, named after it (``c0`` without
-  experiments).  Its columns hold what differs between experiments: a local
-  parameter ``k`` is a model parameter set to ``k_<experiment>``, an input
-  constant over the experiment (a
-  :class:`~pyomo_odeest.problem.PiecewiseConstant` of one value) a model
-  parameter set to that value, and a state whose initial value is not the
-  initial assignment's a species column;
-* pre-equilibration (:class:`~pyomo_odeest.Preequilibration`): a condition
-  ``preeq`` (``preeq_<experiment>`` when the experiments' differ) with the
-  parameter values of the pre-equilibration and, as species columns, the
-  initial values it starts from; a column cannot be a parameter of the
-  parameter table, so a global parameter ``k`` that it sets becomes the model
-  parameter ``k_model``, set to ``k`` in the simulation conditions.  The
-  states ``reset`` after it are species columns of the simulation condition;
-  the measurement rows name the pre-equilibration in
-  ``preequilibrationConditionId``;
-* observables :math:`g_o` (id ``obs_<o>`` when ``o`` is a model id, which PEtab
-  does not allow) with the noise formula ``noiseParameter1_<id>``; one
-  measurement row per datum with :math:`\sigma = 1/\sqrt{w}` (weight w; 1
-  without weights) as its ``noiseParameters``.
-
-Weighted least squares :math:`J = \sum w r^2` and PEtab's normal likelihood
-with these σ are related by
-:math:`-\log L = J/2 + \sum \tfrac12\log(2\pi/w)`, which the round-trip tests
-check.  Raised as :class:`ValueError`: a Gaussian covariance loss, a penalty,
-:math:`t_0 \ne 0`, an input that changes in time, a pre-equilibration with
-dynamics of its own (``Preequilibration(rhs=...)`` other than the model's under
-other parameter values) or a parameter value given by a function, a
-condition entry that is an expression (PEtab v1 condition tables hold numbers
-and parameter ids: an experiment's initial value, a reset state's, a
-pre-equilibration value) and an observable whose formula differs between
-experiments beyond the local parameters.
+parameter of the model and an initial assignment :math:`x(0) = l(u)` per state;
+every parameter on the linear scale (±1e12 stand for infinite bounds), one
+condition per experiment, one measurement row per datum with
+:math:`\sigma = 1/\sqrt{w}`, so that :math:`-\log L = J/2 + \sum \tfrac12\log(2\pi/w)`.
+Local parameters, constant inputs, pre-equilibration and what raises
+:class:`ValueError`: see docs/petab.md, section "Export".
 """
 from __future__ import annotations
 
@@ -57,7 +23,7 @@ from sympy.printing.str import StrPrinter
 from ..problem._declaration import EstimationProblem, LeastSquares
 from ..problem._inputs import PiecewiseConstant, evaluate_inputs, input_applications
 from ._problem import _identifier
-from ._sbml import _libsbml
+from ._sbml import _libsbml, symbol
 
 __all__ = ["write_petab"]
 
@@ -86,10 +52,6 @@ def _formula(expr, libsbml, where):
         raise ValueError(f"{where}: cannot write {expr} as SBML math "
                          f"({libsbml.getLastParseL3Error()})")
     return ast
-
-
-def _sym(name):
-    return sympy.Symbol(str(name), real=True)
 
 
 def _inline(e):
@@ -143,7 +105,7 @@ def write_petab(problem: EstimationProblem, folder, name=None):
                                  f"written)")
             v = vals.pop()
             if several:
-                inputs.setdefault(k, {})[cid] = _sym(v) if isinstance(v, str) else sympy.Float(v)
+                inputs.setdefault(k, {})[cid] = symbol(v) if isinstance(v, str) else sympy.Float(v)
         if pre is not None:
             overrides[cid] = ov = {}
             for k, v in (pre.parameters or {}).items():
@@ -154,14 +116,14 @@ def write_petab(problem: EstimationProblem, folder, name=None):
                 own = next((d for d, c in local.items() if c[cid] == k), None)
                 if own or not any(k in c.values() for c in local.values()):
                     ov[own or k] = sympy.Float(v) if not isinstance(v, str) else \
-                        _sym(local[v][cid] if v in local else v)
+                        symbol(local[v][cid] if v in local else v)
     renamed = {k: _identifier(f"{k}_model", taken) for k in dict.fromkeys(
         k for ov in overrides.values() for k in ov if k not in local)}
 
     def sim_map(cid):                  # model parameter -> its value in the condition
-        m = {_sym(k): _sym(c[cid]) for k, c in local.items()}
-        m.update({_sym(k): v[cid] for k, v in inputs.items()})
-        m.update({_sym(r): _sym(k) for k, r in renamed.items()})
+        m = {symbol(k): symbol(c[cid]) for k, c in local.items()}
+        m.update({symbol(k): v[cid] for k, v in inputs.items()})
+        m.update({symbol(r): symbol(k) for k, r in renamed.items()})
         return m
 
     def back(cid):                     # this experiment's parameters -> model parameters
@@ -176,7 +138,7 @@ def write_petab(problem: EstimationProblem, folder, name=None):
         raise ValueError(f"{what} is {v}: a PEtab v1 condition table holds numbers and "
                          f"parameter ids only")
 
-    to_model = {_sym(k): _sym(r) for k, r in renamed.items()}
+    to_model = {symbol(k): symbol(r) for k, r in renamed.items()}
     f = [sympy.sympify(e).xreplace(to_model)
          for e in (problem.f_sym if several else map(_inline, problem.f_sym))]
     cond, pre_rows, evaluated = {}, {}, []   # evaluated: where the initial assignments hold
@@ -186,7 +148,7 @@ def write_petab(problem: EstimationProblem, folder, name=None):
         if pre is None:
             evaluated.append((cond[cid], cm, sp.l_sym, cid, ""))
             continue
-        pm = {**cm, **{_sym(renamed.get(k, k)): v for k, v in overrides[cid].items()}}
+        pm = {**cm, **{symbol(renamed.get(k, k)): v for k, v in overrides[cid].items()}}
         if not all(_same(fk.xreplace(pm), _inline(gk))
                    for fk, gk in zip(f, sp.steady_state.f_sym)):
             raise ValueError(f"{where(cid)}the pre-equilibration has dynamics of its own "
@@ -236,8 +198,8 @@ def write_petab(problem: EstimationProblem, folder, name=None):
     comp.setSpatialDimensions(3)
     hidden = {c for cs in local.values() for c in cs.values()} | set(renamed)
     used = set().union(*[e.free_symbols for e in f + ia])
-    u_at = {_sym(n): v for n, v in u0.items()}
-    for p, v in [(n, u0[n]) for n in names if n not in hidden or _sym(n) in used] + [
+    u_at = {symbol(n): v for n, v in u0.items()}
+    for p, v in [(n, u0[n]) for n in names if n not in hidden or symbol(n) in used] + [
             (str(k), float(v.xreplace(u_at))) for k, v in sim_map(runs[0][0]).items()]:
         q = m.createParameter()
         q.setId(p), q.setValue(v), q.setConstant(True)
@@ -282,14 +244,14 @@ def write_petab(problem: EstimationProblem, folder, name=None):
                                  "measurement": D[j, o], "time": float(t),
                                  "noiseParameters": 1.0 / np.sqrt(sp.weights[j, o])})
     meas = pd.DataFrame(rows)
-    files = {k: f"{k}_{name}.tsv" for k in ("parameters", "conditions", "observables",
-                                             "measurements")}
-    petab.write_parameter_df(par, os.path.join(folder, files["parameters"]))
-    petab.write_condition_df(cond_df, os.path.join(folder, files["conditions"]))
-    petab.write_observable_df(obs_df, os.path.join(folder, files["observables"]))
-    petab.write_measurement_df(meas, os.path.join(folder, files["measurements"]))
+    full = {}
+    for k, df, write in (("parameters", par, petab.write_parameter_df),
+                         ("conditions", cond_df, petab.write_condition_df),
+                         ("observables", obs_df, petab.write_observable_df),
+                         ("measurements", meas, petab.write_measurement_df)):
+        full[k] = os.path.join(folder, f"{k}_{name}.tsv")
+        write(df, full[k])
     yaml_path = os.path.join(folder, f"{name}.yaml")
-    full = {k: os.path.join(folder, v) for k, v in files.items()}
     petab.create_problem_yaml(os.path.join(folder, sbml_file), full["conditions"],
                               full["measurements"], full["parameters"], full["observables"],
                               yaml_path, relative_paths=True)

@@ -25,21 +25,21 @@ Priors are not part of the likelihood (:meth:`PetabModel.prior_nll`).
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 import pandas as pd
 import sympy
 from scipy.integrate import solve_ivp
 
 from ._sbml import TIME, switch_times, symbol
-from ._tables import PetabModel, log_jacobian, transform_value
+from ._tables import PetabModel, log_jacobian, per_transformation, transform_value
 from ..symbolic import lambdify
 
 __all__ = ["PetabSimulator", "petab_nll"]
 
 
-class _Solution:
-    def __init__(self, t, y):
-        self.t, self.y = t, y
+_Solution = namedtuple("_Solution", "t y")
 
 
 class PetabSimulator:
@@ -72,12 +72,8 @@ class PetabSimulator:
                         key=str)
             self._switch[c] = lambdify((psyms,), sw, "numpy") if sw else None
         meas = model.measurements
-        self._yfun = {}
-        for y in set(meas["y"]):
-            self._yfun[y] = lambdify((xs, psyms, TIME), y, "numpy")
-        self._sfun = {}
-        for s in set(meas["sigma"]):
-            self._sfun[s] = lambdify((xs, psyms, TIME), s, "numpy")
+        self._yfun = {y: lambdify((xs, psyms, TIME), y, "numpy") for y in set(meas["y"])}
+        self._sfun = {s: lambdify((xs, psyms, TIME), s, "numpy") for s in set(meas["sigma"])}
 
     def _integrate(self, condition, p, x0, T, t_eval=None):
         """Solution on [0, T] (``t`` and ``y`` at ``t_eval``, or at T), restarted at every
@@ -166,30 +162,21 @@ class PetabSimulator:
         vals = model.linear_values(scaled)
         p = np.array([vals[k] for k in self.pids])
         meas = model.measurements
-        y = np.full(len(meas), np.nan)
+        y, sig = np.full(len(meas), np.nan), np.empty(len(meas))
+        no_state = np.zeros(len(model.ode.states))     # for a σ of parameters only
         for c in model.conditions:
             rows = np.flatnonzero((meas["simulationConditionId"] == c).to_numpy())
             t = meas["time"].to_numpy()[rows]
             X = self.simulate(c, t, p)
             for k, r in enumerate(rows):
+                s = meas["sigma"].iat[r]
                 y[r] = float(self._yfun[meas["y"].iat[r]](X[k], p, t[k]))
-        sig = np.empty(len(meas))
-        for c in model.conditions:
-            rows = np.flatnonzero((meas["simulationConditionId"] == c).to_numpy())
-            need = [r for r in rows if self._state_sigma(meas["sigma"].iat[r])]
-            X = self.simulate(c, meas["time"].to_numpy()[need], p) if need else None
-            k = {r: i for i, r in enumerate(need)}
-            for r in rows:
-                xs = X[k[r]] if r in k else np.zeros(len(model.ode.states))
-                sig[r] = float(self._sfun[meas["sigma"].iat[r]](xs, p, meas["time"].iat[r]))
+                sig[r] = float(self._sfun[s](X[k] if self._state_sigma(s) else no_state, p, t[k]))
         m = meas["measurement"].to_numpy(dtype=float)
         trans = [model.observables[o].transformation for o in meas["observableId"]]
-        res = np.empty(len(meas))
-        jac = np.empty(len(meas))
-        for tr in set(trans):
-            sel = np.array([t == tr for t in trans])
-            res[sel] = (transform_value(y[sel], tr) - transform_value(m[sel], tr)) / sig[sel]
-            jac[sel] = log_jacobian(m[sel], tr)
+        res = (per_transformation(transform_value, y, trans)
+               - per_transformation(transform_value, m, trans)) / sig
+        jac = per_transformation(log_jacobian, m, trans)
         nll = 0.5 * np.log(2 * np.pi * sig**2) + jac + 0.5 * res**2
         return pd.DataFrame({"observableId": meas["observableId"],
                              "simulationConditionId": meas["simulationConditionId"],

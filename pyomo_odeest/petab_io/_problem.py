@@ -1,110 +1,18 @@
 r"""A PEtab problem as an :class:`~pyomo_odeest.EstimationProblem`.
 
-Mapping onto the package's concepts:
-
-=============================  ==================================================
-PEtab                          :class:`~pyomo_odeest.EstimationProblem`
-=============================  ==================================================
-species, rate-rule targets     ``states``
-estimated parameter θ          :class:`~pyomo_odeest.Parameter` named by its id,
-                               on its scale: value ``scale(nominal)``, bounds
-                               ``scale(lowerBound)``, ``scale(upperBound)``; the
-                               model uses :math:`\theta = 10^{u}`, :math:`e^{u}`
-                               or :math:`u`
-fixed parameter                its nominal value, substituted
-simulation condition           one :class:`~pyomo_odeest.Experiment` (a single
-                               condition: a plain problem)
-pre-equilibration condition    the experiment's
-                               :class:`~pyomo_odeest.Preequilibration`: the
-                               condition's rhs and initial state, the species
-                               set by the simulation condition reset
-condition overrides            initial states: the experiment's ``initial``;
-                               model constants that differ between conditions:
-                               :math:`k = a_k + \sum_q b_{kq}\theta_q` with
-                               fixed local (per-experiment) coefficients
-observable (with overrides)    one observed quantity per distinct formula,
-                               :math:`g = \tau(y)` (τ: lin, log, log10)
-measurement :math:`m`          datum :math:`\tau(m)` with standard deviation σ
-                               (``sigma=``: weight :math:`1/\sigma^2`)
-constant terms                 :attr:`PetabEstimation.constant`:
-                               :math:`\sum \tfrac12\log(2\pi\sigma^2)+\log J_\tau(m)`
-=============================  ==================================================
-
-so that the problem's objective :math:`J = \sum (\tau(y)-\tau(m))^2/\sigma^2`
-(the package's χ²) gives PEtab's negative log-likelihood on the discretization
-as :math:`J/2` + :attr:`PetabEstimation.constant` (:meth:`PetabEstimation.nll`).
-With σ stated as ``sigma=``, the covariance, χ² check and profiles of the
-package read the objective as a χ² statistic.
-
-**σ as an estimated parameter.**  When every σ of the problem is
-:math:`\sigma_i = c_i\, s` with numbers :math:`c_i` and one estimated
-parameter :math:`s` (the usual "one noise parameter" of the benchmark
-collection), :math:`s` is profiled out exactly: for any θ,
-
-.. math::
-
-    \min_s\, -\log L(\theta, s) \text{ is attained at }
-    s^2 = \mathrm{clip}\Big(\frac{1}{N}\sum_i \frac{r_i(\theta)^2}{c_i^2}\Big),
-
-where :math:`r_i = \tau(y_i) - \tau(m_i)`, so the joint minimiser in
-:math:`(\theta, s)` is the least-squares minimiser
-:math:`\theta^\star` of :math:`\sum_i r_i^2/c_i^2` with
-:math:`s^\star` from the formula (clipped to the bounds of :math:`s`).  The
-estimation problem is then that least-squares problem with weights
-:math:`1/c_i^2` (σ known only up to the factor s: use the covariance method
-``'residual'``) and :meth:`PetabEstimation.nll` adds the profiled terms.  Any other use of an
-estimated σ (two noise parameters, a σ mixing numbers and parameters
-across data) raises :class:`UnsupportedFeatureError` here; its likelihood
-is still evaluated by :func:`~pyomo_odeest.petab_io.petab_nll`.
-
-**Several estimated noise parameters.**  When every σ is a number, or a
-number times one of several estimated parameters
-(:math:`\sigma_i = c_i\, s_{g(i)}`, e.g. one noise parameter per
-observable), the problem is built with σ at the current
-:math:`s` and :meth:`PetabEstimation.fit` minimizes the joint NLL by
-alternating the two exact partial minimizations: the least-squares fit of θ
-with weights :math:`1/(c_i s_{g(i)})^2`, then
-:math:`s_g^2 = \mathrm{clip}\big(\frac{1}{N_g}\sum_{i\in g} r_i^2/c_i^2\big)`;
-each step lowers the NLL, and a fixed point is a stationary point of the
-joint NLL in :math:`(\theta, s)`.  Any other smooth σ formula of noise
-parameters (products or sums of several, a σ given by a formula with
-exponents) is handled the same way, the noise step then minimizing
-:math:`\sum_i \tfrac12 r_i^2/\sigma_i(s)^2 + \log\sigma_i(s)` (plus the priors of
-the noise parameters) numerically within their bounds.
-
-**σ sharing a parameter with the model or an observable** (σ = scale·σ₀
-with the scale in the observable): every datum is its own observed quantity,
-the scaled residual :math:`z_i = (\tau(y_i) - \tau(m_i))/\sigma_i(u)` with datum 0
-and σ = 1, and the penalty holds :math:`2\sum_i\log\sigma_i(u)`, so the
-objective is twice the exact NLL (less its constants) with exact derivatives
-in every approach.  A σ that depends on the states raises
-:class:`UnsupportedFeatureError` (its likelihood is still evaluated by
-:func:`~pyomo_odeest.petab_io.petab_nll`).
-
-**Priors.**  The priors of the estimated parameters
-(:meth:`~pyomo_odeest.petab_io.PetabModel.prior_nll`) are the problem's
-penalty :math:`R(u) = 2\sum_q -\log p_q(\theta_q)` (the objective is twice
-the NLL), so every approach minimizes the negative log-posterior with the
-exact gradient and Hessian of the priors, and the uncertainty analysis
-adds their Hessian to the Fisher information (prior information).  With
-priors, σ is never profiled (the profile would ignore them): a single σ
-parameter is estimated by the alternation above.  :meth:`PetabEstimation.nll`
-then includes the priors; :meth:`PetabEstimation.simulated_nll` reports
-likelihood and priors separately.
-
-**Inputs switched in time.**  A ``piecewise`` of time in the SBML rates,
-:math:`\sum_k v_k\,\mathbb 1[c_k(t)]`, becomes :math:`\sum_k v_k\,I_k(t)` with
-one indicator input :math:`I_k` per piece
-(:class:`~pyomo_odeest.problem.PiecewiseConstant` of values 0 and 1, per
-experiment, its switching times those of the condition): every approach
-then restarts its integrator or places a grid point at each switching time,
-as for inputs given as data.  Pre-equilibration sees the inputs' values at
-:math:`t = 0`.  A switching time that depends on an estimated parameter
-raises :class:`UnsupportedFeatureError`.
-
-**Measurements at t = 0 only.**  An experiment whose data are all at its
-initial time is simulated up to the problem's first positive measurement
-time (1 if none), where it has no data.
+Each simulation condition is an :class:`~pyomo_odeest.Experiment` (one condition:
+a plain problem), each estimated parameter a :class:`~pyomo_odeest.Parameter` on
+its PEtab scale, each observable the observed quantity :math:`g = \tau(y)` with
+datum :math:`\tau(m)` and standard deviation σ, so that the objective
+:math:`J = \sum (\tau(y)-\tau(m))^2/\sigma^2` gives PEtab's negative
+log-likelihood as :math:`J/2` + :attr:`PetabEstimation.constant`
+(:meth:`PetabEstimation.nll`).  See docs/petab.md: "Mapping onto the package's
+concepts" for the whole table; "The objective" for σ as an estimated parameter
+(profiled out), several noise parameters (the alternation of
+:meth:`PetabEstimation.fit`) and σ sharing a parameter with the model (scaled
+residuals, :math:`2\sum_i\log\sigma_i(u)` in the penalty); "Priors" (the penalty
+:math:`R(u) = 2\sum_q -\log p_q(\theta_q)`); "Inputs switched in time" (indicator
+inputs); "Measurements at t = 0 only; steady-state measurements".
 """
 from __future__ import annotations
 
@@ -122,8 +30,8 @@ from ..symbolic import lambdify
 from ..symbolic._convert import sympy_to_pyomo
 from ._likelihood import PetabSimulator
 from ._sbml import TIME, UnsupportedFeatureError, switch_times, symbol, time_piecewise
-from ._tables import (PetabModel, log_jacobian, read_petab, scale_value, transform_sym,
-                     transform_value, unscale_sym)
+from ._tables import (PetabModel, log_jacobian, per_transformation, read_petab, scale_value,
+                      transform_sym, transform_value, unscale_sym)
 
 __all__ = ["PetabEstimation", "petab_problem"]
 
@@ -140,7 +48,7 @@ class PetabEstimation:
     constant : float
         Constant terms of the NLL (those of the profiled σ excluded).
     sigma_parameter : str or None
-        The estimated σ parameter profiled out (see the module docstring).
+        The estimated σ parameter profiled out (docs/petab.md, "The objective").
     noise_parameters : list of str
         Several estimated noise parameters, estimated by :meth:`fit` (empty
         otherwise); ``noise_start`` their start values (linear scale), at
@@ -192,9 +100,8 @@ class PetabEstimation:
         if self.sigma_parameter is None:
             return 0.5 * objective + self.constant
         s = self.profiled_sigma(objective)
-        ss = objective
         return (0.5 * np.sum(np.log(2 * np.pi * (self._c * s) ** 2)) + self._jac
-                + ss / (2 * s**2))
+                + objective / (2 * s**2))
 
     def scaled_estimates(self, result):
         """The estimated PEtab parameters on their scales (a Series in the parameter
@@ -267,7 +174,7 @@ class PetabEstimation:
 
     def fit(self, approach="reduced_space", rounds=50, rtol=1e-9, max_time=None, **options):
         r"""Estimate θ and several noise parameters by alternating exact partial
-        minimizations (see the module docstring): ``rounds`` at most, until the
+        minimizations (docs/petab.md, "The objective"): ``rounds`` at most, until the
         noise parameters change by less than ``rtol`` (relative); no new round
         after ``max_time`` seconds (None: no limit).  ``options`` go to
         :func:`~pyomo_odeest.estimate` (``u0`` starts the first round).
@@ -406,8 +313,9 @@ def _indicator_inputs(model, pieces, cond, fixed_sub, t0, T):
     return out
 
 
-class _InitialValue:
-    """``l(u)`` of one state as a picklable callable on the parameters' Pyomo objects."""
+class _OfParameters:
+    """A sympy expression of the parameters ``names`` (an initial value ``l(u)``, the priors'
+    penalty ``R(u)``) as a picklable callable on the parameters' Pyomo objects."""
 
     def __init__(self, expr, names):
         self.expr, self.names = expr, list(names)
@@ -416,14 +324,9 @@ class _InitialValue:
         return sympy_to_pyomo(self.expr, {symbol(n): u[n] for n in self.names})
 
 
-class _Penalty:
-    """The priors' penalty ``R(u)`` as a picklable callable on the parameters' Pyomo objects."""
-
-    def __init__(self, expr, names):
-        self.expr, self.names = expr, list(names)
-
-    def __call__(self, u):
-        return sympy_to_pyomo(self.expr, {symbol(n): u[n] for n in self.names})
+def _names(expr):
+    """The names of the free symbols of ``expr``."""
+    return {x.name for x in sympy.sympify(expr).free_symbols}
 
 
 def _identifier(name, taken):
@@ -461,14 +364,11 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     fixed_sub = {symbol(p.id): sympy.Float(p.nominal, 17) for p in model.parameters
                  if not p.estimate}
     state_names = set(model.ode.states)
-    model_side = set()
-    for cond in conditions:
-        for e in list(model.constants[cond].values()) + list(model.initial[cond].values()):
-            model_side |= {x.name for x in sympy.sympify(e).free_symbols}
-    for y in meas["y"]:
-        model_side |= {x.name for x in y.free_symbols}
+    model_side = set().union(*[_names(e) for e in meas["y"]], *[
+        _names(e) for cond in conditions
+        for e in list(model.constants[cond].values()) + list(model.initial[cond].values())])
     for i, sgm in enumerate(meas["sigma"]):
-        names = {x.name for x in sgm.free_symbols}
+        names = _names(sgm)
         if names & state_names or TIME in sgm.free_symbols:
             raise UnsupportedFeatureError(
                 f"{model.name}: the noise formula of {meas['observableId'][i]} ({sgm}) depends "
@@ -476,24 +376,17 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
                 "estimation supports sigma as a function of parameters only (petab_nll "
                 "evaluates this likelihood)")
     # sigma sharing an estimated parameter with the model or an observable: every datum
-    # its own scaled residual (see the module docstring)
-    joint = any({x.name for x in sgm.free_symbols} & est_ids & model_side
-                for sgm in meas["sigma"])
-    sig_rows = [{x.name for x in sgm.free_symbols} & est_ids for sgm in meas["sigma"]]
+    # its own scaled residual (docs/petab.md, "The objective")
+    joint = any(_names(sgm) & est_ids & model_side for sgm in meas["sigma"])
+    sig_rows = [_names(sgm) & est_ids for sgm in meas["sigma"]]
     sig_par = set().union(*sig_rows)
-    sigma_parameter = None
-    groups = None
-    general = None
-    c = np.empty(len(meas))
-    if joint:
-        c[:] = 1.0
-    elif sig_par:
+    sigma_parameter = groups = general = noise_model = None
+    c = np.ones(len(meas))                  # joint: scaled residuals of σ = 1
+    if sig_par and not joint:
         ratio = []
-        for i, sgm in enumerate(meas["sigma"]):
+        for sgm, u in zip(meas["sigma"], sig_rows):
             e = sgm.xreplace(fixed_sub)
-            if len(sig_rows[i]) == 1:
-                e = sympy.simplify(e / symbol(next(iter(sig_rows[i]))))
-            ratio.append(e)
+            ratio.append(sympy.simplify(e / symbol(next(iter(u)))) if len(u) == 1 else e)
         simple = all(not e.free_symbols and len(u) <= 1 for e, u in zip(ratio, sig_rows))
         noise_priors = any(model.parameter(g).prior is not None for g in sig_par)
         if simple and not noise_priors and len(sig_par) == 1 and all(sig_rows) \
@@ -504,17 +397,13 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         else:
             general = sorted(sig_par)
         if general is None:
-            c[:] = [float(e) if not u else float(e) for e, u in zip(ratio, sig_rows)]
+            c[:] = [float(e) for e in ratio]
         else:
-            c[:] = 1.0
-    else:
-        for i, sgm in enumerate(meas["sigma"]):
-            c[i] = float(sgm.xreplace(fixed_sub))
-    noise_model = None
-    if general is not None:
-        noise_model = _NoiseModel(model, [sg.xreplace(fixed_sub) for sg in meas["sigma"]],
-                                  general)
-        c = noise_model.sigma({g: model.parameter(g).nominal for g in general})
+            noise_model = _NoiseModel(model, [sg.xreplace(fixed_sub) for sg in meas["sigma"]],
+                                      general)
+            c = noise_model.sigma({g: model.parameter(g).nominal for g in general})
+    elif not joint:
+        c[:] = [float(sgm.xreplace(fixed_sub)) for sgm in meas["sigma"]]
     if np.any(~(c > 0)):
         raise ValueError(f"{model.name}: sigma must be positive; got {c[~(c > 0)][:3]}")
 
@@ -522,10 +411,9 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     noise_ids = set(groups or []) - {None} | set(general or [])
     estimated = [p for p in model.estimated if p.id != sigma_parameter and p.id not in noise_ids]
     sigma_terms = {}                    # joint: scaled sigma -> number of data
+    # per datum: the noise parameter's start (1 with a general noise model: c holds σ there)
     s_start = np.array([1.0 if g is None else model.parameter(g).nominal
                         for g in (groups or [None] * len(meas))])
-    if general is not None:
-        s_start = np.ones(len(meas))          # c holds sigma at the start values already
     params = [Parameter(p.id, p.scaled_nominal, *p.scaled_bounds) for p in estimated]
     to_scaled = dict(fixed_sub)
     to_scaled.update({symbol(p.id): unscale_sym(symbol(p.id), p.scale) for p in estimated})
@@ -576,13 +464,9 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             obs_name[(oid, y)] = nm
             obs_expr[nm] = transform_sym(scaled(y), model.observables[oid].transformation)
             names.append(nm)
-    trans = np.array([model.observables[o].transformation for o in meas["observableId"]])
-    value = np.empty(len(meas))
-    jac = np.empty(len(meas))
-    for tr in set(trans):
-        sel = trans == tr
-        value[sel] = transform_value(meas["measurement"].to_numpy()[sel], tr)
-        jac[sel] = log_jacobian(meas["measurement"].to_numpy()[sel], tr)
+    trans = [model.observables[o].transformation for o in meas["observableId"]]
+    value = per_transformation(transform_value, meas["measurement"], trans)
+    jac = per_transformation(log_jacobian, meas["measurement"], trans)
     long = pd.DataFrame({"condition": meas["simulationConditionId"].to_numpy(copy=True),
                          "time": meas["time"].to_numpy(copy=True),
                          "name": [obs_name[(o, y, i) if joint else (o, y)] for i, (o, y) in
@@ -713,10 +597,10 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     if joint:
         prior_sym = prior_sym + sympy.Add(*[n * sympy.log(sg) for sg, n in sigma_terms.items()])
     if prior_sym != 0:
-        penalty = _Penalty(2 * prior_sym, [p.id for p in estimated])
+        penalty = _OfParameters(2 * prior_sym, [p.id for p in estimated])
 
     def initial_fn(e):
-        return _InitialValue(e, u_names) if e.free_symbols else float(e)
+        return _OfParameters(e, u_names) if e.free_symbols else float(e)
 
     def preequilibration(cond, steady_state=False):
         """The steady state of the pre-equilibration condition, the species ``cond`` sets

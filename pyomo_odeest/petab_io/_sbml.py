@@ -26,13 +26,12 @@ abstract syntax tree by :func:`math_to_sympy` (no other converter is
 involved).
 
 Every SBML feature the conversion cannot represent exactly raises
-:class:`UnsupportedFeatureError` naming the feature and the file: events,
-algebraic rules, delays, variable compartment sizes, conversion factors,
-stoichiometry that changes in time, and MathML outside the elementary
-functions.
+:class:`UnsupportedFeatureError` naming the feature and the file (the list:
+docs/petab.md, section "Not supported").
 """
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 
@@ -50,13 +49,16 @@ class UnsupportedFeatureError(NotImplementedError):
     feature and the file)."""
 
 
-def _libsbml():
+def _optional(module, needs):
+    """Import ``module`` of the extra ``petab``; ``needs`` opens the message without it."""
     try:
-        import libsbml
+        return importlib.import_module(module)
     except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("reading SBML needs python-libsbml: "
-                          "pip install 'pyomo_odeest[petab]'") from None
-    return libsbml
+        raise ImportError(f"{needs}: pip install 'pyomo_odeest[petab]'") from None
+
+
+def _libsbml():
+    return _optional("libsbml", "reading SBML needs python-libsbml")
 
 
 def symbol(name):
@@ -73,6 +75,18 @@ def math_to_sympy(ast, functions=None, where="", libsbml=None):
     """
     L = libsbml or _libsbml()
     functions = functions or {}
+    leaves = {L.AST_NAME_TIME: TIME, L.AST_NAME_AVOGADRO: sympy.Float(6.02214076e23, 17),
+              L.AST_CONSTANT_E: sympy.E, L.AST_CONSTANT_PI: sympy.pi,
+              L.AST_CONSTANT_TRUE: sympy.true, L.AST_CONSTANT_FALSE: sympy.false}
+    unary = _UNARY(L)
+    nary = {L.AST_FUNCTION_MAX: sympy.Max, L.AST_FUNCTION_MIN: sympy.Min,
+            L.AST_LOGICAL_AND: sympy.And, L.AST_LOGICAL_OR: sympy.Or,
+            L.AST_LOGICAL_XOR: sympy.Xor, L.AST_LOGICAL_NOT: sympy.Not}
+    rel = {L.AST_RELATIONAL_EQ: sympy.Eq, L.AST_RELATIONAL_NEQ: sympy.Ne,
+           L.AST_RELATIONAL_GT: sympy.Gt, L.AST_RELATIONAL_GEQ: sympy.Ge,
+           L.AST_RELATIONAL_LT: sympy.Lt, L.AST_RELATIONAL_LEQ: sympy.Le}
+    refused = {L.AST_FUNCTION_DELAY: "delay", L.AST_FUNCTION_RATE_OF: "rateOf",
+               L.AST_LAMBDA: "lambda outside a function definition"}
 
     def unsupported(what):
         raise UnsupportedFeatureError(f"{where}: MathML '{what}' is not supported")
@@ -92,18 +106,8 @@ def math_to_sympy(ast, functions=None, where="", libsbml=None):
             return sympy.Rational(node.getNumerator(), node.getDenominator())
         if ty == L.AST_NAME:
             return symbol(node.getName())
-        if ty == L.AST_NAME_TIME:
-            return TIME
-        if ty == L.AST_NAME_AVOGADRO:
-            return sympy.Float(6.02214076e23, 17)
-        if ty == L.AST_CONSTANT_E:
-            return sympy.E
-        if ty == L.AST_CONSTANT_PI:
-            return sympy.pi
-        if ty == L.AST_CONSTANT_TRUE:
-            return sympy.true
-        if ty == L.AST_CONSTANT_FALSE:
-            return sympy.false
+        if ty in leaves:
+            return leaves[ty]
         if ty == L.AST_PLUS:
             return sympy.Add(*kids) if kids else sympy.Integer(0)
         if ty == L.AST_TIMES:
@@ -119,26 +123,17 @@ def math_to_sympy(ast, functions=None, where="", libsbml=None):
         if ty == L.AST_FUNCTION_LOG:
             # libsbml: log(base, x) with two children, log10 with one
             return sympy.log(kids[1], kids[0]) if len(kids) == 2 else sympy.log(kids[0], 10)
-        if ty in _UNARY(L):
-            return _UNARY(L)[ty](kids[0])
-        if ty == L.AST_FUNCTION_MAX:
-            return sympy.Max(*kids)
-        if ty == L.AST_FUNCTION_MIN:
-            return sympy.Min(*kids)
+        if ty in unary:
+            return unary[ty](kids[0])
+        if ty in nary:
+            return nary[ty](*kids)
         if ty == L.AST_FUNCTION_PIECEWISE:
             pieces = [(kids[i], kids[i + 1]) for i in range(0, len(kids) - 1, 2)]
             if len(kids) % 2:
                 pieces.append((kids[-1], True))
             return sympy.Piecewise(*pieces)
-        rel = {L.AST_RELATIONAL_EQ: sympy.Eq, L.AST_RELATIONAL_NEQ: sympy.Ne,
-               L.AST_RELATIONAL_GT: sympy.Gt, L.AST_RELATIONAL_GEQ: sympy.Ge,
-               L.AST_RELATIONAL_LT: sympy.Lt, L.AST_RELATIONAL_LEQ: sympy.Le}
         if ty in rel:
             return sympy.And(*[rel[ty](a, b) for a, b in zip(kids[:-1], kids[1:])])
-        logic = {L.AST_LOGICAL_AND: sympy.And, L.AST_LOGICAL_OR: sympy.Or,
-                 L.AST_LOGICAL_XOR: sympy.Xor, L.AST_LOGICAL_NOT: sympy.Not}
-        if ty in logic:
-            return logic[ty](*kids)
         if ty == L.AST_FUNCTION:
             name = node.getName()
             if name not in functions:
@@ -148,13 +143,7 @@ def math_to_sympy(ast, functions=None, where="", libsbml=None):
                 raise UnsupportedFeatureError(
                     f"{where}: function {name} takes {len(args)} arguments, got {len(kids)}")
             return body.xreplace(dict(zip(args, kids)))
-        if ty == L.AST_FUNCTION_DELAY:
-            unsupported("delay")
-        if ty == L.AST_FUNCTION_RATE_OF:
-            unsupported("rateOf")
-        if ty == L.AST_LAMBDA:
-            unsupported("lambda outside a function definition")
-        unsupported(node.getName() or L.formulaToL3String(node))
+        unsupported(refused.get(ty) or node.getName() or L.formulaToL3String(node))
 
     return conv(ast)
 
@@ -300,10 +289,8 @@ def read_sbml(path) -> SbmlOde:
         cid = c.getId()
         if cid in rate_rules or cid in assign_rules or not c.getConstant():
             unsupported(f"a compartment of variable size ({cid})")
-        if c.getSpatialDimensions() == 0:
-            comp_size[cid] = 1.0
-        else:
-            comp_size[cid] = c.getSize() if c.isSetSize() else 1.0
+        # a compartment of dimension 0, or without a size, has size 1
+        comp_size[cid] = c.getSize() if c.isSetSize() and c.getSpatialDimensions() != 0 else 1.0
 
     constants = dict(comp_size)
     params_with_rate = []
@@ -394,9 +381,8 @@ def read_sbml(path) -> SbmlOde:
     rhs = {k: sympy.sympify(v).xreplace(asub).xreplace(asub) for k, v in rhs.items()}
 
     # initial assignments (may refer to constants and, through rules, to other initial values)
-    ia = {}
-    for a in m.getListOfInitialAssignments():
-        ia[a.getSymbol()] = conv(a.getMath(), f"initial assignment of {a.getSymbol()}")
+    ia = {a.getSymbol(): conv(a.getMath(), f"initial assignment of {a.getSymbol()}")
+          for a in m.getListOfInitialAssignments()}
     for target, e in ia.items():
         if target in init:
             init[target] = e        # in the species' own units (amount or concentration)

@@ -1,24 +1,16 @@
 r"""PEtab (format version 1) problems: the tables as symbolic objects.
 
-A PEtab problem is an SBML model plus four tables.  :func:`read_petab`
-turns them into a :class:`PetabModel`:
-
-* **parameters** (:class:`PetabParameter`): scale ``lin``/``log``/``log10``,
-  bounds, nominal value, estimated or fixed.  Throughout, the symbol of a
-  parameter id stands for its value on the *linear* scale; the optimisation
-  variable is the scaled value :math:`\theta_s = \mathrm{scale}(\theta)`.
-* **conditions**: per simulation condition, the values of the model's
-  constants (numbers, or parameter ids) and of the initial species.
-* **observables**: :math:`y = h_o(x, k, \pi^{obs})` and
-  :math:`\sigma = s_o(\pi^{noise}, \theta)` with the placeholders
-  ``observableParameter{n}_{id}`` and ``noiseParameter{n}_{id}`` filled per
-  measurement row.
-* **measurements**: one row per datum :math:`m` at time :math:`t`
-  (:math:`t = \infty`: at the condition's steady state).
+A PEtab problem is an SBML model plus four tables, which :func:`read_petab`
+turns into a :class:`PetabModel`: parameters (:class:`PetabParameter`; the
+symbol of a parameter id stands for its *linear*-scale value, the optimisation
+variable is :math:`\theta_s = \mathrm{scale}(\theta)`), per-condition values of
+the model's constants and initial species, observables
+:math:`y = h_o(x, k, \pi^{obs})`, :math:`\sigma = s_o(\pi^{noise}, \theta)` (their
+placeholders filled per measurement row), and measurements (:math:`t = \infty`:
+at the condition's steady state).
 
 The negative log-likelihood is PEtab's, every constant included
-[MHV, eq. (2)–(5)] for the transformation :math:`\tau` (identity, ln or
-log10) of each observable:
+[MHV, eq. (2)–(5)], for the transformation :math:`\tau` of each observable:
 
 .. math::
 
@@ -26,12 +18,9 @@ log10) of each observable:
         + \log J_\tau(m)
         + \tfrac12\Big(\frac{\tau(y(t)) - \tau(m)}{\sigma}\Big)^2,
 
-with :math:`J_\tau(m) = 1,\ m,\ m\ln 10` for ``lin``, ``log``, ``log10``
-(the Jacobian of the transformation at the datum).
-
-**Priors** (``objectivePriorType``, ``objectivePriorParameters``) are read
-into :attr:`PetabParameter.prior`; :meth:`PetabModel.prior_nll` is their
-negative log-density :math:`-\log p(\theta)` (every constant included), for
+with :math:`J_\tau(m) = 1,\ m,\ m\ln 10` for ``lin``, ``log``, ``log10``.
+Priors (:attr:`PetabParameter.prior`) are separate from the likelihood;
+:meth:`PetabModel.prior_nll` is their :math:`-\log p(\theta)`, for
 
 =========================  =====================================================
 type (parameters)          :math:`-\log p` of the value :math:`v`
@@ -43,20 +32,10 @@ type (parameters)          :math:`-\log p` of the value :math:`v`
 ``logLaplace`` (μ; b)      :math:`\log(2bv) + |\log v-\mu|/b`
 =========================  =====================================================
 
-with :math:`v` the linear value, or the scaled value for the
-``parameterScale...`` variants.  They are separate from the likelihood
-(the published reference values are likelihoods); the estimation adds them
-to the objective (:mod:`pyomo_odeest.petab_io._problem`).
-
-Noise formulas may be any smooth function of parameters, of the model's
-states and of the observable itself (its id stands for its value).
-
-Unsupported features raise
-:class:`~pyomo_odeest.petab_io._sbml.UnsupportedFeatureError` naming the
-feature and the file: Laplace noise, mapping tables, several models or problems in one file,
-PEtab extensions, and a simulation condition used with several
-pre-equilibration conditions.  Pre-equilibration (``preequilibrationConditionId``)
-is read into :attr:`PetabModel.preequilibration` and :attr:`PetabModel.reset`.
+with :math:`v` the linear value, or the scaled value for the ``parameterScale...``
+variants.  Unsupported features raise
+:class:`~pyomo_odeest.petab_io._sbml.UnsupportedFeatureError`: see docs/petab.md,
+sections "The objective", "Priors" and "Not supported".
 """
 from __future__ import annotations
 
@@ -69,21 +48,12 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ._sbml import TIME, SbmlOde, UnsupportedFeatureError, read_sbml, symbol
+from ._sbml import TIME, SbmlOde, UnsupportedFeatureError, _optional, read_sbml, symbol
 
 __all__ = ["PetabParameter", "PetabObservable", "PetabModel", "read_petab", "SCALES"]
 
 #: scale name -> (scale, unscale) on numbers and on sympy expressions
 SCALES = ("lin", "log", "log10")
-
-
-def _petab():
-    try:
-        import petab.v1 as petab
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("reading PEtab needs the petab package (0.8 on Python 3.11): "
-                          "pip install 'pyomo_odeest[petab]'") from None
-    return petab
 
 
 def scale_value(v, scale):
@@ -114,6 +84,15 @@ def log_jacobian(m, transformation):
     m = np.asarray(m, dtype=float)
     return {"lin": lambda a: np.zeros_like(a), "log": np.log,
             "log10": lambda a: np.log(a * np.log(10.0))}[transformation](m)
+
+
+def per_transformation(fn, x, trans):
+    """``fn(x_i, τ_i)`` of every element of ``x``, ``trans`` the transformation τ_i of each."""
+    trans, x = np.asarray(trans), np.asarray(x, dtype=float)
+    out = np.empty(len(x))
+    for tr in set(trans):
+        out[trans == tr] = fn(x[trans == tr], tr)
+    return out
 
 
 @dataclass
@@ -304,6 +283,11 @@ def _is_empty(v):
     return v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == ""
 
 
+def _text(row, col, default):
+    """The stripped text of a table entry, ``default`` when it is empty or absent."""
+    return default if _is_empty(row.get(col)) else str(row[col]).strip()
+
+
 def _value_or_symbol(v, parameter_ids, where):
     """A table entry: a number, or a parameter id (its linear-scale symbol)."""
     try:
@@ -319,7 +303,7 @@ def _value_or_symbol(v, parameter_ids, where):
 
 def read_petab(yaml_path) -> PetabModel:
     """Read a PEtab v1 problem (YAML file or the folder holding one)."""
-    petab = _petab()
+    petab = _optional("petab.v1", "reading PEtab needs the petab package (0.8 on Python 3.11)")
     yaml_path = str(yaml_path)
     if os.path.isdir(yaml_path):
         ymls = sorted(f for f in os.listdir(yaml_path) if f.endswith((".yaml", ".yml")))
@@ -399,10 +383,8 @@ def read_petab(yaml_path) -> PetabModel:
     for oid, row in obs_df.iterrows():
         oid = str(oid)
         where = f"{obs_files}: observable {oid}"
-        trans = "lin" if _is_empty(row.get("observableTransformation")) else \
-            str(row["observableTransformation"]).strip()
-        dist = "normal" if _is_empty(row.get("noiseDistribution")) else \
-            str(row["noiseDistribution"]).strip()
+        trans = _text(row, "observableTransformation", "lin")
+        dist = _text(row, "noiseDistribution", "normal")
         if trans not in SCALES:
             raise ValueError(f"{where}: observableTransformation {trans!r} is not one of {SCALES}")
         if dist != "normal":
@@ -455,9 +437,10 @@ def read_petab(yaml_path) -> PetabModel:
     constants, initial, reset = {}, {}, {}
     for c in used:
         row = cond_df.loc[c]
+        given = [k for k in row.index if not _is_empty(row[k])]
         sub = {}
         for k, v in ode.constants.items():
-            if k in row.index and not _is_empty(row[k]):
+            if k in given:
                 sub[symbol(k)] = _value_or_symbol(row[k], pids, f"{cond_files}: condition {c}, "
                                                                  f"column {k}")
             elif k in pids:
@@ -467,20 +450,16 @@ def read_petab(yaml_path) -> PetabModel:
                     raise ValueError(f"{ode.path}: parameter {k} has no value and is not in the "
                                      "parameter or condition table")
                 sub[symbol(k)] = sympy.Float(v, 17)
-        init = {}
-        reset[c] = [s for s in ode.states if s in row.index and not _is_empty(row[s])]
-        for s in ode.states:
-            if s in row.index and not _is_empty(row[s]):
-                init[s] = _value_or_symbol(row[s], pids, f"{cond_files}: condition {c}, column {s}")
-            else:
-                init[s] = sympy.sympify(ode.initial[s]).xreplace(sub)
-        other = [k for k in row.index if k != "conditionName" and k not in ode.constants
-                 and k not in ode.states and not _is_empty(row[k])]
+        reset[c] = [s for s in ode.states if s in given]
+        initial[c] = {s: _value_or_symbol(row[s], pids, f"{cond_files}: condition {c}, column {s}")
+                      if s in given else sympy.sympify(ode.initial[s]).xreplace(sub)
+                      for s in ode.states}
+        other = [k for k in given if k != "conditionName" and k not in ode.constants
+                 and k not in ode.states]
         if other:
             raise ValueError(f"{cond_files}: condition {c} sets {other}, which are not constants "
                              "or species of the model")
         constants[c] = sub
-        initial[c] = init
 
     # -- per-row observable and sigma expressions ---------------------------------
     def overrides(text, n, where):
@@ -522,10 +501,8 @@ def read_petab(yaml_path) -> PetabModel:
         sigmas.append(cache[key][1])
     meas["y"] = ys
     meas["sigma"] = sigmas
-    meas["simulationConditionId"] = meas["simulationConditionId"].astype(str)
-    meas["observableId"] = meas["observableId"].astype(str)
-    meas["time"] = meas["time"].astype(float)
-    meas["measurement"] = meas["measurement"].astype(float)
+    meas = meas.astype({"simulationConditionId": str, "observableId": str, "time": float,
+                        "measurement": float})
     return PetabModel(name=name, folder=folder, ode=ode, parameters=params, conditions=conditions,
                       constants=constants, initial=initial, observables=observables,
                       measurements=meas, yaml_path=os.path.abspath(yaml_path),
@@ -539,11 +516,10 @@ PRIOR_TYPES = ("uniform", "normal", "laplace", "logNormal", "logLaplace",
 
 def _prior(row, pid, scale, par_file):
     """``(type, (a, b))`` of a parameter's objective prior, or None."""
-    kind = row.get("objectivePriorType", None)
     pars = row.get("objectivePriorParameters", None)
-    if _is_empty(kind) and _is_empty(pars):
+    if _is_empty(row.get("objectivePriorType", None)) and _is_empty(pars):
         return None
-    kind = "parameterScaleUniform" if _is_empty(kind) else str(kind).strip()
+    kind = _text(row, "objectivePriorType", "parameterScaleUniform")
     where = f"{par_file}: parameter {pid}"
     if kind not in PRIOR_TYPES:
         raise UnsupportedFeatureError(f"{where}: objectivePriorType {kind!r} is not one of "

@@ -5,32 +5,15 @@ with its own random seed — on a ``dask.distributed`` cluster or, with
 ``mode='serial'``, one after the other in this process (for debugging: no
 pickling, breakpoints work).  Every task becomes one row of a
 :class:`pandas.DataFrame`; a task that raises becomes a row with its error,
-never the end of the run.
-
-Cluster choices (one argument, the study does not change):
-
-* default: an embedded :class:`distributed.LocalCluster` with one
-  single-threaded worker process per core (Ipopt + MUMPS use one core per
-  estimation; see ``docs/runner.md``);
-* ``address='tcp://scheduler:8786'``: a running cluster;
-* ``client=Client(...)``: an existing client (the runner does not close it).
-
-Seeds: the run's ``seed`` is the root of a :class:`numpy.random.SeedSequence`;
-task ``i`` receives ``SeedSequence(seed).spawn(n)[i]`` (the same for a task
-whatever the number of workers, the order of completion or the mode), so the
+never the end of the run.  Task ``i`` receives ``SeedSequence(seed).spawn(n)[i]``
+whatever the number of workers, the order of completion or the mode, so the
 same seeds give the same table in serial and distributed mode.
 
-Fault tolerance: results are collected with :func:`distributed.as_completed`
-as they finish (with a progress bar).  A task lost with its worker (the
-process died: killed from outside, out of memory, or by the task itself, as
-``os._exit`` or a crash in compiled code does) is run again, once the other
-tasks are done, in a process of its own forked by a worker (on Linux; alone
-on the cluster elsewhere), up to ``retries`` times: a healthy task that only
-shared the dying worker finishes then, and a task that ends its own process
-is reported in its row as the culprit, without taking a worker with it again.  An
-interrupted run (Ctrl-C, or ``KeyboardInterrupt`` raised by the ``on_row``
-callback) returns the rows that had finished, the others marked
-``'cancelled'``.
+Cluster choices, streaming, tasks lost with their worker (run again in a
+process of their own forked by a worker, up to ``retries`` times, so that a
+task that ends its own process is named as the culprit), ``task_timeout`` and
+interruption: see docs/runner.md, sections "Where the work runs: one argument"
+and "Tasks, seeds, rows".
 """
 from __future__ import annotations
 
@@ -162,11 +145,18 @@ def _worker_name():
         return f"local:{socket.gethostname()}:{os.getpid()}"
 
 
+def _row(task, index, seed_seq, **entries):
+    """The row of task ``index``: its index, seed and columns, then ``entries``."""
+    row = dict(task=index, seed=int(seed_seq.generate_state(1)[0]))
+    row.update(task.columns)
+    row.update(entries)
+    return row
+
+
 def _execute(task: Task, index: int, seed_seq, keep: bool):
     """Run one task; never raises.  Returns ``(index, row, output)``."""
     t0 = time.perf_counter()
-    row = dict(task=index, seed=int(seed_seq.generate_state(1)[0]))
-    row.update(task.columns)
+    row = _row(task, index, seed_seq)
     out = None
     try:
         args = tuple(_unwrap(a) for a in task.args)
@@ -197,7 +187,7 @@ def _execute(task: Task, index: int, seed_seq, keep: bool):
     return index, row, out
 
 
-def _rows_of(index, row, out):
+def _rows_of(row, out):
     """A DataFrame output gives one row per line (e.g. compare_approaches' table)."""
     if isinstance(out, pd.DataFrame):
         frame = out.reset_index()
@@ -253,22 +243,12 @@ class RunResult:
                 if isinstance(self.outputs[i], EstimationResult)]
 
 
-# ---------------------------------------------------------------------------
-# progress
-# ---------------------------------------------------------------------------
-def _Progress(total, progress, desc):
-    """The progress of a run (:class:`~pyomo_odeest.nlp._progress.TaskProgress`;
-    ``progress`` None: shown when standard error is a terminal)."""
-    return TaskProgress(total, progress_enabled(progress), desc)
-
-
-
 _CAN_FORK = hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
 def _error_row(task, index, seed_seq, error, worker="", status="error"):
-    return index, dict(task=index, seed=int(seed_seq.generate_state(1)[0]), **task.columns,
-                       status=status, success=False, error=error, worker=worker), None
+    return index, _row(task, index, seed_seq, status=status, success=False, error=error,
+                       worker=worker), None
 
 
 def _dumps(obj):
@@ -398,16 +378,12 @@ def _gathered(fut):
         return None
 
 
-def _exception(fut):
-    try:
-        return fut.exception()
-    except Exception as err:                     # noqa: BLE001 - a cancelled or lost future
-        return err
-
-
 def _failure(fut):
     """What happened to a future that did not finish, in words."""
-    exc = _exception(fut)
+    try:
+        exc = fut.exception()
+    except Exception as err:                     # noqa: BLE001 - a cancelled or lost future
+        exc = err
     if exc is None:
         return f"the future is {fut.status} (its worker went away)"
     return f"{type(exc).__name__}: {exc}"
@@ -427,7 +403,7 @@ def _import_distributed():
 
 
 class Runner:
-    """Runs many independent estimations; see the module docstring.
+    """Runs many independent estimations; see docs/runner.md.
 
     Parameters
     ----------
@@ -442,7 +418,7 @@ class Runner:
     retries : int
         How many times a task lost with its worker is run again, alone on the
         cluster, before it is reported as killing its worker (default 2; see
-        the module docstring).  The embedded cluster's scheduler does not
+        docs/runner.md, "Tasks, seeds, rows").  The embedded cluster's scheduler does not
         reschedule such tasks itself (``allowed-failures`` 0): the runner does.
     progress : bool or None
         Show a progress bar (tqdm if installed, else a line of text on stderr);
@@ -554,12 +530,12 @@ class Runner:
         root = _root(seed)
         seeds = task_seeds(root, len(tasks))
         rows, outputs = {}, {}
-        prog = _Progress(len(tasks), self.progress, desc)
+        prog = TaskProgress(len(tasks), progress_enabled(self.progress), desc)  # None: on a tty
         t0 = time.perf_counter()
         interrupted = False
 
         def collect(index, row, out):
-            rows[index] = _rows_of(index, row, out)
+            rows[index] = _rows_of(row, out)
             if out is not None:
                 outputs[index] = out
             prog.update(row.get("status") != "error")
@@ -585,8 +561,7 @@ class Runner:
             if i in rows:
                 flat.extend(rows[i])
             else:
-                flat.append(dict(task=i, seed=int(seeds[i].generate_state(1)[0]), **t.columns,
-                                 status="cancelled", success=False,
+                flat.append(_row(t, i, seeds[i], status="cancelled", success=False,
                                  error="the run stopped before this task finished"))
         table = pd.DataFrame(flat)
         return RunResult(table=table, outputs=outputs, interrupted=interrupted,
@@ -615,10 +590,12 @@ class Runner:
                 del fut
             return lost
 
+        def submit(batch, run, isolated=False):
+            return {_submit(client, tasks[i], i, seeds[i], keep, task_key(run, i),
+                            isolated=isolated, timeout=self.task_timeout): i for i in batch}
+
         try:
-            lost = gather({_submit(client, t, i, s, keep, task_key(run_id, i),
-                                   timeout=self.task_timeout): i
-                           for i, (t, s) in enumerate(zip(tasks, seeds))})
+            lost = gather(submit(range(len(tasks)), run_id))
             # a task lost with its worker runs again in a process of its own (forked by
             # a worker): if it ends that process it is the culprit and the worker lives;
             # without fork, alone on the cluster, one task at a time
@@ -626,11 +603,7 @@ class Runner:
                 batches = [sorted(lost)] if _CAN_FORK else [[i] for i in sorted(lost)]
                 again = {}
                 for batch in batches:
-                    again.update(gather({
-                        _submit(client, tasks[i], i, seeds[i], keep,
-                                task_key(f"{run_id}r{attempt}", i), isolated=_CAN_FORK,
-                                timeout=self.task_timeout): i
-                        for i in batch}))
+                    again.update(gather(submit(batch, f"{run_id}r{attempt}", _CAN_FORK)))
                 lost = again
         except KeyboardInterrupt:
             client.cancel([f for f in futures if not f.done()])

@@ -38,17 +38,21 @@ def estimate_task(problem, approach="simultaneous", u0=None, options=None):
     return estimate(problem, approach, **kw)
 
 
-def _runner(runner):
+def _runner(runner, problem):
+    """The runner (None: serial, here) and ``problem`` as its tasks take it."""
     if runner is None:
-        return Runner(mode="serial", progress=None)     # shown when stderr is a terminal
-    if not isinstance(runner, Runner):
+        runner = Runner(mode="serial", progress=None)     # shown when stderr is a terminal
+    elif not isinstance(runner, Runner):
         raise TypeError(f"runner must be a pyomo_odeest Runner or None (serial), got "
                         f"{type(runner).__name__}")
-    return runner
+    return runner, (shared(problem) if runner.mode == "dask" else problem)
 
 
-def _share(runner, problem):
-    return shared(problem) if runner.mode == "dask" else problem
+def _each(problem, fn):
+    """``fn(name, sp)`` per experiment (a dict by name), or ``fn(None, problem)`` without."""
+    if not problem.experiments:
+        return fn(None, problem)
+    return {e: fn(e, sp) for e, sp in zip(problem.experiment_names, problem.experiment_problems)}
 
 
 # ---------------------------------------------------------------------------
@@ -272,8 +276,7 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
     S = multistart_starts(problem, n, method, space, bounds, seed, starts)
     if S.empty:
         raise ValueError("no starts: give n > 0 or starts=")
-    rn = _runner(runner)
-    sp = _share(rn, problem)
+    rn, sp = _runner(runner, problem)
     tasks = [Task(estimate_task, (sp, approach, row.to_numpy(), options),
                   columns={f"start_{k}": float(v) for k, v in row.items()})
              for _, row in S.iterrows()]
@@ -315,15 +318,12 @@ def _resample(sp, kind, fitted, std_resid, rng):
     return np.bincount(rng.integers(0, N, size=N), minlength=N)
 
 
-def _bootstrap_task(problem, kind, fitted, std_resid, approach, u0, options, rng):
+def _bootstrap_task(problem, kind, pools, approach, u0, options, rng):
+    """Refit one sample; ``pools``: :func:`_fitted_and_pools` (per experiment)."""
     key = "values" if kind == "residual" else "multiplicity"
-    if problem.experiments:
-        draws = {n: _resample(sp, kind, fitted[n], std_resid[n], rng)
-                 for n, sp in zip(problem.experiment_names, problem.experiment_problems)}
-        sample = problem.variant(**{key: draws})
-    else:
-        sample = problem.variant(**{key: _resample(problem, kind, fitted, std_resid, rng)})
-    return estimate_task(sample, approach, u0, options)
+    draws = _each(problem, lambda e, sp: _resample(sp, kind, *(pools if e is None else pools[e]),
+                                                   rng))
+    return estimate_task(problem.variant(**{key: draws}), approach, u0, options)
 
 
 def _fitted_and_pools(sp, fitted, residuals):
@@ -383,22 +383,15 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
         fit = estimate_task(problem, approach, None, options)
     if not fit.success:
         raise ValueError(f"the reference fit did not converge ({fit.status}); bootstrap needs one")
-    if problem.experiments:
-        if kind == "case":                                            # loss check, early
-            problem.variant(multiplicity={e: np.ones(sp.mask.shape[0]) for e, sp in
-                                          zip(problem.experiment_names,
-                                              problem.experiment_problems)})
-        fitted, std_resid = {}, {}
-        for e, sp in zip(problem.experiment_names, problem.experiment_problems):
-            fitted[e], std_resid[e] = _fitted_and_pools(sp, fit.fitted.loc[e],
-                                                        fit.residuals.loc[e])
-    else:
-        if kind == "case":
-            problem.variant(multiplicity=np.ones(problem.mask.shape[0]))   # loss check, early
-        fitted, std_resid = _fitted_and_pools(problem, fit.fitted, fit.residuals)
-    rn = _runner(runner)
-    sp = _share(rn, problem)
-    args = (sp, kind, fitted, std_resid, approach, fit.x, options)
+    if kind == "case":                                                # loss check, early
+        problem.variant(multiplicity=_each(problem, lambda _, sp: np.ones(sp.mask.shape[0])))
+
+    def part(frame, e):
+        return frame if e is None else frame.loc[e]
+    pools = _each(problem, lambda e, sp: _fitted_and_pools(sp, part(fit.fitted, e),
+                                                           part(fit.residuals, e)))
+    rn, sp = _runner(runner, problem)
+    args = (sp, kind, pools, approach, fit.x, options)
     tasks = [Task(_bootstrap_task, args, columns={"sample": i}, pass_rng=True) for i in range(n)]
     run = rn.run(tasks, seed=seed, on_row=on_row, desc=f"bootstrap ({kind})")
     return BootstrapResult(table=run.table, fit=fit, kind=kind, run=run)
@@ -432,8 +425,7 @@ def profile_points(problem: EstimationProblem, parameter, values, runner=None,
     if parameter not in problem.parameter_names:
         raise ProblemError(f"parameter {parameter!r} unknown (known: {problem.parameter_names})")
     u_start = problem.u0 if u_start is None else np.asarray(u_start, dtype=float)
-    rn = _runner(runner)
-    sp = _share(rn, problem)
+    rn, sp = _runner(runner, problem)
     tasks = [Task(_profile_task, (sp, parameter, float(v), u_start, approach, options),
                   columns={"profile_parameter": parameter, "profile_value": float(v)})
              for v in np.asarray(values, dtype=float).reshape(-1)]
