@@ -44,8 +44,7 @@ class Parameter:
     local: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"parameter name {self.name!r} must be a Python identifier")
+        _check_names([self.name], "parameter")
         for what in ("value", "lb", "ub"):
             v = getattr(self, what)
             if v is not None and not np.isfinite(float(v)):
@@ -141,8 +140,7 @@ class Experiment:
     observables: Sequence | None = None
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"experiment name {self.name!r} must be a Python identifier")
+        _check_names([self.name], "experiment")
         if self.preequilibration is not None and \
                 not isinstance(self.preequilibration, Preequilibration):
             raise ProblemError(f"experiment '{self.name}': preequilibration must be a "
@@ -200,9 +198,7 @@ class Preequilibration:
                 raise ProblemError(f"Preequilibration: {what} must be a mapping")
         if self.rhs is not None and not callable(self.rhs):
             raise ProblemError("Preequilibration: rhs must be callable as rhs(x, u, t)")
-        if isinstance(self.reset, str):
-            self.reset = (self.reset,)
-        self.reset = tuple(self.reset)
+        self.reset = (self.reset,) if isinstance(self.reset, str) else tuple(self.reset)
 
 
 @dataclass
@@ -233,8 +229,7 @@ class PathConstraint:
     at: str = "grid"
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
+        _check_names([self.name], "constraint")
         if not callable(self.fn):
             raise ProblemError(f"path constraint '{self.name}': fn must be callable as fn(x, u, t)")
         if self.at not in ("grid", "measurements"):
@@ -250,8 +245,7 @@ class ParameterConstraint:
     fn: object
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ProblemError(f"constraint name {self.name!r} must be a Python identifier")
+        _check_names([self.name], "constraint")
         if not callable(self.fn):
             raise ProblemError(f"parameter constraint '{self.name}': fn must be callable as fn(u)")
 

@@ -150,8 +150,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
                  sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None,
                  experiments=None, inputs=None, constraints=None, preequilibration=None):
         self.name = name
-        self.experiments = None
-        self.experiment_problems = None
+        self.experiments = self.experiment_problems = None
         if experiments is not None:
             self._init_experiments(states, parameters, rhs, initial, data, observe, sigma,
                                    weights, loss, t0, T, penalty, experiments, inputs,
@@ -164,11 +163,9 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         self.states = _check_names(states, "state")
         if not self.states:
             raise ProblemError("at least one state is required")
-        params = []
-        for p in parameters:
-            params.append(p if isinstance(p, Parameter) else Parameter(str(p)))
-        self.parameters = params
-        pnames = _check_names([p.name for p in params], "parameter")
+        self.parameters = [p if isinstance(p, Parameter) else Parameter(str(p))
+                           for p in parameters]
+        pnames = _check_names(self.parameter_names, "parameter")
         clash = set(pnames) & set(self.states)
         if clash:
             raise ProblemError(f"names used both as state and parameter: {sorted(clash)}")
@@ -263,10 +260,14 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         for c in constraints:
             if isinstance(c, PathConstraint):
                 what = f"path constraint '{c.name}'"
-                ex = self._to_sym(_call_user(c.fn, what, xs, us, t), what, symbol_of)
-                ex = self._with_inputs((ex,))[0]
+                ex = self._with_inputs(
+                    (self._to_sym(_call_user(c.fn, what, xs, us, t), what, symbol_of),))[0]
+                bad = ex.free_symbols - allowed - {sympy.Symbol(k, real=True) for k in self.inputs}
+                if bad:
+                    raise ProblemError(f"path constraint '{c.name}' uses {sorted(map(str, bad))}, "
+                                       f"which are not states, parameters, inputs or t")
                 paths.append((c, ex))
-            elif isinstance(c, ParameterConstraint):
+            else:
                 what = f"parameter constraint '{c.name}'"
                 ex = self._to_sym(_call_user(c.fn, what, us), what, symbol_of)
                 bad = ex.free_symbols - set(self.u_sym)
@@ -274,11 +275,6 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
                     raise ProblemError(f"parameter constraint '{c.name}' may depend on "
                                        f"parameters only; uses {sorted(map(str, bad))}")
                 params.append((c, ex))
-                continue
-            bad = ex.free_symbols - allowed - {sympy.Symbol(k, real=True) for k in self.inputs}
-            if bad:
-                raise ProblemError(f"path constraint '{c.name}' uses {sorted(map(str, bad))}, "
-                                   f"which are not states, parameters, inputs or t")
         return paths, params
 
     def path_constraint_functions(self):
@@ -385,30 +381,38 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
                                    f"expected {len(names)}, one per state {names}")
         return tuple(self._to_sym(e, f"{what}[{s}]", symbol_of) for e, s in zip(out, names))
 
+    def _initial_mapping(self, initial):
+        """``initial`` as a mapping state -> value (a sequence is in state order)."""
+        if isinstance(initial, Mapping):
+            return initial
+        try:
+            return dict(zip(self.states, list(initial), strict=True))
+        except (TypeError, ValueError):
+            raise ProblemError(f"initial must map each state {self.states} to a value") from None
+
+    def _initial_value(self, s, v, names, us, symbol_of, where=""):
+        """``initial[s] = v`` (a number, a parameter name of ``names`` or a function of
+        ``u``) as a sympy expression; ``where`` prefixes the error message."""
+        if isinstance(v, str):
+            if v not in names:
+                raise ProblemError(f"{where}initial['{s}'] = '{v}' names no parameter")
+            return sympy.Symbol(v, real=True)
+        if callable(v):
+            v = _call_user(v, f"initial[{s}]", us)
+        return self._to_sym(v, f"initial[{s}]", symbol_of)
+
     def _initial(self, initial, us, symbol_of):
-        if not isinstance(initial, Mapping):
-            try:
-                initial = dict(zip(self.states, list(initial), strict=True))
-            except (TypeError, ValueError):
-                raise ProblemError(f"initial must map each state {self.states} to a value") from None
+        initial = self._initial_mapping(initial)
         missing = [s for s in self.states if s not in initial]
         extra = [k for k in initial if k not in self.states]
         if missing or extra:
             raise ProblemError(f"initial: missing states {missing}, unknown names {extra}")
-        out = []
-        for s in self.states:
-            v = initial[s]
-            if isinstance(v, str):
-                if v not in [p.name for p in self.parameters]:
-                    raise ProblemError(f"initial['{s}'] = '{v}' names no parameter")
-                v = us[v]
-            elif callable(v):
-                v = _call_user(v, f"initial[{s}]", us)
-            out.append(self._to_sym(v, f"initial[{s}]", symbol_of))
+        out = tuple(self._initial_value(s, initial[s], self.parameter_names, us, symbol_of)
+                    for s in self.states)
         free = set().union(*[e.free_symbols for e in out]) - set(self.u_sym)
         if free:
             raise ProblemError(f"initial state may depend on parameters only; uses {free}")
-        return tuple(out)
+        return out
 
     # -- data --------------------------------------------------------------
     def _no_data(self):
@@ -425,14 +429,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def _set_data(self, data, observe, sigma, weights, symbol_of, xs, us, t):
         wide, sig_long = _to_wide(as_data_frame(data))
         names = [str(c) for c in wide.columns]
-        if observe is None:
-            unknown = [c for c in names if c not in self.states]
-            if unknown:
-                raise ProblemError(f"data columns {unknown} name no observed quantity; "
-                                   f"observed (default): the states {self.states}")
-            self.obs_names = names
-            self.g_sym = tuple(self.x_sym[self.states.index(c)] for c in names)
-        elif callable(observe):
+        if callable(observe):
             out = _call_user(observe, "observe", xs, us, t)
             if not isinstance(out, Mapping):
                 raise ProblemError("observe(x, u, t) must return a mapping name -> expression")
@@ -440,8 +437,11 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
             self.g_sym = tuple(self._to_sym(out[k], f"observe[{k}]", symbol_of)
                                for k in self.obs_names)
         else:
-            obs = _check_names(list(observe), "observable")
+            obs = names if observe is None else _check_names(list(observe), "observable")
             bad = [o for o in obs if o not in self.states]
+            if bad and observe is None:
+                raise ProblemError(f"data columns {bad} name no observed quantity; "
+                                   f"observed (default): the states {self.states}")
             if bad:
                 raise ProblemError(f"observe lists {bad}, which are not states")
             self.obs_names = obs
@@ -473,8 +473,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         self.sigma_known = sigma is not None or sig_long is not None or \
             isinstance(self.loss, GaussianNLL)
         if isinstance(self.loss, GaussianNLL):
-            cov = self.loss.matrix(len(self.obs_names))
-            self.cov = cov
+            self.cov = self.loss.matrix(len(self.obs_names))
 
     def _check_start(self):
         """f must be finite at the initial state and parameter guesses."""

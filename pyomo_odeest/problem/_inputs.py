@@ -1,39 +1,16 @@
 r"""Inputs given as data: known (or piecewise-constant decision) functions of time.
 
-A model driven by measured inputs (a feed switched on at t = 2, a temperature
-programme, a dosing schedule) declares them as ``inputs={"F": ...}`` on the
-problem (or per :class:`~pyomo_odeest.problem._declaration.Experiment`); inside
-``rhs`` (and ``observe``) the input is written ``u.F`` and stands for
-:math:`F(t)`:
-
->>> prob = EstimationProblem(                                       # doctest: +SKIP
-...     states=["V", "C"], parameters=[Parameter("k", 1.0)],
-...     rhs=lambda x, u, t: [u.F, u.F * (1 - x.C) / x.V - u.k * x.C],
-...     initial={"V": 1.0, "C": 0.0}, data=df,
-...     inputs={"F": PiecewiseConstant([0, 2, 5], [0.0, 0.3, 0.1])})
-
-=============================  ====================================================
-input                          :math:`F(t)`
-=============================  ====================================================
-``PiecewiseConstant(t, v)``    :math:`v_k` for :math:`t_k \le t < t_{k+1}` (right-
-                               continuous; :math:`v_0` before :math:`t_0`, the last
-                               value after); a value may be a *parameter name*: a
-                               piecewise-constant control estimated with its bounds
-``PiecewiseLinear(t, v)``      linear interpolation, constant outside
-``Spline(t, v)``               cubic spline (not-a-knot) through the points
-=============================  ====================================================
-
-Every input is smooth between its *breakpoints* (the interior knots, where it
-or one of its derivatives jumps).  The integration grid contains each
-breakpoint :math:`\sigma` and its twin :math:`\sigma^-` (the preceding
-floating-point number) and restarts the multistep order ramp at both
-(:func:`~pyomo_odeest.discretization._grid.make_grid`), so each step sees one
-smooth piece: the schemes keep their order and the discrete derivatives stay
-exact.  Symbolically an input is a sympy function of :math:`t` with a numeric
-implementation (``_imp_``) used by ``lambdify``, and its time derivatives for
-:math:`\dot f` of the Enright schemes; a control is
-:math:`\sum_k c_k\,\mathbb 1_{[t_k, t_{k+1})}(t)` with parameters :math:`c_k`,
-so its derivatives are those of ordinary parameters.
+See docs/experiments.md, section "Inputs given as data" (the kinds of input, the
+switching times in the grid, the observed orders).  A model declares them as
+``inputs={"F": PiecewiseConstant([0, 2, 5], [0.0, 0.3, 0.1])}`` on the problem (or
+per :class:`~pyomo_odeest.problem._declaration.Experiment`); inside ``rhs`` (and
+``observe``) ``u.F`` stands for :math:`F(t)`.  Every input is smooth between its
+*breakpoints*, which the grid contains with their twins
+(:func:`~pyomo_odeest.discretization._grid.make_grid`).  Symbolically an input is a
+sympy function of :math:`t` with a numeric implementation (``_imp_``) used by
+``lambdify``, and its time derivatives for :math:`\dot f` of the Enright schemes; a
+control is :math:`\sum_k c_k\,\mathbb 1_{[t_k, t_{k+1})}(t)` with parameters
+:math:`c_k`, so its derivatives are those of ordinary parameters.
 """
 from __future__ import annotations
 
@@ -72,6 +49,8 @@ def _check_knots(times, values, what, min_points=1):
     v = list(values)
     if len(v) != t.size:
         raise ValueError(f"{what}: {len(v)} values for {t.size} times")
+    if not np.all(np.isfinite([float(a) for a in v if not isinstance(a, str)])):
+        raise ValueError(f"{what}: values must be finite")
     return t, v
 
 
@@ -80,6 +59,12 @@ class Input:
 
     #: times where the input or one of its derivatives jumps
     breakpoints: np.ndarray = np.zeros(0)
+
+    @classmethod
+    def from_series(cls, series):
+        """From a pandas Series indexed by time (by the start times of the pieces for
+        :class:`PiecewiseConstant`)."""
+        return cls(series.index.to_numpy(dtype=float), series.to_numpy(dtype=float))
 
     def parameter_names(self):
         """Names of parameters the input depends on (controls)."""
@@ -109,15 +94,7 @@ class PiecewiseConstant(Input):
     def __init__(self, times, values):
         self.times, vals = _check_knots(times, values, "PiecewiseConstant")
         self.values = [v if isinstance(v, str) else float(v) for v in vals]
-        num = [v for v in self.values if not isinstance(v, str)]
-        if not np.all(np.isfinite(num)):
-            raise ValueError("PiecewiseConstant: values must be finite")
         self.breakpoints = self.times[1:].copy()
-
-    @classmethod
-    def from_series(cls, series):
-        """From a pandas Series indexed by the start times of the pieces."""
-        return cls(series.index.to_numpy(dtype=float), series.to_numpy(dtype=float))
 
     def parameter_names(self):
         return [v for v in self.values if isinstance(v, str)]
@@ -156,14 +133,8 @@ class PiecewiseLinear(Input):
     def __init__(self, times, values):
         self.times, vals = _check_knots(times, values, "PiecewiseLinear", 2)
         self.values = np.asarray(vals, dtype=float)
-        if not np.all(np.isfinite(self.values)):
-            raise ValueError("PiecewiseLinear: values must be finite")
         self.breakpoints = self.times.copy()
         self._slopes = np.concatenate([[0.0], np.diff(self.values) / np.diff(self.times), [0.0]])
-
-    @classmethod
-    def from_series(cls, series):
-        return cls(series.index.to_numpy(dtype=float), series.to_numpy(dtype=float))
 
     def __call__(self, t):
         return np.interp(np.asarray(t, dtype=float), self.times, self.values)
@@ -185,14 +156,8 @@ class Spline(Input):
         from scipy.interpolate import CubicSpline
         self.times, vals = _check_knots(times, values, "Spline", 4)
         self.values = np.asarray(vals, dtype=float)
-        if not np.all(np.isfinite(self.values)):
-            raise ValueError("Spline: values must be finite")
         self.spline = CubicSpline(self.times, self.values)
         self.breakpoints = self.times[1:-1].copy()
-
-    @classmethod
-    def from_series(cls, series):
-        return cls(series.index.to_numpy(dtype=float), series.to_numpy(dtype=float))
 
     def __call__(self, t):
         return self.spline(np.asarray(t, dtype=float))

@@ -207,8 +207,7 @@ class MeasurementMisfit:
             return np.zeros((0, Xm.shape[1] if Xm.ndim == 2 else 0)), np.zeros(p)
         Ar2 = 2 * self.Ar(self.residuals(Xm, u))
         Fx = self.gx.matvec_T(self._measured(self.gx, Xm, u), Ar2)
-        Fu = self.gu.matvec_T(self._measured(self.gu, Xm, u),
-                              Ar2).sum(axis=0)
+        Fu = self.gu.matvec_T(self._measured(self.gu, Xm, u), Ar2).sum(axis=0)
         return Fx, Fu
 
     def second_order(self):
@@ -242,9 +241,7 @@ class MeasurementMisfit:
         Z = self.gx.matmat(gxv, S) + self.gu.dense(guv) @ V           # (N, n_obs, k)
         AZ2 = 2 * self.AS(Z)
         _, hxx, hxu, huu = self.second_order()
-        hxxv = self._second_values(1, Xm, u, Ar2)
-        hxuv = self._second_values(2, Xm, u, Ar2)
-        huuv = self._second_values(3, Xm, u, Ar2)
+        hxxv, hxuv, huuv = (self._second_values(k, Xm, u, Ar2) for k in (1, 2, 3))
         Hxu = hxu.dense(hxuv)                                          # (N, n, p)
         M = self.gx.matmat_T(gxv, AZ2) + hxx.matmat(hxxv, S) + Hxu @ V
         Q = (np.einsum("jop,jok->pk", self.gu.dense(guv), AZ2)
@@ -301,14 +298,6 @@ class PenaltySquares:
         self._terms, self._syms, self._fns = terms, syms, None
         self._lo = np.array([lo for _, lo in terms])
 
-    @property
-    def _t(self):
-        return self._functions()[0]
-
-    @property
-    def _dt(self):
-        return self._functions()[1]
-
     def _functions(self):
         """The terms and their gradients, compiled on first use."""
         if self._fns is None:
@@ -319,7 +308,8 @@ class PenaltySquares:
         return self._fns
 
     def _s(self, uF):
-        return np.sqrt(np.maximum(2.0 * (np.asarray(self._t(uF), float) - self._lo), 0.0) + 1.0)
+        t = np.asarray(self._functions()[0](uF), float)
+        return np.sqrt(np.maximum(2.0 * (t - self._lo), 0.0) + 1.0)
 
     def residuals(self, uF):
         rows = [self.L @ (uF - self.m)]
@@ -330,7 +320,7 @@ class PenaltySquares:
     def jacobian(self, uF):
         rows = [self.L]
         if self.n_terms:
-            dt = np.asarray(self._dt(uF), float).reshape(self.n_terms, len(uF))
+            dt = np.asarray(self._functions()[1](uF), float).reshape(self.n_terms, len(uF))
             rows.append(dt / self._s(uF)[:, None])
         return np.vstack(rows)
 

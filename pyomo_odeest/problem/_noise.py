@@ -37,8 +37,7 @@ def noise_level_known(problem) -> bool:
     have given standard deviations σ (or the loss is the Gaussian NLL with its
     covariance).  With weights only (or neither), σ is known up to a common
     factor and the uncertainty analyses scale by the residual variance."""
-    subs = problem.subproblems
-    return all(getattr(sp, "sigma_known", False) for sp in subs)
+    return all(getattr(sp, "sigma_known", False) for sp in problem.subproblems)
 
 
 def noise_check(problem: EstimationProblem, result, alpha: float = 0.01) -> dict:

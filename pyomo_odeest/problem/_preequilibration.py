@@ -4,13 +4,11 @@
 :mod:`.steady_state` (states not reset), and the problem's ``steady_state``."""
 from __future__ import annotations
 
-from typing import Mapping
-
 import numpy as np
 import sympy
 
 from ._components import Preequilibration
-from ._steady_state import SteadyState
+from ._steady_state import SteadyState, second_entries
 from ._validation import ProblemError
 from ..symbolic import lambdify
 
@@ -45,21 +43,8 @@ class InitialHessian:
             self._pos = np.array([us.index(s) for s in ss.u_sym], dtype=np.intp)
             self._rows = [(k, i) for k, e in enumerate(problem.l_sym) for a, i in apps.items()
                           if e == a]
-        implicit = {k for k, _ in self._rows}
-        entries = []
-        for k, e in enumerate(problem.l_sym):
-            if k in implicit:
-                continue
-            e = sympy.sympify(e)
-            for a, sa in enumerate(us):
-                if sa not in e.free_symbols:
-                    continue
-                da = sympy.diff(e, sa)
-                for b in range(a, len(us)):
-                    d = sympy.diff(da, us[b]) if us[b] in da.free_symbols else 0
-                    if d != 0:
-                        entries.append((k, a, b, d))
-        self._entries = entries
+        self._entries = entries = second_entries(problem.l_sym, us,
+                                                 skip={k for k, _ in self._rows})
         self._fn = lambdify((us,), [d for *_, d in entries], "numpy") if entries else None
 
     def __call__(self, u):
@@ -110,8 +95,7 @@ class Preequilibrated:
             pre.rhs, xs, us, t, self.states, "preequilibration rhs", symbol_of))
         x0 = self.l_sym
         if pre.initial is not None:
-            base = initial if isinstance(initial, Mapping) else dict(zip(self.states, initial))
-            x0 = self._initial({**base, **pre.initial}, us, symbol_of)
+            x0 = self._initial({**self._initial_mapping(initial), **pre.initial}, us, symbol_of)
         ov = self._overrides(pre, self.parameter_names, us, symbol_of, "")
         f = tuple(sympy.sympify(e).xreplace(ov) for e in f)
         x0 = tuple(sympy.sympify(e).xreplace(ov) for e in x0)

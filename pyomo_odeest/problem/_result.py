@@ -279,11 +279,12 @@ class EstimationResult:
         """The EstimationProblem this result solves (``extra['problem']``; None if unknown)."""
         return self.extra.get("problem")
 
-    def _data_extra(self):
+    def _data_extra(self, also=()):
+        """``extra`` without live objects; their names (and ``also``) in ``not_pickled``."""
         keep = {k: v for k, v in self.extra.items() if _is_data(v)}
         if self.problem is not None:            # pickles (without its caches): the
             keep["problem"] = self.problem      # analyses of a pickled result need it
-        dropped = sorted(set(map(str, self.extra)) - set(map(str, keep)))
+        dropped = sorted((set(map(str, self.extra)) - set(map(str, keep))) | set(also))
         if dropped:
             keep["not_pickled"] = sorted(set(keep.get("not_pickled", [])) | set(dropped))
         return keep
@@ -299,10 +300,8 @@ class EstimationResult:
     def lean(self) -> "EstimationResult":
         """A copy without the Pyomo model and without live objects in ``extra``
         (the numbers only: cheap to send between processes)."""
-        out = replace(self, model=None, extra=self._data_extra())
-        if self.model is not None:
-            out.extra["not_pickled"] = sorted(set(out.extra.get("not_pickled", [])) | {"model"})
-        return out
+        return replace(self, model=None,
+                       extra=self._data_extra(() if self.model is None else ("model",)))
 
     def to_dict(self) -> dict:
         """The data fields as JSON-able Python structures (the model is left out)."""

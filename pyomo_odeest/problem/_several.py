@@ -50,18 +50,13 @@ class SeveralExperiments:
                 raise ProblemError(f"experiment '{e.name}': parameters {unknown} are not local "
                                    f"parameters (local: {local})")
         for p in declared:
-            if not p.local:
-                expanded.append(Parameter(p.name, p.value, p.lb, p.ub, p.fixed))
-                continue
-            for e in exps:
-                spec = (e.parameters or {}).get(p.name)
-                if isinstance(spec, Parameter):
-                    expanded.append(Parameter(f"{p.name}_{e.name}", spec.value, spec.lb, spec.ub,
-                                              spec.fixed))
-                else:
-                    expanded.append(Parameter(f"{p.name}_{e.name}",
-                                              p.value if spec is None else float(spec),
-                                              p.lb, p.ub, p.fixed))
+            for e in exps if p.local else [None]:
+                spec = None if e is None else (e.parameters or {}).get(p.name)
+                src = spec if isinstance(spec, Parameter) else p
+                expanded.append(Parameter(
+                    p.name if e is None else f"{p.name}_{e.name}",
+                    float(spec) if spec is not None and src is p else src.value,
+                    src.lb, src.ub, src.fixed))
         enames = _check_names([q.name for q in expanded] + local, "parameter")
         clash = set(enames) & set(self.states)
         if clash:
@@ -79,11 +74,7 @@ class SeveralExperiments:
         us = _Namespace("parameter", {**{p: scratch.u[p] for p in dnames}, **in_vars})
         us_all = _Namespace("parameter", {q.name: scratch.u[q.name] for q in expanded})
         self.f_sym = self._convert_vector(rhs, xs, us, scratch.t, self.states, "rhs", symbol_of)
-        if not isinstance(initial, Mapping):
-            try:
-                initial = dict(zip(self.states, list(initial), strict=True))
-            except (TypeError, ValueError):
-                raise ProblemError(f"initial must map each state {self.states} to a value") from None
+        initial = self._initial_mapping(initial)
         obs_sym = None
         if callable(observe):
             out = observe(xs, us, scratch.t)
@@ -100,7 +91,7 @@ class SeveralExperiments:
         _, self.parameter_constraints = self._constraints(
             [c for c in (constraints or []) if not isinstance(c, PathConstraint)], xs, us_all,
             scratch.t, symbol_of)
-        subs_all, problems = [], []
+        problems = []
         for n_e, e in enumerate(exps):
             subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
                     for k in local}
@@ -112,19 +103,9 @@ class SeveralExperiments:
             init.update(e.initial or {})
 
             def convert(mapping, e=e):
-                out = {}
-                for st, v in mapping.items():
-                    if isinstance(v, str):
-                        if v not in enames:
-                            raise ProblemError(f"experiment '{e.name}': initial['{st}'] = '{v}' "
-                                               f"names no parameter")
-                        v = sympy.Symbol(v, real=True)
-                    elif callable(v):
-                        v = self._to_sym(v(us), f"initial[{st}]", symbol_of)
-                    else:
-                        v = self._to_sym(v, f"initial[{st}]", symbol_of)
-                    out[st] = v
-                return out
+                return {st: self._initial_value(st, v, enames, us, symbol_of,
+                                                f"experiment '{e.name}': ")
+                        for st, v in mapping.items()}
             l_e = {st: v.xreplace(subs) for st, v in convert(init).items()}
             pre_e = None
             if (e.preequilibration or preequilibration) is not None:
@@ -159,7 +140,6 @@ class SeveralExperiments:
                     penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
             except ProblemError as err:
                 raise ProblemError(f"experiment '{e.name}': {err}") from None
-            subs_all.append(subs)
             problems.append(sub)
         self.experiments = exps
         self.experiment_problems = problems

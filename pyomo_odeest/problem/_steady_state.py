@@ -1,28 +1,16 @@
 r"""A steady state as a function of the parameters: the pre-equilibrated initial state.
 
-Given dynamics :math:`\dot x = f_P(x, u)` (autonomous: the pre-equilibration's)
-started at :math:`x_P(u)`, the steady state :math:`x_{ss}(u)` solves
+See docs/experiments.md, section "Pre-equilibration: a steady state as initial state"
+(conservation laws, the Newton and simulation solves, the stability test, limits).
+The steady state :math:`x_{ss}(u)` of :math:`\dot x = f_P(x, u)` started at
+:math:`x_P(u)` solves the square system
 
 .. math::
 
     G(x, u) = \begin{pmatrix} f_{P,\bar R}(x, u) \\ W\,(x - x_P(u)) \end{pmatrix} = 0,
 
-where the rows of :math:`W` span the constant left null vectors of
-:math:`f_P` (:math:`w^\top f_P \equiv 0`, the conserved moieties, detected
-numerically by :func:`conservation_laws`) and :math:`R` are as many rows of
-:math:`f_P` (redundant because :math:`W f_P \equiv 0`), chosen by a pivoted
-QR factorization of :math:`W`.  Without conservation laws :math:`G = f_P`.
-:math:`G` is square and, at a hyperbolic steady state, nonsingular.
-
-Numerically :math:`x_{ss}(u)` is found by Newton's method from :math:`x_P(u)`
-(damped, with backtracking) and, failing that, by simulating
-:math:`\dot x = f_P` from :math:`x_P(u)` until :math:`\|f_P\|` is small,
-then polishing by Newton.  A root is accepted only if it is asymptotically
-stable on its conservation class (every eigenvalue of :math:`f_{P,x}` restricted
-to :math:`\ker W` has a negative real part), so that it is the state that a
-simulation reaches; otherwise, and when nothing converges,
-:class:`SteadyStateError` is raised (never a wrong state).
-
+with :math:`W` the conserved moieties (:func:`conservation_laws`) and :math:`R` as many
+redundant rows of :math:`f_P`, chosen by a pivoted QR factorization of :math:`W`.
 Derivatives follow from the implicit function theorem:
 :math:`x_u = -G_x^{-1} G_u` and, with :math:`z = (x, u)` and
 :math:`Z_u = \binom{x_u}{I}`,
@@ -30,12 +18,10 @@ Derivatives follow from the implicit function theorem:
 
 Symbolically, the components of :math:`x_{ss}` are sympy functions of the
 parameters with a numeric implementation (``_imp_``, used by ``lambdify``)
-whose derivatives (``fdiff``) are the sensitivities above; the initial state
-:math:`l(u)` of a pre-equilibrated problem is written with them, so every
-consumer of :math:`l` (simulators, discrete and continuous adjoints, exact
-Hessians) evaluates the steady state and its exact derivatives without
-knowing about it.  The Pyomo block replaces them by variables constrained by
-:math:`G = 0` (:meth:`SteadyState.equations`).
+whose derivatives (``fdiff``) are these sensitivities, so every consumer of
+the initial state :math:`l(u)` evaluates the steady state and its exact
+derivatives without knowing about it; the Pyomo block replaces them by
+variables constrained by :math:`G = 0` (:meth:`SteadyState.equations`).
 """
 from __future__ import annotations
 
@@ -97,6 +83,25 @@ def conservation_laws(f_sym, x_sym, u_sym, x_ref, u_ref, samples=6, rtol=1e-9, s
     W = U[:, rank:].T.copy()
     W[np.abs(W) < 1e-12] = 0.0
     return W
+
+
+def second_entries(exprs, syms, skip=()):
+    """``[(r, a, b, d)]``: the second derivatives ``d`` of ``exprs[r]`` in ``syms[a]`` and
+    ``syms[b]`` (``a <= b``) that are not identically zero (rows in ``skip`` left out)."""
+    entries = []
+    for r, e in enumerate(exprs):
+        if r in skip:
+            continue
+        e = sympy.sympify(e)
+        for a, sa in enumerate(syms):
+            if sa not in e.free_symbols:
+                continue
+            da = sympy.diff(e, sa)
+            for b in range(a, len(syms)):
+                d = sympy.diff(da, syms[b]) if syms[b] in da.free_symbols else 0
+                if d != 0:
+                    entries.append((r, a, b, d))
+    return entries
 
 
 def _rebuild(ss, i, idx, args):
@@ -330,19 +335,7 @@ class SteadyState:
 
     def _second_derivatives(self, x, u):
         if self._Gzz is None:
-            z = self.x_sym + self.u_sym
-            entries = []
-            for r, g in enumerate(self.G_sym):
-                fs = g.free_symbols
-                for a, za in enumerate(z):
-                    if za not in fs:
-                        continue
-                    ga = sympy.diff(g, za)
-                    for b in range(a, len(z)):
-                        if z[b] in ga.free_symbols:
-                            d = sympy.diff(ga, z[b])
-                            if d != 0:
-                                entries.append((r, a, b, d))
+            entries = second_entries(self.G_sym, self.x_sym + self.u_sym)
             fn = lambdify((self.x_sym, self.u_sym), [e for *_, e in entries] or [0],
                                 "numpy", cse=True)
             self._Gzz = (entries, fn)

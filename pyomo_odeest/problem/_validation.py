@@ -104,14 +104,10 @@ def as_spec(spec, index, names, what):
     a sequence with one value per observable, or an array of the data's
     shape (rows = measurement times, columns = observables).
     """
-    if spec is None or isinstance(spec, (Mapping, pd.DataFrame)):
-        if isinstance(spec, Mapping):
-            for k, v in spec.items():
-                _number(v, f"{what}[{k!r}]")
-        return spec
     if isinstance(spec, pd.Series):
         spec = spec.to_dict()
-        for k, v in spec.items():
+    if spec is None or isinstance(spec, (Mapping, pd.DataFrame)):
+        for k, v in (spec.items() if isinstance(spec, Mapping) else ()):
             _number(v, f"{what}[{k!r}]")
         return spec
     if isinstance(spec, (str, bytes)):
