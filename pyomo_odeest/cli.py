@@ -1,44 +1,11 @@
 """Command line: ``pyomo-odeest MODEL.py DATA.csv [options]``.
 
-Problem file format
--------------------
-``MODEL.py`` is a Python module that defines
-
-* ``states``: list of state names,
-* ``parameters``: list of ``pyomo_odeest.Parameter`` (or of names),
-* ``rhs(x, u, t)``: right-hand side on Pyomo objects (one expression per state),
-* ``initial``: mapping state -> number | parameter name | callable(u),
-
-and optionally ``observe`` (list of states or ``g(x, u, t)`` returning a
-mapping), ``sigma`` / ``weights``, ``loss``, ``penalty(u)``, ``t0``, ``T``,
-``inputs`` (mapping name -> ``PiecewiseConstant`` / ``PiecewiseLinear`` /
-``Spline``), ``constraints`` (list of ``PathConstraint`` /
-``ParameterConstraint``), and ``options`` (a dict of default command-line
-options, e.g.
-``{"scheme": "enright", "qmax": 3}``).
-
-``DATA.csv`` holds the measurements: *wide* (first column ``time``, one
-column per observed quantity, empty = not measured) or *long* (columns
-``time``, ``name``, ``value`` and optionally ``sigma``).
-
-Errors.  Every error is one line ``error: ...`` on standard error: exit
-code 2 for a usage error (bad option, unreadable or invalid model or data
-file, invalid problem), 1 when the estimation fails or does not converge.
-The result's warnings (see :mod:`pyomo_odeest.analysis._diagnostics`) are
-printed with its summary.
-
-Approaches: every name of :data:`pyomo_odeest.approaches.APPROACH_NAMES`; the
-settings an approach does not take (:func:`pyomo_odeest.approaches.approach_options`:
-the continuous approach integrates adaptively, so ``--scheme``, ``--qmax`` and
-the step options do not apply to it) are not passed to it, with a note.
-
-Outputs (``--out DIR``): ``estimates.csv`` (estimate, standard error and
-Wald interval of every parameter, ``--level``), ``states.csv``,
-``fitted.csv``, ``result.json`` and, unless ``--no-plot``, ``fit.png``.
-With ``--approach compare``: ``comparison.csv``, one row per approach
-(status, success, objective, iterations, wall time, every estimate and its
-standard error ``se_<name>``), ``result.json`` with one entry per approach
-and ``fit.png`` with every fit.
+The problem file (``states``, ``parameters`` (Parameters or names), ``rhs(x, u, t)``,
+``initial``; optionally the names of :data:`PROBLEM_KEYS` and ``options``, a dict of
+default command-line options), the data file (wide or long CSV), the options, the exit
+codes (2 usage error, 1 estimation failed or not converged) and the outputs
+(``--out DIR``; ``--approach compare``: ``comparison.csv``) are described in
+docs/cli.md, section "Command line".
 """
 from __future__ import annotations
 
@@ -50,14 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-def _approach_names():
-    from .approaches import APPROACH_NAMES
-    return tuple(APPROACH_NAMES)
-
+from .approaches import APPROACH_NAMES
 
 #: ``--approach`` choices: the approaches of :func:`~pyomo_odeest.approaches.estimate`, and
 #: ``compare`` (all of them, one table).
-APPROACHES = _approach_names() + ("compare",)
+APPROACHES = tuple(APPROACH_NAMES) + ("compare",)
 SCHEMES = ("adams_pc", "adams_moulton", "enright", "semi_implicit_enright")
 #: Names a model file may define (besides ``states``, ``parameters``, ``rhs``, ``initial``)
 #: that are passed to :class:`~pyomo_odeest.EstimationProblem`.
@@ -80,35 +44,29 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _int_in(lo, hi=None):
+def _arg(cast, kind, test, what):
+    """An argument converted by ``cast`` (else "is not ``kind``") that satisfies ``test``
+    (else ``what`` is said of it)."""
     def conv(text):
         try:
-            v = int(text)
+            v = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(
-                f"{v} is out of range: valid {lo}..{hi}" if hi is not None else
-                f"{v} is out of range: must be >= {lo}")
-        return v
-    return conv
-
-
-def _float_in(test, what):
-    """A float argument that satisfies ``test``; ``what`` says what it must be."""
-    def conv(text):
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
         if not test(v):
-            raise argparse.ArgumentTypeError(f"{v} must be {what}")
+            raise argparse.ArgumentTypeError(f"{v} {what}")
         return v
     return conv
 
 
-_positive_float = _float_in(lambda v: 0 < v < float("inf"), "a positive finite number")
-_level = _float_in(lambda v: 0 < v < 1, "between 0 and 1 (e.g. 0.95)")
+def _int_in(lo, hi=None):
+    return _arg(int, "an integer", lambda v: lo <= v and (hi is None or v <= hi),
+                f"is out of range: valid {lo}..{hi}" if hi is not None else
+                f"is out of range: must be >= {lo}")
+
+
+_positive_float = _arg(float, "a number", lambda v: 0 < v < float("inf"),
+                       "must be a positive finite number")
+_level = _arg(float, "a number", lambda v: 0 < v < 1, "must be between 0 and 1 (e.g. 0.95)")
 
 
 def _parser():
@@ -192,8 +150,7 @@ def read_data(path):
         raise UsageError(f"{path} needs a 'time' column (columns: {list(df.columns)})")
     if "value" in cols and ("name" in cols or "observable" in cols):
         return df
-    df = df.rename(columns={df.columns[cols.index("time")]: "time"}).set_index("time")
-    return df
+    return df.rename(columns={df.columns[cols.index("time")]: "time"}).set_index("time")
 
 
 def build_problem(mod, data):
@@ -207,9 +164,7 @@ def build_problem(mod, data):
 def _setting(args, defaults, name, fallback=None):
     """The command line's value, else the model file's, else ``fallback`` (0 is a value)."""
     v = getattr(args, name)
-    if v is not None:
-        return v
-    return defaults.get(name, fallback)
+    return v if v is not None else defaults.get(name, fallback)
 
 
 def _run(argv):
@@ -234,16 +189,12 @@ def _run(argv):
         max_step = None
     if spi is None and max_step is None:
         spi = 10
-    options = {}
-    for key in ("tol", "max_iter"):
-        v = _setting(args, defaults, key)
-        if v is not None:
-            options[key] = v
+    options = {k: v for k in ("tol", "max_iter") if (v := _setting(args, defaults, k)) is not None}
     problem = build_problem(mod, read_data(args.data))
     print(problem)
     settings = dict(scheme=scheme, qmax=qmax, steps_per_interval=spi, max_step=max_step,
                     options=options or None, tee=args.tee)
-    names = list(_approach_names()) if approach == "compare" else [approach]
+    names = list(APPROACH_NAMES) if approach == "compare" else [approach]
     given = {k for k in ("scheme", "qmax", "steps_per_interval", "max_step")
              if getattr(args, k) is not None or k in defaults}
     # every argument is checked before anything runs
@@ -273,10 +224,7 @@ def _run(argv):
         res.states.to_csv(out / "states.csv")
     if res.fitted is not None:
         res.fitted.to_csv(out / "fitted.csv")
-    (out / "result.json").write_text(json.dumps(_info(res, ci, args.level), indent=2))
-    if not args.no_plot:
-        _plot(plot_fits, problem, {approach: res}, out)
-    print(f"wrote {out}/")
+    _write(out, _info(res, ci, args.level), plot_fits, problem, {approach: res}, args)
     if not res.success:
         raise EstimationFailed(f"the estimation did not converge ({res.status}); results "
                                f"written to {out}/")
@@ -297,10 +245,9 @@ def _intervals(res, level):
     try:
         ci = res.confidence_intervals(level)
     except Exception as err:          # reported in the table, never fatal
-        ci = pd.DataFrame({"estimate": res.estimates.astype(float)})
-        for c in ("se", "lower", "upper"):
-            ci[c] = float("nan")
-        ci["status"] = f"no covariance: {type(err).__name__}: {err}"
+        nan = float("nan")
+        ci = pd.DataFrame({"estimate": res.estimates.astype(float), "se": nan, "lower": nan,
+                           "upper": nan, "status": f"no covariance: {type(err).__name__}: {err}"})
         ci.index.name = "parameter"
     return ci
 
@@ -324,11 +271,15 @@ def _info(res, ci, level):
                 warnings=list(res.warnings))
 
 
-def _plot(plot_fits, problem, results, out):
-    try:
-        plot_fits(problem, results, path=out / "fit.png")
-    except ImportError as err:
-        print(f"note: {err}", file=sys.stderr)
+def _write(out, info, plot_fits, problem, results, args):
+    """``result.json`` from ``info`` and, unless ``--no-plot``, ``fit.png`` of ``results``."""
+    (out / "result.json").write_text(json.dumps(info, indent=2))
+    if not args.no_plot and results:
+        try:
+            plot_fits(problem, results, path=out / "fit.png")
+        except ImportError as err:
+            print(f"note: {err}", file=sys.stderr)
+    print(f"wrote {out}/")
 
 
 def _compare(problem, names, settings, args, out, plot_fits):
@@ -358,10 +309,7 @@ def _compare(problem, names, settings, args, out, plot_fits):
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(comp.to_string())
     comp.to_csv(out / "comparison.csv")
-    (out / "result.json").write_text(json.dumps(info, indent=2))
-    if not args.no_plot and results:
-        _plot(plot_fits, problem, results, out)
-    print(f"wrote {out}/")
+    _write(out, info, plot_fits, problem, results, args)
     if not any(r.success for r in results.values()):
         raise EstimationFailed("no approach converged: " + "; ".join(
             f"{a}: {s}" for a, s in comp["status"].items()))
@@ -373,10 +321,7 @@ def main(argv=None) -> int:
     from .problem._validation import ProblemError
     try:
         return _run(argv)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (ProblemError, TypeError) as err:
+    except (UsageError, ProblemError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except EstimationFailed as err:

@@ -4,6 +4,7 @@ solved by Ipopt, rebuilt while the pattern at the solution changes."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -66,27 +67,20 @@ class AdaptiveApproach(Approach):
         return SimpleNamespace(am=parts[0], u=u_start, model=None)
 
     def solve(self, built, cfg):
-        am, u = built.am, built.u
-        problem = am.problem
-        opts = ipopt_options(cfg)
-        trust, tee = cfg.trust, cfg.tee
-        run = am.run(u)
-        rounds = []
+        am, opts = built.am, ipopt_options(cfg)
+        run = am.run(built.u)
+        rounds, evals, stable, final_run = [], Counter(), False, None
         build_s = solve_s = 0.0
-        stable = False
-        final_run = None
         iterations = 0
-        evals = {}
         for rnd in range(cfg.max_rebuilds + 1):
             tb = time.perf_counter()
-            m, info = _solve_block(am, run, opts, tee, trust)
+            m, info = _solve_block(am, run, opts, cfg.tee, cfg.trust)
             build_s += info["setup_s"]
             solve_s += info["ipopt_s"]
             iterations += int(info["iterations"])
-            for key, val in dict(info["counts"]).items():
-                evals[key] = evals.get(key, 0) + val
+            evals.update(dict(info["counts"]))
             b = m.est
-            u_new = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+            u_new = np.array([pyo.value(b.u[p]) for p in am.problem.parameter_names])
             entry = dict(round=rnd, k=run.k, rejected=run.n_rejected, status=info["status"],
                          objective=float(pyo.value(b.objective)) + am.const,
                          wall_s=time.perf_counter() - tb)
@@ -120,7 +114,7 @@ class AdaptiveApproach(Approach):
                  + ("solution is on a trust bound" if last["on_trust_bound"] else
                     "pattern at the solution still differs from the one solved")
                  + " (raise max_rebuilds, or start closer)"))
-        out.iterations, out.counts = iterations, evals
+        out.iterations, out.counts = iterations, dict(evals)
         out.timings = dict(setup_s=build_s, solve_s=solve_s)
         out.x = (m, rounds, stable, final_run)
         return out

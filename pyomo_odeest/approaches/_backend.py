@@ -41,6 +41,13 @@ __all__ = ["DiscreteBackend", "KKTBackend", "ShootingBackend", "ContinuousBacken
            "rebuild_backend", "kkt_reduced_hessian", "discrete_model"]
 
 
+def _observed(problem, mf, Xm, u, Xs, free):
+    """One experiment's ``(problem, S, masked residuals, misfit)`` from the states ``Xm``
+    at its measurement times and their sensitivities ``Xs`` over all parameters."""
+    return (problem, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
+            mf.residuals(Xm, u) * problem.mask, mf)
+
+
 def discrete_model(problem, scheme="adams_pc", qmax=None, grid=None, max_step=None,
                    steps_per_interval=None):
     """The :class:`DiscreteModel` of ``problem``; for several experiments the
@@ -77,9 +84,7 @@ class DiscreteBackend:
             traj = dm.simulate(u)
             J = np.asarray(dm.grid.J)
             Xm, Xs = traj.X[J], dm.state_sensitivities(traj)[J]
-            mf = dm.misfit
-            out.append((sp_, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
-                        mf.residuals(Xm, u) * sp_.mask, mf))
+            out.append(_observed(sp_, dm.misfit, Xm, u, Xs, free))
         return out
 
     def hessian(self, u, free, method="soa"):
@@ -98,8 +103,8 @@ class KKTBackend(DiscreteBackend):
     refit = "simultaneous"
 
     def __init__(self, problem, model):
-        blocks = list(getattr(model.est, "experiment_blocks", None) or [model.est])
-        super().__init__(problem, _block_models(problem, blocks),
+        blocks = blocks_of(model.est)
+        super().__init__(problem, _scheme_models(problem, blocks),
                          "KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)")
         self.model, self.blocks = model, blocks
         self._kkt = None
@@ -122,9 +127,7 @@ class KKTBackend(DiscreteBackend):
             Xm = np.array([[float(b.x[i, s].value) for s in sp_.states] for i in J], dtype=float)
             Xs = np.zeros((len(J), len(sp_.states), len(u)))
             Xs[:, :, free] = np.array([[d[(i, s)] for s in sp_.states] for i in J])
-            mf = MeasurementMisfit(sp_)
-            out.append((sp_, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
-                        mf.residuals(Xm, u) * sp_.mask, mf))
+            out.append(_observed(sp_, MeasurementMisfit(sp_), Xm, u, Xs, free))
         return out
 
     def hessian(self, u, free, method="soa"):
@@ -133,10 +136,15 @@ class KKTBackend(DiscreteBackend):
         return self._system(free)[0]
 
 
-def _block_models(problem, blocks):
-    ms = [DiscreteModel(sp_, b.scheme.name, b.scheme.qmax, b.grid)
-          for sp_, b in zip(problem.subproblems, blocks)]
-    return join_experiments(problem, ms)
+def blocks_of(b):
+    """The experiment blocks of a block of several experiments, else ``[b]``."""
+    return list(getattr(b, "experiment_blocks", None) or [b])
+
+
+def _scheme_models(problem, parts):
+    """The :class:`DiscreteModel` on the scheme and grid of each experiment's ``part``."""
+    return join_experiments(problem, [DiscreteModel(sp_, p.scheme.name, p.scheme.qmax, p.grid)
+                                      for sp_, p in zip(problem.subproblems, parts)])
 
 
 class ShootingBackend(DiscreteBackend):
@@ -147,9 +155,7 @@ class ShootingBackend(DiscreteBackend):
 
     def __init__(self, problem, interval_models, node_values):
         self.ims, self.nodes = list(interval_models), list(node_values)
-        ms = [DiscreteModel(sp_, im.scheme.name, im.scheme.qmax, im.grid)
-              for sp_, im in zip(problem.subproblems, self.ims)]
-        super().__init__(problem, join_experiments(problem, ms),
+        super().__init__(problem, _scheme_models(problem, self.ims),
                          "discrete sensitivities (single shooting on the same grid)")
         self._nlp = None
         if not problem.experiments:
@@ -170,21 +176,17 @@ class ShootingBackend(DiscreteBackend):
     def _null(self, u):
         nlp = self._nlp
         nlp.u_full = np.asarray(u, dtype=float).copy()
-        S0 = self.nodes[0]
-        x = np.concatenate([S0.ravel(), u[nlp.free]])
-        fixed_cols = np.flatnonzero(nlp.x_lb == nlp.x_ub)
-        par = np.arange(nlp.ns, nlp.n)
-        dep = np.setdiff1d(np.arange(nlp.ns), fixed_cols)
-        return x, par, dep
+        x = np.concatenate([self.nodes[0].ravel(), u[nlp.free]])
+        dep = np.setdiff1d(np.arange(nlp.ns), np.flatnonzero(nlp.x_lb == nlp.x_ub))
+        return x, np.arange(nlp.ns, nlp.n), dep
 
     def observation_sensitivities(self, u, free):
         if self._usable() is None:
             return super().observation_sensitivities(u, free)
         nlp, P, S0 = self._nlp, self.problem, self.nodes[0]
         x, par, dep = self._null(u)
-        r, c = nlp.jacobian_structure()
-        Jc = sp.csc_matrix((nlp.jacobian(x), (r, c)), shape=(nlp.m, nlp.n))
-        D, _ = _null_space(Jc, dep, par)
+        Jc, lu = _factor(nlp, x, dep)
+        D = -lu.solve(Jc[:, par].toarray())
         dS = np.zeros((nlp.ns, len(par)))
         dS[dep] = D
         dS = dS.reshape(nlp.N + 1, nlp.nx, len(par))
@@ -193,9 +195,7 @@ class ShootingBackend(DiscreteBackend):
         for j, a in nlp.node_meas:
             Xm[j] = S0[a]
             Xs[j][:, free] = dS[a]
-        mf = MeasurementMisfit(P)
-        return [(P, mf.observation_sensitivities(Xm, u, Xs)[:, :, free],
-                 mf.residuals(Xm, u) * P.mask, mf)]
+        return [_observed(P, MeasurementMisfit(P), Xm, u, Xs, free)]
 
     def hessian(self, u, free, method="soa"):
         if method != "soa" or self._usable() is None:
@@ -267,16 +267,16 @@ def rebuild_backend(result):
     return DiscreteBackend(P, discrete_model(P, result.scheme.name, result.scheme.qmax, grid))
 
 
-def _null_space(J, dep, par):
-    """``(D, lu)``: D = −J_dep⁻¹ J_par (the state part of Z) and the LU of J_dep."""
-    J = sp.csc_matrix(J)
+def _factor(ev, x, dep):
+    """``(J, lu)``: the sparse constraint Jacobian of evaluator ``ev`` at ``x`` and the LU of
+    its columns ``dep`` (the null space of J has the state part D = −J_dep⁻¹ J_par)."""
+    r, c = ev.jacobian_structure()
+    J = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
     Jd = J[:, dep]
     if Jd.shape[0] != Jd.shape[1]:
         raise ValueError(f"the constraint Jacobian with respect to the dependent variables is "
                          f"{Jd.shape[0]}×{Jd.shape[1]}, not square: cannot eliminate the states")
-    lu = spla.splu(sp.csc_matrix(Jd))
-    D = -lu.solve(J[:, par].toarray())
-    return D, lu
+    return J, spla.splu(sp.csc_matrix(Jd))
 
 
 def kkt_reduced_hessian(model, block=None):
@@ -313,12 +313,11 @@ def kkt_reduced_hessian(model, block=None):
     # a free parameter that enters no equation and no objective term (e.g. the initial
     # value of a species in experiments that are not part of this problem) is not a
     # column of the NLP: its rows and columns of H and its sensitivities are zero
-    present = np.array([id(b.u[p]) in col for p in names], dtype=bool)
+    present = np.flatnonzero([id(b.u[p]) in col for p in names])
     par = np.array([col[id(b.u[p])] for p in names if id(b.u[p]) in col], dtype=int)
     dep = np.setdiff1d(np.arange(ev.n), par)
-    r, c = ev.jacobian_structure()
-    Jc = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
-    D, lu = _null_space(Jc, dep, par)
+    Jc, lu = _factor(ev, x, dep)
+    D = -lu.solve(Jc[:, par].toarray())
     g = ev.gradient(x)
     lam = -lu.solve(g[dep], trans="T")
     hr, hc = ev.hessian_structure()
@@ -327,11 +326,9 @@ def kkt_reduced_hessian(model, block=None):
     W = sp.csr_matrix((np.concatenate([hv, hv[off]]),
                        (np.concatenate([hr, hc[off]]), np.concatenate([hc, hr[off]]))),
                       shape=(ev.n, ev.n))
-    Zp = np.zeros((ev.n, len(par)))
-    Zp[dep] = D
-    Zp[par] = np.eye(len(par))
-    Z = np.zeros((ev.n, len(names)))
-    Z[:, present] = Zp
+    Z = np.zeros((ev.n, len(names)))           # the columns of the absent parameters: zero
+    Z[np.ix_(dep, present)] = D
+    Z[par, present] = 1.0
     H = Z.T @ (W @ Z)
 
     def state_rows(sb):
@@ -362,19 +359,15 @@ def _shooting_hessian(nlp, x, dep, par, rel_step=1e-5):
         return xx
 
     def reduced_gradient(xx):
-        r, c = nlp.jacobian_structure()
-        Jc = sp.csc_matrix((nlp.jacobian(xx), (r, c)), shape=(nlp.m, nlp.n))
+        Jc, lu = _factor(nlp, xx, dep)
         g = nlp.gradient(xx)
-        lu = spla.splu(sp.csc_matrix(Jc[:, dep]))
-        lam = -lu.solve(g[dep], trans="T")
-        return g[par] + Jc[:, par].T @ lam
+        return g[par] + Jc[:, par].T @ (-lu.solve(g[dep], trans="T"))
 
     H = np.zeros((p, p))
     u0 = x[par]
     for a in range(p):
         h = rel_step * max(1.0, abs(u0[a]))
-        e = np.zeros(p)
-        e[a] = h
+        e = h * np.eye(p)[a]
         H[:, a] = (reduced_gradient(feasible(u0 + e)) - reduced_gradient(feasible(u0 - e))) / (2 * h)
     return 0.5 * (H + H.T)
 

@@ -1,38 +1,15 @@
 r"""One estimation pipeline for every approach (template method).
 
 An approach is an :class:`Approach` subclass that declares its options as a
-Pyomo ``ConfigDict`` (:attr:`Approach.CONFIG`: the common options below,
-declared once, plus its own) and fills a few hooks:
-
-* :meth:`Approach.build_experiment` — the model of one experiment at the start
-  values, and :meth:`Approach.combine` — the optimizer's model of the
-  experiments' parts, the parameters shared (the simultaneous approach
-  overrides :meth:`Approach.build`: its transcription renders the experiments
-  as blocks of one Pyomo model);
-* :meth:`Approach.solve` — the optimizer call, returning an :class:`Outcome`;
-* :meth:`Approach.collect` — the :class:`~pyomo_odeest.EstimationResult` of
-  the outcome (estimates, objective, multipliers of the constraints,
-  scheme, backend), and :meth:`Approach.collect_experiment` — the frames of
-  one experiment at the estimates.
-
-:meth:`Approach.estimate` runs the pipeline once: parse and validate the
-options, take the start values through
-:func:`~pyomo_odeest.problem._start.start_values` (one rule for every
-approach), build one part per experiment (a problem without experiments is
-one experiment) and combine them, solve, judge success from the
-:class:`~pyomo_odeest.Status` (one place), collect the result and each
-experiment's frames (stacked with an ``experiment`` index level for several),
-and run the post-solve checks once.
-
-Common options
---------------
-``u0``, ``options`` (optimizer options; Ipopt's defaults :data:`IPOPT_DEFAULTS`
-for every approach), ``tee``, ``scale``, ``max_wall_time`` (seconds; Ipopt's
-``max_wall_time``, checked by the SciPy optimizers' callbacks, and by
-``least_squares`` where its Jacobian is evaluated), ``progress``
-(a line per block of iterations; None: on when ``sys.stderr`` is a terminal)
-and, for the approaches that discretize, ``scheme``, ``qmax``, ``grid``,
-``max_step``, ``steps_per_interval``.
+Pyomo ``ConfigDict`` (:attr:`Approach.CONFIG`: :func:`common_config`, for the
+approaches that discretize :func:`discretization_config`, then its own) and
+fills the hooks :meth:`~Approach.validate`, :meth:`~Approach.build_experiment`
+and :meth:`~Approach.combine` (or :meth:`~Approach.build`),
+:meth:`~Approach.solve`, :meth:`~Approach.parts`, :meth:`~Approach.collect` and
+:meth:`~Approach.collect_experiment`; :meth:`Approach.estimate` runs them once.
+See docs/architecture.md, section "One estimation pipeline".  ``max_wall_time``
+is Ipopt's option, checked by the SciPy optimizers' callbacks, and by
+``least_squares`` where its Jacobian is evaluated.
 """
 from __future__ import annotations
 
@@ -209,7 +186,8 @@ class NotAProblemError(ProblemError, TypeError):
 
 
 class Approach:
-    """Base of the estimation approaches (see the module docstring)."""
+    """Base of the estimation approaches: the pipeline :meth:`estimate` and its hooks
+    (see docs/architecture.md, section "One estimation pipeline")."""
 
     #: the front-door name, ``result.approach``
     name: str = ""
@@ -320,10 +298,9 @@ class Approach:
         u_start = start_values(problem, cfg.u0)
         t0 = time.perf_counter()
         built = self.build(problem, cfg, u_start)
-        build_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         outcome = self.solve(built, cfg)
-        solve_s = time.perf_counter() - t1
+        build_s, solve_s = t1 - t0, time.perf_counter() - t1
         res = self.collect(problem, built, outcome, cfg)
         res.approach = self.name
         if res.status.success and not outcome.status.success:

@@ -30,8 +30,8 @@ from ..problem._status import Status, status_from_scipy
 from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
-                    common_config,
-                    discretization_config, ipopt_options, run_ipopt, add_constraint_multipliers, fit_frames)
+                    add_constraint_multipliers, common_config, discretization_config, fit_frames,
+                    ipopt_options, run_ipopt)
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
            "discrete_model"]
@@ -92,11 +92,9 @@ class ReducedSpaceNLP(NLPEvaluator):
         self.g_lb, self.g_ub = np.full(self.m, -np.inf), np.zeros(self.m)
         self.gradient_method = gradient
         self.hessian_method = hessian
-        self._key = None
-        self._traj = None
+        self._key = self._traj = None
         self.counts = dict(simulations=0, gradients=0, hessians=0, failures=0)
-        tri = np.tril_indices(self.n)
-        self._hr, self._hc = tri
+        self._hr, self._hc = np.tril_indices(self.n)
 
     def full(self, x):
         u = self.u_full.copy()
@@ -120,26 +118,18 @@ class ReducedSpaceNLP(NLPEvaluator):
         return self._traj
 
     def objective(self, x):
-        v = self.dm.objective(self.full(x), self._trajectory(x))
-        if not np.isfinite(v):
-            raise EvaluationError("non-finite objective")
-        return v
+        return _finite(self.dm.objective(self.full(x), self._trajectory(x)), "objective")
 
     def gradient(self, x):
         traj = self._trajectory(x)
         self.counts["gradients"] += 1
         g = self.dm.gradient(self.full(x), self.gradient_method, traj)[self.free]
-        if not np.all(np.isfinite(g)):
-            raise EvaluationError("non-finite gradient")
-        return g
+        return _finite(g, "gradient")
 
     def constraints(self, x):
         if self.cons is None:
             return np.zeros(0)
-        v = self.cons.values(self.full(x), self._trajectory(x))
-        if not np.all(np.isfinite(v)):
-            raise EvaluationError("non-finite constraint value")
-        return v
+        return _finite(self.cons.values(self.full(x), self._trajectory(x)), "constraint value")
 
     def jacobian_structure(self):
         r, c = np.meshgrid(np.arange(self.m), np.arange(self.n), indexing="ij")
@@ -149,9 +139,7 @@ class ReducedSpaceNLP(NLPEvaluator):
         if self.cons is None:
             return np.zeros(0)
         J = self.cons.jacobian(self.full(x), self._trajectory(x))[:, self.free]
-        if not np.all(np.isfinite(J)):
-            raise EvaluationError("non-finite constraint Jacobian")
-        return J.ravel()
+        return _finite(J, "constraint Jacobian").ravel()
 
     def hessian_structure(self):
         return self._hr, self._hc
@@ -163,10 +151,14 @@ class ReducedSpaceNLP(NLPEvaluator):
         return H[np.ix_(self.free, self.free)]
 
     def hessian(self, x, lam, obj_factor=1.0):
-        H = self.hessian_matrix(x)
-        if not np.all(np.isfinite(H)):
-            raise EvaluationError("non-finite Hessian")
-        return obj_factor * H[self._hr, self._hc]
+        return obj_factor * _finite(self.hessian_matrix(x), "Hessian")[self._hr, self._hc]
+
+
+def _finite(v, what):
+    """``v``, or an :class:`EvaluationError` ("non-finite <what>") when it is not finite."""
+    if not np.all(np.isfinite(v)):
+        raise EvaluationError(f"non-finite {what}")
+    return v
 
 
 class ReducedApproach(Approach):
@@ -311,7 +303,8 @@ class ReducedApproach(Approach):
         final = built[1].final
         if isinstance(final, str):
             return dict(grid=dm.grid, failed=final)
-        return discrete_frames(problem, dm, final[self.parts(built).index(dm)], u)
+        X = final[self.parts(built).index(dm)].X
+        return dict(fit_frames(problem, dm.t, X, X[np.asarray(dm.grid.J)], u), grid=dm.grid)
 
 
 def estimate_reduced(problem: EstimationProblem, *args, **options):
@@ -348,9 +341,3 @@ def _stationary(nlp, sol, message, rtol=1e-6):
     if np.isfinite(sol.fun) and norm <= rtol * (1 + abs(float(sol.fun))):
         return Status.CONVERGED, f"{message} at a stationary point (projected gradient {norm:.2g})"
     return Status.FAILED, message
-
-
-def discrete_frames(problem, dm, traj, u):
-    """States on the grid, fitted observations and residuals of one experiment."""
-    return dict(fit_frames(problem, dm.t, traj.X, traj.X[np.asarray(dm.grid.J)], u),
-                grid=dm.grid)

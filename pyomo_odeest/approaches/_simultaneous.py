@@ -15,7 +15,7 @@ import pandas as pd
 import pyomo.environ as pyo
 import sympy
 
-from ..transcription._block import build_block
+from ..transcription._block import build_block, scheme_constraint
 from ..transcription._experiments import build_experiment_blocks
 from ..transcription._initial_state import initialize_steady_state, steady_state_mismatch
 from ..problem._misfit import misfit_constant
@@ -23,7 +23,7 @@ from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
 from ..problem._status import Status
 from ..discretization._size_guard import validate_estimator
-from ._backend import KKTBackend
+from ._backend import KKTBackend, blocks_of
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
                     fit_frames, ipopt_options)
 from ..discretization.schemes import integrate
@@ -37,19 +37,15 @@ __all__ = ["SimultaneousApproach", "estimate_simultaneous", "simulate", "numeric
 
 def numeric_functions(problem: EstimationProblem, u):
     """``f(x, t)``, ``fdot(x, t)`` and their x-Jacobians at fixed parameters ``u``."""
-    xs, us, ts = problem.x_sym, problem.u_sym, problem.t_sym
     u = np.asarray(u, dtype=float)
-    f = lambdify((xs, us, ts), list(problem.f_sym), "numpy")
-    J = lambdify((xs, us, ts), sympy.Matrix(problem.f_sym).jacobian(xs), "numpy")
-    fd_sym = problem.fdot_sym()
-    fd = lambdify((xs, us, ts), list(fd_sym), "numpy")
-    Jd = lambdify((xs, us, ts), sympy.Matrix(fd_sym).jacobian(xs), "numpy")
-    return dict(
-        f=lambda x, t: np.array(f(x, u, t), dtype=float),
-        jac=lambda x, t: np.array(J(x, u, t), dtype=float),
-        fdot=lambda x, t: np.array(fd(x, u, t), dtype=float),
-        fdot_jac=lambda x, t: np.array(Jd(x, u, t), dtype=float),
-    )
+
+    def num(expr):
+        fn = lambdify((problem.x_sym, problem.u_sym, problem.t_sym), expr, "numpy")
+        return lambda x, t: np.array(fn(x, u, t), dtype=float)
+
+    f, fd = list(problem.f_sym), list(problem.fdot_sym())
+    jf, jd = (sympy.Matrix(e).jacobian(problem.x_sym) for e in (f, fd))
+    return dict(f=num(f), jac=num(jf), fdot=num(fd), fdot_jac=num(jd))
 
 
 def simulate(problem: EstimationProblem, scheme, t, u=None, restarts=()):
@@ -125,8 +121,7 @@ def initialize_block(b, u=None, init="auto"):
     problem = b.problem
     u = problem.u0 if u is None else np.asarray(u, dtype=float)
     t = np.asarray(b.grid.t)
-    X = None
-    used = init
+    X, used = None, init
     if init in ("auto", "simulate"):
         try:
             with np.errstate(all="ignore"):          # a non-finite trajectory falls back below
@@ -182,7 +177,8 @@ class SimultaneousApproach(Approach):
                 "the simultaneous solve from u0=its estimates, multiple_shooting")
 
     def validate(self, problem, cfg):
-        validate_estimator(self.name, problem, needs_free=False, **_args(cfg))
+        validate_estimator(self.name, problem, needs_free=False,
+                           **{k: cfg[k] for k in cfg.keys() if k not in ("u0", "model")})
 
     def build(self, problem, cfg, u_start):
         multi = bool(problem.experiments)
@@ -203,7 +199,7 @@ class SimultaneousApproach(Approach):
             if not b.u[p].fixed:
                 b.u[p].set_value(float(v))
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
-        blocks = _blocks(b)
+        blocks = blocks_of(b)
         init = [initialize_block(sb, u, cfg.init) for sb in blocks]
         # with every experiment's states simulated at the start the point is feasible
         # and its objective comparable with the result's
@@ -227,7 +223,7 @@ class SimultaneousApproach(Approach):
         return out
 
     def parts(self, built):
-        return _blocks(built[0].est)
+        return blocks_of(built[0].est)
 
     def collect(self, problem, built, outcome, cfg):
         m, init, _ = built
@@ -255,15 +251,6 @@ class SimultaneousApproach(Approach):
 
     def collect_experiment(self, problem, b, u, built):
         return _frames(b, built[0])
-
-
-def _blocks(b):
-    """The experiment blocks of a block of several experiments, else ``[b]``."""
-    return list(getattr(b, "experiment_blocks", None) or [b])
-
-
-def _args(cfg):
-    return {k: cfg[k] for k in cfg.keys() if k not in ("u0", "model")}
 
 
 def estimate_simultaneous(problem: EstimationProblem, *args, **options):
@@ -300,7 +287,7 @@ def scale_states(m, b):
     :func:`build_block` or of :func:`build_experiment_blocks` (each experiment
     scaled on its own trajectory)."""
     sf = add_scaling_factors(m, [])
-    for blk in getattr(b, "experiment_blocks", None) or [b]:
+    for blk in blocks_of(b):
         S = blk.problem.states
         k = len(blk.t) - 1
         stages = [blk.component(st) for st in blk.scheme.stage_names if st != "x"]
@@ -328,7 +315,6 @@ def _frames(b, m):
     if dual is not None and len(dual):
         k = len(t) - 1
         mults = out["multipliers"]
-        from ..transcription._block import scheme_constraint
         for st in b.scheme.stage_names:
             mults[st] = pd.DataFrame(
                 [[dual.get(scheme_constraint(b, i, s, st), np.nan) for s in S] for i in range(k)],
