@@ -96,34 +96,36 @@ _GASOIL_Y = [[1.0, 0.8105, 0.6208, 0.5258, 0.4345, 0.3903, 0.3342, 0.3034, 0.273
               0.1457, 0.1198, 0.0909, 0.0719, 0.0561, 0.0460, 0.0280, 0.0190, 0.0140, 0.0100]]
 
 
-def pinene_problem(theta0=(1e-5, 1e-5, 1e-5, 1e-4, 1e-5)):
-    """The α-pinene problem (module docstring); parameters θ1..θ5 ≥ 0."""
-    names = [f"y{i}" for i in range(1, 6)]
-    data = pd.DataFrame(np.array(_PINENE_Y).T, index=pd.Index(_PINENE_T, name="time"),
-                        columns=names)
+def _theta_problem(name, times, columns, theta0, rhs, initial):
+    """States y1, y2, ... measured as ``columns`` (one list per state) at ``times``,
+    initial state ``initial``; rate constants theta1, theta2, ... ≥ 0 starting at ``theta0``."""
+    names = [f"y{i}" for i in range(1, len(columns) + 1)]
+    data = pd.DataFrame(np.array(columns).T, index=pd.Index(times, name="time"), columns=names)
     return EstimationProblem(
         states=names,
         parameters=[Parameter(f"theta{i}", float(v), lb=0.0) for i, v in enumerate(theta0, 1)],
-        rhs=lambda y, u, t: [-(u.theta1 + u.theta2) * y.y1,
-                             u.theta1 * y.y1,
-                             u.theta2 * y.y1 - (u.theta3 + u.theta4) * y.y3 + u.theta5 * y.y5,
-                             u.theta3 * y.y3,
-                             u.theta4 * y.y3 - u.theta5 * y.y5],
-        initial={"y1": 100.0, "y2": 0.0, "y3": 0.0, "y4": 0.0, "y5": 0.0},
-        data=data, name="pinene")
+        rhs=rhs, initial=dict(zip(names, initial)), data=data, name=name)
+
+
+def pinene_problem(theta0=(1e-5, 1e-5, 1e-5, 1e-4, 1e-5)):
+    """The α-pinene problem (module docstring); parameters θ1..θ5 ≥ 0."""
+    return _theta_problem(
+        "pinene", _PINENE_T, _PINENE_Y, theta0,
+        lambda y, u, t: [-(u.theta1 + u.theta2) * y.y1,
+                         u.theta1 * y.y1,
+                         u.theta2 * y.y1 - (u.theta3 + u.theta4) * y.y3 + u.theta5 * y.y5,
+                         u.theta3 * y.y3,
+                         u.theta4 * y.y3 - u.theta5 * y.y5],
+        (100.0, 0.0, 0.0, 0.0, 0.0))
 
 
 def gasoil_problem(theta0=(0.0, 0.0, 0.0)):
     """The gas-oil cracking problem (module docstring); parameters θ1..θ3 ≥ 0."""
-    data = pd.DataFrame(np.array(_GASOIL_Y).T, index=pd.Index(_GASOIL_T, name="time"),
-                        columns=["y1", "y2"])
-    return EstimationProblem(
-        states=["y1", "y2"],
-        parameters=[Parameter(f"theta{i}", float(v), lb=0.0) for i, v in enumerate(theta0, 1)],
-        rhs=lambda y, u, t: [-(u.theta1 + u.theta3) * y.y1 ** 2,
-                             u.theta1 * y.y1 ** 2 - u.theta2 * y.y2],
-        initial={"y1": 1.0, "y2": 0.0},
-        data=data, name="gasoil")
+    return _theta_problem(
+        "gasoil", _GASOIL_T, _GASOIL_Y, theta0,
+        lambda y, u, t: [-(u.theta1 + u.theta3) * y.y1 ** 2,
+                         u.theta1 * y.y1 ** 2 - u.theta2 * y.y2],
+        (1.0, 0.0))
 
 
 _MARINE_Z = [
@@ -186,17 +188,10 @@ _METHANOL_Y = [[1.0000, 0.7085, 0.5971, 0.5537, 0.3684, 0.1712, 0.1198, 0.0747, 
 
 def methanol_problem(theta0=(1.0, 1.0, 1.0, 1.0, 1.0)):
     """The methanol-to-hydrocarbons problem (module docstring); θ1..θ5 ≥ 0."""
-    names = ["y1", "y2", "y3"]
-    data = pd.DataFrame(np.array(_METHANOL_Y).T, index=pd.Index(_METHANOL_T, name="time"),
-                        columns=names)
-
     def rhs(y, u, t):
         d = (u.theta2 + u.theta5) * y.y1 + y.y2
         return [-(2 * u.theta2 - u.theta1 * y.y2 / d + u.theta3 + u.theta4) * y.y1,
                 u.theta1 * y.y1 * (u.theta2 * y.y1 - y.y2) / d + u.theta3 * y.y1,
                 u.theta1 * y.y1 * (y.y2 + u.theta5 * y.y1) / d + u.theta4 * y.y1]
 
-    return EstimationProblem(
-        states=names,
-        parameters=[Parameter(f"theta{i}", float(v), lb=0.0) for i, v in enumerate(theta0, 1)],
-        rhs=rhs, initial={"y1": 1.0, "y2": 0.0, "y3": 0.0}, data=data, name="methanol")
+    return _theta_problem("methanol", _METHANOL_T, _METHANOL_Y, theta0, rhs, (1.0, 0.0, 0.0))

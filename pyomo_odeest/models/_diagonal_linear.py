@@ -14,18 +14,10 @@ log-likelihood with :math:`\Sigma = I` [MHV, §6],
 :math:`\varphi_j = \tfrac12\|x(t_j) - \bar y_j\|^2` plus the constant
 :math:`\tfrac{Np}{2}\log 2\pi`.
 
-Since :math:`\partial x_i(t)/\partial\phi_k = \delta_{ik}\,t\,x_i(t)`,
-
-.. math::
-
-    \nabla_k J = \sum_j t_j x_k(t_j)\,\big(\nabla_x\varphi_j\big)_k,\qquad
-    \nabla^2_{kl} J = \sum_j t_j^2 x_k x_l (\varphi_{j,xx})_{kl}
-        + \delta_{kl}\sum_j t_j^2 x_k (\nabla_x\varphi_j)_k,
-
-which for :math:`\Sigma = I` is eqs. (28)–(29) (first- and second-order
-terms).  :func:`diagonal_linear_exact_gradient` and
-:func:`diagonal_linear_exact_hessian` evaluate these for any loss, weights and
-missing values of the problem.
+Since :math:`\partial x_i(t)/\partial\phi_k = \delta_{ik}\,t\,x_i(t)`, the gradient
+and Hessian have closed forms (for :math:`\Sigma = I`, eqs. (28)–(29)):
+:func:`diagonal_linear_exact_gradient` and :func:`diagonal_linear_exact_hessian`
+evaluate them for any loss, weights and missing values of the problem.
 """
 from __future__ import annotations
 
@@ -94,13 +86,18 @@ def diagonal_linear_problem(p, n_obs=11, seed=0, T=100.0, perturb=True, start=-0
     return prob
 
 
-def _misfit_derivatives(problem, Xm):
-    """∇_xφ_j (N, p) and φ_{j,xx} (N, p, p) of the problem's loss at states Xm."""
-    N, p = Xm.shape
+def _misfit_derivatives(u, problem):
+    """Times t, exact states Xm (N, p) at φ = ``u``, ∇_xφ_j (N, p) and φ_{j,xx} (N, p, p)
+    of the problem's loss at Xm."""
+    p = len(problem.states)
+    if len(problem.parameters) != p or problem.obs_names != problem.states:
+        raise ValueError("not a diagonal linear problem (see diagonal_linear_problem)")
+    t = problem.meas_times
+    Xm = diagonal_linear_solution(u, t)
     Z = problem.data.to_numpy()
-    G = np.zeros((N, p))
-    Hxx = np.zeros((N, p, p))
-    for j in range(N):
+    G = np.zeros((len(t), p))
+    Hxx = np.zeros((len(t), p, p))
+    for j in range(len(t)):
         obs = np.flatnonzero(problem.mask[j])
         r = Xm[j, obs] - Z[j, obs]
         if isinstance(problem.loss, GaussianNLL):
@@ -109,13 +106,7 @@ def _misfit_derivatives(problem, Xm):
             A = 2.0 * np.diag(problem.weights[j, obs])
         G[j, obs] = A @ r
         Hxx[j][np.ix_(obs, obs)] = A
-    return G, Hxx
-
-
-def _check(problem):
-    p = len(problem.states)
-    if len(problem.parameters) != p or problem.obs_names != problem.states:
-        raise ValueError("not a diagonal linear problem (see diagonal_linear_problem)")
+    return t, Xm, G, Hxx
 
 
 def diagonal_linear_exact_gradient(u, problem):
@@ -131,10 +122,7 @@ def diagonal_linear_exact_gradient(u, problem):
         From :func:`diagonal_linear_problem` (its data, mask, weights and loss
         are used; x(0) = 1).
     """
-    _check(problem)
-    t = problem.meas_times
-    Xm = diagonal_linear_solution(u, t)
-    G, _ = _misfit_derivatives(problem, Xm)
+    t, Xm, G, _ = _misfit_derivatives(u, problem)
     return np.sum(t[:, None] * Xm * G, axis=0)
 
 
@@ -146,10 +134,7 @@ def diagonal_linear_exact_hessian(u, problem):
         H_{kl} = \sum_j t_j^2 x_k x_l (\varphi_{j,xx})_{kl}
                  + \delta_{kl}\sum_j t_j^2 x_k (\nabla_x\varphi_j)_k .
     """
-    _check(problem)
-    t = problem.meas_times
-    Xm = diagonal_linear_solution(u, t)
-    G, Hxx = _misfit_derivatives(problem, Xm)
+    t, Xm, G, Hxx = _misfit_derivatives(u, problem)
     D = t[:, None] * Xm                                # ∂x_k(t_j)/∂φ_k
     H = np.einsum("jk,jkl,jl->kl", D, Hxx, D)
     H += np.diag(np.sum(t[:, None] ** 2 * Xm * G, axis=0))

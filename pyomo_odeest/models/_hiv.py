@@ -34,6 +34,8 @@ mildly stiff system).
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 from scipy.integrate import solve_ivp
@@ -78,20 +80,14 @@ def hiv_initial(u):
             "V_I": F / (u.gamma * T_NI), "V_NI": 0.0}
 
 
-class _Values:
-    def __init__(self, d):
-        self.__dict__.update(d)
-
-
 def hiv_simulate(params=None, times=HIV_TIMES):
     """Observations ``V`` and ``T`` at ``times`` (tight tolerances, Radau)."""
-    u = _Values(dict(HIV_PARAMETERS, **(params or {})))
-    names = HIV_STATES
+    u = SimpleNamespace(**dict(HIV_PARAMETERS, **(params or {})))
     x0 = hiv_initial(u)
-    x0 = [float(x0[s]) for s in names]
+    x0 = [float(x0[s]) for s in HIV_STATES]
 
     def f(t, y):
-        return hiv_rhs(_Values(dict(zip(names, y))), u, t)
+        return hiv_rhs(SimpleNamespace(**dict(zip(HIV_STATES, y))), u, t)
     times = np.asarray(times, dtype=float)
     sol = solve_ivp(f, (0.0, float(times[-1])), x0, method="Radau", t_eval=times,
                     rtol=1e-12, atol=1e-12)
@@ -116,16 +112,11 @@ def hiv_problem(seed=0, noise=0.05, times=HIV_TIMES, estimate=HIV_ESTIMATED, sta
 
     Estimated (default ``HIV_ESTIMATED``): λ, μ_NI, μ_L, μ_A, μ_V, π.  The
     other five (γ, p, α_L, η_NRTI, η_PI) are fixed at their Table 1 values
-    because the two observables do not determine them: the Fisher
-    information of the weighted residuals with respect to the logarithms of
-    all 11 parameters (at the truth, default times, σ_rel = 0.05) has
-    eigenvalues from 1.6e-8 (almost pure γ: γ enters the steady state only
-    through T_NI⁰ ∝ 1/(γp) and the infection flux γT_NI V_I, which the data
-    fix) to 4.3e4, a condition number of 2.7e12; the next two eigenvectors
-    mix μ_V, p and η_NRTI.  For the six chosen parameters the smallest
-    eigenvalue is 99 (standard deviation ≈ 0.1 in log units at 5 % noise) and
-    the condition number 352 (checked in ``tests/approaches/test_continuous.py``).  Any
-    subset can be estimated with ``estimate``.
+    because the two observables do not determine them: the Fisher information
+    of all 11 log-parameters has condition number 2.7e12 (smallest eigenvalue
+    1.6e-8, almost pure γ), that of the six chosen 352 (smallest eigenvalue 99;
+    checked in ``tests/approaches/test_continuous.py``; docs/continuous.md,
+    "The latent HIV model").  Any subset can be estimated with ``estimate``.
 
     Start values: the truth times :math:`\exp(\text{start}\cdot\xi)`,
     :math:`\xi\sim U[-1, 1]` (same ``seed``) for the estimated parameters.
@@ -160,14 +151,10 @@ def hiv_problem(seed=0, noise=0.05, times=HIV_TIMES, estimate=HIV_ESTIMATED, sta
         else:
             params_list.append(Parameter(name, val, fixed=True))
     prob = EstimationProblem(
-        states=HIV_STATES, parameters=params_list, rhs=hiv_rhs, initial=_initial_callables(),
-        data=data,
+        states=HIV_STATES, parameters=params_list, rhs=hiv_rhs,
+        initial={s: (lambda u, s=s: hiv_initial(u)[s]) for s in HIV_STATES}, data=data,
         observe=lambda x, u, t: {"V": x.V_I + x.V_NI, "T": x.T_NI + x.T_L + x.T_A},
         sigma=sigma, name="hiv")
     prob.true_values = truth
     return prob
 
-
-def _initial_callables():
-    names = HIV_STATES
-    return {s: (lambda u, s=s: hiv_initial(u)[s]) for s in names}

@@ -6,50 +6,16 @@ r"""SEIRD epidemic test problem [SEIRD, Example 1; Piccolomini & Zama 2020].
     \dot E = \beta \frac{S I}{N} - \sigma E, \qquad
     \dot I = \sigma E - \gamma I - \mu I, \qquad
     \dot R = \gamma I, \qquad
-    \dot D = \mu I,
+    \dot D = \mu I.
 
-with transmission rate :math:`\beta`, incubation rate :math:`\sigma`
-(1 / mean latent period), recovery rate :math:`\gamma` and death rate
-:math:`\mu` (all per day).  The right-hand sides sum to zero, so
-
-.. math:: S + E + I + R + D = N \qquad \text{[SEIRD, eq. (5)]}
-
-is a linear invariant of the ODE.  Every scheme of this package writes each
-stage as :math:`v = x_i + \sum c\, f(\cdot) + \sum d\, \dot f(\cdot)`; since
-:math:`\mathbf 1^\top f \equiv 0` (hence :math:`\mathbf 1^\top \dot f =
-\mathbf 1^\top f_x f \equiv 0`), the discrete states satisfy
-:math:`\mathbf 1^\top x_i = \mathbf 1^\top x_0` exactly (to rounding).
-
-Settings (the extracted text of [SEIRD] lost its numbers; these are chosen
-to be realistic and are stated in ``docs/seird.md``): states are fractions
-of the population, :math:`N = 1` (a population of :math:`10^6` scaled),
-horizon :math:`[0, 100]` days, measurements of :math:`I, R, D` every 2 days
-(:math:`\tau_j = 2j`, :math:`j = 1..50`), true values :data:`SEIRD_TRUE` and
-:data:`SEIRD_X0`, integration grid with 2 steps per measurement interval
-(:math:`h = 1` day, :math:`k = 100`, Adams predictor–corrector by default).  Noise is relative and Gaussian,
-:math:`\bar z = z\,(1 + \eta\,\varepsilon)`, :math:`\varepsilon \sim \mathcal N(0, 1)`.
-
-Cost function [SEIRD, eqs. (3) and (6), reconstructed].  With
-:math:`u = (\beta, \sigma, \gamma, \mu)` and, when the initial state is
-estimated, :math:`x_0 = (S_0, E_0, I_0, R_0, D_0)`,
-
-.. math::
-
-    J(x_0, u) = \sum_{j=1}^{s} \sum_{o \in \{I, R, D\}}
-        \Big(\frac{z_o(\tau_j) - \bar z_{jo}}{s_{jo}}\Big)^2
-      + \sum_{c} \Big(\frac{x_{0c} - \bar x_{0c}}{s_{0c}}\Big)^2
-      + \rho \sum_{i=0}^{k} \big(\mathbf 1^\top x_i - N\big)^2,
-
-with relative scales :math:`s_{jo} = \eta_w |\bar z_{jo}|`,
-:math:`s_{0c} = \eta_w |\bar x_{0c}|` (so compartments of different size
-count alike).  The conservation sum runs over the :math:`k+1` points of the
-integration grid; by the invariant it equals
-:math:`(k+1)(\mathbf 1^\top x_0 - N)^2`, a function of the parameters only,
-and is passed to :class:`~pyomo_odeest.problem._declaration.EstimationProblem` as
-``penalty`` together with the initial-state term.
+The right-hand sides sum to zero, so :math:`S + E + I + R + D = N`
+[SEIRD, eq. (5)] is a linear invariant, which every scheme of the package
+preserves exactly on the grid; the conservation penalty of the cost
+[SEIRD, eqs. (3) and (6), reconstructed] is therefore a function of the
+parameters only.  The settings (true values, measurement times, noise model,
+weights) and the cost are stated in docs/seird.md.
 """
 from __future__ import annotations
-
 
 import numpy as np
 import pandas as pd
@@ -132,17 +98,11 @@ def seird_solution(times, params=None, x0=None, N=SEIRD_N):
 
 def seird_data(noise=0.05, seed=0, observed=("I", "R", "D"), relative=True, times=None,
                params=None, x0=None, N=SEIRD_N):
-    r"""Synthetic SEIRD measurements.
-
-    .. math::
-
-        \bar z_{jo} = z_o(\tau_j)\,(1 + \eta\, \varepsilon_{jo}) \quad (\text{relative}),
-        \qquad \bar z_{jo} = z_o(\tau_j) + \eta\, \varepsilon_{jo} \quad (\text{absolute}),
-
-    :math:`\varepsilon_{jo} \sim \mathcal N(0, 1)` i.i.d., :math:`\eta` = ``noise``.
-    The initial state is "measured" with the same noise model (all five
-    compartments, drawn after the data from the same generator):
-    :math:`\bar x_{0c} = x_{0c}(1 + \eta\,\varepsilon_{0c})`.
+    r"""Synthetic SEIRD measurements with Gaussian noise, relative
+    :math:`\bar z = z\,(1 + \eta\,\varepsilon)` or absolute
+    :math:`\bar z = z + \eta\,\varepsilon`; the initial state of all five
+    compartments is "measured" with the same noise model (drawn after the data
+    from the same generator).  See docs/seird.md, "The model and the settings".
 
     Parameters
     ----------
@@ -213,17 +173,10 @@ def conservation_sum(X, N=SEIRD_N):
 def seird_problem(data, estimate_initial=False, conservation_weight=1e4, ic_weight=1.0,
                   x0_measured=None, rel_sigma=None, u0=None, x0_guess=None,
                   steps_per_interval=2, n_points=None, N=SEIRD_N, conservation=True):
-    r"""The SEIRD estimation problem [SEIRD, eq. (6)].
-
-    .. math::
-
-        J = \sum_{j,o} \frac{(z_o(\tau_j) - \bar z_{jo})^2}{(\eta_w \bar z_{jo})^2}
-          \;+\; \omega \sum_c \frac{(x_{0c} - \bar x_{0c})^2}{(\eta_w \bar x_{0c})^2}
-          \;+\; (k+1)\,\frac{\rho}{N^2}\,\big(S_0 + E_0 + I_0 + R_0 + D_0 - N\big)^2,
-
-    the last two terms only with ``estimate_initial=True``; the third is
-    :math:`\frac{\rho}{N^2}\sum_{i=0}^k(\mathbf 1^\top x_i - N)^2` on the grid
-    rewritten by the discrete invariant :math:`\mathbf 1^\top x_i = \mathbf 1^\top x_0`.
+    r"""The SEIRD estimation problem [SEIRD, eq. (6)]: the weighted misfit and,
+    with ``estimate_initial=True``, the initial-state term and the conservation
+    penalty :math:`(k+1)\,\frac{\rho}{N^2}(\mathbf 1^\top x_0 - N)^2` (the grid sum
+    rewritten by the discrete invariant); see docs/seird.md, "The cost function".
 
     Parameters
     ----------
@@ -312,20 +265,11 @@ def seird_problem(data, estimate_initial=False, conservation_weight=1e4, ic_weig
 # reduced-space fits with the CG / BFGS optimizers of [SEIRD]
 # ---------------------------------------------------------------------------
 def log_objective(dm):
-    r"""Objective and adjoint gradient in log-parameters.
-
-    .. math::
-
-        \tilde J(\theta) = J(e^{\theta}), \qquad
-        \nabla_\theta \tilde J = e^{\theta} \odot \nabla_u J(e^{\theta}),
-
-    with :math:`\nabla_u J` the discrete adjoint gradient of ``dm``
-    (:meth:`~pyomo_odeest.discretization.discrete.DiscreteModel.gradient`).  The map keeps
-    every rate and compartment positive and puts parameters of very
-    different size (:math:`\mu \approx 5\cdot10^{-3}`, :math:`S_0 \approx 1`,
-    :math:`D_0 \approx 10^{-5}`) on a common relative scale (a diagonal
-    preconditioning: a step :math:`\delta\theta_k` is a relative change of
-    :math:`u_k`).  Failed simulations return :math:`+\infty`.
+    r"""Objective and adjoint gradient in log-parameters,
+    :math:`\tilde J(\theta) = J(e^{\theta})`,
+    :math:`\nabla_\theta \tilde J = e^{\theta} \odot \nabla_u J(e^{\theta})`, with the
+    discrete adjoint gradient of ``dm``; failed simulations return :math:`+\infty`.
+    Why log-parameters: docs/seird.md, "Methods".
 
     Returns
     -------

@@ -33,9 +33,6 @@ class _Printer(PythonCodePrinter):
     def _print_Rational(self, expr):
         return repr(float(expr.p) / float(expr.q))
 
-    def _print_Half(self, expr):
-        return "0.5"
-
 
 def kernel_source(name, exprs, x_sym, u_sym, t_sym, inputs=None):
     """Source of ``def name(x, u, t, out)`` writing ``out[i] = exprs[i](x, u, t)``.
@@ -76,12 +73,8 @@ def kernel_source(name, exprs, x_sym, u_sym, t_sym, inputs=None):
     lines = [f"def {name}(x, u, t, out):"]
     used = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
     used |= {s for _, r in replacements for s in r.free_symbols}
-    for i, s in enumerate(xs):
-        if s in used:
-            lines.append(f"    _x{i} = x[{i}]")
-    for i, s in enumerate(us):
-        if s in used:
-            lines.append(f"    _u{i} = u[{i}]")
+    for v, syms in (("x", xs), ("u", us)):
+        lines += [f"    _{v}{i} = {v}[{i}]" for i, s in enumerate(syms) if s in used]
     if tt in used or any(m in used for m in marks.values()):
         lines.append("    _t = t")
     for k, (app, m) in enumerate(marks.items()):

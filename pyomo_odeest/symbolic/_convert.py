@@ -9,10 +9,13 @@ expressions on the block's variables, or lambdified for the simulators.
 """
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 import sympy
 import pyomo.environ as pyo
 
-from ._structure import UnsupportedExpressionError, to_sympy, walk
+from ._structure import _UNARY, UnsupportedExpressionError, to_sympy, walk
 
 __all__ = ["pyomo_to_sympy", "sympy_to_pyomo"]
 
@@ -49,12 +52,8 @@ def pyomo_to_sympy(expr, symbol_of):
     return to_sympy(s, syms)
 
 
-_PYO_FUNC = {
-    sympy.exp: pyo.exp, sympy.log: pyo.log, sympy.sin: pyo.sin, sympy.cos: pyo.cos,
-    sympy.tan: pyo.tan, sympy.asin: pyo.asin, sympy.acos: pyo.acos, sympy.atan: pyo.atan,
-    sympy.sinh: pyo.sinh, sympy.cosh: pyo.cosh, sympy.tanh: pyo.tanh,
-    sympy.asinh: pyo.asinh, sympy.acosh: pyo.acosh, sympy.atanh: pyo.atanh,
-}
+#: sympy function -> Pyomo function (``sqrt`` and ``log10`` have no sympy class)
+_PYO_FUNC = {getattr(sympy, n): getattr(pyo, n) for n in _UNARY if n not in ("sqrt", "log10")}
 
 
 def sympy_to_pyomo(expr, objects):
@@ -76,10 +75,7 @@ def sympy_to_pyomo(expr, objects):
         elif e.is_Number:
             r = float(e)
         elif e.is_Add:
-            args = [conv(a) for a in e.args]
-            r = args[0]
-            for a in args[1:]:
-                r = r + a
+            r = reduce(operator.add, [conv(a) for a in e.args])
         elif e.is_Mul:
             num, den = [], []
             for a in e.args:
@@ -89,11 +85,7 @@ def sympy_to_pyomo(expr, objects):
                     den.append(int(a.q))
                 else:
                     num.append(conv(a))
-            r = num[0] if num else 1
-            for a in num[1:]:
-                r = r * a
-            for d in den:
-                r = r / d
+            r = reduce(operator.truediv, den, reduce(operator.mul, num) if num else 1)
         elif e.is_Pow:
             b, x = e.args
             if x == -1:

@@ -30,27 +30,17 @@ class UnsupportedExpressionError(TypeError):
     """An expression uses something the evaluator cannot differentiate."""
 
 
-_UNARY = {
-    "exp": sympy.exp,
-    "log": sympy.log,
-    "log10": lambda a: sympy.log(a) / sympy.log(10),
-    "sqrt": sympy.sqrt,
-    "sin": sympy.sin,
-    "cos": sympy.cos,
-    "tan": sympy.tan,
-    "asin": sympy.asin,
-    "acos": sympy.acos,
-    "atan": sympy.atan,
-    "sinh": sympy.sinh,
-    "cosh": sympy.cosh,
-    "tanh": sympy.tanh,
-    "asinh": sympy.asinh,
-    "acosh": sympy.acosh,
-    "atanh": sympy.atanh,
-}
+_UNARY = {name: getattr(sympy, name) for name in (
+    "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}
+_UNARY["log10"] = lambda a: sympy.log(a) / sympy.log(10)
 
-_SUM_TYPES = (ne.SumExpression, ne.LinearExpression)
-_PROD_TYPES = (ne.ProductExpression, ne.MonomialTermExpression)
+#: n-ary operators whose structure is ``(op, *sub-trees of the arguments)``
+#: (AbsExpression before the unary functions it derives from)
+_OPERATORS = (((ne.SumExpression, ne.LinearExpression), "+"),
+              ((ne.ProductExpression, ne.MonomialTermExpression), "*"),
+              (ne.DivisionExpression, "/"), (ne.NegationExpression, "neg"),
+              (ne.AbsExpression, "abs"))
 
 
 def walk(node, leaves, template=False):
@@ -94,14 +84,9 @@ def walk(node, leaves, template=False):
     if not template and not node.is_potentially_variable():
         leaves.append(("C", float(value(node))))
         return "C"
-    if isinstance(node, _SUM_TYPES):
-        return ("+",) + tuple(walk(a, leaves, template) for a in node.args)
-    if isinstance(node, _PROD_TYPES):
-        a, b = node.args
-        return ("*", walk(a, leaves, template), walk(b, leaves, template))
-    if isinstance(node, ne.DivisionExpression):
-        a, b = node.args
-        return ("/", walk(a, leaves, template), walk(b, leaves, template))
+    for types, op in _OPERATORS:
+        if isinstance(node, types):
+            return (op,) + tuple(walk(a, leaves, template) for a in node.args)
     if isinstance(node, ne.PowExpression):
         base, expo = node.args
         sb = walk(base, leaves, template)
@@ -109,10 +94,6 @@ def walk(node, leaves, template=False):
             e = float(expo)
             return ("^k", sb, int(e) if e.is_integer() else e)
         return ("^", sb, walk(expo, leaves, template))
-    if isinstance(node, ne.NegationExpression):
-        return ("neg", walk(node.args[0], leaves, template))
-    if isinstance(node, ne.AbsExpression):
-        return ("abs", walk(node.args[0], leaves, template))
     if isinstance(node, ne.UnaryFunctionExpression):
         name = node.getname()
         if name not in _UNARY:
@@ -141,26 +122,24 @@ def children(structure):
     return structure[1:]
 
 
+_NODE_VALUE = {
+    "+": lambda s, a: sympy.Add(*a),
+    "*": lambda s, a: a[0] * a[1],
+    "/": lambda s, a: a[0] / a[1],
+    "^k": lambda s, a: a[0] ** sympy.sympify(s[2]),
+    "^": lambda s, a: a[0] ** a[1],
+    "neg": lambda s, a: -a[0],
+    "abs": lambda s, a: sympy.Abs(a[0]),
+    "f": lambda s, a: _UNARY[s[1]](a[0]),
+}
+
+
 def node_value(structure, args):
     """The sympy value of a structure node whose sub-trees evaluate to ``args``."""
-    op = structure[0]
-    if op == "+":
-        return sympy.Add(*args)
-    if op == "*":
-        return args[0] * args[1]
-    if op == "/":
-        return args[0] / args[1]
-    if op == "^k":
-        return args[0] ** sympy.sympify(structure[2])
-    if op == "^":
-        return args[0] ** args[1]
-    if op == "neg":
-        return -args[0]
-    if op == "abs":
-        return sympy.Abs(args[0])
-    if op == "f":
-        return _UNARY[structure[1]](args[0])
-    raise AssertionError(f"unknown structure node {op!r}")
+    rule = _NODE_VALUE.get(structure[0])
+    if rule is None:
+        raise AssertionError(f"unknown structure node {structure[0]!r}")
+    return rule(structure, args)
 
 
 def to_sympy(structure, symbols):

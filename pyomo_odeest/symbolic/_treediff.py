@@ -145,12 +145,10 @@ def differentiate_structure(structure, symbols, wrt):
             g1 = [g.xreplace({value: w}) for g in g1]
             g2 = {ij: g.xreplace({value: w}) for ij, g in g2.items()}
         g1 = [out.bind(g) if not g.is_Atom and c[1] else g for g, c in zip(g1, kids)]
-        grad = {}
+        grad, hess = {}, {}
         for gi, c in zip(g1, kids):
             for k, t in c[1].items():
                 grad[k] = grad.get(k, zero) + gi * t
-        hess = {}
-        for gi, c in zip(g1, kids):
             for kl, t in c[2].items():
                 hess[kl] = hess.get(kl, zero) + gi * t
         for (i, j), gij in g2.items():
@@ -173,6 +171,5 @@ def differentiate_structure(structure, symbols, wrt):
         hess = {kl: out.bind(e) for kl, e in hess.items() if e != 0}
         return w, grad, hess
 
-    w, grad, hess = node(structure)
-    out.value, out.d1, out.d2 = w, grad, hess
+    out.value, out.d1, out.d2 = node(structure)
     return out

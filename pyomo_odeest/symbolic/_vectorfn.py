@@ -17,33 +17,24 @@ from ._lambdify import lambdify
 __all__ = ["VectorFn", "SparseJacobian", "sparse_jacobian", "second_derivatives"]
 
 
-def _lambdify(args, exprs):
-    return lambdify(args, exprs, modules="numpy", cse=True)
-
-
-def _stack(vals, npts):
-    out = np.empty((len(vals), npts))
-    for r, v in enumerate(vals):
-        out[r] = v
-    return out
-
-
 class VectorFn:
     """``F(X, u, t, *extra) -> (npts, len(exprs))`` for a list of expressions."""
 
     def __init__(self, exprs, x_sym, u_sym, t_sym, extra=()):
         self.size = len(exprs)
         self.extra = tuple(extra)
-        self._fn = _lambdify((tuple(x_sym), tuple(u_sym), t_sym) + tuple(tuple(e) for e in extra),
-                             list(exprs)) if exprs else None
+        args = (tuple(x_sym), tuple(u_sym), t_sym) + tuple(tuple(e) for e in extra)
+        self._fn = lambdify(args, list(exprs), modules="numpy", cse=True) if exprs else None
 
     def __call__(self, X, u, t, *extra):
         X = np.atleast_2d(X)
         npts = X.shape[0]
         if self._fn is None:
             return np.zeros((npts, 0))
-        vals = self._fn(X.T, u, t, *[np.asarray(e).T for e in extra])
-        return _stack(vals, npts).T
+        out = np.empty((self.size, npts))
+        for r, v in enumerate(self._fn(X.T, u, t, *[np.asarray(e).T for e in extra])):
+            out[r] = v                      # constant entries broadcast
+        return out.T
 
     def point(self, x, u, t, *extra):
         """Single point, returns (len(exprs),).
@@ -61,26 +52,23 @@ class VectorFn:
             return np.full(self.size, np.nan)
 
 
-class SparseJacobian:
-    """Sparse matrix-valued function on a fixed pattern.
+class SparseJacobian(VectorFn):
+    """Sparse matrix-valued function on a fixed pattern: a :class:`VectorFn` of
+    its ``nnz`` entries.
 
     ``values(X, u, t)`` -> ``(npts, nnz)``; ``dense(vals)`` -> ``(npts, r, c)``.
     """
 
     def __init__(self, rows, cols, exprs, shape, x_sym, u_sym, t_sym, extra=()):
+        super().__init__(exprs, x_sym, u_sym, t_sym, extra)
         self.rows = np.asarray(rows, dtype=np.int64)
         self.cols = np.asarray(cols, dtype=np.int64)
         self.shape = shape
         self.nnz = len(exprs)
         #: the entries' expressions (for code generation)
         self.exprs = list(exprs)
-        self._vf = VectorFn(exprs, x_sym, u_sym, t_sym, extra)
 
-    def values(self, X, u, t, *extra):
-        return self._vf(X, u, t, *extra)
-
-    def point(self, x, u, t, *extra):
-        return self._vf.point(x, u, t, *extra)
+    values = VectorFn.__call__
 
     def dense(self, vals):
         vals = np.atleast_2d(vals)
@@ -102,26 +90,23 @@ class SparseJacobian:
 
     def matmat(self, vals, M):
         """Row-wise ``A_k M_k`` for M (npts, c, q) -> (npts, r, q)."""
-        npts = vals.shape[0]
-        out = np.zeros((npts, self.shape[0], M.shape[2]))
-        if self.nnz > 4 * npts:            # few points, many entries: sparse products
-            for k in range(npts):
-                out[k] = self.csr(vals[k]) @ M[k]
-            return out
-        for e in range(self.nnz):
-            out[:, self.rows[e], :] += vals[:, e, None] * M[:, self.cols[e], :]
-        return out
+        return self._rowwise(vals, M, False)
 
     def matmat_T(self, vals, M):
         """Row-wise ``A_kᵀ M_k`` for M (npts, r, q) -> (npts, c, q)."""
+        return self._rowwise(vals, M, True)
+
+    def _rowwise(self, vals, M, transpose):
         npts = vals.shape[0]
-        out = np.zeros((npts, self.shape[1], M.shape[2]))
-        if self.nnz > 4 * npts:
+        rows, cols = (self.cols, self.rows) if transpose else (self.rows, self.cols)
+        out = np.zeros((npts, self.shape[1 if transpose else 0], M.shape[2]))
+        if self.nnz > 4 * npts:            # few points, many entries: sparse products
             for k in range(npts):
-                out[k] = self.csr(vals[k]).T @ M[k]
+                A = self.csr(vals[k])
+                out[k] = (A.T if transpose else A) @ M[k]
             return out
         for e in range(self.nnz):
-            out[:, self.cols[e], :] += vals[:, e, None] * M[:, self.rows[e], :]
+            out[:, rows[e], :] += vals[:, e, None] * M[:, cols[e], :]
         return out
 
     def csr(self, vals_k):
@@ -166,8 +151,7 @@ def second_derivatives(exprs, x_sym, u_sym, t_sym):
     ``(X, u, t, lam)`` (``lam`` passed as extra argument of shape
     ``(npts, len(exprs))``).
     """
-    lam = sympy.symbols(f"lam0:{len(exprs)}", real=True, cls=sympy.Dummy)   # never a user name
-    lam = (lam,) if isinstance(lam, sympy.Symbol) else tuple(lam)
+    lam = tuple(sympy.symbols(f"lam0:{len(exprs)}", real=True, cls=sympy.Dummy))  # no user name
     s = sum(l * e for l, e in zip(lam, exprs))
     gx = [sympy.diff(s, v) for v in x_sym]
     gu = [sympy.diff(s, v) for v in u_sym]
