@@ -97,11 +97,8 @@ class ExperimentModels:
 
     def gradient(self, u, method="adjoint", traj=None, **kw):
         trajs = traj if traj is not None else (None,) * len(self.models)
-        out = np.zeros(self.m)
-        for m, tr in zip(self.models, trajs):
-            out += (m.gradient(u, method, **kw) if tr is None
-                    else m.gradient(u, method, tr, **kw))
-        return out
+        return sum((m.gradient(u, method, **kw) if tr is None else m.gradient(u, method, tr, **kw)
+                    for m, tr in zip(self.models, trajs)), np.zeros(self.m))
 
     def hessian(self, u, method="soa", **kw):
         return sum(np.asarray(m.hessian(u, method, **kw), dtype=float) for m in self.models)

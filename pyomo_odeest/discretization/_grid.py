@@ -117,7 +117,9 @@ class Grid:
                 f"h in [{h.min():.3g}, {h.max():.3g}])")
 
 
-def _times(name, values) -> np.ndarray:
+def _times(name, values, scalar=False) -> np.ndarray:
+    if scalar and np.ndim(values) != 0:
+        raise ValueError(f"{name} must be a scalar")
     try:
         arr = np.atleast_1d(np.asarray(values, dtype=float))
     except (TypeError, ValueError) as exc:
@@ -129,6 +131,21 @@ def _times(name, values) -> np.ndarray:
     if np.any(~np.isfinite(arr)):
         raise ValueError(f"{name} contains infinite values")
     return arr
+
+
+def _int_at_least(value, low) -> bool:
+    """True for an int (not a bool) ``>= low``."""
+    return (not isinstance(value, bool) and isinstance(value, (int, np.integer))
+            and value >= low)
+
+
+def substeps(lengths, max_step=None, steps_per_interval=None) -> np.ndarray:
+    """Equal sub-steps per interval of ``lengths``: the fewest with at least
+    ``steps_per_interval`` and none longer than ``max_step`` (1 without either)."""
+    n = np.full(np.shape(lengths), 1 if steps_per_interval is None else int(steps_per_interval))
+    if max_step is not None:
+        n = np.maximum(n, np.ceil(np.asarray(lengths) / max_step * (1.0 - 1e-12)).astype(int))
+    return n
 
 
 def _geometric_startup(H, L, ratio, startup_steps, startup_order):
@@ -169,24 +186,15 @@ def make_grid(
     :math:`n_r \ge` ``steps_per_interval`` and :math:`L_r / n_r \le`
     ``max_step`` (either may be omitted; with both omitted :math:`n_r = 1`).
 
-    Start-up refinement (``startup="refined"``).  With the order ramp
-    :math:`Q_i = \min(i+1, Q_{\max}-1)` the first steps of every scheme are of
-    low order (step 0: local error :math:`O(h_0^3)` for the Adams schemes,
-    :math:`O(h_0^4)` for Enright).  A bounded number of steps with local error
-    :math:`O(h_0^{q})` adds :math:`O(h_0^{q})` to the global error, so with
-    :math:`h_0 = h` the observed order is capped at 3 (Adams) or 4 (Enright).
-    The refined start-up replaces the first sub-step :math:`H` by steps
-    growing geometrically by ``startup_ratio`` and summing to :math:`H`, the
-    first one :math:`h_0 \le H (H/L)^{(p-3)/3}` with :math:`p` =
-    ``startup_order`` and :math:`L = T - t_0`, so that
-    :math:`h_0^3 = O(H^p)`; the later ramp steps (local error
-    :math:`O(h_j^{j+3})`, :math:`h_j = h_0 r^j`) are then also
-    :math:`O(H^p)` and the start-up no longer limits a global order
-    :math:`\le p`.  The number of start-up steps grows like
-    :math:`\log(1/H)`.  The order ramp restarts after every switching time
-    (``switches``), so the refinement is applied there too.  Geometric
-    subdivision with a *fixed* number of steps
-    (``startup_steps`` given) only reduces the error constant, not the order.
+    Start-up refinement (``startup="refined"``): the order ramp
+    :math:`Q_i = \min(i+1, Q_{\max}-1)` caps the observed order at 3 (Adams) or
+    4 (Enright) on uniform grids (docs/schemes.md, "The start-up ramp limits the
+    order").  The refined start-up replaces the first sub-step :math:`H` (also
+    after every switching time) by steps growing by ``startup_ratio`` and summing
+    to :math:`H`, the first :math:`h_0 \le H (H/L)^{(p-3)/3}` with :math:`p` =
+    ``startup_order`` and :math:`L = T - t_0`, so that the start-up no longer
+    limits a global order :math:`\le p`; a fixed ``startup_steps`` only reduces
+    the error constant, not the order.
 
     Parameters
     ----------
@@ -224,11 +232,7 @@ def make_grid(
         Switching times :math:`\sigma` of piecewise inputs in
         :math:`(t_0, T)`: required points, each preceded by its twin
         :math:`\sigma^- =` ``numpy.nextafter(σ, -inf)``; both are
-        :attr:`Grid.restarts`.  The step :math:`[\sigma^-, \sigma]` has
-        length one unit in the last place: the inputs are evaluated with
-        their left piece at :math:`\sigma^-` and their right piece at
-        :math:`\sigma`, so every step sees one smooth piece of every input
-        and the schemes keep their order.
+        :attr:`Grid.restarts` (docs/experiments.md, "Switching times").
 
     Returns
     -------
@@ -247,17 +251,13 @@ def make_grid(
         raise ValueError(f"meas_times contains duplicates: {np.unique(dup)}")
     if tau.size > 1 and np.any(np.diff(tau) < 0):
         raise ValueError("meas_times must be sorted in increasing order")
-    if np.ndim(t0) != 0:
-        raise ValueError("t0 must be a scalar")
-    t0 = float(_times("t0", t0)[0])
+    t0 = float(_times("t0", t0, scalar=True)[0])
     if T is None:
         if tau.size == 0:
             raise ValueError("T is required when meas_times is empty")
         T = float(tau.max())
     else:
-        if np.ndim(T) != 0:
-            raise ValueError("T must be a scalar")
-        T = float(_times("T", T)[0])
+        T = float(_times("T", T, scalar=True)[0])
     if not T > t0:
         raise ValueError(f"T must be greater than t0 (t0={t0}, T={T})")
     extra = _times("extra_times", extra_times)
@@ -270,16 +270,13 @@ def make_grid(
         max_step = float(max_step)
         if math.isnan(max_step) or not max_step > 0:
             raise ValueError(f"max_step must be positive, got {max_step}")
-    if steps_per_interval is not None:
-        if isinstance(steps_per_interval, bool) or not isinstance(steps_per_interval, (int, np.integer)) \
-                or steps_per_interval < 1:
-            raise ValueError(f"steps_per_interval must be a positive int, got {steps_per_interval!r}")
+    if steps_per_interval is not None and not _int_at_least(steps_per_interval, 1):
+        raise ValueError(f"steps_per_interval must be a positive int, got {steps_per_interval!r}")
     if startup not in STARTUP_MODES:
         raise ValueError(f"startup must be one of {STARTUP_MODES}, got {startup!r}")
-    if startup_steps is not None and (isinstance(startup_steps, bool)
-                                      or not isinstance(startup_steps, (int, np.integer)) or startup_steps < 1):
+    if startup_steps is not None and not _int_at_least(startup_steps, 1):
         raise ValueError(f"startup_steps must be a positive int or None, got {startup_steps!r}")
-    if isinstance(startup_order, bool) or not isinstance(startup_order, (int, np.integer)) or startup_order < 3:
+    if not _int_at_least(startup_order, 3):
         raise ValueError(f"startup_order must be an int >= 3, got {startup_order!r}")
     startup_ratio = float(startup_ratio)
     if not (startup_ratio > 1.0 and np.isfinite(startup_ratio)):
@@ -293,11 +290,9 @@ def make_grid(
     required = np.unique(np.concatenate([[t0, T], tau, extra, sw]))
     pieces = [required[:1]]
     movable = [np.zeros(1, dtype=bool)]
-    for r, (a, b) in enumerate(zip(required[:-1], required[1:])):
+    ns = substeps(np.diff(required), max_step, steps_per_interval)
+    for r, (a, b, n) in enumerate(zip(required[:-1], required[1:], ns)):
         length = b - a
-        n = 1 if steps_per_interval is None else int(steps_per_interval)
-        if max_step is not None:
-            n = max(n, math.ceil(length / max_step * (1.0 - 1e-12)))
         frac = np.arange(1, n + 1) / n
         if startup == "refined" and (r == 0 or np.any(sw == a)):   # also after each switch
             H = length / n
@@ -307,9 +302,7 @@ def make_grid(
         pts = a + length * frac
         pts[-1] = b
         pieces.append(pts)
-        mv = np.ones(pts.size, dtype=bool)
-        mv[-1] = False
-        movable.append(mv)
+        movable.append(np.arange(pts.size) < pts.size - 1)    # all but the required end
     t = np.concatenate(pieces)
     mov = np.concatenate(movable)
 
@@ -357,8 +350,7 @@ def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> 
                            f"missing {missing[:5]}")
     if sw.size:
         idx = np.searchsorted(grid.t, sw)
-        ok = (idx < len(grid.t)) & (grid.t[np.minimum(idx, len(grid.t) - 1)] == sw)
-        ok &= idx >= 1
+        ok = (idx >= 1) & (idx < len(grid.t)) & (grid.t[np.minimum(idx, len(grid.t) - 1)] == sw)
         ok &= (grid.t[np.maximum(idx - 1, 0)] == np.nextafter(sw, -np.inf))
         if not ok.all() or not set(np.concatenate([idx - 1, idx]).tolist()) <= set(grid.restarts):
             raise ProblemError(f"grid must contain every switching time of the inputs with its "

@@ -1,11 +1,6 @@
-r"""The estimator's argument checks that need the discretization: scheme,
-order and grid, and the size guard.
-
-:func:`validate_estimator` runs before an estimator builds anything: the
-problem-level checks of :mod:`pyomo_odeest.problem._validation` (start values,
-solver options, method names) and, for the approaches that discretize,
-:func:`estimate_size`, which refuses a discretization that cannot fit in the
-machine's memory with the numbers and the largest grid that fits.
+r"""The estimator's argument checks that need the discretization (scheme, order and
+grid) and the size guard, which refuses a discretization that cannot fit in memory.
+See docs/checks.md, sections "Before anything is built" and "Size guard".
 """
 from __future__ import annotations
 
@@ -26,14 +21,11 @@ def validate_estimator(approach: str, problem, needs_free=True, needs_data=True,
     """Check an estimator's arguments before it builds anything.
 
     ``approach`` names the estimator (the memory model of
-    :data:`BYTES_PER_UNKNOWN`); ``needs_free``: refuse a problem whose
-    parameters are all fixed; ``needs_data``: refuse a problem without data;
-    ``args`` are the estimator's arguments by name (their domains are checked
-    by the approach's configuration).
-    Raises :class:`ProblemError` (or :class:`TypeError` for a wrong type of
-    problem or grid) naming the argument and the valid choices, and
-    :class:`ProblemTooLargeError` when the discretization cannot fit in
-    memory (see :func:`estimate_size`).
+    :data:`BYTES_PER_UNKNOWN`); ``needs_free``/``needs_data``: refuse a problem
+    whose parameters are all fixed / without data; ``args``: the estimator's
+    arguments by name.  Raises :class:`ProblemError` (:class:`TypeError` for a
+    wrong type of problem or grid) or :class:`ProblemTooLargeError`
+    (:func:`estimate_size`).
     """
     from ..problem._declaration import EstimationProblem
     if not isinstance(problem, EstimationProblem):
@@ -62,12 +54,8 @@ def validate_estimator(approach: str, problem, needs_free=True, needs_data=True,
 # ---------------------------------------------------------------------------
 # size guard
 # ---------------------------------------------------------------------------
-#: Peak memory per unknown (bytes), Lotka–Volterra, adams_pc, measured by
-#: ``benchmarks/size_guard.py``: building the Pyomo block with its evaluator
-#: (Jacobian and Hessian evaluated once) grows the peak by 3.6–6.6 kB per
-#: unknown, before Ipopt's factorization; a whole simultaneous solve at 10⁵
-#: steps took 1.8 GB (4.5 kB per unknown).  The discrete model of the reduced
-#: space (gradient and second-order adjoint evaluated once): 2.3 kB.
+#: Peak memory per unknown (bytes), measured by ``benchmarks/size_guard.py``
+#: (docs/checks.md, "Size guard"; a whole simultaneous solve at 10⁵ steps took 4.5 kB).
 BYTES_PER_UNKNOWN = {"simultaneous": 6000, "reduced_space": 2500, "multiple_shooting": 2500}
 
 
@@ -112,13 +100,6 @@ def _intervals(problem):
     return np.diff(pts)
 
 
-def _steps(lengths, max_step, spi):
-    n = np.full(lengths.shape, 1 if spi is None else int(spi), dtype=float)
-    if max_step is not None:
-        n = np.maximum(n, np.ceil(lengths / max_step * (1.0 - 1e-12)))
-    return int(n.sum())
-
-
 def estimate_size(problem, approach="simultaneous", scheme="adams_pc", qmax=None, grid=None,
                   max_step=None, steps_per_interval=None, refuse=False, available=None):
     """Steps, unknowns, constraints and memory of the discretization, before building it.
@@ -129,7 +110,7 @@ def estimate_size(problem, approach="simultaneous", scheme="adams_pc", qmax=None
     :class:`ProblemTooLargeError` with the numbers and the largest
     ``steps_per_interval`` (or smallest ``max_step``) that fits.
     """
-    from ._grid import Grid
+    from ._grid import Grid, substeps
     from .schemes import QMAX_RANGE, get_scheme
     if qmax is not None:
         positive_int(qmax, "qmax", *QMAX_RANGE)
@@ -151,7 +132,7 @@ def estimate_size(problem, approach="simultaneous", scheme="adams_pc", qmax=None
             steps_per_interval = positive_int(steps_per_interval, "steps_per_interval")
         if max_step is None and steps_per_interval is None:
             steps_per_interval = 10
-        steps = _steps(_intervals(problem), max_step, steps_per_interval)
+        steps = int(substeps(_intervals(problem), max_step, steps_per_interval).sum())
     n, stages = len(problem.states), len(sch.stage_names)
     p = int(problem.free_mask.sum())
     unknowns = (steps + 1) * n + steps * n * (stages - 1) + p

@@ -21,36 +21,24 @@ first trial with :math:`e_{i,j} \le \varepsilon`.  For a fixed
 constants and the model is a smooth system of equations in
 :math:`w = (x, y, t, \mathbf H, \boldsymbol\eta, \mathbf h, \mathbf e)`.
 
-The scheme is the Adams predictor–corrector (PECE) of
-:class:`~pyomo_odeest.discretization.schemes.AdamsPC` with the order ramp
-:math:`Q_i = \min(i+1, Q_{\max}-1)`, :math:`Q_{\max} \in \{2, 3\}` (Heun, or from
-step 1 on the variable-step AB2 / AM3 pair whose coefficients are rational
-functions of the step ratio :math:`\rho = h_i/(t_i - t_{i-1})`, derived once
-with sympy: :func:`adams_pc_coefficients`), so :math:`F_i` depends on
-:math:`h_i` and on :math:`t_i, t_{i-1}`.  The error estimate is Milne's
-device, the scaled predictor–corrector difference in a smooth weighted RMS
-norm, :math:`E = C_M (\frac1n \sum_k (x^c_k - y_k)^2/(a^2 + x_{i,k}^2) +
-(\phi\varepsilon)^2)^{1/2}` (:math:`C_M` = ``milne``, default 1/6, the Milne
-constant :math:`|C^{AM2}/(C^{AB2} - C^{AM2})|`).  :class:`StepController`
-holds :math:`\varepsilon`, :math:`j_{\max}` and the functions :math:`Q, R, r`
-of (55) (:class:`PowerLaw` or :class:`StepTable`); a trial step that would
-overshoot the next measurement time is clipped onto it, and the clip flags,
-:math:`j_i` and the table levels form the frozen :class:`AdaptivePattern`.
+The scheme is the Adams predictor–corrector (PECE) with the order ramp
+:math:`Q_i = \min(i+1, Q_{\max}-1)`, :math:`Q_{\max} \in \{2, 3\}`, its
+variable-step coefficients rational functions of :math:`\rho = h_i/(t_i - t_{i-1})`
+(:func:`adams_pc_coefficients`); the error estimate is Milne's device in a smooth
+weighted RMS norm; :class:`StepController` holds :math:`\varepsilon`,
+:math:`j_{\max}` and :math:`Q, R, r` (:class:`PowerLaw` or :class:`StepTable`);
+clip flags, :math:`j_i` and table levels form the frozen :class:`AdaptivePattern`.
 See docs/adaptive.md, section "What is modelled".
 
 :meth:`AdaptiveModel.adjoint` implements the backward recursion
-[GM-grad, eqs. (56)–(59)] from the printed Lagrangian of §2.4, corrected
-(eqs. (57)/(58) contain typos: :math:`\beta` and :math:`\delta` swapped, index
-shifts, missing :math:`h_t` and :math:`\partial_h F_t` terms) and extended by
-the time multipliers :math:`\theta` of :math:`t_{i+1} = t_i + h_i`; the
-corrected equations and every deviation from the print are listed in
-docs/adaptive.md, section "The adjoint, corrected".  With :math:`Q`
-independent of :math:`(x_0, u)` and piecewise-constant :math:`R, r` every
-:math:`\gamma` vanishes and (56), (59) reduce to the fixed-grid adjoint on the
-accepted grid (Theorem 3).  :meth:`AdaptiveModel.general_adjoint` obtains the
-same multipliers independently, by one sparse LU solve of
-:math:`(\partial G/\partial w)^\top\lambda = -\nabla_w F` for all equations of
-(55) with explicit stage variables.
+[GM-grad, eqs. (56)–(59)] from the printed Lagrangian of §2.4, corrected and
+extended by the time multipliers :math:`\theta` of :math:`t_{i+1} = t_i + h_i`
+(docs/adaptive.md, section "The adjoint, corrected", lists every deviation from
+the print).  With :math:`Q` independent of :math:`(x_0, u)` and piecewise-constant
+:math:`R, r` it reduces to the fixed-grid adjoint on the accepted grid (Theorem 3).
+:meth:`AdaptiveModel.general_adjoint` obtains the same multipliers independently,
+by one sparse LU solve of :math:`(\partial G/\partial w)^\top\lambda = -\nabla_w F`
+for all equations of (55).
 
 :class:`AdaptiveModel` is assembled from one module per responsibility:
 :mod:`.controller` (the functions :math:`Q, R, r` and the tolerance),

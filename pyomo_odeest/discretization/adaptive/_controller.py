@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
+from .._grid import _int_at_least
+
 __all__ = ["QMAX_ADAPTIVE", "AdaptiveError", "PowerLaw", "StepTable", "StepController"]
 
 #: Supported values of Q_max for the adaptive model.
@@ -186,8 +188,7 @@ class StepController:
         if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating, np.integer)) \
                 or not np.isfinite(eps) or eps <= 0:
             raise ValueError(f"the tolerance eps must be positive and finite, got {eps!r}")
-        if isinstance(self.j_max, bool) or not isinstance(self.j_max, (int, np.integer)) \
-                or self.j_max < 1:
+        if not _int_at_least(self.j_max, 1):
             raise ValueError(f"j_max must be an int >= 1, got {self.j_max!r}")
         if self.h0 is not None and not (np.isfinite(self.h0) and self.h0 > 0):
             raise ValueError(f"h0 must be positive and finite or None, got {self.h0!r}")
@@ -199,13 +200,11 @@ class StepController:
         _check_func(self.r, "r")
         if not self.r.upper < 1:
             raise ValueError("r must reduce the step after a rejection (all values < 1)")
-        if self.q is not None and (isinstance(self.q, bool) or not isinstance(self.q, (int, np.integer))
-                                   or self.q < 1):
+        if self.q is not None and not _int_at_least(self.q, 1):
             raise ValueError(f"q must be an int >= 1 or None, got {self.q!r}")
         if not 0 <= self.stretch < 1:
             raise ValueError(f"stretch must be in [0, 1), got {self.stretch!r}")
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, (int, np.integer)) \
-                or self.max_steps < 1:
+        if not _int_at_least(self.max_steps, 1):
             raise ValueError(f"max_steps must be a positive int, got {self.max_steps!r}")
 
     @property

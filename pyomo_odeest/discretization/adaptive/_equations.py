@@ -104,9 +104,13 @@ class AdaptiveEquations:
         milne = sympy.Float(c.milne, 17)
         self.exprs = {}
         self._fn = {}
+        self._coef = {}
         args = (xi, xm, u, h, ti, tm)
         for Q in range(1, self.qmax):
             pi, K = adams_pc_coefficients(Q)
+            c_all = list(pi) + list(K)
+            self._coef[Q] = (_lamb((RHO,), [sympy.sympify(v) for v in c_all]),
+                             _lamb((RHO,), [sympy.diff(v, RHO) for v in c_all]), Q)
             rho = h / (ti - tm)
             pi = [sympy.sympify(v).subs(RHO, rho) for v in pi]
             K = [sympy.sympify(v).subs(RHO, rho) for v in K]
@@ -155,12 +159,6 @@ class AdaptiveEquations:
         self._f = _lamb((x0s, u, P.t_sym), [fm, fm.jacobian(xs),
                                             fm.jacobian(sympy.Matrix(u)) if u else sympy.zeros(n, 0),
                                             fm.diff(P.t_sym)])
-        self._coef = {}
-        for Q in range(1, self.qmax):
-            pi, K = adams_pc_coefficients(Q)
-            c_all = list(pi) + list(K)
-            self._coef[Q] = (_lamb((RHO,), [sympy.sympify(v) for v in c_all]),
-                             _lamb((RHO,), [sympy.diff(v, RHO) for v in c_all]), Q)
         # misfit φ_j(x, u)
         self._phi = []
         for j in range(len(P.meas_times)):
@@ -201,7 +199,6 @@ class AdaptiveEquations:
     def initial_state(self, u):
         return np.asarray(self._l(u)[0], dtype=float).reshape(-1)
 
-
     # -- per-step derivatives and misfit ---------------------------------------
     def _step_derivs(self, run, i):
         Q = int(run.Q[i])
@@ -216,7 +213,6 @@ class AdaptiveEquations:
         out = self._fn[Q]["dE"](run.x[i], xm, run.u, run.H[i][jj], run.t[i], tm)
         return [np.asarray(a, float).reshape(-1) for a in out]
 
-
     def _coef_values(self, Q, run_or_none, i, h=None, ti=None, tm=None):
         """(π, K, dπ/dρ, dK/dρ, ρ) of step i (or of the given h, t_i, t_{i-1})."""
         cf, dcf, _ = self._coef[Q]
@@ -228,7 +224,6 @@ class AdaptiveEquations:
         cv = np.array(cf(rho), dtype=float).reshape(-1)
         dv = np.array(dcf(rho), dtype=float).reshape(-1)
         return cv[:Q], cv[Q:], dv[:Q], dv[Q:], rho
-
 
     def _phi_parts(self, run):
         Phix = np.zeros((run.k + 1, self.n))

@@ -73,9 +73,8 @@ class GeneralAdjoint:
 
         I = np.eye(n)
 
-        def stage(eq, v, i, hkey, hv, coefs, dcoefs, pts, Q):
+        def stage(eq, i, hkey, hv, coefs, dcoefs, pts, Q):
             ti = run.t[i]
-            put(eq, v, I)
             put(eq, ("x", i), -I)
             dh, dti, dtm = np.zeros(n), np.zeros(n), np.zeros(n)
             du = np.zeros((n, m))
@@ -91,13 +90,12 @@ class GeneralAdjoint:
                     dh -= hv * dcj * rho_h * fv
                     dti -= hv * dcj * rho_ti * fv
                     dtm -= hv * dcj * rho_tm * fv
-                if which == "new":
+                if which == "new":         # f at t_i + h: depends on h and t_i
                     dh -= hv * cj * ft
-                    dti -= hv * cj * ft
-                elif which == "i":
-                    dti -= hv * cj * ft
-                else:
+                if which == "m":
                     dtm -= hv * cj * ft
+                else:
+                    dti -= hv * cj * ft
             put(eq, hkey, dh[:, None])
             if i >= 1:
                 put(eq, ("t", i), dti[:, None])
@@ -112,12 +110,12 @@ class GeneralAdjoint:
             past = [(("x", i), run.x[i], run.t[i], "i")]
             if Q == 2:
                 past.append((("x", i - 1), run.x[i - 1], run.t[i - 1], "m"))
-            stage(ykey, ykey, i, hkey, hv, pi, dpi, past, Q)
+            stage(ykey, i, hkey, hv, pi, dpi, past, Q)
             new = [(ykey, yval, run.t[i] + hv, "new")]
-            stage(ckey, ckey, i, hkey, hv, K, dK, new + past, Q)
+            stage(ckey, i, hkey, hv, K, dK, new + past, Q)
 
-        # x0 = l(u)
-        put(("x", 0), ("x", 0), I)
+        # x0 = l(u); every equation has coefficient 1 on its own unknown (the unit
+        # diagonal of Gw, added at the end)
         Gu[0:n] -= np.asarray(self._l(u)[1], float).reshape(n, m)
         a2 = c.scale ** 2
         fl2 = (c.floor * c.eps) ** 2
@@ -134,12 +132,10 @@ class GeneralAdjoint:
                 S = np.sum(d**2 / w) / n + fl2
                 Nd = c.milne * d / (n * w * np.sqrt(S))
                 Nx = -c.milne * d**2 * xi / (n * w**2 * np.sqrt(S))
-                put(ek, ek, [[1.0]])
                 put(ek, ckey, -Nd[None, :])
                 put(ek, ykey, Nd[None, :])
                 put(ek, ("x", i), -Nx[None, :])
                 # controller relation of the trial step
-                put(Hk, Hk, [[1.0]])
                 kind = pat.kind(i, jj)
                 if kind == "Q":
                     _, Qx, Qu = self.Qfun(run.x[0], u)
@@ -157,17 +153,14 @@ class GeneralAdjoint:
                     if i >= 1:
                         put(Hk, ("t", i), [[1.0]])
             # accepted step / error
-            put(("h", i), ("h", i), [[1.0]])
             put(("h", i), ("H", i, ji - 1), [[-1.0]])
-            put(("e", i), ("e", i), [[1.0]])
             put(("e", i), ("eta", i, ji - 1), [[-1.0]])
             stages(i, ("h", i), run.h[i], ("y", i), ("x", i + 1), run.y[i])
-            put(("t", i + 1), ("t", i + 1), [[1.0]])
             put(("t", i + 1), ("h", i), [[-1.0]])
             if i >= 1:
                 put(("t", i + 1), ("t", i), [[-1.0]])
         Gw = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                           shape=(N, N))
+                           shape=(N, N)) + sp.eye(N, format="csr")
         _, Phix, Phiu = self._phi_parts(run)
         Fw = np.zeros(N)
         for i in range(k + 1):

@@ -63,12 +63,10 @@ class Integration:
                     if i == 0:
                         h = self.Qfun(x0, u)[0]
                     else:
-                        fnR = c.R
-                        level = fnR.level(El[-1], eps) if pattern is None else pattern.levels[i][0]
+                        level = c.R.level(El[-1], eps) if pattern is None else pattern.levels[i][0]
                         h = self.ctl("R", El[-1], level)[0] * Hl[-1]
                 else:
-                    fnr = c.r
-                    level = fnr.level(Etr[-1], eps) if pattern is None else pattern.levels[i][jj]
+                    level = c.r.level(Etr[-1], eps) if pattern is None else pattern.levels[i][jj]
                     h = self.ctl("r", Etr[-1], level)[0] * Htr[-1]
                 if pattern is None:
                     over = ti + h > tau

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..discrete._first_order import central_differences
 from ._pattern import AdaptiveAdjoint, AdaptivePattern, AdaptiveRun
 
 __all__ = ["Recursion"]
@@ -118,7 +119,6 @@ class Recursion:
         lu = np.asarray(self._l(run.u)[1], float).reshape(self.n, self.m)
         return grad - lu.T @ p[0]
 
-
     def fixed_grid_model(self, run: AdaptiveRun):
         """The fixed-step :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` on the accepted grid."""
         from ..discrete import DiscreteModel
@@ -143,13 +143,7 @@ class Recursion:
         if method == "frozen_grid":
             return self.fixed_grid_model(run).gradient(u)
         if method == "fd":
-            g = np.zeros(self.m)
-            for a in range(self.m):
-                du = np.zeros(self.m)
-                du[a] = fd_step * max(1.0, abs(u[a]))
-                g[a] = (self.objective(u + du, run.pattern)
-                        - self.objective(u - du, run.pattern)) / (2 * du[a])
-            return g
+            return central_differences(lambda v: self.objective(v, run.pattern), u, fd_step)
         raise ValueError(f"unknown gradient method {method!r}; use 'adjoint', 'general', 'fd' "
                          "or 'frozen_grid'")
 

@@ -3,30 +3,13 @@ r"""The compiled engine of :class:`~pyomo_odeest.discretization.discrete.Discret
 With numba installed (the ``compiled`` extra), the forward simulation of the
 scheme and the block sweeps — discrete adjoint [GM-grad, eq. (52)],
 sensitivities [GM-grad, eq. (51)] and the second-order adjoint of
-[GM-grad, §2.5] — run as machine code; the numpy code of
+[GM-grad, §2.5] — run as machine code on the same equations; the numpy code of
 :mod:`._simulation`, :mod:`._first_order` and :mod:`._second_order` stays the
-fallback and the reference (tests check both give the same numbers).  The
-equations are unchanged: the same blocks, terms and coefficients
-(:mod:`._equations`), the same symbolic right-hand side.
-
-* The problem-independent sweeps live in :mod:`._sweeps`, compiled once per
-  machine (numba's on-disk cache).
-* The simulation calls the right-hand side point by point, so it is generated
-  per problem: the point kernels of f, ∂f/∂x (and ḟ, ∂ḟ/∂x for the Enright
-  schemes) are printed from the problem's sympy expressions
-  (:func:`~pyomo_odeest.symbolic._codegen.kernel_source`) and written, with the
-  simulation loop of :data:`SIMULATION_TEMPLATE`, to a module file named by the
-  hash of its text in a cache directory (``PYOMO_ODEEST_KERNEL_CACHE``, else
-  ``$XDG_CACHE_HOME/pyomo_odeest/kernels`` or ``~/.cache/...``, else the
-  temporary directory), so numba's on-disk cache applies to it too: a problem
-  structure is compiled once per machine, later processes load machine code.
-
-Inputs given as data are compiled as one cubic per piece between the
-switching times (exact for piecewise-constant, piecewise-linear and spline
-inputs; the CVODES engine uses the same polynomials).  Problems whose
-expressions cannot be compiled (an input that is not such a polynomial, or
-not evaluated at t) keep the numpy engine; :attr:`DiscreteModel.engine` says
-which engine runs and :attr:`DiscreteModel.engine_note` why.
+fallback and the reference.  The problem-independent sweeps live in
+:mod:`._sweeps`; the simulation, with the point kernels of f, ∂f/∂x (ḟ, ∂ḟ/∂x)
+and the inputs given as data (one cubic per piece), is generated per problem
+into a module file of the kernel cache (:data:`SIMULATION_TEMPLATE`).  See
+docs/reduced_space.md, section "Compiled engine".
 """
 from __future__ import annotations
 
@@ -126,6 +109,27 @@ def _newton(W, b, rhs, c, d, u, tb, fx_rows, fx_cols, fdx_rows, fdx_cols, tol, m
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
+def _known_terms(rhs, W, u, blk_time, b, ptr, pt, c, V, done, fdot):
+    """Add the terms of block b at earlier points to rhs (f, or fdot, evaluated once
+    per point into V); returns the sum of the coefficients at b itself."""
+    s = 0.0
+    for e in range(ptr[b], ptr[b + 1]):
+        p = pt[e]
+        if p == b:
+            s += c[e]
+            continue
+        if not done[p]:
+            if fdot:
+                _fd(W[p], u, blk_time[p], V[p])
+            else:
+                _f(W[p], u, blk_time[p], V[p])
+            done[p] = True
+        for i in range(rhs.shape[0]):
+            rhs[i] += c[e] * V[p, i]
+    return s
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
 def simulate(W, u, blk_time, base, implicit, f_ptr, f_pt, f_c, d_ptr, d_pt, d_c,
              fx_rows, fx_cols, fdx_rows, fdx_cols, tol, max_it):
     """Fill W[1:] block by block; returns (status, block, newton iterations),
@@ -139,28 +143,8 @@ def simulate(W, u, blk_time, base, implicit, f_ptr, f_pt, f_c, d_ptr, d_pt, d_c,
     total = 0
     for b in range(1, nb):
         rhs[:] = W[base[b]]
-        cs = 0.0
-        ds = 0.0
-        for e in range(f_ptr[b], f_ptr[b + 1]):
-            p = f_pt[e]
-            if p == b:
-                cs += f_c[e]
-            else:
-                if not Fdone[p]:
-                    _f(W[p], u, blk_time[p], Fv[p])
-                    Fdone[p] = True
-                for i in range(n):
-                    rhs[i] += f_c[e] * Fv[p, i]
-        for e in range(d_ptr[b], d_ptr[b + 1]):
-            p = d_pt[e]
-            if p == b:
-                ds += d_c[e]
-            else:
-                if not Ddone[p]:
-                    _fd(W[p], u, blk_time[p], Dv[p])
-                    Ddone[p] = True
-                for i in range(n):
-                    rhs[i] += d_c[e] * Dv[p, i]
+        cs = _known_terms(rhs, W, u, blk_time, b, f_ptr, f_pt, f_c, Fv, Fdone, False)
+        ds = _known_terms(rhs, W, u, blk_time, b, d_ptr, d_pt, d_c, Dv, Ddone, True)
         if not implicit[b]:
             W[b] = rhs
         else:

@@ -10,13 +10,24 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
-__all__ = ["FirstOrder", "GRADIENT_METHODS"]
+__all__ = ["FirstOrder", "GRADIENT_METHODS", "central_differences"]
 
 #: Gradient methods contributed by the layers above, ``name -> fn(model, traj)``.
 #: :mod:`pyomo_odeest.analysis._recursions` registers ``'recursion'`` (the papers'
 #: formulas as printed) when it is imported, which importing ``pyomo_odeest`` does;
 #: this keeps the discretization layer free of imports from the analysis layer.
 GRADIENT_METHODS = {}
+
+
+def central_differences(fun, u, fd_step):
+    """Central differences of ``fun`` at ``u``, step ``fd_step · max(1, |u_a|)`` along each
+    parameter: the gradient of a scalar ``fun``, the Jacobian (columns) of a vector one."""
+    cols = []
+    for a in range(len(u)):
+        e = np.zeros(len(u))
+        e[a] = fd_step * max(1.0, abs(u[a]))
+        cols.append((fun(u + e) - fun(u - e)) / (2 * e[a]))
+    return np.array(cols).T
 
 
 class FirstOrder:
@@ -193,13 +204,7 @@ class FirstOrder:
         u = self._check_u(u)
         self.ngrad += 1
         if method == "fd":
-            g = np.zeros(self.m)
-            for a in range(self.m):
-                e = np.zeros(self.m)
-                hstep = fd_step * max(1.0, abs(u[a]))
-                e[a] = hstep
-                g[a] = (self.objective(u + e) - self.objective(u - e)) / (2 * hstep)
-            return g
+            return central_differences(self.objective, u, fd_step)
         traj = self.simulate(u) if traj is None else traj
         if method in GRADIENT_METHODS:
             return GRADIENT_METHODS[method](self, traj)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
+from ._first_order import central_differences
+
 __all__ = ["SecondOrder"]
 
 
@@ -24,13 +26,7 @@ class SecondOrder:
         u = self._check_u(u)
         self.nhess += 1
         if method == "adjoint_fd":
-            H = np.zeros((self.m, self.m))
-            for a in range(self.m):
-                e = np.zeros(self.m)
-                hstep = fd_step * max(1.0, abs(u[a]))
-                e[a] = hstep
-                H[:, a] = (self.gradient(u + e, gradient_method)
-                           - self.gradient(u - e, gradient_method)) / (2 * hstep)
+            H = central_differences(lambda v: self.gradient(v, gradient_method), u, fd_step)
             return 0.5 * (H + H.T)
         traj = self.simulate(u)
         W = traj.W

@@ -9,18 +9,14 @@ same block layout, written as loops over arrays:
   [GM-grad, eq. (52)] (``q = 1``) and the second-order adjoint of
   [GM-grad, §2.5] (``q = m``);
 * :func:`sensitivity_sweep`: block forward substitution of
-  ``(∂G/∂w) M = −∂G/∂u`` [GM-grad, eq. (51)], either every block's ``M`` or,
-  streaming through a ring buffer of the blocks still referenced, the
-  contraction ``Σ_b ∇_{w_b}Fᵀ M_b`` of eq. (53);
-* :func:`lu_solve`: the small dense systems of the implicit blocks (LU with
-  partial pivoting, the algorithm of LAPACK's ``gesv``).
+  ``(∂G/∂w) M = −∂G/∂u`` [GM-grad, eq. (51)], every block's ``M`` or the
+  contraction ``Σ_b ∇_{w_b}Fᵀ M_b`` of eq. (53) through a ring buffer;
+* :func:`lu_solve`: the small dense systems of the implicit blocks.
 
-Jacobian values come precomputed at every block (``values`` of the sparse
-Jacobians, shape ``(nblocks, nnz)``, on the patterns ``rows``/``cols``); terms
-are grouped by equation block in CSR form (``ptr``, ``pt``, ``c``).  The sweeps
-are independent of the problem, so numba compiles them once per machine
-(``cache=True``); the problem's right-hand side enters only the simulation,
-compiled per problem by :mod:`._compiled`.
+Jacobian values come precomputed at every block (``values``, shape
+``(nblocks, nnz)``, on the patterns ``rows``/``cols``); terms are grouped by
+equation block in CSR form (``ptr``, ``pt``, ``c``).  See docs/reduced_space.md,
+section "Compiled engine".
 """
 from __future__ import annotations
 
@@ -34,8 +30,9 @@ _JIT = dict(cache=True, error_model="numpy", nogil=True)
 
 @njit(**_JIT)
 def lu_solve(A, B):
-    """Solve ``A X = B`` in place (``A`` (n, n) is overwritten by its LU factors,
-    ``B`` (n, q) by ``X``); False if a pivot is zero or not finite."""
+    """Solve ``A X = B`` in place by LU with partial pivoting, as LAPACK's ``gesv`` (``A``
+    (n, n) is overwritten by its LU factors, ``B`` (n, q) by ``X``); False if a pivot is zero
+    or not finite."""
     n = A.shape[0]
     q = B.shape[1]
     for k in range(n):
@@ -90,6 +87,50 @@ def _diagonal(D, b, ptr, pt, c, rows, cols, vals, transpose):
 
 
 @njit(**_JIT)
+def _block_matrix(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
+                  d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, transpose):
+    """``D = I − Σ c f_x(w_b) − Σ d ḟ_x(w_b)`` of implicit block ``b`` (or its transpose)."""
+    D[:, :] = 0.0
+    for i in range(D.shape[0]):
+        D[i, i] = 1.0
+    _diagonal(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv, transpose)
+    _diagonal(D, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, transpose)
+
+
+@njit(**_JIT)
+def _scatter_back(R, P, b, ptr, pt, c, rows, cols, vals):
+    """``R_p += c J(w_p)ᵀ P_b`` for the terms of block ``b`` at earlier points ``p``."""
+    q = R.shape[2]
+    for e in range(ptr[b], ptr[b + 1]):
+        p = pt[e]
+        if p == b:
+            continue
+        ce = c[e]
+        for k in range(rows.shape[0]):
+            a = ce * vals[p, k]
+            for j in range(q):
+                R[p, cols[k], j] += a * P[b, rows[k], j]
+
+
+@njit(**_JIT)
+def _gather_forward(rhs, M, window, b, ptr, pt, c, x_rows, x_cols, xv, u_rows, u_cols, uv):
+    """``rhs += Σ c (J_u(w_p) + J_x(w_p) M_p)`` over the terms of block ``b`` (the
+    ``J_x M`` part only at earlier points ``p``)."""
+    m = rhs.shape[1]
+    for e in range(ptr[b], ptr[b + 1]):
+        p = pt[e]
+        ce = c[e]
+        for k in range(u_rows.shape[0]):
+            rhs[u_rows[k], u_cols[k]] += ce * uv[p, k]
+        if p != b:
+            Mp = M[p % window]
+            for k in range(x_rows.shape[0]):
+                a = ce * xv[p, k]
+                for j in range(m):
+                    rhs[x_rows[k], j] += a * Mp[x_cols[k], j]
+
+
+@njit(**_JIT)
 def adjoint_sweep(R, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
                   d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv):
     """Solve ``(∂G/∂w)ᵀ P = R`` (``R`` (nblocks, n, q), overwritten) by block
@@ -100,11 +141,8 @@ def adjoint_sweep(R, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
     D = np.empty((n, n))
     for b in range(nb - 1, -1, -1):
         if implicit[b]:
-            D[:, :] = 0.0
-            for i in range(n):
-                D[i, i] = 1.0
-            _diagonal(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv, True)
-            _diagonal(D, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, True)
+            _block_matrix(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
+                          d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, True)
             X = R[b].copy()
             if not lu_solve(D, X):
                 X[:, :] = np.nan
@@ -117,24 +155,8 @@ def adjoint_sweep(R, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
         for i in range(n):
             for j in range(q):
                 Rb[i, j] += P[b, i, j]
-        for e in range(f_ptr[b], f_ptr[b + 1]):
-            p = f_pt[e]
-            if p == b:
-                continue
-            ce = f_c[e]
-            for k in range(fx_rows.shape[0]):
-                a = ce * fxv[p, k]
-                for j in range(q):
-                    R[p, fx_cols[k], j] += a * P[b, fx_rows[k], j]
-        for e in range(d_ptr[b], d_ptr[b + 1]):
-            p = d_pt[e]
-            if p == b:
-                continue
-            ce = d_c[e]
-            for k in range(fdx_rows.shape[0]):
-                a = ce * fdxv[p, k]
-                for j in range(q):
-                    R[p, fdx_cols[k], j] += a * P[b, fdx_rows[k], j]
+        _scatter_back(R, P, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv)
+        _scatter_back(R, P, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv)
     return P
 
 
@@ -153,45 +175,20 @@ def sensitivity_sweep(M0, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fx
     n, m = M0.shape
     M = np.zeros((window, n, m))
     acc = np.zeros(m)
-    M[0] = M0
-    for i in range(n):
-        if Fw[0, i] != 0.0:
-            for j in range(m):
-                acc[j] += Fw[0, i] * M0[i, j]
     D = np.empty((n, n))
-    rhs = np.empty((n, m))
-    for b in range(1, nb):
-        rhs[:, :] = M[base[b] % window]
-        for e in range(f_ptr[b], f_ptr[b + 1]):
-            p = f_pt[e]
-            ce = f_c[e]
-            for k in range(fu_rows.shape[0]):
-                rhs[fu_rows[k], fu_cols[k]] += ce * fuv[p, k]
-            if p != b:
-                Mp = M[p % window]
-                for k in range(fx_rows.shape[0]):
-                    a = ce * fxv[p, k]
-                    for j in range(m):
-                        rhs[fx_rows[k], j] += a * Mp[fx_cols[k], j]
-        for e in range(d_ptr[b], d_ptr[b + 1]):
-            p = d_pt[e]
-            ce = d_c[e]
-            for k in range(fdu_rows.shape[0]):
-                rhs[fdu_rows[k], fdu_cols[k]] += ce * fduv[p, k]
-            if p != b:
-                Mp = M[p % window]
-                for k in range(fdx_rows.shape[0]):
-                    a = ce * fdxv[p, k]
-                    for j in range(m):
-                        rhs[fdx_rows[k], j] += a * Mp[fdx_cols[k], j]
-        if implicit[b]:
-            D[:, :] = 0.0
-            for i in range(n):
-                D[i, i] = 1.0
-            _diagonal(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv, False)
-            _diagonal(D, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, False)
-            if not lu_solve(D, rhs):
-                rhs[:, :] = np.nan
+    rhs = M0.copy()
+    for b in range(nb):
+        if b > 0:
+            rhs[:, :] = M[base[b] % window]
+            _gather_forward(rhs, M, window, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
+                            fu_rows, fu_cols, fuv)
+            _gather_forward(rhs, M, window, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv,
+                            fdu_rows, fdu_cols, fduv)
+            if implicit[b]:
+                _block_matrix(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
+                              d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, False)
+                if not lu_solve(D, rhs):
+                    rhs[:, :] = np.nan
         M[b % window] = rhs
         for i in range(n):
             if Fw[b, i] != 0.0:
