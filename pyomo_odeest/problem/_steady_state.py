@@ -21,7 +21,9 @@ parameters with a numeric implementation (``_imp_``, used by ``lambdify``)
 whose derivatives (``fdiff``) are these sensitivities, so every consumer of
 the initial state :math:`l(u)` evaluates the steady state and its exact
 derivatives without knowing about it; the Pyomo block replaces them by
-variables constrained by :math:`G = 0` (:meth:`SteadyState.equations`).
+variables constrained by :math:`G = 0` (:attr:`SteadyState.G_sym`, the
+constraints ``steady_state_eq`` of
+:func:`~pyomo_odeest.transcription._initial_state.add_initial_condition`).
 """
 from __future__ import annotations
 
