@@ -32,6 +32,7 @@ KS = (20, 40, 80) if QUICK else (20, 40, 80, 160, 320, 640)
 
 
 def main(outdir="."):
+    os.makedirs(outdir, exist_ok=True)
     warnings.simplefilter("ignore", RuntimeWarning)
     prob = lotka_volterra_problem(p0=(0.8,) * 4)
     out = {}

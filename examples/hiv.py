@@ -50,6 +50,7 @@ QUICK = os.environ.get("PYOMO_ODEEST_EXAMPLE_QUICK") == "1"
 
 
 def main(outdir="."):
+    os.makedirs(outdir, exist_ok=True)
     prob = hiv_problem(seed=1)
     truth = np.array(list(prob.true_values.values()))
     free = prob.free_mask

@@ -98,6 +98,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--plots", default=None, help="directory for PNG figures")
     a = ap.parse_args()
+    if a.plots:
+        os.makedirs(a.plots, exist_ok=True)
     print("=== Lotka–Volterra ===")
     lotka_volterra(a.plots)
     print("\n=== HIV ===")
