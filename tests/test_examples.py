@@ -15,18 +15,19 @@ ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples"
 
 #: script -> (first word of its last line, optional modules it needs, extra arguments;
-#: "{out}" is the test's temporary directory)
+#: "{out}" is the test's temporary directory; an output directory "{out}/figures" does not
+#: exist before the run: the example creates it)
 SCRIPTS = {
     "adaptive_tolerance.py": (None, (), []),
-    "convergence.py": ("convergence:", (), ["{out}"]),
+    "convergence.py": ("convergence:", (), ["{out}/figures"]),
     "doe_lotka_volterra.py": ("doe:", ("pyomo.contrib.doe",), []),
-    "hiv.py": ("hiv:", (), ["{out}"]),
+    "hiv.py": ("hiv:", (), ["{out}/figures"]),
     "idaes_cstr.py": ("idaes_cstr:", ("idaes",), []),
     "lotka_volterra_study.py": ("lv_study:", (), ["{out}/lv_study.png"]),
     "multi_experiment.py": ("multi_experiment:", (), []),
     "parmest_rooney_biegler.py": ("parmest:", ("pyomo.contrib.parmest.parmest",), []),
     "seird.py": ("seird:", (), ["{out}"]),
-    "uncertainty.py": (None, (), ["--plots", "{out}"]),
+    "uncertainty.py": (None, (), ["--plots", "{out}/figures"]),
 }
 #: problem files of the command line -> their data file
 MODEL_FILES = {"lotka_volterra_model.py": "lotka_volterra_data.csv"}

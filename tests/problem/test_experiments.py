@@ -1,8 +1,11 @@
 """Several experiments sharing parameters: declaration, every approach, and the
 identity with the same problem written by hand as one block."""
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
+import sympy
 
 from pyomo_odeest import (EstimationProblem, Experiment, Parameter, ProblemError, estimate)
 from pyomo_odeest.approaches._reduced import discrete_model
@@ -138,3 +141,23 @@ def test_compare_approaches_takes_experiments():
     assert "the adaptive approach does not take a problem with several experiments" in \
         table.loc["adaptive", "status"]
     assert "adaptive" not in results
+
+
+def test_penalty_and_initial_callables_are_checked_as_for_one_experiment():
+    """The penalty and a callable initial value of several experiments go through the
+    rules of a single-experiment problem: the same refusals, the same explanations."""
+    rng = np.random.default_rng(0)
+    d = _data(0.7, 0.3, 1.0, 0.0, rng)
+    for experiments in (None, [Experiment("e1", d), Experiment("e2", d)]):
+        kw = dict(states=["A", "B"], parameters=["k1", "k2", "A0"], rhs=_rhs,
+                  data=None if experiments else d, experiments=experiments)
+        with pytest.raises(ProblemError, match="penalty may depend on parameters only"):
+            EstimationProblem(initial={"A": "A0", "B": 0.0},
+                              penalty=lambda u: sympy.Symbol("A", real=True) ** 2, **kw)
+        with pytest.raises(ProblemError, match="penalty must be callable"):
+            EstimationProblem(initial={"A": "A0", "B": 0.0}, penalty=1.0, **kw)
+        with pytest.raises(ProblemError, match=r"initial\[A\] gives a state, parameter"):
+            EstimationProblem(initial={"A": lambda u: math.exp(u.A0), "B": 0.0}, **kw)
+        P = EstimationProblem(initial={"A": lambda u: 2 * u.A0, "B": 0.0},
+                              penalty=lambda u: (u.k1 - 1) ** 2, **kw)
+        assert str(P.penalty_sym) == "(k1 - 1)**2"
