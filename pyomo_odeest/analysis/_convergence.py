@@ -74,6 +74,7 @@ class ConvergenceStudy:
         e0 = tab["gradient_error"].iloc[0]
         ax.loglog(h, e0 * (h / h[0]) ** self.expected_rate, "k--",
                   label=f"slope {self.expected_rate}")
+        ax.xaxis.set_minor_formatter("")        # the minor labels of a short decade overlap
         ax.set_xlabel("h")
         ax.set_ylabel("relative error")
         ax.legend()
