@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..nlp._cyipopt_adapter import start_value_scaling
-from ..nlp._protocol import EvaluationError, NLPEvaluator
+from ..nlp._protocol import EvaluationError, NLPEvaluator, finite
 from ..nlp._stationarity import projected_gradient, stationarity_check
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
@@ -118,18 +118,18 @@ class ReducedSpaceNLP(NLPEvaluator):
         return self._traj
 
     def objective(self, x):
-        return _finite(self.dm.objective(self.full(x), self._trajectory(x)), "objective")
+        return finite(self.dm.objective(self.full(x), self._trajectory(x)), "objective")
 
     def gradient(self, x):
         traj = self._trajectory(x)
         self.counts["gradients"] += 1
         g = self.dm.gradient(self.full(x), self.gradient_method, traj)[self.free]
-        return _finite(g, "gradient")
+        return finite(g, "gradient")
 
     def constraints(self, x):
         if self.cons is None:
             return np.zeros(0)
-        return _finite(self.cons.values(self.full(x), self._trajectory(x)), "constraint value")
+        return finite(self.cons.values(self.full(x), self._trajectory(x)), "constraint value")
 
     def jacobian_structure(self):
         r, c = np.meshgrid(np.arange(self.m), np.arange(self.n), indexing="ij")
@@ -139,7 +139,7 @@ class ReducedSpaceNLP(NLPEvaluator):
         if self.cons is None:
             return np.zeros(0)
         J = self.cons.jacobian(self.full(x), self._trajectory(x))[:, self.free]
-        return _finite(J, "constraint Jacobian").ravel()
+        return finite(J, "constraint Jacobian").ravel()
 
     def hessian_structure(self):
         return self._hr, self._hc
@@ -151,14 +151,7 @@ class ReducedSpaceNLP(NLPEvaluator):
         return H[np.ix_(self.free, self.free)]
 
     def hessian(self, x, lam, obj_factor=1.0):
-        return obj_factor * _finite(self.hessian_matrix(x), "Hessian")[self._hr, self._hc]
-
-
-def _finite(v, what):
-    """``v``, or an :class:`EvaluationError` ("non-finite <what>") when it is not finite."""
-    if not np.all(np.isfinite(v)):
-        raise EvaluationError(f"non-finite {what}")
-    return v
+        return obj_factor * finite(self.hessian_matrix(x), "Hessian")[self._hr, self._hc]
 
 
 class ReducedApproach(Approach):

@@ -42,7 +42,7 @@ from ..problem._misfit import misfit_constant, misfit_sym
 from ..discretization.discrete import DiscreteModel, SimulationError
 from ..discretization._grid import Grid, make_grid, resolve_grid
 from ..nlp._cyipopt_adapter import start_value_scaling
-from ..nlp._protocol import EvaluationError, NLPEvaluator
+from ..nlp._protocol import EvaluationError, NLPEvaluator, finite
 from ..problem._declaration import EstimationProblem, Parameter, ProblemError
 from ..problem._result import EstimationResult
 from ..discretization._experiments import experiment_option
@@ -252,13 +252,6 @@ def node_start_values(problem, nodes, u, init="data", im=None):
 # ---------------------------------------------------------------------------
 # the NLP
 # ---------------------------------------------------------------------------
-def _finite(v, what):
-    """``v``; an :class:`~pyomo_odeest.nlp._protocol.EvaluationError` if it is not finite."""
-    if not np.all(np.isfinite(v)):
-        raise EvaluationError(f"non-finite {what}")
-    return v
-
-
 class _ShootingEvaluator(NLPEvaluator):
     """What the shooting NLPs share: the Jacobian structure set once, no exact Hessian."""
 
@@ -452,7 +445,7 @@ class MultipleShootingNLP(_ShootingEvaluator):
                     v += float(self.phi[j](trajs[a].X[i], u))
         if self._pen is not None:
             v += float(self._pen(u))
-        return _finite(v, "objective")
+        return finite(v, "objective")
 
     def gradient(self, x):
         S, u = self.split(x)
@@ -476,7 +469,7 @@ class MultipleShootingNLP(_ShootingEvaluator):
                 gS[a] += gi[mp:]
         if self._dpen is not None:
             gu += np.asarray(self._dpen(u), dtype=float)
-        return _finite(np.concatenate([gS.ravel(), gu[self.free]]), "objective gradient")
+        return finite(np.concatenate([gS.ravel(), gu[self.free]]), "objective gradient")
 
     # -- constraints -----------------------------------------------------------
     def constraints(self, x):
@@ -486,7 +479,7 @@ class MultipleShootingNLP(_ShootingEvaluator):
         if self.init_rows:
             parts.append(S[0] - self.l(u))
         parts.append(G.ravel() if self.formulation == "vector" else np.sum(G * G, axis=1))
-        return _finite(np.concatenate(parts), "continuity defect")
+        return finite(np.concatenate(parts), "continuity defect")
 
     def _end_adjoint(self, j, tr, w):
         """Gradient of :math:`w^\\top x_j(\\tau_{j+1})` over ``(u, s_j)``: one adjoint sweep
@@ -544,7 +537,7 @@ class MultipleShootingNLP(_ShootingEvaluator):
             for j in range(self.N):
                 blk = np.hstack([D[j][:, mp:], -np.eye(nx), D[j][:, :mp][:, free]])
                 vals.append(blk.ravel() if self.formulation == "vector" else 2.0 * G[j] @ blk)
-        return _finite(np.concatenate(vals) if vals else np.zeros(0), "constraint Jacobian")
+        return finite(np.concatenate(vals) if vals else np.zeros(0), "constraint Jacobian")
 
 
 class ShootingNLP(_ShootingEvaluator):
@@ -637,7 +630,7 @@ class ShootingNLP(_ShootingEvaluator):
         _, u = self.split(x)
         out = [p.constraints(self.part_x(x, e)) for e, p in enumerate(self.parts)]
         out.append(self.cons.values(u, lambda e: self.parts[e].grid_states(self.part_x(x, e))))
-        return _finite(np.concatenate(out), "constraint value")
+        return finite(np.concatenate(out), "constraint value")
 
     def jacobian(self, x):
         _, u = self.split(x)
@@ -655,7 +648,7 @@ class ShootingNLP(_ShootingEvaluator):
                 row = cx[r] @ sens[e, a][i]                   # over (u, s_a)
                 vals.append(np.concatenate([row[mp:], row[:mp][free] + cu[r][free]]))
         vals += [np.asarray(dr(u), dtype=float).reshape(-1)[free] for dr in self.cons._dr]
-        return _finite(np.concatenate(vals), "constraint Jacobian")
+        return finite(np.concatenate(vals), "constraint Jacobian")
 
 
 # ---------------------------------------------------------------------------

@@ -37,7 +37,7 @@ except ImportError:       # pragma: no cover - older Pyomo
         pass
 
 from ._family import Family, compile_family, slot_classes
-from ._protocol import EvaluationError, NLPEvaluator
+from ._protocol import EvaluationError, NLPEvaluator, finite
 from ..symbolic._structure import UnsupportedExpressionError, to_sympy, walk
 from ..symbolic import lambdify
 
@@ -974,16 +974,11 @@ class PyomoNLPEvaluator(NLPEvaluator):
         self._cache_x = x.copy()
         return self._cache_args
 
-    def _checked(self, v, what):
-        if not np.all(np.isfinite(v)):
-            raise EvaluationError(f"non-finite {what}")
-        return v
-
     def objective(self, x):
         oargs, _ = self._args(x)
         with _evaluating():
             tot = sum(float(np.sum(f.values(a))) for f, a in zip(self.obj_families, oargs))
-        return self._checked(self.sense * tot, "objective")
+        return finite(self.sense * tot, "objective")
 
     def gradient(self, x):
         oargs, _ = self._args(x)
@@ -995,7 +990,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
                     mask, cols = next(plan)
                     g += np.bincount(cols, weights=d if mask is None else d[mask],
                                      minlength=self.n)
-        return self._checked(self.sense * g, "gradient")
+        return finite(self.sense * g, "gradient")
 
     def constraints(self, x):
         _, cargs = self._args(x)
@@ -1003,7 +998,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
             return np.zeros(0)
         with _evaluating():
             c = np.concatenate([f.values(a) for f, a in zip(self.con_families, cargs)])
-        return self._checked(c, "constraint value")
+        return finite(c, "constraint value")
 
     def jacobian_structure(self):
         return self._jac_rows, self._jac_cols
@@ -1042,7 +1037,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
         # after the Hessian: the gathered arguments (a float per slot and row)
         # are dropped then, not held through MUMPS's peak
         self._cache_x = self._cache_args = None
-        return self._checked(v, "Jacobian entry")
+        return finite(v, "Jacobian entry")
 
     def hessian_structure(self):
         return self._hess_rows, self._hess_cols
@@ -1073,7 +1068,7 @@ class PyomoNLPEvaluator(NLPEvaluator):
         v = _written(self._hess_inv.size, pieces(), "Hessian")     # entries before merging
         h = np.bincount(self._hess_inv, weights=v, minlength=self._hess_nnz)
         self._cache_x = self._cache_args = None      # as in jacobian()
-        return self._checked(h, "Hessian entry")
+        return finite(h, "Hessian entry")
 
     # -- model I/O -----------------------------------------------------------
     def column(self, var):

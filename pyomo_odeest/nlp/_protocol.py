@@ -34,6 +34,13 @@ class EvaluationError(ArithmeticError):
     """A function or derivative could not be evaluated at the given point."""
 
 
+def finite(v, what):
+    """``v``, or an :class:`EvaluationError` ("non-finite <what>") when it is not finite."""
+    if not np.all(np.isfinite(v)):
+        raise EvaluationError(f"non-finite {what}")
+    return v
+
+
 class NLPEvaluator:
     """Base class: see the module docstring for the contract."""
 

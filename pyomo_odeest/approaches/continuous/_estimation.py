@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...nlp._cyipopt_adapter import start_value_magnitude
-from ...nlp._protocol import EvaluationError
+from ...nlp._protocol import EvaluationError, finite
 from ...nlp._stationarity import DECREMENT_TOL, stationarity_check
 from ...problem._declaration import EstimationProblem, ProblemError
 from ...problem._result import EstimationResult
@@ -115,9 +115,7 @@ def _guarded(fn, *args):
             v = fn(*args)
     except (IntegrationError, ArithmeticError, ValueError, np.linalg.LinAlgError) as err:
         raise EvaluationError(str(err)) from None
-    if not np.all(np.isfinite(v)):
-        raise EvaluationError("non-finite value")
-    return v
+    return finite(v, "value")
 
 
 @contextmanager

@@ -8,8 +8,9 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ._forward import _values
-from ._functions import (_IMPLICIT, GRADIENT_METHODS, _adaptive_quadrature, _central,
-                         _check_bounded, _rel, _segment_atol, _steps)
+from ...discretization.discrete._first_order import central_differences
+from ._functions import (_IMPLICIT, GRADIENT_METHODS, _adaptive_quadrature, _check_bounded,
+                         _rel, _segment_atol, _steps)
 
 __all__ = ["FirstOrder"]
 
@@ -56,7 +57,7 @@ class FirstOrder:
             Fx, Fu = self.misfit.gradients(Xm, u)
             return np.einsum("jnk,jn->k", Sm, Fx) + (Fu + self.misfit.penalty_gradient(u))[idx]
         if method == "fd":
-            return _central(self._misfit, u, idx, _steps(u, self.fd_step), np.zeros(len(idx)))
+            return central_differences(self._misfit, u, _steps(u, self.fd_step), idx)
         raise ValueError(f"gradient method must be one of {GRADIENT_METHODS}, got {method!r}")
 
     # forward sensitivities -------------------------------------------------

@@ -139,17 +139,6 @@ def _steps(u, step):
     return step * np.where(a > 0, a, 1.0)
 
 
-def _central(fun, u, idx, h, out):
-    """Central differences of ``fun`` at ``u`` along the components ``idx`` with the
-    steps ``h``: ``out[..., a]`` is the one along ``idx[a]``."""
-    for a, k in enumerate(idx):
-        up, um = u.copy(), u.copy()
-        up[k] += h[k]
-        um[k] -= h[k]
-        out[..., a] = (fun(up) - fun(um)) / (up[k] - um[k])
-    return out
-
-
 def _segment_atol(atol, rtol, factor, y, parts, quad=None, growth=None):
     r"""Absolute tolerances of one backward segment.
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ._functions import HESSIAN_METHODS, _central, _segment_atol, _steps
+from ...discretization.discrete._first_order import central_differences
+from ._functions import HESSIAN_METHODS, _segment_atol, _steps
 
 __all__ = ["SecondOrder"]
 
@@ -168,7 +169,8 @@ class SecondOrder:
         h = _steps(u, self.hessian_fd_step)
         if method in ("adjoint_fd", "sensitivity_fd"):
             gm = "adjoint" if method == "adjoint_fd" else "sensitivity"
-            H = _central(lambda w: self.gradient(w, gm, idx), u, idx, h, np.zeros((m, m)))
+            H = central_differences(lambda w: self.gradient(w, gm, idx), u, h, idx,
+                                    np.zeros((m, m)))
             return 0.5 * (H + H.T)
         if method == "fd":
             J0 = self._misfit(u)

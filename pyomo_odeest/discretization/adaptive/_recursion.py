@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..discrete._first_order import central_differences
+from ..discrete._first_order import _fd_steps, central_differences
 from ._pattern import AdaptiveAdjoint, AdaptivePattern, AdaptiveRun
 
 __all__ = ["Recursion"]
@@ -143,7 +143,8 @@ class Recursion:
         if method == "frozen_grid":
             return self.fixed_grid_model(run).gradient(u)
         if method == "fd":
-            return central_differences(lambda v: self.objective(v, run.pattern), u, fd_step)
+            return central_differences(lambda v: self.objective(v, run.pattern), u,
+                                       _fd_steps(u, fd_step))
         raise ValueError(f"unknown gradient method {method!r}; use 'adjoint', 'general', 'fd' "
                          "or 'frozen_grid'")
 

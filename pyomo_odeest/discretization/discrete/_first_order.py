@@ -19,15 +19,28 @@ __all__ = ["FirstOrder", "GRADIENT_METHODS", "central_differences"]
 GRADIENT_METHODS = {}
 
 
-def central_differences(fun, u, fd_step):
-    """Central differences of ``fun`` at ``u``, step ``fd_step · max(1, |u_a|)`` along each
-    parameter: the gradient of a scalar ``fun``, the Jacobian (columns) of a vector one."""
-    cols = []
-    for a in range(len(u)):
-        e = np.zeros(len(u))
-        e[a] = fd_step * max(1.0, abs(u[a]))
-        cols.append((fun(u + e) - fun(u - e)) / (2 * e[a]))
-    return np.array(cols).T
+def central_differences(fun, u, steps, idx=None, out=None):
+    """Central differences of ``fun`` at ``u`` with the steps ``steps[k]`` along the
+    components ``k`` of ``idx`` (default: all), each divided by the step as represented,
+    ``(u + h) - (u - h)``: ``out[..., a]`` is the one along ``idx[a]`` (the gradient of a
+    scalar ``fun``, the Jacobian columns of a vector one)."""
+    u = np.asarray(u, dtype=float)
+    idx = range(len(u)) if idx is None else idx
+    out = np.zeros(len(idx)) if out is None and len(idx) == 0 else out
+    for a, k in enumerate(idx):
+        up, um = u.copy(), u.copy()
+        up[k] += steps[k]
+        um[k] -= steps[k]
+        d = (fun(up) - fun(um)) / (up[k] - um[k])
+        if out is None:
+            out = np.empty(np.shape(d) + (len(idx),))
+        out[..., a] = d
+    return out
+
+
+def _fd_steps(u, fd_step):
+    """The discrete models' steps ``fd_step * max(1, |u_k|)``."""
+    return fd_step * np.maximum(1.0, np.abs(np.asarray(u, dtype=float)))
 
 
 class FirstOrder:
@@ -204,7 +217,7 @@ class FirstOrder:
         u = self._check_u(u)
         self.ngrad += 1
         if method == "fd":
-            return central_differences(self.objective, u, fd_step)
+            return central_differences(self.objective, u, _fd_steps(u, fd_step))
         traj = self.simulate(u) if traj is None else traj
         if method in GRADIENT_METHODS:
             return GRADIENT_METHODS[method](self, traj)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
-from ._first_order import central_differences
+from ._first_order import _fd_steps, central_differences
 
 __all__ = ["SecondOrder"]
 
@@ -26,7 +26,8 @@ class SecondOrder:
         u = self._check_u(u)
         self.nhess += 1
         if method == "adjoint_fd":
-            H = central_differences(lambda v: self.gradient(v, gradient_method), u, fd_step)
+            H = central_differences(lambda v: self.gradient(v, gradient_method), u,
+                                    _fd_steps(u, fd_step))
             return 0.5 * (H + H.T)
         traj = self.simulate(u)
         W = traj.W
