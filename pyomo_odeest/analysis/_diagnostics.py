@@ -11,9 +11,8 @@ a discretization error (:func:`simulation_warning`); see docs/checks.md,
 from __future__ import annotations
 
 import numpy as np
-import sympy
-from ..symbolic import lambdify
 
+from ..discretization.schemes import amplification, stable_schemes, stiff_point
 from ..problem._status import Status
 
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
@@ -24,102 +23,24 @@ __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
 RANK_RTOL = 1e-10
 #: Relative disagreement of the discrete and the simulated objective that is flagged.
 SIMULATION_RTOL = 0.05
-#: Largest number of grid points at which the stability check looks.
-STABILITY_POINTS = 400
-
-
-# ---------------------------------------------------------------------------
-# stability region of a scheme, from its step formulas
-# ---------------------------------------------------------------------------
-def amplification(scheme, z) -> float:
-    r"""Spectral radius of the scheme's step map for :math:`\dot x = \lambda x`, :math:`z = h\lambda`.
-
-    On the test equation :math:`f = \lambda x` and
-    :math:`\dot f = \lambda^2 x`, every stage of the step formula
-    (:class:`~pyomo_odeest.discretization.schemes.StepFormula`) is linear in
-    the past values :math:`x_i, \dots, x_{i-Q+1}`; the step is the
-    companion matrix of that recursion.  The scheme is absolutely stable
-    at ``z`` when the returned radius is at most 1 (the region of
-    absolute stability).  ``inf`` when an implicit stage is singular.
-    """
-    sf = scheme.formulas(np.arange(scheme.qmax + 1, dtype=float))[-1]   # full order, uniform grid
-    q = max(sf.order_q, 1)
-    z = complex(z)
-    vals = {}
-
-    def value(p, stage_name):
-        if p.kind == "past":
-            e = np.zeros(q, dtype=complex)
-            e[p.lag] = 1.0
-            return e
-        if p.kind == "stage" and p.stage != stage_name:
-            return vals[p.stage]
-        return None                                     # the stage itself (implicit)
-
-    for st in sf.stages:
-        rest = np.zeros(q, dtype=complex)
-        rest[0] = 1.0                                   # x_i
-        a = 0.0
-        for terms, zz in ((st.f_terms, z), (st.fdot_terms, z * z)):
-            for p, c in terms:
-                v = value(p, st.name)
-                if v is None:
-                    a += zz * c
-                else:
-                    rest = rest + zz * c * v
-        if abs(1.0 - a) < 1e-300:
-            return float("inf")
-        vals[st.name] = rest / (1.0 - a)
-    C = np.zeros((q, q), dtype=complex)
-    C[0] = vals["x"]
-    C[np.arange(1, q), np.arange(q - 1)] = 1.0
-    return float(np.max(np.abs(np.linalg.eigvals(C))))
 
 
 def stability_warnings(problem, scheme, states, u):
     r"""Warnings when :math:`h_i\,\mathrm{eig}(\partial f/\partial x)` leaves the stability region.
 
-    ``states`` is the result's state frame (index = grid times).  Only
-    eigenvalues with negative real part count; a point beyond the region (radius
-    above 1) or on its edge (above 0.98 while :math:`|e^z| < 0.5`) is reported
-    (see docs/checks.md, "stiffness").
+    ``states`` is the result's state frame (index = grid times); the search is
+    :func:`~pyomo_odeest.discretization.schemes.stiff_point` (see docs/checks.md,
+    "stiffness").
     """
     if states is None or scheme is None or len(states) < 2:
         return []
-    t = states.index.to_numpy(dtype=float)
-    X = states.to_numpy(dtype=float)
-    h = np.diff(t)
-    if not np.all(np.isfinite(X)):
-        return []
-    jac = lambdify((problem.x_sym, problem.u_sym, problem.t_sym),
-                         sympy.Matrix(problem.f_sym).jacobian(problem.x_sym), "numpy")
-    idx = np.unique(np.linspace(0, len(h) - 1, min(len(h), STABILITY_POINTS)).astype(int))
-    worst = None
-    cache = {}
-    for i in idx:
-        with np.errstate(all="ignore"):
-            Jm = np.asarray(jac(X[i], u, t[i]), dtype=float)
-        if not np.all(np.isfinite(Jm)):
-            continue
-        for lam in np.linalg.eigvals(Jm):
-            z = h[i] * lam
-            if not z.real < -1e-3:
-                continue
-            key = (round(z.real, 3), round(z.imag, 3))
-            if key not in cache:
-                cache[key] = amplification(scheme, z)
-            rho = cache[key]
-            beyond = rho > 1.0 + 1e-9
-            edge = rho > 0.98 and abs(np.exp(z)) < 0.5
-            if (beyond or edge) and (worst is None or rho > worst[0]):
-                worst = (rho, z, t[i], h[i], beyond)
+    worst = stiff_point(problem, scheme, states.index.to_numpy(dtype=float),
+                        states.to_numpy(dtype=float), u)
     if worst is None:
         return []
     rho, z, ti, hi, beyond = worst
     where = "outside" if beyond else "on the edge of"
-    from ..discretization.schemes import SCHEMES
-    stable = [name for name, cls in SCHEMES.items()
-              if name != scheme.name and amplification(cls(scheme.qmax), z) < 0.98]
+    stable = stable_schemes(scheme, z)
     use = (f"use scheme={' or '.join(repr(n) for n in stable)} (stable at this h*lambda), or "
            if stable else "use ")
     return [f"stiff: at t={ti:.4g} the step h={hi:.3g} times an eigenvalue of df/dx gives "
@@ -249,6 +170,17 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
     from ._uncertainty import nll_factor
     if result.grid is None or not np.isfinite(result.objective):
         return []          # not the objective of a discretization on a grid
+    cert = result.extra.get("certificate")
+    if cert and cert.get("available"):             # the refinement stage simulated already
+        from ..approaches._certificate import GridCertificate
+        cert = GridCertificate(**cert)
+        result.extra["simulated_objective"] = cert.objective_simulated
+        if cert.certified:
+            return []
+        return [f"discretization error: {cert.describe()}: the estimate may be an optimum of "
+                f"the discretization only; raise max_refinements, refine the first grid "
+                f"(smaller max_step / more steps_per_interval; for stiff problems "
+                f"scheme='enright'), or use the continuous approach"]
     u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
     if not np.all(np.isfinite(u)):
         return []

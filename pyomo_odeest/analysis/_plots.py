@@ -293,7 +293,9 @@ def plot_waterfall(multistart, ax=None, path=None):
     the best, sorted (log scale; the best minimum's plateau at the floor, its width
     the number of starts that found it), coloured by the minimum (cluster) reached."""
     plt = _pyplot(path)
+    from ..runner._studies import end_objective
     tab = multistart.table
+    tab = tab.assign(objective=end_objective(tab))       # the ODE's objective where known
     ok = tab[tab["success"].astype(bool) & tab["objective"].notna()].sort_values("objective")
     fig, (a,) = _axes(plt, 1, ax, width=5.5, height=3.5)
     y = ok["objective"].to_numpy(float)

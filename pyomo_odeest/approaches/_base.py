@@ -32,7 +32,7 @@ from ..problem._status import Status, status_from_ipopt
 from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
-           "discretization_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
+           "discretization_config", "refinement_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
            "add_constraint_multipliers", "ConstraintRows", "fit_frames"]
 
 #: Ipopt options every approach starts from (``options`` override them).
@@ -81,6 +81,11 @@ class _Optional:
         return self.text
 
 
+class _Required(_Optional):
+    def __call__(self, v):
+        return self.check(v, self.name)
+
+
 def _options(v):
     check_options(v)
     return None if v is None else dict(v)
@@ -127,6 +132,26 @@ def discretization_config() -> ConfigDict:
     c.declare("steps_per_interval", ConfigValue(default=None, domain=_Optional(
         lambda v, n: positive_int(v, n), "steps_per_interval", "int or None"),
         description="steps between consecutive measurement times (default 10)"))
+    return c
+
+
+def refinement_config() -> ConfigDict:
+    """The options of the grid certificate and the refinement stage (the approaches
+    that solve on a grid: simultaneous, reduced space, multiple shooting)."""
+    from ._certificate import FIT_TOL, MAX_REFINEMENTS, SHIFT_TOL
+    c = ConfigDict()
+    c.declare("certify", ConfigValue(default=True, domain=_Bool("certify"), description=(
+        "certify the grid at the estimates against an independent simulation and refine "
+        "it until certified (False: solve on the first grid only)")))
+    c.declare("fit_tol", ConfigValue(default=FIT_TOL, domain=_Required(
+        positive_float, "fit_tol", "float > 0"), description=(
+        "largest error of a fitted value the grid may cause, in units of its sigma")))
+    c.declare("shift_tol", ConfigValue(default=SHIFT_TOL, domain=_Required(
+        positive_float, "shift_tol", "float > 0"), description=(
+        "largest shift of an estimate the grid may cause, in standard errors")))
+    c.declare("max_refinements", ConfigValue(default=MAX_REFINEMENTS, domain=_Required(
+        lambda v, n: positive_int(v, n, 0), "max_refinements", "int >= 0"), description=(
+        "most refinement rounds after the first solve")))
     return c
 
 
@@ -195,6 +220,8 @@ class Approach:
     CONFIG: ConfigDict = common_config()
     #: option defaults of this approach that differ from the common ones (documented there)
     DEFAULTS: dict = {}
+    #: the options given to the last :meth:`configure`
+    given: set = frozenset()
 
     @classmethod
     def config(cls) -> ConfigDict:
@@ -213,6 +240,8 @@ class Approach:
         and validated; an option the approach does not take is a :class:`TypeError`."""
         cfg = self.config()
         names = self.option_names()
+        #: the options the user gave (an option not given may be chosen by the approach)
+        self.given = set(options) | set(_POSITIONAL[:len(args)])
         if args:
             pos = [n for n in _POSITIONAL if n in names]
             if len(args) > len(pos):
@@ -295,6 +324,15 @@ class Approach:
                                    f"{type(problem).__name__}")
         cfg = self.configure(options, args)
         self.validate(problem, cfg)
+        res = self._run(problem, cfg)
+        if "certify" in cfg and cfg["certify"]:
+            from ._certificate import refine_until_certified
+            res = refine_until_certified(self, problem, cfg, res,
+                                         lambda c: self._run(problem, c))
+        return post_solve_checks(problem, res)
+
+    def _run(self, problem, cfg):
+        """One pass of the pipeline (build, solve, collect) on ``cfg``'s discretization."""
         u_start = start_values(problem, cfg.u0)
         t0 = time.perf_counter()
         built = self.build(problem, cfg, u_start)
@@ -316,7 +354,7 @@ class Approach:
         advice = self.advice(cfg)
         if advice:
             res.extra["advice"] = advice
-        return post_solve_checks(problem, res)
+        return res
 
     def _frames(self, problem, built, res):
         """The experiments' frames at the estimates; a failed final simulation makes

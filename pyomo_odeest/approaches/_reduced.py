@@ -30,7 +30,7 @@ from ..problem._status import Status, status_from_scipy
 from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
-                    add_constraint_multipliers, common_config, discretization_config, fit_frames,
+                    add_constraint_multipliers, common_config, discretization_config, refinement_config, fit_frames,
                     ipopt_options, run_ipopt)
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
@@ -171,6 +171,7 @@ class ReducedApproach(Approach):
     name = "reduced_space"
     CONFIG = common_config()
     CONFIG.declare_from(discretization_config())
+    CONFIG.declare_from(refinement_config())
     CONFIG.declare("optimizer", ConfigValue(default="ipopt", domain=Choice(
         "optimizer", "ipopt", "L-BFGS-B", "trust-constr"), description="the optimizer"))
     CONFIG.declare("gradient", ConfigValue(default="adjoint", domain=Choice(

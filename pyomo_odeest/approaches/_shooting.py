@@ -51,7 +51,7 @@ from ..symbolic import lambdify
 from ..problem._start import start_values
 from ._backend import ShootingBackend
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, common_config,
-                    discretization_config, fit_frames, ipopt_options, run_ipopt,
+                    discretization_config, refinement_config, fit_frames, ipopt_options, run_ipopt,
                     add_constraint_multipliers)
 
 __all__ = ["IntervalModels", "interval_models", "MultipleShootingNLP", "ShootingNLP",
@@ -666,6 +666,7 @@ class ShootingApproach(Approach):
     name = "multiple_shooting"
     CONFIG = common_config()
     CONFIG.declare_from(discretization_config())
+    CONFIG.declare_from(refinement_config())
     CONFIG.declare("nodes", ConfigValue(default=None, description=(
         "shooting nodes; t0 and T are always added (None: t0, the measurement times and T; "
         "several experiments: a mapping experiment -> nodes)")))

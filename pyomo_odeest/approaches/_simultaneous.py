@@ -24,9 +24,9 @@ from ..problem._result import EstimationResult
 from ..problem._status import Status
 from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend, blocks_of
-from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config,
+from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config, refinement_config,
                     fit_frames, ipopt_options)
-from ..discretization.schemes import integrate
+from ..discretization.schemes import integrate, stable_schemes, stiff_point
 from ..symbolic._vectorfn import VectorFn
 from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
 from ..symbolic import lambdify
@@ -110,34 +110,43 @@ def _load(var, values):
         vd.set_value(val, skip_validation=True)
 
 
-def initialize_block(b, u=None, init="auto"):
+def initialize_block(b, u=None, init="auto", ode=None):
     """Set start values of states and stages.
 
     ``init``: ``'simulate'`` (run the scheme at ``u``), ``'data'`` (interpolate
-    the measurements of observed states, x_0 elsewhere), or ``'auto'``
-    (simulate, and fall back to data when the simulation fails or leaves the
-    data's range by more than a factor 100).  Returns the strategy used.
+    the measurements of observed states, x_0 elsewhere), or ``'auto'``: the
+    scheme's simulation; where it fails or leaves the data's range by more than
+    a factor 100 (an explicit scheme beyond its stability on a stiff problem),
+    ``ode(t)``, the ODE's states on the grid by a stiff integrator, when given;
+    the data where that fails too.  Returns the strategy used (``'simulate'``,
+    ``'ode'`` or ``'data'``).
     """
     problem = b.problem
     u = problem.u0 if u is None else np.asarray(u, dtype=float)
     t = np.asarray(b.grid.t)
     X, used = None, init
+    if init not in ("auto", "simulate", "data"):
+        raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
+    scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
+
+    def plausible(X):
+        return X is not None and np.all(np.isfinite(X)) and np.max(np.abs(X)) <= scale
+
     if init in ("auto", "simulate"):
         try:
             with np.errstate(all="ignore"):          # a non-finite trajectory falls back below
                 X = simulate(problem, b.scheme, t, u, b.grid.restarts)
-            scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
-            if init == "auto" and (not np.all(np.isfinite(X)) or np.max(np.abs(X)) > scale):
-                X = None
         except (RuntimeError, FloatingPointError, OverflowError, ValueError):
             if init == "simulate":
                 raise
             X = None
-        used = "simulate" if X is not None else "data"
+        used = "simulate"
+        if init == "auto" and not plausible(X):
+            X, used = (ode(t) if ode is not None else None), "ode"
+            if not plausible(X):
+                X = None
     if X is None:
-        if init not in ("auto", "data"):
-            raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
-        X = problem.interpolate_states(t, u)
+        X, used = problem.interpolate_states(t, u), "data"
     _load(b.x, X)
     initialize_steady_state(b, problem, u)
     with np.errstate(all="ignore"):
@@ -145,6 +154,29 @@ def initialize_block(b, u=None, init="auto"):
     for name, v in stages.items():
         _load(b.component(name), np.where(np.isfinite(v), v, X[1:]))
     return used
+
+
+def _states(b) -> np.ndarray:
+    """The block's current state values, (k+1, n)."""
+    S = b.problem.states
+    return np.array([[b.x[i, s].value for s in S] for i in range(len(b.grid.t))], dtype=float)
+
+
+def _ode_states(problem, u):
+    """``t -> x(t)`` on a grid by a stiff integrator (LSODA) at ``u``, or None where it fails."""
+    from .continuous import ContinuousModel, IntegrationError
+    try:
+        cm = ContinuousModel(problem, method="LSODA", rtol=1e-8, atol=1e-12)
+    except (ProblemError, ValueError, TypeError):
+        return None
+
+    def states(t):
+        try:
+            with np.errstate(all="ignore"):
+                return cm.simulate(u, t).to_numpy(dtype=float)
+        except (IntegrationError, ValueError, ArithmeticError, np.linalg.LinAlgError):
+            return None
+    return states
 
 
 class SimultaneousApproach(Approach):
@@ -165,6 +197,7 @@ class SimultaneousApproach(Approach):
     name = "simultaneous"
     CONFIG = common_config()
     CONFIG.declare_from(discretization_config())
+    CONFIG.declare_from(refinement_config())
     CONFIG.declare("init", ConfigValue(default="auto", domain=Choice(
         "init", "auto", "simulate", "data"), description="state initialization"))
     CONFIG.declare("model", ConfigValue(default=None, description=(
@@ -194,26 +227,54 @@ class SimultaneousApproach(Approach):
                 raise ProblemError("model must hold a block built by "
                                    + ("build_experiment_blocks" if multi else "build_block")
                                    + " as model.est")
+        init, switched = self._initialize(m, problem, cfg, u_start)
+        if switched:                           # stiff at the start: Enright instead
+            m = pyo.ConcreteModel(name=problem.name)
+            disc = (switched[0], cfg.qmax, cfg.grid, cfg.max_step, cfg.steps_per_interval)
+            m.est = (build_experiment_blocks(problem, *disc) if multi
+                     else build_block(problem, *disc))
+            init, _ = self._initialize(m, problem, cfg, u_start, check=False)
         b = m.est
-        for p, v in zip(problem.parameter_names, u_start):
-            if not b.u[p].fixed:
-                b.u[p].set_value(float(v))
-        u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
         blocks = blocks_of(b)
-        init = [initialize_block(sb, u, cfg.init) for sb in blocks]
         # with every experiment's states simulated at the start the point is feasible
         # and its objective comparable with the result's
         j0 = (float(pyo.value(b.objective)) + misfit_constant(problem)
               if all(i == "simulate" for i in init) else float("nan"))
         if cfg.scale:
             scale_parameters(m, b)
-            scale_states(m, b)
+            scale_states(m, b, simulated=[i != "data" for i in init])
         if not hasattr(m, "dual"):
             m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
-        return m, init, j0
+        return m, init, j0, switched
+
+    def _initialize(self, m, problem, cfg, u_start, check=True):
+        """Start values of the blocks of ``m`` (:func:`initialize_block`, the ODE's
+        states by LSODA where the scheme's simulation fails); with ``check`` and a
+        scheme the user did not choose, ``(scheme name, reason)`` when the start's
+        trajectory is stiff beyond the scheme's stability and Enright is stable there."""
+        b = m.est
+        for p, v in zip(problem.parameter_names, u_start):
+            if not b.u[p].fixed:
+                b.u[p].set_value(float(v))
+        u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
+        init, switched = [], None
+        for sb in blocks_of(b):
+            init.append(initialize_block(sb, u, cfg.init, ode=_ode_states(sb.problem, u)))
+            if (check and switched is None and "scheme" not in self.given
+                    and sb.scheme.name not in ("enright", "semi_implicit_enright")):
+                worst = stiff_point(sb.problem, sb.scheme, sb.grid.t, _states(sb), u)
+                if worst is not None and worst[4] and "enright" in stable_schemes(
+                        sb.scheme, worst[1]):
+                    rho, z, ti, hi, _ = worst
+                    switched = ("enright", (
+                        f"stiff at the start: at t={ti:.4g} the step h={hi:.3g} gives "
+                        f"h*lambda={z.real:.3g}{z.imag:+.3g}j, outside the stability region "
+                        f"of {sb.scheme.name} (amplification {rho:.3g}); solved with "
+                        f"scheme='enright' (give scheme= to choose)"))
+        return init, switched
 
     def solve(self, built, cfg):
-        m, _, j0 = built
+        m, _, j0, _ = built
         solver = OdeestIpoptSolver()
         solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee)
         info = solver.last_info
@@ -226,7 +287,7 @@ class SimultaneousApproach(Approach):
         return blocks_of(built[0].est)
 
     def collect(self, problem, built, outcome, cfg):
-        m, init, _ = built
+        m, init, _, switched = built
         b = m.est
         names = problem.experiment_names
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
@@ -237,6 +298,8 @@ class SimultaneousApproach(Approach):
             status=outcome.status, iterations=outcome.iterations,
             evaluations=outcome.counts, model=m)
         res.extra["init"] = dict(zip(names, init)) if names else init[0]
+        if switched:
+            res.warnings.append(switched[1])
         res.backend = KKTBackend(problem, m)
         wrong = [w for blk in self.parts(built) for w in steady_state_mismatch(blk, res.x)]
         if wrong:                             # a root of G = 0 that is not the steady state
@@ -275,10 +338,14 @@ def scale_parameters(m, b):
     add_scaling_factors(m, [b.u[p] for p in b.problem.parameter_names])
 
 
-def scale_states(m, b):
+def scale_states(m, b, simulated=None):
     """Put ``1/max_i |x_{i,s}|`` on ``m.scaling_factor`` for the values of every
     state ``s`` (grid points and stages) that exceeds 1 in magnitude on the
-    block's current (initial) trajectory, where no factor is set yet.
+    block's current (initial) trajectory, where no factor is set yet; on an
+    experiment whose trajectory is simulated (``simulated[e]``: by the scheme or
+    the ODE, not interpolated data) also for the states below 1 in magnitude
+    (not below 1e-8 times the largest state: Robertson's intermediate of 1e-5
+    beside concentrations of 1).
 
     States of 1e5 next to parameters of 1e-10 (PEtab's Crauste problem) make
     Ipopt's path depend on round-off; with the states O(1) it is not.  States
@@ -287,14 +354,18 @@ def scale_states(m, b):
     :func:`build_block` or of :func:`build_experiment_blocks` (each experiment
     scaled on its own trajectory)."""
     sf = add_scaling_factors(m, [])
-    for blk in blocks_of(b):
+    blocks = blocks_of(b)
+    simulated = [False] * len(blocks) if simulated is None else list(simulated)
+    for blk, sim in zip(blocks, simulated):
         S = blk.problem.states
         k = len(blk.t) - 1
         stages = [blk.component(st) for st in blk.scheme.stage_names if st != "x"]
+        mags = {s: max((abs(v) for v in (blk.x[i, s].value for i in range(k + 1))
+                        if v is not None and np.isfinite(v)), default=0.0) for s in S}
+        floor = 1e-8 * max(mags.values(), default=0.0)
         for s in S:
-            big = max((abs(v) for v in (blk.x[i, s].value for i in range(k + 1))
-                       if v is not None and np.isfinite(v)), default=0.0)
-            if not big > 1.0:
+            big = mags[s]
+            if not (big > 1.0 or (sim and big > floor and big > 0.0)):
                 continue
             for var in [blk.x[i, s] for i in range(k + 1)] + [c[i, s] for c in stages
                                                                 if c is not None for i in range(k)]:

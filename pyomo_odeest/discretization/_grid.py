@@ -24,7 +24,7 @@ import numpy as np
 
 from ..problem._declaration import ProblemError
 
-__all__ = ["Grid", "make_grid", "resolve_grid", "STARTUP_MODES"]
+__all__ = ["Grid", "make_grid", "resolve_grid", "subdivide", "STARTUP_MODES"]
 
 #: Accepted values of ``make_grid(startup=...)``.
 STARTUP_MODES = ("none", "refined")
@@ -110,6 +110,11 @@ class Grid:
 
     def __len__(self) -> int:
         return self.t.size
+
+    def required_indices(self) -> np.ndarray:
+        """Grid indices of the points every refinement keeps: :math:`t_0`, :math:`T`,
+        the measurement times and the restarts (a switching time and its twin)."""
+        return np.unique(np.concatenate([[0, self.k], self.J, list(self.restarts)]).astype(int))
 
     def __repr__(self) -> str:
         h = self.h
@@ -327,6 +332,31 @@ def make_grid(
     I = np.zeros(t.size, dtype=int)
     I[J] = np.arange(1, tau.size + 1)
     return Grid(t=t, meas_times=tau, I=I, J=J, restarts=restarts)
+
+
+def subdivide(grid: Grid, counts) -> Grid:
+    """A grid with the required points of ``grid`` (:meth:`Grid.required_indices`)
+    and ``counts[r]`` equal steps between required points r and r + 1; the
+    measurement maps and the restarts carried over."""
+    req = grid.required_indices()
+    counts = np.asarray(counts, dtype=int)
+    if counts.shape != (req.size - 1,) or np.any(counts < 1):
+        raise ValueError(f"counts must hold a positive int per interval between required "
+                         f"points ({req.size - 1}), got {counts.tolist()[:10]}")
+    t_req = grid.t[req]
+    pieces = [t_req[:1]]
+    for a, b, n in zip(t_req[:-1], t_req[1:], counts):
+        pts = a + (b - a) * np.arange(1, n + 1) / n
+        pts[-1] = b
+        pieces.append(pts)
+    t = np.concatenate(pieces)
+    new_index = np.concatenate([[0], np.cumsum(counts)])      # of each required point
+    where = dict(zip(req.tolist(), new_index.tolist()))
+    J = np.array([where[int(j)] for j in grid.J], dtype=int)
+    I = np.zeros(t.size, dtype=int)
+    I[J] = np.arange(1, J.size + 1)
+    return Grid(t=t, meas_times=grid.meas_times, I=I, J=J,
+                restarts=tuple(where[int(r)] for r in grid.restarts))
 
 
 def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> Grid:

@@ -30,6 +30,10 @@ class Status(str, Enum):
     ``EVALUATION_ERRORS`` the optimizer kept stepping where the model cannot
                          be evaluated
     ``INTERRUPTED``      stopped on request (a callback, ``User_Requested_Stop``)
+    ``NOT_RESOLVED``     the optimizer converged on a grid that does not resolve
+                         the ODE at its estimates (the grid certificate fails
+                         after the refinement stage; docs/checks.md): an
+                         optimum of the discretization, not of the ODE problem
     ``FAILED``           any other stop (restoration failure, diverging
                          iterates, an error in the step computation, ...)
     ==================== ==========================================================
@@ -47,6 +51,7 @@ class Status(str, Enum):
     SIMULATION_FAILED = "simulation_failed"
     EVALUATION_ERRORS = "evaluation_errors"
     INTERRUPTED = "interrupted"
+    NOT_RESOLVED = "discretization_not_resolved"
     FAILED = "failed"
 
     def __str__(self):

@@ -137,8 +137,22 @@ def multistart_starts(problem: EstimationProblem, n, method="sobol", space="log"
     return pd.DataFrame(rows, columns=names)
 
 
+def end_objective(table) -> pd.Series:
+    """The objective of each end point by the independent simulation where the table
+    has it (``simulated_objective``: the ODE's, not the grid's), else its objective."""
+    obj = table["objective"].astype(float) if "objective" in table else pd.Series(
+        np.nan, index=table.index)
+    if "simulated_objective" in table:
+        sim = table["simulated_objective"].astype(float)
+        obj = sim.where(np.isfinite(sim), obj)
+    return obj
+
+
 def cluster_end_points(table, names, obj_tol=1e-6, x_tol=1e-3, fits=None, fit_tol=1e-4):
     """Group converged end points that are the same minimum.
+
+    Objectives are the ODE's where the table has them (:func:`end_objective`), so a
+    minimum of a grid that the ODE does not have is not counted as one.
 
     Two end points are one minimum when their objectives agree to
     ``obj_tol`` (relative, floor 1) and either every parameter agrees to
@@ -159,6 +173,7 @@ def cluster_end_points(table, names, obj_tol=1e-6, x_tol=1e-3, fits=None, fit_to
     """
     if "objective" not in table:                     # no task returned a result
         table = table.assign(objective=np.nan)
+    table = table.assign(objective=end_objective(table))      # the ODE's, where known
     ok = table[table["success"].astype(bool) & np.isfinite(table["objective"].astype(float))]
     order = ok.sort_values("objective", kind="stable")
     cols = [f"p_{k}" for k in names]

@@ -53,6 +53,8 @@ from ._families import (DEFAULT_QMAX, QMAX_RANGE, SCHEMES, AdamsMoulton, AdamsPC
                        MultistepScheme, SemiImplicitEnright, get_scheme)
 from ._formulas import PointRef, Stage, StepBatch, StepFormula
 from ._integration import integrate
+from ._error import local_errors, predictor_difference
+from ._stability import STABILITY_POINTS, amplification, stable_schemes, stiff_point
 
 __all__ = [
     "PointRef",
@@ -72,4 +74,10 @@ __all__ = [
     "adams_moulton_coefficients",
     "enright_coefficients",
     "integrate",
+    "local_errors",
+    "predictor_difference",
+    "amplification",
+    "stiff_point",
+    "stable_schemes",
+    "STABILITY_POINTS",
 ]

@@ -1,0 +1,342 @@
+r"""The grid certificate and the refinement stage of the estimation pipeline.
+
+A discrete optimum :math:`\hat u_h` answers the ODE problem only as far as the
+grid resolves the ODE there.  After a solve on a grid, :func:`certify` measures
+that against an independent adaptive simulation at :math:`\hat u_h` (LSODA,
+``rtol=1e-10``; one per experiment):
+
+* the error of every fitted value, :math:`e_j = (z_{h,j} - z_j)/\sigma_j`, in
+  units of its σ (σ unknown: of the residual scale
+  :math:`s = (\sum_j w_j r_j^2/(N-p))^{1/2}`, :math:`\sigma_j = s/\sqrt{w_j}`);
+* the shift of the estimates that this error causes, in standard errors: the
+  discrete optimum satisfies :math:`S^\top W (z_h - \bar z) = 0`, so the
+  gradient of the ODE's objective there is :math:`-S^\top W e` and one
+  Gauss–Newton step moves the estimates by
+  :math:`\delta = (S^\top W S)^{-1} S^\top W (z_h - z)` towards the ODE's
+  optimum; with :math:`\mathrm{Cov} = s^2 (S^\top W S)^{-1}` the shift is
+  :math:`|\delta_k| / \mathrm{SE}_k` (parameters at a bound excluded; the
+  penalty's terms cancel between the two gradients).
+
+The grid is certified when :math:`\max_j |e_j| \le` ``fit_tol`` (default
+0.01σ) and :math:`\max_k |\delta_k|/\mathrm{SE}_k \le` ``shift_tol`` (default
+0.1).  Otherwise :func:`refine` makes the next grid by equidistributing the
+local error estimates of the scheme
+(:func:`~pyomo_odeest.discretization.schemes.local_errors`) and
+:func:`refine_until_certified`, the pipeline's stage, re-solves warm-started
+at the estimates, for at most ``max_refinements`` rounds.  A result whose grid
+is not certified in the end is not a success
+(:attr:`~pyomo_odeest.Status.NOT_RESOLVED`).  See docs/checks.md, "The grid
+certificate".
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..discretization._grid import Grid, subdivide
+from ..discretization.schemes import local_errors
+from ..problem._declaration import ProblemError
+from ..problem._misfit import misfit_constant
+from ..problem._status import Status
+from ..symbolic._vectorfn import VectorFn
+
+__all__ = ["GridCertificate", "certify", "refine", "refine_until_certified",
+           "FIT_TOL", "SHIFT_TOL", "MAX_REFINEMENTS", "MAX_GRID_POINTS"]
+
+#: Default tolerance on the error of the fitted values, in units of their σ.
+FIT_TOL = 0.01
+#: Default tolerance on the estimates' shift to the ODE's optimum, in standard errors.
+SHIFT_TOL = 0.1
+#: Default largest number of refinement rounds after the first solve.
+MAX_REFINEMENTS = 4
+#: No refinement makes an experiment's grid larger than this many points.
+MAX_GRID_POINTS = 200_000
+#: Tolerances of the independent reference simulation.
+REFERENCE_RTOL, REFERENCE_ATOL = 1e-10, 1e-12
+
+
+@dataclass
+class GridCertificate:
+    """How well the grid of a result resolves the ODE at its estimates.
+
+    Attributes
+    ----------
+    available : bool
+        False when no reference simulation could be made (``reason`` says why).
+    certified : bool
+        ``fit_error <= fit_tol`` and ``max_shift <= shift_tol``.
+    fit_error : float
+        Largest error of a fitted value, in units of its σ (or of the residual scale).
+    shift : dict
+        Free parameter -> estimated shift to the ODE's optimum, in standard errors.
+    objective, objective_simulated : float
+        The discrete objective and the objective of the reference simulation.
+    grid_points : int
+        Points of the grid (summed over the experiments).
+    sigma : str
+        ``'known'`` or ``'residual'`` (σ unknown: the residual scale).
+    """
+
+    available: bool
+    certified: bool = False
+    fit_error: float = float("nan")
+    fit_tol: float = FIT_TOL
+    shift: dict = field(default_factory=dict)
+    shift_tol: float = SHIFT_TOL
+    objective: float = float("nan")
+    objective_simulated: float = float("nan")
+    grid_points: int = 0
+    sigma: str = "known"
+    reference: str = f"LSODA rtol={REFERENCE_RTOL:g}"
+    reason: str = ""
+
+    @property
+    def max_shift(self) -> float:
+        return max((abs(v) for v in self.shift.values()), default=0.0)
+
+    def describe(self) -> str:
+        """One line: the certified bounds, or why not."""
+        if not self.available:
+            return f"grid not certified: {self.reason}"
+        unit = "σ" if self.sigma == "known" else "residual scale"
+        verdict = "certified" if self.certified else "NOT certified"
+        return (f"grid {verdict} ({self.grid_points} points): fitted values within "
+                f"{self.fit_error:.2g} {unit} (tol {self.fit_tol:g}), estimates within "
+                f"{self.max_shift:.2g} SE of the ODE's optimum (tol {self.shift_tol:g}); "
+                f"objective {self.objective:.8g} on the grid, {self.objective_simulated:.8g} "
+                f"by {self.reference}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def reference_models(problem):
+    """The independent simulators, one per experiment (LSODA at :data:`REFERENCE_RTOL`)."""
+    from .continuous import ContinuousModel
+    return [ContinuousModel(sp, method="LSODA", rtol=REFERENCE_RTOL, atol=REFERENCE_ATOL)
+            for sp in problem.subproblems]
+
+
+def _rows(frame, name):
+    """An experiment's rows of a frame stacked by experiment (the frame itself for one)."""
+    if name is None or frame is None:
+        return frame
+    return frame.xs(name, level="experiment")
+
+
+def _grid_points(grid) -> int:
+    grids = grid.values() if isinstance(grid, dict) else [grid]
+    return int(sum(len(g) for g in grids if g is not None))
+
+
+def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) -> GridCertificate:
+    """The :class:`GridCertificate` of ``result`` (see the module docstring).
+
+    ``models``: the reference simulators of :func:`reference_models` (built when
+    None).  Never raises for a model the reference cannot simulate: the
+    certificate then says so (``available=False`` with the reason, or a failed
+    simulation as an infinite error).
+    """
+    base = dict(fit_tol=fit_tol, shift_tol=shift_tol, objective=float(result.objective),
+                grid_points=_grid_points(result.grid))
+    u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
+    if result.fitted is None or not np.all(np.isfinite(u)):
+        return GridCertificate(False, reason="the result has no fitted values", **base)
+    try:
+        models = reference_models(problem) if models is None else models
+    except (ProblemError, ValueError, TypeError, NotImplementedError) as err:
+        return GridCertificate(False, reason=f"no reference simulation ({err})", **base)
+    names = problem.experiment_names or [None]
+    errs, w_all, r_all, rows = [], [], [], []
+    J_sim = misfit_constant(problem)
+    from .continuous import IntegrationError
+    for name, sp, cm in zip(names, problem.subproblems, models):
+        try:
+            with np.errstate(all="ignore"):
+                z_ref = cm.observations(u).to_numpy(dtype=float)
+                J_sim += cm.objective(u) - cm.constant
+        except (IntegrationError, ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+            return GridCertificate(True, False, float("inf"), reason=(
+                f"the reference simulation fails at the estimates ({err}): the discrete "
+                f"solution may not exist for the ODE"), objective_simulated=float("nan"),
+                **base)
+        z_h = _rows(result.fitted, name).to_numpy(dtype=float)
+        mask = np.asarray(sp.mask, dtype=bool)
+        w = np.where(mask, np.asarray(sp.weights, dtype=float), 0.0)
+        errs.append(np.where(mask, z_h - z_ref, 0.0))
+        w_all.append(w)
+        r_all.append(np.where(mask, np.nan_to_num(_rows(result.residuals, name)
+                                                  .to_numpy(dtype=float)), 0.0))
+        rows.append(mask)
+    E = np.concatenate([e.ravel() for e in errs])
+    W = np.concatenate([w.ravel() for w in w_all])
+    R = np.concatenate([r.ravel() for r in r_all])
+    M = np.concatenate([m.ravel() for m in rows])
+    free = [k for k in np.flatnonzero(problem.free_mask) if not _at_bound(problem, k, u[k])]
+    known = all(sp.sigma_known for sp in problem.subproblems)
+    dof = int(M.sum()) - len(free)
+    s = 1.0 if known or dof <= 0 else float(np.sqrt(np.sum(W * R ** 2) / dof))
+    s = s if s > 0 else 1.0
+    scaled = np.sqrt(W) * E / s
+    fit_error = float(np.max(np.abs(scaled[M]))) if M.any() else 0.0
+    if not np.isfinite(fit_error):
+        fit_error = float("inf")
+    shift = _shift(problem, result, u, free, errs, w_all, s) if np.isfinite(fit_error) else {}
+    cert = GridCertificate(True, fit_error=fit_error, shift=shift,
+                           objective_simulated=float(J_sim),
+                           sigma="known" if known else "residual", **base)
+    cert.certified = bool(fit_error <= fit_tol and cert.max_shift <= shift_tol)
+    return cert
+
+
+def _at_bound(problem, k, v, rtol=1e-6):
+    p = problem.parameters[k]
+    return any(b is not None and abs(v - b) <= rtol * max(1.0, abs(b)) for b in (p.lb, p.ub))
+
+
+def _shift(problem, result, u, free, errs, w_all, s):
+    """Free parameter -> |δ_k| / SE_k (the module docstring); {} without sensitivities."""
+    if not free:
+        return {}
+    from ._backend import DiscreteBackend
+    from ..discretization.discrete import SimulationError
+    try:
+        be = DiscreteBackend(problem, result.backend.discrete_model)
+        parts = be.observation_sensitivities(u, np.asarray(free))
+    except (SimulationError, ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError):
+        return {}
+    A, b = [], []
+    for (sp, S, _, _), e, w in zip(parts, errs, w_all):
+        m = np.asarray(sp.mask, dtype=bool)
+        sw = np.sqrt(w)[m]
+        A.append(sw[:, None] * np.asarray(S, dtype=float)[m])
+        b.append(sw * e[m])
+    A, b = np.vstack(A), np.concatenate(b)
+    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b))):
+        return {}
+    Ainv = np.linalg.pinv(A, rcond=1e-12)
+    delta = Ainv @ b
+    se = s * np.sqrt(np.sum(Ainv ** 2, axis=1))       # diag((AᵀA)⁺) = row norms of A⁺
+    names = [problem.parameter_names[k] for k in free]
+    return {n: float(abs(d) / v) if v > 0 else 0.0 for n, d, v in zip(names, delta, se)}
+
+
+# ---------------------------------------------------------------------------
+# refinement
+# ---------------------------------------------------------------------------
+def _grids(result, problem):
+    g = result.grid
+    names = problem.experiment_names or [None]
+    return [g[n] if n is not None else g for n in names]
+
+
+def refine(problem, result, cert, scheme, safety=2.0, max_factor=8, min_factor=0.25):
+    """The next grid(s) of ``result``: each interval between required points
+    (measurement times, t0, T, switching times) gets equal steps, as many as
+    make the local error density :math:`\\hat d_i/h_i` of the scheme's
+    :func:`~pyomo_odeest.discretization.schemes.local_errors` (states scaled by
+    their largest magnitude) equal across the grid and its sum
+    ``ratio * safety`` times smaller, ``ratio = max(fit_error/fit_tol,
+    max_shift/shift_tol)`` (equidistribution); each interval's number of steps
+    changes by a factor in [``min_factor``, ``max_factor``].  Returns a Grid, or a
+    mapping experiment -> Grid; None when a grid would exceed
+    :data:`MAX_GRID_POINTS`.
+    """
+    u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
+    ratio = max(cert.fit_error / cert.fit_tol, cert.max_shift / cert.shift_tol, 1.0)
+    p = max(int(scheme.startup_order), 1)
+    names = problem.experiment_names or [None]
+    out = {}
+    for name, sp, grid in zip(names, problem.subproblems, _grids(result, problem)):
+        X = _rows(result.states, name).to_numpy(dtype=float)
+        F = VectorFn(sp.f_sym, sp.x_sym, sp.u_sym, sp.t_sym)(X, u, grid.t)
+        d = local_errors(scheme, grid, X, F)
+        scale = np.max(np.abs(X), axis=0) + 1e-300
+        eta = np.max(np.abs(d) / scale, axis=1)
+        eta = np.where(np.isfinite(eta), eta, np.nanmax(np.where(np.isfinite(eta), eta, 0)) + 1)
+        h = grid.h
+        span = float(grid.t[-1] - grid.t[0])
+        theta = eta.sum() / (ratio * safety * span)
+        dens = eta / h
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h_new = np.where(dens > 0, h * (theta / dens) ** (1.0 / p), np.inf)
+        need = h / h_new                                       # new steps per old step
+        req = grid.required_indices()
+        counts = []
+        for a, b in zip(req[:-1], req[1:]):
+            n_old = b - a
+            if grid.t[b] - grid.t[a] <= 1e-12 * span:          # a switching time's twin step
+                counts.append(1)
+                continue
+            n = int(np.ceil(need[a:b].sum()))
+            counts.append(int(np.clip(n, max(1, int(np.ceil(n_old * min_factor))),
+                                      n_old * max_factor)))
+        new = subdivide(grid, counts)
+        if len(new) > MAX_GRID_POINTS:
+            return None
+        out[name] = new
+    return out if problem.experiment_names else out[None]
+
+
+def refine_until_certified(approach, problem, cfg, result, solve):
+    """The refinement stage: certify ``result``; while not certified, refine its
+    grid (:func:`refine`) and ``solve(cfg)`` again from its estimates, at most
+    ``cfg.max_refinements`` times.  Puts the certificate on
+    ``result.extra['certificate']`` (a dict) and the rounds on
+    ``result.extra['refinement']``; a result whose grid ends uncertified has the
+    status :attr:`Status.NOT_RESOLVED` when it had a successful one."""
+    t_start = time.perf_counter()
+    models = None
+    try:
+        models = reference_models(problem)
+    except (ProblemError, ValueError, TypeError, NotImplementedError):
+        pass
+    rounds = []
+    given = "model" in cfg and cfg["model"] is not None
+    while True:
+        cert = certify(problem, result, models, cfg.fit_tol, cfg.shift_tol)
+        rounds.append(dict(round=len(rounds), grid_points=cert.grid_points,
+                           objective=cert.objective,
+                           objective_simulated=cert.objective_simulated,
+                           fit_error=cert.fit_error, max_shift=cert.max_shift,
+                           status=str(result.status),
+                           estimates={k: float(v) for k, v in result.estimates.items()},
+                           seconds=float(result.timings.get("total_s", np.nan))))
+        if (cert.certified or not cert.available or given or not result.success
+                or len(rounds) > cfg.max_refinements):
+            break
+        grid = refine(problem, result, cert, _scheme_of(result))
+        if grid is None:
+            cert.reason = f"a finer grid would exceed {MAX_GRID_POINTS} points"
+            break
+        nxt = approach.config()
+        for k in cfg.keys():
+            nxt[k] = cfg[k]
+        nxt.grid, nxt.max_step, nxt.steps_per_interval = grid, None, None
+        nxt.u0 = result.estimates.copy()
+        new = solve(nxt)
+        if not new.success:                    # keep the last successful solve
+            rounds.append(dict(round=len(rounds), grid_points=_grid_points(grid),
+                               status=str(new.status), objective=float(new.objective),
+                               seconds=float(new.timings.get("total_s", np.nan))))
+            cert.reason = f"the solve on the refined grid ended {new.status}"
+            break
+        result = new
+    result.extra["certificate"] = cert.to_dict()
+    result.extra["refinement"] = rounds
+    result.timings["certify_s"] = time.perf_counter() - t_start
+    if not cert.available:
+        result.warnings.append(f"{cert.describe()}; the estimates are those of the grid only")
+    elif not cert.certified and result.success:
+        result.status = Status.NOT_RESOLVED
+        result.message = f"{result.message}; {cert.describe()}"
+    return result
+
+
+def _scheme_of(result):
+    from ..discretization.schemes import get_scheme
+    s = result.scheme
+    return s if hasattr(s, "order") else get_scheme(s.name, s.qmax)
