@@ -74,7 +74,8 @@ class AdaptiveApproach(Approach):
     DEFAULTS = {"qmax": 2}
 
     def validate(self, problem, cfg):
-        require_no_inputs(problem, "the adaptive approach")
+        for sp in problem.subproblems:
+            require_no_inputs(sp, "the adaptive approach")
         require_no_constraints(problem, "the adaptive approach")
         if cfg.model is not None and problem.experiments:
             raise ProblemError("model: an AdaptiveModel is one experiment's; a problem with "
@@ -346,10 +347,9 @@ def _observed(am, run):
 def _fit_error(built, final_runs):
     r"""Estimated error of the fitted values of the runs at the estimate, in units of
     their σ (of the residuals' root mean square per observable when σ is not
-    given): the largest :math:`|z_arepsilon - z_{arepsilon/100}|/\sigma` divided by
-    :math:`1 - 100^{-q/(q+1)}` (the global error of a control per step is
-    :math:`O(arepsilon^{q/(q+1)})`, so the run at :math:`arepsilon/100` carries
-    :math:`100^{-q/(q+1)}` of it)."""
+    given): the largest :math:`|z_\varepsilon - z_{\varepsilon/100}|/\sigma`, divided
+    by :math:`1 - 1/100` since the global error is :math:`O(\varepsilon)`
+    (:func:`_next_eps`), so the run at :math:`\varepsilon/100` carries 1/100 of it."""
     worst = 0.0
     for am, run in zip(built.ams, final_runs):
         fine = AdaptiveModel(am.problem, replace(am.controller, eps=am.controller.eps / 100,
@@ -364,14 +364,16 @@ def _fit_error(built, final_runs):
             r = np.where(mask, z - sp.data.to_numpy(dtype=float), np.nan)
             sigma = np.broadcast_to(np.sqrt(np.nanmean(r ** 2, axis=0)), r.shape)
         d = np.abs(z - zf)[mask] / sigma[mask]
-        worst = max(worst, float(np.max(d)) / (1 - 100.0 ** (-am.q / (am.q + 1))))
+        worst = max(worst, float(np.max(d)) / (1 - 1 / 100))
     return worst
 
 
 def _next_eps(am, err, fit_tol):
-    r"""The tolerance giving half the target: :math:`arepsilon\,(\mathrm{fit\_tol}/(2\,
-    \mathrm{err}))^{(q+1)/q}` (the error is :math:`O(arepsilon^{q/(q+1)})`)."""
-    return am.controller.eps * (0.5 * fit_tol / err) ** ((am.q + 1) / am.q)
+    r"""The tolerance aiming at half the target, :math:`\varepsilon\,\mathrm{fit\_tol}/(2\,
+    \mathrm{err})`.  The error estimate is the predictor's (order q) but the accepted
+    values are the corrector's (order q + 1): steps :math:`h \propto
+    \varepsilon^{1/(q+1)}` leave a global error :math:`O(h^{q+1}) = O(\varepsilon)`."""
+    return am.controller.eps * 0.5 * fit_tol / err
 
 
 def estimate_adaptive(problem: EstimationProblem, **options):
