@@ -379,11 +379,25 @@ def _next_eps(am, err, fit_tol):
 def estimate_adaptive(problem: EstimationProblem, **options):
     r"""Estimate the parameters with model (55): adaptive grid, frozen pattern, Ipopt.
 
-    1. Integrate adaptively at :math:`u_0`; freeze the pattern.
-    2. Build :func:`build_adaptive_block`, solve it with ``odeest_ipopt``
-       (``dual`` suffix imported).
-    3. Integrate adaptively at the solution; if the pattern changed, rebuild
-       from that run and re-solve (at most ``max_rebuilds`` times).
+    1. Integrate adaptively at :math:`u_0`; freeze the pattern.  Where that
+       integration fails (the solution blows up, a step falls below ``h_min``,
+       more than ``max_steps`` steps) and ``seed='auto'`` (or always, with
+       ``seed='always'``), first solve the fixed-grid counterpart (the Adams PC
+       scheme of the same order on the default grid, states initialized by an
+       implicit simulation at :math:`u_0`, or from the data where it fails or
+       leaves the data's range) and integrate at its estimate.  A start that
+       still fails ends with status ``simulation_failed`` and the integrator's
+       message (``seed='never'``: at once).
+    2. Build :func:`build_adaptive_block`, one per experiment with the parameters
+       shared (:func:`~pyomo_odeest.transcription._experiments.build_experiment_blocks`),
+       and solve it with ``odeest_ipopt`` (``dual`` suffix imported).
+    3. Integrate adaptively at the solution; if the pattern of any experiment
+       changed, rebuild from those runs and re-solve (at most ``max_rebuilds`` times).
+    4. With ``fit_tol`` (units of σ, or of the residuals' root mean square per
+       observable when σ is not given): estimate the error of the fitted values at
+       the solution (against a run at ε/100) and, while it exceeds ``fit_tol``,
+       lower ε in proportion (the global error is :math:`O(\varepsilon)`, see
+       docs/adaptive.md) and repeat 2–3 from the solution (at most 4 tolerances).
 
     A frozen pattern is a faithful model only near the parameters it was
     recorded at: far away the steps before a clipped step can overshoot the
@@ -402,7 +416,11 @@ def estimate_adaptive(problem: EstimationProblem, **options):
         (per round: k, rejections, status, objective, whether the pattern at
         the solution differed), ``pattern_changes``, ``pattern_stable``,
         ``grid`` (k, h_min, h_max, ...), ``run`` (the adaptive run at the
-        estimate), ``adaptive_model``; ``multipliers`` holds ``'x'`` (p_{i+1}),
+        estimate), ``block_run``, ``adaptive_model`` (several experiments: these four per
+        experiment under ``extra['experiments']``), ``seed`` (None, or the seed's
+        status, iterations, state initialization and estimate), with ``fit_tol``
+        also ``fit_error`` and ``tolerance_rounds`` (ε and estimated error per
+        tolerance); ``multipliers`` holds ``'x'`` (p_{i+1}),
         ``'y'`` (q_{i+1}), ``'step'`` (β, δ, θ per step) and ``'trial'``
         (α, γ per trial).
     """
