@@ -62,7 +62,7 @@ __all__ = ["build_adaptive_block", "run_from_block", "block_multipliers",
            "compare_block_multipliers", "adaptive_constraint"]
 
 
-def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
+def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None, parameters=None):
     """Render model (55) for the pattern of ``run`` (values of ``run`` as start point).
 
     Parameters
@@ -72,6 +72,10 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
         Defines the frozen pattern and the initial values.
     block : Block, optional
         Constructed block to fill (a new concrete block otherwise).
+    parameters : IndexedVar, optional
+        Parameter variables shared with other blocks (several experiments,
+        :func:`~pyomo_odeest.transcription._experiments.build_experiment_blocks`):
+        ``b.u`` is then a Reference to them, set to ``run.u``.
 
     Returns
     -------
@@ -113,7 +117,10 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None):
                                               for i, j in trials for a, s in enumerate(S)})
     b.xt = pyo.Var(b.trials, b.S, initialize={(i, j, s): float(run.xc[i][j - 1][a])
                                               for i, j in trials for a, s in enumerate(S)})
-    b.u = pyo.Var(b.P)
+    if parameters is not None:
+        b.u = pyo.Reference(parameters[:])
+    else:
+        b.u = pyo.Var(b.P)
     set_parameter_vars(b.u, P.parameters, run.u)
 
     usub = {sym: b.u[p] for sym, p in zip(P.u_sym, P.parameter_names)}

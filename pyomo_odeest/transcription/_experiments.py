@@ -35,14 +35,19 @@ __all__ = ["build_experiment_blocks"]
 
 
 def build_experiment_blocks(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid=None,
-                            max_step=None, steps_per_interval=None, block=None):
+                            max_step=None, steps_per_interval=None, block=None, build=None):
     """One block per experiment of ``problem`` under one Block with shared parameters.
 
     Arguments as :func:`~pyomo_odeest.transcription._block.build_block`; ``grid`` is
     a mapping experiment name -> Grid (or None; ``max_step`` /
-    ``steps_per_interval`` then apply to every experiment).  The returned
-    block has the components of the module docstring and the attributes
-    ``problem`` and ``experiment_blocks`` (in experiment order).
+    ``steps_per_interval`` then apply to every experiment).  ``build``, if
+    given, renders each experiment's block instead of ``build_block``:
+    ``build(index, experiment_problem, parameters)`` returns a block with
+    ``misfit`` and ``objective`` (and optionally ``penalty``) whose ``u`` refers to
+    ``parameters`` (the adaptive model (55) renders its blocks so,
+    :func:`~pyomo_odeest.transcription._adaptive_block.build_adaptive_block`).
+    The returned block has the components of the module docstring and the
+    attributes ``problem`` and ``experiment_blocks`` (in experiment order).
     """
     if not problem.experiments:
         raise ProblemError("build_experiment_blocks needs a problem with experiments; "
@@ -53,17 +58,19 @@ def build_experiment_blocks(problem: EstimationProblem, scheme="adams_pc", qmax=
     b.u = pyo.Var(b.P)
     set_parameter_vars(b.u, problem.parameters)
     blocks = []
-    for e, sp in zip(problem.experiments, problem.experiment_problems):
+    for i, (e, sp) in enumerate(zip(problem.experiments, problem.experiment_problems)):
         if b.component(e.name) is not None:
             raise ProblemError(f"experiment name '{e.name}' clashes with a block component")
-        sb = build_block(sp, scheme, qmax, experiment_grid(grid, e.name), max_step,
-                         steps_per_interval, parameters=b.u)
+        sb = (build_block(sp, scheme, qmax, experiment_grid(grid, e.name), max_step,
+                          steps_per_interval, parameters=b.u) if build is None
+              else build(i, sp, b.u))
         b.add_component(e.name, sb)
         sb.objective.deactivate()
         blocks.append(sb)
     b.experiment_blocks = blocks
     b.misfit = pyo.Expression(expr=sum(sb.misfit for sb in blocks))
-    b.penalty = pyo.Expression(expr=sum(sb.penalty for sb in blocks))
+    b.penalty = pyo.Expression(expr=sum(sb.penalty for sb in blocks
+                                        if sb.component("penalty") is not None))
     b.extra_objective_terms = []
     b.objective = pyo.Objective(expr=b.misfit + b.penalty)
     usub = {sym: b.u[p] for sym, p in zip(problem.u_sym, problem.parameter_names)}

@@ -216,8 +216,7 @@ def test_each_unsupported_combination_raises_a_clear_error():
     exps = _problem(constraints=False)                     # experiments and inputs
     single = _input_problem(CONT_INPUTS["constant"])       # inputs only
     grid_path = _problem(at="grid")                        # path constraint on the grid
-    with pytest.raises(ProblemError, match="adaptive approach does not take a problem with "
-                                           "several experiments"):
+    with pytest.raises(ProblemError, match="adaptive approach does not take inputs"):
         estimate(exps, "adaptive")
     with pytest.raises(ProblemError, match="adaptive approach does not take inputs"):
         estimate(single, "adaptive")
@@ -235,8 +234,7 @@ def test_each_unsupported_combination_raises_a_clear_error():
                                                "problem's path or parameter constraints"):
             estimate(_problem(at="measurements"), approach, optimizer="L-BFGS-B")
     table, _ = compare_approaches(exps, ("adaptive",))
-    assert "adaptive approach does not take a problem with several experiments" in \
-        table.loc["adaptive", "status"]
+    assert "adaptive approach does not take inputs" in table.loc["adaptive", "status"]
 
 
 def test_shooting_includes_the_penalty():

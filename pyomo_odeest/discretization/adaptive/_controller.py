@@ -167,7 +167,12 @@ class StepController:
         A first trial leaving less than ``stretch`` times its length before
         the next measurement time is stretched (clipped) onto it.
     max_steps : int
-        Safety bound on the number of steps.
+        Safety bound on the number of steps: an integration needing more raises
+        :class:`AdaptiveError`.
+    h_min : float or None
+        Smallest trial step: a smaller one (a solution blowing up, a stiff
+        solution at the explicit scheme's stability limit) raises
+        :class:`AdaptiveError`.  ``None``: :math:`10^{-14}` times the time span.
     """
 
     eps: float = 1e-3
@@ -182,6 +187,7 @@ class StepController:
     q: int | None = None
     stretch: float = 0.1
     max_steps: int = 100_000
+    h_min: float | None = None
 
     def __post_init__(self):
         eps = self.eps
@@ -206,6 +212,8 @@ class StepController:
             raise ValueError(f"stretch must be in [0, 1), got {self.stretch!r}")
         if not _int_at_least(self.max_steps, 1):
             raise ValueError(f"max_steps must be a positive int, got {self.max_steps!r}")
+        if self.h_min is not None and not (np.isfinite(self.h_min) and self.h_min > 0):
+            raise ValueError(f"h_min must be positive and finite or None, got {self.h_min!r}")
 
     @property
     def piecewise_constant(self) -> bool:

@@ -42,6 +42,7 @@ class Integration:
         jl, cl, lev = [], [], []
         tgt = 0
         span = float(self.targets[-1] - self.t0)
+        h_min = 1e-14 * span if c.h_min is None else float(c.h_min)
         i = 0
         while tgt < len(self.targets):
             if pattern is not None and i >= pattern.k:
@@ -78,9 +79,9 @@ class Integration:
                     h = tau - ti
                     level = -1
                     clip_at = jj + 1
-                if not (np.isfinite(h) and h > 1e-14 * span):
-                    raise AdaptiveError(f"step size underflow/invalid (h={h:.3g}) in step {i} "
-                                        f"at t={ti:.6g}", i, ti)
+                if not (np.isfinite(h) and h > h_min):
+                    raise AdaptiveError(f"step size underflow/invalid (h={h:.3g}, h_min="
+                                        f"{h_min:.3g}) in step {i} at t={ti:.6g}", i, ti)
                 args = (X[i], xm, u, h, ti, tm)
                 with np.errstate(all="ignore"):
                     y = np.asarray(fn["Y"](*args), float).reshape(-1)
