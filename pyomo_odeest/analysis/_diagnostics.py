@@ -173,7 +173,7 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
     cert = result.extra.get("certificate")
     if cert and cert.get("available"):             # the refinement stage simulated already
         from ..approaches._certificate import GridCertificate
-        cert = GridCertificate(**cert)
+        cert = GridCertificate.from_dict(cert)
         result.extra["simulated_objective"] = cert.objective_simulated
         if cert.certified:
             return []

@@ -31,7 +31,7 @@ certificate".
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 import pandas as pd
@@ -107,10 +107,17 @@ class GridCertificate:
                 f"{self.fit_error:.2g} {unit} (tol {self.fit_tol:g}), estimates within "
                 f"{self.max_shift:.2g} SE of the ODE's optimum (tol {self.shift_tol:g}); "
                 f"objective {self.objective:.8g} on the grid, {self.objective_simulated:.8g} "
-                f"by {self.reference}")
+                f"by {self.reference}" + (f"; {self.reason}" if self.reason else ""))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields and ``summary``, :meth:`describe` (what ``result.extra['certificate']``
+        holds)."""
+        return dict(asdict(self), summary=self.describe())
+
+    @classmethod
+    def from_dict(cls, d) -> "GridCertificate":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def reference_models(problem):
@@ -328,7 +335,8 @@ def refine_until_certified(approach, problem, cfg, result, solve):
     result.extra["certificate"] = cert.to_dict()
     result.extra["refinement"] = rounds
     result.timings["certify_s"] = time.perf_counter() - t_start
-    if not cert.available:
+    result.timings["total_s"] = time.perf_counter() - t_start + rounds[0]["seconds"]
+    if not cert.available and result.success:
         result.warnings.append(f"{cert.describe()}; the estimates are those of the grid only")
     elif not cert.certified and result.success:
         result.status = Status.NOT_RESOLVED

@@ -336,14 +336,17 @@ def make_grid(
 
 def subdivide(grid: Grid, counts) -> Grid:
     """A grid with the required points of ``grid`` (:meth:`Grid.required_indices`)
-    and ``counts[r]`` equal steps between required points r and r + 1; the
-    measurement maps and the restarts carried over."""
+    and ``counts[r]`` equal steps between required points r and r + 1 (one for the
+    step from a switching time's twin to it); the measurement maps and the
+    restarts carried over."""
     req = grid.required_indices()
     counts = np.asarray(counts, dtype=int)
     if counts.shape != (req.size - 1,) or np.any(counts < 1):
         raise ValueError(f"counts must hold a positive int per interval between required "
                          f"points ({req.size - 1}), got {counts.tolist()[:10]}")
     t_req = grid.t[req]
+    tiny = (t_req[1:] - t_req[:-1]) <= 1e-12 * (t_req[-1] - t_req[0])
+    counts = np.where(tiny, 1, counts)              # a switching time's twin step stays one
     pieces = [t_req[:1]]
     for a, b, n in zip(t_req[:-1], t_req[1:], counts):
         pts = a + (b - a) * np.arange(1, n + 1) / n

@@ -9,6 +9,7 @@ from ._cops import (GASOIL_OPTIMUM, MARINE_OPTIMUM, METHANOL_OPTIMUM, PINENE_OPT
                    gasoil_problem, marine_problem, methanol_problem, pinene_problem)
 from ._oscillator import OSC_OMEGA, oscillator_data, oscillator_problem
 from ._fed_batch import FED_BATCH_FEEDS, FED_BATCH_TRUE, fed_batch_problem
+from ._kinetics import PK_TRUE, ROBERTSON_LOG_K, pk_infusion_problem, robertson_problem
 from ._hiv import HIV_PARAMETERS, HIV_ESTIMATED, HIV_STATES, HIV_TIMES, hiv_problem, hiv_simulate
 
 __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
@@ -18,4 +19,5 @@ __all__ = ["lotka_volterra_data", "lotka_volterra_problem", "LV_P0", "LV_TRUE",
            "hiv_simulate", "seird_problem", "seird_data", "seird_solution",
            "OSC_OMEGA", "oscillator_data", "oscillator_problem", "pinene_problem", "gasoil_problem", "PINENE_OPTIMUM", "GASOIL_OPTIMUM",
            "marine_problem", "MARINE_OPTIMUM", "methanol_problem", "METHANOL_OPTIMUM", "bellman_problem", "BELLMAN_OPTIMUM", "BELLMAN_K",
-           "FED_BATCH_FEEDS", "FED_BATCH_TRUE", "fed_batch_problem"]
+           "FED_BATCH_FEEDS", "FED_BATCH_TRUE", "fed_batch_problem",
+           "robertson_problem", "ROBERTSON_LOG_K", "pk_infusion_problem", "PK_TRUE"]

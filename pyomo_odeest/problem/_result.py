@@ -268,7 +268,27 @@ class EstimationResult:
                 f"({self.message}) after "
                 f"{self.iterations} iterations, objective={self.objective:.8g}, {est} "
                 f"({self.timings.get('total_s', float('nan')):.2f} s)")
+        text += "".join(f"\n  {line}" for line in self._grid_lines())
         return text + "".join(f"\n  WARNING: {w}" for w in self.warnings)
+
+    def _grid_lines(self) -> list:
+        """The grid, its certificate and the refinement rounds, for :meth:`summary`."""
+        if self.grid is None:
+            return []
+        grids = self.grid.values() if isinstance(self.grid, dict) else [self.grid]
+        lines = [f"grid: {sum(len(g) for g in grids)} points"
+                 + (f" in {len(grids)} experiments" if isinstance(self.grid, dict) else "")]
+        cert = self.extra.get("certificate")
+        if cert:
+            lines.append(cert.get("summary", ""))
+        for r in self.extra.get("refinement") or []:
+            lines.append(f"  round {r['round']}: {r['grid_points']} points, objective "
+                         f"{r.get('objective', float('nan')):.8g} (simulated "
+                         f"{r.get('objective_simulated', float('nan')):.8g}), fitted values "
+                         f"within {r.get('fit_error', float('nan')):.2g}, shift "
+                         f"{r.get('max_shift', float('nan')):.2g} SE, {r['status']}, "
+                         f"{r.get('seconds', float('nan')):.2f} s")
+        return lines
 
     def __repr__(self):
         return f"EstimationResult({self.summary()})"

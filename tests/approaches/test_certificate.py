@@ -1,0 +1,75 @@
+"""The grid certificate and the refinement stage of the pipeline: every grid-based
+approach ends on a grid that resolves the ODE at its estimates, or says it does not."""
+import numpy as np
+import pytest
+
+import pyomo_odeest as po
+from pyomo_odeest.approaches._certificate import certify
+from pyomo_odeest.models import lotka_volterra_problem
+
+START = (0.8, 0.8, 0.8, 0.8)
+
+
+@pytest.fixture(scope="module")
+def lv():
+    return lotka_volterra_problem(p0=START)
+
+
+@pytest.fixture(scope="module")
+def reference(lv):
+    """The ODE's optimum: the continuous approach at rtol 1e-10."""
+    return po.estimate(lv, "continuous", optimizer="least_squares", rtol=1e-10, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def coarse(lv):
+    """Today's behaviour on a grid that does not resolve the ODE (2 steps per interval)."""
+    return po.estimate(lv, "simultaneous", steps_per_interval=2, certify=False)
+
+
+def test_certificate_measures_the_grid_against_an_independent_simulation(lv, coarse):
+    cert = certify(lv, coarse)
+    assert cert.available and not cert.certified
+    assert cert.fit_error > 0.01 and cert.max_shift > 0.1
+    fine = po.estimate(lv, "simultaneous", steps_per_interval=40, certify=False)
+    cert = certify(lv, fine)
+    assert cert.certified and cert.fit_error < 0.01 and cert.max_shift < 0.1
+    assert cert.objective_simulated == pytest.approx(fine.objective, rel=1e-4)
+
+
+def test_certify_false_keeps_the_first_grid_and_its_warning(coarse):
+    assert coarse.success and "certificate" not in coarse.extra
+    assert len(coarse.grid) == 21 and "refinement" not in coarse.extra
+
+
+@pytest.mark.parametrize("approach", ["simultaneous", "reduced_space", "multiple_shooting"])
+def test_refinement_reaches_the_odes_optimum_within_a_tenth_of_a_standard_error(
+        lv, reference, approach):
+    res = po.estimate(lv, approach, steps_per_interval=2)
+    assert res.success, res.summary()
+    cert = res.extra["certificate"]
+    rounds = res.extra["refinement"]
+    assert cert["certified"] and len(rounds) >= 2
+    assert rounds[-1]["grid_points"] > rounds[0]["grid_points"]
+    assert cert["fit_error"] <= 0.01 and max(cert["shift"].values()) <= 0.1
+    se = reference.covariance().se
+    dist = np.abs(res.estimates - reference.estimates)[se.index] / se
+    assert dist.max() < 0.1, dist
+    assert "grid certified" in res.summary()
+
+
+def test_an_uncertified_grid_is_not_a_success(lv):
+    res = po.estimate(lv, "simultaneous", steps_per_interval=2, max_refinements=0)
+    assert res.status is po.Status.NOT_RESOLVED and not res.success
+    assert "NOT certified" in res.message
+    assert any(w.startswith("discretization error") for w in res.warnings)
+
+
+def test_refinement_options_are_checked():
+    lv = lotka_volterra_problem(p0=START)
+    for bad in (dict(fit_tol=0.0), dict(shift_tol=-1.0), dict(max_refinements=-1),
+                dict(certify="yes")):
+        with pytest.raises(po.ProblemError):
+            po.estimate(lv, "simultaneous", **bad)
+    with pytest.raises(TypeError, match="certify"):
+        po.estimate(lv, "continuous", certify=False)
