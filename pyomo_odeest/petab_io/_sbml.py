@@ -308,7 +308,21 @@ def read_sbml(path) -> SbmlOde:
         raise UnsupportedFeatureError(f"{path}: {what} is not supported")
 
     if m.getNumEvents():
-        unsupported(f"events ({m.getNumEvents()}: {m.getEvent(0).getId() or 'unnamed'}, ...)")
+        said = []
+        for ev in m.getListOfEvents():
+            trig = ev.getTrigger()
+            cond = L.formulaToL3String(trig.getMath()) if trig and trig.getMath() else "?"
+            kind = ("time-triggered" if trig and trig.getMath() and "time" in cond
+                    and not any(x.getId() in cond.replace("(", " ").replace(")", " ").split()
+                                for x in m.getListOfSpecies()) else "state-triggered")
+            said.append(f"{ev.getId() or 'unnamed'} ({kind}: when {cond}, sets "
+                        + ", ".join(a.getVariable() for a in ev.getListOfEventAssignments())
+                        + ")")
+        raise UnsupportedFeatureError(
+            f"{path}: SBML events are not supported ({'; '.join(said[:4])}"
+            f"{'; ...' if len(said) > 4 else ''}): the import has no jumps of the state, at a "
+            "time or at a state's threshold (tools that handle events, such as AMICI, can "
+            "simulate this model)")
     if m.isSetConversionFactor():
         unsupported("a model conversion factor")
 

@@ -162,7 +162,8 @@ def test_events_raise(tmp_path):
     ea = ev.createEventAssignment()
     ea.setVariable("Pathogen"), ea.setMath(libsbml.parseL3Formula("1"))
     libsbml.writeSBMLToFile(doc, str(xml))
-    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*events"):
+    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*events are not supported "
+                       r"\(dose \(time-triggered: when time > 5, sets Pathogen\)\)"):
         read_petab(d)
 
 
