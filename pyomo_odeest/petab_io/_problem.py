@@ -27,7 +27,7 @@ import sympy
 from ..problem._declaration import EstimationProblem, Parameter, Preequilibration
 from ..problem._inputs import PiecewiseConstant
 from ..symbolic import lambdify
-from ..symbolic._convert import sympy_to_pyomo
+from ..symbolic._convert import sympy_to_pyomo, unrenderable
 from ._likelihood import PetabSimulator
 from ._sbml import TIME, UnsupportedFeatureError, switch_times, symbol, time_piecewise
 from ._tables import (PetabModel, log_jacobian, per_transformation, read_petab, scale_value,
@@ -414,7 +414,9 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     # per datum: the noise parameter's start (1 with a general noise model: c holds σ there)
     s_start = np.array([1.0 if g is None else model.parameter(g).nominal
                         for g in (groups or [None] * len(meas))])
-    params = [Parameter(p.id, p.scaled_nominal, *p.scaled_bounds) for p in estimated]
+    params = [Parameter(p.id, p.scaled_nominal,
+                        *[b if math.isfinite(b) else None for b in p.scaled_bounds])
+              for p in estimated]
     to_scaled = dict(fixed_sub)
     to_scaled.update({symbol(p.id): unscale_sym(symbol(p.id), p.scale) for p in estimated})
 
@@ -572,6 +574,23 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         constant = float(np.sum(0.5 * np.log(2 * np.pi * (c * s_start)**2) + jac))
     else:
         constant = float(np.sum(jac))
+
+    # every formula must be representable on the package's expressions: a construct that is
+    # not is the model's (named with its SBML elements), not a failure of a right-hand side
+    for what, exprs in (("the rate of", dict(zip(states, f))),
+                        ("the initial value of", {s: v for cond in conditions
+                                                  for s, v in zip(states, x0[cond])}),
+                        ("the observable", obs_expr)):
+        for k, e in exprs.items():
+            bad = unrenderable(e)
+            if bad is not None:
+                where = model.ode.named(bad)
+                raise UnsupportedFeatureError(
+                    f"{model.ode.path}: {bad.func.__name__} ({bad}) in {what} {k}"
+                    + (f" (SBML: {', '.join(where[:3])})" if where else "")
+                    + " has no representation in the estimation's expressions (supported: "
+                    "arithmetic, powers, exp, log, trigonometric and hyperbolic functions, "
+                    "abs, min, max, piecewise with relations, and, or, not)")
 
     x_syms = [symbol(s) for s in states]
     u_names = [p.id for p in estimated] + [nm for nm, _ in local]

@@ -43,6 +43,10 @@ __all__ = ["UnsupportedFeatureError", "SbmlOde", "read_sbml", "math_to_sympy", "
 #: The symbol of SBML's time ``csymbol``.
 TIME = sympy.Symbol("t", real=True)
 
+#: SBML's ``rateOf(x)`` until the model's rates are known (:func:`read_sbml` replaces it
+#: by the rate of x).
+RATE_OF = sympy.Function("rateOf", real=True)
+
 
 class UnsupportedFeatureError(NotImplementedError):
     """A PEtab or SBML feature the importer does not support (the message names the
@@ -85,7 +89,7 @@ def math_to_sympy(ast, functions=None, where="", libsbml=None):
     rel = {L.AST_RELATIONAL_EQ: sympy.Eq, L.AST_RELATIONAL_NEQ: sympy.Ne,
            L.AST_RELATIONAL_GT: sympy.Gt, L.AST_RELATIONAL_GEQ: sympy.Ge,
            L.AST_RELATIONAL_LT: sympy.Lt, L.AST_RELATIONAL_LEQ: sympy.Le}
-    refused = {L.AST_FUNCTION_DELAY: "delay", L.AST_FUNCTION_RATE_OF: "rateOf",
+    refused = {L.AST_FUNCTION_DELAY: "delay",
                L.AST_LAMBDA: "lambda outside a function definition"}
 
     def unsupported(what):
@@ -127,6 +131,11 @@ def math_to_sympy(ast, functions=None, where="", libsbml=None):
             return unary[ty](kids[0])
         if ty in nary:
             return nary[ty](*kids)
+        if ty == L.AST_FUNCTION_RATE_OF:
+            if len(kids) != 1 or not isinstance(kids[0], sympy.Symbol) or kids[0] == TIME:
+                unsupported(f"rateOf of {L.formulaToL3String(node)} (supported: rateOf of "
+                            "a species, parameter or compartment id)")
+            return RATE_OF(kids[0])
         if ty == L.AST_FUNCTION_PIECEWISE:
             pieces = [(kids[i], kids[i + 1]) for i in range(0, len(kids) - 1, 2)]
             if len(kids) % 2:
@@ -178,6 +187,37 @@ def switch_times(expr, where=""):
     return out
 
 
+def _resolve_rate_of(rhs, assigns, constants, path):
+    """``rateOf(x)`` replaced by the rate of x: its right-hand side for a state, 0 for a
+    constant, the time derivative along the solution for an assignment-rule target."""
+    states = [symbol(k) for k in rhs]
+    sub = {RATE_OF(symbol(k)): sympy.Integer(0) for k in constants}
+
+    def total(e):
+        """d e/dt along the solution, e free of rateOf."""
+        return sympy.diff(e, TIME) + sum((sympy.diff(e, x) * plain[x.name] for x in states
+                                          if e.has(x)), sympy.Integer(0))
+    for _ in range(len(rhs) + len(assigns) + 2):
+        plain = {k: v for k, v in rhs.items() if not v.has(RATE_OF)}
+        sub.update({RATE_OF(symbol(k)): v for k, v in plain.items()})
+        for k, v in assigns.items():
+            if not v.has(RATE_OF) and all(x.name in plain for x in states if v.has(x)):
+                sub[RATE_OF(symbol(k))] = total(v)
+        new_rhs = {k: v.xreplace(sub) for k, v in rhs.items()}
+        new_assigns = {k: v.xreplace(sub) for k, v in assigns.items()}
+        if new_rhs == rhs and new_assigns == assigns:
+            break
+        rhs, assigns = new_rhs, new_assigns
+    left = sorted({str(a) for e in list(rhs.values()) + list(assigns.values())
+                   for a in sympy.sympify(e).atoms(RATE_OF)})
+    if left:
+        raise UnsupportedFeatureError(
+            f"{path}: {', '.join(left)} is not supported (a rate that depends on itself "
+            "through rateOf, or rateOf of an id that is not a species, parameter or "
+            "compartment)")
+    return rhs, assigns
+
+
 def _UNARY(L):
     return {
         L.AST_FUNCTION_EXP: sympy.exp, L.AST_FUNCTION_LN: sympy.log,
@@ -217,6 +257,10 @@ class SbmlOde:
         Species whose symbol is an amount (``hasOnlySubstanceUnits``).
     path : str
         The file read.
+    elements : dict
+        The formula of every SBML element read (``"kinetic law of R1"``,
+        ``"assignment rule for x"``, ``"initial assignment of x"``, ...) as written,
+        before substitutions: :meth:`named` finds the elements of a construct.
     """
 
     states: list
@@ -227,6 +271,15 @@ class SbmlOde:
     species_compartment: dict = field(default_factory=dict)
     amount_species: set = field(default_factory=set)
     path: str = ""
+    elements: dict = field(default_factory=dict)
+
+    def named(self, construct):
+        """The SBML elements (``"kinetic law of R1"``, ``"assignment rule for x"``, ...)
+        whose formula, as written, contains ``construct`` (a sympy sub-expression, or one
+        of its kind)."""
+        hits = [w for w, e in self.elements.items() if sympy.sympify(e).has(construct)]
+        return hits or [w for w, e in self.elements.items()
+                        if sympy.sympify(e).has(construct.func)]
 
     def substitute_assignments(self, expr):
         """``expr`` with every assignment-rule target replaced by its formula."""
@@ -255,7 +308,21 @@ def read_sbml(path) -> SbmlOde:
         raise UnsupportedFeatureError(f"{path}: {what} is not supported")
 
     if m.getNumEvents():
-        unsupported(f"events ({m.getNumEvents()}: {m.getEvent(0).getId() or 'unnamed'}, ...)")
+        said = []
+        for ev in m.getListOfEvents():
+            trig = ev.getTrigger()
+            cond = L.formulaToL3String(trig.getMath()) if trig and trig.getMath() else "?"
+            kind = ("time-triggered" if trig and trig.getMath() and "time" in cond
+                    and not any(x.getId() in cond.replace("(", " ").replace(")", " ").split()
+                                for x in m.getListOfSpecies()) else "state-triggered")
+            said.append(f"{ev.getId() or 'unnamed'} ({kind}: when {cond}, sets "
+                        + ", ".join(a.getVariable() for a in ev.getListOfEventAssignments())
+                        + ")")
+        raise UnsupportedFeatureError(
+            f"{path}: SBML events are not supported ({'; '.join(said[:4])}"
+            f"{'; ...' if len(said) > 4 else ''}): the import has no jumps of the state, at a "
+            "time or at a state's threshold (tools that handle events, such as AMICI, can "
+            "simulate this model)")
     if m.isSetConversionFactor():
         unsupported("a model conversion factor")
 
@@ -269,10 +336,13 @@ def read_sbml(path) -> SbmlOde:
         body = math_to_sympy(lam.getChild(nargs), functions, f"{path}: function {fd.getId()}", L)
         functions[fd.getId()] = (args, body)
 
+    elements = {}
+
     def conv(ast, what):
         if ast is None:
             raise ValueError(f"{path}: {what} has no math")
-        return math_to_sympy(ast, functions, f"{path}: {what}", L)
+        out = elements[what] = math_to_sympy(ast, functions, f"{path}: {what}", L)
+        return out
 
     rate_rules, assign_rules = {}, {}
     for r in m.getListOfRules():
@@ -331,6 +401,30 @@ def read_sbml(path) -> SbmlOde:
         species.append(sid)
         init[sid] = x0
 
+    # initial assignments (may refer to constants and, through rules, to other initial
+    # values); one to a constant fixes that constant's value for the whole simulation:
+    # it becomes an assignment of constants (in terms of the species' initial values)
+    ia = {a.getSymbol(): conv(a.getMath(), f"initial assignment of {a.getSymbol()}")
+          for a in m.getListOfInitialAssignments()}
+    for target, e in ia.items():
+        if target in init:
+            init[target] = e        # in the species' own units (amount or concentration)
+    species_at_0 = {symbol(k): v for k, v in init.items()}
+    for target, e in ia.items():
+        if target in init or target in params_with_rate:
+            continue
+        if target in constants:
+            if TIME in e.free_symbols:
+                e = e.subs(TIME, 0)
+            assign_rules[target] = e.xreplace(species_at_0)
+            constants.pop(target)
+        elif target not in assign_rules:
+            raise ValueError(
+                f"{path}: the initial assignment names {target!r}, which is not a species, "
+                f"parameter or compartment of the model (was it renamed? model ids: "
+                f"{_some(species + params_with_rate + sorted(constants))}); correct the "
+                "initial assignment's symbol")
+
     # assignment rules: expressions in states and constants (resolve chains)
     assigns = dict(assign_rules)
     for _ in range(len(assigns) + 1):
@@ -375,25 +469,13 @@ def read_sbml(path) -> SbmlOde:
             rhs[sid] = flux[sid] / symbol(species_compartment[sid])
     for pid in params_with_rate:
         rhs[pid] = rate_rules[pid]
-        init[pid] = symbol(pid + "__initial")
+        init[pid] = ia[pid] if pid in ia else symbol(pid + "__initial")
         constants[pid + "__initial"] = constants.pop(pid)
     states = species + params_with_rate
     rhs = {k: sympy.sympify(v).xreplace(asub).xreplace(asub) for k, v in rhs.items()}
+    if any(sympy.sympify(e).has(RATE_OF) for e in list(rhs.values()) + list(assigns.values())):
+        rhs, assigns = _resolve_rate_of(rhs, assigns, constants, path)
 
-    # initial assignments (may refer to constants and, through rules, to other initial values)
-    ia = {a.getSymbol(): conv(a.getMath(), f"initial assignment of {a.getSymbol()}")
-          for a in m.getListOfInitialAssignments()}
-    for target, e in ia.items():
-        if target in init:
-            init[target] = e        # in the species' own units (amount or concentration)
-        elif target in constants:
-            unsupported(f"an initial assignment to the constant {target} "
-                        "(set its value in the PEtab parameter table instead)")
-        else:
-            raise ValueError(
-                f"{path}: the initial assignment names {target!r}, which is not a species, "
-                f"parameter or compartment of the model (was it renamed? model ids: "
-                f"{_some(states + sorted(constants))}); correct the initial assignment's symbol")
     # initial values may name other states (their initial values) or assignment targets
     state_init = {symbol(s): v for s, v in init.items()}
     for _ in range(len(states) + 2):
@@ -429,4 +511,4 @@ def read_sbml(path) -> SbmlOde:
     init = {s: sympy.sympify(v).subs(TIME, 0) for s, v in init.items()}
     return SbmlOde(states=states, rhs=rhs, initial=init, constants=constants,
                    assignments=assigns, species_compartment=species_compartment,
-                   amount_species=amount_species, path=path)
+                   amount_species=amount_species, path=path, elements=elements)

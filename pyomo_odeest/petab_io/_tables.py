@@ -58,7 +58,10 @@ SCALES = ("lin", "log", "log10")
 
 def scale_value(v, scale):
     """Scaled value of a linear-scale number."""
-    return {"lin": lambda a: a, "log": math.log, "log10": math.log10}[scale](float(v))
+    v = float(v)
+    if scale != "lin" and v == 0.0:
+        return -math.inf            # the lower bound 0 of an unbounded log-scale parameter
+    return {"lin": lambda a: a, "log": math.log, "log10": math.log10}[scale](v)
 
 
 def unscale_value(v, scale):
@@ -364,16 +367,21 @@ def read_petab(yaml_path) -> PetabModel:
         ub = float(row.get("upperBound", np.nan))
         nom = float(row["nominalValue"]) if "nominalValue" in row and not _is_empty(
             row["nominalValue"]) else np.nan
-        if est and not (np.isfinite(lb) and np.isfinite(ub)):
-            raise ValueError(f"{par_file}: estimated parameter {pid} needs finite bounds")
+        if est and (np.isnan(lb) or np.isnan(ub)):
+            raise ValueError(f"{par_file}: estimated parameter {pid} needs lowerBound and "
+                             "upperBound (-inf and inf, or 0 and inf on a log scale, for none)")
         if not np.isfinite(nom):
+            if est and not (np.isfinite(lb) and np.isfinite(ub) and (lb > 0 or scale == "lin")):
+                raise ValueError(f"{par_file}: estimated parameter {pid} has no nominalValue "
+                                 f"and the unbounded range [{lb}, {ub}] has no midpoint to "
+                                 "start from; give a nominalValue")
             if est:
                 nom = unscale_value(0.5 * (scale_value(lb, scale) + scale_value(ub, scale)), scale)
             else:
                 raise ValueError(f"{par_file}: fixed parameter {pid} needs a nominalValue")
-        if est and scale != "lin" and lb <= 0:
-            raise ValueError(f"{par_file}: parameter {pid} on {scale} scale needs lowerBound > 0, "
-                             f"got {lb}")
+        if est and scale != "lin" and lb < 0:
+            raise ValueError(f"{par_file}: parameter {pid} on {scale} scale needs lowerBound "
+                             f">= 0 (0: unbounded below on that scale), got {lb}")
         params.append(PetabParameter(str(pid), scale, lb, ub, nom, est,
                                      _prior(row, pid, scale, par_file)))
     pids = {p.id for p in params}

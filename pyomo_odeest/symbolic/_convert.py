@@ -17,7 +17,7 @@ import pyomo.environ as pyo
 
 from ._structure import _UNARY, UnsupportedExpressionError, to_sympy, walk
 
-__all__ = ["pyomo_to_sympy", "sympy_to_pyomo"]
+__all__ = ["pyomo_to_sympy", "sympy_to_pyomo", "unrenderable"]
 
 
 def _number(v):
@@ -64,6 +64,36 @@ def sympy_to_pyomo(expr, objects):
     """
     memo = {}
 
+    def branch(cond, then, other):
+        """``then`` where the sympy condition ``cond`` holds, else ``other`` (Expr_if on
+        one inequality each; 'and', 'or', 'not' and equalities as nested Expr_if)."""
+        if cond == sympy.true:
+            return then
+        if cond == sympy.false:
+            return other
+        if isinstance(cond, sympy.And):
+            first, rest = cond.args[0], sympy.And(*cond.args[1:])
+            return branch(first, branch(rest, then, other), other)
+        if isinstance(cond, sympy.Or):
+            first, rest = cond.args[0], sympy.Or(*cond.args[1:])
+            return branch(first, then, branch(rest, then, other))
+        if isinstance(cond, sympy.Not):
+            return branch(cond.args[0], other, then)
+        if isinstance(cond, sympy.Equality):
+            a, b = cond.args
+            return branch(sympy.And(sympy.Le(a, b), sympy.Ge(a, b)), then, other)
+        if isinstance(cond, sympy.Unequality):
+            return branch(sympy.Eq(*cond.args), other, then)
+        if isinstance(cond, (sympy.StrictLessThan, sympy.StrictGreaterThan,
+                             sympy.LessThan, sympy.GreaterThan)):
+            lo, hi = ((cond.lhs, cond.rhs) if isinstance(cond, (sympy.StrictLessThan,
+                                                                sympy.LessThan))
+                      else (cond.rhs, cond.lhs))
+            strict = isinstance(cond, (sympy.StrictLessThan, sympy.StrictGreaterThan))
+            a, b = conv(lo), conv(hi)
+            return pyo.Expr_if((a < b) if strict else (a <= b), then, other)
+        raise UnsupportedExpressionError(f"cannot render the condition {cond} in Pyomo")
+
     def conv(e):
         hit = memo.get(e)
         if hit is not None:
@@ -72,8 +102,8 @@ def sympy_to_pyomo(expr, objects):
             r = objects[e]
         elif e.is_Integer:
             r = int(e)
-        elif e.is_Number:
-            r = float(e)
+        elif e.is_Number or isinstance(e, sympy.NumberSymbol):
+            r = float(e)                # numbers and the constants pi, E, ...
         elif e.is_Add:
             r = reduce(operator.add, [conv(a) for a in e.args])
         elif e.is_Mul:
@@ -98,9 +128,60 @@ def sympy_to_pyomo(expr, objects):
             r = abs(conv(e.args[0]))
         elif e.func in _PYO_FUNC:
             r = _PYO_FUNC[e.func](conv(e.args[0]))
+        elif isinstance(e, sympy.Piecewise):
+            r = conv(e.args[-1][0]) if e.args[-1][1] == sympy.true else float("nan")
+            for val, cond in reversed(e.args[:-1] if e.args[-1][1] == sympy.true else e.args):
+                r = branch(cond, conv(val), r)
+        elif isinstance(e, (sympy.Max, sympy.Min)):
+            r = conv(e.args[0])
+            for a in e.args[1:]:
+                ca = conv(a)
+                r = (pyo.Expr_if(r >= ca, r, ca) if isinstance(e, sympy.Max)
+                     else pyo.Expr_if(r <= ca, r, ca))
+        elif not e.free_symbols and e.is_number:
+            r = float(e)
         else:
             raise UnsupportedExpressionError(f"cannot render {e.func} in Pyomo")
         memo[e] = r
         return r
 
     return conv(sympy.sympify(expr))
+
+
+_CONDITIONS = (sympy.And, sympy.Or, sympy.Not, sympy.Equality, sympy.Unequality,
+               sympy.StrictLessThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.GreaterThan)
+
+
+def unrenderable(expr):
+    """The first sub-expression of ``expr`` that :func:`sympy_to_pyomo` cannot render
+    (None when it renders)."""
+    seen = set()
+
+    def find(e, condition=False):
+        if e in seen:
+            return None
+        seen.add(e)
+        if condition:
+            if e in (sympy.true, sympy.false):
+                return None
+            if not isinstance(e, _CONDITIONS):
+                return e
+        elif e.is_Symbol or e.is_Number or isinstance(e, sympy.NumberSymbol):
+            return None
+        elif not (e.is_Add or e.is_Mul or e.is_Pow or isinstance(e, (
+                sympy.Abs, sympy.Piecewise, sympy.Max, sympy.Min)) or e.func in _PYO_FUNC
+                  or (not e.free_symbols and e.is_number)):
+            return e
+        if isinstance(e, sympy.Piecewise):
+            for val, cond in e.args:
+                bad = find(val) or find(cond, condition=True)
+                if bad is not None:
+                    return bad
+            return None
+        for a in e.args:
+            bad = find(a, condition=isinstance(e, (sympy.And, sympy.Or, sympy.Not)))
+            if bad is not None:
+                return bad
+        return None
+
+    return find(sympy.sympify(expr))

@@ -20,6 +20,7 @@ import sympy
 from pyomo.common.numeric_types import native_numeric_types
 from pyomo.core.base.var import Var
 from pyomo.core.expr import numeric_expr as ne
+from pyomo.core.expr import relational_expr as rel
 from pyomo.core.expr.template_expr import GetItemExpression, IndexTemplate
 from pyomo.environ import value
 
@@ -81,6 +82,14 @@ def walk(node, leaves, template=False):
         base = node.args[0]
         leaves.append(("G", node))
         return "V" if base.ctype is Var else "C"
+    if isinstance(node, ne.Expr_ifExpression):
+        cond, then, other = node.args
+        if not template and (cond.__class__ in native_numeric_types
+                             or not cond.is_potentially_variable()):
+            # a condition that cannot vary selects its branch once
+            return walk(then if value(cond) else other, leaves, template)
+        return ("if", _condition(cond, leaves, template), walk(then, leaves, template),
+                walk(other, leaves, template))
     if not template and not node.is_potentially_variable():
         leaves.append(("C", float(value(node))))
         return "C"
@@ -111,6 +120,17 @@ def walk(node, leaves, template=False):
     )
 
 
+def _condition(node, leaves, template):
+    """The structure of the condition of an ``Expr_if``: ``('<', a, b)`` or
+    ``('<=', a, b)`` (``a < b``, ``a <= b``)."""
+    if isinstance(node, rel.InequalityExpression) and node.nargs() == 2:
+        return (("<" if node.strict else "<="),) + tuple(walk(a, leaves, template)
+                                                         for a in node.args)
+    raise UnsupportedExpressionError(
+        f"the condition {node} of an Expr_if is not supported (supported: one inequality "
+        "a < b or a <= b; nest Expr_if for 'and' and 'or')")
+
+
 def children(structure):
     """The sub-trees of a structure node (the exponent of ``^k`` and the name
     of a unary function are not sub-trees)."""
@@ -131,6 +151,9 @@ _NODE_VALUE = {
     "neg": lambda s, a: -a[0],
     "abs": lambda s, a: sympy.Abs(a[0]),
     "f": lambda s, a: _UNARY[s[1]](a[0]),
+    "if": lambda s, a: sympy.Piecewise((a[1], a[0]), (a[2], True)),
+    "<": lambda s, a: sympy.StrictLessThan(a[0], a[1]),
+    "<=": lambda s, a: sympy.LessThan(a[0], a[1]),
 }
 
 

@@ -130,14 +130,30 @@ def differentiate_structure(structure, symbols, wrt):
     wrt = {s: i for i, s in enumerate(wrt)}
     zero = sympy.S.Zero
 
+    def plain(s):
+        """The sympy value of a sub-tree that is not differentiated (a condition)."""
+        if s == "V" or s == "C":
+            return next(it)
+        return node_value(s, [plain(c) for c in children(s)])
+
     def node(s):
         """``(value symbol, {k: d1}, {(k, l): d2})`` of a sub-tree."""
         if s == "V" or s == "C":
             v = next(it)
             k = wrt.get(v)
             return v, ({} if k is None else {k: sympy.S.One}), {}
-        kids = [node(c) for c in children(s)]
-        value, g1, g2 = _rule(s, [c[0] for c in kids])
+        if s[0] == "if":
+            # the condition is not differentiated (its derivative is zero wherever
+            # the branch is defined); each branch enters with weight 1 where it holds
+            cond = plain(s[1])
+            kids = [node(s[2]), node(s[3])]
+            value = sympy.Piecewise((kids[0][0], cond), (kids[1][0], True))
+            g1 = [sympy.Piecewise((sympy.S.One, cond), (zero, True)),
+                  sympy.Piecewise((zero, cond), (sympy.S.One, True))]
+            g2 = {}
+        else:
+            kids = [node(c) for c in children(s)]
+            value, g1, g2 = _rule(s, [c[0] for c in kids])
         w = out.bind(value)
         if all(not c[1] for c in kids):
             return w, {}, {}

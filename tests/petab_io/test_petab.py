@@ -18,7 +18,7 @@ from pyomo_odeest.petab_io import (PetabSimulator, UnsupportedFeatureError, peta
                                 read_petab, read_sbml)
 from pyomo_odeest.petab_io._sbml import TIME, symbol  # noqa: E402
 from pyomo_odeest import GaussianNLL, Preequilibration, Status  # noqa: E402
-from pyomo_odeest.problem import PiecewiseConstant  # noqa: E402
+from pyomo_odeest.problem import PiecewiseConstant, PiecewiseLinear  # noqa: E402
 
 pytestmark = pytest.mark.extras
 
@@ -162,7 +162,8 @@ def test_events_raise(tmp_path):
     ea = ev.createEventAssignment()
     ea.setVariable("Pathogen"), ea.setMath(libsbml.parseL3Formula("1"))
     libsbml.writeSBMLToFile(doc, str(xml))
-    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*events"):
+    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*events are not supported "
+                       r"\(dose \(time-triggered: when time > 5, sets Pathogen\)\)"):
         read_petab(d)
 
 
@@ -549,9 +550,9 @@ def _refused_observable():
     pytest.param("penalty", lambda: _refused_single(penalty=lambda u: (u.k - 1) ** 2),
                  id="penalty"),
     pytest.param(r"start at t = 0.*t0 = 0.2", lambda: _refused_single(t0=0.2), id="t0"),
-    pytest.param(r"input 'F' \(PiecewiseConstant\) changes in time", lambda: _refused_single(
+    pytest.param(r"input 'F' \(PiecewiseLinear\) changes in time", lambda: _refused_single(
         rhs=lambda x, u, t: [u.s * u.F - u.k * x.x],
-        inputs={"F": PiecewiseConstant([0.0, 1.0], [0.0, 1.0])}), id="switched-input"),
+        inputs={"F": PiecewiseLinear([0.0, 1.0], [0.0, 1.0])}), id="input-linear-in-time"),
     pytest.param(r"Preequilibration\(rhs=\.\.\.\)", lambda: _refused_single(
         preequilibration=Preequilibration(rhs=lambda x, u, t: [1.0 - u.k * x.x])),
         id="preequilibration-rhs"),

@@ -1,0 +1,128 @@
+"""Import check of PEtab problems: does each import, and at its reference NLL?
+
+For every problem folder: :func:`~pyomo_odeest.petab_io.petab_problem` (the import for
+estimation), the NLL at the nominal parameters by the imported problem's own
+simulation (the continuous approach's model, LSODA, rtol 1e-10, atol 1e-12, every
+experiment: what the estimation minimizes; a profiled σ at its nominal value), and by the independent simulation of the
+PEtab model (:func:`~pyomo_odeest.petab_io.petab_nll`); both compared with the
+reference within 1e-3·max(1, |NLL|).  Each problem runs in a process of its own with a
+time limit.  References: ``reference_nll`` of a ``references.tsv`` beside the folders,
+or ``--references FILE``.
+
+    python benchmarks/petab_import.py FOLDER... [--references FILE] [--timeout S] [--out TSV]
+
+Output: one line per problem ``petab_import: name=... status=... nll_import=...
+nll_petab=... reference=...`` and the table (TSV) in ``--out``.  ``status``:
+``match`` (the imported problem's nominal NLL is the reference), ``mismatch``,
+``no_reference``, ``refused`` (the import raised; ``reason`` holds the message),
+``time_limit``.
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+
+def yaml_of(folder):
+    ys = sorted(f for f in os.listdir(folder) if f.endswith((".yaml", ".yml")))
+    base = os.path.basename(folder.rstrip("/"))
+    own = [f for f in ys if os.path.splitext(f)[0] == base]
+    return os.path.join(folder, (own or ys)[0])
+
+
+def check(folder, queue):
+    from pyomo_odeest.approaches.continuous import ContinuousModel
+    from pyomo_odeest.petab_io import petab_nll, petab_problem, read_petab
+    out = {}
+    t0 = time.perf_counter()
+    try:
+        model = read_petab(yaml_of(folder))
+        pe = petab_problem(model)
+        out["import_s"] = time.perf_counter() - t0
+        P = pe.problem
+        subs = P.experiment_problems if P.experiments else [P]
+        J = sum(ContinuousModel(sp, method="LSODA", rtol=1e-10, atol=1e-12).objective(P.u0)
+                for sp in subs)
+        if pe.sigma_parameter is None:
+            out["nll_import"] = float(pe.nll(J))
+        else:       # σ = c·s at the nominal s (pe.nll would profile s out)
+            s = model.parameter(pe.sigma_parameter).nominal
+            out["nll_import"] = float(np.sum(0.5 * np.log(2 * np.pi * (pe._c * s) ** 2))
+                                      + pe._jac + J / (2 * s**2))
+        out["nll_petab"] = float(petab_nll(model))
+    except Exception as err:        # noqa: BLE001 - the reason is the result
+        out["error"] = f"{type(err).__name__}: {err}"
+    out["wall_s"] = time.perf_counter() - t0
+    queue.put(json.dumps(out))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folders", nargs="+")
+    ap.add_argument("--references", default=None)
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    folders = []
+    for p in a.folders:
+        p = os.path.abspath(p)
+        if any(f.endswith((".yaml", ".yml")) for f in os.listdir(p)):
+            folders.append(p)
+        else:
+            folders += sorted(os.path.join(p, d) for d in os.listdir(p)
+                              if os.path.isdir(os.path.join(p, d)))
+    ref = {}
+    files = [a.references] if a.references else [
+        os.path.join(d, "references.tsv") for d in {os.path.dirname(f) for f in folders}]
+    for f in files:
+        if f and os.path.exists(f):
+            ref.update(pd.read_csv(f, sep="\t", index_col="problem")["reference_nll"].to_dict())
+    rows = []
+    ctx = mp.get_context("fork")
+    for folder in folders:
+        name = os.path.basename(folder)
+        q = ctx.Queue()
+        proc = ctx.Process(target=check, args=(folder, q))
+        t0 = time.perf_counter()
+        proc.start()
+        proc.join(a.timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            res = {"error": f"time limit {a.timeout:g} s", "wall_s": a.timeout}
+            status = "time_limit"
+        else:
+            res = json.loads(q.get()) if not q.empty() else {"error": "no result"}
+            status = "refused" if "error" in res else None
+        r = ref.get(name, np.nan)
+        nll = res.get("nll_import", np.nan)
+        if status is None:
+            status = ("no_reference" if not np.isfinite(r) else
+                      "match" if abs(nll - r) <= 1e-3 * max(1.0, abs(r)) else "mismatch")
+        row = dict(problem=name, status=status, nll_import=nll,
+                   nll_petab=res.get("nll_petab", np.nan), reference=r,
+                   import_s=res.get("import_s", np.nan),
+                   wall_s=time.perf_counter() - t0, reason=res.get("error", ""))
+        rows.append(row)
+        print(f"petab_import: name={name} status={status} nll_import={nll:.10g} "
+              f"nll_petab={row['nll_petab']:.10g} reference={r:.10g} "
+              f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
+                                               if row["reason"] else ""), flush=True)
+    tab = pd.DataFrame(rows)
+    if a.out:
+        tab.to_csv(a.out, sep="\t", index=False)
+    n = int((tab["status"] == "match").sum())
+    print(f"petab_import: problems={len(tab)} match={n}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
