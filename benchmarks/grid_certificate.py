@@ -13,7 +13,9 @@ one-hour infusion, σ unknown (``models.pk_infusion_problem``); SEIRD
 (Bruno, Borghans) from their nominal points.
 
 Reference: the continuous least squares (``approach='continuous',
-optimizer='least_squares'``) at rtol 1e-10; its standard errors measure distances.
+optimizer='least_squares'``) at rtol 1e-10 from the problem's start (where the ODE
+cannot be simulated there, from the first converged approach's estimates; the time
+ratio keeps the time from the start); its standard errors measure distances.
 For every problem and approach the table gives the status, the final grid size,
 the refinement rounds, the certified error of the fitted values (σ units), the
 largest shift bound (SE), the estimates' distance from the reference in SE, and the
@@ -61,22 +63,33 @@ def problems():
 def run(name, build, approaches, max_wall_time):
     import pyomo_odeest as po
     prob = build()
+    kw = dict(optimizer="least_squares", rtol=1e-10, atol=1e-12)
     t0 = time.perf_counter()
-    ref = po.estimate(prob, "continuous", optimizer="least_squares", rtol=1e-10, atol=1e-12)
+    ref = po.estimate(prob, "continuous", **kw)
     t_ref = time.perf_counter() - t0
-    try:
-        se = ref.covariance(report=False).se
-    except Exception:                                       # noqa: BLE001 - said in the table
-        se = None
-    rows = []
+    results = []
     for ap in approaches:
         t0 = time.perf_counter()
         try:
             res = po.estimate(prob, ap, max_wall_time=max_wall_time)
         except Exception as err:                            # noqa: BLE001 - a row, not a crash
-            rows.append(dict(problem=name, approach=ap, status=f"error: {err}"[:60]))
+            res = f"error: {err}"[:60]
+        results.append((ap, res, time.perf_counter() - t0))
+    ref_start = "nominal"
+    if not ref.success:               # e.g. the ODE blows up at the start: from a converged fit
+        done = [r for _, r, _ in results if not isinstance(r, str) and r.success]
+        if done:
+            ref = po.estimate(prob, "continuous", u0=done[0].estimates, **kw)
+            ref_start = f"{done[0].approach}'s estimates"
+    try:
+        se = ref.covariance(report=False).se if ref.success else None
+    except Exception:                                       # noqa: BLE001 - said in the table
+        se = None
+    rows = []
+    for ap, res, dt in results:
+        if isinstance(res, str):
+            rows.append(dict(problem=name, approach=ap, status=res))
             continue
-        dt = time.perf_counter() - t0
         cert = res.extra.get("certificate") or {}
         rounds = res.extra.get("refinement") or []
         dist = np.nan
@@ -88,7 +101,7 @@ def run(name, build, approaches, max_wall_time):
                          fit_error=cert.get("fit_error", np.nan),
                          shift=max((cert.get("shift") or {0: np.nan}).values()),
                          distance_se=dist, time_ratio=dt / t_ref, seconds=dt,
-                         ref_status=str(ref.status)))
+                         reference=f"{ref.status} from {ref_start}"))
     return rows
 
 

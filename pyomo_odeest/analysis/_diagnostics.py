@@ -11,12 +11,13 @@ a discretization error (:func:`simulation_warning`); see docs/checks.md,
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ..discretization.schemes import amplification, stable_schemes, stiff_point
 from ..problem._status import Status
 
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
-           "bound_warnings", "rank_warnings", "status_warning", "simulation_warning",
+           "bound_warnings", "rank_warnings", "status_warning", "simulation_warning", "end_objective",
            "SIMULATION_RTOL"]
 
 #: Relative singular-value threshold (of the scaled Gauss–Newton matrix).
@@ -215,6 +216,17 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
                 f"finer grid (smaller max_step / more steps_per_interval; for stiff problems "
                 f"scheme='enright') or with the continuous approach"]
     return []
+
+
+def end_objective(table) -> pd.Series:
+    """The objective of each end point by the independent simulation where the table
+    has it (``simulated_objective``: the ODE's, not the grid's), else its objective."""
+    obj = table["objective"].astype(float) if "objective" in table else pd.Series(
+        np.nan, index=table.index)
+    if "simulated_objective" in table:
+        sim = table["simulated_objective"].astype(float)
+        obj = sim.where(np.isfinite(sim), obj)
+    return obj
 
 
 _ADVICE = {

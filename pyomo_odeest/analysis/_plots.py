@@ -293,7 +293,7 @@ def plot_waterfall(multistart, ax=None, path=None):
     the best, sorted (log scale; the best minimum's plateau at the floor, its width
     the number of starts that found it), coloured by the minimum (cluster) reached."""
     plt = _pyplot(path)
-    from ..runner._studies import end_objective
+    from ._diagnostics import end_objective
     tab = multistart.table
     tab = tab.assign(objective=end_objective(tab))       # the ODE's objective where known
     ok = tab[tab["success"].astype(bool) & tab["objective"].notna()].sort_values("objective")

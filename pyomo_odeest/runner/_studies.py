@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..approaches._estimate import estimate
+from ..analysis._diagnostics import end_objective
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
 from ._core import RunResult, Runner, Task, shared
@@ -135,17 +136,6 @@ def multistart_starts(problem: EstimationProblem, n, method="sobol", space="log"
             full[fmask] = x
             rows.append(full.tolist())
     return pd.DataFrame(rows, columns=names)
-
-
-def end_objective(table) -> pd.Series:
-    """The objective of each end point by the independent simulation where the table
-    has it (``simulated_objective``: the ODE's, not the grid's), else its objective."""
-    obj = table["objective"].astype(float) if "objective" in table else pd.Series(
-        np.nan, index=table.index)
-    if "simulated_objective" in table:
-        sim = table["simulated_objective"].astype(float)
-        obj = sim.where(np.isfinite(sim), obj)
-    return obj
 
 
 def cluster_end_points(table, names, obj_tol=1e-6, x_tol=1e-3, fits=None, fit_tol=1e-4):
