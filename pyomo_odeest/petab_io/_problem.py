@@ -184,7 +184,7 @@ class PetabEstimation:
         alternation stops before the noise parameters settle, its status is
         ``max_iterations`` (or ``time_limit``), not the last round's success: θ
         is then optimal for noise parameters that are not."""
-        from ..approaches._estimate import estimate
+        from ..approaches._estimate import approach_options, estimate
         from ..problem._status import Status
         if not self.noise_parameters:
             res = estimate(self.problem, approach, **options)
@@ -199,6 +199,9 @@ class PetabEstimation:
             if not res.success:
                 break
             options["u0"] = res.x
+            if res.grid is not None and "grid" in approach_options(approach):
+                # the next round starts on this round's (certified) grid
+                options.update(grid=res.grid, max_step=None, steps_per_interval=None)
             if self._noise is not None:
                 new = self._noise.minimize(self._residuals(res), noise)
             else:
