@@ -74,7 +74,7 @@ class AdaptiveApproach(Approach):
         iterations = 0
         for rnd in range(cfg.max_rebuilds + 1):
             tb = time.perf_counter()
-            m, info = _solve_block(am, run, opts, cfg.tee, cfg.trust)
+            m, info = _solve_block(am, run, opts, cfg.tee, cfg.trust, cfg.progress)
             build_s += info["setup_s"]
             solve_s += info["ipopt_s"]
             iterations += int(info["iterations"])
@@ -177,7 +177,7 @@ def estimate_adaptive(problem: EstimationProblem, **options):
     return AdaptiveApproach().estimate(problem, **options)
 
 
-def _solve_block(am, run, options, tee, trust=None):
+def _solve_block(am, run, options, tee, trust=None, progress=None):
     m = pyo.ConcreteModel(name=am.problem.name)
     m.est = build_adaptive_block(am, run)
     tight = []                                  # (parameter, trust bound tighter than its own)
@@ -195,7 +195,7 @@ def _solve_block(am, run, options, tee, trust=None):
             tight.append((p, hi))
     m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     solver = OdeestIpoptSolver()
-    solver.solve(m, options=options, tee=tee)
+    solver.solve(m, options=options, tee=tee, progress=progress)
     return m, dict(solver.last_info, trust=tight)
 
 

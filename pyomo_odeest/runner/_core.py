@@ -577,20 +577,27 @@ class Runner:
 
     # -- running --------------------------------------------------------------
     def run(self, tasks: Sequence[Task], seed=None, keep_models=False, on_row=None,
-            desc="tasks") -> RunResult:
+            desc="tasks", first_index=0) -> RunResult:
         """Run ``tasks``; rows stream back as tasks finish.
 
         ``seed`` is the root of the tasks' seeds (None: fresh entropy, recorded
         in ``info['seed']``).  ``on_row(row)`` is called for each finished row
         (raise ``KeyboardInterrupt`` in it to stop the run).  ``keep_models``
         keeps the Pyomo models in the returned estimation results.
+        ``first_index``: the index of the first task, for a list of tasks run in
+        parts (task ``i`` of this call is task ``first_index + i`` of the whole list,
+        with that task's seed and row index).
         """
         tasks = list(tasks)
         for i, t in enumerate(tasks):
             if not isinstance(t, Task):
                 raise TypeError(f"tasks[{i}] is a {type(t).__name__}, expected a runner Task")
+        if not (isinstance(first_index, (int, np.integer)) and first_index >= 0):
+            raise ValueError(f"first_index must be an integer >= 0, got {first_index!r}")
         root = _root(seed)
-        seeds = task_seeds(root, len(tasks))
+        seeds = dict(enumerate(task_seeds(root, first_index + len(tasks))[first_index:],
+                               first_index))
+        tasks = dict(enumerate(tasks, first_index))
         rows, outputs = {}, {}
         prog = TaskProgress(len(tasks), progress_enabled(self.progress), desc)  # None: on a tty
         t0 = time.perf_counter()
@@ -606,7 +613,8 @@ class Runner:
 
         try:
             if self.mode == "serial":
-                for i, (t, s) in enumerate(zip(tasks, seeds)):
+                for i, t in tasks.items():
+                    s = seeds[i]
                     collect(*(_execute(t, i, s, keep_models) if self.task_timeout is None
                               else _execute_isolated(t, i, s, keep_models, self.task_timeout)))
             else:
@@ -619,7 +627,7 @@ class Runner:
             warnings.warn(f"run interrupted: {len(rows)} of {len(tasks)} tasks finished; "
                           "the others are marked 'cancelled'", RunInterruptedWarning, stacklevel=2)
         flat = []
-        for i, t in enumerate(tasks):
+        for i, t in tasks.items():
             if i in rows:
                 flat.extend(rows[i])
             else:
@@ -657,7 +665,7 @@ class Runner:
                             isolated=isolated, timeout=self.task_timeout): i for i in batch}
 
         try:
-            lost = gather(submit(range(len(tasks)), run_id))
+            lost = gather(submit(list(tasks), run_id))
             # a task lost with its worker runs again in a process of its own (forked by
             # a worker): if it ends that process it is the culprit and the worker lives;
             # without fork, alone on the cluster, one task at a time

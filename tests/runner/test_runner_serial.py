@@ -4,6 +4,8 @@ No Dask needed: these tests run in a bare environment."""
 import math
 import os
 import pickle
+import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -443,3 +445,63 @@ def test_sigint_to_a_serial_run_ends_the_task_process_too(tmp_path):
             proc.wait()
         if child is not None and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the backstop forks (Linux)")
+def test_multistart_stops_a_start_that_runs_for_minutes():
+    """32 starts of the oscillator on the continuous approach (CVODES): 31 starts with
+    ω in [0.5, 2] take about a second each; the start ω = 3000 makes every simulation
+    stiff-oscillatory and runs for minutes (more than 200 s measured with
+    max_wall_time=20, whose checks fall between long iterations).  The default
+    per-start limit (10 x the first start's time, at least 5 s) stops it: the whole
+    multistart ends within 3 x the time of the other starts, that start reported
+    ``time_limit``, the others as without a limit."""
+    import time
+    prob = oscillator_problem(omega0=1.2, bounds=(0.1, 1e4))
+    t0 = time.perf_counter()
+    ms = multistart(prob, n=30, approach="continuous", runner=Runner(mode="serial",
+                                                                     progress=False),
+                    starts=[[1.2], [3000.0]], bounds={"omega": (0.5, 2.0)}, seed=1)
+    total = time.perf_counter() - t0
+    tab = ms.table
+    assert len(tab) == 32
+    slow, others = tab.iloc[1], tab.drop(index=1)
+    assert slow["start_omega"] == 3000.0 and slow["status"] == "time_limit"
+    assert ms.start_time_limit == pytest.approx(max(10 * tab.loc[0, "wall_s"], 5.0))
+    assert (others["status"] != "time_limit").all() and others["success"].all()
+    assert total < 3 * others["wall_s"].sum(), (total, others["wall_s"].sum())
+    assert ms.best.x[0] == pytest.approx(1.0038, abs=1e-3)
+    assert "stopped at the per-start time limit" in ms.summary()
+
+
+def test_multistart_starts_are_quiet_and_their_warnings_summarized_once(osc, capfd,
+                                                                        monkeypatch):
+    """On a terminal the starts print no progress lines of their own and no optimizer
+    log (``tee=True`` shows it); a warning raised in several starts is reported once."""
+    monkeypatch.setattr(type(sys.stderr), "isatty", lambda self: True, raising=False)
+    multistart(osc, n=0, starts=[[1.2], [3.0]], runner=Runner(mode="serial", progress=False),
+               start_time_limit=None)
+    out = capfd.readouterr()
+    assert out.out == "" and out.err == "", out
+    multistart(osc, n=0, starts=[[1.2]], runner=Runner(mode="serial", progress=False),
+               start_time_limit=None, tee=True)
+    assert "Ipopt" in capfd.readouterr().out
+    # a library warning inside every start (numpy's overflow, as a model's
+    # evaluation at a far start gives it) is caught in the start and reported once
+    from pyomo_odeest.runner import _studies
+    real = _studies.estimate_task
+
+    def overflowing(*args, **kw):
+        np.exp(np.array([1000.0]))                        # RuntimeWarning: overflow
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_studies, "estimate_task", overflowing)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ms = multistart(osc, n=0, starts=[[1.2], [3.0], [0.8]],
+                        runner=Runner(mode="serial", progress=False))
+    texts = [f"{w.category.__name__}: {w.message}" for w in seen]
+    assert not [t for t in texts if t.startswith("RuntimeWarning")], texts
+    assert len([t for t in texts if "inside the starts" in t]) == 1, texts
+    assert ms.caught_warnings == {"RuntimeWarning: overflow encountered in exp": 3}
+    assert "3 warning(s) inside the starts: 3x RuntimeWarning: overflow" in ms.summary()
