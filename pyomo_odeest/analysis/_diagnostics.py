@@ -199,6 +199,9 @@ def rank_warnings(problem, result):
                 f"estimates are not determined by the data; fix parameters or add data"]
     if p == 0:
         return []
+    from ..approaches.continuous._cvodes import cvodes_failure
+    if cvodes_failure(result.message) is not None:
+        return []                            # the integrator failed: no sensitivities to judge
     try:                                     # the uncertainty module's report, when it applies
         from ._identifiability import identifiability_report
         rep = identifiability_report(result, problem=problem)
@@ -300,6 +303,14 @@ def status_warning(result):
     if result.success:
         return []
     why = _ADVICE.get(result.status, f"the optimizer ended with status {result.status}")
+    from ..approaches.continuous._cvodes import cvodes_failure
+    cvodes = cvodes_failure(result.message)
+    if cvodes is not None:                   # the integrator's cause, not the start's
+        flag, meaning, remedy = cvodes
+        meaning = meaning.format(max_num_steps="max_num_steps")   # the number: in the message
+        return [f"not converged: {why} ({result.status}, {result.iterations} iterations): "
+                f"the integrator CVODES stopped with {flag}: {meaning}; the estimates are "
+                f"not an optimum; {remedy}"]
     advice = "try a start closer to the solution (u0)"
     if result.extra.get("advice"):                       # the approach's own (pipeline)
         advice += ", " + result.extra["advice"]
