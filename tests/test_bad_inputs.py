@@ -927,3 +927,28 @@ def test_cvodes_flags_of_a_failed_adjoint_are_explained():
     assert "forward integration" in meaning and "stiff" in meaning
     assert "rtol" in remedy and "reduced_space" in remedy
     assert cvodes_failure("Restoration_Failed") is None
+
+
+def _tiny_decay():
+    """x' = -k x with x(0) = 2e-12: every state below CVODES's default atol 1e-12."""
+    t = np.linspace(0.5, 5.0, 10)
+    x = 2e-12 * np.exp(-t) * (1 + 0.05 * np.random.default_rng(0).normal(size=t.size))
+    return po.EstimationProblem(states=["x"], parameters=[po.Parameter("k", 0.3, 0, 10)],
+                                rhs=lambda x, u, t: [-u["k"] * x.x], initial={"x": 2e-12},
+                                data=pd.DataFrame({"x": x}, index=t), sigma=1e-13)
+
+
+def test_tiny_states_advise_atol_or_rescaling_not_another_start():
+    """States of size 1e-12 (below the integrator's atol): the estimation does not
+    converge, and the advice is the tolerance or the units, not the start or σ; the
+    advice works (atol far below the states' size converges)."""
+    pytest.importorskip("casadi")
+    prob = _tiny_decay()
+    res = po.estimate(prob, "continuous", engine="cvodes", options={"max_iter": 60})
+    assert not res.success
+    [w] = [w for w in res.warnings if w.startswith("not converged")]
+    assert "the states are tiny (largest |x| = 2" in w and "atol=1e-12" in w
+    assert "rescale the model" in w and "set atol far below" in w
+    assert "try a start closer" not in w and "another approach" not in w
+    again = po.estimate(prob, "continuous", engine="cvodes", atol=2e-20)
+    assert again.success and again.x[0] == pytest.approx(0.9945, abs=1e-3)
