@@ -317,10 +317,24 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None, rerun=False):
     child too before it propagates.  ``rerun``: the task is here because it was
     lost with its worker (the error row then says so)."""
     import pickle
+    import signal
     r, w = os.pipe()
-    pid = os.fork()
+    # SIGINT is held back while forking: an interrupt that arrives then would be raised,
+    # and swallowed, inside the at-fork hooks (logging's), and the child would live on
+    held = hasattr(signal, "pthread_sigmask")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
+    try:
+        pid = os.fork()
+    except BaseException:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(r)
+        os.close(w)
+        raise
     if pid == 0:                                 # the child: run, send, exit
         try:
+            if held:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(r)
             try:
                 payload = _dumps(_execute(task, index, seed_seq, keep))
@@ -332,12 +346,18 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None, rerun=False):
                 f.write(payload)
         finally:
             os._exit(0)
-    os.close(w)
     limited = timeout is not None and math.isfinite(timeout)
+    write_end = w
     try:
+        if held:                                 # a held-back interrupt is raised here
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        write_end = None
+        os.close(w)
         data = _read_until(r, time.monotonic() + timeout if limited else None)
     except BaseException:                        # interrupted: the task must not live on
         _stop_child(pid)
+        if write_end is not None:
+            os.close(write_end)
         raise
     finally:
         os.close(r)
