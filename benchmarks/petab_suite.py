@@ -626,8 +626,22 @@ def main(argv=None):
                     help="TSV updated with one row per problem and its best estimates "
                          "('' : none)")
     args = ap.parse_args(argv)
+    for name, value, least in (("--starts", args.starts, 1), ("--grid-points", args.grid_points, 1),
+                               ("--refine", args.refine, 0), ("--workers", args.workers, 0),
+                               ("--spread", args.spread, 0), ("--max-wall-time",
+                                                              args.max_wall_time, 0),
+                               ("--max-problem-time", args.max_problem_time, 0)):
+        if not value >= least:                   # NaN too
+            ap.error(f"{name} must be >= {least}, got {value}"
+                     + (" (the nominal start counts as one)" if name == "--starts" else ""))
+    for f in args.folders:
+        if not os.path.isdir(f):
+            ap.error(f"no such folder: {f!r} (give folders of PEtab problems, each with its "
+                     "YAML file, or a folder of such folders)")
     from pyomo_odeest.runner import Runner
     folders = problem_folders(args.folders)
+    if not folders:
+        ap.error(f"no PEtab problem (a folder with a .yaml file) in {args.folders}")
     ref = references(folders)
     rows = []
     runner = (Runner(mode="dask", n_workers=args.workers, progress=False) if args.workers

@@ -823,3 +823,132 @@ def test_bands_of_an_identifiable_combination_are_finite():
     se = bands.se["x"].to_numpy()
     assert np.all(np.isfinite(se)) and se[1:].max() > 0
     np.testing.assert_allclose(se, po.prediction_bands(ref).se["x"].to_numpy(), rtol=1e-4, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# the benchmark suite's command line, compare_approaches' entries, a recursing
+# rhs, CVODES's failures: the cause and the remedy, no raw traceback
+# ---------------------------------------------------------------------------
+def _petab_suite():
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "petab_suite.py")
+    spec = importlib.util.spec_from_file_location("petab_suite_cli", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    return suite
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/no/such/folder"], "error: no such folder: '/no/such/folder'"),
+    (["--starts", "0"], "error: --starts must be >= 1, got 0 (the nominal start counts as one)"),
+    (["--starts", "-3"], "error: --starts must be >= 1, got -3"),
+    (["--grid-points", "0"], "error: --grid-points must be >= 1"),
+    (["--spread", "nan"], "error: --spread must be >= 0, got nan"),
+])
+def test_petab_suite_refuses_bad_arguments_in_one_line(argv, expected, capsys, tmp_path):
+    suite = _petab_suite()
+    with pytest.raises(SystemExit) as stop:
+        suite.main(argv + ["--out", str(tmp_path / "r.tsv")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err.splitlines()[-1] and "Traceback" not in err
+    assert not (tmp_path / "r.tsv").exists()
+
+
+@pytest.mark.parametrize("entry, match", [
+    (("reduced_space", {"max_step": 0.1}),
+     r"approaches\[1\] = \('reduced_space', \{'max_step': 0.1\}\) is not an approach name "
+     r"\(one of .*\) or a \(label, name, options\) triple"),
+    (("fast", "simultaneous", ["tee"]), r"approaches\[1\] = .*: the options must be a mapping"),
+    ((3, "simultaneous", {}), r"approaches\[1\] = .*: the label must be a string"),
+    (["a", "b", "c", "d"], r"approaches\[1\] = \['a', 'b', 'c', 'd'\] is not an approach name"),
+    (("x", "no_such", {}), r"approaches\[1\]: unknown approach 'no_such'"),
+])
+def test_compare_approaches_names_a_malformed_entry(entry, match):
+    with pytest.raises(ValueError, match=match):
+        po.compare_approaches(decay(), ["simultaneous", entry])
+
+
+def _recursing_rhs(x, u, t):
+    return _recursing_rhs(x, u, t)
+
+
+def test_a_recursing_rhs_is_named_with_its_file():
+    with pytest.raises(po.ProblemError, match=r"rhs \(_recursing_rhs, .*test_bad_inputs.py:\d+\) "
+                                               r"recursed without end"):
+        po.EstimationProblem(
+            states=["x"], parameters=["k"], rhs=_recursing_rhs, initial={"x": 2.0},
+            data=decay_data())
+
+
+def test_the_command_line_names_a_model_file_whose_rhs_recurses(tmp_path, capsys):
+    from pyomo_odeest.cli import main
+    model = tmp_path / "looping.py"
+    model.write_text("states = ['x']\nparameters = ['k']\ninitial = {'x': 2.0}\n\n"
+                     "def rhs(x, u, t):\n    return rhs(x, u, t)\n")
+    data = tmp_path / "data.csv"
+    decay_data().rename_axis("time").to_csv(data)
+    rc = main([str(model), str(data), "--no-plot", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"rhs (rhs, {model}:5) recursed without end" in err
+    assert "the estimation failed" not in err
+
+
+def test_cvodes_step_limit_advises_tolerances_not_another_start():
+    """CVODES's CV_TOO_MUCH_WORK (rtol 1e-14 and a step limit too small for it): the
+    message says what happened and to loosen the tolerances or raise the limit; the
+    warning does not send the user to another start."""
+    pytest.importorskip("casadi")
+    from pyomo_odeest.approaches.continuous._cvodes import CvodesModel
+    from pyomo_odeest.models import oscillator_problem
+    prob = oscillator_problem(omega0=1.2)
+    res = po.estimate(prob, "continuous", model=CvodesModel(prob, rtol=1e-14, atol=1e-16,
+                                                            max_num_steps=20))
+    assert res.status == "simulation_failed"
+    assert "CV_TOO_MUCH_WORK" in res.message and "Consult CVODES" not in res.message
+    assert "step limit (max_num_steps=20)" in res.message
+    assert "loosen the tolerances" in res.message
+    [w] = [w for w in res.warnings if w.startswith("not converged")]
+    assert "CV_TOO_MUCH_WORK" in w and "loosen the tolerances" in w
+    assert "max_num_steps" in w and "try a start closer" not in w
+
+
+def test_cvodes_flags_of_a_failed_adjoint_are_explained():
+    """The text CasADi gives for CVODES's flags, as the package reports them; a
+    failure of the backward integration (CV_NO_FWD) is explained as a failed forward
+    integration (stiff model), with the tolerances and the reduced space as remedies."""
+    from pyomo_odeest.approaches.continuous._cvodes import cvodes_failure
+    text = ('the model cannot be simulated: CVODES failed: .../cvodes_interface.cpp:612: '
+            'CVodeB returned "CV_NO_FWD". Consult CVODES documentation.')
+    flag, meaning, remedy = cvodes_failure(text)
+    assert flag == "CV_NO_FWD"
+    assert "forward integration" in meaning and "stiff" in meaning
+    assert "rtol" in remedy and "reduced_space" in remedy
+    assert cvodes_failure("Restoration_Failed") is None
+
+
+def _tiny_decay():
+    """x' = -k x with x(0) = 2e-12: every state below CVODES's default atol 1e-12."""
+    t = np.linspace(0.5, 5.0, 10)
+    x = 2e-12 * np.exp(-t) * (1 + 0.05 * np.random.default_rng(0).normal(size=t.size))
+    return po.EstimationProblem(states=["x"], parameters=[po.Parameter("k", 0.3, 0, 10)],
+                                rhs=lambda x, u, t: [-u["k"] * x.x], initial={"x": 2e-12},
+                                data=pd.DataFrame({"x": x}, index=t), sigma=1e-13)
+
+
+def test_tiny_states_advise_atol_or_rescaling_not_another_start():
+    """States of size 1e-12 (below the integrator's atol): the estimation does not
+    converge, and the advice is the tolerance or the units, not the start or σ; the
+    advice works (atol far below the states' size converges)."""
+    pytest.importorskip("casadi")
+    prob = _tiny_decay()
+    res = po.estimate(prob, "continuous", engine="cvodes", options={"max_iter": 60})
+    assert not res.success
+    [w] = [w for w in res.warnings if w.startswith("not converged")]
+    assert "the states are tiny (largest |x| = 2" in w and "atol=1e-12" in w
+    assert "rescale the model" in w and "set atol far below" in w
+    assert "try a start closer" not in w and "another approach" not in w
+    again = po.estimate(prob, "continuous", engine="cvodes", atol=2e-20)
+    assert again.success and again.x[0] == pytest.approx(0.9945, abs=1e-3)

@@ -15,6 +15,7 @@ Choosing an approach: see docs/choosing.md.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,32 @@ import pandas as pd
 from ..approaches._estimate import APPROACH_NAMES, approach_options, estimate
 
 __all__ = ["compare_approaches", "plot_fits"]
+
+
+def _entry(i, a):
+    """``(label, name, options)`` of the entry ``approaches[i]`` of
+    :func:`compare_approaches`; a ValueError naming the entry and the expected form."""
+    form = ("an approach name (one of " + ", ".join(APPROACH_NAMES) + ") or a (label, name, "
+            "options) triple such as ('continuous_least_squares', 'continuous', "
+            "{'optimizer': 'least_squares'})")
+    if isinstance(a, str):
+        label, name, kw = a, a, {}
+    elif isinstance(a, (tuple, list)) and len(a) == 3:
+        label, name, kw = a
+        if not isinstance(label, str):
+            raise ValueError(f"approaches[{i}] = {a!r}: the label must be a string; expected "
+                             f"{form}")
+        if kw is None:
+            kw = {}
+        if not isinstance(kw, Mapping):
+            raise ValueError(f"approaches[{i}] = {a!r}: the options must be a mapping of "
+                             f"estimate() keywords (or None); expected {form}")
+    else:
+        raise ValueError(f"approaches[{i}] = {a!r} is not {form}")
+    if name not in APPROACH_NAMES:
+        raise ValueError(f"approaches[{i}]: unknown approach {name!r}; known: "
+                         f"{list(APPROACH_NAMES)}")
+    return label, name, dict(kw)
 
 
 def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), scheme="adams_pc",
@@ -38,14 +65,13 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
     finished approach on standard error (None: when it is a terminal).
     """
     from ..nlp._progress import TaskProgress, progress_enabled
-    prog = TaskProgress(len(approaches), progress_enabled(progress), "compare")
+    entries = [_entry(i, a) for i, a in enumerate(
+        (approaches,) if isinstance(approaches, str) else approaches)]
+    prog = TaskProgress(len(entries), progress_enabled(progress), "compare")
     rows, results = [], {}
     common = dict(scheme=scheme, qmax=qmax, grid=grid, max_step=max_step,
                   steps_per_interval=steps_per_interval, u0=u0, options=options)
-    for a in approaches:
-        label, name, kw = (a, a, {}) if isinstance(a, str) else a
-        if name not in APPROACH_NAMES:
-            raise ValueError(f"unknown approach {name!r}; known: {list(APPROACH_NAMES)}")
+    for label, name, kw in entries:
         takes = approach_options(name)
         kwargs = {k: v for k, v in common.items() if k in takes and v is not None}
         kwargs.update(kw)

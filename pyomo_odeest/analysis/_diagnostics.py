@@ -121,6 +121,9 @@ def rank_warnings(problem, result):
                 f"estimates are not determined by the data; fix parameters or add data"]
     if p == 0:
         return []
+    from ..approaches.continuous._cvodes import cvodes_failure
+    if cvodes_failure(result.message) is not None:
+        return []                            # the integrator failed: no sensitivities to judge
     try:                                     # the uncertainty module's report, when it applies
         from ._identifiability import identifiability_report
         rep = identifiability_report(result, problem=problem)
@@ -239,11 +242,50 @@ _ADVICE = {
 }
 
 
+#: states all smaller than this (in absolute value) are "tiny": see :func:`_scale_advice`
+TINY_STATES = 1e-6
+
+
+def _scale_advice(result):
+    """Advice for a problem whose states are all tiny (max |x| < :data:`TINY_STATES`),
+    or '' : there the integrator's absolute tolerance (``atol``, 1e-12 by default) and
+    the optimizer's absolute tests are of the size of the solution itself."""
+    frame = result.states if result.states is not None else result.fitted
+    if frame is None:
+        return ""
+    x = np.abs(frame.to_numpy(dtype=float))
+    x = x[np.isfinite(x)]
+    if not x.size or x.max() >= TINY_STATES:
+        return ""
+    size = float(x.max())
+    atol = (result.extra.get("integrator") or {}).get("atol")
+    near = (f", near or below the integrator's absolute tolerance atol={atol:g}"
+            if atol is not None and size < 1e4 * atol else "")
+    return (f"the states are tiny (largest |x| = {size:.3g}{near}), so absolute tolerances "
+            f"are of the size of the solution: rescale the model (other units, so that the "
+            f"states are of order 1)"
+            + (f", or set atol far below the states' size (e.g. atol={size * 1e-8:.0e})"
+               if atol is not None else "")
+            + "; another start or sigma does not change this")
+
+
 def status_warning(result):
     """A warning with advice when the estimation did not end at an optimum."""
     if result.success:
         return []
     why = _ADVICE.get(result.status, f"the optimizer ended with status {result.status}")
+    from ..approaches.continuous._cvodes import cvodes_failure
+    cvodes = cvodes_failure(result.message)
+    if cvodes is not None:                   # the integrator's cause, not the start's
+        flag, meaning, remedy = cvodes
+        meaning = meaning.format(max_num_steps="max_num_steps")   # the number: in the message
+        return [f"not converged: {why} ({result.status}, {result.iterations} iterations): "
+                f"the integrator CVODES stopped with {flag}: {meaning}; the estimates are "
+                f"not an optimum; {remedy}"]
+    scale = _scale_advice(result)
+    if scale:                                # the scale is the cause, not the start
+        return [f"not converged: {why} ({result.status}: {result.message}, "
+                f"{result.iterations} iterations); the estimates are not an optimum; {scale}"]
     advice = "try a start closer to the solution (u0)"
     if result.extra.get("advice"):                       # the approach's own (pipeline)
         advice += ", " + result.extra["advice"]

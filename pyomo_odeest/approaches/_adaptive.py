@@ -267,7 +267,7 @@ def _seed(built, cfg):
         for name, v in stages.items():
             _load(b.component(name), np.where(np.isfinite(v), v, X[1:]))
     solver = OdeestIpoptSolver()
-    solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee)
+    solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee, progress=cfg.progress)
     info = solver.last_info
     u = _block_u(m, problem)
     return u, dict(status=str(info["status"]), iterations=int(info["iterations"]),
@@ -284,7 +284,7 @@ def _rounds(built, runs, cfg):
     iterations = 0
     for rnd in range(cfg.max_rebuilds + 1):
         tb = time.perf_counter()
-        m, info = _solve_block(problem, ams, runs, opts, cfg.tee, cfg.trust)
+        m, info = _solve_block(problem, ams, runs, opts, cfg.tee, cfg.trust, cfg.progress)
         build_s += info["setup_s"]
         solve_s += info["ipopt_s"]
         iterations += int(info["iterations"])
@@ -427,7 +427,7 @@ def estimate_adaptive(problem: EstimationProblem, **options):
     return AdaptiveApproach().estimate(problem, **options)
 
 
-def _solve_block(problem, ams, runs, options, tee, trust=None):
+def _solve_block(problem, ams, runs, options, tee, trust=None, progress=None):
     """One block (55) per experiment on the patterns of ``runs``, parameters shared
     (several experiments: :func:`build_experiment_blocks`), solved by Ipopt."""
     m = pyo.ConcreteModel(name=problem.name)
@@ -452,7 +452,7 @@ def _solve_block(problem, ams, runs, options, tee, trust=None):
             tight.append((p, hi))
     m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     solver = OdeestIpoptSolver()
-    solver.solve(m, options=options, tee=tee)
+    solver.solve(m, options=options, tee=tee, progress=progress)
     return m, dict(solver.last_info, trust=tight)
 
 

@@ -276,7 +276,7 @@ class SimultaneousApproach(Approach):
     def solve(self, built, cfg):
         m, _, j0, _ = built
         solver = OdeestIpoptSolver()
-        solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee)
+        solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee, progress=cfg.progress)
         info = solver.last_info
         out = Outcome.from_ipopt(info)
         out.timings = dict(setup_s=info["setup_s"], eval_s=info["eval_s"])

@@ -65,12 +65,27 @@ def _finite_constants(e, what):
     return e
 
 
+def _where(fn) -> str:
+    """``name, file:line`` of a user function (what can be found of it)."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return f"{name!s}"
+    return f"{name}, {code.co_filename}:{code.co_firstlineno}"
+
+
 def _call_user(fn, what, *args):
     """``fn(*args)`` for a user function called on the symbolic states, parameters and
     time; an error from numeric code that cannot take them is explained."""
     from pyomo.common.errors import PyomoException
     try:
         return fn(*args)
+    except RecursionError as err:
+        raise ProblemError(
+            f"{what} ({_where(fn)}) recursed without end: calling it on the symbolic states, "
+            f"parameters and t raised RecursionError ({err}); it calls itself (directly or "
+            f"through another function) with no case that stops, or builds an expression "
+            f"nested too deep for Python's stack") from None
     except (TypeError, PyomoException, ValueError) as err:
         text = str(err)
         if "ufunc" in text:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -81,18 +81,45 @@ def _label(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
+def _index_to_json(idx: pd.Index) -> dict:
+    """An index (or the columns) of a frame: its labels, each a list of levels for a
+    :class:`pandas.MultiIndex`, and the names of its levels."""
+    if isinstance(idx, pd.MultiIndex):
+        return {"levels": [_label(n) for n in idx.names],
+                "values": [[_label(a) for a in t] for t in idx]}
+    return {"levels": [_label(idx.name)], "values": [_label(a) for a in idx]}
+
+
+def _index_from_json(d) -> pd.Index:
+    if not isinstance(d, dict) or not isinstance(d.get("values"), list) \
+            or not isinstance(d.get("levels"), list) or not d["levels"]:
+        raise ValueError("an index needs 'levels' (a non-empty list of names) and "
+                         "'values' (a list of labels)")
+    names, values = d["levels"], d["values"]
+    if len(names) == 1:
+        return pd.Index(values, name=names[0], tupleize_cols=False)
+    if any(not isinstance(t, list) or len(t) != len(names) for t in values):
+        raise ValueError(f"each label of an index of {len(names)} levels is a list of "
+                         f"{len(names)} values")
+    if not values:
+        return pd.MultiIndex.from_arrays([[] for _ in names], names=names)
+    return pd.MultiIndex.from_tuples([tuple(t) for t in values], names=names)
+
+
 def _to_json(v):
-    """A JSON-able structure; pandas and numpy objects carry a tag so they come back typed."""
+    """A JSON-able structure; pandas and numpy objects carry a tag so they come back typed
+    (the index of a frame or series with all its levels and their names: a frame of
+    several experiments keeps its ``(experiment, time)`` index)."""
     if isinstance(v, pd.DataFrame):
         numeric = all(pd.api.types.is_numeric_dtype(t) for t in v.dtypes)
-        return {"__frame__": {"index": [_label(a) for a in v.index],
-                              "index_name": v.index.name,
-                              "columns": [_label(c) for c in v.columns],
+        return {"__frame__": {"index": _index_to_json(v.index),
+                              "columns": _index_to_json(v.columns),
                               "numeric": numeric,
+                              **({} if numeric else {"dtypes": [str(t) for t in v.dtypes]}),
                               "data": (v.to_numpy(dtype=float) if numeric
                                        else v.to_numpy(dtype=object)).tolist()}}
     if isinstance(v, pd.Series):
-        return {"__series__": {"index": [_label(a) for a in v.index], "name": _label(v.name),
+        return {"__series__": {"index": _index_to_json(v.index), "name": _label(v.name),
                                "data": v.to_numpy(dtype=float).tolist()}}
     if isinstance(v, np.ndarray):
         return {"__array__": v.tolist(), "dtype": str(v.dtype)}
@@ -107,25 +134,55 @@ def _to_json(v):
     return _label(v)
 
 
+def _old_index(d, key, name_key):
+    """The index of a frame or series written before the levels were kept: a flat list
+    of labels (and one name)."""
+    return pd.Index(d[key], name=d.get(name_key), tupleize_cols=False)
+
+
 def _from_json(v):
+    """Inverse of :func:`_to_json`; a malformed tag raises ValueError, KeyError or
+    TypeError (:meth:`EstimationResult.from_dict` names the field)."""
     if isinstance(v, list):
         return [_from_json(a) for a in v]
     if not isinstance(v, dict):
         return v
     if "__frame__" in v:
         d = v["__frame__"]
-        data = np.array(d["data"], dtype=float if d["numeric"] else object).reshape(
-            len(d["index"]), len(d["columns"]))
-        return pd.DataFrame(data, index=pd.Index(d["index"], name=d["index_name"]),
-                            columns=d["columns"])
+        index = (_index_from_json(d["index"]) if isinstance(d["index"], dict)
+                 else _old_index(d, "index", "index_name"))
+        columns = (_index_from_json(d["columns"]) if isinstance(d["columns"], dict)
+                   else pd.Index(d["columns"], tupleize_cols=False))
+        data = np.array(d["data"], dtype=float if d["numeric"] else object)
+        if data.size != len(index) * len(columns):
+            raise ValueError(f"a frame of {len(index)} rows and {len(columns)} columns "
+                             f"holds {data.size} values")
+        frame = pd.DataFrame(data.reshape(len(index), len(columns)), index=index,
+                             columns=columns)
+        dtypes = d.get("dtypes")
+        if dtypes is not None:                   # a table of strings and numbers: per column
+            if len(dtypes) != len(columns):
+                raise ValueError(f"{len(dtypes)} column types for {len(columns)} columns")
+            frame = pd.concat([frame.iloc[:, j].astype(t) for j, t in enumerate(dtypes)],
+                              axis=1) if len(columns) else frame
+            frame.columns = columns
+        return frame
     if "__series__" in v:
         d = v["__series__"]
-        return pd.Series(np.array(d["data"], dtype=float), index=d["index"], name=d["name"])
+        index = (_index_from_json(d["index"]) if isinstance(d["index"], dict)
+                 else pd.Index(d["index"], tupleize_cols=False))
+        data = np.array(d["data"], dtype=float)
+        if data.shape != (len(index),):
+            raise ValueError(f"a series of {len(index)} labels holds data of shape "
+                             f"{data.shape}")
+        return pd.Series(data, index=index, name=d["name"])
     if "__array__" in v:
         return np.array(v["__array__"], dtype=v["dtype"])
     if "__tuple__" in v:
         return tuple(_from_json(a) for a in v["__tuple__"])
-    return {k: _from_json(a) for k, a in v["__dict__"]}
+    if "__dict__" in v:
+        return {k: _from_json(a) for k, a in v["__dict__"]}
+    return {k: _from_json(a) for k, a in v.items()}     # a plain JSON object (hand-written)
 
 
 def _status(v) -> Status:
@@ -134,6 +191,64 @@ def _status(v) -> Status:
         return Status.parse(v)
     except ValueError:
         return status_from_ipopt(v)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _checked_fields(out: dict) -> dict:
+    """The fields read by :meth:`EstimationResult.from_dict`, checked: a field of the
+    wrong kind (a tampered or foreign file) raises ValueError naming it."""
+    def bad(name, what):
+        got = out[name]
+        raise ValueError(f"EstimationResult.from_dict: field {name!r} must be {what}; got "
+                         f"{type(got).__name__} {str(got)[:60]!r}")
+
+    for name in ("approach", "method", "message"):
+        if name in out and not isinstance(out[name], str):
+            bad(name, "a string")
+    if "status" in out:
+        try:
+            out["status"] = Status.parse(out["status"])
+        except ValueError:
+            bad("status", f"one of {[s.value for s in Status]}")
+    est = out.get("estimates")
+    if isinstance(est, dict) and all(isinstance(k, str) for k in est) \
+            and all(_is_number(a) for a in est.values()):
+        out["estimates"] = pd.Series({k: float(a) for k, a in est.items()}, dtype=float)
+    elif "estimates" in out and not (isinstance(est, pd.Series)
+                                     and all(isinstance(k, str) for k in est.index)):
+        bad("estimates", "a mapping of parameter names to values")
+    if "objective" in out and not (_is_number(out["objective"]) or out["objective"] is None):
+        bad("objective", "a number")
+    if "iterations" in out and not (isinstance(out["iterations"], (int, np.integer))
+                                    and not isinstance(out["iterations"], bool)):
+        bad("iterations", "an integer")
+    for name in ("evaluations", "timings", "extra"):
+        if name in out and not isinstance(out[name], dict):
+            bad(name, "a mapping")
+    for name in ("states", "fitted", "residuals", "adjoint"):
+        if out.get(name) is not None and not isinstance(out[name], pd.DataFrame):
+            bad(name, "a table (DataFrame) or null")
+    mult = out.get("multipliers")
+    if "multipliers" in out and not (isinstance(mult, dict) and all(
+            isinstance(a, pd.DataFrame) for a in mult.values())):
+        bad("multipliers", "a mapping of stage names to tables")
+    if "warnings" in out and not (isinstance(out["warnings"], list)
+                                  and all(isinstance(w, str) for w in out["warnings"])):
+        bad("warnings", "a list of strings")
+    sch = out.get("scheme")
+    if isinstance(sch, dict):
+        if not (isinstance(sch.get("name"), str) and (sch.get("qmax") is None or (
+                isinstance(sch["qmax"], int) and not isinstance(sch["qmax"], bool)))):
+            bad("scheme", "null or {'name': str, 'qmax': int or null}")
+        out["scheme"] = SchemeRef(sch["name"], sch.get("qmax"))
+    elif isinstance(sch, str):                               # older files: a label
+        out["scheme"] = None
+    elif sch is not None:
+        bad("scheme", "null or {'name': str, 'qmax': int or null}")
+    return out
 
 
 @dataclass
@@ -339,19 +454,31 @@ class EstimationResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "EstimationResult":
+        """Inverse of :meth:`to_dict`.  Raises ValueError naming the field when a field
+        is unknown, missing or of the wrong kind (an unknown status, estimates that are
+        not a mapping of names to values, a table that is not one, ...)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"EstimationResult.from_dict needs a mapping of field names "
+                             f"to values, got {type(d).__name__}")
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k != "success"}       # derived from status
-        unknown = sorted(set(d) - names)
+        unknown = sorted(set(d) - names, key=str)
         if unknown:
             raise ValueError(f"EstimationResult.from_dict: unknown field(s) {unknown}; "
                              f"known: {sorted(names - {'model'})}")
-        out = {k: _from_json(v) for k, v in d.items()}
-        sch = out.get("scheme")
-        if isinstance(sch, dict):
-            out["scheme"] = SchemeRef(sch["name"], sch.get("qmax"))
-        elif isinstance(sch, str):                               # older files: a label
-            out["scheme"] = None
-        return cls(**out)
+        required = [f.name for f in fields(cls) if f.default is MISSING
+                    and f.default_factory is MISSING]
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise ValueError(f"EstimationResult.from_dict: missing field(s) {missing}")
+        out = {}
+        for k, v in d.items():
+            try:
+                out[k] = _from_json(v)
+            except (ValueError, KeyError, TypeError, IndexError) as err:
+                raise ValueError(f"EstimationResult.from_dict: field {k!r} cannot be read: "
+                                 f"{type(err).__name__}: {err}") from None
+        return cls(**_checked_fields(out))
 
     def to_json(self, path=None, **kw) -> str:
         """JSON text of :meth:`to_dict` (non-finite numbers as ``NaN``/``Infinity``,

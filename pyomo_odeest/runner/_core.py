@@ -18,6 +18,7 @@ and "Tasks, seeds, rows".
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import socket
 import sys
@@ -138,6 +139,8 @@ def result_row(res: EstimationResult) -> dict:
 
 
 def _worker_name():
+    if "distributed" not in sys.modules:         # not on a Dask worker (and importing
+        return f"local:{socket.gethostname()}:{os.getpid()}"   # it costs seconds)
     try:
         from distributed import get_worker
         return get_worker().address
@@ -282,18 +285,56 @@ def _read_until(fd, deadline):
             data += chunk
 
 
-def _execute_isolated(task, index, seed_seq, keep, timeout=None):
+def _signal_name(number) -> str:
+    import signal
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def _stop_child(pid):
+    """Kill the forked process ``pid`` and reap it (it is gone when this returns)."""
+    import signal
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _execute_isolated(task, index, seed_seq, keep, timeout=None, rerun=False):
     """:func:`_execute` in a child process forked by the worker: a task that ends
     its process (``os._exit``, a fatal signal, a crash in compiled code) gives an
     error row naming it, and the worker lives on.  A task still running after
-    ``timeout`` seconds is killed (``SIGKILL``: whatever it is doing, set-up or
-    compiled code) and its row has the status ``'time_limit'``."""
+    ``timeout`` seconds (None or ``inf``: no limit) is killed (``SIGKILL``: whatever
+    it is doing, set-up or compiled code) and its row has the status
+    ``'time_limit'``.  An interruption of the waiting process (``KeyboardInterrupt``
+    from a SIGINT sent to it alone, e.g. a notebook's "interrupt kernel") kills the
+    child too before it propagates.  ``rerun``: the task is here because it was
+    lost with its worker (the error row then says so)."""
     import pickle
     import signal
     r, w = os.pipe()
-    pid = os.fork()
+    # SIGINT is held back while forking: an interrupt that arrives then would be raised,
+    # and swallowed, inside the at-fork hooks (logging's), and the child would live on
+    held = hasattr(signal, "pthread_sigmask")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
+    try:
+        pid = os.fork()
+    except BaseException:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(r)
+        os.close(w)
+        raise
     if pid == 0:                                 # the child: run, send, exit
         try:
+            if held:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(r)
             try:
                 payload = _dumps(_execute(task, index, seed_seq, keep))
@@ -305,14 +346,23 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None):
                 f.write(payload)
         finally:
             os._exit(0)
-    os.close(w)
+    limited = timeout is not None and math.isfinite(timeout)
+    write_end = w
     try:
-        data = _read_until(r, None if timeout is None else time.monotonic() + timeout)
+        if held:                                 # a held-back interrupt is raised here
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        write_end = None
+        os.close(w)
+        data = _read_until(r, time.monotonic() + timeout if limited else None)
+    except BaseException:                        # interrupted: the task must not live on
+        _stop_child(pid)
+        if write_end is not None:
+            os.close(write_end)
+        raise
     finally:
         os.close(r)
     if data is None:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        _stop_child(pid)
         return _error_row(task, index, seed_seq, f"stopped by the runner's task_timeout after "
                           f"{timeout:g} s (the process running it was killed)",
                           _worker_name(), status="time_limit")
@@ -323,13 +373,21 @@ def _execute_isolated(task, index, seed_seq, keep, timeout=None):
         except Exception as err:                 # noqa: BLE001 - sent, but not readable here
             return _error_row(task, index, seed_seq, f"the task's output was sent back but "
                               f"cannot be read: {type(err).__name__}: {err}", _worker_name())
-    how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+    how = (_signal_name(os.WTERMSIG(status)) if os.WIFSIGNALED(status)
            else f"exit code {os.WEXITSTATUS(status)}")
+    if rerun:
+        return _error_row(task, index, seed_seq,
+                          f"the task killed its worker process: it was lost with its worker, "
+                          f"and run again in a process of its own it ended that process ({how}) "
+                          "without returning (os._exit, a fatal signal, a crash in compiled "
+                          "code or memory exhaustion); run it in one process "
+                          "(Runner(mode='serial')) to see where", _worker_name())
     return _error_row(task, index, seed_seq,
-                      f"the task killed its worker process: it was lost with its worker, and "
-                      f"run again in a process of its own it ended that process ({how}) "
-                      "without returning (os._exit, a fatal signal, a crash in compiled code "
-                      "or memory exhaustion); run it in one process (Runner(mode='serial')) "
+                      f"the process of its own in which the task ran (task_timeout runs each "
+                      f"task in a forked process) died with {how} before the task returned: "
+                      "killed from outside (a user, the system's out-of-memory killer) or "
+                      "ended by the task itself (os._exit, a fatal signal, a crash in "
+                      "compiled code); if nobody killed it, run the task without task_timeout "
                       "to see where", _worker_name())
 
 
@@ -338,7 +396,7 @@ def _submit(client, task, index, seed_seq, keep, key, isolated=False, timeout=No
     try:
         if isolated or timeout is not None:
             return client.submit(_execute_isolated, task, index, seed_seq, keep, timeout,
-                                 key=key, pure=False)
+                                 isolated, key=key, pure=False)
         return client.submit(_execute, task, index, seed_seq, keep, key=key, pure=False)
     except Exception as err:                     # noqa: BLE001 - diagnosed below
         raise _serialization_error(task, index, err) from None
@@ -426,13 +484,16 @@ class Runner:
     cluster_kwargs : dict
         More keyword arguments of :class:`distributed.LocalCluster`.
     task_timeout : float, optional
-        Seconds a task may run: each task then runs in a child process (forked, on
-        Linux) that is killed at that limit, whatever it is doing (building a model,
-        compiling, inside one long Ipopt iteration), and its row has the status
-        ``'time_limit'``.  The task's own limits (``max_wall_time``) stop it more
-        gracefully, with its estimates; this is the backstop.  What a task caches
-        in memory is then lost with its process.  An attribute: it may be changed
-        between runs.
+        Seconds a task may run (a number > 0): each task then runs in a child process
+        (forked, on Linux) that is killed at that limit, whatever it is doing
+        (building a model, compiling, inside one long Ipopt iteration), and its row
+        has the status ``'time_limit'``.  The task's own limits (``max_wall_time``)
+        stop it more gracefully, with its estimates; this is the backstop.  What a
+        task caches in memory is then lost with its process.  ``float('inf')``: no
+        limit, but each task still in a process of its own (a task that crashes its
+        process becomes an error row; an interrupt ends it too).  None (default):
+        no limit, tasks run in the worker (serial: this process).  An attribute:
+        it may be changed between runs (checked when set).
 
     Notes
     -----
@@ -454,9 +515,6 @@ class Runner:
                              "address= or client= is sized by whoever started it")
         if not (isinstance(retries, (int, np.integer)) and retries >= 0):
             raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
-        if task_timeout is not None and not (_CAN_FORK and float(task_timeout) > 0):
-            raise ValueError(f"task_timeout must be a number of seconds > 0, on Linux (its "
-                             f"tasks run in forked processes); got {task_timeout!r}")
         self.task_timeout = task_timeout
         self.mode, self.retries, self.progress = mode, int(retries), progress
         self._client, self._cluster, self._own_client = None, None, False
@@ -482,6 +540,30 @@ class Runner:
                 self._cluster = distributed.LocalCluster(**kw)
             self._client = distributed.Client(self._cluster)
             self._own_client = True
+
+    @property
+    def task_timeout(self):
+        """Seconds a task may run (None: no limit, tasks not isolated; see the class)."""
+        return self._task_timeout
+
+    @task_timeout.setter
+    def task_timeout(self, value):
+        if value is not None:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float,
+                                                                           np.integer,
+                                                                           np.floating)):
+                raise ValueError(f"task_timeout must be a number of seconds > 0 (float('inf'): "
+                                 f"no limit, each task in a process of its own) or None; got "
+                                 f"{type(value).__name__} {value!r}")
+            if not float(value) > 0:             # NaN, 0 and negative numbers
+                raise ValueError(f"task_timeout must be a number of seconds > 0 (float('inf'): "
+                                 f"no limit, each task in a process of its own) or None; got "
+                                 f"{value!r}")
+            if not _CAN_FORK:
+                raise ValueError(f"task_timeout needs Linux (its tasks run in forked "
+                                 f"processes); got {value!r} on {sys.platform}")
+            value = float(value)
+        self._task_timeout = value
 
     # -- lifetime -----------------------------------------------------------
     @property
@@ -515,20 +597,27 @@ class Runner:
 
     # -- running --------------------------------------------------------------
     def run(self, tasks: Sequence[Task], seed=None, keep_models=False, on_row=None,
-            desc="tasks") -> RunResult:
+            desc="tasks", first_index=0) -> RunResult:
         """Run ``tasks``; rows stream back as tasks finish.
 
         ``seed`` is the root of the tasks' seeds (None: fresh entropy, recorded
         in ``info['seed']``).  ``on_row(row)`` is called for each finished row
         (raise ``KeyboardInterrupt`` in it to stop the run).  ``keep_models``
         keeps the Pyomo models in the returned estimation results.
+        ``first_index``: the index of the first task, for a list of tasks run in
+        parts (task ``i`` of this call is task ``first_index + i`` of the whole list,
+        with that task's seed and row index).
         """
         tasks = list(tasks)
         for i, t in enumerate(tasks):
             if not isinstance(t, Task):
                 raise TypeError(f"tasks[{i}] is a {type(t).__name__}, expected a runner Task")
+        if not (isinstance(first_index, (int, np.integer)) and first_index >= 0):
+            raise ValueError(f"first_index must be an integer >= 0, got {first_index!r}")
         root = _root(seed)
-        seeds = task_seeds(root, len(tasks))
+        seeds = dict(enumerate(task_seeds(root, first_index + len(tasks))[first_index:],
+                               first_index))
+        tasks = dict(enumerate(tasks, first_index))
         rows, outputs = {}, {}
         prog = TaskProgress(len(tasks), progress_enabled(self.progress), desc)  # None: on a tty
         t0 = time.perf_counter()
@@ -544,7 +633,8 @@ class Runner:
 
         try:
             if self.mode == "serial":
-                for i, (t, s) in enumerate(zip(tasks, seeds)):
+                for i, t in tasks.items():
+                    s = seeds[i]
                     collect(*(_execute(t, i, s, keep_models) if self.task_timeout is None
                               else _execute_isolated(t, i, s, keep_models, self.task_timeout)))
             else:
@@ -557,7 +647,7 @@ class Runner:
             warnings.warn(f"run interrupted: {len(rows)} of {len(tasks)} tasks finished; "
                           "the others are marked 'cancelled'", RunInterruptedWarning, stacklevel=2)
         flat = []
-        for i, t in enumerate(tasks):
+        for i, t in tasks.items():
             if i in rows:
                 flat.extend(rows[i])
             else:
@@ -595,7 +685,7 @@ class Runner:
                             isolated=isolated, timeout=self.task_timeout): i for i in batch}
 
         try:
-            lost = gather(submit(range(len(tasks)), run_id))
+            lost = gather(submit(list(tasks), run_id))
             # a task lost with its worker runs again in a process of its own (forked by
             # a worker): if it ends that process it is the culprit and the worker lives;
             # without fork, alone on the cluster, one task at a time

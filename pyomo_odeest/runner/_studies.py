@@ -25,9 +25,10 @@ from ..approaches._estimate import estimate
 from ..analysis._diagnostics import end_objective
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
-from ._core import RunResult, Runner, Task, shared
+from ._core import _CAN_FORK, RunResult, Runner, Task, _root, _row, shared, task_seeds
 
 __all__ = ["multistart", "multistart_starts", "cluster_end_points", "MultistartResult",
+           "START_TIME_FACTOR", "START_TIME_FLOOR",
            "bootstrap", "BootstrapResult", "profile_points", "estimate_task"]
 
 
@@ -230,6 +231,10 @@ class MultistartResult:
     best: EstimationResult | None
     hits: int
     run: RunResult = field(repr=False, default=None)
+    #: seconds each start could run (None: no limit); see :func:`multistart`
+    start_time_limit: float | None = None
+    #: warnings raised inside the starts (numpy overflow, ...), ``message -> count``
+    caught_warnings: dict = field(default_factory=dict)
 
     @property
     def spurious(self) -> pd.DataFrame:
@@ -264,12 +269,63 @@ class MultistartResult:
                             else ""))
         if self.best is not None and self.best.warnings:
             lines.append("  best result: " + " | ".join(self.best.warnings))
+        stopped = int((self.table["status"] == "time_limit").sum())
+        if stopped:
+            lines.append(f"  {stopped} start(s) stopped at the per-start time limit of "
+                         f"{self.start_time_limit:.3g} s (status 'time_limit')")
+        if self.caught_warnings:
+            lines.append("  " + _warnings_line(self.caught_warnings))
         return "\n".join(lines)
+
+
+#: the default per-start time limit of :func:`multistart`:
+#: ``max(START_TIME_FACTOR x the first start's wall time, START_TIME_FLOOR)`` seconds
+START_TIME_FACTOR = 10.0
+START_TIME_FLOOR = 5.0
+#: the hard backstop of a serial multistart's per-start limit (the start's process is
+#: killed at ``_KILL_FACTOR x limit + _KILL_GRACE`` seconds; see :func:`multistart`)
+_KILL_FACTOR, _KILL_GRACE = 1.2, 2.0
+
+
+def _multistart_task(problem, approach="simultaneous", u0=None, options=None):
+    """:func:`estimate_task` with the warnings raised inside it caught and counted in
+    ``result.extra['caught_warnings']`` (``'Category: message' -> count``), so that a
+    multistart reports them once instead of once per start and worker."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = estimate_task(problem, approach, u0, options)
+    counts = {}
+    for w in caught:
+        key = f"{w.category.__name__}: {w.message}"
+        counts[key] = counts.get(key, 0) + 1
+    if counts:
+        res.extra["caught_warnings"] = counts
+    return res
+
+
+def _warnings_line(counts) -> str:
+    total = sum(counts.values())
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    shown = "; ".join(f"{n}x {k[:160]}" for k, n in top[:5])
+    more = f"; and {len(top) - 5} other kinds" if len(top) > 5 else ""
+    return f"{total} warning(s) inside the starts: {shown}{more}"
+
+
+def _check_limit(value):
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)) or not float(value) > 0 \
+            or not np.isfinite(float(value)):
+        raise ValueError(f"start_time_limit must be 'auto', a number of seconds > 0 or None "
+                         f"(no limit), got {value!r}")
+    return float(value)
 
 
 def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultaneous",
                method="sobol", space="log", bounds=None, starts=None, seed=0, options=None,
-               obj_tol=1e-6, x_tol=1e-3, on_row=None, fit_tol=1e-4) -> MultistartResult:
+               obj_tol=1e-6, x_tol=1e-3, on_row=None, fit_tol=1e-4, start_time_limit="auto",
+               tee=False) -> MultistartResult:
     """Estimate from many starts on ``runner`` (None: serially here).
 
     Starts come from :func:`multistart_starts` (``n``, ``method``, ``space``,
@@ -277,30 +333,102 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
     :func:`~pyomo_odeest.estimate`; end points are grouped by
     :func:`cluster_end_points` (``obj_tol``, ``x_tol``, and ``fit_tol`` on the
     predictions of the measured values, so that equivalent minima are one).
+
+    ``start_time_limit``: seconds each start may run.  ``'auto'`` (default): the
+    first start runs alone, without a limit, and every other start gets
+    ``max(START_TIME_FACTOR x its wall time, START_TIME_FLOOR)`` (10 x, at least
+    5 s); a number: that limit for every start; None: no limit.  The limit is the
+    start's ``max_wall_time`` (the smaller one if ``options`` give one too: the
+    start stops with its estimates and status ``'time_limit'``).  With a serial
+    runner on Linux (and no ``task_timeout`` of its own) each limited start also
+    runs in a forked process killed at 1.2 x the limit + 2 s, the backstop of a
+    start stuck in one long step (a stiff simulation, a set-up); its row then has
+    status ``'time_limit'`` and no estimates.  On Dask, give the runner a
+    ``task_timeout`` for that backstop.
+
+    The starts are quiet: no optimizer log (``tee=True`` shows it) and no progress
+    lines of their own (``options={'progress': True}`` shows them); warnings raised
+    inside them (numpy overflow, ...) are caught, counted, and reported once
+    (one warning at the end, ``caught_warnings`` of the result).
     """
     S = multistart_starts(problem, n, method, space, bounds, seed, starts)
     if S.empty:
         raise ValueError("no starts: give n > 0 or starts=")
+    limit_spec = _check_limit(start_time_limit)
     rn, sp = _runner(runner, problem)
-    tasks = [Task(estimate_task, (sp, approach, row.to_numpy(), options),
-                  columns={f"start_{k}": float(v) for k, v in row.items()})
-             for _, row in S.iterrows()]
-    run = rn.run(tasks, seed=seed, on_row=on_row, desc="multistart")
+    base = dict(options or {})
+    base.setdefault("progress", False)
+    if tee:
+        base["tee"] = True
+
+    def tasks_for(rows, limit):
+        opts = dict(base)
+        if limit is not None:
+            opts["max_wall_time"] = min(limit, float(opts.get("max_wall_time") or np.inf))
+        return [Task(_multistart_task, (sp, approach, row.to_numpy(), opts),
+                     columns={f"start_{k}": float(v) for k, v in row.items()})
+                for _, row in rows.iterrows()]
+
+    def run_limited(tasks, limit, first_index):
+        backstop = (limit is not None and rn.mode == "serial" and _CAN_FORK
+                    and rn.task_timeout is None)
+        if backstop:
+            rn.task_timeout = _KILL_FACTOR * limit + _KILL_GRACE
+        try:
+            return rn.run(tasks, seed=seed, on_row=on_row, desc="multistart",
+                          first_index=first_index)
+        finally:
+            if backstop:
+                rn.task_timeout = None
+
+    if limit_spec == "auto" and len(S) > 1:
+        first = run_limited(tasks_for(S.iloc[:1], None), None, 0)
+        wall = float(first.table["wall_s"].iloc[0]) if "wall_s" in first.table else 0.0
+        limit = max(START_TIME_FACTOR * wall, START_TIME_FLOOR)
+        rest = tasks_for(S.iloc[1:], limit)
+        if first.interrupted:
+            seeds = task_seeds(_root(seed), len(S))
+            cancelled = [_row(t, i, seeds[i], status="cancelled", success=False,
+                              error="the run stopped before this task finished")
+                         for i, t in enumerate(rest, 1)]
+            run = RunResult(table=pd.concat([first.table, pd.DataFrame(cancelled)],
+                                            ignore_index=True),
+                            outputs=first.outputs, interrupted=True, wall_s=first.wall_s,
+                            info=first.info)
+        else:
+            second = run_limited(rest, limit, 1)
+            run = RunResult(table=pd.concat([first.table, second.table], ignore_index=True),
+                            outputs={**first.outputs, **second.outputs},
+                            interrupted=second.interrupted,
+                            wall_s=first.wall_s + second.wall_s, info=first.info)
+    else:
+        limit = None if limit_spec == "auto" else limit_spec
+        run = run_limited(tasks_for(S, limit), limit, 0)
+    run.info["start_time_limit"] = limit
     tab = run.table
-    fits = {}
+    fits, caught = {}, {}
     if "task" in tab:
         for idx, task in tab["task"].items():
             out = run.outputs.get(int(task)) if np.isfinite(task) else None
             fits[idx] = _flat_fit(out) if isinstance(out, EstimationResult) else None
+    for out in run.outputs.values():
+        if isinstance(out, EstimationResult):
+            for k, c in out.extra.get("caught_warnings", {}).items():
+                caught[k] = caught.get(k, 0) + c
+    if caught:
+        warnings.warn(f"multistart: {_warnings_line(caught)} (counts in "
+                      f"result.caught_warnings)", UserWarning, stacklevel=2)
     labels, clusters = cluster_end_points(tab, problem.parameter_names, obj_tol, x_tol,
                                           fits, fit_tol)
     tab = tab.assign(cluster=labels.astype("Int64"))
     best, hits = None, 0
     if len(clusters):
         hits = int(clusters["hits"].iloc[0])
-        first = tab[tab["cluster"] == 0].sort_values("objective", kind="stable")["task"].iloc[0]
-        best = run.outputs.get(int(first))
-    return MultistartResult(table=tab, clusters=clusters, best=best, hits=hits, run=run)
+        first_best = tab[tab["cluster"] == 0].sort_values("objective",
+                                                          kind="stable")["task"].iloc[0]
+        best = run.outputs.get(int(first_best))
+    return MultistartResult(table=tab, clusters=clusters, best=best, hits=hits, run=run,
+                            start_time_limit=limit, caught_warnings=caught)
 
 
 # ---------------------------------------------------------------------------

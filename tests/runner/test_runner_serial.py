@@ -4,6 +4,8 @@ No Dask needed: these tests run in a bare environment."""
 import math
 import os
 import pickle
+import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -312,3 +314,194 @@ def test_task_timeout_kills_a_task_and_the_run_goes_on():
     assert rn.map(lambda _: os.getpid(), [0]).table.loc[0, "value"] == os.getpid()
     with pytest.raises(ValueError, match="task_timeout"):
         Runner(mode="serial", task_timeout=0)
+
+
+@pytest.mark.parametrize("value", ["5", -1.0, 0, float("nan"), -float("inf"), True, [5]])
+def test_task_timeout_is_checked_where_it_is_given(value):
+    with pytest.raises(ValueError, match="task_timeout must be a number of seconds > 0"):
+        Runner(mode="serial", task_timeout=value)
+    rn = Runner(mode="serial", progress=False)
+    with pytest.raises(ValueError, match="task_timeout must be a number of seconds > 0"):
+        rn.task_timeout = value
+    assert rn.task_timeout is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="task_timeout forks")
+def test_infinite_task_timeout_isolates_without_a_limit():
+    """``inf``: no time limit, but each task in a process of its own (documented)."""
+    rn = Runner(mode="serial", progress=False, task_timeout=float("inf"))
+    run = rn.map(_pid_after, [0.2, 0.0])
+    assert list(run.table["status"]) == ["done", "done"]
+    assert os.getpid() not in set(run.table["value"])
+    rn.task_timeout = np.float64(3)
+    assert rn.task_timeout == 3.0 and isinstance(rn.task_timeout, float)
+
+
+def _pid_after(seconds):
+    import time
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _kill_myself(_):
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_pid_and_sleep(path):
+    import time
+    with open(path, "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(60)
+
+
+def _alive(pid) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for_file(path, seconds=30.0):
+    import time
+    t0 = time.monotonic()
+    while not (os.path.exists(path) and open(path).read().strip()):
+        assert time.monotonic() - t0 < seconds, f"{path} was not written"
+        time.sleep(0.05)
+    return int(open(path).read())
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="task_timeout forks (Linux)")
+def test_a_task_process_killed_under_a_serial_task_timeout_is_named(tmp_path):
+    """The task's own process dies (by the task itself, or killed from outside): the row
+    says so, with the signal, and does not speak of lost workers or runs again."""
+    import signal
+    import threading
+    rn = Runner(mode="serial", progress=False, task_timeout=60.0)
+    path = str(tmp_path / "pid")
+
+    def kill_it():
+        os.kill(_wait_for_file(path), signal.SIGTERM)
+
+    killer = threading.Thread(target=kill_it)
+    killer.start()
+    outside = rn.map(_write_pid_and_sleep, [path]).table.loc[0]
+    killer.join()
+    itself = rn.map(_kill_myself, [0]).table.loc[0]
+    for row, sig in ((outside, "signal 15 (SIGTERM)"), (itself, "signal 9 (SIGKILL)")):
+        assert row["status"] == "error"
+        assert f"died with {sig}" in row["error"]
+        assert "killed from outside" in row["error"] and "without task_timeout" in row["error"]
+        assert "worker" not in row["error"] and "run again" not in row["error"]
+        assert "mode='serial'" not in row["error"]
+
+
+_INTERRUPTED_RUN = """
+import os, sys, time
+from pyomo_odeest.runner import Runner
+
+def task(path):
+    with open(path, "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(120)
+
+run = Runner(mode="serial", progress=False, task_timeout=300).map(task, [sys.argv[1]])
+print("statuses", list(run.table["status"]), run.interrupted, flush=True)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="task_timeout forks (Linux)")
+def test_sigint_to_a_serial_run_ends_the_task_process_too(tmp_path):
+    """``kill -INT`` sent to the process alone (a notebook's "interrupt kernel") while a
+    task runs in its forked process under ``task_timeout``: the run returns interrupted
+    and the task's process is gone, not left running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    script, path = tmp_path / "run.py", str(tmp_path / "pid")
+    script.write_text(_INTERRUPTED_RUN)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, str(script), path], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = _wait_for_file(path, 120.0)
+        assert _alive(child) and child != proc.pid
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert "statuses ['cancelled'] True" in out, err
+        t0 = time.monotonic()
+        while _alive(child) and time.monotonic() - t0 < 5.0:
+            time.sleep(0.05)
+        assert not _alive(child), "the task's process outlived the interrupted run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the backstop forks (Linux)")
+def test_multistart_stops_a_start_that_runs_for_minutes():
+    """32 starts of the oscillator on the continuous approach (CVODES): 31 starts with
+    ω in [0.5, 2] take about a second each; the start ω = 3000 makes every simulation
+    stiff-oscillatory and runs for minutes (more than 200 s measured with
+    max_wall_time=20, whose checks fall between long iterations).  The default
+    per-start limit (10 x the first start's time, at least 5 s) stops it: the whole
+    multistart ends within 3 x the time of the other starts, that start reported
+    ``time_limit``, the others as without a limit."""
+    import time
+    prob = oscillator_problem(omega0=1.2, bounds=(0.1, 1e4))
+    t0 = time.perf_counter()
+    ms = multistart(prob, n=30, approach="continuous", runner=Runner(mode="serial",
+                                                                     progress=False),
+                    starts=[[1.2], [3000.0]], bounds={"omega": (0.5, 2.0)}, seed=1)
+    total = time.perf_counter() - t0
+    tab = ms.table
+    assert len(tab) == 32
+    slow, others = tab.iloc[1], tab.drop(index=1)
+    assert slow["start_omega"] == 3000.0 and slow["status"] == "time_limit"
+    assert ms.start_time_limit == pytest.approx(max(10 * tab.loc[0, "wall_s"], 5.0))
+    assert (others["status"] != "time_limit").all() and others["success"].all()
+    assert total < 3 * others["wall_s"].sum(), (total, others["wall_s"].sum())
+    assert ms.best.x[0] == pytest.approx(1.0038, abs=1e-3)
+    assert "stopped at the per-start time limit" in ms.summary()
+
+
+def test_multistart_starts_are_quiet_and_their_warnings_summarized_once(osc, capfd,
+                                                                        monkeypatch):
+    """On a terminal the starts print no progress lines of their own and no optimizer
+    log (``tee=True`` shows it); a warning raised in several starts is reported once."""
+    monkeypatch.setattr(type(sys.stderr), "isatty", lambda self: True, raising=False)
+    multistart(osc, n=0, starts=[[1.2], [3.0]], runner=Runner(mode="serial", progress=False),
+               start_time_limit=None)
+    out = capfd.readouterr()
+    assert out.out == "" and out.err == "", out
+    multistart(osc, n=0, starts=[[1.2]], runner=Runner(mode="serial", progress=False),
+               start_time_limit=None, tee=True)
+    assert "Ipopt" in capfd.readouterr().out
+    # a library warning inside every start (numpy's overflow, as a model's
+    # evaluation at a far start gives it) is caught in the start and reported once
+    from pyomo_odeest.runner import _studies
+    real = _studies.estimate_task
+
+    def overflowing(*args, **kw):
+        np.exp(np.array([1000.0]))                        # RuntimeWarning: overflow
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_studies, "estimate_task", overflowing)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ms = multistart(osc, n=0, starts=[[1.2], [3.0], [0.8]],
+                        runner=Runner(mode="serial", progress=False))
+    texts = [f"{w.category.__name__}: {w.message}" for w in seen]
+    assert not [t for t in texts if t.startswith("RuntimeWarning")], texts
+    assert len([t for t in texts if "inside the starts" in t]) == 1, texts
+    assert ms.caught_warnings == {"RuntimeWarning: overflow encountered in exp": 3}
+    assert "3 warning(s) inside the starts: 3x RuntimeWarning: overflow" in ms.summary()

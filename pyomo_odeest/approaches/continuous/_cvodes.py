@@ -60,6 +60,52 @@ def cvodes_available() -> bool:
 
 #: CVODES's own lines in what CasADi writes on a failure (not the dump of the inputs)
 _CVODES_LINE = re.compile(r"^\s*(At t|Internal t|The )")
+_CVODES_FLAG = re.compile(r"(CVodeB?\w*|IDA\w*) returned \"(CV_\w+)\"")
+
+_TOLERANCES = "the tolerances (rtol=, atol= of the continuous approach)"
+_STIFF_REMEDY = (f"try other {_TOLERANCES}, or the reduced space approach "
+                 "('reduced_space', e.g. with scheme='enright': it solves the discretized "
+                 "equations, with no adaptive integration to fail)")
+#: CVODES's return flags: what each means here, and what to do.
+CVODES_FLAGS = {
+    "CV_TOO_MUCH_WORK": (
+        "CVODES used up its step limit ({max_num_steps}) between two output times without "
+        "reaching the next one",
+        f"loosen {_TOLERANCES} (an rtol below about 1e-12 is beyond double precision for "
+        "most models) or raise the step limit: model=CvodesModel(problem, "
+        "max_num_steps=...); another start does not help when the tolerances are the cause"),
+    "CV_TOO_MUCH_ACC": (
+        "the tolerances ask for more accuracy than double precision gives",
+        f"loosen {_TOLERANCES}"),
+    "CV_ERR_FAILURE": (
+        "the local error test failed again and again: the solution changes too fast "
+        "for the tolerances (a stiff or non-smooth model at these parameter values)",
+        _STIFF_REMEDY),
+    "CV_CONV_FAILURE": (
+        "the Newton iteration of the implicit steps failed again and again: the model is "
+        "stiff (or not smooth) at these parameter values",
+        _STIFF_REMEDY),
+    "CV_NO_FWD": (
+        "the backward (adjoint) integration found no forward solution to integrate back "
+        "along: the forward integration that stores it did not complete, typically a "
+        "stiff model (a very large rate constant) at these parameter values, so neither "
+        "the gradient nor the sensitivities could be computed there",
+        _STIFF_REMEDY),
+    "CV_BAD_TB0": (
+        "the backward (adjoint) integration was asked to start outside the forward "
+        "solution's time span (the forward integration stopped early)",
+        _STIFF_REMEDY),
+}
+
+
+def cvodes_failure(text):
+    """``(flag, meaning, remedy)`` of a CVODES failure named in ``text`` (an
+    :class:`IntegrationError`'s message, a result's message), or None."""
+    m = re.search(r"\b(CV_[A-Z_]+)\b", str(text or ""))
+    if m is None or m.group(1) not in CVODES_FLAGS:
+        return None
+    meaning, remedy = CVODES_FLAGS[m.group(1)]
+    return m.group(1), meaning, remedy
 
 
 def _casadi():
@@ -340,7 +386,16 @@ class CvodesModel(ContinuousModel):
             msg = str(err).strip().splitlines()
             where = [ln.strip() for ln in err_out.getvalue().splitlines()
                      if _CVODES_LINE.match(ln)]
-            raise IntegrationError("CVODES failed: " + (msg[-1] if msg else "")
+            text = msg[-1] if msg else ""
+            flag = _CVODES_FLAG.search(text)
+            if flag is not None and flag.group(2) in CVODES_FLAGS:
+                meaning, remedy = CVODES_FLAGS[flag.group(2)]
+                meaning = meaning.format(max_num_steps=f"max_num_steps={self.max_num_steps}")
+                raise IntegrationError(
+                    f"CVODES failed: {flag.group(1)} returned {flag.group(2)}"
+                    + (f" ({where[0]})" if where else "") + f" (rtol={self.rtol:g}, "
+                    f"atol={self.atol:g}): {meaning}; {remedy}") from None
+            raise IntegrationError("CVODES failed: " + text
                                    + (f" ({where[0]})" if where else "")) from None
         if err_out.getvalue():
             sys.stderr.write(err_out.getvalue())
