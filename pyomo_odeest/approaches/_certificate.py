@@ -7,7 +7,9 @@ that against an independent adaptive simulation at :math:`\hat u_h` (LSODA,
 
 * the error of every fitted value, :math:`e_j = (z_{h,j} - z_j)/\sigma_j`, in
   units of its σ (σ unknown: of the residual scale
-  :math:`s = (\sum_j w_j r_j^2/(N-p))^{1/2}`, :math:`\sigma_j = s/\sqrt{w_j}`);
+  :math:`s = (\sum_j w_j r_j^2/(N-p))^{1/2}`, :math:`\sigma_j = s/\sqrt{w_j}`; at
+  least :data:`RESIDUAL_FLOOR` times the data's weighted RMS, so that exact data are
+  certified to a relative accuracy, not to round-off);
 * the shift of the estimates that this error causes, in standard errors: the
   discrete optimum satisfies :math:`S^\top W (z_h - \bar z) = 0`, so the
   gradient of the ODE's objective there is :math:`-S^\top W e` and one
@@ -54,6 +56,9 @@ SHIFT_TOL = 0.1
 MAX_REFINEMENTS = 4
 #: No refinement makes an experiment's grid larger than this many points.
 MAX_GRID_POINTS = 200_000
+#: With σ unknown, the residual scale is at least this fraction of the data's RMS (a fit
+#: of exact data is certified to that relative accuracy, not to round-off).
+RESIDUAL_FLOOR = 1e-4
 #: Tolerances of the independent reference simulation.
 REFERENCE_RTOL, REFERENCE_ATOL = 1e-10, 1e-12
 
@@ -186,6 +191,10 @@ def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) 
     known = all(sp.sigma_known for sp in problem.subproblems)
     dof = int(M.sum()) - len(free)
     s = 1.0 if known or dof <= 0 else float(np.sqrt(np.sum(W * R ** 2) / dof))
+    if not known:          # exact data: no smaller than 1e-4 of the data's (weighted) size
+        Z = np.concatenate([np.where(m, np.nan_to_num(np.asarray(sp.data, dtype=float)), 0.0)
+                            .ravel() for sp, m in zip(problem.subproblems, rows)])
+        s = max(s, RESIDUAL_FLOOR * float(np.sqrt(np.sum(W * Z ** 2) / max(M.sum(), 1))))
     s = s if s > 0 else 1.0
     scaled = np.sqrt(W) * E / s
     fit_error = float(np.max(np.abs(scaled[M]))) if M.any() else 0.0
@@ -247,8 +256,10 @@ def refine(problem, result, cert, scheme, safety=2.0, max_factor=8, min_factor=0
     :func:`~pyomo_odeest.discretization.schemes.local_errors` (states scaled by
     their largest magnitude) equal across the grid and its sum
     ``ratio * safety`` times smaller, ``ratio = max(fit_error/fit_tol,
-    max_shift/shift_tol)`` (equidistribution); each interval's number of steps
-    changes by a factor in [``min_factor``, ``max_factor``].  Returns a Grid, or a
+    max_shift/shift_tol)`` (equidistribution); an interval's number of steps
+    grows by at most ``max_factor`` and shrinks (by at most ``min_factor``) only
+    where the error density is below 1 % of the level; the grid grows by at least
+    half.  Returns a Grid, or a
     mapping experiment -> Grid; None when a grid would exceed
     :data:`MAX_GRID_POINTS`.
     """
@@ -272,15 +283,22 @@ def refine(problem, result, cert, scheme, safety=2.0, max_factor=8, min_factor=0
             h_new = np.where(dens > 0, h * (theta / dens) ** (1.0 / p), np.inf)
         need = h / h_new                                       # new steps per old step
         req = grid.required_indices()
-        counts = []
+        counts, old = [], []
         for a, b in zip(req[:-1], req[1:]):
             n_old = b - a
+            old.append(n_old)
             if grid.t[b] - grid.t[a] <= 1e-12 * span:          # a switching time's twin step
                 counts.append(1)
                 continue
             n = int(np.ceil(need[a:b].sum()))
-            counts.append(int(np.clip(n, max(1, int(np.ceil(n_old * min_factor))),
-                                      n_old * max_factor)))
+            # coarsen only where the error density is far below the level (its estimate
+            # may be round-off there); never more than min_factor
+            low = (n_old if np.max(dens[a:b]) > 1e-2 * theta
+                   else max(1, int(np.ceil(n_old * min_factor))))
+            counts.append(int(np.clip(n, low, n_old * max_factor)))
+        if sum(counts) < 1.5 * sum(old):      # not certified: the grid must grow
+            counts = [c if c == 1 and o == 1 else max(c, int(np.ceil(1.5 * o)))
+                      for c, o in zip(counts, old)]
         new = subdivide(grid, counts)
         if len(new) > MAX_GRID_POINTS:
             return None
