@@ -430,3 +430,20 @@ def test_suite_is_a_caller_of_fit_petab_and_keeps_its_lines(capsys):
     assert fields["failures"] == ("not_run:continuous_least_squares;not_run:reduced_space;"
                                   "not_run:simultaneous")
     assert out[-1].startswith("petab_suite: problems=1 imported=1 median_wall_s=")
+
+
+def test_docs_snippet_runs_as_written(tmp_path, monkeypatch):
+    """The Python block of docs/petab.md, "Fitting a problem: fit_petab", run in a
+    folder of its own (the shipped problems' path made absolute): its folder written."""
+    import re
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    text = open(os.path.join(root, "docs", "petab.md")).read()
+    section = text.split("## Fitting a problem: `fit_petab`", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    code = code.replace('"tests/data/petab/', '"' + os.path.abspath(DATA) + os.sep)
+    monkeypatch.chdir(tmp_path)
+    ns = {}
+    exec(compile(code, "petab.md", "exec"), ns)
+    assert ns["fit"].status == _fit.CONVERGED
+    assert (tmp_path / "preeq_fit" / "table.csv").is_file()
+    assert (tmp_path / "preeq_fit" / "waterfall.png").is_file()
