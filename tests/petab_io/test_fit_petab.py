@@ -15,7 +15,6 @@ pytest.importorskip("libsbml")
 from pyomo_odeest import EstimationResult, PetabFit, fit_petab  # noqa: E402
 from pyomo_odeest.cli import main as cli_main  # noqa: E402
 from pyomo_odeest.petab_io import _fit, petab_problem  # noqa: E402
-from pyomo_odeest.petab_io._fit import FitSettings  # noqa: E402
 
 pytestmark = pytest.mark.extras
 
