@@ -566,7 +566,7 @@ def _row_line(name, row):
             f"{row.get('iterations', 0)} it, nll(discrete)={row['nll_discrete']:.6f} "
             f"nll(simulated)={row['nll_simulated']:.6f} ({row.get('wall_s', np.nan):.1f} s)"
             + (f" {str(err)[:300]}" if row["status"] in ("error", "time_limit")
-               and isinstance(err, str) else ""))
+               and isinstance(err, str) and err else ""))
 
 
 def _fit_approaches(run, start, r_obj, h0):
