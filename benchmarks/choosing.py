@@ -11,7 +11,7 @@ start p = 0.8 (from [AT]'s hard start single shooting cannot simulate: see
 ``python -m pyomo_odeest``); the discrete approaches on the Adams
 predictor–corrector (Q_max = 4) with ``--steps`` steps per measurement interval.
 PEtab: the problem's nominal point; the discrete approaches on Enright's scheme
-with the largest step of ``benchmarks/petab_suite.py`` (horizon/300, no more than
+with the largest step of ``fit_petab``'s first grid (horizon/300, no more than
 the median LSODA step at the start).  Every approach with its defaults.
 
 Prints the tables (approach, engine, objective, status, iterations, wall time;
@@ -109,7 +109,7 @@ def main(argv=None):
         lv = lv or rows
     petab = None
     if not args.quick:
-        from petab_suite import largest_step
+        from pyomo_odeest.petab_io._fit import largest_step
         from pyomo_odeest.petab_io import petab_problem
         pe = petab_problem(args.petab)
         h = largest_step(pe.problem, argparse.Namespace(grid_points=300, grid="auto"))

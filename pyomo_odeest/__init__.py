@@ -30,8 +30,8 @@ from .analysis import (check_derivatives, compare_approaches, confidence_interva
                        convergence_study, covariance, delta_method, identifiability_report,
                        plot_fits, prediction_bands, profile_likelihood, validate_multipliers,
                        diagnose)
-from .petab_io import (PetabEstimation, PetabModel, UnsupportedFeatureError, petab_nll, petab_problem,
-                    read_petab, write_petab)
+from .petab_io import (PetabEstimation, PetabFit, PetabModel, UnsupportedFeatureError, fit_petab,
+                       petab_nll, petab_problem, read_petab, write_petab)
 from .runner import (BootstrapResult, MultistartResult, RunResult, Runner, bootstrap, multistart,
                      profile_points)
 
@@ -59,8 +59,8 @@ __all__ = [
     "covariance", "delta_method", "identifiability_report", "plot_fits", "prediction_bands",
     "profile_likelihood", "validate_multipliers", "diagnose",
     # petab (needs the petab extra when called)
-    "PetabEstimation", "PetabModel", "UnsupportedFeatureError", "petab_nll", "petab_problem",
-    "read_petab", "write_petab",
+    "PetabEstimation", "PetabFit", "PetabModel", "UnsupportedFeatureError", "fit_petab",
+    "petab_nll", "petab_problem", "read_petab", "write_petab",
     # runner
     "BootstrapResult", "MultistartResult", "RunResult", "Runner", "bootstrap", "multistart",
     "profile_points",

@@ -1,11 +1,14 @@
-"""Command line: ``pyomo-odeest MODEL.py DATA.csv [options]``.
+"""Command line: ``pyomo-odeest MODEL.py DATA.csv [options]`` and
+``pyomo-odeest petab PROBLEM [options]``.
 
 The problem file (``states``, ``parameters`` (Parameters or names), ``rhs(x, u, t)``,
 ``initial``; optionally the names of :data:`PROBLEM_KEYS` and ``options``, a dict of
 default command-line options), the data file (wide or long CSV), the options, the exit
 codes (2 usage error, 1 estimation failed or not converged) and the outputs
 (``--out DIR``; ``--approach compare``: ``comparison.csv``) are described in
-docs/cli.md, section "Command line".
+docs/cli.md, section "Command line"; the ``petab`` subcommand
+(:func:`~pyomo_odeest.petab_io.fit_petab` on a PEtab folder or YAML file) in its
+section "PEtab problems".
 """
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ def _parser():
         prog="pyomo-odeest",
         description="Estimate ODE parameters by full discretization (Pyomo + Ipopt via cyipopt).",
         epilog="Problem file format: see `python -m pyomo_odeest.cli --help` and docs/cli.md. "
+               "PEtab problems: `pyomo-odeest petab PROBLEM [options]` (its --help). "
                "Exit codes: 0 success, 1 estimation failed or not converged, 2 usage error.")
     p.add_argument("model", help="Python module defining states, parameters, rhs(x, u, t), initial "
                    "(optionally observe, sigma, weights, loss, penalty, t0, T, inputs, constraints, "
@@ -316,10 +320,139 @@ def _compare(problem, names, settings, args, out, plot_fits):
     return 0
 
 
+def _petab_parser():
+    from .petab_io._fit import DEFAULT_APPROACHES, LEAST_SQUARES
+    p = _Parser(
+        prog="pyomo-odeest petab",
+        description="Fit a PEtab problem: multistart over approaches, polish, noise "
+                    "refinement, budgets (pyomo_odeest.fit_petab).",
+        epilog="Exit codes: 0 converged (no worse than the reference), 1 not converged or "
+               "failed, 2 usage error.  See docs/cli.md, \"PEtab problems\".")
+    p.add_argument("problem", help="a folder holding one PEtab YAML file, or the YAML file")
+    p.add_argument("--approaches", default=",".join(DEFAULT_APPROACHES),
+                   help=f"comma-separated, tried in order: {LEAST_SQUARES} and the approaches "
+                   f"of pyomo_odeest.estimate (default {','.join(DEFAULT_APPROACHES)})")
+    p.add_argument("--starts", type=_int_in(1), default=4,
+                   help="starts per approach: the nominal point and starts-1 Sobol points, "
+                   ">= 1 (default 4)")
+    p.add_argument("--spread", type=_positive_float, default=0.3,
+                   help="half-width of the Sobol box around the nominal point, on the "
+                   "parameters' scales (default 0.3)")
+    p.add_argument("--scheme", choices=SCHEMES, default="enright",
+                   help="scheme of the discrete approaches (default enright)")
+    p.add_argument("--grid-points", type=_int_in(1), default=300,
+                   help="largest step of the first grid = horizon / grid-points (default 300)")
+    p.add_argument("--grid", choices=("auto", "uniform"), default="auto",
+                   help="auto: the first grid's step no more than LSODA's median step at the "
+                   "start (default); uniform: horizon / grid-points")
+    p.add_argument("--refine", type=_int_in(0), default=2,
+                   help="tolerance refits of the continuous approaches (default 2)")
+    p.add_argument("--max-wall-time", type=_nonnegative_float, default=120.0,
+                   help="seconds of every fit, 0: no limit (default 120)")
+    p.add_argument("--max-problem-time", type=_nonnegative_float, default=3600.0,
+                   help="seconds of the whole fit from the import, 0: no limit (default 3600)")
+    p.add_argument("--all-approaches", action="store_true",
+                   help="run every approach (default: stop at the first that converges)")
+    p.add_argument("--workers", type=_int_in(0), default=0,
+                   help="Dask worker processes (default 0: serial)")
+    p.add_argument("--seed", type=_int_in(0), default=0, help="seed of the Sobol starts")
+    p.add_argument("--reference", type=_finite_float, default=None,
+                   help="a reference NLL (default: references.tsv beside the problem, when "
+                   "it lists it)")
+    p.add_argument("--profiles", action="store_true",
+                   help="profile likelihoods at the best fit (profiles.csv, profiles.png)")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="show the progress bar (default: when standard error is a terminal)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--quiet", action="store_true", help="no line per fit")
+    p.add_argument("--out", default="odeest_results", help="output directory (created)")
+    p.add_argument("--no-plot", action="store_true",
+                   help="do not write waterfall.png, fit.png, profiles.png")
+    return p
+
+
+_nonnegative_float = _arg(float, "a number", lambda v: 0 <= v < float("inf"),
+                          "must be a finite number >= 0")
+_finite_float = _arg(float, "a number", lambda v: abs(v) < float("inf"), "must be finite")
+
+
+def _reference_beside(folder, name):
+    """The reference NLL of ``references.tsv`` in the problem's folder or its parent."""
+    for parent in (folder, folder.parent):
+        f = parent / "references.tsv"
+        if f.is_file():
+            try:
+                tab = pd.read_csv(f, sep="\t", index_col="problem")
+            except (ValueError, KeyError, pd.errors.ParserError):
+                continue
+            if name in tab.index and "reference_nll" in tab:
+                return float(tab.loc[name, "reference_nll"])
+    return None
+
+
+def _run_petab(argv):
+    args = _petab_parser().parse_args(argv)
+    import warnings
+    warnings.simplefilter("ignore", RuntimeWarning)
+    from .petab_io._fit import FitSettings, fit_petab
+    path = Path(args.problem)
+    if not path.exists():
+        raise UsageError(f"PEtab problem {path} not found (give a folder holding one PEtab "
+                         "YAML file, or the YAML file)")
+    folder = (path if path.is_dir() else path.parent).resolve()
+    if path.is_dir() and not any(f.suffix in (".yaml", ".yml") for f in path.iterdir()):
+        raise UsageError(f"{path} holds no PEtab YAML file")
+    settings = dict(approaches=args.approaches, starts=args.starts, spread=args.spread,
+                    scheme=args.scheme, grid_points=args.grid_points, grid=args.grid,
+                    refine=args.refine, max_wall_time=args.max_wall_time,
+                    max_problem_time=args.max_problem_time,
+                    all_approaches=args.all_approaches, workers=args.workers, seed=args.seed)
+    try:
+        FitSettings(**settings)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create the output directory {out}: {err}") from None
+    reference = args.reference if args.reference is not None else _reference_beside(
+        folder, folder.name)
+    try:
+        from .petab_io import read_petab
+        model = read_petab(str(path))
+    except Exception as err:
+        raise UsageError(f"cannot import the PEtab problem {path}: {type(err).__name__}: "
+                         f"{err}") from None
+    log = None if args.quiet else (lambda line: print(line, flush=True))
+    fit = fit_petab(model, reference=reference, progress=args.progress, log=log, **settings)
+    print(fit.summary())
+    prof = None
+    if args.profiles:
+        if fit.status == "converged":
+            prof = fit.profiles(progress=args.progress)
+        else:
+            print(f"note: no profiles: the fit is {fit.status}", file=sys.stderr)
+    try:
+        fit.to_folder(out, figures=not args.no_plot, profiles=prof)
+    except ImportError as err:
+        print(f"note: {err}", file=sys.stderr)
+        fit.to_folder(out, figures=False, profiles=prof)
+    print(f"wrote {out}/")
+    if not fit.success:
+        raise EstimationFailed(f"the fit is {fit.status}"
+                               + (f" ({', '.join(fit.flags)})" if fit.flags else "")
+                               + f"; results written to {out}/")
+    return 0
+
+
 def main(argv=None) -> int:
     """Run the command line; return the exit code (0, 1 failed estimation, 2 usage error)."""
     from .problem._validation import ProblemError
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        if argv[:1] == ["petab"]:
+            return _run_petab(argv[1:])
         return _run(argv)
     except (UsageError, ProblemError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)

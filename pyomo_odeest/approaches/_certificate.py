@@ -175,12 +175,14 @@ def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) 
                 f"the reference simulation fails at the estimates ({err}): the discrete "
                 f"solution may not exist for the ODE"), objective_simulated=float("nan"),
                 **base)
-        z_h = _rows(result.fitted, name).to_numpy(dtype=float)
+        # the experiment's own observables (the frames are stacked over their union)
+        cols = list(sp.obs_names)
+        z_h = _rows(result.fitted, name)[cols].to_numpy(dtype=float)
         mask = np.asarray(sp.mask, dtype=bool)
         w = np.where(mask, np.asarray(sp.weights, dtype=float), 0.0)
         errs.append(np.where(mask, z_h - z_ref, 0.0))
         w_all.append(w)
-        r_all.append(np.where(mask, np.nan_to_num(_rows(result.residuals, name)
+        r_all.append(np.where(mask, np.nan_to_num(_rows(result.residuals, name)[cols]
                                                   .to_numpy(dtype=float)), 0.0))
         rows.append(mask)
     E = np.concatenate([e.ravel() for e in errs])

@@ -16,3 +16,6 @@ __all__ += ["PetabEstimation", "petab_problem"]
 from ._export import write_petab
 
 __all__ += ["write_petab"]
+from ._fit import PetabFit, fit_petab
+
+__all__ += ["PetabFit", "fit_petab"]

@@ -824,33 +824,6 @@ def _suite():
     return suite
 
 
-def test_suite_bound_push_and_grid_rules():
-    """benchmarks/petab_suite.py: Ipopt's bound push is limited exactly when a start puts a
-    free parameter on one of its bounds (Borghans' init_A_state = 1 - 4e-14 of [0, 1],
-    Crauste's mu_LE and mu_P); Bruno starts inside its box and keeps Ipopt's default."""
-    import types
-    suite = _suite()
-    args = types.SimpleNamespace(max_wall_time=30.0)
-    expect = {"Borghans_BiophysChem1997": ["init_A_state"],
-              "Crauste_CellSystems2017": ["mu_LE", "mu_P"], "Bruno_JExpBot2016": []}
-    for name, on in expect.items():
-        prob = petab_problem(os.path.join(DATA, name)).problem
-        assert suite.on_bound(prob, prob.u0) == on
-        opts = suite.ipopt_options(prob, [prob.u0], args)
-        assert opts["max_wall_time"] == 30.0
-        assert (opts.get("bound_push"), opts.get("bound_frac")) == ((1e-8, 1e-8) if on else (None, None))
-    # the grid: Borghans' calcium spikes need steps below horizon/300 (the median LSODA
-    # step at the start, 0.0074); Bruno's slow dynamics keep horizon/300
-    grid = types.SimpleNamespace(grid_points=300, grid="auto")
-    prob = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016")).problem
-    assert suite.largest_step(prob, grid) == pytest.approx(prob.T / 300)
-    prob = petab_problem(os.path.join(DATA, "Borghans_BiophysChem1997")).problem
-    assert 0.004 < suite.largest_step(prob, grid) < 0.01 < prob.T / 300
-    u = prob.u0.copy()
-    u[prob.parameter_names.index("init_A_state")] = 0.5          # moved inside: default push
-    assert suite.on_bound(prob, u) == [] and "bound_push" not in suite.ipopt_options(prob, [u], args)
-
-
 def test_borghans_reference_is_not_the_optimum():
     """Borghans: the continuous approach (no grid, so no discretization artefact) from the
     nominal point, Ipopt limited-memory with a small monotone barrier and the start kept
@@ -987,120 +960,6 @@ def test_bad_petab_input_is_named(tmp_path, edit, error, message):
     assert not isinstance(info.value, KeyError)
 
 
-def test_suite_status_says_what_the_result_is():
-    """benchmarks/petab_suite.py: a converged fit worse than its own start is never a fit
-    (Borghans: -54.31 from a start at -83.32); a better point that did not converge is
-    the best found, flagged; with nothing finite, failed; the reference gap is a flag."""
-    suite = _suite()
-
-    def tab(*rows):
-        return pd.DataFrame([dict(success=s, nll_simulated=v, warnings="") for s, v in rows])
-    status, _, value, flags = suite.assess(tab((True, -54.31)), -83.32, None)
-    assert status == suite.NOT_STATIONARY and value == -83.32
-    assert flags == ["no_fit_better_than_its_start"] and not suite.solved(status, flags)
-    status, _, value, _ = suite.assess(tab((True, -90.0), (False, -104.0)), -83.32, None)
-    assert status == suite.NOT_STATIONARY and value == -104.0
-    status, _, value, flags = suite.assess(tab((True, -104.88), (False, -90.0)), -83.32, -83.32)
-    assert status == suite.CONVERGED and value == -104.88 and suite.solved(status, flags)
-    status, _, _, flags = suite.assess(tab((True, -90.0)), -83.32, -104.0)
-    assert status == suite.CONVERGED and flags == ["worse_than_reference"]
-    assert suite.assess(tab((False, np.nan)), -83.32, None)[0] == suite.FAILED
-    # a start whose discretization and simulation disagree is not a value found (Crauste:
-    # reduced space stopped at its time limit with NLL 240.80 on its grid, 13.37 by LSODA)
-    rows = pd.DataFrame([dict(success=False, nll_simulated=13.37, nll_discrete=240.80,
-                              warnings=""),
-                         dict(success=True, nll_simulated=190.964039, nll_discrete=190.963979,
-                              warnings="")])
-    status, _, value, flags = suite.assess(rows, 190.963978, 190.965219)
-    assert status == suite.CONVERGED and value == 190.964039 and not flags
-
-
-def test_suite_time_budget_stops_a_problem_and_says_so(capsys):
-    """benchmarks/petab_suite.py --max-problem-time: no stage starts once a problem's time
-    is spent; the row is the best value known (the start), not stationary, flagged, with
-    the stages not run; fits started before share what is left."""
-    import time as _time
-    suite = _suite()
-    budget = suite.Budget(100.0, workers=0)
-    assert budget.fit_limit(120.0, 4) == pytest.approx(25.0, abs=0.5)   # 4 starts in turn
-    assert budget.fit_limit(10.0, 4) == 10.0                              # the fit's own limit
-    assert suite.Budget(100.0, workers=2).fit_limit(120.0, 4) == pytest.approx(50.0, abs=0.5)
-    assert suite.Budget(None).fit_limit(0.0) is None and suite.Budget(None).allows("x")
-    budget.start = _time.perf_counter() - 101.0                            # spent
-    assert not budget.allows("simultaneous") and budget.skipped == ["simultaneous"]
-    # a whole problem whose import takes the budget: nothing is fitted and it says so
-    code = suite.main([os.path.join(DATA, "Bruno_JExpBot2016"), "--max-problem-time", "1e-3",
-                       "--out", ""])
-    line = [ln for ln in capsys.readouterr().out.splitlines()
-            if ln.startswith("petab_problem:")][0]
-    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-    assert code == 1 and fields["status"] == suite.NOT_STATIONARY
-    assert fields["best_nll"] == fields["nominal_nll"] and fields["best_approach"] == "-"
-    assert fields["flags"] == "no_fit_better_than_its_start,time_budget"
-    assert fields["failures"] == ("not_run:continuous_least_squares;not_run:reduced_space;"
-                                  "not_run:simultaneous")
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="the suite's backstop forks")
-def test_suite_kills_a_fit_its_own_limit_cannot_stop(capsys, monkeypatch):
-    """benchmarks/petab_suite.py: a fit of the discrete approaches runs in a child process
-    killed at KILL_FACTOR x its limit + KILL_GRACE (here 0.5 s: inside the model's
-    set-up, which no limit of the fit's own stops); the start says ``time_limit`` and
-    the problem failed, and the suite ends."""
-    suite = _suite()
-    monkeypatch.setattr(suite, "KILL_FACTOR", 0.0)
-    monkeypatch.setattr(suite, "KILL_GRACE", 0.5)
-    code = suite.main([os.path.join(DATA, "Bruno_JExpBot2016"), "--approaches",
-                       "reduced_space", "--starts", "1", "--refine", "0", "--out", ""])
-    out = capsys.readouterr().out
-    assert code == 1
-    assert "start 0: time_limit" in out and "task_timeout after 0.5 s" in out
-    line = [ln for ln in out.splitlines() if ln.startswith("petab_problem:")][0]
-    assert "status=failed" in line and "failures=reduced_space:time_limit" in line
-
-
-def test_suite_polishes_the_best_point_of_another_approach_with_the_first(monkeypatch):
-    """benchmarks/petab_suite.py: when no fit converged to the best point found and that
-    point came from another approach, the first approach runs once from it; not when
-    the best converged, nor when the first approach found it."""
-    from types import SimpleNamespace
-    suite = _suite()
-    calls = []
-
-    def fake_fits(pe, approach, args, runner, h, starts, tol=None, budget=None):
-        calls.append((approach, np.asarray(starts[0])))
-        return pd.DataFrame([dict(approach=approach, success=True, nll_simulated=-66.58,
-                                  nll_discrete=-66.58, status="converged", p_k=starts[0][0])])
-    monkeypatch.setattr(suite, "fits", fake_fits)
-    pe = SimpleNamespace(problem=SimpleNamespace(parameter_names=["k"]))
-    args = SimpleNamespace(approaches=[suite.LEAST_SQUARES, "reduced_space"])
-
-    def tab(approach, success, nll, k):
-        return pd.DataFrame([dict(approach=approach, success=success, nll_simulated=nll,
-                                  nll_discrete=nll, status="s", p_k=k)])
-    explorer = [tab(suite.LEAST_SQUARES, False, -53.2, 1.0), tab("reduced_space", False, -66.5, 2.0)]
-    out = suite.polish(pe, args, None, 1.0, explorer, -53.08, None, suite.Budget(None), "P")
-    assert calls[0][0] == suite.LEAST_SQUARES and calls[0][1][0] == 2.0 and len(out) == 3
-    assert suite.assess(pd.concat(out, ignore_index=True), -53.08, None)[0] == suite.CONVERGED
-    # not converged but lower: again from where it stopped, at most POLISH_ROUNDS times;
-    # not lower: no restart
-    for step, rounds in ((0.01, suite.POLISH_ROUNDS), (0.0, 1)):
-        calls.clear()
-
-        def descending(pe, approach, args, runner, h, starts, tol=None, budget=None):
-            calls.append(starts[0][0])
-            return tab(approach, False, -66.5 - step * len(calls), starts[0][0] + 1.0)
-        monkeypatch.setattr(suite, "fits", descending)
-        suite.polish(pe, args, None, 1.0, explorer, -53.08, None, suite.Budget(None), "P")
-        assert calls == [2.0 + k for k in range(rounds)]
-    monkeypatch.setattr(suite, "fits", fake_fits)
-    for tables in ([tab(suite.LEAST_SQUARES, False, -66.5, 1.0), tab("reduced_space", False, -60.0, 2.0)],
-                   [tab("reduced_space", True, -66.5, 2.0)], []):
-        calls.clear()
-        assert suite.polish(pe, args, None, 1.0, tables, -53.08, None, suite.Budget(None),
-                            "P") is tables and not calls
-
-
 def test_suite_results_table_keeps_one_row_per_problem(tmp_path):
     """benchmarks/petab_suite.py --out: each run replaces its problems' rows and keeps the
     others; the best estimates round-trip through JSON."""
@@ -1116,48 +975,6 @@ def test_suite_results_table_keeps_one_row_per_problem(tmp_path):
     tab = pd.read_csv(path, sep="\t").set_index("name")
     assert list(tab.index) == ["A", "B"] and tab.loc["B", "best_nll"] == -3.0
     assert json.loads(tab.loc["A", "estimates"]) == {"k": -0.1}
-
-
-def test_suite_refines_the_continuous_tolerances_from_the_best_start():
-    """benchmarks/petab_suite.py: the continuous approaches (no grid) are refitted with the
-    tolerances / 100 when their fits did not converge to the best value they found, no
-    worse than the problem's start: from the best start by simulation, or from the
-    problem's start when that is better; not once they converged, nor when nothing is
-    finite or the best ran out of evaluations (not a matter of tolerances)."""
-    from pyomo_odeest.approaches.continuous import default_tolerances
-    suite = _suite()
-    prob = petab_problem(os.path.join(DATA, "Bruno_JExpBot2016")).problem
-    names = prob.parameter_names
-
-    def row(success, nll, shift, rtol=np.nan, warnings=""):
-        return dict(success=success, nll_simulated=nll, warnings=warnings, rtol=rtol,
-                    **{f"p_{k}": v + shift for k, v in zip(names, prob.u0)})
-
-    def refit(rows, start, tol=None):
-        return suite.tolerance_refit(pd.DataFrame(rows), tol, prob, start)
-    r0, a0 = default_tolerances()
-    rows = [row(False, -40.0, 0.1), row(False, -45.0, 0.2), row(True, np.nan, 0.3)]
-    tol, starts = refit(rows, -30.0)
-    assert tol == (r0 / 100, a0 / 100)
-    np.testing.assert_allclose(starts[0], prob.u0 + 0.2)          # the best finite start
-    # converged to the best value found, below the start: done; with a discretization
-    # mismatch, or (Borghans) converged above the start while a better point was found:
-    # refit from the better point, or from the problem's start when nothing beats it
-    assert refit(rows + [row(True, -46.0, 0.0)], -30.0) is None
-    assert refit([row(True, -46.0, 0.0, warnings="discretization error: ...")], -30.0)
-    _, starts = refit([row(True, -54.3, 0.1), row(False, -97.7, 0.2)], -83.3)
-    np.testing.assert_allclose(starts[0], prob.u0 + 0.2)
-    _, starts = refit([row(True, -54.3, 0.1)], -83.3)
-    np.testing.assert_allclose(starts[0], prob.u0)
-    # the next level reads only its own rows; nothing finite there (refused, or failed)
-    # ends the refinement
-    tol2, starts2 = refit(rows + [row(False, -50.0, 0.4, rtol=tol[0])], -30.0, tol)
-    assert tol2 == (r0 / 1e4, a0 / 1e4)
-    np.testing.assert_allclose(starts2[0], prob.u0 + 0.4)
-    assert refit(rows + [row(False, np.nan, 0.0, rtol=tol[0])], -30.0, tol) is None
-    # the best ran out of its evaluations: it was still descending, not stopped by noise
-    stopped = dict(row(False, -50.0, 0.4), status="max_iterations")
-    assert refit(rows + [stopped], -30.0) is None
 
 
 def test_borghans_continuous_fit_worse_than_its_start_says_so():
