@@ -115,6 +115,21 @@ class Curvature:
             rows.append(L.T @ S[j][o])
         return np.vstack(rows) if rows else np.zeros((0, S.shape[2]))
 
+    def scaled_residuals(self) -> np.ndarray:
+        r""":math:`\rho = P_j^{1/2} r_j`, one per row of :meth:`scaled_rows`:
+        :math:`\tfrac12\lVert\rho\rVert^2` is the misfit part of the NLL, ``scaled_rows``
+        its Jacobian (the Gauss–Newton model of the NLL)."""
+        r, P = self.residuals, self.problem
+        mask = P.mask
+        if self.misfit.A is None:
+            return (np.sqrt(2.0 / self.kappa * self.misfit.A_diag) * r)[mask]
+        out = []
+        for j in range(r.shape[0]):
+            o = np.flatnonzero(mask[j])
+            L = np.linalg.cholesky(2.0 / self.kappa * self.misfit.A[j][np.ix_(o, o)])
+            out.append(L.T @ r[j][o])
+        return np.concatenate(out) if out else np.zeros(0)
+
 
 @dataclass
 class ExperimentCurvature:
@@ -148,6 +163,9 @@ class ExperimentCurvature:
 
     def scaled_rows(self) -> np.ndarray:
         return np.vstack([c.scaled_rows() for c in self.parts])
+
+    def scaled_residuals(self) -> np.ndarray:
+        return np.concatenate([c.scaled_residuals() for c in self.parts])
 
 
 def _problem_of(result, problem=None):
