@@ -117,3 +117,39 @@ def test_poorly_determined_log_parameter_is_flagged(robertson):
                                rtol=1e-9)
     # an interval is cut at the declared bounds (lk2 in [5, 25])
     assert iv.loc["lk2", "lower"] >= 5 and iv.loc["lk2", "upper"] <= 25
+
+
+def _arrhenius(sig=0.02):
+    """c' = −A·e^{−E/(R·T)}·c at three temperatures; A (~1e7) declared lb=1."""
+    A, E, Rg = 1.0e7, 5.0e4, 8.314
+    t = np.linspace(0.5, 5, 8)
+    rng = np.random.default_rng(2)
+    exps = []
+    for i, Tk in enumerate([300.0, 320.0, 340.0]):
+        y = np.exp(-A * np.exp(-E / (Rg * Tk)) * t) + sig * rng.standard_normal(len(t))
+        exps.append(po.Experiment(f"T{i}", pd.DataFrame({"c": y}, index=pd.Index(t, name="time")),
+                                  parameters={"temp": Tk}))
+    return po.EstimationProblem(
+        ["c"], [po.Parameter("A", 1.2e7, lb=1), po.Parameter("E", 5.1e4, lb=0),
+                po.Parameter("temp", 300.0, fixed=True, local=True)],
+        rhs=lambda x, u, t: [-u.A * np.e ** (-u.E / (Rg * u.temp)) * x.c],
+        initial={"c": 1.0}, data=None, sigma=sig, experiments=exps)
+
+
+@pytest.mark.slow
+def test_positive_parameter_interval_is_on_the_log_scale_and_agrees_with_the_profile():
+    """The linear Wald interval of A (se/A ≈ 0.65) would go below 0 (and below lb=1);
+    the reported one is the interval of log A, positive, near the profile interval."""
+    P = _arrhenius()
+    assert parameter_scales(P) == {"A": "positive", "E": "positive"}
+    res = po.estimate(P, "reduced_space", max_step=0.05)
+    assert res.success
+    cov = res.covariance()
+    a, se = res.estimates["A"], cov.se["A"]
+    assert a - 1.96 * se < 0                           # the linear interval would be negative
+    iv = cov.intervals()
+    assert iv.loc["A", "scale"] == "positive" and iv.loc["A", "lower"] > 1
+    assert iv.loc["A", "lower"] == pytest.approx(a * np.exp(-1.96 * se / a), rel=1e-3)
+    pr = res.profile(["A"])
+    lo, hi = pr.intervals.loc["A", ["lower", "upper"]]
+    assert 0.5 < iv.loc["A", "lower"] / lo < 2 and 0.5 < iv.loc["A", "upper"] / hi < 2
