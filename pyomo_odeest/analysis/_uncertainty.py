@@ -431,7 +431,8 @@ class Covariance:
                 lb, ub = self.bounds.get(name, (None, None))
                 lo = lo if lb is None else max(lo, lb)
                 hi = hi if ub is None else min(hi, ub)
-                factor = float(np.exp(min(logw, 700.0))) if kind != "linear" else np.nan
+                factor = (np.nan if kind == "linear" else np.inf if not np.isfinite(logw)
+                          else float(np.exp(min(logw, 700.0))))
                 if name in self.non_identifiable or not np.isfinite(s):
                     status = "not identifiable"
                 elif (logw > np.log(poor_factor) if kind != "linear" else q * s > abs(v)):

@@ -153,3 +153,84 @@ def test_positive_parameter_interval_is_on_the_log_scale_and_agrees_with_the_pro
     pr = res.profile(["A"])
     lo, hi = pr.intervals.loc["A", ["lower", "upper"]]
     assert 0.5 < iv.loc["A", "lower"] / lo < 2 and 0.5 < iv.loc["A", "upper"] / hi < 2
+
+
+T_COMB = np.linspace(0.25, 4.0, 12)
+
+
+def _decay_data():
+    rng = np.random.default_rng(1)
+    y = 1.2 * np.exp(-0.8 * T_COMB) + 0.02 * rng.standard_normal(len(T_COMB))
+    return pd.DataFrame({"x": y}, index=pd.Index(T_COMB, name="time"))
+
+
+def _only_a_combination(lb=None, ub=None):
+    """x' = −exp(l3 − 0.5·l2)·x, x(0) = x0: the data determine x0 and l3 − 0.5·l2
+    (the log of k3/√k2), not l2 or l3 (without bounds: with bounds on both, those
+    of one bound the profile of the other)."""
+    return po.EstimationProblem(
+        ["x"], [po.Parameter("l2", 0.0, lb, ub), po.Parameter("l3", 0.0, lb, ub),
+                po.Parameter("x0", 1.0)],
+        rhs=lambda x, u, t: [-pyo.exp(u.l3 - 0.5 * u.l2) * x.x], initial={"x": "x0"},
+        data=_decay_data(), sigma=0.02, name="only_a_combination")
+
+
+def _one_rate():
+    """The same likelihood in lk = l3 − 0.5·l2: x' = −exp(lk)·x."""
+    return po.EstimationProblem(
+        ["x"], [po.Parameter("lk", 0.0), po.Parameter("x0", 1.0)],
+        rhs=lambda x, u, t: [-pyo.exp(u.lk) * x.x], initial={"x": "x0"},
+        data=_decay_data(), sigma=0.02, name="one_rate")
+
+
+@pytest.mark.parametrize("approach", ["reduced_space", "simultaneous"])
+def test_profile_of_a_combination_is_that_of_the_reparametrized_model(approach):
+    """The profile of l3 − 0.5·l2 (the other parameters re-optimized with it fixed)
+    is the profile of lk in the one-rate model: the same closed interval.  (Bounds
+    on l2 and l3, far from the interval, keep the simultaneous re-optimizations
+    off the direction the data do not determine.)"""
+    res = po.estimate(_only_a_combination(-6, 6), approach, max_step=0.25)
+    assert res.success
+    pr = res.profile(combination={"l3": 1, "l2": -0.5}, approach=approach)
+    name = "l3 − 0.5·l2"
+    assert list(pr.intervals.index) == [name]
+    assert pr.combinations == {name: {"l3": 1.0, "l2": -0.5}}
+    row = pr.intervals.loc[name]
+    assert row["shape"] == "ok" and np.isfinite(row["lower"]) and np.isfinite(row["upper"])
+    curve = pr.curves[name]
+    u = res.estimates
+    assert row["estimate"] == pytest.approx(u["l3"] - 0.5 * u["l2"], rel=1e-12)
+    np.testing.assert_allclose(curve["value"], curve["u:l3"] - 0.5 * curve["u:l2"], rtol=1e-9)
+
+    ref_res = po.estimate(_one_rate(), approach, max_step=0.25)
+    ref = ref_res.profile(["lk"], approach=approach).intervals.loc["lk"]
+    assert row["estimate"] == pytest.approx(ref["estimate"], abs=1e-6)
+    for col in ("lower", "upper", "wald_lower", "wald_upper"):
+        assert row[col] == pytest.approx(ref[col], abs=1e-5), col
+    assert row["upper"] - row["lower"] < 0.12
+
+
+def test_profile_of_a_combination_is_finite_where_its_parameters_are_not():
+    """Profiled together, l2 and l3 alone are flat (no interval, their Wald intervals
+    unbounded) while l3 − 0.5·l2 has a closed interval."""
+    res = po.estimate(_only_a_combination(), "reduced_space", max_step=0.25)
+    pr = res.profile(["l2", "l3"], combination={"l3": 1, "l2": -0.5})
+    iv = pr.intervals
+    assert list(iv.index) == ["l2", "l3", "l3 − 0.5·l2"]
+    for single in ("l2", "l3"):
+        assert iv.loc[single, "shape"] == "flat"
+        assert np.isnan(iv.loc[single, "lower"]) and np.isnan(iv.loc[single, "upper"])
+        assert (iv.loc[single, "wald_lower"], iv.loc[single, "wald_upper"]) == (-np.inf, np.inf)
+    row = iv.loc["l3 − 0.5·l2"]
+    assert row["shape"] == "ok" and 0 < row["upper"] - row["lower"] < 0.12
+
+
+def test_combination_is_checked():
+    P = _only_a_combination()
+    res = po.estimate(P, "reduced_space", max_step=0.25)
+    with pytest.raises(ValueError, match="not free parameters"):
+        res.profile(combination={"l3": 1, "k2": -0.5})
+    with pytest.raises(ValueError, match="not all 0"):
+        res.profile(combination={"l3": 0})
+    with pytest.raises(ValueError, match="non-empty dict"):
+        res.profile(combination=[{}])
