@@ -17,8 +17,8 @@ from ..discretization.schemes import amplification, stable_schemes, stiff_point
 from ..problem._status import Status
 
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
-           "bound_warnings", "rank_warnings", "status_warning", "simulation_warning", "end_objective",
-           "SIMULATION_RTOL"]
+           "bound_warnings", "rank_warnings", "status_warning", "simulation_warning",
+           "stationarity_status", "end_objective", "SIMULATION_RTOL"]
 
 #: Relative singular-value threshold (of the scaled Gauss–Newton matrix).
 RANK_RTOL = 1e-10
@@ -109,7 +109,68 @@ def _gauss_newton(problem, result):
         return None
 
 
-def rank_warnings(problem, result):
+def _curvature(problem, result):
+    """The sensitivities at the estimates from the result's backend (None when they
+    cannot be had: no backend, a failed simulation, ...)."""
+    if getattr(result, "backend", None) is None or not np.all(np.isfinite(result.x)):
+        return None
+    try:
+        from ._uncertainty import curvature
+        return curvature(result, problem=problem)
+    except Exception:                        # noqa: BLE001 - the checks that need it skip
+        return None
+
+
+def stationarity_status(problem, result, curv):
+    r"""The one stationarity rule (:func:`~pyomo_odeest.nlp.judge_stop`) applied to a
+    success that the approach did not judge by it: the decrease of J that the
+    Gauss–Newton model predicts within the bounds, from the backend's
+    sensitivities at the estimates, must be at most
+    :func:`~pyomo_odeest.nlp.decrement_limit` (absolute, in the units of J).
+    Otherwise the status becomes ``NOT_STATIONARY`` (numbers in
+    ``result.extra['stationarity']``).  Applies where J is a sum of squares (no
+    constraints, no penalty) and the backend reproduces the objective that was
+    minimized (:math:`\kappa\cdot	frac12\lVert
+ho
+Vert^2 + c = J` to 1e-6: not
+    the adaptive approach, whose backend is another discretization)."""
+    from ..nlp._stationarity import decrement_limit, gauss_newton_decrement, judge_stop
+    from ..problem._misfit import misfit_constant
+    st = result.extra.get("stationarity")
+    if not result.success or curv is None or (isinstance(st, dict) and st.get("rule")):
+        return []
+    parts = getattr(curv, "parts", [curv])
+    if getattr(problem, "has_constraints", False) or any(c.misfit.has_penalty for c in parts):
+        return []
+    try:
+        rho, D = curv.scaled_residuals(), curv.scaled_rows()
+    except (ValueError, np.linalg.LinAlgError):
+        return []
+    kappa = curv.kappa
+    jc = kappa * 0.5 * float(rho @ rho)
+    J = float(result.objective) - misfit_constant(problem)
+    if not (np.isfinite(jc) and np.isfinite(J)) or abs(jc - J) > 1e-6 * max(1.0, abs(J)):
+        return []                            # not the objective the optimizer minimized
+    pars = [problem.parameters[k] for k in curv.free]
+    u = curv.u[curv.free]
+    lo = np.array([-np.inf if p.lb is None else p.lb for p in pars]) - u
+    hi = np.array([np.inf if p.ub is None else p.ub for p in pars]) - u
+    dec, _ = gauss_newton_decrement(D, rho, lo, hi)
+    dec = kappa * dec                        # NLL units -> units of J
+    ok, rule = judge_stop(dec, jc)
+    if rule is None:
+        return []
+    result.extra["stationarity"] = dict(st or {}, gauss_newton_decrement=dec,
+                                        decrement_limit=decrement_limit(jc), rule=rule)
+    if ok:
+        return []
+    result.status = Status.NOT_STATIONARY
+    result.message = (f"{result.message}; not stationary: Gauss-Newton predicted decrease "
+                      f"{dec:.2g} > {decrement_limit(jc):.2g}")
+    return []
+
+
+def rank_warnings(problem, result, curv=None):
     """Fewer measurements than free parameters, or a numerically singular Gauss–Newton matrix."""
     subs = problem.subproblems
     N = sum(int(sp.mask.sum()) for sp in subs)
@@ -126,7 +187,7 @@ def rank_warnings(problem, result):
         return []                            # the integrator failed: no sensitivities to judge
     try:                                     # the uncertainty module's report, when it applies
         from ._identifiability import identifiability_report
-        rep = identifiability_report(result, problem=problem)
+        rep = identifiability_report(result, problem=problem, curv=curv)
     except Exception:                        # noqa: BLE001 - fall back to the Gauss-Newton check
         rep = None
     if rep is not None:
@@ -338,9 +399,12 @@ def diagnose(problem, result):
     if scheme is not None and not hasattr(scheme, "stage_names"):    # a SchemeRef
         from ..discretization.schemes import get_scheme
         scheme = get_scheme(scheme.name, scheme.qmax)
-    w = [m for check in (status_warning, start_warning) for m in check(result)]
-    w += [m for check in (bound_warnings, chi2_warning, rank_warnings, simulation_warning)
-          for m in check(problem, result)]
+    w = bound_warnings(problem, result)
+    curv = _curvature(problem, result)
+    w += stationarity_status(problem, result, curv)
+    w = [m for check in (status_warning, start_warning) for m in check(result)] + w
+    w += chi2_warning(problem, result) + rank_warnings(problem, result, curv)
+    w += simulation_warning(problem, result)
     if getattr(problem, "experiments", None):
         for name, sp in zip(problem.experiment_names, problem.experiment_problems):
             st = _experiment_rows(result.states, name)

@@ -5,7 +5,12 @@ For :math:`\theta = u_k`, :math:`\mathrm{PL}(\theta) = \min_{u:\,u_k=\theta} J(u
 :math:`\lambda(\theta) = \frac{2}{\kappa}(\mathrm{PL}(\theta) - J(\hat u))`; the
 interval is :math:`\{\theta: \lambda(\theta) \le \chi^2_{1,\alpha}\}`, or with σ
 unknown (``scale='residual'``) :math:`\lambda/s^2` against the :math:`F_{1,m-p}`
-quantile.  Each side of a profile is a path from :math:`\hat\theta` outwards
+quantile.  The profile of a named combination :math:`\theta = \sum_k a_k u_k`
+(``combination={'lk3': 1, 'lk2': -0.5}``) minimizes over the other parameters
+with the combination fixed: one of its parameters (the pivot, the largest
+:math:`|a_k|`) is substituted, :math:`u_k = (\theta - \sum_{j \ne k} a_j u_j)/a_k`
+(reduced space; its bounds become a linear constraint), or the equality
+:math:`a^\top u = \theta` is a constraint of the block (simultaneous).  Each side of a profile is a path from :math:`\hat\theta` outwards
 with steps adapted to the signed root :math:`\pm\sqrt{\lambda}`; the crossing of
 the threshold is refined by :func:`_illinois`.  :func:`profile_tasks`,
 :func:`profile_segment` and :func:`assemble_profiles` split the work for a
@@ -25,19 +30,20 @@ from ..problem._status import status_from_ipopt
 from ._uncertainty import Covariance, _problem_of, covariance, nll_factor, resolve_scale
 
 __all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment", "profile_point",
-           "assemble_profiles", "profile_likelihood", "PROFILE_APPROACHES"]
+           "assemble_profiles", "profile_likelihood", "combination_name", "PROFILE_APPROACHES"]
 
 PROFILE_APPROACHES = ("reduced_space", "simultaneous")
 
 
 @dataclass
 class ProfileTask:
-    """One side of one profile: everything a worker needs (picklable).
+    r"""One side of one profile: everything a worker needs (picklable).
 
     Attributes
     ----------
     problem : EstimationProblem
     parameter : str
+        The profiled parameter, or the name of ``combination``.
     direction : +1 or -1
     u_hat : array
         Estimates (all parameters): the start of the path.
@@ -61,6 +67,9 @@ class ProfileTask:
         standard errors), tolerance on the signed root at the crossing (relative),
         re-optimizations allowed to locate it, and the level (relative to the
         threshold) below which a profile counts as flat.
+    combination : dict, optional
+        ``{name: coefficient}``: the profile is that of :math:`\sum_k a_k u_k`
+        (``parameter`` is then its name, :func:`combination_name`).
     """
 
     problem: object
@@ -80,6 +89,45 @@ class ProfileTask:
     refine_tol: float = 1e-3
     max_refine: int = 30
     flat_tol: float = 1e-3
+    combination: dict | None = None
+
+
+def combination_name(coef) -> str:
+    """``'lk3 − 0.5·lk2'`` of ``{name: coefficient}`` (in the given order)."""
+    out = []
+    for i, (n, c) in enumerate(coef.items()):
+        c = float(c)
+        sign = ("" if c > 0 else "−") if i == 0 else (" + " if c > 0 else " − ")
+        out.append(f"{sign}{'' if abs(c) == 1 else f'{abs(c):g}·'}{n}")
+    return "".join(out)
+
+
+def _coefficients(problem, parameter, combination=None):
+    """``(a, pivot)``: the profiled quantity is ``a @ u`` (all parameters), with the
+    parameter ``pivot`` substituted (the profiled parameter itself, or the
+    combination's parameter of largest |a_k|, the first of equals)."""
+    names = problem.parameter_names
+    a = np.zeros(len(names))
+    if combination is None:
+        k = names.index(parameter)
+        a[k] = 1.0
+        return a, k
+    for n, c in combination.items():
+        a[names.index(n)] = float(c)
+    return a, int(np.argmax(np.abs(a)))
+
+
+def _quantity_bounds(problem, a):
+    """Bounds of ``a @ u`` over the box of the parameters' bounds (None: none)."""
+    lo = hi = 0.0
+    for p, c in zip(problem.parameters, a):
+        if c == 0:
+            continue
+        lb = -np.inf if p.lb is None else p.lb
+        ub = np.inf if p.ub is None else p.ub
+        lo += c * (lb if c > 0 else ub)
+        hi += c * (ub if c > 0 else lb)
+    return (float(lo) if np.isfinite(lo) else None), (float(hi) if np.isfinite(hi) else None)
 
 
 # ---------------------------------------------------------------------------
@@ -106,16 +154,80 @@ def _discrete_model(problem, disc):
     return dm
 
 
-class _ReducedProfiler:
-    """Re-optimize J_k over all free parameters but one (reduced space, Ipopt)."""
+def _combination_nlp(dm, a, pivot):
+    """The reduced-space NLP over the free parameters but ``pivot``, with
+    ``u[pivot] = (theta - Σ_{j≠pivot} a_j u_j)/a_pivot`` (``theta`` an attribute):
+    gradient Bᵀg, Hessian BᵀHB with B = du/dx; the pivot's bounds are one more
+    (linear) constraint."""
+    from ..approaches._reduced import ReducedSpaceNLP
+    from ..nlp._protocol import finite
 
-    def __init__(self, problem, disc, parameter, options, u_hat=None):
+    class CombinationNLP(ReducedSpaceNLP):
+        def __init__(self):
+            P = dm.problem
+            free = P.free_mask.copy()
+            free[pivot] = False
+            super().__init__(dm, "adjoint", "soa", free=free)
+            self.a, self.k, self.theta = a, pivot, float(a @ P.u0)
+            self.B = np.zeros((len(a), self.n))
+            self.B[self.free, np.arange(self.n)] = 1.0
+            self.B[pivot] = -a[self.free] / a[pivot]
+            p = P.parameters[pivot]
+            self.pivot_row = p.lb is not None or p.ub is not None
+            if self.pivot_row:
+                self.m += 1
+                self.g_lb = np.append(self.g_lb, -np.inf if p.lb is None else p.lb)
+                self.g_ub = np.append(self.g_ub, np.inf if p.ub is None else p.ub)
+
+        def full(self, x):
+            u = super().full(x)
+            rest = self.a @ u - self.a[self.k] * u[self.k]
+            u[self.k] = (self.theta - rest) / self.a[self.k]
+            return u
+
+        def gradient(self, x):
+            traj = self._trajectory(x)
+            self.counts["gradients"] += 1
+            g = self.dm.gradient(self.full(x), self.gradient_method, traj)
+            return finite(self.B.T @ g, "gradient")
+
+        def hessian_matrix(self, x):
+            self._trajectory(x)
+            self.counts["hessians"] += 1
+            return self.B.T @ self.dm.hessian(self.full(x), self.hessian_method) @ self.B
+
+        def constraints(self, x):
+            g = np.zeros(0) if self.cons is None else \
+                self.cons.values(self.full(x), self._trajectory(x))
+            if self.pivot_row:
+                g = np.append(g, self.full(x)[self.k])
+            return finite(g, "constraint value")
+
+        def jacobian(self, x):
+            J = np.zeros((0, self.n)) if self.cons is None else \
+                self.cons.jacobian(self.full(x), self._trajectory(x)) @ self.B
+            if self.pivot_row:
+                J = np.vstack([J, self.B[self.k]])
+            return finite(J, "constraint Jacobian").ravel()
+
+    return CombinationNLP()
+
+
+class _ReducedProfiler:
+    """Re-optimize J_k over all free parameters but one (reduced space, Ipopt);
+    for a combination, the pivot is substituted (:func:`_combination_nlp`)."""
+
+    def __init__(self, problem, disc, parameter, options, u_hat=None, combination=None):
         from ..approaches._reduced import ReducedSpaceNLP
         self.dm = _discrete_model(problem, disc)
-        self.k = problem.parameter_names.index(parameter)
-        free = problem.free_mask.copy()
-        free[self.k] = False
-        self.nlp = ReducedSpaceNLP(self.dm, "adjoint", "soa", free=free)
+        a, self.k = _coefficients(problem, parameter, combination)
+        self.combination = combination is not None
+        if self.combination:
+            self.nlp = _combination_nlp(self.dm, a, self.k)
+        else:
+            free = problem.free_mask.copy()
+            free[self.k] = False
+            self.nlp = ReducedSpaceNLP(self.dm, "adjoint", "soa", free=free)
         self.options = {"tol": 1e-10, **(options or {})}
 
     def solve(self, u_start, theta):
@@ -123,11 +235,15 @@ class _ReducedProfiler:
         from ..nlp._protocol import EvaluationError
         nlp = self.nlp
         u = np.asarray(u_start, dtype=float).copy()
-        u[self.k] = theta
+        if self.combination:
+            nlp.theta = float(theta)
+        else:
+            u[self.k] = theta
         nlp.u_full = u
         x0 = np.clip(u[nlp.free], nlp.x_lb, nlp.x_ub)
         nlp.x0 = x0
         if nlp.n == 0:
+            u = nlp.full(x0)
             try:
                 return u, self.dm.objective(u), "Solve_Succeeded", 0
             except Exception as err:                   # SimulationError
@@ -147,10 +263,11 @@ class _ReducedProfiler:
 
 
 class _BlockProfiler:
-    """Re-optimize the simultaneous Pyomo block with one parameter fixed; the
-    states of the previous point are the start of the next (warm start)."""
+    """Re-optimize the simultaneous Pyomo block with one parameter fixed (or a
+    combination: the constraint ``Σ a_k u_k = θ``); the states of the previous
+    point are the start of the next (warm start)."""
 
-    def __init__(self, problem, disc, parameter, options, u_hat):
+    def __init__(self, problem, disc, parameter, options, u_hat, combination=None):
         import pyomo.environ as pyo
         from ..approaches._simultaneous import initialize_block, scale_parameters
         from ..transcription._block import build_block
@@ -167,15 +284,27 @@ class _BlockProfiler:
         scale_parameters(m, b)
         self.m, self.b, self.problem = m, b, problem
         self.parameter = parameter
-        self.var = b.u[parameter]
-        self.var.fix()
+        if combination is None:
+            self.var = b.u[parameter]
+            self.var.fix()
+        else:
+            self.var = None
+            m.profile_value = pyo.Param(mutable=True, initialize=0.0)
+            m.profile_combination = pyo.Constraint(
+                expr=sum(float(c) * b.u[n] for n, c in combination.items()) == m.profile_value)
         self.options = {"tol": 1e-10, **(options or {})}
 
     def solve(self, u_start, theta):
         import pyomo.environ as pyo
         from ..nlp._plugin import OdeestIpoptSolver
         b = self.b
-        self.var.fix(float(theta))
+        if self.var is not None:
+            self.var.fix(float(theta))
+        else:
+            self.m.profile_value.set_value(float(theta))
+            for p, v in zip(self.problem.parameter_names, u_start):
+                if not b.u[p].fixed:
+                    b.u[p].set_value(float(v))
         solver = OdeestIpoptSolver()
         try:
             solver.solve(self.m, options=self.options, progress=False)
@@ -194,7 +323,8 @@ def _profiler(task):
     if cls is None:
         raise ValueError(f"profile approach must be one of {PROFILE_APPROACHES}, got "
                          f"{task.approach!r}")
-    return cls(task.problem, task.discretization, task.parameter, task.options, task.u_hat)
+    return cls(task.problem, task.discretization, task.parameter, task.options, task.u_hat,
+               task.combination)
 
 
 def profile_point(problem, parameter, value, u_start, approach="reduced_space",
@@ -224,11 +354,10 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
     """
     P = task.problem
     names = P.parameter_names
-    k = names.index(task.parameter)
-    par = P.parameters[k]
+    a, _ = _coefficients(P, task.parameter, task.combination)
     kappa = nll_factor(P)
     d = 1 if task.direction > 0 else -1
-    bound = par.ub if d > 0 else par.lb
+    bound = _quantity_bounds(P, a)[1 if d > 0 else 0]
     prof = _profiler(task)
     rows = []
 
@@ -239,7 +368,7 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
                          **{f"u:{n}": float(v) for n, v in zip(names, u)}))
 
     t = time.perf_counter()
-    theta0 = float(task.u_hat[k])
+    theta0 = float(a @ task.u_hat)
     u0, J0, st0, it0 = prof.solve(task.u_hat, theta0)
     record(theta0, u0, J0, st0, it0, time.perf_counter() - t)
     if not np.isfinite(J0):
@@ -355,15 +484,19 @@ def _predict(problem, u, tangent, dtheta):
 # tasks, assembly, the front function
 # ---------------------------------------------------------------------------
 def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="auto",
-                  options=None, cov: Covariance | None = None, problem=None, **kw):
-    """One :class:`ProfileTask` per (parameter, side) for ``result``.
+                  options=None, cov: Covariance | None = None, problem=None,
+                  combination=None, **kw):
+    r"""One :class:`ProfileTask` per (parameter or combination, side) for ``result``.
 
     ``approach``: ``'reduced_space'`` or ``'simultaneous'`` (default: the one
     that re-optimizes the result's objective, ``result.backend.refit``: the
     simultaneous block for a simultaneous result, else the reduced space on
     the result's discretization).  ``scale``: ``'known'`` (σ known: χ²₁ threshold)
     ``'residual'`` (σ unknown: λ/s² against F₁,ₘ₋ₚ) or ``'auto'`` (known when the
-    data give σ).  Other keywords go to
+    data give σ).  ``combination``: ``{name: coefficient}`` of free parameters,
+    or a list of them: the profile of each :math:`\sum_k a_k u_k` too (named by
+    :func:`combination_name`; with ``parameters=None``, only the combinations).
+    Other keywords go to
     :class:`ProfileTask` (``target_step``, ``max_points``, ``max_range``, ...).
     """
     P = _problem_of(result, problem)
@@ -373,7 +506,9 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
         raise ValueError(f"approach must be one of {PROFILE_APPROACHES}, got {approach!r}")
     scale = cov.scale if cov is not None else resolve_scale(P, scale)
     free = [p.name for p in P.parameters if not p.fixed]
-    parameters = free if parameters is None else list(parameters)
+    combos = _combinations(combination, free)
+    parameters = (([] if combos else free) if parameters is None
+                  else [parameters] if isinstance(parameters, str) else list(parameters))
     bad = [p for p in parameters if p not in free]
     if bad:
         raise ValueError(f"cannot profile {bad}: not free parameters of the problem ({free})")
@@ -395,22 +530,64 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
         for d in (-1, 1):
             tasks.append(ProfileTask(P, name, d, u_hat, s, approach, tangent, disc, thr, sc,
                                      dict(options or {}), **kw))
+    for coef in combos:
+        name = combination_name(coef)
+        a = np.array([coef.get(n, 0.0) for n in cov.names])
+        var = float(cov.variance_of(a))
+        s = np.sqrt(var) if np.isfinite(var) else np.nan
+        # d u / d θ at the estimate: C a / (aᵀ C a) (the pseudo-inverse where singular)
+        Cm = C.to_numpy() if cov.estimable is None else cov.estimable[0]
+        tangent = np.zeros(len(u_hat))
+        if np.isfinite(var) and var > 0:
+            col = pd.Series(Cm @ a / var, index=cov.names)
+            tangent = col.reindex(P.parameter_names).fillna(0.0).to_numpy(dtype=float)
+        for d in (-1, 1):
+            tasks.append(ProfileTask(P, name, d, u_hat, s, approach, tangent, disc, thr, sc,
+                                     dict(options or {}), combination=dict(coef), **kw))
     return tasks
+
+
+def _combinations(combination, free):
+    """The checked list of ``{name: coefficient}`` of ``combination`` (a dict or a
+    list of them; None: none)."""
+    if combination is None:
+        return []
+    combos = [combination] if isinstance(combination, dict) else list(combination)
+    out = []
+    for c in combos:
+        if not isinstance(c, dict) or not c:
+            raise ValueError(f"a combination is a non-empty dict {{parameter: coefficient}}, "
+                             f"got {c!r}")
+        bad = [n for n in c if n not in free]
+        if bad:
+            raise ValueError(f"combination {c}: {bad} are not free parameters of the problem "
+                             f"({free})")
+        try:
+            coef = {n: float(v) for n, v in c.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"combination {c}: the coefficients must be numbers") from None
+        if not all(np.isfinite(v) for v in coef.values()) or all(v == 0 for v in coef.values()):
+            raise ValueError(f"combination {c}: the coefficients must be finite and not all 0")
+        out.append({n: v for n, v in coef.items() if v != 0})
+    return out
 
 
 @dataclass
 class ProfileResult:
-    """Profiles and likelihood-ratio intervals.
+    r"""Profiles and likelihood-ratio intervals.
 
     Attributes
     ----------
     curves : dict name -> DataFrame
-        Points sorted by value with the statistic ``lr`` (λ) and ``signed_root``.
+        Points sorted by value with the statistic ``lr`` (λ) and ``signed_root``
+        (for a combination, ``value`` is that of :math:`\sum_k a_k u_k`).
     intervals : DataFrame
         Per parameter: ``estimate``, ``lower``, ``upper`` (NaN when open),
         ``lower_end`` / ``upper_end`` (``'crossed'``, ``'bound'``, ``'not reached'``,
         ``'not refined'``, ``'failed'``), ``shape`` (``'ok'``, ``'one-sided'``, ``'flat'``,
-        ``'unbounded'``), ``wald_lower``, ``wald_upper`` (same level).
+        ``'unbounded'``), ``wald_lower``, ``wald_upper`` (same level; for a
+        combination :math:`\hat\theta \pm q\sqrt{a^\top C a}`, on its own,
+        linear scale).
     level, threshold : float
     warnings : list of str
     scale : str
@@ -426,6 +603,8 @@ class ProfileResult:
     seconds: float = 0.0
     warnings: list = field(default_factory=list)
     scale: str = "known"
+    #: name -> {parameter: coefficient} of the profiled combinations
+    combinations: dict = field(default_factory=dict)
 
     def plot(self, parameters=None, ax=None, wald=True, path=None):
         """Plot λ(θ) per parameter with the threshold (and the Wald parabola)."""
@@ -452,7 +631,7 @@ def assemble_profiles(segments, tasks, level=0.95, cov: Covariance | None = None
             notes.append(f"profile of {name} found a lower objective than the estimate "
                          f"(by {-lr.min():.3g} in λ): the estimate is not the optimum")
         df["lr"] = lr.clip(lower=0.0)
-        theta_hat = float(t0.u_hat[t0.problem.parameter_names.index(name)])
+        theta_hat = float(_coefficients(t0.problem, name, t0.combination)[0] @ t0.u_hat)
         df["signed_root"] = np.sign(df["value"] - theta_hat) * np.sqrt(df["lr"])
         curves[name] = df
         end = {t.direction: (seg.attrs.get("end", "failed") if len(seg) else "failed")
@@ -472,13 +651,21 @@ def assemble_profiles(segments, tasks, level=0.95, cov: Covariance | None = None
                          lower_end=end.get(-1), upper_end=end.get(1), shape=shape,
                          points=len(df)))
     iv = pd.DataFrame(rows).set_index("parameter")
+    combos = {t.parameter: dict(t.combination) for t in tasks if t.combination is not None}
     if cov is not None:
         w = cov.intervals(level)
         iv["wald_lower"] = w["lower"].reindex(iv.index)
         iv["wald_upper"] = w["upper"].reindex(iv.index)
+        q = cov.quantile(level)
+        for name, coef in combos.items():
+            a = np.array([coef.get(n, 0.0) for n in cov.names])
+            se = float(np.sqrt(max(float(cov.variance_of(a)), 0.0)))
+            th = iv.loc[name, "estimate"]
+            iv.loc[name, ["wald_lower", "wald_upper"]] = th - q * se, th + q * se
     return ProfileResult(curves, iv, level, thr, tasks[0].approach, warnings=notes,
                          scale=cov.scale if cov is not None else
-                         "residual" if tasks[0].scale != 1.0 else "known")
+                         "residual" if tasks[0].scale != 1.0 else "known",
+                         combinations=combos)
 
 
 def _crossing(df, theta_hat, d, thr):
@@ -502,15 +689,15 @@ def _crossing(df, theta_hat, d, thr):
 
 def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale="auto",
                        runner=None, options=None, problem=None, progress=None,
-                       **kw) -> ProfileResult:
-    """Profile likelihood of ``result``'s parameters and likelihood-ratio intervals.
+                       combination=None, **kw) -> ProfileResult:
+    r"""Profile likelihood of ``result``'s parameters and likelihood-ratio intervals.
 
     Parameters
     ----------
     result : EstimationResult
         Of any approach (the profile runs in ``approach``).
     parameters : list of str, optional
-        Default: every free parameter.
+        Default: every free parameter (none when ``combination`` is given).
     level : float
         Confidence level of the intervals (threshold χ²₁ or F₁,ₘ₋ₚ quantile).
     approach : 'reduced_space' | 'simultaneous', optional
@@ -521,6 +708,11 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
         Maps :func:`profile_segment` over the tasks (default serial).
     options : dict
         Ipopt options of every re-optimization.
+    combination : dict or list of dict, optional
+        ``{name: coefficient}``: profile :math:`\theta = \sum_k a_k u_k` too (e.g.
+        ``{'lk3': 1, 'lk2': -0.5}``, the log of :math:`k_3/\sqrt{k_2}` for
+        log-rates), named ``'lk3 − 0.5·lk2'`` in the result; the other parameters
+        are re-optimized with θ fixed (see the module docstring).
     progress : bool or None
         One line per finished side of a profile (parameter, side, points, how it
         ended, seconds) on standard error; None (default): when standard error
@@ -531,7 +723,8 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
     t = time.perf_counter()
     P = _problem_of(result, problem)
     cov = covariance(result, "fim", problem=P, scale=scale)
-    tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P, **kw)
+    tasks = profile_tasks(result, parameters, level, approach, scale, options, cov, P,
+                          combination, **kw)
     if runner is not None:
         segments = runner(profile_segment, tasks)
     else:

@@ -30,13 +30,75 @@ from ..problem._noise import noise_level_known
 
 __all__ = ["Covariance", "Curvature", "ExperimentCurvature", "covariance", "confidence_intervals", "curvature", "backend_curvature",
            "delta_method", "kkt_reduced_hessian", "nll_factor", "COVARIANCE_METHODS",
-           "bound_status", "COVARIANCE_SCALES", "resolve_scale"]
+           "bound_status", "COVARIANCE_SCALES", "resolve_scale", "parameter_scales",
+           "POOR_FACTOR"]
 
 COVARIANCE_METHODS = ("fim", "gauss_newton", "hessian", "residual")
 COVARIANCE_SCALES = ("auto", "known", "residual")
 #: Condition numbers of the scaled information matrix above which it is called
 #: ill-conditioned (a warning) and numerically singular (pseudo-inverse, infinite se).
 ILL_CONDITIONED, SINGULAR = 1e8, 1e12
+#: A parameter on a log scale (a positive parameter, a log-parameter) is
+#: ``'poorly determined'`` when its interval spans more than this factor (one
+#: decade: the data do not fix its order of magnitude); see docs/uncertainty.md.
+POOR_FACTOR = 10.0
+_LN10 = float(np.log(10.0))
+
+
+def _log_factor(exprs, p):
+    """ℓ when the parameter symbol ``p`` enters every expression of ``exprs`` only as
+    ``exp(±p + …)`` (ℓ = 1) or ``10**(±p + …)`` (ℓ = ln 10): ``p`` is then the
+    natural (ℓ = 1) or decimal logarithm of a positive quantity; else None."""
+    import sympy
+    seen, mark = set(), sympy.Dummy("q", positive=True)
+
+    def exponent(e):
+        if isinstance(e, sympy.exp):
+            return e.args[0], 1.0
+        if isinstance(e, sympy.Pow) and e.base.is_number and e.base.is_positive:
+            return e.exp, float(sympy.log(e.base))
+        return None, None
+
+    def hit(e):
+        arg, lb = exponent(e)
+        if arg is None or p not in arg.free_symbols:
+            return False
+        c = sympy.diff(arg, p)
+        if not c.is_number or p in c.free_symbols:
+            return False
+        ell = abs(float(c)) * lb
+        for known in (1.0, _LN10):
+            if abs(ell - known) <= 1e-9 * known:
+                seen.add(known)
+                return True
+        return False
+    found = False
+    for e in exprs:
+        e = sympy.sympify(e)
+        if p not in e.free_symbols:
+            continue
+        found = True
+        if p in e.replace(hit, lambda *a: mark).free_symbols:
+            return None
+    return seen.pop() if found and len(seen) == 1 else None
+
+
+def parameter_scales(problem) -> dict:
+    """``{name: scale}`` of the free parameters, the scale on which their Wald
+    intervals are computed and judged: ``'log'`` (a log-parameter: the model
+    uses it only as ``exp(p)``), ``'log10'`` (only as ``10**p``), ``'positive'``
+    (declared ``lb ≥ 0``: the interval of ``log u``, mapped back) or ``'linear'``."""
+    subs = problem.subproblems
+    exprs = [e for sp in subs for e in (tuple(sp.f_sym) + tuple(sp.l_sym) + tuple(sp.g_sym))]
+    exprs.append(problem.penalty_sym)
+    out = {}
+    for p, sym in zip(problem.parameters, problem.u_sym):
+        if p.fixed:
+            continue
+        ell = _log_factor(exprs, sym)
+        out[p.name] = ("log" if ell == 1.0 else "log10" if ell is not None else
+                       "positive" if p.lb is not None and p.lb >= 0 else "linear")
+    return out
 
 
 def nll_factor(problem) -> float:
@@ -115,6 +177,21 @@ class Curvature:
             rows.append(L.T @ S[j][o])
         return np.vstack(rows) if rows else np.zeros((0, S.shape[2]))
 
+    def scaled_residuals(self) -> np.ndarray:
+        r""":math:`\rho = P_j^{1/2} r_j`, one per row of :meth:`scaled_rows`:
+        :math:`\tfrac12\lVert\rho\rVert^2` is the misfit part of the NLL, ``scaled_rows``
+        its Jacobian (the Gauss–Newton model of the NLL)."""
+        r, P = self.residuals, self.problem
+        mask = P.mask
+        if self.misfit.A is None:
+            return (np.sqrt(2.0 / self.kappa * self.misfit.A_diag) * r)[mask]
+        out = []
+        for j in range(r.shape[0]):
+            o = np.flatnonzero(mask[j])
+            L = np.linalg.cholesky(2.0 / self.kappa * self.misfit.A[j][np.ix_(o, o)])
+            out.append(L.T @ r[j][o])
+        return np.concatenate(out) if out else np.zeros(0)
+
 
 @dataclass
 class ExperimentCurvature:
@@ -148,6 +225,9 @@ class ExperimentCurvature:
 
     def scaled_rows(self) -> np.ndarray:
         return np.vstack([c.scaled_rows() for c in self.parts])
+
+    def scaled_residuals(self) -> np.ndarray:
+        return np.concatenate([c.scaled_residuals() for c in self.parts])
 
 
 def _problem_of(result, problem=None):
@@ -253,6 +333,10 @@ class Covariance:
     scale: str = "known"
     non_identifiable: list = field(default_factory=list)
     estimable: tuple | None = field(default=None, repr=False)
+    #: name -> 'log' | 'log10' | 'positive' | 'linear' (:func:`parameter_scales`)
+    scales: dict = field(default_factory=dict)
+    #: name -> (lb, ub) of the estimated parameters (None: no bound)
+    bounds: dict = field(default_factory=dict)
 
     def variance_of(self, A):
         r"""Variances :math:`a_k^\top C a_k` of the quantities whose gradients with
@@ -312,11 +396,21 @@ class Covariance:
             return float(stats.norm.ppf(0.5 + level / 2))
         raise ValueError(f"dist must be 't' or 'normal', got {dist!r}")
 
-    def intervals(self, level=0.95, dist=None) -> pd.DataFrame:
-        """Wald intervals ``estimate ± q·se`` for every parameter; rows of fixed
-        parameters and of parameters at a bound have no interval and say why;
-        a parameter in a non-identifiable direction has status ``'not identifiable'``.
-        ``attrs`` hold ``level``, ``method``, ``scale``, ``quantile`` and the
+    def intervals(self, level=0.95, dist=None, poor_factor=POOR_FACTOR) -> pd.DataFrame:
+        r"""Wald intervals of every parameter, each on its own scale (:attr:`scales`):
+        ``estimate ± q·se`` for a linear parameter and a log-parameter (whose own
+        scale is the log), :math:`u\,e^{\pm q\,\mathrm{se}/u}` (the interval of
+        :math:`\log u`, mapped back) for a positive one, so that it never crosses
+        0; every interval is cut at the parameter's declared bounds.
+
+        ``status``: ``'ok'``; ``'poorly determined'`` when the interval does not
+        fix the parameter on its scale: on a log scale (positive parameters,
+        log-parameters) when it spans more than a factor ``poor_factor``
+        (``factor`` column: upper/lower of the positive quantity), on the linear
+        scale when it holds both signs (q·se > |u|); ``'not identifiable'`` in a
+        null direction of the information; rows of fixed parameters and of
+        parameters at a bound have no interval and say why.  ``attrs`` hold
+        ``level``, ``method``, ``scale``, ``quantile``, ``poor_factor`` and the
         covariance's ``warnings``."""
         q = self.quantile(level, dist)
         se = self.se
@@ -324,16 +418,37 @@ class Covariance:
         for name, v in self.estimates.items():
             if name in se.index:
                 s = float(se[name])
-                status = "not identifiable" if (name in self.non_identifiable
-                                                or not np.isfinite(s)) else "ok"
-                rows.append((name, v, s, v - q * s, v + q * s, status))
+                kind = self.scales.get(name, "linear")
+                if kind == "positive" and not v > 0:
+                    kind = "linear"
+                with np.errstate(over="ignore", invalid="ignore"):
+                    if kind == "positive":
+                        f = np.exp(q * s / v)
+                        lo, hi, logw = v / f, v * f, 2 * q * s / v
+                    else:
+                        lo, hi = v - q * s, v + q * s
+                        logw = 2 * q * s * (_LN10 if kind == "log10" else 1.0)
+                lb, ub = self.bounds.get(name, (None, None))
+                lo = lo if lb is None else max(lo, lb)
+                hi = hi if ub is None else min(hi, ub)
+                factor = (np.nan if kind == "linear" else np.inf if not np.isfinite(logw)
+                          else float(np.exp(min(logw, 700.0))))
+                if name in self.non_identifiable or not np.isfinite(s):
+                    status = "not identifiable"
+                elif (logw > np.log(poor_factor) if kind != "linear" else q * s > abs(v)):
+                    status = "poorly determined"
+                else:
+                    status = "ok"
+                rows.append((name, v, s, lo, hi, kind, factor, status))
             elif name in self.at_bound:
-                rows.append((name, v, np.nan, np.nan, np.nan, f"at {self.at_bound[name]} bound"))
+                rows.append((name, v, np.nan, np.nan, np.nan, self.scales.get(name, "linear"),
+                             np.nan, f"at {self.at_bound[name]} bound"))
             else:
-                rows.append((name, v, np.nan, np.nan, np.nan, "fixed"))
-        df = pd.DataFrame(rows, columns=["parameter", "estimate", "se", "lower", "upper", "status"])
+                rows.append((name, v, np.nan, np.nan, np.nan, "linear", np.nan, "fixed"))
+        df = pd.DataFrame(rows, columns=["parameter", "estimate", "se", "lower", "upper",
+                                         "scale", "factor", "status"])
         df.attrs.update(level=level, method=self.method, scale=self.scale, quantile=q,
-                        warnings=list(self.warnings))
+                        poor_factor=poor_factor, warnings=list(self.warnings))
         return df.set_index("parameter")
 
     def delta(self, fn, level=0.95, dist=None, names=None, rel_step=1e-6):
@@ -429,10 +544,11 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
             if f"covariance: {w}" not in result.warnings:
                 result.warnings.append(f"covariance: {w}")
     est = pd.Series(u, index=P.parameter_names, name="estimate")
+    bounds = {p.name: (p.lb, p.ub) for p in P.parameters if p.name in names}
     return Covariance(pd.DataFrame(C, index=names, columns=names), est,
                       "fim" if method == "gauss_newton" else method, dof, s2, at_bound,
                       [p.name for p in P.parameters if p.fixed], cond, curv.source,
-                      notes + own, kind, bad, estimable)
+                      notes + own, kind, bad, estimable, parameter_scales(P), bounds)
 
 
 def _inverse(M, names, notes):

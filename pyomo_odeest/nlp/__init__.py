@@ -8,12 +8,14 @@ approach applies to a reported success, and a build of PyNumero's ASL interface
 against a system ASL (``python -m pyomo_odeest.nlp._pynumero_asl``)."""
 from ._protocol import EvaluationError, NLPEvaluator
 from ._cyipopt_adapter import MUMPS_DEFAULTS, IpoptResult, solve_with_ipopt
-from ._stationarity import (DECREMENT_TOL, STATIONARITY_TOL, projected_gradient,
+from ._stationarity import (DECREMENT_TOL, STATIONARITY_TOL, decrement_limit,
+                            gauss_newton_decrement, judge_stop, projected_gradient,
                             stationarity_check)
 from ._evaluator import PyomoNLPEvaluator, UnsupportedModelError
 from ._plugin import SOLVER_NAME, OdeestIpoptSolver, use_as_ipopt
 
 __all__ = ["EvaluationError", "NLPEvaluator", "IpoptResult", "solve_with_ipopt", "MUMPS_DEFAULTS",
            "DECREMENT_TOL", "STATIONARITY_TOL", "projected_gradient", "stationarity_check",
+           "gauss_newton_decrement", "decrement_limit", "judge_stop",
            "PyomoNLPEvaluator", "UnsupportedModelError", "SOLVER_NAME", "OdeestIpoptSolver",
            "use_as_ipopt"]

@@ -149,7 +149,8 @@ def _reciprocal_problem(seed=3):
 def test_profile_skewed_as_expected_in_nonlinear_case(approach):
     """θ = 1/φ with φ estimated linearly: the LR interval is invariant under
     reparametrization, [1/(φ̂ + zσ), 1/(φ̂ − zσ)], skewed to the right of θ̂;
-    Wald is symmetric."""
+    Wald is symmetric on the scale of θ's Wald interval, the log of the positive
+    θ (lb > 0): θ̂·exp(±z·se/θ̂), inside the LR interval's limits on both sides."""
     P, phi, s = _reciprocal_problem()
     res = estimate(P, approach, max_step=1.0)
     assert res.estimates["theta"] == pytest.approx(1 / phi, rel=1e-7)
@@ -159,7 +160,10 @@ def test_profile_skewed_as_expected_in_nonlinear_case(approach):
     assert row["upper"] == pytest.approx(1 / (phi - Z95 * s), rel=1e-4)
     th = row["estimate"]
     assert row["upper"] - th > 1.3 * (th - row["lower"])                 # skewed right
-    assert row["wald_upper"] - th == pytest.approx(th - row["wald_lower"])
+    se = res.covariance().se["theta"]
+    assert np.log(row["wald_upper"] / th) == pytest.approx(np.log(th / row["wald_lower"]))
+    assert row["wald_upper"] == pytest.approx(th * np.exp(Z95 * se / th), rel=1e-10)
+    # exp(x) < 1/(1 − x) and exp(−x) < 1/(1 + x): both Wald limits lie below the LR ones
     assert row["wald_upper"] < row["upper"] and row["wald_lower"] < row["lower"]
 
 
@@ -423,7 +427,15 @@ def test_one_sided_profile_stops_at_the_bound():
     assert row["lower_end"] == "crossed" and row["upper_end"] == "bound"
     assert np.isnan(row["upper"])
     assert row["lower"] == pytest.approx(1 / (phi + Z95 * s), rel=1e-4)
-    assert row["wald_lower"] < 0                           # Wald is meaningless here
+    # the Wald interval of the positive θ (log scale) spans more than the declared
+    # range [0.1, 50]: cut to it at both ends, and called poorly determined
+    assert (row["wald_lower"], row["wald_upper"]) == (0.1, 50.0)
+    wald = res.confidence_intervals().loc["theta"]
+    th = res.estimates["theta"]
+    assert wald["scale"] == "positive" and wald["status"] == "poorly determined"
+    assert wald["factor"] == pytest.approx(np.exp(2 * Z95 * res.covariance().se["theta"] / th),
+                                           rel=1e-10)
+    assert wald["factor"] > 1e4
 
 
 def test_one_sided_profile_without_bound_is_not_reached():
@@ -454,7 +466,9 @@ def test_flat_profile_of_an_unobserved_parameter():
     assert iv.loc["b", "shape"] == "flat" and np.isnan(iv.loc["b", "lower"])
     assert float(pr.curves["b"]["lr"].max()) < 1e-8
     assert iv.loc["a", "shape"] == "ok"
-    assert np.isinf(iv.loc["b", "wald_upper"])
+    # no information on b: its Wald interval is the whole declared range [0, 2]
+    assert (iv.loc["b", "wald_lower"], iv.loc["b", "wald_upper"]) == (0.0, 2.0)
+    assert res.confidence_intervals().loc["b", "status"] == "not identifiable"
 
 
 def test_unlocated_crossing_is_reported_not_guessed():

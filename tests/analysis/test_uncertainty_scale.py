@@ -46,7 +46,12 @@ def test_sigma_unknown_standard_errors_equal_curve_fit():
     iv = res.confidence_intervals(0.95)
     q = stats.t.ppf(0.975, len(T) - 3)                    # Student t, m − p dof
     assert iv.attrs["scale"] == "residual" and iv.attrs["quantile"] == pytest.approx(q)
-    np.testing.assert_allclose(iv["upper"] - iv["estimate"], q * np.sqrt(np.diag(pcov)), rtol=0.02)
+    # r, K, x0 are declared lb=0: their intervals are those of log u, u·exp(±q·se/u)
+    assert list(iv["scale"]) == ["positive"] * 3
+    np.testing.assert_allclose(np.log(iv["upper"] / iv["estimate"]),
+                               q * np.sqrt(np.diag(pcov)) / iv["estimate"], rtol=0.02)
+    np.testing.assert_allclose(np.log(iv["estimate"] / iv["lower"]),
+                               q * np.sqrt(np.diag(pcov)) / iv["estimate"], rtol=0.02)
     # the default differs from σ = 1 by the residual standard deviation
     known = res.covariance(scale="known")
     assert known.scale == "known"

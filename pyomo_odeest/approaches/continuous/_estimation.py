@@ -12,7 +12,8 @@ import pandas as pd
 
 from ...nlp._cyipopt_adapter import start_value_magnitude
 from ...nlp._protocol import EvaluationError, finite
-from ...nlp._stationarity import DECREMENT_TOL, stationarity_check
+from ...nlp._stationarity import (decrement_limit, gauss_newton_decrement, judge_stop,
+                                  stationarity_check)
 from ...problem._declaration import EstimationProblem, ProblemError
 from ...problem._result import EstimationResult
 from ...problem._status import Status, status_from_scipy
@@ -265,6 +266,27 @@ class ContinuousApproach(Approach):
                       else status_from_scipy(r, "least_squares"))
             out = Outcome(r.x, status, str(r.message), int(r.njev))
             b.mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
+            if out.status.success:
+                out = _stationarity(b, out, cfg.gradient, g0)
+            # a stop on the relative decrease of J (ftol = 10·rtol) short of the
+            # Gauss-Newton limit: continue once from there on xtol/gtol alone
+            if (out.status is Status.NOT_STATIONARY and r.status == 2
+                    and b.stationarity.get("rule") == "decrement"
+                    and "ftol" not in (cfg.options or {})):
+                left = (None if cfg.max_wall_time is None
+                        else max(cfg.max_wall_time - clock.elapsed, 0.0))
+                clock = SolveClock(left, cfg.progress, label="least_squares")
+                r2 = _least_squares(cm, obj, r.x, b.wl, b.wu, {**(cfg.options or {}), "ftol": None},
+                                    cfg.tee, clock)
+                clock.finish()
+                status = (Status.TIME_LIMIT if clock.exceeded
+                          else status_from_scipy(r2, "least_squares"))
+                out = Outcome(r2.x, status, f"{r.message}; continued: {r2.message}",
+                              int(r.njev) + int(r2.njev))
+                if out.status.success:
+                    out = _stationarity(b, out, cfg.gradient, g0)
+            out.objective_start = float(b.J_start)
+            return out
         else:
             out = self._minimize(b, cfg)
         if out.status.success:
@@ -357,16 +379,18 @@ class ContinuousApproach(Approach):
 
 
 def _stationarity(b, out, gradient, g0):
-    """An f-tolerance stop in a steep valley, or a gradient the integration tolerance
-    does not resolve, is not a minimum: check stationarity with the gradient at
-    the tolerances divided by 100, or by 10, or 1 (the first the integrator meets:
+    """An optimizer's success (``converged`` or ``acceptable``) is kept only at a
+    stationary point, judged by one rule (:func:`~pyomo_odeest.nlp.judge_stop`):
+    on a sum of squares, the decrease of J that the Gauss–Newton model predicts
+    within the bounds (:meth:`_SumOfSquares.decrement`) must be at most
+    :func:`~pyomo_odeest.nlp.decrement_limit` (``DECREMENT_TOL · max(1, J − c)``,
+    absolute in the units of J: ``gauss_newton_decrement``, ``decrement_limit``),
+    whatever the projected gradient; otherwise (constraints, a penalty that is
+    not a sum of squares, a decrement that cannot be computed) the projected
+    gradient must be below its limit.  Both are evaluated at the tolerances
+    divided by 100, or by 10, or 1 (the first the integrator meets:
     ``stationarity['tolerance_factor']``); a gradient that cannot be evaluated
-    gives an infinite projected gradient.  Above the limit on a sum of squares,
-    the point is still stationary when the Gauss–Newton model's predicted
-    decrease (:meth:`_SumOfSquares.decrement`) is at most
-    :data:`~pyomo_odeest.nlp.DECREMENT_TOL` · max(1, J − c)
-    (``gauss_newton_decrement``, ``decrement_limit``).  Why: docs/continuous.md,
-    "Stopping"."""
+    gives an infinite projected gradient.  Why: docs/continuous.md, "Stopping"."""
     gm = "adjoint" if gradient == "fd" else gradient
     u_hat, free = b.obj.u(out.x), b.problem.free_mask
     g_check, factor, why = None, None, ""
@@ -386,26 +410,33 @@ def _stationarity(b, out, gradient, g0):
     b.stationarity = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
     st["tolerance_factor"] = factor
     pg, limit = st["projected_gradient"], st["limit"]
-    squares = None if pg <= limit or not np.isfinite(pg) or constrained else \
+    squares = None if not np.isfinite(pg) or constrained else \
         _SumOfSquares(b.cm, b.obj, b.wl, b.wu)
-    note = ""                                    # the Gauss-Newton part of the message
+    dec, jc = None, 0.0
     if squares:
         try:
             with _tighter(b.cm, factor):
                 dec, jc = squares.decrement(out.x, b.wl, b.wu)
-        except EvaluationError:                  # unknown: the gradient test stands
+        except EvaluationError:                  # unknown: the gradient test decides
             dec, jc = np.inf, 0.0
-        st.update(gauss_newton_decrement=dec, decrement_limit=DECREMENT_TOL * max(1.0, jc))
-        if np.isfinite(dec) and dec <= st["decrement_limit"]:
+        st.update(gauss_newton_decrement=dec, decrement_limit=decrement_limit(jc))
+    ok, rule = judge_stop(dec, jc, pg, limit)
+    st["rule"] = rule
+    if rule == "decrement":
+        if not ok:
+            out.status = Status.NOT_STATIONARY
+            out.message = (f"{out.message}; not stationary: Gauss-Newton predicted decrease "
+                           f"{dec:.2g} > {st['decrement_limit']:.2g} (projected gradient "
+                           f"{pg:.3g}, scaled parameters, integration tolerances / {factor:g})")
+        elif pg > limit:
             out.message = (f"{out.message}; stationary in the Gauss-Newton metric (predicted "
                            f"decrease {dec:.2g} <= {st['decrement_limit']:.2g}; projected "
                            f"gradient {pg:.3g}, ill-conditioned, at integration tolerances "
                            f"/ {factor:g})")
-            return out
-        note = (f"; Gauss-Newton predicted decrease {dec:.2g} > {st['decrement_limit']:.2g}"
-                if np.isfinite(dec) else
-                "; Gauss-Newton predicted decrease not found (the model's minimum not reached)")
-    if pg > limit:
+        return out
+    note = ("; Gauss-Newton predicted decrease not found (the model's minimum not reached)"
+            if squares else "")
+    if not ok:
         out.status = Status.NOT_STATIONARY
         where = (f"integration tolerances / {factor:g}" if np.isfinite(pg) else
                  f"the gradient cannot be evaluated there: {why}")
@@ -431,11 +462,13 @@ def estimate_continuous(problem: EstimationProblem, **options):
     Stopping.  J and its gradient carry the integration error, so Ipopt also
     accepts its "acceptable" level (``acceptable_tol=1e-2`` for
     ``acceptable_iter=5`` iterations, ``acceptable_obj_change_tol=10·rtol``);
-    L-BFGS-B uses ``ftol=10·rtol``.  A success is kept only if the projected
-    gradient (of the Lagrangian with constraints) at the integration tolerances
-    / 100 (or / 10, or / 1, when the integrator cannot meet them) is below
-    :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` · max(1, ‖∇J(w₀)‖∞/100) (or the
-    Gauss–Newton decrement is small, see :func:`_stationarity`); otherwise the
+    L-BFGS-B uses ``ftol=10·rtol``.  A success of any optimizer is kept only at a
+    stationary point (:func:`_stationarity`): on a sum of squares the
+    Gauss–Newton decrement at the integration tolerances / 100 (or / 10, or / 1,
+    when the integrator cannot meet them) is at most
+    :data:`~pyomo_odeest.nlp.DECREMENT_TOL` · max(1, J − c); with constraints
+    the projected gradient of the Lagrangian is below
+    :data:`~pyomo_odeest.nlp.STATIONARITY_TOL` · max(1, ‖∇J(w₀)‖∞/100); otherwise the
     status is ``NOT_STATIONARY`` (numbers in ``extra['stationarity']``).  A start
     that cannot be simulated gives the status ``SIMULATION_FAILED``; SciPy trial
     points that cannot be simulated count as J = ∞.  See docs/continuous.md,
@@ -451,7 +484,8 @@ def estimate_continuous(problem: EstimationProblem, **options):
     constraints); ``options`` are the optimizer's own, with the defaults L-BFGS-B
     ``ftol=10·rtol``, ``gtol=1e-8``; trust-constr ``gtol=1e-10``, ``xtol=1e-12``;
     least_squares ``'trf'``, ``x_scale='jac'``, ``ftol=10·rtol``,
-    ``xtol=gtol=1e-10``.  ``engine``: ``'cvodes'``
+    ``xtol=gtol=1e-10`` (a stop on ``ftol`` that the Gauss–Newton decrement
+    rejects is continued once without ``ftol``, unless ``ftol`` was given).  ``engine``: ``'cvodes'``
     (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`) or ``'scipy'``
     (:class:`ContinuousModel`); default tolerances from
     :func:`~pyomo_odeest.approaches.continuous.default_tolerances`.  ``scale``
@@ -599,15 +633,9 @@ class _SumOfSquares:
         likelihood units: invariant to the parameters' scaling and conditioning;
         ``inf`` when the model's minimum is not found), and
         :math:`\tfrac12\lVert\rho\rVert^2`."""
-        from scipy.optimize import lsq_linear
         r, D = self.residuals(w), self.jacobian(w)
-        lo, hi = np.asarray(lb, dtype=float) - w, np.asarray(ub, dtype=float) - w
-        sol = lsq_linear(D, -r, bounds=(np.minimum(lo, 0.0), np.maximum(hi, 0.0)),
-                         method="trf", tol=1e-14)
-        jc = 0.5 * float(r @ r)
-        dec = jc - 0.5 * float(np.sum((D @ sol.x + r) ** 2))
-        # the model's minimum not found (iteration limit, or worse than no step): unknown
-        return (dec if sol.status > 0 and dec >= -1e-12 * (1 + 2 * jc) else np.inf), jc
+        return gauss_newton_decrement(D, r, np.asarray(lb, dtype=float) - w,
+                                      np.asarray(ub, dtype=float) - w)
 
 
 class _Stopped(Exception):
