@@ -381,9 +381,21 @@ class _Run:
             self.progress.update(ok)
 
 
+def _base(approach):
+    """The front-door name of an entry of ``approaches`` (the least squares is the
+    continuous approach with another optimizer)."""
+    return "continuous" if approach == LEAST_SQUARES else approach
+
+
+def _on_grid(approach) -> bool:
+    """True for an approach that solves on a grid (takes the discretization options)."""
+    from ..approaches._estimate import approach_options
+    return "grid" in approach_options(_base(approach))
+
+
 def _approach_options(run, approach, h):
-    base = "continuous" if approach == LEAST_SQUARES else approach
-    opts = {} if base.startswith("continuous") else dict(scheme=run.settings.scheme, max_step=h)
+    base = _base(approach)
+    opts = dict(scheme=run.settings.scheme, max_step=h) if _on_grid(base) else {}
     if approach == LEAST_SQUARES:
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
     return base, opts
@@ -462,7 +474,7 @@ def fits(run, approach, h, starts, tol=None, stage="multistart"):
     tab["nll_discrete"], tab["nll_simulated"] = nll_d, nll_s
     tab["message"] = messages
     tab["result"] = pd.Series(results, index=tab.index, dtype=object)
-    tab["max_step"] = np.nan if base.startswith("continuous") else h
+    tab["max_step"] = h if _on_grid(base) else np.nan
     tab["rtol"] = np.nan if tol is None else tol[0]
     return tab
 
@@ -493,7 +505,7 @@ def refine_noise(run, approach, tab, h):
     run.expect(1)
     t0 = time.perf_counter()
     row = dict(task=-1, approach=approach + "+noise", stage="noise refinement",
-               max_step=np.nan if base.startswith("continuous") else h, nll_discrete=np.nan,
+               max_step=h if _on_grid(base) else np.nan, nll_discrete=np.nan,
                nll_simulated=np.nan, warnings="", iterations=0, rtol=np.nan, result=None)
     try:
         res = pe.fit(base, u0=_point(best, names),
@@ -579,7 +591,7 @@ def _fit_approaches(run, start, r_obj, h0):
             continue
         tab = fits(run, approach, h0, None)
         tol = None
-        if approach.startswith("continuous"):
+        if not _on_grid(approach):
             for _ in range(s.refine):
                 refit = tolerance_refit(tab, tol, prob, start)
                 if refit is None:
