@@ -268,21 +268,25 @@ class ContinuousApproach(Approach):
             b.mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
             if out.status.success:
                 out = _stationarity(b, out, cfg.gradient, g0)
-            # a stop on the relative decrease of J (ftol = 10·rtol) short of the
-            # Gauss-Newton limit: continue once from there on xtol/gtol alone
-            if (out.status is Status.NOT_STATIONARY and r.status == 2
-                    and b.stationarity.get("rule") == "decrement"
-                    and "ftol" not in (cfg.options or {})):
+            # a stop on the relative decrease of J (ftol = 10·rtol) or of the step (xtol)
+            # short of the Gauss-Newton limit: continue from there without that test
+            # (first without ftol, then with xtol 1e-15 too), unless the user set them
+            user = cfg.options or {}
+            njev, message = int(r.njev), str(r.message)
+            for drop in ({"ftol": None}, {"ftol": None, "xtol": 1e-15}):
+                if not (out.status is Status.NOT_STATIONARY and r.status in (2, 3, 4)
+                        and b.stationarity.get("rule") == "decrement"
+                        and not set(drop) & set(user)):
+                    break
                 left = (None if cfg.max_wall_time is None
                         else max(cfg.max_wall_time - clock.elapsed, 0.0))
                 clock = SolveClock(left, cfg.progress, label="least_squares")
-                r2 = _least_squares(cm, obj, r.x, b.wl, b.wu, {**(cfg.options or {}), "ftol": None},
-                                    cfg.tee, clock)
+                r = _least_squares(cm, obj, r.x, b.wl, b.wu, {**user, **drop}, cfg.tee, clock)
                 clock.finish()
                 status = (Status.TIME_LIMIT if clock.exceeded
-                          else status_from_scipy(r2, "least_squares"))
-                out = Outcome(r2.x, status, f"{r.message}; continued: {r2.message}",
-                              int(r.njev) + int(r2.njev))
+                          else status_from_scipy(r, "least_squares"))
+                njev, message = njev + int(r.njev), f"{message}; continued: {r.message}"
+                out = Outcome(r.x, status, message, njev)
                 if out.status.success:
                     out = _stationarity(b, out, cfg.gradient, g0)
             out.objective_start = float(b.J_start)
@@ -484,8 +488,9 @@ def estimate_continuous(problem: EstimationProblem, **options):
     constraints); ``options`` are the optimizer's own, with the defaults L-BFGS-B
     ``ftol=10·rtol``, ``gtol=1e-8``; trust-constr ``gtol=1e-10``, ``xtol=1e-12``;
     least_squares ``'trf'``, ``x_scale='jac'``, ``ftol=10·rtol``,
-    ``xtol=gtol=1e-10`` (a stop on ``ftol`` that the Gauss–Newton decrement
-    rejects is continued once without ``ftol``, unless ``ftol`` was given).  ``engine``: ``'cvodes'``
+    ``xtol=gtol=1e-10`` (a stop on ``ftol`` or ``xtol`` that the Gauss–Newton
+    decrement rejects is continued without ``ftol``, then with ``xtol=1e-15``,
+    unless the user gave them).  ``engine``: ``'cvodes'``
     (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`) or ``'scipy'``
     (:class:`ContinuousModel`); default tolerances from
     :func:`~pyomo_odeest.approaches.continuous.default_tolerances`.  ``scale``
