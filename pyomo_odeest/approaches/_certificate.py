@@ -343,7 +343,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         for k in cfg.keys():
             nxt[k] = cfg[k]
         nxt.grid, nxt.max_step, nxt.steps_per_interval = grid, None, None
-        nxt.u0 = result.estimates.copy()
+        nxt.u0 = _inside_bounds(problem, result.estimates)
         new = solve(nxt)
         if not new.success:                    # keep the last successful solve
             rounds.append(dict(round=len(rounds), grid_points=_grid_points(grid),
@@ -362,6 +362,17 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         result.status = Status.NOT_RESOLVED
         result.message = f"{result.message}; {cert.describe()}"
     return result
+
+
+def _inside_bounds(problem, estimates):
+    """The estimates as a start: round-off beyond a bound (Ipopt's bound relaxation)
+    moved back onto it."""
+    u = estimates.reindex(problem.parameter_names).astype(float).copy()
+    for p in problem.parameters:
+        if not p.fixed:
+            u[p.name] = float(np.clip(u[p.name], -np.inf if p.lb is None else p.lb,
+                                      np.inf if p.ub is None else p.ub))
+    return u
 
 
 def _scheme_of(result):

@@ -75,8 +75,11 @@ def gauss_newton_decrement(D, r, lo, hi):
         return 0.0, jc
     if not (np.all(np.isfinite(D)) and np.all(np.isfinite(r))):
         return np.inf, jc
-    sol = lsq_linear(D, -r, bounds=(lo, hi), method="trf", tol=1e-14)
-    dec = jc - 0.5 * float(np.sum((D @ sol.x + r) ** 2))
+    move = lo < hi                         # a direction held by lb = ub (or two active
+    if not move.any():                     # bounds) takes no step
+        return 0.0, jc
+    sol = lsq_linear(D[:, move], -r, bounds=(lo[move], hi[move]), method="trf", tol=1e-14)
+    dec = jc - 0.5 * float(np.sum((D[:, move] @ sol.x + r) ** 2))
     # the model's minimum not found (iteration limit, or worse than no step): unknown
     return (dec if sol.status > 0 and dec >= -1e-12 * (1 + 2 * jc) else np.inf), jc
 
