@@ -71,14 +71,9 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    folders = []
-    for p in a.folders:
-        p = os.path.abspath(p)
-        if any(f.endswith((".yaml", ".yml")) for f in os.listdir(p)):
-            folders.append(p)
-        else:
-            folders += sorted(os.path.join(p, d) for d in os.listdir(p)
-                              if os.path.isdir(os.path.join(p, d)))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from petab_suite import problem_folders
+    folders = problem_folders(a.folders)
     ref = {}
     files = [a.references] if a.references else [
         os.path.join(d, "references.tsv") for d in {os.path.dirname(f) for f in folders}]

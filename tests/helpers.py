@@ -113,3 +113,14 @@ def three_experiments_by_hand(problem):
         return out
     params = [po.Parameter(p.name, p.value, p.lb, p.ub) for p in problem.parameters]
     return po.EstimationProblem(states, params, rhs, initial, data)
+
+
+def benchmark_module(name):
+    """``benchmarks/<name>.py`` loaded as a module (the benchmarks are scripts, not a
+    package)."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pyomo.environ as pyo
 import pytest
+from helpers import benchmark_module
 
 import pyomo_odeest as po
 from pyomo_odeest.analysis._diagnostics import amplification, diagnose
@@ -839,13 +840,8 @@ def test_bands_of_an_identifiable_combination_are_finite():
 # rhs, CVODES's failures: the cause and the remedy, no raw traceback
 # ---------------------------------------------------------------------------
 def _petab_suite():
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "petab_suite.py")
-    spec = importlib.util.spec_from_file_location("petab_suite_cli", path)
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
-    return suite
+    """benchmarks/petab_suite.py as a module."""
+    return benchmark_module("petab_suite")
 
 
 @pytest.mark.parametrize("argv, expected", [

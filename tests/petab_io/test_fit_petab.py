@@ -1,6 +1,5 @@
 """fit_petab: one call from a PEtab problem to a checked fit, its rules, its result and
 its command line (``pyomo-odeest petab``)."""
-import importlib.util
 import json
 import os
 import types
@@ -8,6 +7,7 @@ import types
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import benchmark_module
 
 pytest.importorskip("petab")
 pytest.importorskip("libsbml")
@@ -27,11 +27,7 @@ BRUNO = os.path.join(DATA, "Bruno_JExpBot2016")
 
 def _suite():
     """benchmarks/petab_suite.py as a module."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "petab_suite.py")
-    spec = importlib.util.spec_from_file_location("petab_suite", path)
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
-    return suite
+    return benchmark_module("petab_suite")
 
 
 def _fields(line):

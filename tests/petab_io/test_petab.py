@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import benchmark_module
 
 petab = pytest.importorskip("petab")
 libsbml = pytest.importorskip("libsbml")
@@ -816,12 +817,7 @@ def test_ill_conditioned_optimum_is_stationary_in_the_gauss_newton_metric():
 
 def _suite():
     """benchmarks/petab_suite.py as a module."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "petab_suite.py")
-    spec = importlib.util.spec_from_file_location("petab_suite", path)
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
-    return suite
+    return benchmark_module("petab_suite")
 
 
 def test_borghans_reference_is_not_the_optimum():
