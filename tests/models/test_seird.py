@@ -40,7 +40,7 @@ def test_reduced_methods_recover_rates(fits, method):
 
 def test_simultaneous_recovers_rates_and_agrees(fits):
     prob, res = fits
-    sim = estimate_simultaneous(prob, steps_per_interval=SPI)
+    sim = estimate_simultaneous(prob, steps_per_interval=SPI, certify=False)   # BFGS's grid
     assert sim.success, sim.status
     err = np.abs(sim.x / U_TRUE - 1.0)
     assert np.all(err < 0.05), dict(zip(SEIRD_PARAMS, err))

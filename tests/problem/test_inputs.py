@@ -120,10 +120,11 @@ def test_control_recovered_and_bounded():
     P = _problem(INPUTS["control"], data)
     P.parameters[0].fixed = True
     P.parameters[0].value = 0.5
-    r = estimate(P, "simultaneous", steps_per_interval=5)
+    # the data are the discretization's own states: its grid recovers the control exactly
+    r = estimate(P, "simultaneous", steps_per_interval=5, certify=False)
     np.testing.assert_allclose(r.estimates[["c0", "c1"]], [0.4, -0.5], atol=1e-6)
     P.parameters[2].ub = -0.6                       # the control's bound becomes active
-    r = estimate(P, "simultaneous", steps_per_interval=5)
+    r = estimate(P, "simultaneous", steps_per_interval=5, certify=False)
     assert r.success and r.estimates["c1"] == pytest.approx(-0.6, abs=1e-7)
 
 
