@@ -90,6 +90,7 @@ def test_errors_name_the_culprit():
                               columns={"A": "bogus"}))], **kw)
     with pytest.raises(ProblemError, match="identifier"):
         Experiment("exp 1", d)
+    P = _problem()
     with pytest.raises(ProblemError, match="mapping experiment"):
         from pyomo_odeest import make_grid
         estimate(P, "simultaneous", grid=make_grid(TIMES))
