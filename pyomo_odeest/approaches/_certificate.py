@@ -219,18 +219,18 @@ def _shift(problem, result, u, free, errs, w_all, s):
     """Free parameter -> |δ_k| / SE_k (the module docstring); {} without sensitivities."""
     if not free:
         return {}
-    from ._backend import DiscreteBackend
     from ..discretization.discrete import SimulationError
-    try:
-        be = DiscreteBackend(problem, result.backend.discrete_model)
-        parts = be.observation_sensitivities(u, np.asarray(free))
+    every = np.flatnonzero(problem.free_mask)
+    cols = np.searchsorted(every, free)
+    try:          # the approach's own backend: the post-solve checks reuse its factorization
+        parts = result.backend.observation_sensitivities(u, every)
     except (SimulationError, ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError):
         return {}
     A, b = [], []
     for (sp, S, _, _), e, w in zip(parts, errs, w_all):
         m = np.asarray(sp.mask, dtype=bool)
         sw = np.sqrt(w)[m]
-        A.append(sw[:, None] * np.asarray(S, dtype=float)[m])
+        A.append(sw[:, None] * np.asarray(S, dtype=float)[:, :, cols][m])
         b.append(sw * e[m])
     A, b = np.vstack(A), np.concatenate(b)
     if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b))):
