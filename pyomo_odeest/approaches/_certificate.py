@@ -335,7 +335,8 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         if (cert.certified or not cert.available or given or not result.success
                 or len(rounds) > cfg.max_refinements):
             break
-        grid = refine(problem, result, cert, _scheme_of(result))
+        scheme = _scheme_of(result)
+        grid = refine(problem, result, cert, scheme)
         if grid is None:
             cert.reason = f"a finer grid would exceed {MAX_GRID_POINTS} points"
             break
@@ -343,6 +344,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         for k in cfg.keys():
             nxt[k] = cfg[k]
         nxt.grid, nxt.max_step, nxt.steps_per_interval = grid, None, None
+        nxt.scheme, nxt.qmax = scheme.name, scheme.qmax   # the scheme solved (maybe switched)
         nxt.u0 = _inside_bounds(problem, result.estimates)
         new = solve(nxt)
         if not new.success:                    # keep the last successful solve
