@@ -344,7 +344,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         for k in cfg.keys():
             nxt[k] = cfg[k]
         nxt.grid, nxt.max_step, nxt.steps_per_interval = grid, None, None
-        nxt.scheme, nxt.qmax = scheme.name, scheme.qmax   # the scheme solved (maybe switched)
+        nxt.scheme, nxt.qmax = scheme, scheme.qmax        # the scheme solved (maybe switched)
         nxt.u0 = _inside_bounds(problem, result.estimates)
         new = solve(nxt)
         if not new.success:                    # keep the last successful solve
