@@ -163,18 +163,17 @@ def _states(b) -> np.ndarray:
 
 
 def _ode_states(problem, u):
-    """``t -> x(t)`` on a grid by a stiff integrator (LSODA) at ``u``, or None where it fails."""
+    """``t -> x(t)`` on a grid by a stiff integrator (LSODA) at ``u``, or None where it
+    fails; the integrator is built on the first call only (most starts never need it)."""
     from .continuous import ContinuousModel, IntegrationError
-    try:
-        cm = ContinuousModel(problem, method="LSODA", rtol=1e-8, atol=1e-12)
-    except (ProblemError, ValueError, TypeError):
-        return None
 
     def states(t):
         try:
+            cm = ContinuousModel(problem, method="LSODA", rtol=1e-8, atol=1e-12)
             with np.errstate(all="ignore"):
                 return cm.simulate(u, t).to_numpy(dtype=float)
-        except (IntegrationError, ValueError, ArithmeticError, np.linalg.LinAlgError):
+        except (ProblemError, TypeError, IntegrationError, ValueError, ArithmeticError,
+                np.linalg.LinAlgError):
             return None
     return states
 
