@@ -21,7 +21,9 @@ import pandas as pd
 from pyomo.common.config import ConfigDict, ConfigValue
 
 from ..discretization._size_guard import validate_estimator
-from ..discretization.schemes import QMAX_RANGE
+from ..discretization._experiments import experiment_grid
+from ..discretization._grid import resolve_grid
+from ..discretization.schemes import QMAX_RANGE, STIFF_SCHEME, get_scheme, stiff_switch
 from ..nlp._cyipopt_adapter import solve_with_ipopt
 from ..optimizers._clock import SolveClock
 from ..problem._declaration import EstimationProblem, ProblemError
@@ -172,6 +174,8 @@ class Outcome:
     timings: dict = field(default_factory=dict)
     #: the objective at the start, on the scale of ``result.objective`` (NaN: not known)
     objective_start: float = float("nan")
+    #: the model could not be evaluated at the start (nothing was solved)
+    at_start: bool = False
 
     @classmethod
     def from_ipopt(cls, r):
@@ -185,7 +189,7 @@ class Outcome:
     @classmethod
     def failed_at_start(cls, x, err):
         return cls(np.asarray(x, dtype=float), Status.SIMULATION_FAILED,
-                   f"the model cannot be simulated at the start: {err}")
+                   f"the model cannot be simulated at the start: {err}", at_start=True)
 
 
 def ipopt_options(cfg, **defaults) -> dict:
@@ -338,6 +342,12 @@ class Approach:
         built = self.build(problem, cfg, u_start)
         t1 = time.perf_counter()
         outcome = self.solve(built, cfg)
+        if outcome.at_start:
+            why = self._stiff_start(problem, cfg, u_start)
+            if why:                            # the same pass on the stiff scheme
+                res = self._run(problem, _with(self, cfg, scheme=STIFF_SCHEME))
+                res.warnings.insert(0, why)
+                return res
         build_s, solve_s = t1 - t0, time.perf_counter() - t1
         res = self.collect(problem, built, outcome, cfg)
         res.approach = self.name
@@ -356,6 +366,25 @@ class Approach:
             res.extra["advice"] = advice
         return res
 
+    def _stiff_start(self, problem, cfg, u_start):
+        """Why the scheme cannot start (:func:`~pyomo_odeest.discretization.schemes.stiff_switch`
+        on every experiment's grid, states by a stiff integrator at the start), or None;
+        only for a scheme the user did not choose, on a model the approach builds."""
+        if ("scheme" not in cfg or "scheme" in self.given
+                or ("model" in cfg and cfg["model"] is not None)):
+            return None
+        from ._simultaneous import _ode_states
+        scheme = cfg.scheme if hasattr(cfg.scheme, "order") else get_scheme(cfg.scheme,
+                                                                             cfg.qmax)
+        for name, sp in zip(problem.experiment_names or [None], problem.subproblems):
+            grid = resolve_grid(sp, experiment_grid(cfg.grid, name), cfg.max_step,
+                                cfg.steps_per_interval)
+            X = _ode_states(sp, u_start)(grid.t)
+            why = None if X is None else stiff_switch(sp, scheme, grid.t, X, u_start)
+            if why:
+                return why
+        return None
+
     def _frames(self, problem, built, res):
         """The experiments' frames at the estimates; a failed final simulation makes
         the status :attr:`Status.SIMULATION_FAILED`."""
@@ -366,6 +395,16 @@ class Approach:
             res.status = Status.SIMULATION_FAILED
             res.message = f"{res.message}; final simulation failed: {failed[0]}"
         return per
+
+
+def _with(approach, cfg, **values):
+    """A copy of the configuration ``cfg`` of ``approach`` with ``values`` set."""
+    out = approach.config()
+    for k in cfg.keys():
+        out[k] = cfg[k]
+    for k, v in values.items():
+        out[k] = v
+    return out
 
 
 def _add_experiments(problem, res, per):

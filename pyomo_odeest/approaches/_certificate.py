@@ -44,6 +44,7 @@ from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
 from ..problem._status import Status
 from ..symbolic._vectorfn import VectorFn
+from ._base import _with
 
 __all__ = ["GridCertificate", "certify", "refine", "refine_until_certified",
            "FIT_TOL", "SHIFT_TOL", "MAX_REFINEMENTS", "MAX_GRID_POINTS"]
@@ -340,12 +341,9 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         if grid is None:
             cert.reason = f"a finer grid would exceed {MAX_GRID_POINTS} points"
             break
-        nxt = approach.config()
-        for k in cfg.keys():
-            nxt[k] = cfg[k]
-        nxt.grid, nxt.max_step, nxt.steps_per_interval = grid, None, None
-        nxt.scheme, nxt.qmax = scheme, scheme.qmax        # the scheme solved (maybe switched)
-        nxt.u0 = _inside_bounds(problem, result.estimates)
+        nxt = _with(approach, cfg, grid=grid, max_step=None, steps_per_interval=None,
+                    scheme=scheme, qmax=scheme.qmax,       # the scheme solved (maybe switched)
+                    u0=_inside_bounds(problem, result.estimates))
         new = solve(nxt)
         if not new.success:                    # keep the last successful solve
             rounds.append(dict(round=len(rounds), grid_points=_grid_points(grid),

@@ -26,7 +26,7 @@ from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend, blocks_of
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config, refinement_config,
                     fit_frames, ipopt_options)
-from ..discretization.schemes import integrate, stable_schemes, stiff_point
+from ..discretization.schemes import STIFF_SCHEME, integrate, stiff_switch
 from ..symbolic._vectorfn import VectorFn
 from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
 from ..symbolic import lambdify
@@ -259,17 +259,9 @@ class SimultaneousApproach(Approach):
         init, switched = [], None
         for sb in blocks_of(b):
             init.append(initialize_block(sb, u, cfg.init, ode=_ode_states(sb.problem, u)))
-            if (check and switched is None and "scheme" not in self.given
-                    and sb.scheme.name not in ("enright", "semi_implicit_enright")):
-                worst = stiff_point(sb.problem, sb.scheme, sb.grid.t, _states(sb), u)
-                if worst is not None and worst[4] and "enright" in stable_schemes(
-                        sb.scheme, worst[1]):
-                    rho, z, ti, hi, _ = worst
-                    switched = ("enright", (
-                        f"stiff at the start: at t={ti:.4g} the step h={hi:.3g} gives "
-                        f"h*lambda={z.real:.3g}{z.imag:+.3g}j, outside the stability region "
-                        f"of {sb.scheme.name} (amplification {rho:.3g}); solved with "
-                        f"scheme='enright' (give scheme= to choose)"))
+            if check and switched is None and "scheme" not in self.given:
+                why = stiff_switch(sb.problem, sb.scheme, sb.grid.t, _states(sb), u)
+                switched = (STIFF_SCHEME, why) if why else None
         return init, switched
 
     def solve(self, built, cfg):

@@ -41,6 +41,9 @@ __all__ = ["PetabSimulator", "petab_nll"]
 
 _Solution = namedtuple("_Solution", "t y")
 
+#: default work bound of one likelihood by :class:`PetabSimulator`
+MAX_EVALUATIONS = 1_000_000
+
 
 class PetabSimulator:
     """Simulations and likelihood terms of a :class:`PetabModel` (set up once).
@@ -52,10 +55,17 @@ class PetabSimulator:
         Tolerances of :func:`scipy.integrate.solve_ivp`.
     method : str
         Integrator of :func:`~scipy.integrate.solve_ivp` (default ``'LSODA'``).
+    max_evaluations : int
+        Right-hand side evaluations one likelihood (:meth:`terms`) may take; beyond
+        them the simulation fails (a steady state that is never reached, e.g. a
+        limit cycle integrated towards t = 1e12, would otherwise run for hours).
     """
 
-    def __init__(self, model: PetabModel, rtol=1e-10, atol=1e-12, method="LSODA"):
+    def __init__(self, model: PetabModel, rtol=1e-10, atol=1e-12, method="LSODA",
+                 max_evaluations=MAX_EVALUATIONS):
         self.model = model
+        self.max_evaluations = int(max_evaluations)
+        self._evaluations = 0
         self.rtol, self.atol, self.method = rtol, atol, method
         self.pids = [p.id for p in model.parameters]
         psyms = [symbol(p) for p in self.pids]
@@ -92,7 +102,7 @@ class PetabSimulator:
             if t_eval is not None:
                 te = t_eval[(t_eval >= a) & ((t_eval <= b) if last else (t_eval < b))]
                 te_run = te if last else np.append(te, b)     # the state at b starts the next
-            sol = solve_ivp(lambda t, x: np.asarray(f(x, p, t), dtype=float).reshape(-1),
+            sol = solve_ivp(lambda t, x: self._rhs(f, condition, x, p, t),
                             (a, b), x, method=self.method,
                             t_eval=None if te is None else te_run,
                             rtol=self.rtol, atol=self.atol,
@@ -108,6 +118,14 @@ class PetabSimulator:
         if t_eval is None:
             return _Solution(np.array([float(T)]), x.reshape(-1, 1))
         return _Solution(np.concatenate(ts), np.concatenate(ys, axis=1))
+
+    def _rhs(self, f, condition, x, p, t):
+        self._evaluations += 1
+        if self._evaluations > self.max_evaluations:
+            raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
+                               f"stopped after {self.max_evaluations} evaluations of the "
+                               f"right-hand side (at t={t:.6g})")
+        return np.asarray(f(x, p, t), dtype=float).reshape(-1)
 
     def steady_state(self, condition, values, tol=1e-10, x0=None):
         """The state that ``condition`` settles to from its initial state (or ``x0``),
@@ -162,6 +180,7 @@ class PetabSimulator:
         vals = model.linear_values(scaled)
         p = np.array([vals[k] for k in self.pids])
         meas = model.measurements
+        self._evaluations = 0
         y, sig = np.full(len(meas), np.nan), np.empty(len(meas))
         no_state = np.zeros(len(model.ode.states))     # for a σ of parameters only
         for c in model.conditions:

@@ -107,18 +107,29 @@ def test_multistart_counts_no_grid_artefact_as_a_minimum(lv):
     assert gap.max() > 0.1
 
 
-def test_robertson_three_experiments_simultaneous_default_reaches_the_reference():
+@pytest.mark.slow
+@pytest.mark.parametrize("approach", ["simultaneous", "reduced_space"])
+def test_robertson_three_experiments_default_reaches_the_reference(approach):
     """Stiff kinetics, three experiments, log-rates, a start a factor 2 off: the default
-    (Adams PC) is stiff at the start, so the simultaneous approach starts from a stiff
-    integrator's states on Enright's scheme, and converges on a certified grid within
-    0.1 SE of the continuous least squares at rtol 1e-10."""
+    (Adams PC) is stiff at the start, so both approaches solve on Enright's scheme
+    (the simultaneous one from a stiff integrator's states), say so, and converge on a
+    certified grid within 0.1 SE of the continuous least squares at rtol 1e-10."""
     from pyomo_odeest.models import robertson_problem
     prob = robertson_problem()
     ref = po.estimate(prob, "continuous", optimizer="least_squares", rtol=1e-10, atol=1e-14)
-    res = po.estimate(prob, "simultaneous")
+    res = po.estimate(prob, approach)
     assert ref.success and res.success, res.summary()
     assert res.scheme.name == "enright"
     assert any(w.startswith("stiff at the start") for w in res.warnings)
     assert res.extra["certificate"]["certified"]
     se = ref.covariance().se
     assert ((res.estimates - ref.estimates)[se.index].abs() / se).max() < 0.1
+
+
+def test_a_chosen_scheme_is_never_switched():
+    """``scheme=`` given: the stiff start fails as it is, and says why."""
+    from pyomo_odeest.models import robertson_problem
+    res = po.estimate(robertson_problem(), "reduced_space", scheme="adams_pc", certify=False)
+    assert res.status is po.Status.SIMULATION_FAILED
+    assert res.scheme.name == "adams_pc"
+    assert not any(w.startswith("stiff at the start") for w in res.warnings)

@@ -51,6 +51,19 @@ def test_nominal_nll_matches_reference(name):
     assert abs(nll - REFERENCE[name]) <= 1e-3 * max(1.0, abs(REFERENCE[name]))
 
 
+def test_a_simulation_without_end_stops_at_its_work_bound():
+    """A steady state that is never reached (here: too few evaluations allowed for
+    Brannmark's pre-equilibration) fails with a message instead of running on; the
+    bound counts per likelihood, so the next call with a sufficient one succeeds."""
+    model = read_petab(os.path.join(DATA, "Brannmark_JBC2010"))
+    sim = PetabSimulator(model, rtol=1e-8, atol=1e-10, max_evaluations=50)
+    with pytest.raises(RuntimeError, match="stopped after 50 evaluations"):
+        sim.nll()
+    sim.max_evaluations = 10**6
+    assert abs(sim.nll() - REFERENCE["Brannmark_JBC2010"]) <= 1e-3 * abs(
+        REFERENCE["Brannmark_JBC2010"])
+
+
 def test_crauste_nominal_equals_likelihood_of_its_simulated_data():
     """Crauste's reference is 1.2e-3 (absolute) above our nominal value; our value
     is the likelihood of the collection's own simulatedData table (computed by

@@ -54,7 +54,8 @@ from ._families import (DEFAULT_QMAX, QMAX_RANGE, SCHEMES, AdamsMoulton, AdamsPC
 from ._formulas import PointRef, Stage, StepBatch, StepFormula
 from ._integration import integrate
 from ._error import local_errors, predictor_difference
-from ._stability import STABILITY_POINTS, amplification, stable_schemes, stiff_point
+from ._stability import (STABILITY_POINTS, STIFF_SCHEME, amplification, stable_schemes,
+                         stiff_point, stiff_switch)
 
 __all__ = [
     "PointRef",
@@ -78,6 +79,8 @@ __all__ = [
     "predictor_difference",
     "amplification",
     "stiff_point",
+    "stiff_switch",
+    "STIFF_SCHEME",
     "stable_schemes",
     "STABILITY_POINTS",
 ]

@@ -15,7 +15,7 @@ import sympy
 from ...symbolic import lambdify
 from ._families import SCHEMES
 
-__all__ = ["amplification", "stiff_point", "stable_schemes", "STABILITY_POINTS"]
+__all__ = ["amplification", "stiff_point", "stable_schemes", "stiff_switch", "STABILITY_POINTS"]
 
 #: Largest number of grid points at which :func:`stiff_point` looks.
 STABILITY_POINTS = 400
@@ -107,3 +107,27 @@ def stable_schemes(scheme, z) -> list:
     """Names of the other schemes (same ``qmax``) stable at ``z`` (radius below 0.98)."""
     return [name for name, cls in SCHEMES.items()
             if name != scheme.name and amplification(cls(scheme.qmax), z) < 0.98]
+
+
+#: the scheme a stiff start switches to, where it is stable
+STIFF_SCHEME = "enright"
+
+
+def stiff_switch(problem, scheme, t, X, u):
+    r"""The reason to solve on :data:`STIFF_SCHEME` instead of ``scheme``, or None.
+
+    The rule every approach on a grid applies at its start when the user did not
+    choose the scheme: some step of the trajectory ``X`` (grid ``t``, parameters
+    ``u``) puts :math:`h\lambda` outside the absolute stability region of ``scheme``
+    (:func:`stiff_point`) where Enright's scheme is stable.  Enright's schemes are
+    never switched from."""
+    if scheme.name in ("enright", "semi_implicit_enright"):
+        return None
+    worst = stiff_point(problem, scheme, t, X, u)
+    if worst is None or not worst[4] or STIFF_SCHEME not in stable_schemes(scheme, worst[1]):
+        return None
+    rho, z, ti, hi, _ = worst
+    return (f"stiff at the start: at t={ti:.4g} the step h={hi:.3g} gives "
+            f"h*lambda={z.real:.3g}{z.imag:+.3g}j, outside the stability region "
+            f"of {scheme.name} (amplification {rho:.3g}); solved with "
+            f"scheme={STIFF_SCHEME!r} (give scheme= to choose)")
