@@ -390,6 +390,25 @@ def test_parameter_at_bound_warned_and_inside_bounds():
     assert any("upper bound 0.5" in w for w in res.warnings)
 
 
+@pytest.mark.parametrize("approach", ["continuous", "reduced_space"])
+def test_a_small_parameter_near_zero_is_not_called_at_its_bound(approach):
+    """x' = -k·1e12·x with k = 5e-13 and lb = 0: k is within 1e-6 of its bound, but the
+    data determine it (the Gauss–Newton step without the bound stays above 0), so no
+    warning says the bound holds it; with ub = 4e-13 the bound does hold it."""
+    t = np.linspace(0, 4, 21)
+    data = pd.DataFrame({"x": 2.0 * np.exp(-0.5 * t)}, index=t)
+
+    def problem(ub=None):
+        return po.EstimationProblem(["x"], [po.Parameter("k", 1e-13, lb=0.0, ub=ub)],
+                                    rhs=lambda x, u, t: [-u.k * 1e12 * x.x],
+                                    initial={"x": 2.0}, data=data, sigma=0.01)
+    free = po.estimate(problem(), approach)
+    assert free.success and free.estimates["k"] == pytest.approx(5e-13, rel=1e-4)
+    assert not any("bound" in w for w in free.warnings), free.warnings
+    held = po.estimate(problem(ub=4e-13), approach)
+    assert any("upper bound 4e-13" in w for w in held.warnings), held.warnings
+
+
 def test_chi_square_against_the_stated_noise():
     data = decay_data(noise=0.01, seed=3)
     right = po.estimate_reduced(decay(data=data, sigma=0.01))

@@ -69,10 +69,18 @@ def chi2_warning(problem, result):
     return [f"{chk['message']}; {advice}"]
 
 
-def bound_warnings(problem, result, rtol=1e-6):
-    """Warnings for parameters at a bound; round-off outside a bound is clipped back."""
+def bound_warnings(problem, result, curv=None, rtol=1e-6):
+    """Warnings for parameters at a bound; round-off outside a bound is clipped back.
+
+    A parameter within ``rtol·max(1, |b|, |u|)`` of a bound ``b`` is reported at it
+    only where the bound holds it: where the sensitivities ``curv`` are known, the
+    Gauss–Newton step without the bounds would carry it across ``b``
+    (:func:`_held_by_bound`).  A small parameter near the bound 0 that the data
+    determine (k = 4.6e-14 where the optimum is 8e-14) is not "at its bound"."""
     out = []
+    _clip_round_off(problem, result, rtol)
     u = result.estimates.to_numpy(dtype=float).copy()
+    step = _free_step(curv)
     for k, p in enumerate(problem.parameters):
         if p.fixed:
             continue
@@ -84,18 +92,48 @@ def bound_warnings(problem, result, rtol=1e-6):
         for b, side in ((p.lb, "lower"), (p.ub, "upper")):
             if b is None or not np.isfinite(u[k]):
                 continue
-            tol = rtol * max(1.0, abs(b), abs(u[k]))
             outside = u[k] < b if side == "lower" else u[k] > b
-            if outside and abs(u[k] - b) <= tol:
-                u[k] = b                                # the solver's bound relaxation
-            if abs(u[k] - b) <= tol:
+            if abs(u[k] - b) <= rtol * max(1.0, abs(b), abs(u[k])):
+                if step is not None and k in step and np.isfinite(step[k]) and not (
+                        u[k] + step[k] < b if side == "lower" else u[k] + step[k] > b):
+                    continue                            # near it, not held by it
                 out.append(f"parameter '{p.name}' = {u[k]:.6g} is at its {side} bound {b:g}: the "
                            f"data may prefer a value beyond it; widen the bound if it is not "
                            f"physical, and treat this estimate's uncertainty with care")
             elif outside:
                 out.append(f"parameter '{p.name}' = {u[k]:.6g} violates its {side} bound {b:g}")
-    result.estimates[:] = u
     return out
+
+
+def _clip_round_off(problem, result, rtol=1e-6):
+    """Round-off of the solver outside a bound (its bound relaxation) clipped back."""
+    u = result.estimates.to_numpy(dtype=float).copy()
+    for k, p in enumerate(problem.parameters):
+        if p.fixed or not np.isfinite(u[k]):
+            continue
+        for b, below in ((p.lb, True), (p.ub, False)):
+            if b is not None and (u[k] < b if below else u[k] > b) and \
+                    abs(u[k] - b) <= rtol * max(1.0, abs(b), abs(u[k])):
+                u[k] = b
+    result.estimates[:] = u
+
+
+def _free_step(curv):
+    """``{parameter index: Gauss–Newton step}`` of the free parameters without their
+    bounds, from the sensitivities ``curv`` (columns scaled to unit norm before the
+    least squares); None when they are not known."""
+    if curv is None:
+        return None
+    try:
+        D, rho = curv.scaled_rows(), curv.scaled_residuals()
+    except (ValueError, np.linalg.LinAlgError):
+        return None
+    if D.size == 0 or not (np.all(np.isfinite(D)) and np.all(np.isfinite(rho))):
+        return None
+    n = np.linalg.norm(D, axis=0)
+    n[n == 0] = 1.0
+    s = np.linalg.lstsq(D / n, -rho, rcond=None)[0] / n
+    return dict(zip((int(k) for k in curv.free), s))
 
 
 def _gauss_newton(problem, result):
@@ -399,8 +437,9 @@ def diagnose(problem, result):
     if scheme is not None and not hasattr(scheme, "stage_names"):    # a SchemeRef
         from ..discretization.schemes import get_scheme
         scheme = get_scheme(scheme.name, scheme.qmax)
-    w = bound_warnings(problem, result)
+    _clip_round_off(problem, result)
     curv = _curvature(problem, result)
+    w = bound_warnings(problem, result, curv)
     w += stationarity_status(problem, result, curv)
     w = [m for check in (status_warning, start_warning) for m in check(result)] + w
     w += chi2_warning(problem, result) + rank_warnings(problem, result, curv)
