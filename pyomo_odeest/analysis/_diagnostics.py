@@ -64,8 +64,11 @@ def chi2_warning(problem, result):
     result.extra["noise_check"] = chk
     if chk["consistent"] is not False:
         return []
-    advice = ("try another start u0 or approach, check the model and sigma (too small?)"
-              if chk["p_upper"] < chk["p_lower"] else "sigma is probably too large")
+    too_small = chk["p_upper"] >= chk["p_lower"]
+    if too_small and not result.success:     # e.g. shooting nodes on the data, not a fit
+        return []
+    advice = ("sigma is probably too large" if too_small else
+              "try another start u0 or approach, check the model and sigma (too small?)")
     return [f"{chk['message']}; {advice}"]
 
 
@@ -75,8 +78,9 @@ def bound_warnings(problem, result, curv=None, rtol=1e-6):
     A parameter within ``rtol·max(1, |b|, |u|)`` of a bound ``b`` is reported at it
     only where the bound holds it: where the sensitivities ``curv`` are known, the
     Gauss–Newton step without the bounds would carry it across ``b``
-    (:func:`_held_by_bound`).  A small parameter near the bound 0 that the data
-    determine (k = 4.6e-14 where the optimum is 8e-14) is not "at its bound"."""
+    (:func:`_free_step`).  A small parameter near the bound 0 that the data
+    determine (k = 4.6e-14 where the optimum is 8e-14) is not "at its bound", nor is
+    any parameter of a result that did not converge (its point is not a minimum)."""
     out = []
     _clip_round_off(problem, result, rtol)
     u = result.estimates.to_numpy(dtype=float).copy()
@@ -94,6 +98,8 @@ def bound_warnings(problem, result, curv=None, rtol=1e-6):
                 continue
             outside = u[k] < b if side == "lower" else u[k] > b
             if abs(u[k] - b) <= rtol * max(1.0, abs(b), abs(u[k])):
+                if not result.success:                  # not a minimum: no claim on the data
+                    continue
                 if step is not None and k in step and np.isfinite(step[k]) and not (
                         u[k] + step[k] < b if side == "lower" else u[k] + step[k] > b):
                     continue                            # near it, not held by it

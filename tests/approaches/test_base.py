@@ -343,6 +343,34 @@ def test_max_wall_time_stops_the_solve(approach, optimizer):
     assert any("time limit" in w for w in res.warnings)
 
 
+def iore(k=0.1):
+    """The IORE degradation model x' = -k x^N (optimum k = 4.6e-14, N = 6.8), started
+    where its users' tool starts it, k = 0.1: 12 decades from the optimum."""
+    t = np.array([0, 1, 2, 3, 6, 9, 12, 18, 24, 36.0])
+    c = (100.0 ** (1 - 6.7) + 5.7 * 8e-14 * t) ** (1 / (1 - 6.7))
+    data = pd.DataFrame({"C": c + 0.3 * np.random.default_rng(1).standard_normal(len(t))},
+                        index=t)
+    return EstimationProblem(
+        ["C"], [Parameter("k", k, lb=0.0), Parameter("N", 2.0, lb=0.0, ub=20),
+                Parameter("C0", 100.0, lb=0)],
+        rhs=lambda x, u, t: [-u.k * x.C ** u.N], initial={"C": "C0"}, data=data, sigma=0.3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("approach", APPROACH_NAMES)
+def test_a_start_twelve_decades_off_returns_within_the_time_limit(approach):
+    """From k = 0.1 every approach returns within max_wall_time (plus the checks'
+    time) with a non-success status or the optimum (J = 3.830317, the reduced space
+    from the published point), and no warning calls k, 4.6e-14 at the optimum, held by
+    its bound 0."""
+    import time
+    t0 = time.perf_counter()
+    res = po.estimate(iore(), approach, max_wall_time=30)
+    assert time.perf_counter() - t0 < 30 + 45, res.summary()
+    assert not res.success or abs(res.objective - 3.830317) < 1e-3, res.summary()
+    assert not any("bound" in w for w in res.warnings), res.warnings
+
+
 # ---------------------------------------------------------------------------
 # vocabulary: names and statuses round-trip
 # ---------------------------------------------------------------------------
