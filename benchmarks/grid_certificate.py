@@ -11,9 +11,9 @@ stiff kinetics in three experiments with log-rates, started a factor 2 off
 one-hour infusion, σ unknown (``models.pk_infusion_problem``); SEIRD
 (``models.seird_problem``); two PEtab problems shipped in ``tests/data/petab``
 (Bruno, Borghans) from their nominal points.  The adaptive model (55) runs with
-``fit_tol=0.01`` (its tolerance tied to the same error of the fitted values) and is
-certified by the same :func:`certify` afterwards: the refinement stage and the
-adaptive model answer one question in two ways.
+``fit_tol=0.01`` (its tolerance tied to the same error of the fitted values) and its
+result carries the same certificate: the refinement stage and the adaptive model
+answer one question in two ways.
 
 Reference: the continuous least squares (``approach='continuous',
 optimizer='least_squares'``) at rtol 1e-10 from the problem's start (where the ODE
@@ -70,7 +70,6 @@ def problems():
 
 def run(name, build, approaches, max_wall_time):
     import pyomo_odeest as po
-    from pyomo_odeest.approaches._certificate import certify
     prob = build()
     kw = dict(optimizer="least_squares", rtol=1e-10, atol=1e-12)
     t0 = time.perf_counter()
@@ -100,10 +99,7 @@ def run(name, build, approaches, max_wall_time):
         if isinstance(res, str):
             rows.append(dict(problem=name, approach=ap, status=res))
             continue
-        cert = res.extra.get("certificate")
-        if cert is None and res.grid is not None:     # the adaptive model: its own tolerance
-            cert = certify(prob, res).to_dict()
-        cert = cert or {}
+        cert = res.extra.get("certificate") or {}
         rounds = res.extra.get("refinement") or []
         dist = np.nan
         if se is not None and res.success:

@@ -28,7 +28,7 @@ from ..transcription._experiments import build_experiment_blocks
 from ._backend import DiscreteBackend, blocks_of, discrete_model
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config,
                     discretization_config, fit_frames, ipopt_options)
-from ._base import _Optional
+from ._base import _Bool, _Optional
 
 __all__ = ["AdaptiveApproach", "estimate_adaptive"]
 
@@ -71,6 +71,10 @@ class AdaptiveApproach(Approach):
         positive_float, "fit_tol", "float > 0 or None"), description=(
         "target error of the fitted values in units of sigma: the controller's eps is "
         "tightened until the estimated error is below it (None: eps as given)")))
+    CONFIG.declare("certify", ConfigValue(default=True, domain=_Bool("certify"), description=(
+        "certify the fitted values at the estimates against an independent simulation "
+        "(the grid certificate, with fit_tol or its default; not certified: the status "
+        "discretization_not_resolved)")))
     DEFAULTS = {"qmax": 2}
 
     def validate(self, problem, cfg):

@@ -145,6 +145,14 @@ def _grid_points(grid) -> int:
     return int(sum(len(g) for g in grids if g is not None))
 
 
+def _result_points(result) -> int:
+    """Grid points of a result; the adaptive model's steps + 1 (it has no grid)."""
+    if result.grid is not None:
+        return _grid_points(result.grid)
+    steps = result.extra.get("grid")
+    return int(steps["k"]) + 1 if isinstance(steps, dict) and "k" in steps else 0
+
+
 def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) -> GridCertificate:
     """The :class:`GridCertificate` of ``result`` (see the module docstring).
 
@@ -154,7 +162,7 @@ def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) 
     simulation as an infinite error).
     """
     base = dict(fit_tol=fit_tol, shift_tol=shift_tol, objective=float(result.objective),
-                grid_points=_grid_points(result.grid))
+                grid_points=_result_points(result))
     u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
     if result.fitted is None or not np.all(np.isfinite(u)):
         return GridCertificate(False, reason="the result has no fitted values", **base)
@@ -315,8 +323,15 @@ def refine_until_certified(approach, problem, cfg, result, solve):
     ``cfg.max_refinements`` times.  Puts the certificate on
     ``result.extra['certificate']`` (a dict) and the rounds on
     ``result.extra['refinement']``; a result whose grid ends uncertified has the
-    status :attr:`Status.NOT_RESOLVED` when it had a successful one."""
+    status :attr:`Status.NOT_RESOLVED` when it had a successful one.  A result
+    without a grid (the adaptive model's steps are its own) is certified, not
+    refined; options the approach does not have take the module's defaults."""
     t_start = time.perf_counter()
+    # an approach without a grid of its own to refine (the adaptive model, which
+    # refines its steps by its fit_tol) is certified only
+    fit_tol = cfg["fit_tol"] if "fit_tol" in cfg and cfg["fit_tol"] is not None else FIT_TOL
+    shift_tol = cfg["shift_tol"] if "shift_tol" in cfg else SHIFT_TOL
+    max_rounds = cfg["max_refinements"] if "max_refinements" in cfg else 0
     models = None
     try:
         models = reference_models(problem)
@@ -325,7 +340,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
     rounds = []
     given = "model" in cfg and cfg["model"] is not None
     while True:
-        cert = certify(problem, result, models, cfg.fit_tol, cfg.shift_tol)
+        cert = certify(problem, result, models, fit_tol, shift_tol)
         rounds.append(dict(round=len(rounds), grid_points=cert.grid_points,
                            objective=cert.objective,
                            objective_simulated=cert.objective_simulated,
@@ -333,8 +348,11 @@ def refine_until_certified(approach, problem, cfg, result, solve):
                            status=str(result.status),
                            estimates={k: float(v) for k, v in result.estimates.items()},
                            seconds=float(result.timings.get("total_s", np.nan))))
+        if result.grid is None and cert.available and not cert.certified:
+            cert.reason = ("no grid to refine: the adaptive model tightens its own "
+                           "tolerance with fit_tol (e.g. fit_tol=0.01)")
         if (cert.certified or not cert.available or given or not result.success
-                or len(rounds) > cfg.max_refinements):
+                or result.grid is None or len(rounds) > max_rounds):
             break
         scheme = _scheme_of(result)
         grid = refine(problem, result, cert, scheme)

@@ -64,6 +64,22 @@ def test_lotka_volterra_default_start_reaches_the_simultaneous_optimum():
     assert r.extra["pattern_stable"] and r.extra["fit_error"] <= 0.01
     se = _se(ref)
     assert np.all(np.abs(r.x - ref.x) <= 0.1 * se), (r.x, ref.x, se)
+    # the same certificate as the grid approaches, by the independent simulation
+    cert = r.extra["certificate"]
+    assert cert["certified"] and cert["fit_error"] <= 0.01 and cert["grid_points"] > 100
+
+
+def test_adaptive_default_tolerance_is_certified_or_says_not():
+    """The adaptive model's default tolerance (eps = 1e-3) leaves the fitted values of
+    the Lotka–Volterra problem 0.15 residual scale from the ODE's: the grid certificate
+    says so, the status is not a success, and the reason names fit_tol."""
+    r = po.estimate(lotka_volterra_problem(p0=(0.8,) * 4), "adaptive")
+    cert = r.extra["certificate"]
+    assert cert["fit_error"] > 0.01 and not cert["certified"]
+    assert r.status is Status.NOT_RESOLVED and not r.success
+    assert "fit_tol" in cert["reason"]
+    off = po.estimate(lotka_volterra_problem(p0=(0.8,) * 4), "adaptive", certify=False)
+    assert off.success and "certificate" not in off.extra
 
 
 def test_lotka_volterra_default_start_without_seed_is_a_status_not_an_error():
