@@ -43,6 +43,9 @@ CYIPOPT_MISSING = (
 )
 
 # Ipopt ApplicationReturnStatus codes (IpReturnCodes_inc.h)
+#: Ipopt's code of Maximum_WallTime_Exceeded
+WALL_TIME_CODE = -5
+
 IPOPT_STATUS = {
     0: "Solve_Succeeded",
     1: "Solved_To_Acceptable_Level",
@@ -120,6 +123,11 @@ class _Problem:
         self._user_intermediate = intermediate
         self.error = None            # the exception that aborted the solve
         self.error_in = None         # the callback it was raised in
+        #: perf_counter time after which no evaluation runs (max_wall_time): Ipopt checks
+        #: its limit between iterations only, a restoration phase or a line search can
+        #: run long past it
+        self.deadline = None
+        self.expired = False
 
     def abort(self, err, where):
         if self.error is None:
@@ -130,6 +138,9 @@ class _Problem:
             # aborted: nothing more is evaluated; Ipopt stops at the next iteration
             raise self._err(f"solve aborted by {type(self.error).__name__} in {self.error_in}")
         t = time.perf_counter()
+        if self.deadline is not None and t > self.deadline:
+            self.expired = True              # Ipopt stops at the next iteration
+            raise self._err("max_wall_time exceeded")
         self.counts[name] += 1
         try:
             return getattr(self.ev, name)(*args)
@@ -152,7 +163,7 @@ class _Problem:
 
     def intermediate(self, alg_mod, iter_count, obj_value, inf_pr, inf_du, mu,
                      d_norm, regularization_size, alpha_du, alpha_pr, ls_trials):
-        if self.error is not None:
+        if self.error is not None or self.expired:
             return False
         self.iterations = iter_count
         if self._progress is not None:
@@ -426,6 +437,8 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         raise
     x_start = ev.x0 if x0 is None else np.asarray(x0, dtype=float)
     t = time.perf_counter()
+    if opts.get("max_wall_time") is not None:
+        prob.deadline = t + float(opts["max_wall_time"])
     try:
         with _sigint_aborts(prob):
             x, info = nlp.solve(x_start)
@@ -452,6 +465,10 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     msg = info["status_msg"]
     if isinstance(msg, bytes):
         msg = msg.decode(errors="replace")
+    if prob.expired and status not in (0, 1):      # stopped by the deadline between checks
+        status = WALL_TIME_CODE
+        msg = (f"Maximum wall time exceeded: evaluations stopped {ipopt_s:.3g} s after the "
+               f"start (max_wall_time={float(opts['max_wall_time']):g})")
     if status == -13 and hasattr(ev, "nonfinite_components"):     # Invalid_Number_Detected
         names = ev.nonfinite_components(np.clip(x_start, ev.x_lb, ev.x_ub))
         if names:

@@ -69,6 +69,27 @@ def test_ipopt_max_wall_time():
         solve_with_ipopt(ev, max_wall_time=-1)
 
 
+def test_ipopt_max_wall_time_holds_inside_an_iteration():
+    """Ipopt checks max_wall_time between iterations; a line search whose objective
+    evaluations take 0.3 s each (every trial step rejected: the objective is NaN past
+    the start) would run its trials past the limit.  The evaluations stop at it."""
+    ev = _rosenbrock_chain(4)
+    fast = ev.objective
+    x_start = ev.x0.copy()
+
+    def objective(x):
+        if not np.allclose(x, x_start):
+            time.sleep(0.3)
+            return float("nan")
+        return fast(x)
+    ev.objective = objective
+    t0 = time.perf_counter()
+    r = solve_with_ipopt(ev, options={"tol": 1e-14}, max_wall_time=0.5)
+    assert time.perf_counter() - t0 < 1.5
+    assert r.status_name == "Maximum_WallTime_Exceeded"
+    assert "evaluations stopped" in r.message
+
+
 def test_scipy_wall_time_and_progress():
     out = io.StringIO()
 
