@@ -149,8 +149,10 @@ def _result_points(result) -> int:
     """Grid points of a result; the adaptive model's steps + 1 (it has no grid)."""
     if result.grid is not None:
         return _grid_points(result.grid)
-    steps = result.extra.get("grid")
-    return int(steps["k"]) + 1 if isinstance(steps, dict) and "k" in steps else 0
+    per = result.extra.get("experiments")
+    grids = ([e.get("grid") for e in per.values() if isinstance(e, dict)]
+             if isinstance(per, dict) else [result.extra.get("grid")])
+    return int(sum(g["k"] + 1 for g in grids if isinstance(g, dict) and "k" in g))
 
 
 def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) -> GridCertificate:

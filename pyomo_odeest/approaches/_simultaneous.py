@@ -18,7 +18,7 @@ import sympy
 from ..transcription._block import build_block, scheme_constraint
 from ..transcription._experiments import build_experiment_blocks
 from ..transcription._initial_state import initialize_steady_state, steady_state_mismatch
-from ..problem._misfit import misfit_constant
+from ..problem._misfit import misfit_constant, observations
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
 from ..problem._status import Status
@@ -115,8 +115,9 @@ def initialize_block(b, u=None, init="auto", ode=None):
 
     ``init``: ``'simulate'`` (run the scheme at ``u``), ``'data'`` (interpolate
     the measurements of observed states, x_0 elsewhere), or ``'auto'``: the
-    scheme's simulation; where it fails or leaves the data's range by more than
-    a factor 100 (an explicit scheme beyond its stability on a stiff problem),
+    scheme's simulation; where it fails or the values it predicts for the
+    measurements leave the data's range by more than a factor 100 (an explicit
+    scheme beyond its stability on a stiff problem),
     ``ode(t)``, the ODE's states on the grid by a stiff integrator, when given;
     the data where that fails too.  Returns the strategy used (``'simulate'``,
     ``'ode'`` or ``'data'``).
@@ -128,9 +129,18 @@ def initialize_block(b, u=None, init="auto", ode=None):
     if init not in ("auto", "simulate", "data"):
         raise ValueError(f"init must be 'auto', 'simulate' or 'data', got {init!r}")
     scale = 100 * (1 + np.nanmax(np.abs(problem.data.to_numpy())))
+    measured = np.asarray(problem.mask, dtype=bool)
 
     def plausible(X):
-        return X is not None and np.all(np.isfinite(X)) and np.max(np.abs(X)) <= scale
+        """Finite, and the measured values it predicts within a factor 100 of the data's
+        range (the states themselves may have another scale than the observables:
+        PEtab's scaled and offset outputs); the states within 1e6 of that."""
+        if X is None or not np.all(np.isfinite(X)):
+            return False
+        Z = observations(problem, X[np.asarray(b.grid.J, dtype=int)], u).to_numpy(dtype=float)
+        z = Z[measured]
+        return bool(np.all(np.isfinite(z)) and np.max(np.abs(z), initial=0.0) <= scale
+                    and np.max(np.abs(X)) <= 1e6 * (scale + np.max(np.abs(X[0]))))
 
     if init in ("auto", "simulate"):
         try:
