@@ -54,6 +54,24 @@ def test_block_matches_step_by_step_simulation(scheme, qmax, jitter):
     assert np.max(np.abs(ev.constraints(x2) - ev.g_lb)) > 1e-5
 
 
+def test_auto_start_judges_a_simulation_by_the_values_it_predicts():
+    """States of size 1000 observed through y = 0.001·x (PEtab's scaled outputs): the
+    simulation predicts the data's scale, so the block starts from it, not from the
+    data (which would start 1e8 from feasibility); a simulation that predicts values
+    far beyond the data (a wrong start) falls back."""
+    t = np.linspace(0, 5, 11)
+    data = pd.DataFrame({"y": np.exp(-0.3 * t)}, index=t)
+
+    def problem(k):
+        return po.EstimationProblem(
+            ["x"], [po.Parameter("k", k)], rhs=lambda x, u, t: [-u.k * x.x],
+            initial={"x": 1000.0}, data=data, observe=lambda x, u, t: {"y": 0.001 * x.x})
+    b = build_block(problem(0.3), "adams_pc", 3, None, None, 10)
+    assert initialize_block(b, np.array([0.3]), init="auto") == "simulate"
+    b = build_block(problem(-1.5), "adams_pc", 3, None, None, 10)
+    assert initialize_block(b, np.array([-1.5]), init="auto") != "simulate"
+
+
 def test_block_components_are_named_and_vectorised():
     prob = lotka_volterra_problem()
     b = build_block(prob, "adams_pc", 4, steps_per_interval=5)
