@@ -513,7 +513,11 @@ def covariance(result, method="fim", problem=None, bound_rtol=1e-6, curv: Curvat
     chi2 = curv.chi2()
     s2 = chi2 / dof if dof > 0 else np.nan
     notes, own = [], []
-    if not getattr(result, "success", True):
+    cert = (getattr(result, "extra", None) or {}).get("certificate")
+    if isinstance(cert, dict) and cert.get("available") and not cert.get("certified"):
+        notes.append(f"the grid does not resolve the ODE at the estimates ({cert['summary']}): "
+                     "the covariance is that of an optimum of the discretization only")
+    elif not getattr(result, "success", True):
         notes.append(f"the estimation did not converge ({result.status}): the covariance "
                      "describes the curvature at a point that is not an optimum")
     if kind == "residual" and dof <= 0:

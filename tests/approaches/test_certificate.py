@@ -63,6 +63,8 @@ def test_an_uncertified_grid_is_not_a_success(lv):
     assert res.status is po.Status.NOT_RESOLVED and not res.success
     assert "NOT certified" in res.message
     assert any(w.startswith("discretization error") for w in res.warnings)
+    cov = res.covariance(report=False)       # computed, and says at what kind of point
+    assert any("does not resolve the ODE" in w for w in cov.warnings), cov.warnings
 
 
 def test_refinement_options_are_checked():
