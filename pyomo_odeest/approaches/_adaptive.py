@@ -29,6 +29,7 @@ from ._backend import DiscreteBackend, blocks_of, discrete_model
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config,
                     discretization_config, fit_frames, ipopt_options)
 from ._base import _Bool, _Optional
+from ._certificate import FIT_TOL
 
 __all__ = ["AdaptiveApproach", "estimate_adaptive"]
 
@@ -67,10 +68,11 @@ class AdaptiveApproach(Approach):
         "seed", "auto", "always", "never"), description=(
         "fixed-grid seed solve where the adaptive integration at the start fails "
         "('auto'), always, or never")))
-    CONFIG.declare("fit_tol", ConfigValue(default=None, domain=_Optional(
+    CONFIG.declare("fit_tol", ConfigValue(default=FIT_TOL, domain=_Optional(
         positive_float, "fit_tol", "float > 0 or None"), description=(
-        "target error of the fitted values in units of sigma: the controller's eps is "
-        "tightened until the estimated error is below it (None: eps as given)")))
+        "target error of the fitted values in units of sigma (the grid certificate's "
+        "fit_tol): the controller's eps is tightened until the estimated error is below "
+        "it (None: eps as given)")))
     CONFIG.declare("certify", ConfigValue(default=True, domain=_Bool("certify"), description=(
         "certify the fitted values at the estimates against an independent simulation "
         "(the grid certificate, with fit_tol or its default; not certified: the status "

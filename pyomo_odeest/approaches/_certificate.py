@@ -352,7 +352,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
                            seconds=float(result.timings.get("total_s", np.nan))))
         if result.grid is None and cert.available and not cert.certified:
             cert.reason = ("no grid to refine: the adaptive model tightens its own "
-                           "tolerance with fit_tol (e.g. fit_tol=0.01)")
+                           "tolerance with fit_tol (default 0.01; None: eps as given)")
         if (cert.certified or not cert.available or given or not result.success
                 or result.grid is None or len(rounds) > max_rounds):
             break

@@ -70,15 +70,21 @@ def test_lotka_volterra_default_start_reaches_the_simultaneous_optimum():
 
 
 def test_adaptive_default_tolerance_is_certified_or_says_not():
-    """The adaptive model's default tolerance (eps = 1e-3) leaves the fitted values of
-    the Lotka–Volterra problem 0.15 residual scale from the ODE's: the grid certificate
-    says so, the status is not a success, and the reason names fit_tol."""
-    r = po.estimate(lotka_volterra_problem(p0=(0.8,) * 4), "adaptive")
+    """The adaptive model's default fit_tol is the certificate's (0.01): its tolerance
+    is tightened until the grid certificate holds.  Its eps as given (fit_tol=None,
+    eps = 1e-3) leaves the fitted values of the Lotka–Volterra problem 0.15 residual
+    scale from the ODE's: the certificate says so, the status is not a success, and
+    the reason names fit_tol."""
+    lv = lotka_volterra_problem(p0=(0.8,) * 4)
+    r = po.estimate(lv, "adaptive")
+    assert r.success and r.extra["certificate"]["certified"], r.summary()
+    assert r.extra["fit_tol"] == 0.01 and len(r.extra["tolerance_rounds"]) >= 2
+    r = po.estimate(lv, "adaptive", fit_tol=None)
     cert = r.extra["certificate"]
     assert cert["fit_error"] > 0.01 and not cert["certified"]
     assert r.status is Status.NOT_RESOLVED and not r.success
     assert "fit_tol" in cert["reason"]
-    off = po.estimate(lotka_volterra_problem(p0=(0.8,) * 4), "adaptive", certify=False)
+    off = po.estimate(lv, "adaptive", fit_tol=None, certify=False)
     assert off.success and "certificate" not in off.extra
 
 

@@ -165,8 +165,11 @@ def test_discrete_gradient_and_exact_hessian_through_the_steady_state():
                                       "continuous", "adaptive"])
 def test_fits_recover_the_parameters(approach):
     """Exact data: the estimates are the true values up to the discretization error (the
-    adaptive approach's default tolerance is coarse: a few percent)."""
-    opts = {} if approach in ("continuous", "adaptive") else dict(steps_per_interval=20)
+    adaptive approach at its controller's eps, fit_tol=None and no certificate: a few
+    percent)."""
+    opts = ({} if approach == "continuous" else
+            dict(fit_tol=None, certify=False) if approach == "adaptive" else
+            dict(steps_per_interval=20))
     res = estimate(problem(), approach=approach, **opts)
     assert res.success, res.status
     np.testing.assert_allclose(res.estimates[list(TRUE)].to_numpy(), list(TRUE.values()),
