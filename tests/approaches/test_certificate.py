@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import pyomo_odeest as po
+from helpers import benchmark_module
 from pyomo_odeest.approaches._certificate import certify
 from pyomo_odeest.models import lotka_volterra_problem
 
@@ -135,3 +136,15 @@ def test_a_chosen_scheme_is_never_switched():
     assert res.status is po.Status.SIMULATION_FAILED
     assert res.scheme.name == "adams_pc"
     assert not any(w.startswith("stiff at the start") for w in res.warnings)
+
+
+@pytest.mark.slow
+def test_grid_certificate_benchmark_runs_and_ends_with_its_summary(capsys):
+    """The documented benchmark, on its first problem and two approaches, one repeat of
+    the cost cases: its last line is the summary its docs quote."""
+    bench = benchmark_module("grid_certificate")
+    bench.main(["--problems", "lv", "--approaches", "simultaneous,multiple_shooting",
+                "--max-wall-time", "120", "--repeats", "1"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("grid_certificate: problems=1 runs=2 certified=2 ")
+    assert "within_0.1se=2" in last and "max_cost_ratio=" in last
