@@ -373,13 +373,12 @@ class Approach:
         if ("scheme" not in cfg or "scheme" in self.given
                 or ("model" in cfg and cfg["model"] is not None)):
             return None
-        from ._simultaneous import _ode_states
         scheme = cfg.scheme if hasattr(cfg.scheme, "order") else get_scheme(cfg.scheme,
                                                                              cfg.qmax)
         for name, sp in zip(problem.experiment_names or [None], problem.subproblems):
             grid = resolve_grid(sp, experiment_grid(cfg.grid, name), cfg.max_step,
                                 cfg.steps_per_interval)
-            X = _ode_states(sp, u_start)(grid.t)
+            X = ode_states(sp, u_start)(grid.t)
             why = None if X is None else stiff_switch(sp, scheme, grid.t, X, u_start)
             if why:
                 return why
@@ -395,6 +394,22 @@ class Approach:
             res.status = Status.SIMULATION_FAILED
             res.message = f"{res.message}; final simulation failed: {failed[0]}"
         return per
+
+
+def ode_states(problem, u):
+    """``t -> x(t)`` on a grid by a stiff integrator (LSODA) at ``u``, or None where it
+    fails; the integrator is built on the first call only (most starts never need it)."""
+    from .continuous import ContinuousModel, IntegrationError
+
+    def states(t):
+        try:
+            cm = ContinuousModel(problem, method="LSODA", rtol=1e-8, atol=1e-12)
+            with np.errstate(all="ignore"):
+                return cm.simulate(u, t).to_numpy(dtype=float)
+        except (ProblemError, TypeError, IntegrationError, ValueError, ArithmeticError,
+                np.linalg.LinAlgError):
+            return None
+    return states
 
 
 def _with(approach, cfg, **values):

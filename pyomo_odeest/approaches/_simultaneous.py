@@ -25,7 +25,7 @@ from ..problem._status import Status
 from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend, blocks_of
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config, refinement_config,
-                    fit_frames, ipopt_options)
+                    fit_frames, ipopt_options, ode_states)
 from ..discretization.schemes import STIFF_SCHEME, integrate, stiff_switch
 from ..symbolic._vectorfn import VectorFn
 from ..nlp._plugin import OdeestIpoptSolver, add_scaling_factors
@@ -172,22 +172,6 @@ def _states(b) -> np.ndarray:
     return np.array([[b.x[i, s].value for s in S] for i in range(len(b.grid.t))], dtype=float)
 
 
-def _ode_states(problem, u):
-    """``t -> x(t)`` on a grid by a stiff integrator (LSODA) at ``u``, or None where it
-    fails; the integrator is built on the first call only (most starts never need it)."""
-    from .continuous import ContinuousModel, IntegrationError
-
-    def states(t):
-        try:
-            cm = ContinuousModel(problem, method="LSODA", rtol=1e-8, atol=1e-12)
-            with np.errstate(all="ignore"):
-                return cm.simulate(u, t).to_numpy(dtype=float)
-        except (ProblemError, TypeError, IntegrationError, ValueError, ArithmeticError,
-                np.linalg.LinAlgError):
-            return None
-    return states
-
-
 class SimultaneousApproach(Approach):
     """States and parameters solved together: the Pyomo block of the scheme
     (:func:`~pyomo_odeest.transcription._block.build_block`; several experiments:
@@ -268,7 +252,7 @@ class SimultaneousApproach(Approach):
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
         init, switched = [], None
         for sb in blocks_of(b):
-            init.append(initialize_block(sb, u, cfg.init, ode=_ode_states(sb.problem, u)))
+            init.append(initialize_block(sb, u, cfg.init, ode=ode_states(sb.problem, u)))
             if check and switched is None and "scheme" not in self.given:
                 why = stiff_switch(sb.problem, sb.scheme, sb.grid.t, _states(sb), u)
                 switched = (STIFF_SCHEME, why) if why else None
