@@ -78,6 +78,8 @@ class AdaptiveApproach(Approach):
         "(the grid certificate, with fit_tol or its default; not certified: the status "
         "discretization_not_resolved)")))
     DEFAULTS = {"qmax": 2}
+    unresolved_advice = ("the adaptive model tightens its own tolerance with fit_tol "
+                         "(default 0.01; None: eps as given)")
 
     def validate(self, problem, cfg):
         for sp in problem.subproblems:

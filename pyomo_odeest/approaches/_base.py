@@ -226,6 +226,9 @@ class Approach:
     DEFAULTS: dict = {}
     #: the options given to the last :meth:`configure`
     given: set = frozenset()
+    #: what resolves the ODE when a result without a grid of its own (nothing for the
+    #: refinement stage to refine) is not certified
+    unresolved_advice: str = ""
 
     @classmethod
     def config(cls) -> ConfigDict:

@@ -330,7 +330,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
     refined; options the approach does not have take the module's defaults."""
     t_start = time.perf_counter()
     # an approach without a grid of its own to refine (the adaptive model, which
-    # refines its steps by its fit_tol) is certified only
+    # refines its steps by its fit_tol) is certified only; its unresolved_advice says how
     fit_tol = cfg["fit_tol"] if "fit_tol" in cfg and cfg["fit_tol"] is not None else FIT_TOL
     shift_tol = cfg["shift_tol"] if "shift_tol" in cfg else SHIFT_TOL
     max_rounds = cfg["max_refinements"] if "max_refinements" in cfg else 0
@@ -351,8 +351,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
                            estimates={k: float(v) for k, v in result.estimates.items()},
                            seconds=float(result.timings.get("total_s", np.nan))))
         if result.grid is None and cert.available and not cert.certified:
-            cert.reason = ("no grid to refine: the adaptive model tightens its own "
-                           "tolerance with fit_tol (default 0.01; None: eps as given)")
+            cert.reason = f"no grid to refine: {approach.unresolved_advice}".rstrip(": ")
         if (cert.certified or not cert.available or given or not result.success
                 or result.grid is None or len(rounds) > max_rounds):
             break
