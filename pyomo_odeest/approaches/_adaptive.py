@@ -72,7 +72,7 @@ class AdaptiveApproach(Approach):
         positive_float, "fit_tol", "float > 0 or None"), description=(
         "target error of the fitted values in units of sigma (the grid certificate's "
         "fit_tol): the controller's eps is tightened until the estimated error is below "
-        "it (None: eps as given)")))
+        "it (None: eps as given; a given model keeps its eps unless fit_tol is given)")))
     CONFIG.declare("certify", ConfigValue(default=True, domain=_Bool("certify"), description=(
         "certify the fitted values at the estimates against an independent simulation "
         "(the grid certificate, with fit_tol or its default; not certified: the status "
@@ -113,13 +113,16 @@ class AdaptiveApproach(Approach):
             out.timings = dict(setup_s=time.perf_counter() - t0, solve_s=0.0)
             return out
         out = _rounds(built, runs, cfg)
-        while (cfg.fit_tol is not None and out.status.success
+        # a given model keeps its controller's eps unless fit_tol is given too
+        fit_tol = cfg.fit_tol if cfg.model is None or "fit_tol" in self.given else None
+        built.fit_tol = fit_tol
+        while (fit_tol is not None and out.status.success
                and len(built.tolerance) < _TOL_ROUNDS):
             err = _fit_error(built, out.x[3])
             built.tolerance.append(dict(eps=built.ams[0].controller.eps, fit_error=err))
-            if err <= cfg.fit_tol:
+            if err <= fit_tol:
                 break
-            eps = _next_eps(built.ams[0], err, cfg.fit_tol)
+            eps = _next_eps(built.ams[0], err, fit_tol)
             built.ams = [AdaptiveModel(am.problem, replace(am.controller, eps=eps), am.qmax)
                          for am in built.ams]
             built.joined = join_experiments(built.problem, built.ams)
@@ -136,11 +139,11 @@ class AdaptiveApproach(Approach):
             out.timings = {k: prev.timings.get(k, 0.0) + v for k, v in out.timings.items()}
             out.x[1][:0] = prev.x[1]
         else:
-            if cfg.fit_tol is not None and out.status.success:
+            if fit_tol is not None and out.status.success:
                 out.status, out.message = Status.MAX_ITERATIONS, (
                     f"{out.message}; the estimated error of the fitted values "
                     f"{built.tolerance[-1]['fit_error']:.3g} sigma is above fit_tol="
-                    f"{cfg.fit_tol:g} after {_TOL_ROUNDS} tolerances")
+                    f"{fit_tol:g} after {_TOL_ROUNDS} tolerances")
         if built.seed is not None:
             out.iterations += built.seed["iterations"]
             out.timings["seed_s"] = built.seed["wall_s"]
@@ -176,8 +179,8 @@ class AdaptiveApproach(Approach):
             extra=dict(rounds=rounds, pattern_changes=sum(1 for r in rounds
                                                           if r.get("pattern_changed")),
                        pattern_stable=stable, controller=c, eps=c.eps, seed=built.seed))
-        if cfg.fit_tol is not None:
-            res.extra.update(fit_tol=cfg.fit_tol, tolerance_rounds=list(built.tolerance),
+        if getattr(built, "fit_tol", None) is not None:
+            res.extra.update(fit_tol=built.fit_tol, tolerance_rounds=list(built.tolerance),
                              fit_error=built.tolerance[-1]["fit_error"]
                              if built.tolerance else float("nan"))
         res.backend = DiscreteBackend(problem, discrete_model(problem))

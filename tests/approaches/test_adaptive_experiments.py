@@ -107,3 +107,16 @@ def test_step_bound_h_min_is_the_controller_s():
         am.run(P.u0)
     with pytest.raises(ValueError, match="h_min must be positive"):
         StepController(h_min=0.0)
+
+
+def test_a_given_model_keeps_its_eps_unless_fit_tol_is_given():
+    """``model=`` an AdaptiveModel: solved at its controller's eps (as the other
+    approaches solve a given model as it is), and certified; fit_tol given tightens it."""
+    from pyomo_odeest.discretization.adaptive import AdaptiveModel, StepController
+    lv = lotka_volterra_problem(p0=(0.8,) * 4)
+    am = AdaptiveModel(lv, StepController(eps=1e-3), qmax=2)
+    r = po.estimate(lv, "adaptive", model=am)
+    assert r.extra["eps"] == 1e-3 and "tolerance_rounds" not in r.extra
+    assert r.status is Status.NOT_RESOLVED and not r.extra["certificate"]["certified"]
+    r = po.estimate(lv, "adaptive", model=am, fit_tol=0.01)
+    assert r.extra["eps"] < 1e-3 and r.extra["certificate"]["certified"], r.summary()
