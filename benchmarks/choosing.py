@@ -109,13 +109,14 @@ def main(argv=None):
         lv = lv or rows
     petab = None
     if not args.quick:
-        from pyomo_odeest.petab_io._fit import largest_step
+        from pyomo_odeest.petab_io._fit import first_grid
         from pyomo_odeest.petab_io import petab_problem
         pe = petab_problem(args.petab)
-        h = largest_step(pe.problem, argparse.Namespace(grid_points=300, grid="auto"))
+        grid, h = first_grid(pe.problem, argparse.Namespace(grid_points=300, grid="auto"))
         print(f"\n{os.path.basename(os.path.normpath(args.petab))}, nominal start, "
               f"Enright, largest step {h:.3g} (last column: NLL by simulation)")
-        rows, results, _ = table_of(pe.problem, APPROACHES, scheme="enright", max_step=h)
+        on_grid = dict(grid=grid) if grid is not None else dict(max_step=h)
+        rows, results, _ = table_of(pe.problem, APPROACHES, scheme="enright", **on_grid)
         sim = {}
         for label, res in results.items():
             try:

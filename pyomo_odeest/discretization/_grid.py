@@ -24,7 +24,7 @@ import numpy as np
 
 from ..problem._declaration import ProblemError
 
-__all__ = ["Grid", "make_grid", "resolve_grid", "subdivide", "STARTUP_MODES"]
+__all__ = ["Grid", "make_grid", "resolve_grid", "subdivide", "follow_steps", "STARTUP_MODES"]
 
 #: Accepted values of ``make_grid(startup=...)``.
 STARTUP_MODES = ("none", "refined")
@@ -360,6 +360,23 @@ def subdivide(grid: Grid, counts) -> Grid:
     I[J] = np.arange(1, J.size + 1)
     return Grid(t=t, meas_times=grid.meas_times, I=I, J=J,
                 restarts=tuple(where[int(r)] for r in grid.restarts))
+
+
+def follow_steps(grid: Grid, step_times, max_step=None) -> Grid:
+    """A grid with the required points of ``grid`` whose interval between required
+    points r and r + 1 gets as many equal steps as an integrator's accepted steps
+    ``step_times`` end in it (at least one, and at least as many as keep the steps
+    at most ``max_step``): the grid follows the solution's time scale, fine where
+    it changes fast and coarse where it settles (:func:`subdivide`)."""
+    req = grid.t[grid.required_indices()]
+    ends = np.sort(np.asarray(step_times, dtype=float).ravel())
+    inside = np.diff(np.searchsorted(ends, req, side="right"))
+    counts = np.maximum(inside, 1)
+    if max_step is not None:
+        if not float(max_step) > 0:
+            raise ValueError(f"max_step must be positive, got {max_step}")
+        counts = np.maximum(counts, np.ceil(np.diff(req) / float(max_step) - 1e-9).astype(int))
+    return subdivide(grid, counts)
 
 
 def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> Grid:

@@ -8,9 +8,9 @@ The workflow (docs/petab.md, "Fitting a problem: fit_petab"):
 2. per approach, :func:`~pyomo_odeest.runner.multistart`: the nominal point plus
    ``starts - 1`` Sobol starts in the box nominal ± ``spread`` on the
    parameters' scales (log10 units for log10 parameters), clipped to the bounds,
-   seeded; the discrete approaches on ``scheme`` with largest step
-   horizon/``grid_points`` and (``grid='auto'``) no more than the median step of
-   LSODA at the start (:func:`largest_step`); their grids are certified and
+   seeded; the discrete approaches on ``scheme``, on a first grid that follows
+   LSODA's steps at the start (``grid='auto'``, :func:`first_grid`) with steps of
+   at most horizon/``grid_points``; their grids are certified and
    refined by the approaches' own refinement stage (docs/checks.md, "The grid
    certificate");
 3. the continuous approaches have no grid: when their starts did not converge to
@@ -168,27 +168,47 @@ class _Estimates:
         self.estimates, self.objective, self.extra = estimates, objective, dict(extra or {})
 
 
-def simulation_step(problem, rtol=1e-6):
-    """Median step of LSODA (``rtol``, ``atol = 1e-3 rtol``) at the start, over the
-    experiments: the time scale on which the solution changes."""
+def integrator_steps(problem, rtol=1e-6):
+    """Per experiment, the times of LSODA's accepted steps (``rtol``, ``atol = 1e-3
+    rtol``) at the problem's start; None where an experiment cannot be integrated."""
     from scipy.integrate import solve_ivp
-    steps = []
-    for sp in (problem.experiment_problems if problem.experiments else [problem]):
+    out = []
+    for sp in problem.subproblems:
         f, u = sp.numeric_rhs(), sp.u0
-        sol = solve_ivp(lambda t, x: f(x, u, t), (sp.t0, sp.T), sp.initial_state(u),
-                        method="LSODA", rtol=rtol, atol=1e-3 * rtol)
-        steps.append(np.diff(sol.t))
-    return float(np.median(np.concatenate(steps)))
+        try:
+            with np.errstate(all="ignore"):
+                sol = solve_ivp(lambda t, x: f(x, u, t), (sp.t0, sp.T), sp.initial_state(u),
+                                method="LSODA", rtol=rtol, atol=1e-3 * rtol)
+        except (ArithmeticError, ValueError, np.linalg.LinAlgError):
+            return None
+        if not sol.success:
+            return None
+        out.append(sol.t)
+    return out
 
 
-def largest_step(problem, settings):
-    """Largest step of the discrete approaches' first grid: horizon/``grid_points``, and
-    with ``grid='auto'`` no more than the median step of an adaptive integrator at the
-    start (:func:`simulation_step`), so fast dynamics get a grid that resolves them."""
+def first_grid(problem, settings):
+    """The discrete approaches' first grid and its largest step ``(grid, h)``.
+
+    ``grid='uniform'``: no grid, steps of at most h = horizon/``grid_points``.
+    ``grid='auto'`` (default): each interval between measurement times (and switching
+    times) gets as many equal steps as LSODA takes in it at the start
+    (:func:`integrator_steps`, :func:`~pyomo_odeest.discretization.follow_steps`),
+    and steps of at most horizon/``grid_points``: fine in fast transients, coarse
+    where the solution settles, so the NLP is as small as the start's dynamics
+    allow.  A Grid, or a mapping experiment -> Grid; None (uniform steps) when the
+    start cannot be integrated.  The approaches certify and refine it."""
+    from ..discretization import follow_steps, resolve_grid
     h = (problem.T - problem.t0) / settings.grid_points
-    if settings.grid == "auto":
-        h = min(h, simulation_step(problem))
-    return h
+    steps = integrator_steps(problem) if settings.grid == "auto" else None
+    if steps is None:
+        return None, h
+    grids = [follow_steps(resolve_grid(sp, steps_per_interval=1), t, max_step=h)
+             for sp, t in zip(problem.subproblems, steps)]
+    h = max(float(np.max(g.h)) for g in grids)
+    if problem.experiment_names:
+        return dict(zip(problem.experiment_names, grids)), h
+    return grids[0], h
 
 
 def on_bound(problem, u, rtol=1e-8):
@@ -363,6 +383,7 @@ class _Run:
     name: str
     log: object = None
     progress: object = None
+    grid: object = None           # the discrete approaches' first grid (first_grid)
 
     def say(self, text):
         if self.log is not None:
@@ -395,7 +416,10 @@ def _on_grid(approach) -> bool:
 
 def _approach_options(run, approach, h):
     base = _base(approach)
-    opts = dict(scheme=run.settings.scheme, max_step=h) if _on_grid(base) else {}
+    opts = {}
+    if _on_grid(base):
+        opts = (dict(scheme=run.settings.scheme, grid=run.grid) if run.grid is not None
+                else dict(scheme=run.settings.scheme, max_step=h))
     if approach == LEAST_SQUARES:
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
     return base, opts
@@ -942,10 +966,11 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
         Half-width of the Sobol box around the nominal point, on the parameters'
         scales.
     scheme, grid_points, grid
-        The discrete approaches' scheme and first grid: largest step
-        horizon/``grid_points``, with ``grid='auto'`` no more than the median step of
-        LSODA at the start (``'uniform'``: horizon/``grid_points``).  The approaches
-        certify and refine their grids themselves.
+        The discrete approaches' scheme and first grid: steps of at most
+        horizon/``grid_points``; with ``grid='auto'`` each interval between
+        measurements gets as many steps as LSODA takes there at the start
+        (:func:`first_grid`; ``'uniform'``: horizon/``grid_points`` everywhere).  The
+        approaches certify and refine their grids themselves.
     refine : int >= 0
         Tolerance refits (rtol / 100 each) of the continuous approaches.
     max_wall_time : float >= 0
@@ -1004,7 +1029,7 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
                        f"petab {name}")
     run = _Run(pe, settings, runner, budget, name, log, bar)
     try:
-        h0 = largest_step(pe.problem, settings)
+        run.grid, h0 = first_grid(pe.problem, settings)
         tables = _fit_approaches(run, start, r_obj, h0)
     finally:
         bar.close()

@@ -204,13 +204,19 @@ def test_bound_push_and_grid_rules():
         assert opts["max_wall_time"] == 30.0
         assert (opts.get("bound_push"), opts.get("bound_frac")) == (
             (1e-8, 1e-8) if on else (None, None))
-    # the first grid: Borghans' calcium spikes need steps below horizon/300 (the median
-    # LSODA step at the start, 0.0074); Bruno's slow dynamics keep horizon/300
-    grid = types.SimpleNamespace(grid_points=300, grid="auto")
+    # the first grid follows LSODA's steps at the start: Borghans' calcium spikes get
+    # steps far below horizon/300 where they rise; Bruno's slow dynamics keep horizon/300
+    auto = types.SimpleNamespace(grid_points=300, grid="auto")
+    uniform = types.SimpleNamespace(grid_points=300, grid="uniform")
     prob = petab_problem(BRUNO).problem
-    assert _fit.largest_step(prob, grid) == pytest.approx(prob.T / 300)
+    assert _fit.first_grid(prob, uniform) == (None, pytest.approx(prob.T / 300))
+    grids, h = _fit.first_grid(prob, auto)
+    assert set(grids) == set(prob.experiment_names) and h == pytest.approx(prob.T / 300)
     prob = petab_problem(os.path.join(DATA, "Borghans_BiophysChem1997")).problem
-    assert 0.004 < _fit.largest_step(prob, grid) < 0.01 < prob.T / 300
+    grid, h = _fit.first_grid(prob, auto)
+    assert np.min(grid.h) < 0.005 < h <= prob.T / 300 * (1 + 1e-12)
+    assert np.all(np.isin(prob.meas_times, grid.t))
+    assert len(grid.t) - 1 < (prob.T - prob.t0) / 0.005        # coarse where it settles
     u = prob.u0.copy()
     u[prob.parameter_names.index("init_A_state")] = 0.5          # moved inside: default push
     assert _fit.on_bound(prob, u) == [] and "bound_push" not in _fit.ipopt_options(
