@@ -113,3 +113,18 @@ def test_getting_started_code_runs_as_written(tmp_path, monkeypatch):
     assert ns["res"].success
     assert abs(ns["res"].estimates["p1"] - 1.0) < 0.1
     assert set(ns["table"].index) >= {"simultaneous", "reduced_space"}
+
+
+def test_architecture_own_approach_code_runs_as_written():
+    """The Python block of docs/architecture.md, section "An approach of your own"."""
+    import re
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("### An approach of your own", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1
+    ns = {}
+    exec(compile(blocks[0], "architecture.md", "exec"), ns)
+    res, res2 = ns["res"], ns["res2"]
+    assert res.success and res2.success
+    assert res.approach == res2.approach == "reduced_space_lbfgs"
+    assert res.method.startswith("scipy-L-BFGS-B") and res2.method.startswith("ipopt/")

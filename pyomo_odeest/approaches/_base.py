@@ -7,14 +7,20 @@ fills the hooks :meth:`~Approach.validate`, :meth:`~Approach.build_experiment`
 and :meth:`~Approach.combine` (or :meth:`~Approach.build`),
 :meth:`~Approach.solve`, :meth:`~Approach.parts`, :meth:`~Approach.collect` and
 :meth:`~Approach.collect_experiment`; :meth:`Approach.estimate` runs them once.
-See docs/architecture.md, section "One estimation pipeline".  ``max_wall_time``
-is Ipopt's option, checked by the SciPy optimizers' callbacks, and by
-``least_squares`` where its Jacobian is evaluated.
+See docs/architecture.md, section "One estimation pipeline".
+
+The pipeline owns the progress lines and the time limit: it runs the solves
+inside a :func:`~pyomo_odeest.nlp._progress.solve_scope` (``progress`` and a
+deadline ``max_wall_time`` seconds from the start of :meth:`Approach.estimate`),
+which every optimizer call in it obeys without being told (Ipopt's
+``max_wall_time``, the SciPy optimizers' :class:`SolveClock`, ``least_squares``
+where its Jacobian is evaluated), and writes a line before and after each solve.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -25,6 +31,7 @@ from ..discretization._experiments import experiment_grid
 from ..discretization._grid import resolve_grid
 from ..discretization.schemes import QMAX_RANGE, STIFF_SCHEME, get_scheme, stiff_switch
 from ..nlp._cyipopt_adapter import solve_with_ipopt
+from ..nlp._progress import current_scope, solve_scope
 from ..optimizers._clock import SolveClock
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._misfit import observations
@@ -110,10 +117,12 @@ def common_config() -> ConfigDict:
         "scale each free parameter by its start value inside the optimizer")))
     c.declare("max_wall_time", ConfigValue(
         default=None, domain=_Optional(positive_float, "max_wall_time", "float > 0 or None"),
-        description="stop after this many seconds (None: no limit)"))
+        description=("stop the solves this many seconds after the estimation started "
+                     "(refinement rounds included; None: no limit)")))
     c.declare("progress", ConfigValue(default=None, domain=_Bool("progress", optional=True),
-                                      description=("a line per block of iterations (None: "
-                                                   "when stderr is a terminal)")))
+                                      description=("lines on stderr: each solve's start and "
+                                                   "outcome, a line per block of iterations "
+                                                   "(None: when stderr is a terminal)")))
     return c
 
 
@@ -204,7 +213,7 @@ def ipopt_options(cfg, **defaults) -> dict:
 
 def run_ipopt(nlp, cfg, options, **kw):
     """:func:`~pyomo_odeest.nlp.solve_with_ipopt` with the configuration's ``tee`` and
-    ``progress`` (None: lines when standard error is a terminal)."""
+    ``progress`` (inside the pipeline its solve scope decides either way)."""
     return solve_with_ipopt(nlp, options=options, tee=cfg.tee, progress=cfg.progress, **kw)
 
 
@@ -216,10 +225,18 @@ class NotAProblemError(ProblemError, TypeError):
 
 class Approach:
     """Base of the estimation approaches: the pipeline :meth:`estimate` and its hooks
-    (see docs/architecture.md, section "One estimation pipeline")."""
+    (see docs/architecture.md, section "One estimation pipeline").
+
+    ``Approach(**options)``: an instance with ``options`` preset (validated here);
+    each :meth:`estimate` starts from them and the call's own options override
+    them.  A subclass that does not set :attr:`name` takes its parent's, or its
+    class name when the parent is :class:`Approach`.
+    """
 
     #: the front-door name, ``result.approach``
     name: str = ""
+    #: the options preset on this instance (``Approach(**options)``)
+    preset: dict = MappingProxyType({})
     #: the approach's options; subclasses extend :func:`common_config`
     CONFIG: ConfigDict = common_config()
     #: option defaults of this approach that differ from the common ones (documented there)
@@ -229,6 +246,18 @@ class Approach:
     #: what resolves the ODE when a result without a grid of its own (nothing for the
     #: refinement stage to refine) is not certified
     unresolved_advice: str = ""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if not cls.name:
+            cls.name = cls.__name__
+
+    def __init__(self, **options):
+        self._parse(options)
+        self.preset = dict(options)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.preset.items())})"
 
     @classmethod
     def config(cls) -> ConfigDict:
@@ -243,12 +272,20 @@ class Approach:
         return tuple(cls.CONFIG.keys())
 
     def configure(self, options, args=()) -> ConfigDict:
-        """``options`` (and positional ``args``, the discretization options in order) parsed
-        and validated; an option the approach does not take is a :class:`TypeError`."""
+        """``options`` (and positional ``args``, the discretization options in order) over
+        the instance's :attr:`preset` options, parsed and validated; an option the
+        approach does not take is a :class:`TypeError`."""
+        pos = [n for n in _POSITIONAL if n in self.option_names()][:len(args)]
+        preset = {k: v for k, v in self.preset.items() if k not in pos}
+        cfg, given = self._parse({**preset, **options}, args)
+        #: the options the user gave (an option not given may be chosen by the approach)
+        self.given = given
+        return cfg
+
+    def _parse(self, options, args=()):
+        """The configuration of ``options`` and positional ``args``, and the names given."""
         cfg = self.config()
         names = self.option_names()
-        #: the options the user gave (an option not given may be chosen by the approach)
-        self.given = set(options) | set(_POSITIONAL[:len(args)])
         if args:
             pos = [n for n in _POSITIONAL if n in names]
             if len(args) > len(pos):
@@ -270,7 +307,7 @@ class Approach:
                 if isinstance(cause, (ProblemError, TypeError)):
                     raise cause from None
                 raise ProblemError(f"option {k}={v!r}: {cause or err}") from None
-        return cfg
+        return cfg, set(options)
 
     # -- hooks -----------------------------------------------------------------
     def validate(self, problem, cfg):
@@ -325,17 +362,22 @@ class Approach:
 
     # -- the pipeline ----------------------------------------------------------
     def estimate(self, problem, *args, **options):
-        """Run the pipeline on ``problem``; return an :class:`~pyomo_odeest.EstimationResult`."""
+        """Run the pipeline on ``problem``; return an :class:`~pyomo_odeest.EstimationResult`.
+
+        The solves run inside one :func:`~pyomo_odeest.nlp._progress.solve_scope`:
+        ``progress`` and the deadline ``max_wall_time`` seconds from here hold for
+        every optimizer called in them, refinement rounds included."""
         if not isinstance(problem, EstimationProblem):
             raise NotAProblemError(f"problem must be an EstimationProblem, got "
                                    f"{type(problem).__name__}")
         cfg = self.configure(options, args)
         self.validate(problem, cfg)
-        res = self._run(problem, cfg)
-        if "certify" in cfg and cfg["certify"]:
-            from ._certificate import refine_until_certified
-            res = refine_until_certified(self, problem, cfg, res,
-                                         lambda c: self._run(problem, c))
+        with solve_scope(cfg.progress, cfg.max_wall_time):
+            res = self._run(problem, cfg)
+            if "certify" in cfg and cfg["certify"]:
+                from ._certificate import refine_until_certified
+                res = refine_until_certified(self, problem, cfg, res,
+                                             lambda c: self._run(problem, c))
         return post_solve_checks(problem, res)
 
     def _run(self, problem, cfg):
@@ -344,7 +386,7 @@ class Approach:
         t0 = time.perf_counter()
         built = self.build(problem, cfg, u_start)
         t1 = time.perf_counter()
-        outcome = self.solve(built, cfg)
+        outcome = self._solve(problem, built, cfg, t1 - t0)
         if outcome.at_start:
             why = self._stiff_start(problem, cfg, u_start)
             if why:                            # the same pass on the stiff scheme
@@ -368,6 +410,23 @@ class Approach:
         if advice:
             res.extra["advice"] = advice
         return res
+
+    def _solve(self, problem, built, cfg, build_s):
+        """The :meth:`solve` hook inside the pipeline's solve scope (opened by
+        :meth:`estimate`; here when a pass runs on its own), with a line before and
+        after it when progress is on."""
+        scope = current_scope()
+        if scope is None:
+            with solve_scope(cfg.progress, cfg.max_wall_time):
+                return self._solve(problem, built, cfg, build_s)
+        free = sum(not p.fixed for p in problem.parameters)
+        scope.note(f"{self.name}: solving for {free} parameter{'s' * (free != 1)} "
+                   f"(built in {build_s:.1f} s)")
+        t = time.perf_counter()
+        outcome = self.solve(built, cfg)
+        scope.note(f"{self.name}: {outcome.status} after {outcome.iterations} iterations "
+                   f"in {time.perf_counter() - t:.1f} s")
+        return outcome
 
     def _stiff_start(self, problem, cfg, u_start):
         """Why the scheme cannot start (:func:`~pyomo_odeest.discretization.schemes.stiff_switch`

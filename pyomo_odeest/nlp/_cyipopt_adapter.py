@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._progress import IterationProgress, progress_enabled
+from ._progress import IterationProgress, progress_enabled, time_left
 from ._protocol import EvaluationError
 
 __all__ = ["import_cyipopt", "IpoptResult", "solve_with_ipopt", "start_value_scaling",
@@ -376,7 +376,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     — None (default): when standard error is a terminal and Ipopt's own log
     (``tee``) is off; True / False; an int: lines every that many iterations.
     ``max_wall_time``: seconds, Ipopt's ``max_wall_time`` (status
-    ``Maximum_WallTime_Exceeded`` when it is reached).
+    ``Maximum_WallTime_Exceeded`` when it is reached).  Inside a
+    :func:`~pyomo_odeest.nlp._progress.solve_scope` its deadline bounds the limit
+    and ``progress=None`` means the scope's setting.
     """
     cyipopt = import_cyipopt()
     show = progress_enabled(progress) and not tee
@@ -393,6 +395,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
             raise ValueError(f"max_wall_time must be a positive number of seconds, got "
                              f"{max_wall_time!r}")
         opts["max_wall_time"] = float(max_wall_time)
+    left = time_left(opts.get("max_wall_time"))      # bounded by an open solve scope's deadline
+    if left is not None:
+        opts["max_wall_time"] = max(left, 1e-9)
     if str(opts.get("linear_solver", "mumps")).lower() == "mumps":
         for k, v in MUMPS_DEFAULTS.items():
             opts.setdefault(k, v)

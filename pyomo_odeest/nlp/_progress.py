@@ -2,7 +2,11 @@
 
 ``progress=None`` (the default everywhere) means *on when standard error is a
 terminal* (an interactive session), off otherwise (a batch job, a test, a
-worker process); ``True`` / ``False`` force it.  Two kinds:
+worker process); ``True`` / ``False`` force it.  Inside a :func:`solve_scope`
+(the estimation pipeline opens one around its solves) ``None`` means the
+scope's setting, and the scope's deadline bounds every wall-time limit
+(:func:`time_left`): an optimizer called there shows progress and stops in
+time without being told.  Two kinds:
 
 * :class:`IterationProgress` — one line per block of solver iterations
   (iteration, objective, primal and dual infeasibility, elapsed seconds),
@@ -13,21 +17,87 @@ worker process); ``True`` / ``False`` force it.  Two kinds:
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import time
+from dataclasses import dataclass
 
-__all__ = ["progress_enabled", "IterationProgress", "TaskProgress"]
+__all__ = ["progress_enabled", "IterationProgress", "TaskProgress", "SolveScope", "solve_scope",
+           "current_scope", "time_left"]
+
+
+@dataclass(frozen=True)
+class SolveScope:
+    """The progress setting and the deadline of the solves run inside a
+    :func:`solve_scope`."""
+
+    #: show progress lines (resolved: True or False)
+    progress: bool
+    #: ``time.perf_counter()`` value after which the solves stop (None: no limit)
+    deadline: float | None = None
+
+    def note(self, text):
+        """Write the line ``text`` on standard error when progress is on."""
+        if self.progress:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+
+
+_SCOPE: contextvars.ContextVar = contextvars.ContextVar("pyomo_odeest_solve_scope",
+                                                        default=None)
+
+
+def current_scope() -> SolveScope | None:
+    """The innermost open :func:`solve_scope` (None outside any)."""
+    return _SCOPE.get()
+
+
+@contextlib.contextmanager
+def solve_scope(progress=None, max_wall_time=None):
+    """Open a scope for solves: ``progress`` (True / False; None: as the enclosing
+    scope, else when standard error is a terminal) becomes what ``progress=None``
+    means inside it, and the solves inside stop ``max_wall_time`` seconds from
+    now (None: no limit of its own; an enclosing scope's deadline still holds).
+    Yields the :class:`SolveScope`."""
+    outer = _SCOPE.get()
+    deadline = None if max_wall_time is None else time.perf_counter() + float(max_wall_time)
+    if outer is not None and outer.deadline is not None:
+        deadline = outer.deadline if deadline is None else min(deadline, outer.deadline)
+    token = _SCOPE.set(SolveScope(progress_enabled(progress), deadline))
+    try:
+        yield _SCOPE.get()
+    finally:
+        _SCOPE.reset(token)
+
+
+def time_left(max_wall_time=None):
+    """Seconds a solve may run: the smaller of ``max_wall_time`` and the time left
+    to the open scope's deadline (never negative; None: no limit)."""
+    scope = _SCOPE.get()
+    left = None if max_wall_time is None else float(max_wall_time)
+    if scope is not None and scope.deadline is not None:
+        rest = max(scope.deadline - time.perf_counter(), 0.0)
+        left = rest if left is None else min(left, rest)
+    return left
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def progress_enabled(progress=None, stream=None) -> bool:
-    """Resolve ``progress``: True / False as given, None: is ``stream``
-    (default ``sys.stderr``) a terminal."""
+    """Resolve ``progress``: True / False as given; None: the open
+    :func:`solve_scope`'s setting, outside one whether ``stream`` (default
+    ``sys.stderr``) is a terminal."""
     if progress is None or progress == "auto":
-        stream = sys.stderr if stream is None else stream
-        try:
-            return bool(stream.isatty())
-        except (AttributeError, ValueError):
-            return False
+        scope = _SCOPE.get()
+        if scope is not None:
+            return scope.progress
+        return _is_terminal(sys.stderr if stream is None else stream)
     if not isinstance(progress, (bool, int)):
         raise TypeError(f"progress must be True, False or None (automatic), got {progress!r}")
     return bool(progress)
@@ -73,7 +143,7 @@ class TaskProgress:
         self.enabled, self.desc, self.t0 = enabled, desc, time.perf_counter()
         self.stream = sys.stderr if stream is None else stream
         self.bar = None
-        self.tty = progress_enabled(None, self.stream)
+        self.tty = _is_terminal(self.stream)
         if enabled and self.tty:                  # a bar for a terminal, lines for a log
             try:
                 from tqdm.auto import tqdm

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from ..nlp._progress import IterationProgress, progress_enabled
+from ..nlp._progress import IterationProgress, progress_enabled, time_left
 
 __all__ = ["SolveClock", "WALL_TIME_STATUS"]
 
@@ -28,10 +28,14 @@ class SolveClock:
     shows one line per ``every`` iterations when ``progress`` (None: standard
     error is a terminal).
 
+    Inside a :func:`~pyomo_odeest.nlp._progress.solve_scope` (the estimation
+    pipeline's solves) the scope's deadline bounds the limit and ``progress=None``
+    means the scope's setting.
+
     Parameters
     ----------
     max_wall_time : float, optional
-        Seconds from construction (None: no limit).
+        Seconds from construction (None: no limit but the scope's).
     progress : bool or None
     fun : callable, optional
         ``fun(x)`` for the progress line when the optimizer passes only x.
@@ -43,7 +47,7 @@ class SolveClock:
                                               and max_wall_time > 0):
             raise ValueError(f"max_wall_time must be a positive number of seconds, got "
                              f"{max_wall_time!r}")
-        self.max_wall_time = None if max_wall_time is None else float(max_wall_time)
+        self.max_wall_time = time_left(max_wall_time)
         self.fun = fun
         self.t0 = time.perf_counter()
         self.iterations = 0

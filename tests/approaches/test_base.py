@@ -1,7 +1,8 @@
 """The estimation pipeline (``approaches/_base.py``): one configuration per approach,
 one start-value rule, one status vocabulary, the same answers from every approach.
 
-Conformance matrix: every approach of ``APPROACH_NAMES`` on x' = -k x (+ inputs,
+Conformance matrix: every approach of ``APPROACH_NAMES``, and a user's approach class
+run through ``estimate(problem, cls)`` (``CONFORMANCE``), on x' = -k x (+ inputs,
 experiments, constraints), each case with its tolerance:
 
 * the discrete approaches (simultaneous, reduced space, multiple shooting with one
@@ -27,6 +28,8 @@ from pyomo_odeest import (APPROACH_NAMES, EstimationProblem, EstimationResult, E
 from pyomo_odeest.approaches import IPOPT_DEFAULTS, approach_config, option_table
 from pyomo_odeest.approaches._base import common_config, discretization_config
 from pyomo_odeest.problem import start_values
+
+from user_approaches import PlainIpoptReduced
 
 SPI = 20
 DISCRETE_RTOL = 1e-5
@@ -59,16 +62,23 @@ def decay(c_fixed=True, k_ub=None, sigma=0.05, **kw):
                              data=kw.pop("data", _data()), sigma=sigma, **kw)
 
 
+#: a user's approach class -> the approach it derives from (whose options and tolerance
+#: it takes); the conformance matrix runs the classes through estimate(problem, cls)
+USER = {PlainIpoptReduced: "reduced_space"}
+CONFORMANCE = APPROACH_NAMES + tuple(USER)
+
+
 def _fit(problem, approach, **kw):
-    return po.estimate(problem, approach, **{**OPTS[approach], **kw})
+    return po.estimate(problem, approach, **{**OPTS[USER.get(approach, approach)], **kw})
 
 
 def _check_same(results, reference="simultaneous"):
     ref = results[reference].x
     for a, r in results.items():
         assert r.success, (a, r.status, r.message, r.warnings)
-        tol = DISCRETE_RTOL if a in ("reduced_space", "multiple_shooting") else ODE_RTOL
-        np.testing.assert_allclose(r.x, ref, rtol=tol, atol=tol, err_msg=a)
+        tol = (DISCRETE_RTOL if USER.get(a, a) in ("reduced_space", "multiple_shooting")
+               else ODE_RTOL)
+        np.testing.assert_allclose(r.x, ref, rtol=tol, atol=tol, err_msg=str(a))
 
 
 # ---------------------------------------------------------------------------
@@ -122,7 +132,7 @@ def test_start_value_of_a_local_parameter_by_its_declared_name():
 # ---------------------------------------------------------------------------
 def test_conformance_active_bound():
     """k bounded above at 0.6 (optimum 0.7): every approach ends on the bound."""
-    res = {a: _fit(decay(k_ub=0.6), a) for a in APPROACH_NAMES}
+    res = {a: _fit(decay(k_ub=0.6), a) for a in CONFORMANCE}
     _check_same(res)
     for a, r in res.items():
         assert r.estimates["k"] == pytest.approx(0.6, abs=1e-6), a
@@ -130,7 +140,7 @@ def test_conformance_active_bound():
 
 
 def test_conformance_estimated_initial_state():
-    res = {a: _fit(decay(c_fixed=False), a) for a in APPROACH_NAMES}
+    res = {a: _fit(decay(c_fixed=False), a) for a in CONFORMANCE}
     _check_same(res)
     np.testing.assert_allclose(res["continuous"].x, [0.7, 2.0], rtol=1e-6)
 
@@ -139,12 +149,12 @@ def test_conformance_estimated_initial_state():
 def test_conformance_sigma(sigma):
     rng = np.random.default_rng(3)
     data = _data() + 0.02 * rng.standard_normal((len(T_MEAS), 1))
-    res = {a: _fit(decay(c_fixed=False, sigma=sigma, data=data), a) for a in APPROACH_NAMES}
+    res = {a: _fit(decay(c_fixed=False, sigma=sigma, data=data), a) for a in CONFORMANCE}
     _check_same(res)
     covs = {a: r.covariance("residual" if sigma is None else "fim").matrix.to_numpy()
             for a, r in res.items()}
     for a, C in covs.items():
-        np.testing.assert_allclose(C, covs["continuous"], rtol=2e-2, err_msg=a)
+        np.testing.assert_allclose(C, covs["continuous"], rtol=2e-2, err_msg=str(a))
 
 
 def two_experiments():
@@ -169,7 +179,7 @@ TWO_EXPERIMENT_OPTS = {"multiple_shooting": {"nodes": {"e1": (0.0, 3.0), "e2": (
 
 def test_conformance_two_experiments_with_a_local_parameter():
     res = {a: _fit(two_experiments(), a, **TWO_EXPERIMENT_OPTS.get(a, {}))
-           for a in APPROACH_NAMES}
+           for a in CONFORMANCE}
     _check_same(res)
     np.testing.assert_allclose(res["continuous"].estimates[["k", "c_e1", "c_e2"]],
                                [0.7, 2.0, 1.0], rtol=1e-6)
@@ -239,7 +249,7 @@ def _with_input():
 
 
 def test_conformance_piecewise_constant_input():
-    res = {a: _fit(_with_input(), a) for a in APPROACH_NAMES if a not in ("adaptive", "continuous")}
+    res = {a: _fit(_with_input(), a) for a in CONFORMANCE if a not in ("adaptive", "continuous")}
     res["continuous"] = _fit(_with_input(), "continuous", hessian="soa")   # and its default below
     _check_same(res)
     assert res["continuous"].estimates["k"] == pytest.approx(0.7, rel=1e-6)
@@ -264,7 +274,7 @@ def _with_path_constraint():
 
 
 def test_conformance_path_constraint():
-    res = {a: _fit(_with_path_constraint(), a) for a in APPROACH_NAMES if a != "adaptive"}
+    res = {a: _fit(_with_path_constraint(), a) for a in CONFORMANCE if a != "adaptive"}
     _check_same(res)
     for a, r in res.items():
         assert r.fitted["x"].iloc[0] == pytest.approx(1.2, abs=1e-5), a     # active

@@ -139,3 +139,29 @@ def test_compare_and_profile_show_progress(capsys):
     assert "compare: 2/2 done" in err
     res["reduced_space"].profile(max_points=6, progress=True)
     assert "profile: 2/2 done" in capsys.readouterr().err
+
+
+def test_a_solve_scope_sets_progress_and_a_deadline_for_every_solve_in_it(capsys):
+    """The estimation pipeline's scope: ``progress=None`` means the scope's setting and
+    every solve inside stops at its deadline, though nobody passes either."""
+    from pyomo_odeest.nlp._progress import current_scope, solve_scope, time_left
+    assert current_scope() is None and time_left() is None and time_left(3.0) == 3.0
+    with solve_scope(progress=True, max_wall_time=0.5):
+        assert progress_enabled(None, io.StringIO()) is True
+        assert progress_enabled(False) is False                     # said explicitly
+        assert 0 < time_left() <= 0.5 and time_left(0.1) <= 0.1
+        with solve_scope(max_wall_time=10):                        # the outer deadline holds
+            assert time_left() <= 0.5 and progress_enabled() is True
+        assert TaskProgress(1, True, "x", stream=io.StringIO()).tty is False
+        assert SolveClock().max_wall_time <= 0.5
+        ev = _rosenbrock_chain(40)
+        slow = ev.hessian
+
+        def hessian(*a):
+            time.sleep(0.05)
+            return slow(*a)
+        ev.hessian = hessian
+        r = solve_with_ipopt(ev, options={"tol": 1e-14})
+    assert current_scope() is None
+    assert r.status_name == "Maximum_WallTime_Exceeded"
+    assert "Maximum_WallTime_Exceeded" in capsys.readouterr().err

@@ -278,9 +278,8 @@ class ContinuousApproach(Approach):
                         and b.stationarity.get("rule") == "decrement"
                         and not set(drop) & set(user)):
                     break
-                left = (None if cfg.max_wall_time is None
-                        else max(cfg.max_wall_time - clock.elapsed, 0.0))
-                clock = SolveClock(left, cfg.progress, label="least_squares")
+                # the time left to the pipeline's deadline (its solve scope)
+                clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
                 r = _least_squares(cm, obj, r.x, b.wl, b.wu, {**user, **drop}, cfg.tee, clock)
                 clock.finish()
                 status = (Status.TIME_LIMIT if clock.exceeded
