@@ -22,8 +22,15 @@ approach's name):
 :class:`DiscreteBackend` (reduced space, and a rebuilt backend), :class:`KKTBackend`
 (simultaneous: the KKT system at the solution), :class:`ShootingBackend`
 (multiple shooting: the null space of its continuity constraints) and
-:class:`ContinuousBackend` (the continuous ODE).  A backend is not pickled;
-:func:`rebuild_backend` makes one from a result's problem, scheme and grid.
+:class:`ContinuousBackend` (the continuous ODE).
+
+A backend pickles as the data that build it again (``__reduce__``: the problem,
+each experiment's scheme and grid, the shooting nodes and node values, the
+integrator's settings, the KKT system's sensitivities and reduced Hessian), so
+that its analyses after unpickling are those of the original; a result keeps
+that recipe (:meth:`~pyomo_odeest.EstimationResult.lean`) and builds the backend
+from it on first use.  :func:`rebuild_backend` makes one for a result without
+(read from JSON) from its problem, scheme and grid.
 """
 from __future__ import annotations
 
@@ -33,7 +40,9 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
+from ..discretization._experiments import (ExperimentModels, experiment_grid, experiment_models,
+                                           join_experiments)
+from ..discretization._grid import Grid
 from ..discretization.discrete import DiscreteModel
 from ..problem._misfit import MeasurementMisfit
 
@@ -69,6 +78,9 @@ class DiscreteBackend:
         self.problem, self.discrete_model = problem, dm
         self.source = source or "discrete sensitivities / second-order adjoint [GM-grad, (51), §2.5]"
 
+    def __reduce__(self):
+        return _discrete_backend, (self.problem, _model_parts(self.discrete_model), self.source)
+
     @property
     def discretization(self):
         ms = experiment_models(self.discrete_model)
@@ -97,43 +109,84 @@ class DiscreteBackend:
 
 
 class KKTBackend(DiscreteBackend):
-    """A solved simultaneous model: sensitivities and the reduced Hessian
-    :math:`Z^\top W Z` from its KKT system (:func:`kkt_reduced_hessian`)."""
+    r"""A solved simultaneous model: sensitivities and the reduced Hessian
+    :math:`Z^\top W Z` from its KKT system (:func:`kkt_reduced_hessian`).
+
+    The system is formed once, at the solution; a pickled backend carries it
+    (the states and their sensitivities at the measurement times, the reduced
+    Hessian: the Pyomo model itself is not pickled) with the discrete models of
+    the blocks' schemes and grids."""
 
     refit = "simultaneous"
 
-    def __init__(self, problem, model):
-        blocks = blocks_of(model.est)
-        super().__init__(problem, _scheme_models(problem, blocks),
+    def __init__(self, problem, model, dm=None, system=None):
+        super().__init__(problem, _scheme_models(problem, blocks_of(model.est))
+                         if dm is None else dm,
                          "KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)")
-        self.model, self.blocks = model, blocks
-        self._kkt = None
+        self.model = model
+        self._kkt = system
 
-    def _system(self, free):
+    def __reduce__(self):
+        # the system is formed here if no analysis formed it (the post-solve checks do)
+        try:
+            system = self._system()
+        except Exception as err:             # noqa: BLE001 - raised again where it is used
+            system = err if isinstance(err, (ValueError, RuntimeError)) else RuntimeError(
+                f"the KKT system of the solution could not be formed: {err}")
+        return _kkt_backend, (self.problem, _model_parts(self.discrete_model), system)
+
+    def _system(self):
+        """``(names, H, [(Xm, Xs)])``: the free parameters of the model, the reduced
+        Hessian over them and per experiment the states at its measurement times and
+        their sensitivities (an error met forming it is raised again at each use)."""
         if self._kkt is None:
-            H, dwdu, names, _ = kkt_reduced_hessian(self.model)
-            want = [self.problem.parameter_names[k] for k in free]
-            if names != want:
-                raise ValueError(f"free parameters of the model {names} differ from the "
-                                 f"problem's {want}")
-            self._kkt = H, dwdu if isinstance(dwdu, list) else [dwdu]
+            try:
+                self._kkt = _kkt_system(self.problem, self.model)
+            except (ValueError, RuntimeError, ArithmeticError, np.linalg.LinAlgError) as err:
+                self._kkt = err
+        if isinstance(self._kkt, Exception):
+            raise self._kkt.with_traceback(None)
         return self._kkt
 
+    def _free_system(self, free):
+        names, H, parts = self._system()
+        want = [self.problem.parameter_names[k] for k in free]
+        if names != want:
+            raise ValueError(f"free parameters of the model {names} differ from the "
+                             f"problem's {want}")
+        return H, parts
+
     def observation_sensitivities(self, u, free):
-        _, dwdu = self._system(free)
+        _, parts = self._free_system(free)
         out = []
-        for sp_, b, d in zip(self.problem.subproblems, self.blocks, dwdu):
-            J = np.asarray(b.grid.J)
-            Xm = np.array([[float(b.x[i, s].value) for s in sp_.states] for i in J], dtype=float)
-            Xs = np.zeros((len(J), len(sp_.states), len(u)))
-            Xs[:, :, free] = np.array([[d[(i, s)] for s in sp_.states] for i in J])
+        for sp_, (Xm, dX) in zip(self.problem.subproblems, parts):
+            Xs = np.zeros(Xm.shape + (len(u),))
+            Xs[:, :, free] = dX
             out.append(_observed(sp_, MeasurementMisfit(sp_), Xm, u, Xs, free))
         return out
 
     def hessian(self, u, free, method="soa"):
         if method != "soa":
             return super().hessian(u, free, method)
-        return self._system(free)[0]
+        return self._free_system(free)[0]
+
+
+def _kkt_backend(problem, parts, system):
+    """A :class:`KKTBackend` from its discrete models' parts and its KKT system (unpickling)."""
+    return KKTBackend(problem, None, _discrete_models(problem, parts), system)
+
+
+def _kkt_system(problem, model):
+    """:meth:`KKTBackend._system` of a solved simultaneous ``model``."""
+    H, dwdu, names, _ = kkt_reduced_hessian(model)
+    parts = []
+    for sp_, b, d in zip(problem.subproblems, blocks_of(model.est),
+                         dwdu if isinstance(dwdu, list) else [dwdu]):
+        J = np.asarray(b.grid.J)
+        Xm = np.array([[float(b.x[i, s].value) for s in sp_.states] for i in J], dtype=float)
+        dX = np.array([[d[(i, s)] for s in sp_.states] for i in J], dtype=float)
+        parts.append((Xm, dX.reshape(len(J), len(sp_.states), len(names))))
+    return names, H, parts
 
 
 def blocks_of(b):
@@ -141,21 +194,45 @@ def blocks_of(b):
     return list(getattr(b, "experiment_blocks", None) or [b])
 
 
-def _scheme_models(problem, parts):
-    """The :class:`DiscreteModel` on the scheme and grid of each experiment's ``part``."""
-    return join_experiments(problem, [DiscreteModel(sp_, p.scheme.name, p.scheme.qmax, p.grid)
-                                      for sp_, p in zip(problem.subproblems, parts)])
+def _scheme_models(problem, parts, grids=None):
+    """The :class:`DiscreteModel` on the scheme and grid (or ``grids``) of each
+    experiment's ``part``."""
+    grids = grids or [p.grid for p in parts]
+    return join_experiments(problem, [DiscreteModel(sp_, p.scheme.name, p.scheme.qmax, g)
+                                      for sp_, p, g in zip(problem.subproblems, parts, grids)])
+
+
+def _model_parts(dm):
+    """What builds the experiments' discrete models of ``dm`` again: ``(problem,
+    scheme, grid, engine)`` of each (the scheme and the grid, restarts included, are
+    the discretization [GM-grad, eq. (2)])."""
+    return [(m.problem, m.scheme, m.grid, m._engine_request) for m in experiment_models(dm)]
+
+
+def _discrete_models(problem, parts):
+    """The discrete models of :func:`_model_parts`, joined."""
+    return join_experiments(problem, [DiscreteModel(p, s, grid=g, engine=e)
+                                      for p, s, g, e in parts])
+
+
+def _discrete_backend(problem, parts, source):
+    """A :class:`DiscreteBackend` from :func:`_model_parts` (unpickling)."""
+    return DiscreteBackend(problem, _discrete_models(problem, parts), source)
 
 
 class ShootingBackend(DiscreteBackend):
     """Multiple shooting at its solution: sensitivities from the null space of the
     continuity constraints, the Hessian by central differences of the reduced
     gradient; single shooting on the same grids where a measurement lies between
-    nodes, and for several experiments."""
+    nodes, and for several experiments, its order ramp restarting at every node as
+    the intervals' do [AT, eq. (2)] (the same discrete trajectories where the
+    continuity constraints hold).  Pickled as its interval models' problem, scheme,
+    grid and nodes with the node values."""
 
     def __init__(self, problem, interval_models, node_values):
         self.ims, self.nodes = list(interval_models), list(node_values)
-        super().__init__(problem, _scheme_models(problem, self.ims),
+        super().__init__(problem, _scheme_models(problem, self.ims,
+                                                 [_restarting_at_nodes(im) for im in self.ims]),
                          "discrete sensitivities (single shooting on the same grid)")
         self._nlp = None
         if not problem.experiments:
@@ -164,6 +241,10 @@ class ShootingBackend(DiscreteBackend):
                                             problem.u0, self.nodes[0])
             self.source = ("multiple-shooting constraint Jacobian (null space); Hessian by "
                            "central differences of the reduced gradient")
+
+    def __reduce__(self):
+        return _shooting_backend, (self.problem, [(im.problem, im.scheme, im.grid, im.nodes)
+                                                  for im in self.ims], self.nodes)
 
     def _usable(self):
         """The shooting NLP, or None (single shooting) when a measurement lies between nodes."""
@@ -204,6 +285,21 @@ class ShootingBackend(DiscreteBackend):
         return _shooting_hessian(self._nlp, x, dep, par)
 
 
+def _restarting_at_nodes(im):
+    """The grid of interval models ``im`` with the order ramp restarting at each interior
+    node too: single shooting on it integrates every interval as ``im`` does."""
+    g = im.grid
+    return Grid(t=g.t, meas_times=g.meas_times, I=g.I, J=g.J,
+                restarts=tuple(g.restarts) + tuple(int(i) for i in im.node_index[1:-1]))
+
+
+def _shooting_backend(problem, parts, node_values):
+    """A :class:`ShootingBackend` from its interval models' parts and node values
+    (unpickling)."""
+    from ._shooting import IntervalModels
+    return ShootingBackend(problem, [IntervalModels(*p) for p in parts], node_values)
+
+
 class ContinuousBackend:
     """The continuous ODE (:class:`~pyomo_odeest.approaches.ContinuousModel`, one per
     experiment): continuous sensitivities and second-order adjoint [MHV, (8),
@@ -216,6 +312,12 @@ class ContinuousBackend:
     def __init__(self, problem, cm):
         self.problem, self.model = problem, cm
         self._dm = None
+
+    def __reduce__(self):
+        kind = type(self.model) if isinstance(self.model, ExperimentModels) else None
+        return _continuous_backend, (self.problem, [(type(m), m.problem, m.settings)
+                                                    for m in experiment_models(self.model)],
+                                     kind)
 
     @property
     def discrete_model(self):
@@ -245,10 +347,20 @@ class ContinuousBackend:
         return DiscreteBackend(self.problem, self.discrete_model).gauss_newton(u, free)
 
 
+def _continuous_backend(problem, parts, kind):
+    """A :class:`ContinuousBackend` from its models' classes, problems and settings
+    (unpickling)."""
+    return ContinuousBackend(problem, join_experiments(
+        problem, [cls(p, **settings) for cls, p, settings in parts], kind))
+
+
 def rebuild_backend(result):
-    """A backend for a result whose backend was not kept (pickled, read from JSON):
-    the continuous ODE when the result has no scheme, else the discrete model of its
-    scheme and grid (the default grid when the grid is not known)."""
+    """A backend for a result without one (read from JSON; a pickled result carries
+    the recipe of its own): the continuous ODE when the result has no scheme, else
+    the discrete model of its scheme and grid (the default grid when the grid is not
+    known).  What the result does not keep (shooting nodes, the KKT system, an
+    adaptive result's default-grid model of another order) makes it an
+    approximation of the original's."""
     P = result.problem
     if P is None:
         raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} "

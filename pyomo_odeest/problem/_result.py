@@ -319,9 +319,12 @@ class EstimationResult:
     interval models) are left out, their names listed in
     ``extra['not_pickled']``.  ``backend`` (the model the analyses evaluate
     through one protocol: ``problem``, ``simulate(u)``,
-    ``observation_sensitivities(u, free)``, ``hessian(u, free)``) is not
-    pickled either; it is rebuilt from the problem, scheme and grid on first
-    use.  :meth:`lean` gives the same copy in memory
+    ``observation_sensitivities(u, free)``, ``hessian(u, free)``) is pickled as
+    the data that build it (its discretization, node values, integrator
+    settings, the KKT system at the solution) and built from them on first
+    use, so the analyses of a pickled result are the original's; a result read
+    from JSON rebuilds it from the problem, scheme and grid.  :meth:`lean` gives
+    the same copy in memory
     (what the runner sends back from a worker), and :meth:`to_json` /
     :meth:`from_json` write and read the data fields.
     """
@@ -362,16 +365,32 @@ class EstimationResult:
 
     @property
     def backend(self):
-        """The model of this result's approach behind the analyses (rebuilt on demand)."""
+        """The model of this result's approach behind the analyses: built on first use
+        from the recipe a pickled (or :meth:`lean`) result carries, else from the
+        problem, scheme and grid (a result read from JSON)."""
         be = self.__dict__.get("_backend")
         if be is None:
-            be = _analysis("backend")(self)
+            recipe = self.__dict__.get("_backend_recipe")
+            be = recipe[0](*recipe[1]) if recipe is not None else _analysis("backend")(self)
             self.__dict__["_backend"] = be
         return be
 
     @backend.setter
     def backend(self, value):
         self.__dict__["_backend"] = value
+
+    def _recipe(self):
+        """``(build, args)`` that build the backend again (the ``__reduce__`` of the
+        backends of :mod:`pyomo_odeest.approaches._backend`: data only), or None."""
+        be = self.__dict__.get("_backend")
+        if be is None:
+            return self.__dict__.get("_backend_recipe")
+        if type(be).__reduce__ is object.__reduce__:      # no recipe of its own
+            return None
+        try:
+            return be.__reduce__()
+        except Exception:                       # noqa: BLE001 - rebuilt from the result
+            return None
 
     def multiplier(self, i, state, stage="x"):
         """Multiplier of the ``stage`` equation of step ``i`` for ``state``."""
@@ -425,18 +444,21 @@ class EstimationResult:
         return keep
 
     def __getstate__(self):
-        state = dict(self.lean().__dict__)
-        state.pop("_backend", None)
-        return state
+        return dict(self.lean().__dict__)
 
     def __setstate__(self, state):
         self.__dict__.update(state)
 
     def lean(self) -> "EstimationResult":
         """A copy without the Pyomo model and without live objects in ``extra``
-        (the numbers only: cheap to send between processes)."""
-        return replace(self, model=None,
-                       extra=self._data_extra(() if self.model is None else ("model",)))
+        (the numbers only: cheap to send between processes); its backend is built on
+        first use from the data that build the original's (the same analyses)."""
+        out = replace(self, model=None,
+                      extra=self._data_extra(() if self.model is None else ("model",)))
+        recipe = self._recipe()
+        if recipe is not None:
+            out.__dict__["_backend_recipe"] = recipe
+        return out
 
     def to_dict(self) -> dict:
         """The data fields as JSON-able Python structures (the model is left out)."""

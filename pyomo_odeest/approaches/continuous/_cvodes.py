@@ -309,6 +309,13 @@ class CvodesModel(ContinuousModel):
         self._grids = {}
         self._by_tolerance = {}
 
+    @property
+    def settings(self) -> dict:
+        """The keyword arguments that build this model again on its problem (CVODES's
+        method, not the SciPy integrator of the inherited paths)."""
+        return dict(super().settings, method=self.cvodes_method,
+                    max_num_steps=self.max_num_steps, linear_solver=self.linear_solver)
+
     def _integration_functions(self):
         """Nothing to lambdify: CVODES evaluates the compiled right-hand side."""
 

@@ -353,7 +353,7 @@ class ContinuousApproach(Approach):
                          objective_start=b.J_start, scale=b.s,
                          stationarity=getattr(b, "stationarity", None),
                          integrator=dict(name=integrator_name(cm), engine=getattr(cm, "engine", "scipy"),
-                                         method=getattr(cm, "method", None), rtol=cm.rtol,
+                                         method=cm.settings["method"], rtol=cm.rtol,
                                          atol=cm.atol))
         res.backend = ContinuousBackend(problem, cm)
         if b.mult_g is not None:

@@ -111,6 +111,14 @@ class Forward:
         self.counts = dict(forward=0, sensitivity=0, adjoint=0, soa=0, nfev=0, njev=0)
         self._integration_functions()
 
+    @property
+    def settings(self) -> dict:
+        """The keyword arguments that build this model again on its problem
+        (``type(model)(model.problem, **model.settings)``: the same integrations)."""
+        return dict(method=self.method, rtol=self.rtol, atol=self.atol, fd_step=self.fd_step,
+                    hessian_fd_step=self.hessian_fd_step, max_step=self.max_step,
+                    sparse_jacobian=self.sparse_jacobian, adjoint_atol=self.adjoint_atol)
+
     def _integration_functions(self):
         r"""The lambdified :math:`f, f_x, f_u` and adjoint contractions of the SciPy
         integrations (a compiled engine replaces them by its own); built once per

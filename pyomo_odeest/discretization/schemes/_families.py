@@ -150,6 +150,12 @@ class MultistepScheme:
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.qmax))
 
+    def __getstate__(self):
+        # pickled without the per-grid formula caches (rebuilt on demand, bit-identical)
+        state = dict(self.__dict__)
+        state["_cache"], state["_batch_cache"] = OrderedDict(), OrderedDict()
+        return state
+
     def order_q(self, i: int) -> int:
         r""":math:`Q_i = \min(i + 1, Q_{\max} - 1)` [GM-grad, after eq. (5)]."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
