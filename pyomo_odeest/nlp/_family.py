@@ -13,7 +13,6 @@ every callback is one vectorised call per family.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partialmethod
 
 import numpy as np
 import sympy
@@ -207,9 +206,12 @@ class _SumCompiled:
             g = groups.setdefault(id(comp), (comp, [], []))
             g[1].append(sign)
             g[2].append(tuple(slots))
-        self.groups = [(comp, np.array(signs), maps) for comp, signs, maps in groups.values()]
+        # per group: the slots each term reads, as one (term slots, terms) gather
+        self.groups = [(comp, np.array(signs), maps,
+                        np.array(maps, dtype=np.intp).reshape(len(maps), comp.nslots).T.copy())
+                       for comp, signs, maps in groups.values()]
         d1, d2 = [], []
-        for comp, _, maps in self.groups:
+        for comp, _, maps, _ in self.groups:
             for mp in maps:
                 d1.extend(mp[k] for k in comp.d1_slots)
                 d2.extend((mp[a], mp[b]) for a, b in comp.d2_pairs)
@@ -219,45 +221,64 @@ class _SumCompiled:
         self.d2_const = (None,) * len(d2)
 
     @staticmethod
-    def _stacked(comp, maps, args):
-        nrows = max((np.size(a) for a in args), default=1)
-        if len(maps) == 1:
-            return [args[k] for k in maps[0]], nrows
-        return [np.concatenate([np.broadcast_to(np.asarray(args[mp[k]], dtype=float), (nrows,))
-                                for mp in maps]) for k in range(comp.nslots)], nrows
+    def rows(args):
+        """The slot arguments as one ``(slots, rows)`` array (scalars broadcast)."""
+        if isinstance(args, np.ndarray) and args.ndim == 2:
+            return args
+        A = np.stack(np.broadcast_arrays(*[np.asarray(a, dtype=float) for a in args]))
+        return A.reshape(len(args), -1)
 
-    def value(self, *args):
+    @staticmethod
+    def _gathered(A, gather):
+        """A group's terms' arguments from the family's ``(slots, rows)`` array ``A``:
+        per term slot, the terms' rows one after another (one gather per group)."""
+        return A[gather].reshape(gather.shape[0], gather.shape[1] * A.shape[1])
+
+    def value_at(self, A):
+        """The sum at the rows of ``A`` (:meth:`rows`)."""
         total = 0.0
-        for comp, signs, maps in self.groups:
-            sa, nrows = self._stacked(comp, maps, args)
-            v = np.broadcast_to(np.asarray(comp.value(*sa), dtype=float), (len(maps) * nrows,))
+        nrows = A.shape[1]
+        for comp, signs, maps, gather in self.groups:
+            v = np.broadcast_to(np.asarray(comp.value(*self._gathered(A, gather)), dtype=float),
+                                (len(maps) * nrows,))
             total = total + signs @ v.reshape(len(maps), nrows)
         return total
 
-    def _derivs(self, which, *args):
+    def derivs_at(self, which, A):
+        """First (``which`` 1) or second derivatives at the rows of ``A``, aligned with
+        :attr:`d1_slots` or :attr:`d2_pairs`."""
         out = []
-        for comp, signs, maps in self.groups:
+        nrows = A.shape[1]
+        for comp, signs, maps, gather in self.groups:
             fn, consts = (comp.d1, comp.d1_const) if which == 1 else (comp.d2, comp.d2_const)
             if not consts:
                 continue
-            sa, nrows = self._stacked(comp, maps, args)
             vals = [v.reshape(len(maps), nrows) for v in
-                    _expand(fn, consts, sa, len(maps) * nrows)]
+                    _expand(fn, consts, self._gathered(A, gather), len(maps) * nrows)]
             for p, sign in enumerate(signs.tolist()):
                 out.extend(v[p] if sign == 1.0 else sign * v[p] for v in vals)
         return out
 
-    d1 = partialmethod(_derivs, 1)
-    d2 = partialmethod(_derivs, 2)
+    def value(self, *args):
+        return self.value_at(self.rows(args))
+
+    def d1(self, *args):
+        return self.derivs_at(1, self.rows(args))
+
+    def d2(self, *args):
+        return self.derivs_at(2, self.rows(args))
 
 
 def _expand(fn, consts, args, nrows):
     """Evaluate a list-valued lambdified function, filling constant entries."""
     out = []
     live = iter(fn(*args) if fn is not None else ())
+    shape = (nrows,)
     for c in consts:
         v = next(live) if c is None else c
-        out.append(np.broadcast_to(np.asarray(v, dtype=float), (nrows,)))
+        if not (isinstance(v, np.ndarray) and v.shape == shape and v.dtype == np.float64):
+            v = np.broadcast_to(np.asarray(v, dtype=float), shape)
+        out.append(v)
     return out
 
 
@@ -275,14 +296,23 @@ class Family:
         return self.idx.shape[0]
 
     def slot_args(self, w):
-        return [w[self.idx[:, k]] for k in range(self.idx.shape[1])]
+        """The rows' arguments: one ``(slots, rows)`` array gathered from ``w``."""
+        return w[self.idx.T]
 
     def values(self, args):
-        v = self.compiled.value(*args)
+        c = self.compiled
+        v = c.value_at(c.rows(args)) if isinstance(c, _SumCompiled) else c.value(*args)
         return np.broadcast_to(np.asarray(v, dtype=float), (self.nrows,))
 
+    def _derivatives(self, which, args):
+        c = self.compiled
+        if isinstance(c, _SumCompiled):      # one array of the rows per entry
+            return c.derivs_at(which, c.rows(args))
+        fn, consts = (c.d1, c.d1_const) if which == 1 else (c.d2, c.d2_const)
+        return _expand(fn, consts, args, self.nrows)
+
     def first(self, args):
-        return _expand(self.compiled.d1, self.compiled.d1_const, args, self.nrows)
+        return self._derivatives(1, args)
 
     def second(self, args):
-        return _expand(self.compiled.d2, self.compiled.d2_const, args, self.nrows)
+        return self._derivatives(2, args)
