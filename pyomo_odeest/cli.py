@@ -21,11 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from .approaches import APPROACH_NAMES
+from .discretization import SCHEMES
 
 #: ``--approach`` choices: the approaches of :func:`~pyomo_odeest.approaches.estimate`, and
 #: ``compare`` (all of them, one table).
 APPROACHES = tuple(APPROACH_NAMES) + ("compare",)
-SCHEMES = ("adams_pc", "adams_moulton", "enright", "semi_implicit_enright")
 #: Names a model file may define (besides ``states``, ``parameters``, ``rhs``, ``initial``)
 #: that are passed to :class:`~pyomo_odeest.EstimationProblem`.
 PROBLEM_KEYS = ("observe", "sigma", "weights", "t0", "T", "loss", "penalty", "inputs",

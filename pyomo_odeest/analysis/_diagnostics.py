@@ -195,10 +195,9 @@ Vert^2 + c = J` to 1e-6: not
     J = float(result.objective) - misfit_constant(problem)
     if not (np.isfinite(jc) and np.isfinite(J)) or abs(jc - J) > 1e-6 * max(1.0, abs(J)):
         return []                            # not the objective the optimizer minimized
-    pars = [problem.parameters[k] for k in curv.free]
     u = curv.u[curv.free]
-    lo = np.array([-np.inf if p.lb is None else p.lb for p in pars]) - u
-    hi = np.array([np.inf if p.ub is None else p.ub for p in pars]) - u
+    lb, ub = problem.bounds(curv.free)
+    lo, hi = lb - u, ub - u
     dec, _ = gauss_newton_decrement(D, rho, lo, hi)
     dec = kappa * dec                        # NLL units -> units of J
     ok, rule = judge_stop(dec, jc)

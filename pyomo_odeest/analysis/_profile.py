@@ -123,8 +123,7 @@ def _quantity_bounds(problem, a):
     for p, c in zip(problem.parameters, a):
         if c == 0:
             continue
-        lb = -np.inf if p.lb is None else p.lb
-        ub = np.inf if p.ub is None else p.ub
+        lb, ub = p.bounds
         lo += c * (lb if c > 0 else ub)
         hi += c * (ub if c > 0 else lb)
     return (float(lo) if np.isfinite(lo) else None), (float(hi) if np.isfinite(hi) else None)
@@ -176,8 +175,8 @@ def _combination_nlp(dm, a, pivot):
             self.pivot_row = p.lb is not None or p.ub is not None
             if self.pivot_row:
                 self.m += 1
-                self.g_lb = np.append(self.g_lb, -np.inf if p.lb is None else p.lb)
-                self.g_ub = np.append(self.g_ub, np.inf if p.ub is None else p.ub)
+                self.g_lb = np.append(self.g_lb, p.bounds[0])
+                self.g_ub = np.append(self.g_ub, p.bounds[1])
 
         def full(self, x):
             u = super().full(x)
@@ -475,9 +474,7 @@ def _illinois(point, inside, outside, ftol, max_iter):
 def _predict(problem, u, tangent, dtheta):
     """Start of the next point: ``u + tangent·Δθ``, clipped into the bounds."""
     v = u + tangent * dtheta
-    lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])
-    ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])
-    return np.clip(v, lb, ub)
+    return np.clip(v, *problem.bounds())
 
 
 # ---------------------------------------------------------------------------

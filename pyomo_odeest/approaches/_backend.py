@@ -29,11 +29,15 @@ each experiment's scheme and grid, the shooting nodes and node values, the
 integrator's settings, the KKT system's sensitivities and reduced Hessian), so
 that its analyses after unpickling are those of the original; a result keeps
 that recipe (:meth:`~pyomo_odeest.EstimationResult.lean`) and builds the backend
-from it on first use.  :func:`rebuild_backend` makes one for a result without
-(read from JSON) from its problem, scheme and grid.
+from it on first use.  A result's JSON form keeps the same data
+(:func:`backend_data`: the problems as their places in the result's problem), so
+that a result read from JSON builds the original's backend too
+(:func:`backend_from_data`); :func:`rebuild_backend` makes one for a result without
+(a JSON file written before it kept them) from its problem, scheme and grid.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -44,10 +48,13 @@ from ..discretization._experiments import (ExperimentModels, experiment_grid, ex
                                            join_experiments)
 from ..discretization._grid import Grid
 from ..discretization.discrete import DiscreteModel
+from ..discretization.schemes import MultistepScheme, get_scheme
+from ..problem._declaration import EstimationProblem
 from ..problem._misfit import MeasurementMisfit
 
 __all__ = ["DiscreteBackend", "KKTBackend", "ShootingBackend", "ContinuousBackend",
-           "rebuild_backend", "kkt_reduced_hessian", "discrete_model"]
+           "rebuild_backend", "backend_data", "backend_from_data", "kkt_reduced_hessian",
+           "discrete_model"]
 
 
 def _observed(problem, mf, Xm, u, Xs, free):
@@ -354,17 +361,127 @@ def _continuous_backend(problem, parts, kind):
         problem, [cls(p, **settings) for cls, p, settings in parts], kind))
 
 
-def rebuild_backend(result):
-    """A backend for a result without one (read from JSON; a pickled result carries
-    the recipe of its own): the continuous ODE when the result has no scheme, else
-    the discrete model of its scheme and grid (the default grid when the grid is not
-    known).  What the result does not keep (shooting nodes, the KKT system, an
-    adaptive result's default-grid model of another order) makes it an
-    approximation of the original's."""
+# -- the data of a backend in a result's JSON form ----------------------------------------
+#: The functions that build a backend from the arguments of its ``__reduce__``.
+_BUILDERS = {f.__name__: f for f in (_discrete_backend, _kkt_backend, _shooting_backend,
+                                     _continuous_backend)}
+#: The errors a KKT system may hold (raised again where the system is used).
+_ERRORS = {e.__name__: e for e in (ValueError, RuntimeError, ArithmeticError)}
+
+
+def _model_classes():
+    """The model classes the data of a continuous backend name."""
+    from .continuous import ContinuousModel, CvodesModel
+    from .continuous._estimation import ContinuousExperiments
+    return {c.__name__: c for c in (ContinuousModel, CvodesModel, ContinuousExperiments,
+                                    ExperimentModels)}
+
+
+class _NotData(TypeError):
+    """Something in a backend's recipe that its JSON data cannot hold."""
+
+
+def backend_data(problem, recipe):
+    """The recipe ``(build, args)`` of a backend (its ``__reduce__``) as plain data for
+    a result's JSON form, or None when it holds something else (a backend of another
+    kind, a problem that is not ``problem`` or one of its experiments' problems).
+
+    Each problem becomes its place in ``[problem, *problem.subproblems]``, a scheme its
+    name and ``qmax``, a grid its arrays, a model class its name and an error met
+    forming a KKT system its type and message; arrays, numbers, strings and
+    containers stay (:meth:`~pyomo_odeest.EstimationResult.to_json` writes them
+    exactly)."""
+    build, args = recipe
+    if _BUILDERS.get(getattr(build, "__name__", None)) is not build:
+        return None
+    problems = [problem, *problem.subproblems]
+    names = {c: n for n, c in _model_classes().items()}
+
+    def enc(v):
+        if isinstance(v, EstimationProblem):
+            k = next((k for k, q in enumerate(problems) if q is v), None)
+            if k is None:
+                raise _NotData("a problem other than the result's")
+            return {"__problem__": k}
+        if isinstance(v, MultistepScheme):
+            return {"__scheme__": [v.name, v.qmax]}
+        if isinstance(v, Grid):
+            return {"__grid__": [np.asarray(v.t), np.asarray(v.meas_times), np.asarray(v.I),
+                                 np.asarray(v.J), [int(r) for r in v.restarts]]}
+        if isinstance(v, Exception):
+            kind = next((n for n, e in _ERRORS.items() if isinstance(v, e)), "RuntimeError")
+            return {"__error__": [kind, str(v)]}
+        if isinstance(v, type):
+            if v not in names:
+                raise _NotData(f"the class {v.__name__}")
+            return {"__class__": names[v]}
+        if isinstance(v, (list, tuple)):
+            return type(v)(enc(a) for a in v)
+        if isinstance(v, dict):
+            return {k: enc(a) for k, a in v.items()}
+        if v is None or isinstance(v, (str, bool, int, float, np.generic, np.ndarray)):
+            return v
+        raise _NotData(type(v).__name__)
+
+    try:
+        return {"build": build.__name__, "args": enc(args)}
+    except _NotData:
+        return None
+
+
+def backend_from_data(problem, data):
+    """The backend that :func:`backend_data` describes, built on ``problem`` (the
+    result's problem, or one built again as the original).  Raises ValueError when
+    the data are not such a description or do not fit ``problem``."""
+    problems = [problem, *problem.subproblems]
+    classes = _model_classes()
+
+    def dec(v):
+        if isinstance(v, dict):
+            tag = next(iter(v), None) if len(v) == 1 else None
+            a = v.get(tag)
+            if tag == "__problem__":
+                return problems[a]
+            if tag == "__scheme__":
+                return get_scheme(a[0], a[1])
+            if tag == "__grid__":
+                t, tau, I, J, restarts = a
+                return Grid(t=np.asarray(t, dtype=float), meas_times=np.asarray(tau, dtype=float),
+                            I=np.asarray(I, dtype=int), J=np.asarray(J, dtype=int),
+                            restarts=tuple(int(r) for r in restarts))
+            if tag == "__error__":
+                return _ERRORS.get(a[0], RuntimeError)(a[1])
+            if tag == "__class__":
+                return classes[a]
+            return {k: dec(b) for k, b in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(dec(a) for a in v)
+        return v
+
+    try:
+        return _BUILDERS[data["build"]](*dec(data["args"]))
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise ValueError(f"the backend data of this result do not build a backend of its "
+                         f"problem ({type(err).__name__}: {err}); is it the problem the "
+                         f"result was estimated with?") from None
+
+
+def rebuild_backend(result, data=None, read=False):
+    """The backend of a result without one (a pickled result carries the recipe of its
+    own): built from ``data`` (:func:`backend_data`, which the JSON form keeps) when
+    given, the original's; else the continuous ODE of its integrator settings when the
+    result has no scheme, or the discrete model of its scheme and grid (the default
+    grid when the grid is not known).  For a result ``read`` from a JSON file written
+    without the data, that is an approximation of the original's backend (multiple
+    shooting's node values, the simultaneous approach's KKT system, the adaptive
+    approach's default-grid model, the grid): a warning says so, also put in
+    ``result.warnings``."""
     P = result.problem
     if P is None:
         raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} "
                          f"result; pass problem=... explicitly")
+    if data is not None:
+        return backend_from_data(P, data)
     if result.scheme is None:
         from .continuous import continuous_model
         kw = dict(result.extra.get("integrator") or {})
@@ -376,7 +493,19 @@ def rebuild_backend(result):
     grid = result.grid
     if P.experiments and not isinstance(grid, Mapping):
         grid = None
-    return DiscreteBackend(P, discrete_model(P, result.scheme.name, result.scheme.qmax, grid))
+    dm = discrete_model(P, result.scheme.name, result.scheme.qmax, grid)
+    if not read:
+        return DiscreteBackend(P, dm)
+    note = (f"the analyses of this {result.approach!r} result read from JSON approximate "
+            f"the original's: its file does not keep the data that build the original's "
+            f"backend (the 'backend' entry that to_json writes), so the backend is rebuilt "
+            f"from the scheme {result.scheme_label} and "
+            f"{'the default grid' if grid is None else 'the grid'}")
+    warnings.warn(note, stacklevel=3)
+    if note not in result.warnings:
+        result.warnings.append(note)
+    return DiscreteBackend(P, dm, "discrete sensitivities / second-order adjoint on the "
+                           "scheme of the result (rebuilt: an approximation of the original's)")
 
 
 def _factor(ev, x, dep):

@@ -389,8 +389,7 @@ def _inside_bounds(problem, estimates):
     u = estimates.reindex(problem.parameter_names).astype(float).copy()
     for p in problem.parameters:
         if not p.fixed:
-            u[p.name] = float(np.clip(u[p.name], -np.inf if p.lb is None else p.lb,
-                                      np.inf if p.ub is None else p.ub))
+            u[p.name] = float(np.clip(u[p.name], *p.bounds))
     return u
 
 

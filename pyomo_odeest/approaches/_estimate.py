@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..problem._declaration import EstimationProblem
 from ..problem._result import RESULT_ANALYSES, EstimationResult
 from ._adaptive import AdaptiveApproach
-from ._backend import rebuild_backend
+from ._backend import backend_data, rebuild_backend
 from ._base import Approach
 from ._reduced import ReducedApproach
 from ._shooting import ShootingApproach
@@ -136,4 +136,4 @@ def estimate(problem: EstimationProblem, approach="simultaneous", **options) -> 
     return approach_class(approach)().estimate(problem, **options)
 
 
-RESULT_ANALYSES["backend"] = rebuild_backend
+RESULT_ANALYSES.update(backend=rebuild_backend, backend_data=backend_data)

@@ -85,9 +85,7 @@ class ReducedSpaceNLP(NLPEvaluator):
         self.n = len(self.free)
         self.cons = ReducedConstraints(P, dm) if P.has_constraints else None
         self.m = 0 if self.cons is None else self.cons.m
-        lb = np.array([-np.inf if p.lb is None else p.lb for p in P.parameters])
-        ub = np.array([np.inf if p.ub is None else p.ub for p in P.parameters])
-        self.x_lb, self.x_ub = lb[self.free], ub[self.free]
+        self.x_lb, self.x_ub = P.bounds(self.free)
         self.x0 = np.clip(self.u_full[self.free], self.x_lb, self.x_ub)
         self.g_lb, self.g_ub = np.full(self.m, -np.inf), np.zeros(self.m)
         self.gradient_method = gradient

@@ -320,10 +320,9 @@ class MultipleShootingNLP(_ShootingEvaluator):
         self._l = lambdify((P.u_sym,), list(P.l_sym), "numpy")
         self._lu = lambdify((P.u_sym,), sympy.Matrix(P.l_sym).jacobian(P.u_sym), "numpy")
         # bounds
-        lb = np.array([-np.inf if p.lb is None else p.lb for p in P.parameters])
-        ub = np.array([np.inf if p.ub is None else p.ub for p in P.parameters])
-        self.x_lb = np.concatenate([np.full(self.ns, -np.inf), lb[self.free]])
-        self.x_ub = np.concatenate([np.full(self.ns, np.inf), ub[self.free]])
+        lb, ub = P.bounds(self.free)
+        self.x_lb = np.concatenate([np.full(self.ns, -np.inf), lb])
+        self.x_ub = np.concatenate([np.full(self.ns, np.inf), ub])
         l0 = self.l(self.u_full)
         S0 = np.tile(l0, (self.N + 1, 1)) if S0 is None else np.asarray(S0, float)
         if S0.shape != (self.N + 1, nx):

@@ -57,6 +57,12 @@ class Parameter:
                                f"its bounds [{self.lb}, {self.ub}]; start inside the bounds "
                                f"(it would otherwise be moved silently)")
 
+    @property
+    def bounds(self):
+        """``(lb, ub)`` as floats, an absent bound as ``-inf`` or ``inf``."""
+        return (-np.inf if self.lb is None else float(self.lb),
+                np.inf if self.ub is None else float(self.ub))
+
 
 @dataclass
 class Experiment:

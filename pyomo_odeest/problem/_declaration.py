@@ -636,6 +636,13 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def free_mask(self):
         return np.array([not p.fixed for p in self.parameters], dtype=bool)
 
+    def bounds(self, select=None):
+        """``(lb, ub)`` arrays of the parameters' bounds, an absent bound as ``-inf`` or
+        ``inf``; ``select`` (a boolean mask or indices, e.g. :attr:`free_mask`) picks
+        some of the parameters."""
+        lb, ub = np.array([p.bounds for p in self.parameters], dtype=float).reshape(-1, 2).T
+        return (lb, ub) if select is None else (lb[select], ub[select])
+
     def _numeric(self, key, build):
         """The numeric function ``key`` built by ``build()`` from the symbolic problem,
         once per problem and its variants (not pickled: rebuilt on first use).  ``key``

@@ -322,11 +322,10 @@ class EstimationResult:
     ``observation_sensitivities(u, free)``, ``hessian(u, free)``) is pickled as
     the data that build it (its discretization, node values, integrator
     settings, the KKT system at the solution) and built from them on first
-    use, so the analyses of a pickled result are the original's; a result read
-    from JSON rebuilds it from the problem, scheme and grid.  :meth:`lean` gives
-    the same copy in memory
-    (what the runner sends back from a worker), and :meth:`to_json` /
-    :meth:`from_json` write and read the data fields.
+    use, so the analyses of a pickled result are the original's.  :meth:`lean`
+    gives the same copy in memory (what the runner sends back from a worker), and
+    :meth:`to_json` / :meth:`from_json` write and read the data fields with the
+    same data of the backend (see :meth:`from_json`).
     """
 
     approach: str
@@ -366,12 +365,18 @@ class EstimationResult:
     @property
     def backend(self):
         """The model of this result's approach behind the analyses: built on first use
-        from the recipe a pickled (or :meth:`lean`) result carries, else from the
-        problem, scheme and grid (a result read from JSON)."""
+        from the recipe a pickled (or :meth:`lean`) result carries or from the data
+        a result read from JSON carries (:meth:`from_json`), else from the problem,
+        scheme and grid."""
         be = self.__dict__.get("_backend")
         if be is None:
             recipe = self.__dict__.get("_backend_recipe")
-            be = recipe[0](*recipe[1]) if recipe is not None else _analysis("backend")(self)
+            if recipe is not None:
+                be = recipe[0](*recipe[1])
+            elif "_backend_data" in self.__dict__:          # read from JSON
+                be = _analysis("backend")(self, self.__dict__["_backend_data"], read=True)
+            else:
+                be = _analysis("backend")(self)
             self.__dict__["_backend"] = be
         return be
 
@@ -458,10 +463,21 @@ class EstimationResult:
         recipe = self._recipe()
         if recipe is not None:
             out.__dict__["_backend_recipe"] = recipe
+        elif "_backend_data" in self.__dict__:
+            out.__dict__["_backend_data"] = self.__dict__["_backend_data"]
         return out
 
+    def _backend_json(self):
+        """The data that build the backend (:func:`~pyomo_odeest.approaches._backend.backend_data`)
+        for :meth:`to_dict`, or None."""
+        recipe = self._recipe()
+        if recipe is None or self.problem is None:
+            return self.__dict__.get("_backend_data")
+        return _analysis("backend_data")(self.problem, recipe)
+
     def to_dict(self) -> dict:
-        """The data fields as JSON-able Python structures (the model is left out)."""
+        """The data fields as JSON-able Python structures (the model is left out) and,
+        as ``'backend'``, the data that build the backend again (see :meth:`from_json`)."""
         out = {}
         for f in fields(self):
             if f.name in ("model", "grid"):
@@ -472,18 +488,21 @@ class EstimationResult:
             if f.name == "scheme":
                 v = None if v is None else {"name": v.name, "qmax": v.qmax}
             out[f.name] = _to_json(v)
+        out["backend"] = _to_json(self._backend_json())
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EstimationResult":
-        """Inverse of :meth:`to_dict`.  Raises ValueError naming the field when a field
-        is unknown, missing or of the wrong kind (an unknown status, estimates that are
-        not a mapping of names to values, a table that is not one, ...)."""
+    def from_dict(cls, d: dict, problem=None) -> "EstimationResult":
+        """Inverse of :meth:`to_dict` (``problem``: see :meth:`from_json`).  Raises
+        ValueError naming the field when a field is unknown, missing or of the wrong
+        kind (an unknown status, estimates that are not a mapping of names to values,
+        a table that is not one, ...)."""
         if not isinstance(d, dict):
             raise ValueError(f"EstimationResult.from_dict needs a mapping of field names "
                              f"to values, got {type(d).__name__}")
         names = {f.name for f in fields(cls)}
-        d = {k: v for k, v in d.items() if k != "success"}       # derived from status
+        backend = d.get("backend")
+        d = {k: v for k, v in d.items() if k not in ("success", "backend")}   # derived
         unknown = sorted(set(d) - names, key=str)
         if unknown:
             raise ValueError(f"EstimationResult.from_dict: unknown field(s) {unknown}; "
@@ -500,7 +519,20 @@ class EstimationResult:
             except (ValueError, KeyError, TypeError, IndexError) as err:
                 raise ValueError(f"EstimationResult.from_dict: field {k!r} cannot be read: "
                                  f"{type(err).__name__}: {err}") from None
-        return cls(**_checked_fields(out))
+        try:
+            backend = _from_json(backend)
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            raise ValueError(f"EstimationResult.from_dict: 'backend' cannot be read: "
+                             f"{type(err).__name__}: {err}") from None
+        if not (backend is None or isinstance(backend, dict)
+                and isinstance(backend.get("build"), str) and "args" in backend):
+            raise ValueError("EstimationResult.from_dict: 'backend' must be null or "
+                             "{'build': str, 'args': ...}")
+        res = cls(**_checked_fields(out))
+        if problem is not None:
+            res.extra["problem"] = problem
+        res.__dict__["_backend_data"] = backend
+        return res
 
     def to_json(self, path=None, **kw) -> str:
         """JSON text of :meth:`to_dict` (non-finite numbers as ``NaN``/``Infinity``,
@@ -512,13 +544,27 @@ class EstimationResult:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path) -> "EstimationResult":
-        """Inverse of :meth:`to_json` (a JSON string or the path of a file)."""
+    def from_json(cls, text_or_path, problem=None) -> "EstimationResult":
+        """Inverse of :meth:`to_json` (a JSON string or the path of a file).
+
+        The problem is not JSON: ``problem`` (the problem the result was estimated
+        with, e.g. built again from its model file) makes it the result's, for its
+        analyses.  The file keeps, beside the data fields, the data that build the
+        backend again (the backend's pickled form: each experiment's scheme and grid,
+        multiple shooting's nodes and node values, the simultaneous approach's KKT
+        system at the solution, the integrator's settings), so the covariance,
+        profiles and bands of the result read back are the original's.  A file
+        without them (written before they were kept, or with a backend of the user's
+        own) rebuilds the backend from the scheme and the default grid (the continuous
+        approach's from its integrator's name and tolerances): its analyses then
+        approximate the original's, and for a discretized approach a warning (also in
+        ``warnings``) says so.
+        """
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):
             with open(text) as fh:
                 text = fh.read()
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(json.loads(text), problem)
 
     @property
     def x(self) -> np.ndarray:

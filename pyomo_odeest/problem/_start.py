@@ -88,6 +88,6 @@ def start_values(problem, u0=None) -> np.ndarray:
                                  or (p.ub is not None and v > p.ub)):
             raise ProblemError(f"u0 for parameter '{p.name}' is {v}, outside its bounds "
                                f"[{p.lb}, {p.ub}]; start inside the bounds")
-    lb = [-np.inf if p.lb is None or p.fixed else p.lb for p in problem.parameters]
-    ub = [np.inf if p.ub is None or p.fixed else p.ub for p in problem.parameters]
-    return np.clip(u, lb, ub)
+    lb, ub = problem.bounds()
+    free = problem.free_mask
+    return np.clip(u, np.where(free, lb, -np.inf), np.where(free, ub, np.inf))

@@ -8,16 +8,20 @@ differ: multiple shooting's sensitivities from the null space of its continuity
 constraints [AT, eq. (6)] became those of single shooting without the order ramp's
 restarts at the nodes, and the adaptive approach's default-grid model changed its
 order to the result's.  Covariances (Fisher information and exact Hessian) must
-agree to 1e-8 relative.
+agree to 1e-8 relative.  A result's JSON form keeps the same data: read back with
+the problem built again, its covariances are the original's too.
 """
+import json
 import pickle
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest import APPROACH_NAMES, EstimationProblem, Experiment, Parameter
+from pyomo_odeest import APPROACH_NAMES, EstimationProblem, EstimationResult, Experiment, Parameter
+from pyomo_odeest.approaches import DiscreteBackend
 
 RTOL = 1e-8
 T = np.linspace(0.5, 3.0, 6)
@@ -72,9 +76,10 @@ def _covariances(result):
     return [result.covariance(m).matrix.to_numpy() for m in ("fim", "hessian")]
 
 
-def _check(result):
+def _check(result, make):
     assert result.success, (result.status, result.message)
     before = _covariances(result)
+    _check_json(result, make, before)
     back = pickle.loads(pickle.dumps(result))
     assert "_backend" not in back.__dict__             # built on first use
     for C, D, m in zip(before, _covariances(back), ("fim", "hessian")):
@@ -90,10 +95,27 @@ def _check(result):
     return back
 
 
+def _check_json(result, make, before):
+    """Read back from JSON on the problem built again: the original's backend and
+    covariances, without a warning; pickled after reading and written again, the same."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = EstimationResult.from_json(result.to_json(), problem=make())
+        assert type(back.backend) is type(result.backend)
+        for C, D, m in zip(before, _covariances(back), ("fim", "hessian")):
+            np.testing.assert_allclose(D, C, rtol=RTOL, atol=0, err_msg=m)
+    for again in (pickle.loads(pickle.dumps(EstimationResult.from_json(result.to_json(),
+                                                                       problem=make()))),
+                  EstimationResult.from_json(back.to_json(), problem=make())):
+        np.testing.assert_allclose(again.covariance().matrix.to_numpy(), before[0],
+                                   rtol=RTOL, atol=0)
+    assert back.warnings == result.warnings
+
+
 @pytest.mark.parametrize("approach", APPROACH_NAMES)
 def test_pickled_result_has_the_original_covariance(approach):
     r = po.estimate(decay(), approach, **OPTS.get(approach, {}))
-    back = _check(r)
+    back = _check(r, decay)
     again = pickle.loads(pickle.dumps(back))           # from the recipe, pickled again
     np.testing.assert_allclose(again.covariance().matrix.to_numpy(),
                                r.covariance().matrix.to_numpy(), rtol=RTOL, atol=0)
@@ -102,7 +124,36 @@ def test_pickled_result_has_the_original_covariance(approach):
 @pytest.mark.parametrize("case", sorted(MORE))
 def test_pickled_result_has_the_original_covariance_in_more_cases(case):
     make, approach, opts = MORE[case]
-    _check(po.estimate(make(), approach, **opts))
+    _check(po.estimate(make(), approach, **opts), make)
+
+
+def test_json_without_the_backend_data_says_its_analyses_are_approximate():
+    """A file written before the backend's data were kept rebuilds a discrete model of
+    the scheme on the default grid (not the KKT system of the original): a warning
+    says so, once, and the result keeps it."""
+    r = po.estimate(decay(), "simultaneous", qmax=4, steps_per_interval=5)
+    d = json.loads(r.to_json())
+    assert d["backend"] is not None
+    del d["backend"]
+    old = EstimationResult.from_dict(d, problem=decay())
+    with pytest.warns(UserWarning, match="approximate the original's"):
+        old.covariance()
+    assert type(old.backend) is DiscreteBackend
+    assert sum("approximate the original's" in w for w in old.warnings) == 1
+    assert "approximate" not in " ".join(r.warnings)
+
+
+def test_json_backend_data_that_do_not_fit_are_refused():
+    r = po.estimate(decay(), "reduced_space", qmax=3, steps_per_interval=5)
+    d = json.loads(r.to_json())
+    with pytest.raises(ValueError, match="'backend' must be"):
+        EstimationResult.from_dict({**d, "backend": [1, 2]})
+    # the problem of another number of experiments: the data name an experiment it lacks
+    other = EstimationResult.from_json(po.estimate(two_experiments(), "reduced_space", qmax=3,
+                                                   steps_per_interval=5).to_json(),
+                                       problem=decay())
+    with pytest.raises(ValueError, match="do not build a backend of its problem"):
+        other.covariance()
 
 
 def test_lean_copy_builds_the_original_backend():

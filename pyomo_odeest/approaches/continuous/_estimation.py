@@ -227,8 +227,7 @@ class ContinuousApproach(Approach):
     def combine(self, problem, parts, cfg, u_start):
         cm = cfg.model or join_experiments(problem, parts, ContinuousExperiments)
         free = problem.free_mask
-        lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
-        ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
+        lb, ub = problem.bounds(free)
         uf = np.clip(u_start[free], lb, ub)
         s = start_value_magnitude(uf) if cfg.scale else np.ones(free.sum())   # w = u/s is O(1)
         obj = _ScaledObjective(cm, u_start, free, s, cfg.gradient, cfg.hessian)
@@ -523,8 +522,7 @@ def _penalty_as_squares(problem):
     from ...problem._misfit import penalty_squares
     free = problem.free_mask
     cols = np.flatnonzero(free)
-    lb = np.array([-np.inf if p.lb is None else p.lb for p in problem.parameters])[free]
-    ub = np.array([np.inf if p.ub is None else p.ub for p in problem.parameters])[free]
+    lb, ub = problem.bounds(free)
     pens = {(sympy.sympify(getattr(sp, "penalty_sym", 0) or 0), tuple(sp.u_sym))
             for sp in [problem, *problem.subproblems]}      # each penalty once
     return all(penalty_squares(pen, us, cols, problem.u0, lb, ub) is not None
