@@ -347,13 +347,20 @@ def subdivide(grid: Grid, counts) -> Grid:
     t_req = grid.t[req]
     tiny = (t_req[1:] - t_req[:-1]) <= 1e-12 * (t_req[-1] - t_req[0])
     counts = np.where(tiny, 1, counts)              # a switching time's twin step stays one
+    return _with_points(grid, [a + (b - a) * np.arange(1, n) / n
+                               for a, b, n in zip(t_req[:-1], t_req[1:], counts)])
+
+
+def _with_points(grid, inner):
+    """``grid``'s required points with ``inner[r]`` (increasing, strictly inside) between
+    required points r and r + 1; the measurement maps and the restarts carried over."""
+    req = grid.required_indices()
+    t_req = grid.t[req]
     pieces = [t_req[:1]]
-    for a, b, n in zip(t_req[:-1], t_req[1:], counts):
-        pts = a + (b - a) * np.arange(1, n + 1) / n
-        pts[-1] = b
-        pieces.append(pts)
+    for b, pts in zip(t_req[1:], inner):
+        pieces.append(np.append(np.asarray(pts, dtype=float), b))
     t = np.concatenate(pieces)
-    new_index = np.concatenate([[0], np.cumsum(counts)])      # of each required point
+    new_index = np.concatenate([[0], np.cumsum([p.size for p in pieces[1:]])])
     where = dict(zip(req.tolist(), new_index.tolist()))
     J = np.array([where[int(j)] for j in grid.J], dtype=int)
     I = np.zeros(t.size, dtype=int)
@@ -362,21 +369,54 @@ def subdivide(grid: Grid, counts) -> Grid:
                 restarts=tuple(where[int(r)] for r in grid.restarts))
 
 
-def follow_steps(grid: Grid, step_times, max_step=None) -> Grid:
-    """A grid with the required points of ``grid`` whose interval between required
-    points r and r + 1 gets as many equal steps as an integrator's accepted steps
-    ``step_times`` end in it (at least one, and at least as many as keep the steps
-    at most ``max_step``): the grid follows the solution's time scale, fine where
-    it changes fast and coarse where it settles (:func:`subdivide`)."""
-    req = grid.t[grid.required_indices()]
-    ends = np.sort(np.asarray(step_times, dtype=float).ravel())
-    inside = np.diff(np.searchsorted(ends, req, side="right"))
-    counts = np.maximum(inside, 1)
-    if max_step is not None:
-        if not float(max_step) > 0:
-            raise ValueError(f"max_step must be positive, got {max_step}")
-        counts = np.maximum(counts, np.ceil(np.diff(req) / float(max_step) - 1e-9).astype(int))
-    return subdivide(grid, counts)
+def follow_steps(grid: Grid, step_times, max_step=None, ratio=2.0) -> Grid:
+    """A grid with the required points of ``grid`` whose steps follow an integrator's
+    accepted steps (``step_times``, the ends of its steps).
+
+    A step at time t is the smallest of ``max_step`` and the envelope
+    :math:`\min_j (g_j + c\, d_j(t))`, :math:`g_j` the integrator's steps,
+    :math:`d_j(t)` the distance from t to step j and :math:`c = 1 - 1/`
+    ``ratio``, so that consecutive steps differ by less than the factor
+    ``ratio`` (the variable-step schemes' coefficients stay well conditioned and
+    their zero-stability holds) while the grid follows the solution's time
+    scale: fine in fast transients, coarse where it settles.  A step that would
+    leave less than a fifth of itself before a required point ends there (or two
+    steps reach it); steps below 1e-6 of the horizon (an integrator's cautious
+    first steps) are not followed.
+    """
+    if not float(ratio) > 1:
+        raise ValueError(f"ratio must be > 1, got {ratio}")
+    if max_step is not None and not float(max_step) > 0:
+        raise ValueError(f"max_step must be positive, got {max_step}")
+    req = grid.required_indices()
+    t_req = grid.t[req]
+    span = float(t_req[-1] - t_req[0])
+    cap = span if max_step is None else min(float(max_step), span)
+    ends = np.unique(np.asarray(step_times, dtype=float).ravel())
+    ends = ends[np.isfinite(ends)]
+    lo, hi = ends[:-1], ends[1:]
+    g = np.maximum(hi - lo, 1e-6 * span)
+    c = 1.0 - 1.0 / float(ratio)
+
+    def step(t):
+        if not g.size:
+            return cap
+        d = np.maximum(np.maximum(lo - t, t - hi), 0.0)
+        return float(min(cap, np.min(g + c * d)))
+
+    inner = []
+    for a, b in zip(t_req[:-1], t_req[1:]):
+        pts, t = [], float(a)
+        while b - a > 1e-12 * span:                    # not a switching time's twin step
+            h = step(t)
+            if t + 1.2 * h >= b:
+                if b - t > h:                          # two steps to b
+                    pts.append(t + (b - t) / 2)
+                break
+            t += h
+            pts.append(t)
+        inner.append(np.array(pts))
+    return _with_points(grid, inner)
 
 
 def resolve_grid(problem, grid=None, max_step=None, steps_per_interval=None) -> Grid:

@@ -1,9 +1,10 @@
 """Local error estimates of the schemes (the defect in a higher-order quadrature) and
-the subdivision of grids that the refinement stage uses."""
+the subdivision of grids that the refinement stage uses, and grids that follow an
+integrator's steps."""
 import numpy as np
 import pytest
 
-from pyomo_odeest.discretization import make_grid, subdivide
+from pyomo_odeest.discretization import follow_steps, make_grid, subdivide
 from pyomo_odeest.discretization.schemes import (SCHEMES, get_scheme, integrate, local_errors,
                                                  predictor_difference)
 
@@ -119,3 +120,33 @@ def test_subdivide_keeps_measurements_switches_and_restarts():
         subdivide(g, counts[:-1])
     with pytest.raises(ValueError, match="counts"):
         subdivide(g, [0] + counts[1:])
+
+
+def test_follow_steps_follows_the_integrator_with_bounded_step_ratios():
+    from scipy.integrate import solve_ivp
+    # a fast transient (rate 1e3) after t0 and after the switch at 3, slow elsewhere
+    g = make_grid([1.0, 2.0, 5.0], t0=0.0, T=5.0, steps_per_interval=1, switches=[3.0])
+
+    def rhs(t, x):
+        return -1e3 * (x - (1.0 if t >= 3.0 else 0.0))
+    ends = np.concatenate([solve_ivp(rhs, (a, b), [2.0], method="LSODA", rtol=1e-6).t
+                           for a, b in ((0.0, 3.0), (3.0, 5.0))])
+    new = follow_steps(g, ends, max_step=0.25)
+    assert np.array_equal(new.t[new.J], g.meas_times)
+    assert np.array_equal(new.t[list(new.restarts)], g.t[list(g.restarts)])
+    h = new.h
+    assert h.max() <= 0.25 * 1.2 + 1e-12
+    # fine in the transients (steps of the integrator's size, 1e-3 or less), coarse after
+    assert h[0] < 1e-3 and new.t[np.argmax(new.t >= 3.0) + 1] - 3.0 < 1e-3
+    assert h[(new.t[:-1] > 0.5) & (new.t[:-1] < 2.5)].min() > 0.05
+    # consecutive steps change by a bounded factor, except into and out of a restart
+    ok = np.array([i for i in range(1, h.size)
+                   if i not in new.restarts and i - 1 not in new.restarts])
+    r = h[ok] / h[ok - 1]
+    assert r.max() < 3.0 and r.min() > 1 / 3.0
+    # far fewer steps than a uniform grid at the transient's step size
+    assert new.k < 5.0 / 1e-3 / 20
+    with pytest.raises(ValueError, match="ratio"):
+        follow_steps(g, ends, ratio=1.0)
+    with pytest.raises(ValueError, match="max_step"):
+        follow_steps(g, ends, max_step=0.0)
