@@ -191,12 +191,11 @@ def first_grid(problem, settings):
     """The discrete approaches' first grid and its largest step ``(grid, h)``.
 
     ``grid='uniform'``: no grid, steps of at most h = horizon/``grid_points``.
-    ``grid='auto'`` (default): each interval between measurement times (and switching
-    times) gets as many equal steps as LSODA takes in it at the start
-    (:func:`integrator_steps`, :func:`~pyomo_odeest.discretization.follow_steps`),
-    and steps of at most horizon/``grid_points``: fine in fast transients, coarse
-    where the solution settles, so the NLP is as small as the start's dynamics
-    allow.  A Grid, or a mapping experiment -> Grid; None (uniform steps) when the
+    ``grid='auto'`` (default): the steps follow LSODA's steps at the start
+    (:func:`integrator_steps`, :func:`~pyomo_odeest.discretization.follow_steps`:
+    consecutive steps within a factor 2), at most horizon/``grid_points``: fine in
+    fast transients, coarse where the solution settles, so the NLP is as small as
+    the start's dynamics allow.  A Grid, or a mapping experiment -> Grid; None (uniform steps) when the
     start cannot be integrated.  The approaches certify and refine it."""
     from ..discretization import follow_steps, resolve_grid
     h = (problem.T - problem.t0) / settings.grid_points
@@ -967,9 +966,8 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
         scales.
     scheme, grid_points, grid
         The discrete approaches' scheme and first grid: steps of at most
-        horizon/``grid_points``; with ``grid='auto'`` each interval between
-        measurements gets as many steps as LSODA takes there at the start
-        (:func:`first_grid`; ``'uniform'``: horizon/``grid_points`` everywhere).  The
+        horizon/``grid_points``; with ``grid='auto'`` they follow LSODA's steps at the
+        start (:func:`first_grid`; ``'uniform'``: horizon/``grid_points`` everywhere).  The
         approaches certify and refine their grids themselves.
     refine : int >= 0
         Tolerance refits (rtol / 100 each) of the continuous approaches.
