@@ -5,34 +5,39 @@ For :math:`\theta = u_k`, :math:`\mathrm{PL}(\theta) = \min_{u:\,u_k=\theta} J(u
 :math:`\lambda(\theta) = \frac{2}{\kappa}(\mathrm{PL}(\theta) - J(\hat u))`; the
 interval is :math:`\{\theta: \lambda(\theta) \le \chi^2_{1,\alpha}\}`, or with σ
 unknown (``scale='residual'``) :math:`\lambda/s^2` against the :math:`F_{1,m-p}`
-quantile.  The profile of a named combination :math:`\theta = \sum_k a_k u_k`
-(``combination={'lk3': 1, 'lk2': -0.5}``) minimizes over the other parameters
-with the combination fixed: one of its parameters (the pivot, the largest
-:math:`|a_k|`) is substituted, :math:`u_k = (\theta - \sum_{j \ne k} a_j u_j)/a_k`
-(reduced space; its bounds become a linear constraint), or the equality
-:math:`a^\top u = \theta` is a constraint of the block (simultaneous).  Each side of a profile is a path from :math:`\hat\theta` outwards
-with steps adapted to the signed root :math:`\pm\sqrt{\lambda}`; the crossing of
-the threshold is refined by :func:`_illinois`.  :func:`profile_tasks`,
-:func:`profile_segment` and :func:`assemble_profiles` split the work for a
-``runner(fn, tasks)``; :func:`profile_likelihood` does the three steps.
+quantile.  Every re-optimization is a refit of the result
+(:meth:`~pyomo_odeest.EstimationResult.refit`: its approach with its options as
+solved, on its grid) with the parameter fixed.  The profile of a named combination
+:math:`\theta = \sum_k a_k u_k` (``combination={'lk3': 1, 'lk2': -0.5}``) is that of
+a parameter of the problem reparametrized by :func:`_pivoted`: one parameter of the
+combination (the pivot, the largest :math:`|a_k|`) stands for θ,
+:math:`u_k = (\theta - \sum_{j \ne k} a_j u_j)/a_k` in every expression, and its
+bounds become parameter constraints.  Each side of a profile is a path from
+:math:`\hat\theta` outwards with steps adapted to the signed root :math:`\pm\sqrt{\lambda}`;
+the crossing of the threshold is refined by :func:`_illinois`.
+:func:`profile_tasks`, :func:`profile_segment` and :func:`assemble_profiles` split
+the work for a ``runner(fn, tasks)``; :func:`profile_likelihood` does the three steps.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import sympy
 from scipy import stats
 
-from ..problem._status import status_from_ipopt
+from ..problem._components import ParameterConstraint
+from ..problem._status import Status
+from ..problem._validation import ProblemError
 from ._uncertainty import Covariance, _problem_of, covariance, nll_factor, resolve_scale
 
-__all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment", "profile_point",
-           "assemble_profiles", "profile_likelihood", "combination_name", "PROFILE_APPROACHES"]
-
-PROFILE_APPROACHES = ("reduced_space", "simultaneous")
+__all__ = ["ProfileTask", "ProfileResult", "profile_tasks", "profile_segment",
+           "assemble_profiles", "profile_likelihood", "combination_name"]
 
 
 @dataclass
@@ -49,19 +54,17 @@ class ProfileTask:
         Estimates (all parameters): the start of the path.
     se : float
         Standard error of the parameter (sets the first step).
+    refit : Refit
+        How each point is re-optimized: the result's approach with its options as
+        solved (:func:`~pyomo_odeest.approaches._base.refit_of`; ``approach`` is its name).
     tangent : array, optional
         d u / d θ along the profile at the estimate (all parameters; from the
         covariance, ``C[:, k] / C[k, k]``): predicts the start of the first
         point; later points extrapolate the last two (secant predictor).
-    approach : 'reduced_space' | 'simultaneous'
-    discretization : dict
-        ``scheme``, ``qmax``, ``grid`` (the estimate's discretization).
     threshold : float
         Value of λ at which the side stops (after refining the crossing).
     scale : float
         λ = 2ΔJ/(κ·scale) (1 for σ known, s² for σ unknown).
-    options : dict
-        Ipopt options of each re-optimization.
     target_step, max_points, max_range, refine_tol, max_refine, flat_tol : float, int
         Growth of the signed root per point, points per side, range explored (in
         standard errors), tolerance on the signed root at the crossing (relative),
@@ -77,12 +80,10 @@ class ProfileTask:
     direction: int
     u_hat: np.ndarray
     se: float
-    approach: str = "reduced_space"
+    refit: object
     tangent: np.ndarray | None = None
-    discretization: dict = field(default_factory=dict)
     threshold: float = 3.841458820694124
     scale: float = 1.0
-    options: dict = field(default_factory=dict)
     target_step: float = 0.5
     max_points: int = 30
     max_range: float = 50.0
@@ -90,6 +91,10 @@ class ProfileTask:
     max_refine: int = 30
     flat_tol: float = 1e-3
     combination: dict | None = None
+
+    @property
+    def approach(self) -> str:
+        return self.refit.name
 
 
 def combination_name(coef) -> str:
@@ -104,7 +109,7 @@ def combination_name(coef) -> str:
 
 def _coefficients(problem, parameter, combination=None):
     """``(a, pivot)``: the profiled quantity is ``a @ u`` (all parameters), with the
-    parameter ``pivot`` substituted (the profiled parameter itself, or the
+    parameter ``pivot`` standing for it (the profiled parameter itself, or the
     combination's parameter of largest |a_k|, the first of equals)."""
     names = problem.parameter_names
     a = np.zeros(len(names))
@@ -130,212 +135,99 @@ def _quantity_bounds(problem, a):
 
 
 # ---------------------------------------------------------------------------
-# one profile point in each backend
+# the profile of a combination: a parameter of the reparametrized problem
 # ---------------------------------------------------------------------------
-_MODELS: "OrderedDict[str, object]" = OrderedDict()
+def _pivoted(problem, a, k):
+    r"""``problem`` with its parameter ``k`` standing for :math:`\theta = a^\top u`
+    (``a[k] != 0``): :math:`u_k = (\theta - \sum_{j \ne k} a_j u_j)/a_k` in the
+    dynamics, initial state, observations, penalty and constraints of every
+    experiment (a pre-equilibration's steady state is formed again from its
+    reparametrized equations); its bounds are those of θ over the parameters' box
+    and the bounds of :math:`u_k` become parameter constraints.  The other
+    parameters are unchanged, so fixing parameter ``k`` at θ
+    (:meth:`~pyomo_odeest.EstimationProblem.variant`) minimizes over them with
+    :math:`a^\top u = \theta`."""
+    from ..problem._steady_state import SteadyState
+    u = [sympy.Symbol(n, real=True) for n in problem.parameter_names]
+    expr = (u[k] - sum(float(c) * s for j, (c, s) in enumerate(zip(a, u))
+                       if j != k and c != 0)) / float(a[k])
+    sub = {u[k]: expr}
+    pivot = problem.parameters[k]
+    lo, hi = _quantity_bounds(problem, a)
+    theta = float(np.clip(a @ problem.u0, -np.inf if lo is None else lo,
+                          np.inf if hi is None else hi))
+    params = list(problem.parameters)
+    params[k] = dataclasses.replace(pivot, value=theta, lb=lo, ub=hi)
+    u_ref = np.array([p.value for p in params], dtype=float)
+    lb, ub = pivot.bounds
+    rows = [(ParameterConstraint(f"{pivot.name}_{what}_bound", _no_rule), ex)
+            for what, bound, ex in (("lower", lb, lb - expr), ("upper", ub, expr - ub))
+            if np.isfinite(bound)]
+
+    def moved(e):
+        return sympy.sympify(e).xreplace(sub)
+
+    def one(q, own_rows):
+        out = copy.copy(q)                    # without its caches (rebuilt for the new one)
+        for name in ("f_sym", "l_sym", "g_sym"):
+            v = q.__dict__.get(name)
+            if v is not None:
+                out.__dict__[name] = tuple(moved(e) for e in v)
+        out.penalty_sym = moved(q.penalty_sym)
+        out.path_constraints = [(c, moved(ex)) for c, ex in q.path_constraints]
+        out.parameter_constraints = [(c, moved(ex)) for c, ex in q.parameter_constraints] + own_rows
+        out.parameters = params
+        out._numeric_cache = {}
+        ss = q.__dict__.get("steady_state")
+        if ss is not None:
+            out.steady_state = SteadyState([moved(e) for e in ss.f_sym],
+                                           [moved(e) for e in ss.x0_sym],
+                                           q.x_sym, q.u_sym, u_ref, q.name)
+            reset = set(q.preequilibration.reset or ())
+            out.l_sym = tuple(v if s in reset else w for s, v, w in
+                              zip(q.states, out.l_sym, out.steady_state.expressions()))
+        return out
+
+    if not problem.experiments:
+        return one(problem, rows)
+    out = one(problem, rows)
+    out.experiment_problems = [one(sp, []) for sp in problem.experiment_problems]
+    return out
 
 
-def _discrete_model(problem, disc):
-    """The discrete model of (problem, discretization) — for several experiments the
-    sum of one per experiment — cached per process by object identity (the tasks
-    of one process that share a problem share the model)."""
-    from ..approaches._reduced import discrete_model
-    k = (id(problem), disc.get("scheme"), disc.get("qmax"), id(disc.get("grid")),
-         disc.get("max_step"), disc.get("steps_per_interval"))
-    hit = _MODELS.get(k)
-    dm = hit[0] if hit is not None and hit[1] is problem and hit[2] is disc.get("grid") else None
-    if dm is None:
-        dm = discrete_model(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
-                            disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
-        _MODELS[k] = (dm, problem, disc.get("grid"))
-        while len(_MODELS) > 16:
-            _MODELS.popitem(last=False)
-    return dm
+def _no_rule(u):
+    """The rule of a parameter constraint stated by its expression."""
+    return 0
 
 
-def _combination_nlp(dm, a, pivot):
-    """The reduced-space NLP over the free parameters but ``pivot``, with
-    ``u[pivot] = (theta - Σ_{j≠pivot} a_j u_j)/a_pivot`` (``theta`` an attribute):
-    gradient Bᵀg, Hessian BᵀHB with B = du/dx; the pivot's bounds are one more
-    (linear) constraint."""
-    from ..approaches._reduced import ReducedSpaceNLP
-    from ..nlp._protocol import finite
-
-    class CombinationNLP(ReducedSpaceNLP):
-        def __init__(self):
-            P = dm.problem
-            free = P.free_mask.copy()
-            free[pivot] = False
-            super().__init__(dm, "adjoint", "soa", free=free)
-            self.a, self.k, self.theta = a, pivot, float(a @ P.u0)
-            self.B = np.zeros((len(a), self.n))
-            self.B[self.free, np.arange(self.n)] = 1.0
-            self.B[pivot] = -a[self.free] / a[pivot]
-            p = P.parameters[pivot]
-            self.pivot_row = p.lb is not None or p.ub is not None
-            if self.pivot_row:
-                self.m += 1
-                self.g_lb = np.append(self.g_lb, p.bounds[0])
-                self.g_ub = np.append(self.g_ub, p.bounds[1])
-
-        def full(self, x):
-            u = super().full(x)
-            rest = self.a @ u - self.a[self.k] * u[self.k]
-            u[self.k] = (self.theta - rest) / self.a[self.k]
-            return u
-
-        def gradient(self, x):
-            traj = self._trajectory(x)
-            self.counts["gradients"] += 1
-            g = self.dm.gradient(self.full(x), self.gradient_method, traj)
-            return finite(self.B.T @ g, "gradient")
-
-        def hessian_matrix(self, x):
-            self._trajectory(x)
-            self.counts["hessians"] += 1
-            return self.B.T @ self.dm.hessian(self.full(x), self.hessian_method) @ self.B
-
-        def constraints(self, x):
-            g = np.zeros(0) if self.cons is None else \
-                self.cons.values(self.full(x), self._trajectory(x))
-            if self.pivot_row:
-                g = np.append(g, self.full(x)[self.k])
-            return finite(g, "constraint value")
-
-        def jacobian(self, x):
-            J = np.zeros((0, self.n)) if self.cons is None else \
-                self.cons.jacobian(self.full(x), self._trajectory(x)) @ self.B
-            if self.pivot_row:
-                J = np.vstack([J, self.B[self.k]])
-            return finite(J, "constraint Jacobian").ravel()
-
-    return CombinationNLP()
+# ---------------------------------------------------------------------------
+# one point of a profile
+# ---------------------------------------------------------------------------
+#: what a re-optimization may raise where the model breaks down (a configuration
+#: error, :class:`ProblemError`, is raised on)
+_BREAKDOWNS = (ArithmeticError, RuntimeError, ValueError, np.linalg.LinAlgError)
 
 
-class _ReducedProfiler:
-    """Re-optimize J_k over all free parameters but one (reduced space, Ipopt);
-    for a combination, the pivot is substituted (:func:`_combination_nlp`)."""
-
-    def __init__(self, problem, disc, parameter, options, u_hat=None, combination=None):
-        from ..approaches._reduced import ReducedSpaceNLP
-        self.dm = _discrete_model(problem, disc)
-        a, self.k = _coefficients(problem, parameter, combination)
-        self.combination = combination is not None
-        if self.combination:
-            self.nlp = _combination_nlp(self.dm, a, self.k)
-        else:
-            free = problem.free_mask.copy()
-            free[self.k] = False
-            self.nlp = ReducedSpaceNLP(self.dm, "adjoint", "soa", free=free)
-        self.options = {"tol": 1e-10, **(options or {})}
-
-    def solve(self, u_start, theta):
-        from ..nlp._cyipopt_adapter import solve_with_ipopt, start_value_scaling
-        from ..nlp._protocol import EvaluationError
-        nlp = self.nlp
-        u = np.asarray(u_start, dtype=float).copy()
-        if self.combination:
-            nlp.theta = float(theta)
-        else:
-            u[self.k] = theta
-        nlp.u_full = u
-        x0 = np.clip(u[nlp.free], nlp.x_lb, nlp.x_ub)
-        nlp.x0 = x0
-        if nlp.n == 0:
-            u = nlp.full(x0)
-            try:
-                return u, self.dm.objective(u), "Solve_Succeeded", 0
-            except Exception as err:                   # SimulationError
-                return u, np.nan, f"Simulation_Failed: {err}", 0
-        try:
-            nlp.objective(x0)
-            r = solve_with_ipopt(nlp, options=self.options, x_scaling=start_value_scaling(x0),
-                                 progress=False)          # the profile reports its own
-        except EvaluationError as err:
-            return u, np.nan, f"Simulation_Failed: {err}", 0
-        u_new = nlp.full(r.x)
-        try:
-            J = self.dm.objective(u_new)
-        except Exception as err:
-            return u_new, np.nan, f"{r.status_name}; simulation failed: {err}", r.iterations
-        return u_new, J, r.status_name, r.iterations
-
-
-class _BlockProfiler:
-    """Re-optimize the simultaneous Pyomo block with one parameter fixed (or a
-    combination: the constraint ``Σ a_k u_k = θ``); the states of the previous
-    point are the start of the next (warm start)."""
-
-    def __init__(self, problem, disc, parameter, options, u_hat, combination=None):
-        import pyomo.environ as pyo
-        from ..approaches._simultaneous import initialize_block, scale_parameters
-        from ..transcription._block import build_block
-        from ..transcription._experiments import build_experiment_blocks
-        m = pyo.ConcreteModel()
-        build = build_experiment_blocks if problem.experiments else build_block
-        m.est = build(problem, disc.get("scheme", "adams_pc"), disc.get("qmax"),
-                      disc.get("grid"), disc.get("max_step"), disc.get("steps_per_interval"))
-        b = m.est
-        for p, v in zip(problem.parameter_names, u_hat):
-            b.u[p].set_value(float(v))
-        for sb in getattr(b, "experiment_blocks", [b]):
-            initialize_block(sb, np.asarray(u_hat, dtype=float), "auto")
-        scale_parameters(m, b)
-        self.m, self.b, self.problem = m, b, problem
-        self.parameter = parameter
-        if combination is None:
-            self.var = b.u[parameter]
-            self.var.fix()
-        else:
-            self.var = None
-            m.profile_value = pyo.Param(mutable=True, initialize=0.0)
-            m.profile_combination = pyo.Constraint(
-                expr=sum(float(c) * b.u[n] for n, c in combination.items()) == m.profile_value)
-        self.options = {"tol": 1e-10, **(options or {})}
-
-    def solve(self, u_start, theta):
-        import pyomo.environ as pyo
-        from ..nlp._plugin import OdeestIpoptSolver
-        b = self.b
-        if self.var is not None:
-            self.var.fix(float(theta))
-        else:
-            self.m.profile_value.set_value(float(theta))
-            for p, v in zip(self.problem.parameter_names, u_start):
-                if not b.u[p].fixed:
-                    b.u[p].set_value(float(v))
-        solver = OdeestIpoptSolver()
-        try:
-            solver.solve(self.m, options=self.options, progress=False)
-        except Exception as err:                      # evaluation failures at the start
-            return np.asarray(u_start, float), np.nan, f"Failed: {err}", 0
-        info = solver.last_info
-        u = np.array([pyo.value(b.u[p]) for p in self.problem.parameter_names])
-        return u, float(pyo.value(b.objective)), info["status"], int(info["iterations"])
-
-
-_PROFILERS = dict(zip(PROFILE_APPROACHES, (_ReducedProfiler, _BlockProfiler)))
-
-
-def _profiler(task):
-    cls = _PROFILERS.get(task.approach)
-    if cls is None:
-        raise ValueError(f"profile approach must be one of {PROFILE_APPROACHES}, got "
-                         f"{task.approach!r}")
-    return cls(task.problem, task.discretization, task.parameter, task.options, task.u_hat,
-               task.combination)
-
-
-def profile_point(problem, parameter, value, u_start, approach="reduced_space",
-                  discretization=None, options=None):
-    """Minimize J with ``parameter`` fixed at ``value``, starting from ``u_start``.
-
-    Returns ``(u, J, status, iterations)``.  Picklable inputs only: usable as a
-    task on its own (the discrete model is cached per process).
-    """
-    task = ProfileTask(problem, parameter, 1, np.asarray(u_start, dtype=float), 1.0, approach,
-                       dict(discretization or {}), options=dict(options or {}))
-    return _profiler(task).solve(task.u_hat, float(value))
+def _point(task, problem, a, k, u_start, theta):
+    """``(u, J, status, iterations)`` of the refit at θ from ``u_start``: the parameter
+    ``k`` of ``problem`` (the reparametrized problem of a combination) fixed at θ; ``u``
+    in the original parameters."""
+    v = np.asarray(u_start, dtype=float).copy()
+    v[k] = theta
+    try:
+        res = task.refit(problem, v, {problem.parameter_names[k]: float(theta)})
+    except ProblemError as err:
+        if task.combination is None or not np.isfinite(task.problem.parameters[k].bounds).any():
+            raise
+        raise ProblemError(f"profile of {task.parameter}: {err} (the bounds of "
+                           f"{problem.parameter_names[k]} are parameter constraints of the "
+                           f"profile of a combination)") from None
+    except _BREAKDOWNS:
+        return np.asarray(u_start, dtype=float), np.nan, Status.FAILED, 0
+    u = res.x.copy()
+    if task.combination is not None:
+        u[k] = (theta - (a @ u - a[k] * u[k])) / a[k]
+    return u, float(res.objective), res.status, int(res.iterations)
 
 
 # ---------------------------------------------------------------------------
@@ -345,30 +237,34 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
     """Walk one side of one profile (see the module docstring).
 
     Returns a DataFrame with one row per point (the estimate first):
-    ``parameter``, ``side``, ``value``, ``objective``, ``status``, ``success``,
-    ``iterations``, ``seconds`` and the re-optimized parameters ``u:<name>``;
+    ``parameter``, ``side``, ``value``, ``objective``, ``status`` (the refit's
+    :class:`~pyomo_odeest.Status`), ``success``, ``iterations``, ``seconds`` and the
+    re-optimized parameters ``u:<name>``;
     ``attrs['end']`` says how the side ended: ``'crossed'``, ``'bound'``,
     ``'not reached'``, ``'not refined'`` (the threshold is bracketed but was not
     located to ``refine_tol`` within ``max_refine`` re-optimizations) or ``'failed'``.
     """
     P = task.problem
     names = P.parameter_names
-    a, _ = _coefficients(P, task.parameter, task.combination)
+    a, k = _coefficients(P, task.parameter, task.combination)
     kappa = nll_factor(P)
     d = 1 if task.direction > 0 else -1
     bound = _quantity_bounds(P, a)[1 if d > 0 else 0]
-    prof = _profiler(task)
+    Q = P if task.combination is None else _pivoted(P, a, k)
     rows = []
+
+    def solve(u_start, theta):
+        return _point(task, Q, a, k, u_start, theta)
 
     def record(theta, u, J, status, iters, sec):
         rows.append(dict(parameter=task.parameter, side=d, value=float(theta), objective=J,
-                         status=status, success=status_from_ipopt(status).success and np.isfinite(J),
+                         status=status, success=status.success and bool(np.isfinite(J)),
                          iterations=iters, seconds=sec,
                          **{f"u:{n}": float(v) for n, v in zip(names, u)}))
 
     t = time.perf_counter()
     theta0 = float(a @ task.u_hat)
-    u0, J0, st0, it0 = prof.solve(task.u_hat, theta0)
+    u0, J0, st0, it0 = solve(task.u_hat, theta0)
     record(theta0, u0, J0, st0, it0, time.perf_counter() - t)
     if not np.isfinite(J0):
         out = pd.DataFrame(rows)
@@ -393,8 +289,8 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
         if bound is not None and (theta - bound) * d >= 0:
             theta, at_bound = float(bound), True
         t = time.perf_counter()
-        u, J, st, it = prof.solve(_predict(P, u_prev, tangent, theta - theta_prev), theta)
-        ok = status_from_ipopt(st).success and np.isfinite(J)
+        u, J, st, it = solve(_predict(P, u_prev, tangent, theta - theta_prev), theta)
+        ok = st.success and np.isfinite(J)
         if not ok:
             fails += 1
             if fails > 4:
@@ -408,8 +304,8 @@ def profile_segment(task: ProfileTask) -> pd.DataFrame:
             # the crossing is bracketed: refine it on the signed root (Illinois)
             def point(tc, start):
                 t = time.perf_counter()
-                uc, Jc, stc, itc = prof.solve(start, tc)
-                if not (status_from_ipopt(stc).success and np.isfinite(Jc)):
+                uc, Jc, stc, itc = solve(start, tc)
+                if not (stc.success and np.isfinite(Jc)):
                     return None
                 record(tc, uc, Jc, stc, itc, time.perf_counter() - t)
                 return uc, root(Jc) - target
@@ -485,10 +381,11 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
                   combination=None, **kw):
     r"""One :class:`ProfileTask` per (parameter or combination, side) for ``result``.
 
-    ``approach``: ``'reduced_space'`` or ``'simultaneous'`` (default: the one
-    that re-optimizes the result's objective, ``result.backend.refit``: the
-    simultaneous block for a simultaneous result, else the reduced space on
-    the result's discretization).  ``scale``: ``'known'`` (σ known: χ²₁ threshold)
+    Every point is a refit of ``result`` (:func:`~pyomo_odeest.approaches._base.refit_of`:
+    its approach with its options as solved, on its grid); ``approach`` (a name, an
+    Approach subclass or instance) re-optimizes in another approach instead, on the
+    result's scheme and grid where it takes them, and ``options`` are optimizer
+    options over the refit's.  ``scale``: ``'known'`` (σ known: χ²₁ threshold)
     ``'residual'`` (σ unknown: λ/s² against F₁,ₘ₋ₚ) or ``'auto'`` (known when the
     data give σ).  ``combination``: ``{name: coefficient}`` of free parameters,
     or a list of them: the profile of each :math:`\sum_k a_k u_k` too (named by
@@ -496,11 +393,11 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
     Other keywords go to
     :class:`ProfileTask` (``target_step``, ``max_points``, ``max_range``, ...).
     """
+    from ..approaches._base import refit_of
     P = _problem_of(result, problem)
-    if approach is None:
-        approach = result.backend.refit
-    if approach not in PROFILE_APPROACHES:
-        raise ValueError(f"approach must be one of {PROFILE_APPROACHES}, got {approach!r}")
+    refit = refit_of(result) if approach is None else refit_of(result).using(approach)
+    if options:
+        refit = refit.updated(options=dict(options))
     scale = cov.scale if cov is not None else resolve_scale(P, scale)
     free = [p.name for p in P.parameters if not p.fixed]
     combos = _combinations(combination, free)
@@ -515,7 +412,6 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
     sc = cov.s2 if scale == "residual" else 1.0
     u_hat = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
     se = cov.se
-    disc = result.backend.discretization
     C = cov.matrix
     tasks = []
     for name in parameters:
@@ -525,8 +421,7 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
             col = (C[name] / C.loc[name, name]).reindex(P.parameter_names).fillna(0.0)
             tangent = col.to_numpy(dtype=float)
         for d in (-1, 1):
-            tasks.append(ProfileTask(P, name, d, u_hat, s, approach, tangent, disc, thr, sc,
-                                     dict(options or {}), **kw))
+            tasks.append(ProfileTask(P, name, d, u_hat, s, refit, tangent, thr, sc, **kw))
     for coef in combos:
         name = combination_name(coef)
         a = np.array([coef.get(n, 0.0) for n in cov.names])
@@ -539,8 +434,8 @@ def profile_tasks(result, parameters=None, level=0.95, approach=None, scale="aut
             col = pd.Series(Cm @ a / var, index=cov.names)
             tangent = col.reindex(P.parameter_names).fillna(0.0).to_numpy(dtype=float)
         for d in (-1, 1):
-            tasks.append(ProfileTask(P, name, d, u_hat, s, approach, tangent, disc, thr, sc,
-                                     dict(options or {}), combination=dict(coef), **kw))
+            tasks.append(ProfileTask(P, name, d, u_hat, s, refit, tangent, thr, sc,
+                                     combination=dict(coef), **kw))
     return tasks
 
 
@@ -577,7 +472,9 @@ class ProfileResult:
     ----------
     curves : dict name -> DataFrame
         Points sorted by value with the statistic ``lr`` (λ) and ``signed_root``
-        (for a combination, ``value`` is that of :math:`\sum_k a_k u_k`).
+        (for a combination, ``value`` is that of :math:`\sum_k a_k u_k`); the
+        columns of :func:`profile_segment` (``status``: each refit's
+        :class:`~pyomo_odeest.Status`).
     intervals : DataFrame
         Per parameter: ``estimate``, ``lower``, ``upper`` (NaN when open),
         ``lower_end`` / ``upper_end`` (``'crossed'``, ``'bound'``, ``'not reached'``,
@@ -586,6 +483,8 @@ class ProfileResult:
         combination :math:`\hat\theta \pm q\sqrt{a^\top C a}`, on its own,
         linear scale).
     level, threshold : float
+    approach : str
+        The approach of the re-optimizations (the name of the result's refit).
     warnings : list of str
     scale : str
         ``'known'`` (λ against χ²₁) or ``'residual'`` (λ/s² against F₁,ₘ₋ₚ; ``lr``
@@ -692,19 +591,22 @@ def profile_likelihood(result, parameters=None, level=0.95, approach=None, scale
     Parameters
     ----------
     result : EstimationResult
-        Of any approach (the profile runs in ``approach``).
+        Of any approach (the profile re-optimizes through its refit, see
+        :meth:`~pyomo_odeest.EstimationResult.refit`).
     parameters : list of str, optional
         Default: every free parameter (none when ``combination`` is given).
     level : float
         Confidence level of the intervals (threshold χ²₁ or F₁,ₘ₋ₚ quantile).
-    approach : 'reduced_space' | 'simultaneous', optional
+    approach : str, Approach subclass or instance, optional
+        The approach of the re-optimizations (default: the result's own, with its
+        options as solved: :meth:`~pyomo_odeest.EstimationResult.refit`).
     scale : 'auto' | 'known' | 'residual'
         σ known (χ²₁ threshold), unknown (λ/s² against F₁,ₘ₋ₚ), or decided by
         whether the data give σ (default).
     runner : callable ``runner(fn, tasks) -> list``, optional
         Maps :func:`profile_segment` over the tasks (default serial).
     options : dict
-        Ipopt options of every re-optimization.
+        Optimizer options of every re-optimization, over the result's own.
     combination : dict or list of dict, optional
         ``{name: coefficient}``: profile :math:`\theta = \sum_k a_k u_k` too (e.g.
         ``{'lk3': 1, 'lk2': -0.5}``, the log of :math:`k_3/\sqrt{k_2}` for

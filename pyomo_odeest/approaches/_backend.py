@@ -16,8 +16,11 @@ approach's name):
 * ``discretization`` — ``dict(scheme=, qmax=, grid=)`` of the discretization
   (empty for the continuous ODE), ``discrete_model`` — a
   :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` on it (the
-  default discretization for the continuous ODE), ``refit`` — the approach
-  that re-optimizes the same objective (profiles), ``source`` — a label.
+  default discretization for the continuous ODE), ``source`` — a label.
+
+Re-optimizing (profiles, bootstrap) is not the backend's: a result is estimated
+again through its own approach and options as solved
+(:meth:`~pyomo_odeest.EstimationResult.refit`).
 
 :class:`DiscreteBackend` (reduced space, and a rebuilt backend), :class:`KKTBackend`
 (simultaneous: the KKT system at the solution), :class:`ShootingBackend`
@@ -79,8 +82,6 @@ class DiscreteBackend:
     """A :class:`DiscreteModel` (several experiments: their sum): discrete
     sensitivities and second-order adjoint [GM-grad, (51), §2.5]."""
 
-    refit = "reduced_space"
-
     def __init__(self, problem, dm, source=None):
         self.problem, self.discrete_model = problem, dm
         self.source = source or "discrete sensitivities / second-order adjoint [GM-grad, (51), §2.5]"
@@ -123,8 +124,6 @@ class KKTBackend(DiscreteBackend):
     (the states and their sensitivities at the measurement times, the reduced
     Hessian: the Pyomo model itself is not pickled) with the discrete models of
     the blocks' schemes and grids."""
-
-    refit = "simultaneous"
 
     def __init__(self, problem, model, dm=None, system=None):
         super().__init__(problem, _scheme_models(problem, blocks_of(model.est))
@@ -312,7 +311,6 @@ class ContinuousBackend:
     experiment): continuous sensitivities and second-order adjoint [MHV, (8),
     (19)-(20)]; bands and plots on the default discretization."""
 
-    refit = "reduced_space"
     discretization = {}
     source = "continuous sensitivities / second-order adjoint [MHV, (8), (19)-(20)]"
 

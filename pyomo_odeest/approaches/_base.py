@@ -15,6 +15,13 @@ deadline ``max_wall_time`` seconds from the start of :meth:`Approach.estimate`),
 which every optimizer call in it obeys without being told (Ipopt's
 ``max_wall_time``, the SciPy optimizers' :class:`SolveClock`, ``least_squares``
 where its Jacobian is evaluated), and writes a line before and after each solve.
+
+Every result remembers how it was solved: its approach and options as solved (the
+scheme and grid of the last pass, the refined grid after the refinement stage), a
+:class:`Refit` (:func:`refit_of`).  :meth:`Approach.refit` estimates again through
+that pipeline with some parameters held fixed, on that discretization: the
+re-optimizations of the profiles and the samples of the bootstrap
+(:meth:`~pyomo_odeest.EstimationResult.refit`).
 """
 from __future__ import annotations
 
@@ -30,19 +37,19 @@ from ..discretization._size_guard import validate_estimator
 from ..discretization._experiments import experiment_grid
 from ..discretization._grid import resolve_grid
 from ..discretization.schemes import QMAX_RANGE, STIFF_SCHEME, get_scheme, stiff_switch
-from ..nlp._cyipopt_adapter import solve_with_ipopt
+from ..nlp._cyipopt_adapter import IpoptResult, solve_with_ipopt
 from ..nlp._progress import current_scope, solve_scope
 from ..optimizers._clock import SolveClock
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._misfit import observations
-from ..problem._result import post_solve_checks, stack_experiments
+from ..problem._result import RESULT_ANALYSES, post_solve_checks, stack_experiments
 from ..problem._start import start_values
 from ..problem._status import Status, status_from_ipopt
 from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
            "discretization_config", "refinement_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
-           "add_constraint_multipliers", "ConstraintRows", "fit_frames"]
+           "add_constraint_multipliers", "ConstraintRows", "fit_frames", "Refit", "refit_of"]
 
 #: Ipopt options every approach starts from (``options`` override them).
 IPOPT_DEFAULTS = {"tol": 1e-8, "max_iter": DEFAULT_MAX_ITER}
@@ -213,8 +220,24 @@ def ipopt_options(cfg, **defaults) -> dict:
 
 def run_ipopt(nlp, cfg, options, **kw):
     """:func:`~pyomo_odeest.nlp.solve_with_ipopt` with the configuration's ``tee`` and
-    ``progress`` (inside the pipeline its solve scope decides either way)."""
+    ``progress`` (inside the pipeline its solve scope decides either way).  Without a
+    variable (every parameter held fixed: a profile of a one-parameter problem) the
+    model is evaluated at its point: converged where its constraints hold."""
+    if nlp.n == 0:
+        return _evaluated(nlp)
     return solve_with_ipopt(nlp, options=options, tee=cfg.tee, progress=cfg.progress, **kw)
+
+
+def _evaluated(nlp):
+    """The :class:`~pyomo_odeest.nlp.IpoptResult` of an NLP without variables."""
+    x = np.zeros(0)
+    obj, g = float(nlp.objective(x)), np.asarray(nlp.constraints(x), dtype=float)
+    ok = bool(np.all((g >= nlp.g_lb - 1e-8) & (g <= nlp.g_ub + 1e-8)))
+    name = "Solve_Succeeded" if ok else "Infeasible_Problem_Detected"
+    return IpoptResult(x=x, obj=obj, mult_g=np.zeros(len(g)), mult_x_L=x, mult_x_U=x, g=g,
+                       status=0 if ok else 2, status_name=name,
+                       message="no free variable: the model evaluated at its point",
+                       iterations=0, eval_s=0.0, ipopt_s=0.0)
 
 
 class NotAProblemError(ProblemError, TypeError):
@@ -380,6 +403,34 @@ class Approach:
                                              lambda c: self._run(problem, c))
         return post_solve_checks(problem, res)
 
+    def refit(self, problem, u_start, fixed=None, **options):
+        """Estimate ``problem`` again from ``u_start`` with the parameters ``fixed``
+        (a mapping name -> value) held at those values
+        (:meth:`~pyomo_odeest.EstimationProblem.variant`), on ``options`` over the
+        instance's presets: the pipeline of :meth:`estimate` without the refinement
+        stage (the discretization is the one the options give: the points of a
+        profile and the samples of a bootstrap are solved on one grid), post-solve
+        checks included.  ``u_start``: one value per parameter (or a Series by name);
+        a start beyond a bound of a free parameter (round-off of a solution) is moved
+        onto it.  Returns an :class:`~pyomo_odeest.EstimationResult`."""
+        from ._certificate import _inside_bounds
+        if not isinstance(problem, EstimationProblem):
+            raise NotAProblemError(f"problem must be an EstimationProblem, got "
+                                   f"{type(problem).__name__}")
+        cfg = self.configure(options)
+        self.validate(problem, cfg)          # before fixing: a parameter may be all there is
+        fixed = {k: float(v) for k, v in (fixed or {}).items()}
+        P = problem.variant(fix=fixed) if fixed else problem
+        names = problem.parameter_names
+        u = (u_start.reindex(names) if isinstance(u_start, pd.Series)
+             else pd.Series(np.asarray(u_start, dtype=float), index=names))
+        u = _inside_bounds(problem, u.astype(float))
+        u.update(pd.Series(fixed, dtype=float))
+        cfg = _with(self, cfg, u0=u.to_numpy(dtype=float))
+        with solve_scope(cfg.progress, cfg.max_wall_time):
+            res = self._run(P, cfg)
+        return post_solve_checks(P, res)
+
     def _run(self, problem, cfg):
         """One pass of the pipeline (build, solve, collect) on ``cfg``'s discretization."""
         u_start = start_values(problem, cfg.u0)
@@ -409,7 +460,21 @@ class Approach:
         advice = self.advice(cfg)
         if advice:
             res.extra["advice"] = advice
+        res.__dict__["_refit"] = Refit(type(self), self._as_solved(cfg, res))
         return res
+
+    def _as_solved(self, cfg, res) -> dict:
+        """The options of ``cfg`` that solve ``res`` again: its scheme and grid (the
+        scheme solved, which a stiff start may have switched, and the grid of this
+        pass), without the start, a given model (built again from the problem) and
+        the output settings."""
+        opts = {k: cfg[k] for k in cfg.keys() if k not in ("u0", "model", "tee", "progress")}
+        if res.scheme is not None and hasattr(res.scheme, "order"):
+            opts.update({k: v for k, v in (("scheme", res.scheme), ("qmax", res.scheme.qmax))
+                         if k in opts})
+        if "grid" in opts and res.grid is not None:
+            opts.update(grid=res.grid, max_step=None, steps_per_interval=None)
+        return opts
 
     def _solve(self, problem, built, cfg, build_s):
         """The :meth:`solve` hook inside the pipeline's solve scope (opened by
@@ -482,6 +547,104 @@ def _with(approach, cfg, **values):
     for k, v in values.items():
         out[k] = v
     return out
+
+
+class Refit:
+    """How a result was solved: its approach (an :class:`Approach` subclass) and the
+    options of its last pass (:meth:`Approach._as_solved`: scheme, grid,
+    tolerances, scaling, optimizer, ...).  Calling it estimates again through that
+    approach on those options (:meth:`Approach.refit`); the only record of how a
+    result is re-estimated (profiles, bootstrap)."""
+
+    #: the discretization options that define a grid (giving one replaces the grid)
+    _GRID = ("grid", "max_step", "steps_per_interval")
+
+    def __init__(self, approach, options):
+        self.approach, self.options = approach, dict(options)
+
+    @property
+    def name(self) -> str:
+        return self.approach.name
+
+    def __repr__(self):
+        return f"Refit({self.approach.__name__}, {sorted(self.options)})"
+
+    def __call__(self, problem, u_start, fixed=None):
+        """The :class:`~pyomo_odeest.EstimationResult` of :meth:`Approach.refit` (without
+        progress lines and the optimizer's log)."""
+        return self.approach().refit(problem, u_start, fixed,
+                                     **dict(self.options, progress=False, tee=False))
+
+    def updated(self, **options) -> "Refit":
+        """A copy with ``options`` over these (optimizer ``options`` merged with the
+        recorded ones; a grid option given replaces the recorded grid)."""
+        out = dict(self.options)
+        options.pop("u0", None)
+        if options.get("options") is not None:
+            options["options"] = {**(out.get("options") or {}), **options["options"]}
+        if any(options.get(k) is not None for k in self._GRID):
+            out.update(dict.fromkeys([k for k in self._GRID if k in out]))
+        out.update(options)
+        return Refit(self.approach, out)
+
+    def using(self, approach) -> "Refit":
+        """The refit of another ``approach`` (a name, an Approach subclass or instance):
+        the common options and the discretization (scheme, grid) carried over where it
+        takes them, its presets, else its defaults."""
+        from ._estimate import approach_class
+        cls = approach_class(approach)
+        if cls is self.approach and not isinstance(approach, Approach):
+            return self
+        keep = set(common_config().keys()) | {"scheme", "qmax", "grid"}
+        names = set(cls.option_names())
+        opts = {k: v for k, v in self.options.items() if k in keep and k in names}
+        if isinstance(approach, Approach):
+            opts.update(approach.preset)
+        return Refit(cls, opts)
+
+    @classmethod
+    def of_fields(cls, result) -> "Refit":
+        """The refit of a result that does not carry one (read from JSON, made outside
+        the pipeline): its approach by name, scheme and grid, and the continuous
+        approach's integrator settings; the other options take their defaults."""
+        from ._estimate import approach_class
+        from ..discretization.schemes import get_scheme
+        approach = approach_class(result.approach)
+        names = set(approach.option_names())
+        opts = {}
+        s = result.scheme
+        if s is not None:
+            s = s if hasattr(s, "order") else get_scheme(s.name, s.qmax)
+            opts.update({k: v for k, v in (("scheme", s), ("qmax", s.qmax)) if k in names})
+        if "grid" in names and result.grid is not None:
+            opts["grid"] = result.grid
+        integrator = result.extra.get("integrator") or {}
+        for k in ("engine", "method", "rtol", "atol"):
+            v = integrator.get(k)
+            if k in names and v is not None and (k != "engine" or v in ("cvodes", "scipy")):
+                opts[k] = v
+        return cls(approach, opts)
+
+
+def refit_of(result) -> Refit:
+    """The :class:`Refit` of ``result``: the one the pipeline recorded (kept by pickling),
+    else :meth:`Refit.of_fields`."""
+    rf = result.__dict__.get("_refit")
+    return rf if rf is not None else Refit.of_fields(result)
+
+
+def _refit_result(result, u_start=None, fixed=None, problem=None, **options):
+    """:meth:`~pyomo_odeest.EstimationResult.refit`."""
+    P = result.problem if problem is None else problem
+    if P is None:
+        raise ValueError(f"cannot find the EstimationProblem of this {result.approach!r} "
+                         f"result; pass problem=... explicitly")
+    rf = refit_of(result)
+    rf = rf.updated(**options) if options else rf
+    return rf(P, result.estimates if u_start is None else u_start, fixed)
+
+
+RESULT_ANALYSES["refit"] = _refit_result
 
 
 def _add_experiments(problem, res, per):

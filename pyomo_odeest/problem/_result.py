@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 import numpy as np
@@ -75,6 +76,15 @@ def _is_data(v) -> bool:
     if isinstance(v, dict):
         return all(isinstance(k, (str, int)) and _is_data(a) for k, a in v.items())
     return False
+
+
+def _picklable(v) -> bool:
+    """Whether ``v`` pickles (an approach class defined inside a function does not)."""
+    try:
+        pickle.dumps(v)
+    except Exception:                           # noqa: BLE001 - any refusal of pickle
+        return False
+    return True
 
 
 def _label(v):
@@ -460,6 +470,9 @@ class EstimationResult:
         first use from the data that build the original's (the same analyses)."""
         out = replace(self, model=None,
                       extra=self._data_extra(() if self.model is None else ("model",)))
+        refit = self.__dict__.get("_refit")     # how it was solved: its refits are the same
+        if refit is not None and _picklable(refit):
+            out.__dict__["_refit"] = refit
         recipe = self._recipe()
         if recipe is not None:
             out.__dict__["_backend_recipe"] = recipe
@@ -580,6 +593,20 @@ class EstimationResult:
     def confidence_intervals(self, level=0.95, method="fim", dist=None, **kw):
         """Wald intervals (:func:`pyomo_odeest.analysis._uncertainty.confidence_intervals`)."""
         return _analysis("confidence_intervals")(self, level, method, dist, **kw)
+
+    def refit(self, u_start=None, fixed=None, problem=None, **options) -> "EstimationResult":
+        """Estimate again through this result's approach with its options as solved (its
+        scheme and grid, the refined grid after the refinement stage, tolerances,
+        scaling, optimizer), from ``u_start`` (default: the estimates) with the
+        parameters ``fixed`` (a mapping name -> value) held at those values, on
+        ``problem`` (default: the result's; e.g. a
+        :meth:`~pyomo_odeest.EstimationProblem.variant` with other data) and with
+        ``options`` over the recorded ones (optimizer ``options`` merged).  The
+        pipeline without the refinement stage
+        (:meth:`~pyomo_odeest.approaches.Approach.refit`): what profiles and the
+        bootstrap re-estimate through.  A result read from JSON solves again on its
+        approach's defaults but its scheme, grid and integrator settings."""
+        return _analysis("refit")(self, u_start, fixed, problem, **options)
 
     def profile(self, parameters=None, level=0.95, **kw):
         """Profile likelihood and LR intervals (:func:`pyomo_odeest.analysis._profile.profile_likelihood`)."""

@@ -451,12 +451,14 @@ def _resample(sp, kind, fitted, std_resid, rng):
     return np.bincount(rng.integers(0, N, size=N), minlength=N)
 
 
-def _bootstrap_task(problem, kind, pools, approach, u0, options, rng):
-    """Refit one sample; ``pools``: :func:`_fitted_and_pools` (per experiment)."""
+def _bootstrap_task(problem, kind, pools, refit, u0, rng):
+    """Refit one sample (``refit``: the reference fit's, a
+    :class:`~pyomo_odeest.approaches._base.Refit`); ``pools``: :func:`_fitted_and_pools`
+    (per experiment)."""
     key = "values" if kind == "residual" else "multiplicity"
     draws = _each(problem, lambda e, sp: _resample(sp, kind, *(pools if e is None else pools[e]),
                                                    rng))
-    return estimate_task(problem.variant(**{key: draws}), approach, u0, options)
+    return refit(problem.variant(**{key: draws}), u0)
 
 
 def _fitted_and_pools(sp, fitted, residuals):
@@ -508,10 +510,15 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
     times; least squares only).  With several experiments both resample
     within each experiment (its own residual pools, its own times), so every
     sample keeps the design of the experiments.  ``fit`` is the reference estimate (computed
-    here if None); every refit starts from it.
+    here by ``approach`` with ``options`` if None); every sample is a refit of it
+    (:meth:`~pyomo_odeest.EstimationResult.refit`: its approach with its options as
+    solved, on its grid, from its estimates), in ``approach`` if the fit is another
+    approach's, with ``options`` over the fit's when the fit is given.
     """
     if kind not in ("residual", "case"):
         raise ValueError(f"kind must be 'residual' or 'case', got {kind!r}")
+    from ..approaches._base import refit_of
+    given = fit is not None
     if fit is None:
         fit = estimate_task(problem, approach, None, options)
     if not fit.success:
@@ -523,8 +530,11 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
         return frame if e is None else frame.loc[e]
     pools = _each(problem, lambda e, sp: _fitted_and_pools(sp, part(fit.fitted, e),
                                                            part(fit.residuals, e)))
+    refit = refit_of(fit).using(approach)
+    if given and options:
+        refit = refit.updated(**options)
     rn, sp = _runner(runner, problem)
-    args = (sp, kind, pools, approach, fit.x, options)
+    args = (sp, kind, pools, refit, fit.x)
     tasks = [Task(_bootstrap_task, args, columns={"sample": i}, pass_rng=True) for i in range(n)]
     run = rn.run(tasks, seed=seed, on_row=on_row, desc=f"bootstrap ({kind})")
     return BootstrapResult(table=run.table, fit=fit, kind=kind, run=run)
@@ -534,13 +544,13 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
 # profile points
 # ---------------------------------------------------------------------------
 def _profile_task(problem, name, value, u_start, approach, options):
-    from ..analysis._profile import profile_point
-    from ..problem._status import status_from_ipopt
-    u, J, status, iterations = profile_point(problem, name, value, u_start, approach,
-                                             options=options)
-    row = {f"p_{k}": float(v) for k, v in zip(problem.parameter_names, u)}
-    row.update(objective=float(J), status=str(status),
-               success=status_from_ipopt(status).success and bool(np.isfinite(J)), iterations=int(iterations), approach=approach)
+    from ..approaches._estimate import approach_class
+    res = approach_class(approach)().refit(problem, u_start, {name: value}, progress=False,
+                                           **({"options": options} if options else {}))
+    row = {f"p_{k}": float(v) for k, v in res.estimates.items()}
+    row.update(objective=float(res.objective), status=str(res.status),
+               success=res.success and bool(np.isfinite(res.objective)),
+               iterations=int(res.iterations), approach=res.approach)
     return row
 
 
@@ -549,11 +559,13 @@ def profile_points(problem: EstimationProblem, parameter, values, runner=None,
     """The objective with ``parameter`` fixed at each of ``values``, the other
     parameters re-optimized from ``u_start`` (default: the problem's start
     values): independent points of a profile likelihood, one task each, by
-    :func:`pyomo_odeest.analysis._profile.profile_point` (``approach``
-    ``'reduced_space'`` or ``'simultaneous'``).  Column ``profile_value`` holds
-    the fixed value.  For whole profiles with adaptive steps and intervals,
-    pass the runner to :func:`~pyomo_odeest.analysis._profile.profile_likelihood`
-    (``runner=rn``): its one-sided paths then run as tasks.
+    :meth:`~pyomo_odeest.approaches.Approach.refit` of ``approach`` (any approach;
+    the default discretization, ``options`` its optimizer options).  Column
+    ``profile_value`` holds the fixed value, ``status`` the
+    :class:`~pyomo_odeest.Status` of each point.  For whole profiles with adaptive
+    steps and intervals, pass the runner to
+    :func:`~pyomo_odeest.analysis._profile.profile_likelihood` (``runner=rn``): its
+    one-sided paths then run as tasks.
     """
     if parameter not in problem.parameter_names:
         raise ProblemError(f"parameter {parameter!r} unknown (known: {problem.parameter_names})")

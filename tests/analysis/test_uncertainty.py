@@ -7,7 +7,7 @@ from scipy import stats
 from pyomo_odeest import EstimationProblem, Parameter, estimate
 from pyomo_odeest.analysis._identifiability import identifiability_report
 from pyomo_odeest.analysis._prediction import prediction_bands
-from pyomo_odeest.analysis._profile import profile_likelihood, profile_point
+from pyomo_odeest.analysis._profile import profile_likelihood
 from pyomo_odeest.analysis._uncertainty import (covariance, curvature, delta_method)
 from pyomo_odeest.models._lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
 
@@ -235,23 +235,26 @@ def test_lv_covariance_agrees_with_shooting_and_bands(lv):
     assert rep.identifiable and not rep.warnings
 
 
-def test_profile_point_is_a_standalone_task():
-    """One profile point from pickled inputs: a fixed, (b, c) re-optimized = weighted
-    least squares of the remainder in closed form."""
+def test_refit_of_a_pickled_result_holds_a_parameter_fixed():
+    """A refit of a pickled result (its approach and options as solved): a fixed,
+    (b, c) re-optimized = weighted least squares of the remainder in closed form."""
     import pickle
+    from pyomo_odeest import Status
     data = _linear_data()
     P = _linear_problem(data)
-    args = pickle.loads(pickle.dumps((P, "a", 0.65, np.array([0.7, 1.3, -0.4]), "reduced_space",
-                                      dict(max_step=1.0))))
-    u, J, status, _ = profile_point(*args)
-    assert status == "Solve_Succeeded" and u[0] == 0.65
+    res = pickle.loads(pickle.dumps(estimate(P, "reduced_space", max_step=1.0)))
+    out = res.refit(np.array([0.7, 1.3, -0.4]), {"a": 0.65})
+    assert out.status is Status.CONVERGED and out.approach == "reduced_space"
+    u = out.x
+    assert u[0] == 0.65
+    np.testing.assert_array_equal(out.grid.t, res.grid.t)           # on the grid as solved
     _, _, _, X = _closed_form(data)
     w = np.concatenate([1 / SIG_X**2, np.full(len(TIMES), 1 / SIG_Y**2)])
     z = np.concatenate([data["x"], data["y"]]) - 0.65 * X[:, 0]
     Xr = X[:, 1:]
     bc = np.linalg.solve(Xr.T @ (w[:, None] * Xr), Xr.T @ (w * z))
     np.testing.assert_allclose(u[1:], bc, rtol=1e-8)
-    assert J == pytest.approx(float(np.sum(w * (z - Xr @ bc) ** 2)), rel=1e-8)
+    assert out.objective == pytest.approx(float(np.sum(w * (z - Xr @ bc) ** 2)), rel=1e-8)
 
 
 def _linear_experiments(y_in_first=True):
