@@ -1,7 +1,9 @@
 """Write docs/api/index.md: the table of the top-level names and of the API pages.
 
 Run ``python docs_tools/api_index.py`` after adding public names or subpackages
-(tests/test_docs.py checks that every name of ``pyomo_odeest.__all__`` is listed).
+(tests/test_docs.py checks that every name of ``pyomo_odeest.__all__`` is listed;
+tests/test_architecture.py that every other name of a subpackage's ``__all__`` is
+one of its ``__building_blocks__``).
 """
 import importlib
 import re
@@ -28,10 +30,12 @@ def main():
         for n in mod.__all__:
             where.setdefault(id(getattr(mod, n)), (u, documented_path(f"pyomo_odeest.{u}", n)))
     lines = ["# API reference", "",
-             "Generated from the docstrings. Every public name is importable from its",
-             "subpackage, and the names below also from the top level (`from pyomo_odeest",
-             "import estimate`). The subpackages are listed bottom layer first, as in",
-             "[the architecture](../architecture.md).", "",
+             "Generated from the docstrings. The user API is importable from the top level",
+             "(`from pyomo_odeest import estimate`): the names of the first table. Each",
+             "subpackage re-exports its share of them and has, besides, building blocks for",
+             "extension authors, importable from the subpackage only (its",
+             "`__building_blocks__`), listed per subpackage at the end. The subpackages are",
+             "listed bottom layer first, as in [the architecture](../architecture.md).", "",
              "## Top-level names (`pyomo_odeest.__all__`)", "",
              "| name | documented in |", "|---|---|"]
     for n in pyomo_odeest.__all__:
@@ -46,6 +50,15 @@ def main():
         doc = re.sub(r":(mod|class|func):`~?\.?([^`]+)`", lambda m: f"`{m.group(2)}`",
                      " ".join(doc.split()))
         lines.append(f"| [`pyomo_odeest.{u}`]({u}.md) | {doc} |")
+    lines += ["", "## Building blocks (`__building_blocks__`)", "",
+              "Importable from their subpackage only (`from pyomo_odeest.models import",
+              "lotka_volterra_problem`); the top level does not re-export them.", "",
+              "| subpackage | building blocks |", "|---|---|"]
+    for u in order:
+        mod = importlib.import_module(f"pyomo_odeest.{u}")
+        names = ", ".join(f"[`{n}`][{documented_path(f'pyomo_odeest.{u}', n)}]"
+                          for n in getattr(mod, "__building_blocks__", ()))
+        lines.append(f"| [`pyomo_odeest.{u}`]({u}.md) | {names or 'none'} |")
     (ROOT / "docs" / "api" / "index.md").write_text("\n".join(lines) + "\n")
 
 

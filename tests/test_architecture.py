@@ -5,6 +5,8 @@ Imports are read with ``ast`` (top-level and inside functions alike), so a lazy
 import cannot hide an upward dependency.
 """
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pyomo_odeest
@@ -163,3 +165,95 @@ def test_no_module_named_after_an_installed_package():
             if name in installed:
                 clashes.append(str(path.relative_to(root)))
     assert not clashes, f"named after an installed package: {clashes}"
+
+
+# ---------------------------------------------------------------------------
+# the public names: the top level's list and the subpackages' lists
+# ---------------------------------------------------------------------------
+SUBPACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+
+
+def _subpackage(name):
+    return importlib.import_module(f"pyomo_odeest.{name}")
+
+
+def _undecided(sub, top_all):
+    """The names of ``sub.__all__`` neither re-exported by the top level nor listed
+    among the subpackage's ``__building_blocks__``, and the building blocks that are
+    not in ``sub.__all__`` or are re-exported after all."""
+    names, blocks = list(sub.__all__), list(getattr(sub, "__building_blocks__", ()))
+    bad = [f"{n}: neither in pyomo_odeest.__all__ nor in __building_blocks__"
+           for n in names if n not in top_all and n not in blocks]
+    bad += [f"{n}: a building block not in __all__" for n in blocks if n not in names]
+    bad += [f"{n}: a building block that the top level re-exports" for n in blocks if n in top_all]
+    bad += [f"{n}: listed twice" for n in {*names, *blocks} if names.count(n) + blocks.count(n) > 2
+            or names.count(n) > 1 or blocks.count(n) > 1]
+    return bad
+
+
+def test_every_subpackage_name_is_reexported_or_a_building_block():
+    """Each name of a subpackage's ``__all__`` is decided: the top level re-exports
+    it (user API) or the subpackage lists it in ``__building_blocks__`` (importable
+    from the subpackage only)."""
+    bad = []
+    for name in SUBPACKAGES:
+        sub = _subpackage(name)
+        assert hasattr(sub, "__all__") and hasattr(sub, "__building_blocks__"), name
+        bad += [f"pyomo_odeest.{name}: {b}" for b in _undecided(sub, pyomo_odeest.__all__)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_rule_catches_an_undecided_name():
+    import types
+    sub = types.SimpleNamespace(__all__=["estimate", "helper", "new_name"],
+                                __building_blocks__=("helper", "estimate", "gone"))
+    bad = _undecided(sub, ["estimate"])
+    assert sorted(b.split(":")[0] for b in bad) == ["estimate", "gone", "new_name"], bad
+
+
+def test_every_top_level_name_is_its_subpackage_object():
+    """A top-level name is a re-export: the same object as in the subpackage whose
+    ``__all__`` lists it."""
+    owner = {}
+    for name in SUBPACKAGES:
+        sub = _subpackage(name)
+        for n in sub.__all__:
+            owner.setdefault(n, []).append(sub)
+    bad = []
+    for n in pyomo_odeest.__all__:
+        if n == "__version__":
+            continue
+        subs = owner.get(n, [])
+        if not subs:
+            bad.append(f"{n}: in no subpackage's __all__")
+        bad += [f"{n}: not the object of {s.__name__}" for s in subs
+                if getattr(s, n) is not getattr(pyomo_odeest, n)]
+    assert not bad, "\n".join(bad)
+    assert len(set(pyomo_odeest.__all__)) == len(pyomo_odeest.__all__)
+
+
+def _listed(doc, lead):
+    """The ``names`` after the last colon of the docstring paragraph starting with
+    ``lead`` (None without one)."""
+    for par in doc.split("\n\n"):
+        if par.strip().startswith(lead):
+            return set(re.findall(r"``(\w+)``", re.split(r":\s", par)[-1]))
+    return None
+
+
+def test_subpackage_docstrings_state_their_lists():
+    """The docstring of each subpackage lists what the top level re-exports and its
+    building blocks, as ``__all__`` and ``__building_blocks__`` say."""
+    bad = []
+    for name in SUBPACKAGES:
+        sub = _subpackage(name)
+        doc = sub.__doc__ or ""
+        blocks = set(sub.__building_blocks__)
+        shown = {"Re-exported by :mod:`pyomo_odeest`": set(sub.__all__) - blocks,
+                 "Building blocks": blocks}
+        for lead, names in shown.items():
+            said = _listed(doc, lead)
+            if said != names:
+                bad.append(f"pyomo_odeest.{name}, paragraph {lead!r}: "
+                           f"{'missing' if said is None else sorted(said ^ names)}")
+    assert not bad, "\n".join(bad)

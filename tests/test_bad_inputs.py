@@ -12,10 +12,10 @@ import pytest
 from helpers import benchmark_module
 
 import pyomo_odeest as po
-from pyomo_odeest.analysis._diagnostics import amplification, diagnose
+from pyomo_odeest import diagnose
+from pyomo_odeest.analysis import amplification
 from pyomo_odeest.discretization.schemes import AdamsMoulton, AdamsPC, Enright, SemiImplicitEnright
-from pyomo_odeest.discretization._size_guard import estimate_size
-from pyomo_odeest.problem._validation import ProblemTooLargeError
+from pyomo_odeest import estimate_size, ProblemTooLargeError
 
 T6 = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
 
@@ -310,7 +310,7 @@ def test_bad_input_raises_clear_error(case):
 
 def test_dae_model_without_derivative_is_refused():
     from pyomo.dae import ContinuousSet
-    from pyomo_odeest.transcription._dae import DaeSchemeError
+    from pyomo_odeest import DaeSchemeError
     m = pyo.ConcreteModel()
     m.t = ContinuousSet(bounds=(0, 1))
     m.x = pyo.Var(m.t)

@@ -5,7 +5,22 @@ parameters together), :mod:`.reduced` (simulate, discrete adjoint gradient),
 adjoint), :mod:`._adaptive` (the step-size model (55)), all behind one front door,
 :func:`.estimate` (which also runs an approach of the user's: an
 :class:`._base.Approach` subclass or instance), and one pipeline,
-:class:`._base.Approach`."""
+:class:`._base.Approach`.
+
+Re-exported by :mod:`pyomo_odeest` (the user API): ``estimate_adaptive``,
+``dae_result``, ``approach_config``, ``estimate_simultaneous``, ``initialize_block``,
+``simulate``, ``estimate_reduced``, ``estimate_multiple_shooting``,
+``IntegrationError``, ``estimate_continuous``, ``APPROACH_NAMES``, ``approach_options``,
+``estimate``.
+
+Building blocks, importable from here only (``__building_blocks__``): the pipeline an
+approach of one's own subclasses (``Approach``, ``Outcome``, ``IPOPT_DEFAULTS``,
+``option_table``, ``approach_class``), the approaches' classes, their NLPs and models,
+and the backends that the analyses work on: ``AdaptiveApproach``, ``Approach``,
+``Outcome``, ``IPOPT_DEFAULTS``, ``option_table``, ``ContinuousBackend``,
+``DiscreteBackend``, ``KKTBackend``, ``ShootingBackend``, ``ReducedSpaceNLP``,
+``MultipleShootingNLP``, ``ContinuousModel``, ``approach_class``.
+"""
 from ._simultaneous import estimate_simultaneous, initialize_block, simulate
 from ._reduced import ReducedSpaceNLP, estimate_reduced
 from ._shooting import MultipleShootingNLP, estimate_multiple_shooting
@@ -24,3 +39,9 @@ __all__ = ["estimate_adaptive", "AdaptiveApproach", "dae_result", "Approach", "O
            "estimate_reduced", "MultipleShootingNLP", "estimate_multiple_shooting",
            "ContinuousModel", "IntegrationError", "estimate_continuous", "APPROACH_NAMES",
            "approach_options", "approach_class", "estimate"]
+
+#: The names of ``__all__`` that :mod:`pyomo_odeest` does not re-export (see above).
+__building_blocks__ = ("AdaptiveApproach", "Approach", "Outcome", "IPOPT_DEFAULTS", "option_table",
+                       "ContinuousBackend", "DiscreteBackend", "KKTBackend", "ShootingBackend",
+                       "ReducedSpaceNLP", "MultipleShootingNLP", "ContinuousModel",
+                       "approach_class")

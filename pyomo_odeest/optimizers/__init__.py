@@ -42,6 +42,14 @@ search runs along the projected path :math:`P(x + \alpha d)`, CG restarts
 and BFGS resets its inverse-Hessian approximation whenever the binding
 set changes.  Convergence is declared when the projected gradient
 satisfies :math:`\lVert P(x - g) - x\rVert_\infty \le` ``gtol``.
+
+Re-exported by :mod:`pyomo_odeest` (the user API): none.
+
+Building blocks, importable from here only (``__building_blocks__``): the reduced-space
+optimizers are reached through ``estimate(..., optimizer=...)``; called directly they
+take any objective and gradient: ``OptimizeHistory``, ``OptimizeResult``,
+``minimize_cg``, ``minimize_bfgs``, ``line_search_secant``, ``line_search_wolfe``,
+``CG_BETAS``, ``LINE_SEARCHES``, ``SolveClock``, ``WALL_TIME_STATUS``.
 """
 from ._bfgs import minimize_bfgs
 from ._cg import minimize_cg
@@ -53,3 +61,8 @@ from ._clock import WALL_TIME_STATUS, SolveClock
 __all__ = ["OptimizeHistory", "OptimizeResult", "minimize_cg", "minimize_bfgs",
            "line_search_secant", "line_search_wolfe", "CG_BETAS", "LINE_SEARCHES", "SolveClock",
            "WALL_TIME_STATUS"]
+
+#: The names of ``__all__`` that :mod:`pyomo_odeest` does not re-export (see above).
+__building_blocks__ = ("OptimizeHistory", "OptimizeResult", "minimize_cg", "minimize_bfgs",
+                       "line_search_secant", "line_search_wolfe", "CG_BETAS", "LINE_SEARCHES",
+                       "SolveClock", "WALL_TIME_STATUS")

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from pyomo_odeest.analysis._convergence import convergence_study, uniform_grid
+from pyomo_odeest import convergence_study
+from pyomo_odeest.analysis._convergence import uniform_grid
 from pyomo_odeest.models import lotka_volterra_problem
 
 

@@ -6,7 +6,8 @@ pytest.importorskip("matplotlib")
 pytestmark = pytest.mark.extras
 
 from pyomo_odeest import EstimationProblem, Parameter, estimate  # noqa: E402
-from pyomo_odeest.models._lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs  # noqa: E402
+from pyomo_odeest.models import lotka_volterra_data  # noqa: E402
+from pyomo_odeest.models._lotka_volterra import LV_X0, lv_rhs  # noqa: E402
 
 
 def test_band_and_profile_plots():

@@ -10,7 +10,8 @@ import pytest
 
 from pyomo_odeest import EstimationProblem, Parameter, Status, bootstrap, estimate
 from pyomo_odeest.analysis._uncertainty import nll_factor
-from pyomo_odeest.models._lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
+from pyomo_odeest.models import lotka_volterra_data
+from pyomo_odeest.models._lotka_volterra import LV_X0, lv_rhs
 
 APPROACHES = {"reduced_space": dict(max_step=1.0), "simultaneous": dict(max_step=1.0),
               "continuous": {}}

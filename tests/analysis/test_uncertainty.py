@@ -4,12 +4,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from pyomo_odeest import EstimationProblem, Parameter, estimate
-from pyomo_odeest.analysis._identifiability import identifiability_report
-from pyomo_odeest.analysis._prediction import prediction_bands
-from pyomo_odeest.analysis._profile import profile_likelihood
-from pyomo_odeest.analysis._uncertainty import (covariance, curvature, delta_method)
-from pyomo_odeest.models._lotka_volterra import LV_X0, lotka_volterra_data, lv_rhs
+from pyomo_odeest import (EstimationProblem, Parameter, estimate, identifiability_report,
+                          prediction_bands, profile_likelihood, covariance, delta_method)
+from pyomo_odeest.analysis._uncertainty import curvature
+from pyomo_odeest.models import lotka_volterra_data
+from pyomo_odeest.models._lotka_volterra import LV_X0, lv_rhs
 
 TIMES = np.arange(1.0, 9.0)
 SIG_X = np.linspace(0.05, 0.12, len(TIMES))       # heteroscedastic σ of x

@@ -13,13 +13,12 @@ import pytest
 import sympy
 
 import pyomo_odeest as po
-from pyomo_odeest.problem._misfit import misfit_constant, misfit_sym
+from pyomo_odeest.problem import misfit_constant, misfit_sym
 from pyomo_odeest.approaches.continuous import ContinuousModel, IntegrationError, estimate_continuous
-from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient,
-                                                 diagonal_linear_exact_hessian,
-                                                 diagonal_linear_problem)
-from pyomo_odeest.models._hiv import (HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_initial,
-                                     hiv_problem, hiv_rhs, hiv_simulate)
+from pyomo_odeest.models import (diagonal_linear_exact_gradient, diagonal_linear_exact_hessian,
+                                 diagonal_linear_problem)
+from pyomo_odeest.models import HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_problem, hiv_simulate
+from pyomo_odeest.models._hiv import hiv_initial, hiv_rhs
 
 
 
@@ -448,7 +447,7 @@ def test_bad_arguments_and_integration_failure():
 def test_continuous_approach_in_the_comparison():
     """compare_approaches runs the continuous backend beside the block; the discrete
     estimate approaches the continuous one as h shrinks [GM-conv]."""
-    from pyomo_odeest.analysis._compare import compare_approaches
+    from pyomo_odeest import compare_approaches
     prob = nonlinear_problem()
     free = prob.free_mask
     table, res = compare_approaches(prob, ("continuous", "simultaneous"),
@@ -468,7 +467,7 @@ def test_complex_power_is_an_evaluation_error():
     integration failure, which Ipopt's evaluator turns into an evaluation error (the line
     search backs off) instead of a TypeError that stops the fit."""
     from pyomo_odeest.approaches.continuous._estimation import _IpoptProblem, _ScaledObjective
-    from pyomo_odeest.nlp._protocol import EvaluationError
+    from pyomo_odeest import EvaluationError
     t = np.array([0.5, 1.0])
     prob = po.EstimationProblem(states=["x"], parameters=[po.Parameter("x0", 1.0)],
                                 rhs=lambda x, u, t: [-x.x**1.5], initial={"x": "x0"},
@@ -792,7 +791,7 @@ def test_least_squares_refuses_what_is_not_a_sum_of_squares(monkeypatch):
 
 
 def test_least_squares_in_the_comparison():
-    from pyomo_odeest.analysis._compare import compare_approaches
+    from pyomo_odeest import compare_approaches
     table, res = compare_approaches(nonlinear_problem(),
                                     ("continuous", ("continuous_least_squares", "continuous",
                                               {"optimizer": "least_squares"})))

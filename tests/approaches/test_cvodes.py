@@ -15,7 +15,7 @@ from pyomo_odeest import EstimationProblem, Experiment, Parameter, Preequilibrat
 from pyomo_odeest.approaches.continuous import (ContinuousModel, CvodesModel, CvodesUnavailable,
                                                 IntegrationError, continuous_model,
                                                 cvodes_available, estimate_continuous)
-from pyomo_odeest.problem._inputs import PiecewiseConstant, PiecewiseLinear, Spline
+from pyomo_odeest import PiecewiseConstant, PiecewiseLinear, Spline
 
 pytestmark = [pytest.mark.extras,
               pytest.mark.skipif(not cvodes_available(),
@@ -269,7 +269,7 @@ def test_stiff_hiv_adjoint_with_large_jumps():
     """HIV [MHV, eq. (30)]: jumps of 1e4 drive λ to ~1e5; the adjoint's seeds are scaled to
     the adjoint tolerance rule (with atol 1e-10 on the raw adjoint CVODES stopped with
     CV_TOO_MUCH_WORK)."""
-    from pyomo_odeest.models._hiv import hiv_problem
+    from pyomo_odeest.models import hiv_problem
     prob = hiv_problem(seed=1)
     cm = CvodesModel(prob, rtol=1e-8, atol=1e-10)
     u = prob.u0

@@ -7,7 +7,7 @@ import pytest
 
 import pyomo_odeest as po
 from pyomo_odeest.approaches import Approach, approach_class, approach_config
-from pyomo_odeest.approaches._estimate import approach_options
+from pyomo_odeest import approach_options
 from pyomo_odeest.models import lotka_volterra_problem
 
 START = (0.8, 0.8, 0.8, 0.8)

@@ -8,7 +8,7 @@ import pytest
 from pyomo_odeest import (SCHEMES, EstimationProblem, Experiment, Parameter,
                           ParameterConstraint, PathConstraint, ProblemError, estimate)
 from pyomo_odeest.approaches._shooting import shooting_nlp
-from pyomo_odeest.problem._inputs import PiecewiseConstant, PiecewiseLinear, Spline
+from pyomo_odeest import PiecewiseConstant, PiecewiseLinear, Spline
 
 T_MEAS = np.linspace(0.5, 5.0, 10)
 

@@ -6,16 +6,15 @@ import pyomo.environ as pyo
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.transcription._block import build_block
-from pyomo_odeest.analysis._compare import compare_approaches
+from pyomo_odeest import build_block, compare_approaches
 from pyomo_odeest.discretization.discrete import DiscreteModel, SimulationError
-from pyomo_odeest.discretization._grid import make_grid
+from pyomo_odeest import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_problem
-from pyomo_odeest.analysis._multipliers import adjoint_from_duals, validate_multipliers
+from pyomo_odeest import validate_multipliers
+from pyomo_odeest.analysis._multipliers import adjoint_from_duals
 from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.analysis._recursions import paper_gradient, paper_sensitivity_gradient
-from pyomo_odeest.approaches._reduced import estimate_reduced
-from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
+from pyomo_odeest.analysis import paper_gradient, paper_sensitivity_gradient
+from pyomo_odeest import estimate_reduced, estimate_simultaneous, initialize_block
 
 
 SCHEMES = ["adams_pc", "adams_moulton", "enright", "semi_implicit_enright"]
@@ -214,8 +213,8 @@ def test_fractional_power_of_negative_state_is_reported():
 
 def test_parameter_scaling_same_optimum_and_bad_scaling_rejected():
     """Ipopt with x_scaling = 1/|u0| (default) and without reach the same optimum."""
-    from pyomo_odeest.nlp._cyipopt_adapter import solve_with_ipopt
-    from pyomo_odeest.approaches._reduced import ReducedSpaceNLP
+    from pyomo_odeest import solve_with_ipopt
+    from pyomo_odeest.approaches import ReducedSpaceNLP
     prob = lotka_volterra_problem(p0=(0.8, 0.8, 0.8, 0.8))
     a = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=True)
     b = estimate_reduced(prob, qmax=3, steps_per_interval=5, scale=False)

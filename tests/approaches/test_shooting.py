@@ -6,14 +6,13 @@ import pytest
 
 import pyomo_odeest as po
 
-from pyomo_odeest.analysis._compare import compare_approaches
+from pyomo_odeest import compare_approaches
 from pyomo_odeest.discretization.discrete import DiscreteModel
-from pyomo_odeest.discretization._grid import make_grid
+from pyomo_odeest import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_problem
-from pyomo_odeest.nlp._protocol import EvaluationError
-from pyomo_odeest.approaches._reduced import estimate_reduced
-from pyomo_odeest.approaches._shooting import (MultipleShootingNLP, estimate_multiple_shooting,
-                                   interval_models, node_start_values)
+from pyomo_odeest import EvaluationError, estimate_reduced, estimate_multiple_shooting
+from pyomo_odeest.approaches import MultipleShootingNLP
+from pyomo_odeest.approaches._shooting import interval_models, node_start_values
 
 
 

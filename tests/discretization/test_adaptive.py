@@ -8,8 +8,9 @@ import pytest
 import pyomo_odeest as po
 from pyomo_odeest.discretization.adaptive import (AdaptiveError, AdaptiveModel, PowerLaw, StepController,
                                    StepTable, adams_pc_coefficients, max_relative_discrepancy)
-from pyomo_odeest.transcription._adaptive_block import (adaptive_constraint, build_adaptive_block,
-                                         compare_block_multipliers)
+from pyomo_odeest import build_adaptive_block
+from pyomo_odeest.transcription._adaptive_block import (adaptive_constraint,
+                                                        compare_block_multipliers)
 from pyomo_odeest.approaches import estimate_adaptive
 from pyomo_odeest.discretization.discrete import DiscreteModel
 from pyomo_odeest.models import lotka_volterra_problem

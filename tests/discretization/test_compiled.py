@@ -7,12 +7,11 @@ import pandas as pd
 import pytest
 
 import pyomo_odeest as po
-from pyomo_odeest.discretization._grid import make_grid
-from pyomo_odeest.discretization.discrete import DiscreteModel, SimulationError
-from pyomo_odeest.discretization.discrete import _equations
+from pyomo_odeest import make_grid
+from pyomo_odeest.discretization.discrete import DiscreteModel, SimulationError, _equations
 from pyomo_odeest.discretization.discrete._compiled import AUTO_MIN_BLOCKS
 from pyomo_odeest.models import lotka_volterra_problem
-from pyomo_odeest.approaches._reduced import estimate_reduced
+from pyomo_odeest import estimate_reduced
 from helpers import nonautonomous_problem as nonlinear_problem
 
 
@@ -206,8 +205,7 @@ def test_auto_engine_compiles_large_models_only():
 def test_compiled_adjoint_equals_ipopt_multipliers(scheme):
     """The compiled adjoint sweep reproduces Ipopt's multipliers of the simultaneous
     block at its solution (as the numpy sweep does in test_reduced.py)."""
-    from pyomo_odeest.analysis._multipliers import validate_multipliers
-    from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
+    from pyomo_odeest import validate_multipliers, estimate_simultaneous
     prob = lotka_volterra_problem(p0=(0.8,) * 4)
     res = estimate_simultaneous(prob, scheme, 4, steps_per_interval=10, options={"tol": 1e-10})
     b = res.model.est

@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pyomo_odeest.discretization._grid import Grid, make_grid
+from pyomo_odeest import Grid, make_grid
 from pyomo_odeest.discretization.schemes import (
     SCHEMES,
     AdamsMoulton,

@@ -10,9 +10,7 @@ import pytest
 from pyomo_odeest.models import lotka_volterra_problem
 from pyomo_odeest.models import (BELLMAN_K, BELLMAN_OPTIMUM, GASOIL_OPTIMUM, MARINE_OPTIMUM, PINENE_OPTIMUM, gasoil_problem,
                                  bellman_problem, marine_problem, pinene_problem)
-from pyomo_odeest.approaches._reduced import estimate_reduced
-from pyomo_odeest.approaches._shooting import estimate_multiple_shooting
-from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
+from pyomo_odeest import estimate_reduced, estimate_multiple_shooting, estimate_simultaneous
 
 
 # problem, max step, published optimum, its relative tolerance, reference θ (None: COPS
@@ -51,7 +49,7 @@ def test_reaches_published_optimum(name, approach, scheme):
 
 def test_simultaneous_scaling_is_on_the_model_and_keeps_user_factors():
     import pyomo.environ as pyo
-    from pyomo_odeest.transcription._block import build_block
+    from pyomo_odeest import build_block
     prob = pinene_problem()
     m = pyo.ConcreteModel()
     m.est = build_block(prob, "adams_pc", 4, max_step=200.0)
@@ -76,8 +74,8 @@ def test_simultaneous_scaling_is_on_the_model_and_keeps_user_factors():
 
 def test_state_scaling_leaves_small_states_alone():
     import pyomo.environ as pyo
-    from pyomo_odeest.approaches._simultaneous import initialize_block, scale_states
-    from pyomo_odeest.transcription._block import build_block
+    from pyomo_odeest import build_block, initialize_block
+    from pyomo_odeest.approaches._simultaneous import scale_states
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     m = pyo.ConcreteModel()
     m.est = b = build_block(prob, "adams_pc", 3, steps_per_interval=4)

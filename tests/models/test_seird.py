@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from pyomo_odeest.discretization.discrete import DiscreteModel
+from pyomo_odeest.models import seird_data, seird_problem
 from pyomo_odeest.models._seird import (SEIRD_N, SEIRD_PARAMS, SEIRD_STATES, SEIRD_TRUE, SEIRD_X0,
-                                       conservation_sum, fit_reduced, grid_points, log_objective,
-                                       seird_data, seird_problem)
-from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
+                                        conservation_sum, fit_reduced, grid_points, log_objective)
+from pyomo_odeest import estimate_simultaneous
 
 U_TRUE = np.array([SEIRD_TRUE[p] for p in SEIRD_PARAMS])
 X0_TRUE = np.array([SEIRD_X0[s] for s in SEIRD_STATES])

@@ -20,8 +20,7 @@ import pyomo.environ as pyo
 import pytest
 
 import pyomo_odeest  # noqa: F401  (registers 'odeest_ipopt')
-from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.nlp._cyipopt_adapter import solve_with_ipopt
+from pyomo_odeest import PyomoNLPEvaluator, solve_with_ipopt
 
 CALLBACKS = ["objective", "gradient", "constraints", "jacobian", "hessian", "intermediate"]
 ERRORS = [RuntimeError, MemoryError, KeyboardInterrupt]
@@ -202,19 +201,20 @@ def _break(monkeypatch, cls, method, exc, at=3):
 def test_approaches_reraise(approach, exc, monkeypatch):
     prob = _lv()
     if approach == "reduced":
-        from pyomo_odeest.approaches._reduced import ReducedSpaceNLP, estimate_reduced
+        from pyomo_odeest import estimate_reduced
+        from pyomo_odeest.approaches import ReducedSpaceNLP
         calls = _break(monkeypatch, ReducedSpaceNLP, "hessian", exc)
         run = lambda: estimate_reduced(prob, "adams_pc", qmax=2, steps_per_interval=2,  # noqa
                                        hessian="gauss_newton")
     elif approach == "shooting":
-        from pyomo_odeest.approaches._shooting import (MultipleShootingNLP,
-                                                      estimate_multiple_shooting)
+        from pyomo_odeest import estimate_multiple_shooting
+        from pyomo_odeest.approaches import MultipleShootingNLP
         calls = _break(monkeypatch, MultipleShootingNLP, "jacobian", exc)
         run = lambda: estimate_multiple_shooting(prob, "adams_pc", qmax=2,  # noqa: E731
                                                  steps_per_interval=2)
     else:
-        from pyomo_odeest.approaches.continuous._estimation import (_ScaledObjective,
-                                                                 estimate_continuous)
+        from pyomo_odeest import estimate_continuous
+        from pyomo_odeest.approaches.continuous._estimation import _ScaledObjective
         calls = _break(monkeypatch, _ScaledObjective, "gradient", exc)
         run = lambda: estimate_continuous(prob, rtol=1e-6, atol=1e-8)  # noqa: E731
     t = time.perf_counter()

@@ -23,11 +23,11 @@ import pytest
 from pyomo.opt import SolverStatus, TerminationCondition
 
 import pyomo_odeest  # noqa: F401  (registers 'odeest_ipopt')
-from pyomo_odeest import EvaluationError, PyomoNLPEvaluator, UnsupportedModelError
-from pyomo_odeest.analysis._dercheck import (check_consistency, check_derivatives, check_gradient,
-                                 check_jacobian)
+from pyomo_odeest import (EvaluationError, PyomoNLPEvaluator, UnsupportedModelError,
+                          check_derivatives)
+from pyomo_odeest.analysis import check_consistency, check_gradient, check_jacobian
 from pyomo_odeest.nlp import _cyipopt_adapter as cyipopt_adapter
-from pyomo_odeest.nlp._cyipopt_adapter import solve_with_ipopt
+from pyomo_odeest import solve_with_ipopt
 
 SOLVER = "odeest_ipopt"
 TIGHT = dict(rtol=1e-6, atol=1e-8)

@@ -14,10 +14,10 @@ import pyomo.environ as pyo
 import pytest
 
 from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.analysis._dercheck import check_consistency
-from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
+from pyomo_odeest.analysis import check_consistency
+from pyomo_odeest import estimate_simultaneous, initialize_block
 from pyomo_odeest.models import (METHANOL_OPTIMUM, lotka_volterra_problem, methanol_problem)
-from pyomo_odeest.transcription._block import build_block, scheme_constraint
+from pyomo_odeest import build_block, scheme_constraint
 
 
 def _agree(m, seed=3):

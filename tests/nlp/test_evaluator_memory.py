@@ -17,10 +17,10 @@ import numpy as np
 import pyomo.environ as pyo
 import pytest
 
-from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.approaches._simultaneous import initialize_block
+from pyomo_odeest import PyomoNLPEvaluator, initialize_block
 from pyomo_odeest.models import lotka_volterra_problem
-from pyomo_odeest.transcription._block import _batch_tags, build_block
+from pyomo_odeest import build_block
+from pyomo_odeest.transcription._block import _batch_tags
 
 
 def lv_model(steps_per_interval, scheme="adams_moulton", qmax=2):

@@ -17,8 +17,8 @@ import numpy as np
 import pyomo.environ as pyo
 import pytest
 
-from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.analysis._dercheck import check_consistency, check_derivatives
+from pyomo_odeest import PyomoNLPEvaluator, check_derivatives
+from pyomo_odeest.analysis import check_consistency
 
 UNARY = [pyo.exp, pyo.sin, pyo.cos, pyo.tanh, pyo.atan,
          lambda e: pyo.log(1.5 + e ** 2), lambda e: pyo.sqrt(2.0 + e ** 2), abs]

@@ -19,7 +19,7 @@ import pytest
 
 import pyomo_odeest  # noqa: F401  (registers 'odeest_ipopt')
 from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.analysis._dercheck import check_consistency
+from pyomo_odeest.analysis import check_consistency
 
 N = 8
 

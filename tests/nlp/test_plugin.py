@@ -138,10 +138,9 @@ def test_doe_fim_matches_gauss_newton():
 def test_mumps_defaults_apply_unless_the_options_name_them(monkeypatch):
     """solve_with_ipopt gives Ipopt the measured MUMPS defaults; options naming a MUMPS
     setting (or another linear solver) win; the estimate does not depend on the ordering."""
-    from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
+    from pyomo_odeest import estimate_simultaneous
     from pyomo_odeest.models import lotka_volterra_problem
-    from pyomo_odeest.nlp import MUMPS_DEFAULTS
-    from pyomo_odeest.nlp import _cyipopt_adapter as ca
+    from pyomo_odeest.nlp import MUMPS_DEFAULTS, _cyipopt_adapter as ca
     seen = []
     real = ca._add_options
 

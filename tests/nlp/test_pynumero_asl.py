@@ -4,10 +4,10 @@ import numpy as np
 import pyomo.environ as pyo
 import pytest
 
-from pyomo_odeest.approaches._simultaneous import initialize_block
-from pyomo_odeest.models._lotka_volterra import lotka_volterra_problem
+from pyomo_odeest import initialize_block
+from pyomo_odeest.models import lotka_volterra_problem
 from pyomo_odeest.transcription import build_block
-from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
+from pyomo_odeest import PyomoNLPEvaluator
 from pyomo_odeest.nlp._pynumero_asl import (PynumeroBuildError, build_pynumero_asl,
                                              pynumero_asl_available)
 

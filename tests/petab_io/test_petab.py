@@ -362,7 +362,7 @@ def _time_dependent_problem():
     parameter, weights and a fixed parameter: every piece the export writes."""
     import pyomo.environ as pyo
     from pyomo_odeest import EstimationProblem, Parameter
-    from pyomo_odeest.models._lotka_volterra import lotka_volterra_data
+    from pyomo_odeest.models import lotka_volterra_data
     data = lotka_volterra_data(seed=3)
     data.iloc[2, 0] = np.nan
     w = pd.DataFrame(2.0, index=data.index, columns=data.columns)

@@ -18,7 +18,7 @@ from scipy.optimize import minimize  # noqa: E402
 from pyomo_odeest import estimate  # noqa: E402
 from pyomo_odeest.petab_io import (PetabSimulator, UnsupportedFeatureError,  # noqa: E402
                                    petab_problem, read_petab)
-from pyomo_odeest.petab_io._tables import PetabParameter  # noqa: E402
+from pyomo_odeest.petab_io import PetabParameter  # noqa: E402
 
 pytestmark = pytest.mark.extras
 

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from pyomo_odeest import EstimationProblem, Parameter
-from pyomo_odeest.problem._start import start_values
+from pyomo_odeest.problem import start_values
 
 
 def _problem():

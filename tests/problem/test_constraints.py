@@ -5,7 +5,8 @@ import pytest
 
 from pyomo_odeest import (EstimationProblem, Experiment, ParameterConstraint, PathConstraint,
                           Parameter, ProblemError, estimate)
-from pyomo_odeest.approaches._reduced import ReducedSpaceNLP, discrete_model
+from pyomo_odeest.approaches import ReducedSpaceNLP
+from pyomo_odeest.approaches._reduced import discrete_model
 
 T = np.linspace(0.5, 5, 10)
 K1, K2 = 1.0, 0.3

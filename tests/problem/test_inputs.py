@@ -7,8 +7,7 @@ import pytest
 from pyomo_odeest import (SCHEMES, DiscreteModel, EstimationProblem, Experiment, Parameter,
                           ProblemError, estimate, get_scheme, make_grid)
 from pyomo_odeest.discretization.schemes import integrate
-from pyomo_odeest.problem._inputs import (PiecewiseConstant, PiecewiseLinear, Spline,
-                                         inputs_from_frame)
+from pyomo_odeest import PiecewiseConstant, PiecewiseLinear, Spline, inputs_from_frame
 
 T_MEAS = np.linspace(0.5, 5.0, 10)
 DATA = pd.DataFrame({"x": np.exp(-0.5 * T_MEAS)}, index=T_MEAS)

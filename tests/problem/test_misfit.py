@@ -6,11 +6,11 @@ import pyomo.environ as pyo
 import pytest
 import sympy
 
-from pyomo_odeest.problem._misfit import misfit_sym
+from pyomo_odeest.problem import misfit_sym
 from pyomo_odeest.approaches.continuous import ContinuousModel
-from pyomo_odeest.problem._misfit import MeasurementMisfit
-from pyomo_odeest.models._diagonal_linear import diagonal_linear_problem
-from pyomo_odeest.problem._declaration import EstimationProblem
+from pyomo_odeest.problem import MeasurementMisfit
+from pyomo_odeest.models import diagonal_linear_problem
+from pyomo_odeest import EstimationProblem
 from helpers import U_NL, likelihood_problem as nonlinear_problem
 
 

@@ -73,7 +73,7 @@ def test_a_raising_task_is_reported_and_the_others_finish(runner, osc):
 
 
 def test_profile_likelihood_segments_run_on_the_cluster(runner, osc):
-    from pyomo_odeest.analysis._profile import profile_likelihood
+    from pyomo_odeest import profile_likelihood
     fit = estimate(osc, "reduced_space", u0=[1.2])
     kw = dict(approach="reduced_space", max_points=4)
     serial = profile_likelihood(fit, **kw)

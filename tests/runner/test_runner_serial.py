@@ -184,7 +184,7 @@ def test_bootstrap_and_profile_serial(osc):
 
 
 def test_profile_likelihood_through_the_runner(osc):
-    from pyomo_odeest.analysis._profile import profile_likelihood
+    from pyomo_odeest import profile_likelihood
     fit = estimate(osc, "reduced_space", u0=[1.2])
     kw = dict(approach="reduced_space", max_points=4)
     plain = profile_likelihood(fit, **kw)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import sympy
 
-from pyomo_odeest.symbolic._structure import _UNARY, to_sympy
-from pyomo_odeest.symbolic._treediff import differentiate_structure
+from pyomo_odeest.symbolic import differentiate_structure, to_sympy
+from pyomo_odeest.symbolic._structure import _UNARY
 
 _SAFE_UNARY = ["exp", "log", "log10", "sqrt", "sin", "cos", "tan", "atan", "sinh", "cosh",
                "tanh", "asinh"]

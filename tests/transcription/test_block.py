@@ -7,11 +7,11 @@ import pytest
 from pyomo.core.expr.visitor import identify_variables
 
 import pyomo_odeest as po
-from pyomo_odeest.transcription._block import add_objective_term, build_block, scheme_constraint
-from pyomo_odeest.discretization._grid import make_grid
+from pyomo_odeest import build_block, scheme_constraint
+from pyomo_odeest.transcription import add_objective_term
+from pyomo_odeest import make_grid
 from pyomo_odeest.models import LV_P0, lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest import PyomoNLPEvaluator
-from pyomo_odeest.approaches._simultaneous import estimate_simultaneous, initialize_block
+from pyomo_odeest import PyomoNLPEvaluator, estimate_simultaneous, initialize_block
 
 
 SCHEMES = ["adams_pc", "adams_moulton", "enright", "semi_implicit_enright"]

@@ -6,10 +6,9 @@ import pytest
 from pyomo.dae import ContinuousSet, DerivativeVar
 
 import pyomo_odeest  # noqa: F401
-from pyomo_odeest.transcription._dae import DaeSchemeError, problem_from_dae
+from pyomo_odeest import DaeSchemeError, problem_from_dae
 from pyomo_odeest.models import lotka_volterra_data, lotka_volterra_problem
-from pyomo_odeest.approaches._reduced import estimate_reduced
-from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
+from pyomo_odeest import estimate_reduced, estimate_simultaneous
 
 DATA = lotka_volterra_data(seed=1)
 

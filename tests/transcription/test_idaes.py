@@ -12,7 +12,7 @@ from pyomo.dae import ContinuousSet, DerivativeVar
 from pyomo.util.check_units import assert_units_consistent
 
 import pyomo_odeest  # noqa: F401
-from pyomo_odeest.transcription._dae import DaeSchemeError
+from pyomo_odeest import DaeSchemeError
 
 pytestmark = pytest.mark.extras
 pytest.importorskip("idaes")
@@ -177,7 +177,7 @@ def test_idaes_scaling_factors_are_used_by_odeest_ipopt(ex):
     odeest_ipopt passes them to Ipopt as user scaling, and the estimate does not change."""
     from pyomo.core.base.suffix import SuffixFinder
     from pyomo_odeest.nlp._plugin import user_scaling
-    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
+    from pyomo_odeest import PyomoNLPEvaluator
 
     m = ex.build_model(times=TIMES, steps_per_interval=2, qmax=3)
     ex.initialize(m)
