@@ -55,14 +55,20 @@ def test_ipopt_progress_lines(capsys):
     assert "ipopt" not in capsys.readouterr().err
 
 
-def test_ipopt_max_wall_time():
-    ev = _rosenbrock_chain(40)
-    slow = ev.hessian
+def _slow_hessian_chain(n=40, sleep=0.05):
+    """A Rosenbrock chain whose Hessian takes ``sleep`` seconds."""
+    ev = _rosenbrock_chain(n)
+    fast = ev.hessian
 
     def hessian(*a):
-        time.sleep(0.05)
-        return slow(*a)
+        time.sleep(sleep)
+        return fast(*a)
     ev.hessian = hessian
+    return ev
+
+
+def test_ipopt_max_wall_time():
+    ev = _slow_hessian_chain()
     r = solve_with_ipopt(ev, options={"tol": 1e-14}, max_wall_time=0.1)
     assert r.status_name == "Maximum_WallTime_Exceeded"
     with pytest.raises(ValueError, match="max_wall_time"):
@@ -154,14 +160,7 @@ def test_a_solve_scope_sets_progress_and_a_deadline_for_every_solve_in_it(capsys
             assert time_left() <= 0.5 and progress_enabled() is True
         assert TaskProgress(1, True, "x", stream=io.StringIO()).tty is False
         assert SolveClock().max_wall_time <= 0.5
-        ev = _rosenbrock_chain(40)
-        slow = ev.hessian
-
-        def hessian(*a):
-            time.sleep(0.05)
-            return slow(*a)
-        ev.hessian = hessian
-        r = solve_with_ipopt(ev, options={"tol": 1e-14})
+        r = solve_with_ipopt(_slow_hessian_chain(), options={"tol": 1e-14})
     assert current_scope() is None
     assert r.status_name == "Maximum_WallTime_Exceeded"
     assert "Maximum_WallTime_Exceeded" in capsys.readouterr().err
