@@ -882,7 +882,8 @@ def test_petab_suite_refuses_bad_arguments_in_one_line(argv, expected, capsys, t
 @pytest.mark.parametrize("entry, match", [
     (("reduced_space", {"max_step": 0.1}),
      r"approaches\[1\] = \('reduced_space', \{'max_step': 0.1\}\) is not an approach name "
-     r"\(one of .*\) or a \(label, name, options\) triple"),
+     r"\(one of .*\), an approach class or object, or a \(label, approach, options\) "
+     r"triple"),
     (("fast", "simultaneous", ["tee"]), r"approaches\[1\] = .*: the options must be a mapping"),
     ((3, "simultaneous", {}), r"approaches\[1\] = .*: the label must be a string"),
     (["a", "b", "c", "d"], r"approaches\[1\] = \['a', 'b', 'c', 'd'\] is not an approach name"),

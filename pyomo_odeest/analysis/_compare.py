@@ -25,14 +25,22 @@ from ..approaches._estimate import APPROACH_NAMES, approach_options, estimate
 __all__ = ["compare_approaches", "plot_fits"]
 
 
+def _is_approach(a) -> bool:
+    """An approach class or object (:class:`~pyomo_odeest.approaches.Approach`)."""
+    from ..approaches._base import Approach
+    return isinstance(a, Approach) or (isinstance(a, type) and issubclass(a, Approach))
+
+
 def _entry(i, a):
-    """``(label, name, options)`` of the entry ``approaches[i]`` of
+    """``(label, approach, options)`` of the entry ``approaches[i]`` of
     :func:`compare_approaches`; a ValueError naming the entry and the expected form."""
-    form = ("an approach name (one of " + ", ".join(APPROACH_NAMES) + ") or a (label, name, "
-            "options) triple such as ('continuous_least_squares', 'continuous', "
-            "{'optimizer': 'least_squares'})")
+    form = ("an approach name (one of " + ", ".join(APPROACH_NAMES) + "), an approach "
+            "class or object, or a (label, approach, options) triple such as "
+            "('continuous_least_squares', 'continuous', {'optimizer': 'least_squares'})")
     if isinstance(a, str):
         label, name, kw = a, a, {}
+    elif _is_approach(a):
+        label, name, kw = a.name, a, {}
     elif isinstance(a, (tuple, list)) and len(a) == 3:
         label, name, kw = a
         if not isinstance(label, str):
@@ -45,9 +53,9 @@ def _entry(i, a):
                              f"estimate() keywords (or None); expected {form}")
     else:
         raise ValueError(f"approaches[{i}] = {a!r} is not {form}")
-    if name not in APPROACH_NAMES:
+    if not _is_approach(name) and name not in APPROACH_NAMES:
         raise ValueError(f"approaches[{i}]: unknown approach {name!r}; known: "
-                         f"{list(APPROACH_NAMES)}")
+                         f"{list(APPROACH_NAMES)}, or an approach class or object")
     return label, name, dict(kw)
 
 
@@ -57,8 +65,9 @@ def compare_approaches(problem, approaches=("simultaneous", "reduced_space"), sc
     """Run several approaches from the same start; return ``(table, results)``.
 
     ``approaches`` are names in :data:`~pyomo_odeest.APPROACH_NAMES` (each with its
-    default options) or ``(label, name, options)`` triples (e.g.
-    ``("continuous_least_squares", "continuous", {"optimizer": "least_squares"})``);
+    default options), approach classes or objects (as :func:`~pyomo_odeest.estimate`
+    takes them; labelled by their ``name``) or ``(label, approach, options)`` triples
+    (e.g. ``("continuous_least_squares", "continuous", {"optimizer": "least_squares"})``);
     the table and ``results`` are keyed by the name (or label).  The common
     settings go to each approach that takes them.  A failing approach is
     reported in the table with its status (it does not stop the comparison).  ``progress``: one line per
