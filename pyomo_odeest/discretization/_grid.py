@@ -370,7 +370,7 @@ def _with_points(grid, inner):
 
 
 def follow_steps(grid: Grid, step_times, max_step=None, ratio=2.0) -> Grid:
-    """A grid with the required points of ``grid`` whose steps follow an integrator's
+    r"""A grid with the required points of ``grid`` whose steps follow an integrator's
     accepted steps (``step_times``, the ends of its steps).
 
     A step at time t is the smallest of ``max_step`` and the envelope
