@@ -539,6 +539,12 @@ def ode_states(problem, u):
     return states
 
 
+def scheme_of(ref):
+    """The scheme object of a result's ``scheme``: the object itself, or the scheme of a
+    reference by name and Q_max (a result read back from a file)."""
+    return ref if hasattr(ref, "order") else get_scheme(ref.name, ref.qmax)
+
+
 def _with(approach, cfg, **values):
     """A copy of the configuration ``cfg`` of ``approach`` with ``values`` set."""
     out = approach.config()
@@ -612,9 +618,8 @@ class Refit:
         approach = approach_class(result.approach)
         names = set(approach.option_names())
         opts = {}
-        s = result.scheme
-        if s is not None:
-            s = s if hasattr(s, "order") else get_scheme(s.name, s.qmax)
+        if result.scheme is not None:
+            s = scheme_of(result.scheme)
             opts.update({k: v for k, v in (("scheme", s), ("qmax", s.qmax)) if k in names})
         if "grid" in names and result.grid is not None:
             opts["grid"] = result.grid

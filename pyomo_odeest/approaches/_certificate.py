@@ -44,7 +44,7 @@ from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
 from ..problem._status import Status
 from ..symbolic._vectorfn import VectorFn
-from ._base import _with
+from ._base import _with, scheme_of
 
 __all__ = ["GridCertificate", "certify", "refine", "refine_until_certified",
            "FIT_TOL", "SHIFT_TOL", "MAX_REFINEMENTS", "MAX_GRID_POINTS"]
@@ -355,7 +355,7 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         if (cert.certified or not cert.available or given or not result.success
                 or result.grid is None or len(rounds) > max_rounds):
             break
-        scheme = _scheme_of(result)
+        scheme = scheme_of(result.scheme)
         grid = refine(problem, result, cert, scheme)
         if grid is None:
             cert.reason = f"a finer grid would exceed {MAX_GRID_POINTS} points"
@@ -391,9 +391,3 @@ def _inside_bounds(problem, estimates):
         if not p.fixed:
             u[p.name] = float(np.clip(u[p.name], *p.bounds))
     return u
-
-
-def _scheme_of(result):
-    from ..discretization.schemes import get_scheme
-    s = result.scheme
-    return s if hasattr(s, "order") else get_scheme(s.name, s.qmax)
