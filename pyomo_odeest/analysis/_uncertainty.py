@@ -245,7 +245,21 @@ def curvature(result, hessian=False, problem=None) -> Curvature:
     approach that produced it; see the module docstring)."""
     P = _problem_of(result, problem)
     u = np.asarray(result.estimates.reindex(P.parameter_names), dtype=float)
-    return backend_curvature(P, result.backend, u, hessian)
+    try:
+        return backend_curvature(P, result.backend, u, hessian)
+    except (RuntimeError, ArithmeticError) as exc:
+        if getattr(result, "success", True):
+            raise
+        # the point of a failed estimation is often one the model cannot be simulated at
+        msg = (f"the {result.approach!r} result's estimates are not an optimum (status "
+               f"{result.status}) and its model cannot be evaluated there ({exc}); "
+               "uncertainty, profiles and identifiability need a converged result: "
+               "re-estimate (another start u0, or another approach) first")
+        try:
+            err = type(exc)(msg)
+        except TypeError:                       # an exception class with other arguments
+            raise RuntimeError(msg) from exc
+        raise err from exc
 
 
 def backend_curvature(P, be, u, hessian=False, source=None) -> Curvature:

@@ -484,3 +484,18 @@ def test_unlocated_crossing_is_reported_not_guessed():
     row = pr.intervals.loc["theta"]
     assert row["lower_end"] == "not refined" and np.isnan(row["lower"])
     assert any("not located" in w for w in pr.warnings)
+
+
+def test_analyses_of_a_failed_result_say_why():
+    """From the Lotka–Volterra problem's default start the reduced space's explicit
+    simulation blows up (status ``simulation_failed``): the covariance and the profile
+    at that point raise the simulation's error type with the status and the remedy,
+    not the raw failure of the integrator."""
+    from pyomo_odeest.discretization.discrete._simulation import SimulationError
+    from pyomo_odeest.models import lotka_volterra_problem
+    p = lotka_volterra_problem()
+    r = estimate(p, approach="reduced_space")
+    assert not r.success
+    for analysis in (lambda: r.covariance(), lambda: r.profile("p1")):
+        with pytest.raises(SimulationError, match="not an optimum .*simulation_failed.*re-estimate"):
+            analysis()

@@ -560,3 +560,29 @@ def test_startup_order_values():
     assert [Enright(q).startup_order for q in (2, 3, 4, 6)] == [3, 4, 4, 4]
     assert [SemiImplicitEnright(q).order for q in (2, 5)] == [3, 6]
     assert issubclass(Enright, MultistepScheme)
+
+
+def test_newton_resolves_each_state_on_its_own_scale():
+    """A fast binding equilibrium (unbinding 6e4 per unit time, steps of 0.5) of
+    species of 1e-3 beside a reservoir of 1e7: the implicit stages solve each
+    state to ``newton_tol`` of its own magnitude.  The same model with the small
+    species counted in units 1e6 times smaller gives the same trajectory (1e-6, 1e-14 absolute);
+    with one tolerance for all states (relative to the reservoir) the small
+    species were off by far more (the start of a PEtab problem violated its own
+    scheme equations by 3e2)."""
+    from pyomo_odeest.discretization.schemes import integrate
+
+    def model(c):                                  # c: units of the small species
+        def f(x, t):
+            e, a, p, ap = x
+            bind, unbind = 1e-3 / c * a * p, 6e4 * ap
+            return np.array([-1e-3 * e, unbind - bind, 3e-9 * c * e + unbind - bind - 1e-1 * p,
+                             bind - unbind])
+        return f
+
+    t = np.concatenate([np.linspace(0, 1, 41), 1 + 0.5 * np.arange(1, 21)])
+    x0 = np.array([1e7, 2e-2, 0.0, 0.0])
+    X = integrate(Enright(4), model(1.0), t, x0)
+    Y = integrate(Enright(4), model(1e6), t, x0 * [1, 1e6, 1e6, 1e6])
+    assert np.all(X[1:, 1:] > 0)
+    np.testing.assert_allclose(Y[:, 1:] / 1e6, X[:, 1:], rtol=1e-6, atol=1e-14)

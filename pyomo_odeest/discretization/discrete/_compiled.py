@@ -93,16 +93,13 @@ def _newton(W, b, rhs, c, d, u, tb, fx_rows, fx_cols, fdx_rows, fdx_cols, tol, m
             dv[i, 0] = -r[i]
         if not lu_solve(J, dv):
             break
-        big = 0.0
+        big = 0.0                      # each state's change against its own magnitude
         for i in range(n):
             v[i] += dv[i, 0]
-            if abs(dv[i, 0]) > big:
-                big = abs(dv[i, 0])
-        vmax = 0.0
-        for i in range(n):
-            if abs(v[i]) > vmax:
-                vmax = abs(v[i])
-        if big <= tol * (1.0 + vmax):
+            rel = abs(dv[i, 0]) / (1.0 + abs(v[i]))
+            if rel > big:
+                big = rel
+        if big <= tol:
             W[b] = v
             return it
     return -1

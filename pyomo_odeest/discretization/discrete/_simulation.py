@@ -115,7 +115,7 @@ class Simulation:
             except np.linalg.LinAlgError:
                 break
             v = v + dv
-            if np.max(np.abs(dv)) <= tol * (1 + np.max(np.abs(v))):
+            if np.max(np.abs(dv) / (1 + np.abs(v))) <= tol:     # each state on its own scale
                 return v, it
         self._fail_newton(b, u)
 

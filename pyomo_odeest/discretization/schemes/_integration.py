@@ -86,8 +86,9 @@ def integrate(
         Enright schemes.  If omitted it is approximated by a central difference
         of ``f`` along :math:`(f, 1)` (relative error about :math:`10^{-10}`).
     newton_tol : float
-        Newton stops when :math:`\|\Delta v\|_\infty \le` ``newton_tol``
-        :math:`(1 + \|v\|_\infty)`.
+        Newton stops when :math:`|\Delta v_j| \le` ``newton_tol``
+        :math:`(1 + |v_j|)` for every state :math:`j` (each state against its own
+        magnitude, so that states of very different scales are all resolved).
     max_newton : int
         Maximum Newton iterations per implicit stage.
     jac, fdot_jac : callable, optional
@@ -210,11 +211,13 @@ def integrate(
             tot = z.sum()
             if tot - tot != 0:
                 raise RuntimeError(f"Newton produced non-finite values at step {i} (t={t[i]:.6g}), stage {stage!r}")
-            dn = np.abs(delta).max()
+            # each state's change against its own magnitude: states of very different
+            # scales (1e7 and 1e-3 molecules) must each be resolved to newton_tol
+            dn = (np.abs(delta) / (1.0 + np.abs(z))).max()
             # an old matrix converges only linearly: it must reach 1e-4 of the
             # tolerance (Newton's quadratic step leaves an error far below
             # it); when it stalls, a fresh matrix takes over
-            tol = newton_tol * (1.0 + np.abs(z).max()) * (1.0 if fresh else 1e-4)
+            tol = newton_tol * (1.0 if fresh else 1e-4)
             if dn <= tol:
                 return z
             if prev is not None and prev > 0:
