@@ -261,7 +261,11 @@ class SimultaneousApproach(Approach):
     def solve(self, built, cfg):
         m, _, j0, _ = built
         solver = OdeestIpoptSolver()
-        solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee, progress=cfg.progress)
+        # a simulated start satisfies the scheme: Ipopt starts from its discrete adjoint
+        # [GM-grad, eq. (52)], the multipliers of the solution it moves towards
+        decisions = list(m.est.u.values()) if np.isfinite(j0) else None
+        solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee, progress=cfg.progress,
+                     adjoint_start=decisions)
         info = solver.last_info
         out = Outcome.from_ipopt(info)
         out.timings = dict(setup_s=info["setup_s"], eval_s=info["eval_s"])

@@ -357,8 +357,54 @@ and safer than PORD (see docs/solver.md, section "Linear algebra: MUMPS settings
 Ipopt builds", measured with ``benchmarks/linear_solver.py``)."""
 
 
+def adjoint_multipliers(ev, x, decisions, rtol=1e-6):
+    """Constraint multipliers ``y`` that make the Lagrangian stationary in every
+    variable not in ``decisions``: ``∇_S f + J_Sᵀ y = 0`` with ``S`` the other
+    variables, when the equality constraints determine them (``J_S`` square).
+
+    At a point where a discretized ODE holds (the states simulated at the
+    parameters ``decisions``) this is the discrete adjoint, which Ipopt's
+    multipliers equal at a solution [GM-grad, eqs. (52), (56)-(58)].  Ipopt's own
+    first estimate (a least-squares solve of its KKT system) can fail on a stiff
+    problem's system (entries over ten decades: MUMPS reports a wrong inertia); Ipopt
+    then starts from ``y = 0`` and its first steps, blind to the constraints'
+    curvature, leave the feasible start by orders of magnitude.  A sparse LU of
+    ``J_Sᵀ`` (block triangular along the grid) has no inertia to get wrong.
+
+    ``decisions``: boolean mask over the variables.  Returns None where ``J_S`` is
+    not square, has inequality rows, is singular, or the solve leaves a residual
+    above ``rtol`` times the gradient.
+    """
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+    S = ~np.asarray(decisions, dtype=bool)
+    if ev.m == 0 or int(S.sum()) != ev.m or np.any(ev.g_lb != ev.g_ub):
+        return None
+    x = np.clip(np.asarray(x, dtype=float), ev.x_lb, ev.x_ub)
+    try:
+        grad = np.asarray(ev.gradient(x), dtype=float)[S]
+        rows, cols = ev.jacobian_structure()
+        J = sp.csc_matrix((np.asarray(ev.jacobian(x), dtype=float), (rows, cols)),
+                          shape=(ev.m, ev.n))[:, S]
+    except (EvaluationError, ArithmeticError, ValueError):
+        return None
+    if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(J.data))):
+        return None
+    JT = J.T.tocsc()
+    try:
+        y = splu(JT).solve(-grad)
+    except (RuntimeError, ValueError):          # singular: Ipopt's own estimate then
+        return None
+    if not np.all(np.isfinite(y)):
+        return None
+    if np.max(np.abs(JT @ y + grad), initial=0.0) > rtol * max(1.0, np.max(np.abs(grad))):
+        return None
+    return y
+
+
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
-                     g_scaling=None, obj_scaling=None, progress=None, max_wall_time=None):
+                     g_scaling=None, obj_scaling=None, progress=None, max_wall_time=None,
+                     multipliers=None):
     """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
 
     ``options`` are passed to Ipopt unchanged, after :data:`MUMPS_DEFAULTS` for
@@ -379,8 +425,17 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     ``Maximum_WallTime_Exceeded`` when it is reached).  Inside a
     :func:`~pyomo_odeest.nlp._progress.solve_scope` its deadline bounds the limit
     and ``progress=None`` means the scope's setting.
+
+    ``multipliers``: the constraint multipliers (length m) to start from instead of
+    Ipopt's own estimate (e.g. :func:`adjoint_multipliers`): Ipopt's warm start
+    (``warm_start_init_point``) with the bound pushes of its cold start.
     """
     cyipopt = import_cyipopt()
+    if multipliers is not None:
+        multipliers = np.asarray(multipliers, dtype=float)
+        if multipliers.shape != (ev.m,) or not np.all(np.isfinite(multipliers)):
+            raise ValueError(f"multipliers must be {ev.m} finite values, one per constraint "
+                             f"row; got shape {multipliers.shape}")
     show = progress_enabled(progress) and not tee
     every = progress if (not isinstance(progress, bool) and isinstance(progress, int)
                          and progress > 1) else 10
@@ -441,12 +496,23 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         _remove(log)
         raise
     x_start = ev.x0 if x0 is None else np.asarray(x0, dtype=float)
+    if multipliers is not None:
+        warm = {"warm_start_init_point": "yes"}
+        for k in ("bound_push", "bound_frac", "slack_bound_push", "slack_bound_frac"):
+            warm["warm_start_" + k] = float(opts.get(k, 1e-2))
+        for k, v in warm.items():
+            if k not in opts:
+                nlp.add_option(k, v)
     t = time.perf_counter()
     if opts.get("max_wall_time") is not None:
         prob.deadline = t + float(opts["max_wall_time"])
     try:
         with _sigint_aborts(prob):
-            x, info = nlp.solve(x_start)
+            if multipliers is None:
+                x, info = nlp.solve(x_start)
+            else:                # bound multipliers: Ipopt's warm_start_mult_bound_push
+                x, info = nlp.solve(x_start, lagrange=multipliers, zl=np.zeros(ev.n),
+                                    zu=np.zeros(ev.n))
     except BaseException as err:                     # noqa: BLE001 - cyipopt re-raising
         prob.abort(err, "cyipopt")
     finally:

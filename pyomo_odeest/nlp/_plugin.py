@@ -27,7 +27,7 @@ from pyomo.core.base.symbol_map import SymbolMap
 from pyomo.core.staleflag import StaleFlagManager
 from pyomo.opt import SolutionStatus, SolverFactory, SolverResults, TerminationCondition
 
-from ._cyipopt_adapter import ipopt_version, solve_with_ipopt, start_value_scaling
+from ._cyipopt_adapter import adjoint_multipliers, ipopt_version, solve_with_ipopt, start_value_scaling
 from ._evaluator import PyomoNLPEvaluator
 
 __all__ = ["OdeestIpoptSolver", "SOLVER_NAME", "use_as_ipopt"]
@@ -227,6 +227,13 @@ class OdeestIpoptSolver:
     templatize : bool
         Group rows of the same shape and evaluate stored templates
         vectorised (default True); False walks every row on its own.
+    adjoint_start : iterable of Vars, optional
+        The decisions of the model (e.g. its parameters) when its equality
+        constraints determine every other variable: Ipopt starts from the
+        multipliers that make the Lagrangian stationary in those other variables
+        (:func:`~pyomo_odeest.nlp._cyipopt_adapter.adjoint_multipliers`: the discrete
+        adjoint at a simulated start) instead of its own estimate; ignored where
+        they cannot be computed.
     intermediate_callback : callable
         Called each iteration with keywords ``iter_count, obj_value, inf_pr,
         inf_du, mu``; returning ``False`` stops Ipopt.
@@ -258,6 +265,7 @@ class OdeestIpoptSolver:
     CONFIG.declare("report_timing", ConfigValue(default=False, domain=bool))
     CONFIG.declare("select", ConfigValue(default=0))
     CONFIG.declare("progress", ConfigValue(default=None))
+    CONFIG.declare("adjoint_start", ConfigValue(default=None))
     for _k in _NO_FILES:
         CONFIG.declare(_k, ConfigValue(default=None, domain=bool))
 
@@ -338,11 +346,16 @@ class OdeestIpoptSolver:
                              f"{f' (and {len(nan_start) - 1} more)' if len(nan_start) > 1 else ''}: "
                              "give it a finite value (or None to start at 0, moved into its bounds)")
         scaling = user_scaling(model, ev)
+        y0 = None
+        if config.adjoint_start is not None:
+            chosen = {id(v) for v in config.adjoint_start}
+            y0 = adjoint_multipliers(ev, ev.x0, [id(v) in chosen for v in ev.variables])
+        self.adjoint_started = y0 is not None
         setup_s = time.perf_counter() - t0
         # raises (and loads nothing) if a callback raised or Ctrl-C was pressed
         r = solve_with_ipopt(ev, options=options, tee=config.tee,
                              intermediate=config.intermediate_callback,
-                             progress=config.progress, **scaling)
+                             progress=config.progress, multipliers=y0, **scaling)
 
         results = SolverResults()
         results.problem.name = model.name
