@@ -145,8 +145,9 @@ def _parser():
     ap.add_argument("--grid-points", type=int, default=300,
                     help="largest step of the first grid = horizon / grid-points")
     ap.add_argument("--grid", choices=("auto", "uniform"), default="auto",
-                    help="auto: largest step no more than the median step of LSODA "
-                         "(rtol 1e-6) at the start; uniform: horizon/grid-points")
+                    help="auto: steps that follow LSODA's (rtol 1e-6) at the start, growing by "
+                         "at most 2x per step, at most horizon/grid-points; uniform: "
+                         "horizon/grid-points")
     ap.add_argument("--refine", type=int, default=2,
                     help="tolerance refits (rtol / 100 each) of the continuous approaches")
     ap.add_argument("--max-wall-time", type=float, default=120.0,

@@ -343,8 +343,9 @@ def _petab_parser():
     p.add_argument("--grid-points", type=_int_in(1), default=300,
                    help="largest step of the first grid = horizon / grid-points (default 300)")
     p.add_argument("--grid", choices=("auto", "uniform"), default="auto",
-                   help="auto: the first grid's step no more than LSODA's median step at the "
-                   "start (default); uniform: horizon / grid-points")
+                   help="auto: the first grid's steps follow LSODA's at the start, growing by at "
+                   "most 2x per step, at most horizon / grid-points (default); uniform: "
+                   "horizon / grid-points")
     p.add_argument("--refine", type=_int_in(0), default=2,
                    help="tolerance refits of the continuous approaches (default 2)")
     p.add_argument("--max-wall-time", type=_nonnegative_float, default=120.0,

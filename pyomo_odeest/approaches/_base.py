@@ -427,6 +427,8 @@ class Approach:
         u = _inside_bounds(problem, u.astype(float))
         u.update(pd.Series(fixed, dtype=float))
         cfg = _with(self, cfg, u0=u.to_numpy(dtype=float))
+        if _is_pyomo_model(_option(cfg, "model")):  # a user's model: its own constraints kept,
+            cfg = _with(self, cfg, model=cfg.model.clone())   # the original untouched
         with solve_scope(cfg.progress, cfg.max_wall_time):
             res = self._run(P, cfg)
         return post_solve_checks(P, res)
@@ -466,9 +468,12 @@ class Approach:
     def _as_solved(self, cfg, res) -> dict:
         """The options of ``cfg`` that solve ``res`` again: its scheme and grid (the
         scheme solved, which a stiff start may have switched, and the grid of this
-        pass), without the start, a given model (built again from the problem) and
-        the output settings."""
+        pass), without the start and the output settings.  A given Pyomo model is kept
+        (a refit solves a copy of it, with the user's constraints and objective terms);
+        another given model is built again from the problem."""
         opts = {k: cfg[k] for k in cfg.keys() if k not in ("u0", "model", "tee", "progress")}
+        if _is_pyomo_model(_option(cfg, "model")):
+            opts["model"] = cfg.model
         if res.scheme is not None and hasattr(res.scheme, "order"):
             opts.update({k: v for k, v in (("scheme", res.scheme), ("qmax", res.scheme.qmax))
                          if k in opts})
@@ -521,6 +526,18 @@ class Approach:
             res.status = Status.SIMULATION_FAILED
             res.message = f"{res.message}; final simulation failed: {failed[0]}"
         return per
+
+
+def _option(cfg, name):
+    """``cfg[name]``, None where the configuration has no such option (``ConfigDict.get``
+    returns the declaration, not the value)."""
+    return cfg[name] if name in cfg else None
+
+
+def _is_pyomo_model(obj) -> bool:
+    """True for a Pyomo model or block (a user's model of the simultaneous approach)."""
+    from pyomo.core.base.block import BlockData
+    return isinstance(obj, BlockData)
 
 
 def ode_states(problem, u):

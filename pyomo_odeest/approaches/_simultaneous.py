@@ -220,6 +220,9 @@ class SimultaneousApproach(Approach):
                 raise ProblemError("model must hold a block built by "
                                    + ("build_experiment_blocks" if multi else "build_block")
                                    + " as model.est")
+            for p in problem.parameters:      # held by the problem (a refit, a profile)
+                if p.fixed and p.name in m.est.u:
+                    m.est.u[p.name].fix(float(p.value))
         init, switched = self._initialize(m, problem, cfg, u_start)
         if switched:                           # stiff at the start: Enright instead
             m = pyo.ConcreteModel(name=problem.name)

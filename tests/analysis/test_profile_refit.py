@@ -138,3 +138,24 @@ def test_profile_of_a_combination_through_a_steady_state():
     assert row["shape"] == want["shape"] == "ok"
     for col in ("estimate", "lower", "upper"):
         assert row[col] == pytest.approx(want[col], abs=1e-6), col
+
+
+def test_refit_of_a_user_model_keeps_its_constraints():
+    """A simultaneous fit of the user's own model (a block plus a constraint p3 <= 0.95,
+    active at the optimum): a refit with p1 held solves a copy of that model, so the
+    constraint still holds and the user's model is left as it was."""
+    import pyomo.environ as pyo
+    from pyomo_odeest import build_block
+    from pyomo_odeest.models import lotka_volterra_problem
+    p = lotka_volterra_problem(p0=(0.8,) * 4)
+    m = pyo.ConcreteModel()
+    m.est = build_block(p, "adams_pc", 4, steps_per_interval=5)
+    m.cap = pyo.Constraint(expr=m.est.u["p3"] <= 0.95)
+    r = estimate(p, approach="simultaneous", model=m)
+    assert r.estimates["p3"] == pytest.approx(0.95, abs=1e-6)      # active
+    held = float(r.estimates["p1"]) * 1.01
+    rf = r.refit(fixed={"p1": held})
+    assert rf.success, rf.status
+    assert rf.estimates["p1"] == held
+    assert rf.estimates["p3"] <= 0.95 + 1e-7
+    assert not m.est.u["p1"].fixed and pyo.value(m.est.u["p1"]) == pytest.approx(r.estimates["p1"])
