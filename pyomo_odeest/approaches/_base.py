@@ -427,8 +427,16 @@ class Approach:
         u = _inside_bounds(problem, u.astype(float))
         u.update(pd.Series(fixed, dtype=float))
         cfg = _with(self, cfg, u0=u.to_numpy(dtype=float))
-        if _is_pyomo_model(_option(cfg, "model")):  # a user's model: its own constraints kept,
-            cfg = _with(self, cfg, model=cfg.model.clone())   # the original untouched
+        model = _option(cfg, "model")
+        if _is_pyomo_model(model):            # a user's model: its own constraints kept,
+            own = getattr(getattr(model, "est", None), "problem", None)   # the original
+            if own is not None and not _same_data(problem, own):          # untouched
+                raise ProblemError(
+                    "this result was solved on your own model (model=...), whose objective "
+                    "holds the data it was built with; a refit on other data (a bootstrap "
+                    "sample, a variant) cannot reuse it: pass options model=<a model built "
+                    "on those data>, or refit a fit made without model=")
+            cfg = _with(self, cfg, model=model.clone())
         with solve_scope(cfg.progress, cfg.max_wall_time):
             res = self._run(P, cfg)
         return post_solve_checks(P, res)
@@ -532,6 +540,17 @@ def _option(cfg, name):
     """``cfg[name]``, None where the configuration has no such option (``ConfigDict.get``
     returns the declaration, not the value)."""
     return cfg[name] if name in cfg else None
+
+
+def _same_data(a, b) -> bool:
+    """True when two problems have the same measurements and weights, experiment by
+    experiment (what a model's objective holds)."""
+    pa, pb = a.subproblems, b.subproblems
+    return len(pa) == len(pb) and all(
+        x.data.equals(y.data) and np.array_equal(np.asarray(x.weights, dtype=float),
+                                                 np.asarray(y.weights, dtype=float),
+                                                 equal_nan=True)
+        for x, y in zip(pa, pb))
 
 
 def _is_pyomo_model(obj) -> bool:

@@ -159,3 +159,24 @@ def test_refit_of_a_user_model_keeps_its_constraints():
     assert rf.estimates["p1"] == held
     assert rf.estimates["p3"] <= 0.95 + 1e-7
     assert not m.est.u["p1"].fixed and pyo.value(m.est.u["p1"]) == pytest.approx(r.estimates["p1"])
+
+
+def test_bootstrap_of_a_user_model_refuses_rather_than_reuse_its_data():
+    """A user's model holds the data it was built with: a refit on resampled data
+    (the bootstrap) must not solve it (every sample would be the original fit), so it
+    says why instead."""
+    import pyomo.environ as pyo
+    from pyomo_odeest import ProblemError, build_block
+    from pyomo_odeest.models import lotka_volterra_problem
+    p = lotka_volterra_problem(p0=(0.8,) * 4)
+    m = pyo.ConcreteModel()
+    m.est = build_block(p, "adams_pc", 4, steps_per_interval=20)
+    r = estimate(p, approach="simultaneous", model=m)
+    assert r.success, r.status                  # a grid that resolves the ODE
+    n = len(p.data)
+    for other in (p.variant(values=p.data.to_numpy() * 1.01),          # residual bootstrap
+                  p.variant(multiplicity=np.arange(n) % 2 * 2.0)):       # case resampling
+        with pytest.raises(ProblemError, match="holds the data it was built with"):
+            r.refit(problem=other)
+    with pytest.raises(ProblemError, match="holds the data it was built with"):
+        bootstrap(p, n=2, fit=r)
