@@ -503,6 +503,20 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         for k, v in warm.items():
             if k not in opts:
                 nlp.add_option(k, v)
+        # the bound multipliers of the cold start: bound_mult_init_val in the scaled
+        # problem, z = z_scaled * x_scaling / obj_scaling unscaled
+        if user_xs is not None:
+            xs, of = user_xs, user_obj_factor
+        else:
+            xs = np.ones(ev.n)
+            of = (gradient_based_scaling(ev, x_start, xs,
+                                         float(opts.get("nlp_scaling_max_gradient", 100.0)),
+                                         float(opts.get("nlp_scaling_min_value", 1e-8)))[0]
+                  if opts.get("nlp_scaling_method", "gradient-based") == "gradient-based"
+                  else 1.0)
+        z0 = float(opts.get("bound_mult_init_val", 1.0)) * xs / (
+            of * float(opts.get("obj_scaling_factor", 1.0)))
+        bound_z = (np.where(np.isfinite(ev.x_lb), z0, 0.0), np.where(np.isfinite(ev.x_ub), z0, 0.0))
     t = time.perf_counter()
     if opts.get("max_wall_time") is not None:
         prob.deadline = t + float(opts["max_wall_time"])
@@ -510,9 +524,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         with _sigint_aborts(prob):
             if multipliers is None:
                 x, info = nlp.solve(x_start)
-            else:                # bound multipliers: Ipopt's warm_start_mult_bound_push
-                x, info = nlp.solve(x_start, lagrange=multipliers, zl=np.zeros(ev.n),
-                                    zu=np.zeros(ev.n))
+            else:
+                x, info = nlp.solve(x_start, lagrange=multipliers, zl=bound_z[0],
+                                    zu=bound_z[1])
     except BaseException as err:                     # noqa: BLE001 - cyipopt re-raising
         prob.abort(err, "cyipopt")
     finally:
