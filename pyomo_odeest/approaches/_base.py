@@ -428,7 +428,7 @@ class Approach:
         u.update(pd.Series(fixed, dtype=float))
         cfg = _with(self, cfg, u0=u.to_numpy(dtype=float))
         model = _option(cfg, "model")
-        if _is_pyomo_model(model):            # a user's model: its own constraints kept,
+        if is_pyomo_model(model):            # a user's model: its own constraints kept,
             own = getattr(getattr(model, "est", None), "problem", None)   # the original
             if own is not None and not _same_data(problem, own):          # untouched
                 raise ProblemError(
@@ -480,7 +480,7 @@ class Approach:
         (a refit solves a copy of it, with the user's constraints and objective terms);
         another given model is built again from the problem."""
         opts = {k: cfg[k] for k in cfg.keys() if k not in ("u0", "model", "tee", "progress")}
-        if _is_pyomo_model(_option(cfg, "model")):
+        if is_pyomo_model(_option(cfg, "model")):
             opts["model"] = cfg.model
         if res.scheme is not None and hasattr(res.scheme, "order"):
             opts.update({k: v for k, v in (("scheme", res.scheme), ("qmax", res.scheme.qmax))
@@ -553,7 +553,7 @@ def _same_data(a, b) -> bool:
         for x, y in zip(pa, pb))
 
 
-def _is_pyomo_model(obj) -> bool:
+def is_pyomo_model(obj) -> bool:
     """True for a Pyomo model or block (a user's model of the simultaneous approach)."""
     from pyomo.core.base.block import BlockData
     return isinstance(obj, BlockData)

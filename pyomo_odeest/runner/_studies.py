@@ -517,7 +517,7 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
     """
     if kind not in ("residual", "case"):
         raise ValueError(f"kind must be 'residual' or 'case', got {kind!r}")
-    from ..approaches._base import _is_pyomo_model, refit_of
+    from ..approaches._base import is_pyomo_model, refit_of
     given = fit is not None
     if fit is None:
         fit = estimate_task(problem, approach, None, options)
@@ -533,7 +533,7 @@ def bootstrap(problem: EstimationProblem, n=100, runner=None, kind="residual",
     refit = refit_of(fit).using(approach)
     if given and options:
         refit = refit.updated(**options)
-    if _is_pyomo_model(refit.options.get("model")):
+    if is_pyomo_model(refit.options.get("model")):
         raise ProblemError("the fit was solved on your own model (model=...), whose objective "
                            "holds the data it was built with; the bootstrap's resampled data "
                            "cannot be solved on it: bootstrap a fit made without model= (or "
