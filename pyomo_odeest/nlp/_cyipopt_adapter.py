@@ -428,7 +428,8 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
 
     ``multipliers``: the constraint multipliers (length m) to start from instead of
     Ipopt's own estimate (e.g. :func:`adjoint_multipliers`): Ipopt's warm start
-    (``warm_start_init_point``) with the bound pushes of its cold start.
+    (``warm_start_init_point``) with the bound pushes and bound multipliers of its
+    cold start, so that only the constraint multipliers differ.
     """
     cyipopt = import_cyipopt()
     if multipliers is not None:
