@@ -350,7 +350,6 @@ class OdeestIpoptSolver:
         if config.adjoint_start is not None:
             chosen = {id(v) for v in config.adjoint_start}
             y0 = adjoint_multipliers(ev, ev.x0, [id(v) in chosen for v in ev.variables])
-        self.adjoint_started = y0 is not None
         setup_s = time.perf_counter() - t0
         # raises (and loads nothing) if a callback raised or Ctrl-C was pressed
         r = solve_with_ipopt(ev, options=options, tee=config.tee,
@@ -404,7 +403,7 @@ class OdeestIpoptSolver:
         self.last_info = dict(setup_s=setup_s, eval_s=r.eval_s, ipopt_s=r.ipopt_s,
                               iterations=r.iterations, status=r.status_name,
                               objective=obj_value, counts=r.counts, raw=r,
-                              evaluator_stats=ev.stats)
+                              evaluator_stats=ev.stats, adjoint_start=y0 is not None)
         if config.report_timing:
             print(f"odeest_ipopt: set-up {setup_s:.3f} s, Ipopt {r.ipopt_s:.3f} s "
                   f"({r.iterations} iterations, callbacks {r.eval_s:.3f} s)")

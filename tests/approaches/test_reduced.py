@@ -252,3 +252,18 @@ def test_parameter_scaling_same_optimum_and_bad_scaling_rejected():
     nlp = ReducedSpaceNLP(DiscreteModel(prob, "adams_pc", 3, steps_per_interval=5))
     with pytest.raises(ValueError, match="positive finite"):
         solve_with_ipopt(nlp, x_scaling=[1.0, -1.0, 1.0, 1.0])
+
+
+def test_simultaneous_solver_reports_the_adjoint_start():
+    """A simulated start is solved from its adjoint (``last_info['adjoint_start']``);
+    a block with a free variable the constraints do not determine is not."""
+    from pyomo_odeest.nlp import OdeestIpoptSolver
+    prob = lotka_volterra_problem()
+    m = pyo.ConcreteModel()
+    m.est = build_block(prob, "adams_pc", 4, steps_per_interval=5)
+    initialize_block(m.est, np.array([0.9, 1.1, 0.95, 1.05]), "simulate")
+    s = OdeestIpoptSolver()
+    s.solve(m, adjoint_start=list(m.est.u.values()))
+    assert s.last_info["adjoint_start"] is True
+    s.solve(m, adjoint_start=list(m.est.u.values())[:-1])
+    assert s.last_info["adjoint_start"] is False
