@@ -259,7 +259,7 @@ def _seed(built, cfg):
     states initialized by :func:`_seed_states`.  Returns its estimate and a summary."""
     from ..transcription._block import build_block
     from ..transcription._experiments import build_experiment_blocks
-    from ._simultaneous import _load, _stage_values
+    from ._simultaneous import _load, _stage_values, parameter_start
     problem, qmax = built.problem, built.ams[0].qmax
     tb = time.perf_counter()
     m = pyo.ConcreteModel(name=problem.name)
@@ -278,7 +278,8 @@ def _seed(built, cfg):
         for name, v in stages.items():
             _load(b.component(name), np.where(np.isfinite(v), v, X[1:]))
     solver = OdeestIpoptSolver()
-    solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee, progress=cfg.progress)
+    solver.solve(m, options=ipopt_options(cfg, start=parameter_start(m)), tee=cfg.tee,
+                 progress=cfg.progress)
     info = solver.last_info
     u = _block_u(m, problem)
     return u, dict(status=str(info["status"]), iterations=int(info["iterations"]),

@@ -48,7 +48,7 @@ from ..problem._status import Status, status_from_ipopt
 from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
-           "discretization_config", "refinement_config", "option_table", "ipopt_options", "run_ipopt", "SolveClock",
+           "discretization_config", "refinement_config", "option_table", "ipopt_options", "start_push", "run_ipopt", "SolveClock",
            "add_constraint_multipliers", "ConstraintRows", "fit_frames", "Refit", "refit_of"]
 
 #: Ipopt options every approach starts from (``options`` override them).
@@ -208,10 +208,44 @@ class Outcome:
                    f"the model cannot be simulated at the start: {err}", at_start=True)
 
 
-def ipopt_options(cfg, **defaults) -> dict:
+#: Ipopt's default ``bound_push``, and the smallest push :func:`start_push` gives
+IPOPT_BOUND_PUSH, MIN_BOUND_PUSH = 1e-2, 1e-8
+
+
+def start_push(x, lb, ub) -> dict:
+    """Ipopt's ``bound_push`` that leaves the start ``x`` where it is.
+
+    Ipopt moves every variable closer to a bound ``b`` than
+    ``bound_push·max(1, |b|)`` (default 1e-2) into the interior before its first
+    iteration: a rate started at 1e-13 above its bound 0 becomes 1e-2, and a
+    simulated start no longer satisfies its scheme.  Where some component of ``x``
+    (in Ipopt's own, scaled, variables) is that close, the push becomes half the
+    smallest relative distance (nothing moves), and at most 1e-8 where a component
+    is on its bound (it moves by that); ``{}`` where nothing would move."""
+    x, lb, ub = (np.asarray(v, dtype=float).reshape(-1) for v in (x, lb, ub))
+    rel = np.full(x.shape, np.inf)
+    with np.errstate(invalid="ignore"):
+        for b, d in ((lb, x - lb), (ub, ub - x)):
+            fin = np.isfinite(b)
+            rel[fin] = np.minimum(rel[fin], d[fin] / np.maximum(1.0, np.abs(b[fin])))
+    rel = rel[np.isfinite(rel)]
+    if rel.size == 0 or rel.min() >= IPOPT_BOUND_PUSH:
+        return {}
+    inside = rel[rel > 0]
+    push = 0.5 * inside.min() if inside.size else IPOPT_BOUND_PUSH
+    if inside.size < rel.size:                    # on a bound: moved by the least push
+        push = min(push, MIN_BOUND_PUSH)
+    return {"bound_push": float(max(push, 1e-300))}
+
+
+def ipopt_options(cfg, start=None, **defaults) -> dict:
     """Ipopt's options of a configuration: :data:`IPOPT_DEFAULTS`, the approach's
-    ``defaults``, ``max_wall_time``, then the user's ``options``."""
+    ``defaults``, the bound push that keeps ``start`` (``(x, lb, ub)`` in Ipopt's
+    scaled variables; :func:`start_push`), ``max_wall_time``, then the user's
+    ``options``."""
     opts = dict(IPOPT_DEFAULTS, **defaults)
+    if start is not None:
+        opts.update(start_push(*start))
     if cfg.max_wall_time is not None:
         opts["max_wall_time"] = float(cfg.max_wall_time)
     opts.update(cfg.options or {})

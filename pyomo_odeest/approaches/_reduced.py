@@ -209,10 +209,12 @@ class ReducedApproach(Approach):
         return out
 
     def _ipopt(self, nlp, cfg):
-        opts = ipopt_options(cfg, **({"hessian_approximation": "limited-memory"}
-                                     if cfg.hessian is None else {}))
+        xs = start_value_scaling(nlp.x0) if cfg.scale else np.ones(nlp.n)
+        opts = ipopt_options(cfg, start=(nlp.x0 * xs, nlp.x_lb * xs, nlp.x_ub * xs),
+                             **({"hessian_approximation": "limited-memory"}
+                                if cfg.hessian is None else {}))
         watch = _FailureWatch(nlp)
-        xs = start_value_scaling(nlp.x0) if cfg.scale else None
+        xs = xs if cfg.scale else None
         out = Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, x_scaling=xs, intermediate=watch))
         nlp.mult_g = np.asarray(out.mult_g, dtype=float)
         if watch.stopped:

@@ -705,7 +705,9 @@ class ShootingApproach(Approach):
             return Outcome.failed_at_start(nlp.x0, err)
         xs = (np.concatenate([np.ones(nlp.ns), start_value_scaling(nlp.x0[nlp.ns:])])
               if cfg.scale else None)
-        opts = ipopt_options(cfg, hessian_approximation="limited-memory")
+        d = np.ones(nlp.n) if xs is None else xs
+        opts = ipopt_options(cfg, start=(nlp.x0 * d, nlp.x_lb * d, nlp.x_ub * d),
+                             hessian_approximation="limited-memory")
         return Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, intermediate=record, x_scaling=xs))
 
     def parts(self, built):

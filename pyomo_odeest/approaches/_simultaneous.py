@@ -267,8 +267,8 @@ class SimultaneousApproach(Approach):
         # a simulated start satisfies the scheme: Ipopt starts from its discrete adjoint
         # [GM-grad, eq. (52)], the multipliers of the solution it moves towards
         decisions = list(m.est.u.values()) if np.isfinite(j0) else None
-        solver.solve(m, options=ipopt_options(cfg), tee=cfg.tee, progress=cfg.progress,
-                     adjoint_start=decisions)
+        solver.solve(m, options=ipopt_options(cfg, start=parameter_start(m)), tee=cfg.tee,
+                     progress=cfg.progress, adjoint_start=decisions)
         info = solver.last_info
         out = Outcome.from_ipopt(info)
         out.timings = dict(setup_s=info["setup_s"], eval_s=info["eval_s"])
@@ -319,6 +319,20 @@ def estimate_simultaneous(problem: EstimationProblem, *args, **options):
     EstimationResult
     """
     return SimultaneousApproach().estimate(problem, *args, **options)
+
+
+def parameter_start(m):
+    """``(x, lb, ub)`` of the free parameters of ``m.est`` in Ipopt's scaled variables
+    (``m.scaling_factor``), for :func:`~pyomo_odeest.approaches._base.start_push`."""
+    sf = getattr(m, "scaling_factor", None)
+    rows = []
+    for v in m.est.u.values():
+        if v.fixed:
+            continue
+        d = float(sf.get(v, 1.0)) if isinstance(sf, pyo.Suffix) else 1.0
+        rows.append((d * float(v.value), d * (-np.inf if v.lb is None else v.lb),
+                     d * (np.inf if v.ub is None else v.ub)))
+    return tuple(np.array(c, dtype=float) for c in zip(*rows)) if rows else None
 
 
 def scale_parameters(m, b):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._forked import CAN_FORK, run_forked
 from ._progress import IterationProgress, progress_enabled, time_left
 from ._protocol import EvaluationError
 
@@ -45,6 +46,9 @@ CYIPOPT_MISSING = (
 # Ipopt ApplicationReturnStatus codes (IpReturnCodes_inc.h)
 #: Ipopt's code of Maximum_WallTime_Exceeded
 WALL_TIME_CODE = -5
+#: seconds past ``max_wall_time`` after which an isolated solve (see
+#: :func:`solve_with_ipopt`, ``isolate``) is killed inside whatever it is doing
+HARD_LIMIT_GRACE = 3.0
 
 IPOPT_STATUS = {
     0: "Solve_Succeeded",
@@ -128,6 +132,9 @@ class _Problem:
         #: run long past it
         self.deadline = None
         self.expired = False
+        #: (cyipopt problem, shared array) of an isolated solve: each iteration writes
+        #: its iterate there, read by the parent if it has to kill the solve
+        self.share = None
 
     def abort(self, err, where):
         if self.error is None:
@@ -163,6 +170,8 @@ class _Problem:
 
     def intermediate(self, alg_mod, iter_count, obj_value, inf_pr, inf_du, mu,
                      d_norm, regularization_size, alpha_du, alpha_pr, ls_trials):
+        if self.share is not None:
+            _share_iterate(self.share, iter_count)
         if self.error is not None or self.expired:
             return False
         self.iterations = iter_count
@@ -178,6 +187,105 @@ class _Problem:
             if r is False:
                 return False
         return True
+
+
+def _share_iterate(share, iter_count):
+    """Write Ipopt's current iterate into the shared array ``[k, x, z_L, z_U, g, y]``."""
+    nlp, buf, n, m = share
+    try:
+        it = nlp.get_current_iterate(scaled=False)
+    except Exception:                              # noqa: BLE001 - an older Ipopt: no iterate
+        it = None
+    if not it or it.get("x") is None:
+        return
+    parts = (it["x"], it["mult_x_L"], it["mult_x_U"], it["g"], it["mult_g"])
+    at = 1
+    for v, size in zip(parts, (n, n, n, m, m)):
+        if v is not None and size:
+            buf[at:at + size] = np.asarray(v, dtype=float).ravel()[:size]
+        at += size
+    buf[0] = iter_count
+
+
+def _solve_isolated(prob, nlp, ev, run, x_start):
+    """``run()`` (Ipopt's solve) in a forked child; ``(x, info)`` as cyipopt returns
+    them, rebuilt from the last iterate if the child was killed at the hard limit
+    or died."""
+    import mmap
+    import pickle
+    n, m = ev.n, ev.m
+    buf = np.ndarray(1 + 3 * n + 2 * m, dtype=float,
+                     buffer=mmap.mmap(-1, 8 * (1 + 3 * n + 2 * m)))
+    buf[0] = -1.0
+    prob.share = (nlp, buf, n, m)
+
+    lines = prob._progress
+
+    def child(send=None):
+        if send is not None:        # progress lines are printed by the waiting process
+            prob._progress = lambda *record: send(record)
+        x, info = run()
+        err = prob.error
+        if err is not None:
+            try:
+                pickle.dumps(err)
+            except Exception:                      # noqa: BLE001 - an unpicklable exception
+                err = RuntimeError(f"{type(err).__name__}: {err}")
+        return dict(x=x, info=info, iterations=prob.iterations, eval_s=prob.eval_s,
+                    counts=prob.counts, expired=prob.expired, error=err,
+                    error_in=prob.error_in, stats=getattr(ev, "stats", None))
+
+    hard = (None if prob.deadline is None else
+            time.monotonic() + (prob.deadline - time.perf_counter()) + HARD_LIMIT_GRACE)
+    try:
+        out = run_forked(child, hard, on_message=(None if lines is None else
+                                                   (lambda record: lines(*record))))
+    finally:
+        prob.share = None
+    if out.returned:
+        v = out.value
+        prob.iterations, prob.eval_s = v["iterations"], v["eval_s"]
+        prob.counts, prob.expired = v["counts"], v["expired"]
+        if v["error"] is not None:
+            prob.abort(v["error"], v["error_in"])
+        if isinstance(v["stats"], dict) and isinstance(getattr(ev, "stats", None), dict):
+            ev.stats.update(v["stats"])
+        return v["x"], v["info"]
+    if out.unsendable is not None:
+        raise RuntimeError(f"the isolated Ipopt solve finished but its result could not be "
+                           f"sent back: {out.unsendable}")
+    k = int(buf[0])
+    if k >= 0:
+        x = buf[1:1 + n].copy()
+        zl, zu = buf[1 + n:1 + 2 * n].copy(), buf[1 + 2 * n:1 + 3 * n].copy()
+        g, y = buf[1 + 3 * n:1 + 3 * n + m].copy(), buf[1 + 3 * n + m:].copy()
+    else:
+        x = np.clip(np.asarray(x_start, dtype=float), ev.x_lb, ev.x_ub)
+        zl, zu, y = np.zeros(n), np.zeros(n), np.zeros(m)
+        try:
+            g = np.asarray(ev.constraints(x), dtype=float) if m else np.zeros(0)
+        except (EvaluationError, ArithmeticError, ValueError):
+            g = np.full(m, np.nan)
+    try:
+        obj = float(ev.objective(x))
+    except (EvaluationError, ArithmeticError, ValueError):
+        obj = float("nan")
+    prob.iterations = max(k, 0)
+    where = (f"inside iteration {k + 1}; the values are those of iteration {k}" if k >= 0
+             else "before its first iteration; the values are the start's")
+    if out.timed_out:
+        status = WALL_TIME_CODE
+        msg = (f"Maximum wall time exceeded: Ipopt was stopped {HARD_LIMIT_GRACE:g} s after "
+               f"max_wall_time, {where} (one step of compiled code that cannot be "
+               f"interrupted, such as a factorization of the KKT system, ran past the limit)")
+    else:
+        status = -199
+        msg = (f"Ipopt's process died with {out.died} {where}"
+               + (" (SIGKILL from outside the package: most often the system's "
+                  "out-of-memory killer; the problem may be too large for this machine's "
+                  "memory: use a coarser grid)" if "SIGKILL" in str(out.died) else ""))
+    return x, dict(x=x, status=status, status_msg=msg, obj_val=obj, mult_g=y, mult_x_L=zl,
+                   mult_x_U=zu, g=g)
 
 
 @contextlib.contextmanager
@@ -404,7 +512,7 @@ def adjoint_multipliers(ev, x, decisions, rtol=1e-6):
 
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
                      g_scaling=None, obj_scaling=None, progress=None, max_wall_time=None,
-                     multipliers=None):
+                     multipliers=None, isolate=None):
     """Solve the evaluator's NLP with Ipopt; return an :class:`IpoptResult`.
 
     ``options`` are passed to Ipopt unchanged, after :data:`MUMPS_DEFAULTS` for
@@ -430,6 +538,18 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     Ipopt's own estimate (e.g. :func:`adjoint_multipliers`): Ipopt's warm start
     (``warm_start_init_point``) with the bound pushes and bound multipliers of its
     cold start, so that only the constraint multipliers differ.
+
+    ``isolate``: run Ipopt in a process forked from this one
+    (:func:`~pyomo_odeest.nlp._forked.run_forked`, Linux), killed if it is still
+    running :data:`HARD_LIMIT_GRACE` seconds after ``max_wall_time``.  Ipopt checks
+    its limit between iterations, and the evaluations past it are refused, but one
+    factorization of a large KKT system (MUMPS asking for more memory again and
+    again) cannot be stopped inside the process: killed, the solve returns status
+    ``Maximum_WallTime_Exceeded`` with Ipopt's last iterate (primal values,
+    multipliers and constraint values of the last iteration it finished).  None
+    (default): isolated when there is a time limit, no ``intermediate`` callback
+    (its side effects would stay in the child) and the evaluator says a solve may run
+    in another process (``ev.forkable``, true for :class:`PyomoNLPEvaluator`).
     """
     cyipopt = import_cyipopt()
     if multipliers is not None:
@@ -518,18 +638,28 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         z0 = float(opts.get("bound_mult_init_val", 1.0)) * xs / (
             of * float(opts.get("obj_scaling_factor", 1.0)))
         bound_z = (np.where(np.isfinite(ev.x_lb), z0, 0.0), np.where(np.isfinite(ev.x_ub), z0, 0.0))
+    start_kw = ({} if multipliers is None else
+                dict(lagrange=multipliers, zl=bound_z[0], zu=bound_z[1]))
+
+    def run():
+        try:
+            with _sigint_aborts(prob):
+                return nlp.solve(x_start, **start_kw)
+        except BaseException as err:                 # noqa: BLE001 - cyipopt re-raising
+            prob.abort(err, "cyipopt")
+            return None, None
+
     t = time.perf_counter()
     if opts.get("max_wall_time") is not None:
         prob.deadline = t + float(opts["max_wall_time"])
+    if isolate is None:
+        isolate = (prob.deadline is not None and intermediate is None
+                   and bool(getattr(ev, "forkable", False)))
     try:
-        with _sigint_aborts(prob):
-            if multipliers is None:
-                x, info = nlp.solve(x_start)
-            else:
-                x, info = nlp.solve(x_start, lagrange=multipliers, zl=bound_z[0],
-                                    zu=bound_z[1])
-    except BaseException as err:                     # noqa: BLE001 - cyipopt re-raising
-        prob.abort(err, "cyipopt")
+        if isolate and CAN_FORK:
+            x, info = _solve_isolated(prob, nlp, ev, run, x_start)
+        else:
+            x, info = run()
     finally:
         nlp.close()
     ipopt_s = time.perf_counter() - t

@@ -561,6 +561,10 @@ class PyomoNLPEvaluator(NLPEvaluator):
     stats : dict with set-up timings and family counts.
     """
 
+    #: a solve may run in a forked process (:func:`~pyomo_odeest.nlp.solve_with_ipopt`,
+    #: ``isolate``): nothing read after a solve is changed by its evaluations
+    forkable = True
+
     def __init__(self, model, templatize=True):
         t_start = time.perf_counter()
         self.model = model

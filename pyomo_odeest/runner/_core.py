@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..nlp._forked import CAN_FORK, run_forked
 from ..nlp._progress import TaskProgress, progress_enabled
 from ..problem._result import EstimationResult
 
@@ -246,135 +247,35 @@ class RunResult:
                 if isinstance(self.outputs[i], EstimationResult)]
 
 
-_CAN_FORK = hasattr(os, "fork") and sys.platform.startswith("linux")
-
-
 def _error_row(task, index, seed_seq, error, worker="", status="error"):
     return index, _row(task, index, seed_seq, status=status, success=False, error=error,
                        worker=worker), None
 
 
-def _dumps(obj):
-    """``obj`` pickled by reference where it can be (as Dask sends results: the classes
-    sympy creates at run time do not survive cloudpickle's copy by value), else by
-    cloudpickle."""
-    import pickle
-    try:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as err:                     # noqa: BLE001 - lambdas, local classes
-        try:
-            import cloudpickle                   # with the [dask] extra
-        except ImportError:
-            raise err from None
-        return cloudpickle.dumps(obj)
-
-
-def _read_until(fd, deadline):
-    """The bytes written to the pipe ``fd`` until it closes; None at ``deadline``
-    (``time.monotonic()``; None: no limit)."""
-    import select
-    data = bytearray()
-    while True:
-        wait = None if deadline is None else deadline - time.monotonic()
-        if wait is not None and wait <= 0:
-            return None
-        if select.select([fd], [], [], wait)[0]:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return bytes(data)
-            data += chunk
-
-
-def _signal_name(number) -> str:
-    import signal
-    try:
-        return f"signal {number} ({signal.Signals(number).name})"
-    except ValueError:
-        return f"signal {number}"
-
-
-def _stop_child(pid):
-    """Kill the forked process ``pid`` and reap it (it is gone when this returns)."""
-    import signal
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
-
-
 def _execute_isolated(task, index, seed_seq, keep, timeout=None, rerun=False):
-    """:func:`_execute` in a child process forked by the worker: a task that ends
-    its process (``os._exit``, a fatal signal, a crash in compiled code) gives an
-    error row naming it, and the worker lives on.  A task still running after
-    ``timeout`` seconds (None or ``inf``: no limit) is killed (``SIGKILL``: whatever
-    it is doing, set-up or compiled code) and its row has the status
-    ``'time_limit'``.  An interruption of the waiting process (``KeyboardInterrupt``
-    from a SIGINT sent to it alone, e.g. a notebook's "interrupt kernel") kills the
-    child too before it propagates.  ``rerun``: the task is here because it was
-    lost with its worker (the error row then says so)."""
-    import pickle
-    import signal
-    r, w = os.pipe()
-    # SIGINT is held back while forking: an interrupt that arrives then would be raised,
-    # and swallowed, inside the at-fork hooks (logging's), and the child would live on
-    held = hasattr(signal, "pthread_sigmask")
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
-    try:
-        pid = os.fork()
-    except BaseException:
-        if held:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        os.close(r)
-        os.close(w)
-        raise
-    if pid == 0:                                 # the child: run, send, exit
-        try:
-            if held:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            os.close(r)
-            try:
-                payload = _dumps(_execute(task, index, seed_seq, keep))
-            except BaseException as err:         # noqa: BLE001 - an output that does not pickle
-                payload = _dumps(_error_row(
-                    task, index, seed_seq, f"the task's output cannot be sent back: "
-                    f"{type(err).__name__}: {err}", _worker_name()))
-            with os.fdopen(w, "wb") as f:
-                f.write(payload)
-        finally:
-            os._exit(0)
+    """:func:`_execute` in a child process forked by the worker
+    (:func:`~pyomo_odeest.nlp.run_forked`): a task that ends its process
+    (``os._exit``, a fatal signal, a crash in compiled code) gives an error row
+    naming it, and the worker lives on.  A task still running after ``timeout``
+    seconds (None or ``inf``: no limit) is killed (``SIGKILL``: whatever it is
+    doing, set-up or compiled code) and its row has the status ``'time_limit'``.  An
+    interruption of the waiting process (``KeyboardInterrupt`` from a SIGINT sent to
+    it alone, e.g. a notebook's "interrupt kernel") kills the child too before it
+    propagates.  ``rerun``: the task is here because it was lost with its worker (the
+    error row then says so)."""
     limited = timeout is not None and math.isfinite(timeout)
-    write_end = w
-    try:
-        if held:                                 # a held-back interrupt is raised here
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        write_end = None
-        os.close(w)
-        data = _read_until(r, time.monotonic() + timeout if limited else None)
-    except BaseException:                        # interrupted: the task must not live on
-        _stop_child(pid)
-        if write_end is not None:
-            os.close(write_end)
-        raise
-    finally:
-        os.close(r)
-    if data is None:
-        _stop_child(pid)
+    out = run_forked(lambda: _execute(task, index, seed_seq, keep),
+                     time.monotonic() + timeout if limited else None)
+    if out.returned:
+        return out.value
+    if out.timed_out:
         return _error_row(task, index, seed_seq, f"stopped by the runner's task_timeout after "
                           f"{timeout:g} s (the process running it was killed)",
                           _worker_name(), status="time_limit")
-    _, status = os.waitpid(pid, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and data:
-        try:
-            return pickle.loads(data)
-        except Exception as err:                 # noqa: BLE001 - sent, but not readable here
-            return _error_row(task, index, seed_seq, f"the task's output was sent back but "
-                              f"cannot be read: {type(err).__name__}: {err}", _worker_name())
-    how = (_signal_name(os.WTERMSIG(status)) if os.WIFSIGNALED(status)
-           else f"exit code {os.WEXITSTATUS(status)}")
+    if out.unsendable is not None:
+        return _error_row(task, index, seed_seq, f"the task's output cannot be sent back: "
+                          f"{out.unsendable}", _worker_name())
+    how = out.died
     if rerun:
         return _error_row(task, index, seed_seq,
                           f"the task killed its worker process: it was lost with its worker, "
@@ -559,7 +460,7 @@ class Runner:
                 raise ValueError(f"task_timeout must be a number of seconds > 0 (float('inf'): "
                                  f"no limit, each task in a process of its own) or None; got "
                                  f"{value!r}")
-            if not _CAN_FORK:
+            if not CAN_FORK:
                 raise ValueError(f"task_timeout needs Linux (its tasks run in forked "
                                  f"processes); got {value!r} on {sys.platform}")
             value = float(value)
@@ -690,10 +591,10 @@ class Runner:
             # a worker): if it ends that process it is the culprit and the worker lives;
             # without fork, alone on the cluster, one task at a time
             for attempt in range(1, self.retries + 1):
-                batches = [sorted(lost)] if _CAN_FORK else [[i] for i in sorted(lost)]
+                batches = [sorted(lost)] if CAN_FORK else [[i] for i in sorted(lost)]
                 again = {}
                 for batch in batches:
-                    again.update(gather(submit(batch, f"{run_id}r{attempt}", _CAN_FORK)))
+                    again.update(gather(submit(batch, f"{run_id}r{attempt}", CAN_FORK)))
                 lost = again
         except KeyboardInterrupt:
             client.cancel([f for f in futures if not f.done()])

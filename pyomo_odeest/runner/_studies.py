@@ -25,7 +25,7 @@ from ..approaches._estimate import estimate
 from ..analysis._diagnostics import end_objective
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
-from ._core import _CAN_FORK, RunResult, Runner, Task, _root, _row, shared, task_seeds
+from ._core import CAN_FORK, RunResult, Runner, Task, _root, _row, shared, task_seeds
 
 __all__ = ["multistart", "multistart_starts", "cluster_end_points", "MultistartResult",
            "START_TIME_FACTOR", "START_TIME_FLOOR",
@@ -370,7 +370,7 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
                 for _, row in rows.iterrows()]
 
     def run_limited(tasks, limit, first_index):
-        backstop = (limit is not None and rn.mode == "serial" and _CAN_FORK
+        backstop = (limit is not None and rn.mode == "serial" and CAN_FORK
                     and rn.task_timeout is None)
         if backstop:
             rn.task_timeout = _KILL_FACTOR * limit + _KILL_GRACE

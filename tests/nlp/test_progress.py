@@ -164,3 +164,92 @@ def test_a_solve_scope_sets_progress_and_a_deadline_for_every_solve_in_it(capsys
     assert current_scope() is None
     assert r.status_name == "Maximum_WallTime_Exceeded"
     assert "Maximum_WallTime_Exceeded" in capsys.readouterr().err
+
+
+class _StuckHessian:
+    """min sum((x - (1, 2, 3))^2) s.t. x0 = x1, whose ``stuck``-th Hessian call does
+    not return for ``seconds`` (a factorization that cannot be interrupted)."""
+    forkable = True
+
+    def __init__(self, stuck=None, seconds=20.0, action=None):
+        self.n, self.m = 3, 1
+        self.x0 = np.zeros(3)
+        self.x_lb, self.x_ub = np.full(3, -10.0), np.full(3, 10.0)
+        self.g_lb = self.g_ub = np.zeros(1)
+        self.calls, self.stuck, self.seconds, self.action = 0, stuck, seconds, action
+
+    def objective(self, x):
+        return float(np.sum((x - np.arange(1, 4)) ** 2))
+
+    def gradient(self, x):
+        return 2 * (x - np.arange(1, 4))
+
+    def constraints(self, x):
+        return np.array([x[0] - x[1]])
+
+    def jacobian_structure(self):
+        return np.array([0, 0]), np.array([0, 1])
+
+    def jacobian(self, x):
+        return np.array([1.0, -1.0])
+
+    def hessian_structure(self):
+        return np.arange(3), np.arange(3)
+
+    def hessian(self, x, lam, obj_factor):
+        self.calls += 1
+        if self.calls == self.stuck:
+            if self.action is not None:
+                self.action()
+            time.sleep(self.seconds)
+        return np.full(3, 2.0 * obj_factor)
+
+
+def test_max_wall_time_holds_inside_one_step_of_compiled_code():
+    """One step that ignores every deadline (here a Hessian call that sleeps 20 s;
+    in practice MUMPS asking for memory again and again inside one factorization)
+    is killed HARD_LIMIT_GRACE seconds after the limit, and the result is Ipopt's
+    last iterate, as a stop between iterations would give it."""
+    from pyomo_odeest.nlp._cyipopt_adapter import HARD_LIMIT_GRACE
+    t0 = time.perf_counter()
+    r = solve_with_ipopt(_StuckHessian(stuck=2), max_wall_time=1.0)
+    wall = time.perf_counter() - t0
+    assert wall < 1.0 + HARD_LIMIT_GRACE + 2.0
+    assert r.status_name == "Maximum_WallTime_Exceeded" and r.iterations == 1
+    assert "inside iteration 2" in r.message and "factorization" in r.message
+    first = solve_with_ipopt(_StuckHessian(), options={"max_iter": 1})
+    np.testing.assert_allclose(r.x, first.x, rtol=1e-14)
+    np.testing.assert_allclose(r.mult_g, first.mult_g, rtol=1e-12)
+    np.testing.assert_allclose(r.obj, first.obj, rtol=1e-14)
+
+
+def test_an_isolated_solve_is_the_solve_in_this_process(capsys):
+    """A solve under a time limit runs in a forked process; what it returns, its
+    counts and its progress lines (printed here, whatever standard error is) are
+    those of the same solve in this process."""
+    here = solve_with_ipopt(_rosenbrock_chain(6), options={"tol": 1e-12}, isolate=False,
+                            progress=5, max_wall_time=100)
+    err_here = capsys.readouterr().err
+    there = solve_with_ipopt(_rosenbrock_chain(6), options={"tol": 1e-12}, progress=5,
+                             max_wall_time=100)
+    err_there = capsys.readouterr().err
+    assert there.status_name == here.status_name == "Solve_Succeeded"
+    np.testing.assert_array_equal(there.x, here.x)
+    assert there.iterations == here.iterations and there.counts == here.counts
+    strip = lambda text: [re.sub(r"\s+\d+\.\d s.*$", "", ln) for ln in text.splitlines()]  # noqa: E731
+    assert strip(err_there) == strip(err_here) and len(strip(err_here)) >= 3
+
+
+def test_an_isolated_solve_reraises_and_names_a_dead_process():
+    def boom(x):
+        raise RuntimeError("a bug in the user's callback")
+    ev = _StuckHessian()
+    ev.gradient = boom
+    with pytest.raises(RuntimeError, match="a bug in the user's callback"):
+        solve_with_ipopt(ev, max_wall_time=30)
+    import os
+    import signal
+    ev = _StuckHessian(stuck=2, action=lambda: os.kill(os.getpid(), signal.SIGKILL))
+    r = solve_with_ipopt(ev, max_wall_time=30)
+    assert r.status_name == "Internal_Error" and "SIGKILL" in r.message
+    assert "out-of-memory" in r.message and r.iterations == 1

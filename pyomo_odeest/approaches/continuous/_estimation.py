@@ -248,7 +248,8 @@ class ContinuousApproach(Approach):
             b.J_start = np.nan
             return Outcome.failed_at_start(b.w0, err)
         if cfg.optimizer == "ipopt":
-            opts = ipopt_options(cfg, acceptable_tol=1e-2, acceptable_iter=5,
+            opts = ipopt_options(cfg, start=(b.w0, b.wl, b.wu), acceptable_tol=1e-2,
+                                 acceptable_iter=5,
                                  acceptable_obj_change_tol=max(1e-12, 10 * cm.rtol),
                                  **({"hessian_approximation": "limited-memory"}
                                     if cfg.hessian is None else {}))
