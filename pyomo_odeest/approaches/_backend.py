@@ -506,16 +506,47 @@ def rebuild_backend(result, data=None, read=False):
                            "scheme of the result (rebuilt: an approximation of the original's)")
 
 
-def _factor(ev, x, dep):
-    """``(J, lu)``: the sparse constraint Jacobian of evaluator ``ev`` at ``x`` and the LU of
-    its columns ``dep`` (the null space of J has the state part D = −J_dep⁻¹ J_par)."""
+def _factor(ev, x, dep, rows=None):
+    """``(J, lu)``: the sparse constraint Jacobian of evaluator ``ev`` at ``x`` (its
+    ``rows``; None: all) and the LU of its columns ``dep`` (the null space of J has the
+    state part D = −J_dep⁻¹ J_par)."""
     r, c = ev.jacobian_structure()
     J = sp.csc_matrix((ev.jacobian(x), (r, c)), shape=(ev.m, ev.n))
+    if rows is not None:
+        J = J[rows]
     Jd = J[:, dep]
     if Jd.shape[0] != Jd.shape[1]:
         raise ValueError(f"the constraint Jacobian with respect to the dependent variables is "
                          f"{Jd.shape[0]}×{Jd.shape[1]}, not square: cannot eliminate the states")
     return J, spla.splu(sp.csc_matrix(Jd))
+
+
+def _equality_rows(ev, x, rtol=1e-6):
+    """The rows of ``ev``'s constraints that are equalities at ``x``: every equality,
+    and no inequality.  An inequality inactive at ``x`` (more than ``rtol`` relative
+    from its bounds) does not change the local problem and is left out; one that is
+    active is refused by name, since the reduced Hessian here is that of the
+    equality-constrained problem (the covariance under an active constraint is
+    singular along it)."""
+    ineq = np.flatnonzero(ev.g_lb != ev.g_ub)
+    if ineq.size == 0:
+        return np.arange(ev.m)
+    g = np.asarray(ev.constraints(x), dtype=float)[ineq]
+    lo, hi = ev.g_lb[ineq], ev.g_ub[ineq]
+    with np.errstate(invalid="ignore"):          # an infinite bound is never near
+        near = ((np.isfinite(lo) & (g <= lo + rtol * np.maximum(1.0, np.abs(lo))))
+                | (np.isfinite(hi) & (g >= hi - rtol * np.maximum(1.0, np.abs(hi)))))
+    if near.any():
+        names = [ev.constraint_rows[k].name for k in ineq[near]]
+        raise ValueError(f"the inequality constraint{'s' * (len(names) > 1)} "
+                         f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} "
+                         f"{'are' if len(names) > 1 else 'is'} active at the estimates: the "
+                         "covariance and the profiles here are those of the problem with "
+                         "equality constraints only (a Wald covariance would cross an "
+                         "active constraint); deactivate it and refit to see the "
+                         "uncertainty without it, or turn it into an equality (or hold a "
+                         "parameter on it) if the estimates must lie on it")
+    return np.setdiff1d(np.arange(ev.m), ineq[~near])
 
 
 def kkt_reduced_hessian(model, block=None):
@@ -544,10 +575,8 @@ def kkt_reduced_hessian(model, block=None):
     P = b.problem
     names = [p for p in P.parameter_names if not b.u[p].fixed]
     ev = PyomoNLPEvaluator(model)
-    if np.any(ev.g_lb != ev.g_ub):
-        raise ValueError("the model has inequality constraints; the reduced Hessian needs "
-                         "equality constraints only")
     x = np.array([0.0 if v.value is None else v.value for v in ev.variables], dtype=float)
+    rows = _equality_rows(ev, x)
     col = {id(v): k for k, v in enumerate(ev.variables)}
     # a free parameter that enters no equation and no objective term (e.g. the initial
     # value of a species in experiments that are not part of this problem) is not a
@@ -555,10 +584,11 @@ def kkt_reduced_hessian(model, block=None):
     present = np.flatnonzero([id(b.u[p]) in col for p in names])
     par = np.array([col[id(b.u[p])] for p in names if id(b.u[p]) in col], dtype=int)
     dep = np.setdiff1d(np.arange(ev.n), par)
-    Jc, lu = _factor(ev, x, dep)
+    Jc, lu = _factor(ev, x, dep, rows)
     D = -lu.solve(Jc[:, par].toarray())
     g = ev.gradient(x)
-    lam = -lu.solve(g[dep], trans="T")
+    lam = np.zeros(ev.m)                       # an inactive inequality's multiplier: 0
+    lam[rows] = -lu.solve(g[dep], trans="T")
     hr, hc = ev.hessian_structure()
     hv = ev.hessian(x, lam, 1.0)
     off = hr != hc

@@ -180,3 +180,30 @@ def test_bootstrap_of_a_user_model_refuses_rather_than_reuse_its_data():
             r.refit(problem=other)
     with pytest.raises(ProblemError, match="holds the data it was built with"):
         bootstrap(p, n=2, fit=r)
+
+
+def test_covariance_of_a_user_model_with_an_inequality():
+    """An inequality inactive at the estimates does not change the local problem: the
+    covariance is the one without it.  One that is active is named, with the remedies
+    (a Wald covariance would cross it)."""
+    import pyomo.environ as pyo
+    from pyomo_odeest import build_block
+    from pyomo_odeest.models import lotka_volterra_problem
+    p = lotka_volterra_problem(p0=(0.8,) * 4)
+
+    def fit(cap):
+        m = pyo.ConcreteModel()
+        m.est = build_block(p, "adams_pc", 4, steps_per_interval=5)
+        if cap is not None:
+            m.cap = pyo.Constraint(expr=m.est.u["p1"] + m.est.u["p3"] <= cap)
+        return estimate(p, approach="simultaneous", model=m, certify=False)
+    free = fit(None)
+    total = float(free.estimates["p1"] + free.estimates["p3"])
+    loose = fit(total + 1.0)
+    assert loose.success and free.success
+    np.testing.assert_allclose(loose.covariance().matrix.to_numpy(),
+                               free.covariance().matrix.to_numpy(), rtol=1e-6)
+    tight = fit(total - 0.05)
+    assert float(tight.estimates["p1"] + tight.estimates["p3"]) == pytest.approx(total - 0.05)
+    with pytest.raises(ValueError, match=r"cap is active at the estimates.*deactivate it"):
+        tight.covariance()
