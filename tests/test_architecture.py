@@ -257,3 +257,46 @@ def test_subpackage_docstrings_state_their_lists():
                 bad.append(f"pyomo_odeest.{name}, paragraph {lead!r}: "
                            f"{'missing' if said is None else sorted(said ^ names)}")
     assert not bad, "\n".join(bad)
+
+
+#: The modules that may assign an estimation's status: where it is defined and
+#: changed by a check (:func:`~pyomo_odeest.problem._status.demote`), where a result
+#: normalizes it, and the driver, which takes the optimizer's.
+STATUS_WRITERS = {"problem/_status.py", "problem/_result.py", "approaches/_base.py"}
+
+
+def test_a_status_is_changed_by_one_rule():
+    """A check changes an estimation's status only through ``demote`` (a success
+    becomes the check's status; a failure keeps its first cause unless the check
+    invalidates the point): no other module assigns ``<result>.status``."""
+    import ast
+    bad = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        if rel in STATUS_WRITERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+                       else [])
+            for t in targets:
+                for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                    if (isinstance(el, ast.Attribute) and el.attr == "status"
+                            and not (isinstance(el.value, ast.Name) and el.value.id == "self")
+                            and not (isinstance(el.value, ast.Attribute)
+                                     and el.value.attr in ("solver",))
+                            and not (isinstance(el.value, ast.Name) and el.value.id == "soln")):
+                        bad.append(f"{rel}:{node.lineno}")
+    assert not bad, ("assign a status through problem._status.demote: " + ", ".join(bad))
+
+
+def test_demote_lowers_a_success_and_keeps_the_first_failure():
+    from types import SimpleNamespace
+    from pyomo_odeest.problem._status import Status, demote
+    r = SimpleNamespace(status=Status.CONVERGED, message="Solve_Succeeded")
+    assert demote(r, Status.NOT_RESOLVED, "grid") and r.status is Status.NOT_RESOLVED
+    assert r.message == "Solve_Succeeded; grid"
+    assert not demote(r, Status.NOT_STATIONARY, "gradient") and r.status is Status.NOT_RESOLVED
+    assert demote(r, "simulation_failed", "final", force=True)
+    assert r.status is Status.SIMULATION_FAILED and r.message.endswith("; final")
+    assert not demote(r, Status.SIMULATION_FAILED, "again", force=True)

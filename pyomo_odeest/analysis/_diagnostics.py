@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..discretization.schemes import amplification, stable_schemes, stiff_point
-from ..problem._status import Status
+from ..problem._status import Status, demote
 
 __all__ = ["diagnose", "amplification", "stability_warnings", "chi2_warning",
            "bound_warnings", "rank_warnings", "status_warning", "simulation_warning",
@@ -174,9 +174,7 @@ def stationarity_status(problem, result, curv):
     Otherwise the status becomes ``NOT_STATIONARY`` (numbers in
     ``result.extra['stationarity']``).  Applies where J is a sum of squares (no
     constraints, no penalty) and the backend reproduces the objective that was
-    minimized (:math:`\kappa\cdot	frac12\lVert
-ho
-Vert^2 + c = J` to 1e-6: not
+    minimized (:math:`\kappa\cdot\tfrac12\lVert\rho\rVert^2 + c = J` to 1e-6: not
     the adaptive approach, whose backend is another discretization)."""
     from ..nlp._stationarity import decrement_limit, gauss_newton_decrement, judge_stop
     from ..problem._misfit import misfit_constant
@@ -207,9 +205,8 @@ Vert^2 + c = J` to 1e-6: not
                                         decrement_limit=decrement_limit(jc), rule=rule)
     if ok:
         return []
-    result.status = Status.NOT_STATIONARY
-    result.message = (f"{result.message}; not stationary: Gauss-Newton predicted decrease "
-                      f"{dec:.2g} > {decrement_limit(jc):.2g}")
+    demote(result, Status.NOT_STATIONARY, f"not stationary: Gauss-Newton predicted decrease "
+           f"{dec:.2g} > {decrement_limit(jc):.2g}")
     return []
 
 

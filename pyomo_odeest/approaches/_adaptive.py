@@ -20,7 +20,7 @@ from ..problem._declaration import (EstimationProblem, ProblemError, require_no_
                                     require_no_inputs)
 from ..problem._misfit import observations
 from ..problem._result import EstimationResult
-from ..problem._status import Status, status_from_ipopt
+from ..problem._status import Status, demote, status_from_ipopt
 from ..problem._validation import positive_float, positive_int
 from ..transcription._adaptive_block import build_adaptive_block, block_multipliers, run_from_block
 from ..transcription._block import set_parameter_vars
@@ -123,27 +123,40 @@ class AdaptiveApproach(Approach):
             if err <= fit_tol:
                 break
             eps = _next_eps(built.ams[0], err, fit_tol)
+            kept = built.ams, built.joined
             built.ams = [AdaptiveModel(am.problem, replace(am.controller, eps=eps), am.qmax)
                          for am in built.ams]
             built.joined = join_experiments(built.problem, built.ams)
             try:
                 runs = [am.run(_block_u(out.x[0], built.problem)) for am in built.ams]
             except AdaptiveError as e:
-                out.status, out.message = Status.SIMULATION_FAILED, (
-                    f"the adaptive integration fails at eps={eps:.3g}: {e}")
+                built.ams, built.joined = kept
+                demote(out, Status.SIMULATION_FAILED,
+                       f"the adaptive integration fails at eps={eps:.3g}: {e}")
                 break
             prev = out
             out = _rounds(built, runs, cfg)
+            if not out.status.success:
+                # the tighter tolerance did not solve: the estimates of the last one that
+                # did, which its fitted values' error does not certify
+                failed, out = out, prev
+                built.ams, built.joined = kept
+                demote(out, Status.NOT_RESOLVED,
+                       f"at the tighter tolerance eps={eps:.3g} the solve ended "
+                       f"{failed.status} ({failed.message}); the estimates are those of "
+                       f"eps={kept[0][0].controller.eps:.3g}, whose fitted values are "
+                       f"{err:.3g} sigma from the ODE's, above fit_tol={fit_tol:g}")
+                break
             out.iterations += prev.iterations
             out.counts = dict(Counter(prev.counts) + Counter(out.counts))
             out.timings = {k: prev.timings.get(k, 0.0) + v for k, v in out.timings.items()}
             out.x[1][:0] = prev.x[1]
         else:
             if fit_tol is not None and out.status.success:
-                out.status, out.message = Status.MAX_ITERATIONS, (
-                    f"{out.message}; the estimated error of the fitted values "
-                    f"{built.tolerance[-1]['fit_error']:.3g} sigma is above fit_tol="
-                    f"{fit_tol:g} after {_TOL_ROUNDS} tolerances")
+                demote(out, Status.MAX_ITERATIONS,
+                       f"the estimated error of the fitted values "
+                       f"{built.tolerance[-1]['fit_error']:.3g} sigma is above fit_tol="
+                       f"{fit_tol:g} after {_TOL_ROUNDS} tolerances")
         if built.seed is not None:
             out.iterations += built.seed["iterations"]
             out.timings["seed_s"] = built.seed["wall_s"]
@@ -329,13 +342,13 @@ def _rounds(built, runs, cfg):
     out = Outcome.from_ipopt(info)
     if out.status.success and not stable:       # the model solved is not the one at u
         last = rounds[-1]
-        out.status, out.message = (
-            (Status.SIMULATION_FAILED, f"{out.message}; the adaptive integration fails at "
-             f"the solution: {last['error']}") if "error" in last else
-            (Status.MAX_ITERATIONS, f"{out.message}; after {len(rounds)} rounds the "
+        demote(out, *(
+            (Status.SIMULATION_FAILED, f"the adaptive integration fails at the solution: "
+             f"{last['error']}") if "error" in last else
+            (Status.MAX_ITERATIONS, f"after {len(rounds)} rounds the "
              + ("solution is on a trust bound" if last["on_trust_bound"] else
                 "pattern at the solution still differs from the one solved")
-             + " (raise max_rebuilds, or start closer)"))
+             + " (raise max_rebuilds, or start closer)")))
     out.iterations, out.counts = iterations, dict(evals)
     out.timings = dict(setup_s=build_s, solve_s=solve_s)
     m.final_runs = final_runs

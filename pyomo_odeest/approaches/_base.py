@@ -44,7 +44,7 @@ from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._misfit import observations
 from ..problem._result import RESULT_ANALYSES, post_solve_checks, stack_experiments
 from ..problem._start import start_values
-from ..problem._status import Status, status_from_ipopt
+from ..problem._status import Status, demote, status_from_ipopt
 from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
@@ -564,9 +564,9 @@ class Approach:
         per = [self.collect_experiment(sp, part, res.x, built)
                for sp, part in zip(problem.subproblems, self.parts(built))]
         failed = [p["failed"] for p in per if p.get("failed")]
-        if failed and res.status is not Status.SIMULATION_FAILED:
-            res.status = Status.SIMULATION_FAILED
-            res.message = f"{res.message}; final simulation failed: {failed[0]}"
+        if failed:
+            demote(res, Status.SIMULATION_FAILED, f"final simulation failed: {failed[0]}",
+                   force=True)
         return per
 
 

@@ -42,7 +42,7 @@ from ..discretization._grid import Grid, subdivide
 from ..discretization.schemes import local_errors
 from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
-from ..problem._status import Status
+from ..problem._status import Status, demote
 from ..symbolic._vectorfn import VectorFn
 from ._base import _with, scheme_of
 
@@ -377,9 +377,8 @@ def refine_until_certified(approach, problem, cfg, result, solve):
     result.timings["total_s"] = time.perf_counter() - t_start + rounds[0]["seconds"]
     if not cert.available and result.success:
         result.warnings.append(f"{cert.describe()}; the estimates are those of the grid only")
-    elif not cert.certified and result.success:
-        result.status = Status.NOT_RESOLVED
-        result.message = f"{result.message}; {cert.describe()}"
+    elif not cert.certified:
+        demote(result, Status.NOT_RESOLVED, cert.describe())
     return result
 
 

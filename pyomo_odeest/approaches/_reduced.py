@@ -26,7 +26,7 @@ from ..nlp._protocol import EvaluationError, NLPEvaluator, finite
 from ..nlp._stationarity import projected_gradient, stationarity_check
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
-from ..problem._status import Status, status_from_scipy
+from ..problem._status import Status, demote, status_from_scipy
 from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
@@ -218,9 +218,8 @@ class ReducedApproach(Approach):
         out = Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, x_scaling=xs, intermediate=watch))
         nlp.mult_g = np.asarray(out.mult_g, dtype=float)
         if watch.stopped:
-            out.status = Status.EVALUATION_ERRORS
-            out.message = (f"{out.message}: {watch.streak} consecutive iterations met a failed "
-                           f"simulation")
+            demote(out, Status.EVALUATION_ERRORS,
+                   f"{watch.streak} consecutive iterations met a failed simulation", force=True)
         return out
 
     def _scipy(self, nlp, cfg):

@@ -21,7 +21,7 @@ from ..transcription._initial_state import initialize_steady_state, steady_state
 from ..problem._misfit import misfit_constant, observations
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
-from ..problem._status import Status
+from ..problem._status import Status, demote
 from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend, blocks_of
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config, discretization_config, refinement_config,
@@ -295,7 +295,7 @@ class SimultaneousApproach(Approach):
         res.backend = KKTBackend(problem, m)
         wrong = [w for blk in self.parts(built) for w in steady_state_mismatch(blk, res.x)]
         if wrong:                             # a root of G = 0 that is not the steady state
-            res.status = Status.FAILED
+            demote(res, Status.FAILED, wrong[0], force=True)
             res.warnings.extend(wrong)
         dual = getattr(m, "dual", None)
         if problem.parameter_constraints and dual is not None:

@@ -185,7 +185,7 @@ class PetabEstimation:
         ``max_iterations`` (or ``time_limit``), not the last round's success: θ
         is then optimal for noise parameters that are not."""
         from ..approaches._estimate import approach_options, estimate
-        from ..problem._status import Status
+        from ..problem._status import Status, demote
         if not self.noise_parameters:
             res = estimate(self.problem, approach, **options)
             res.extra["petab_nll"] = self.nll(res.objective)
@@ -219,14 +219,13 @@ class PetabEstimation:
             if max_time is not None and time.perf_counter() - clock > max_time:
                 late = True
                 break
-        if res.success and not settled:
-            res.status = Status.TIME_LIMIT if late else Status.MAX_ITERATIONS
+        if not settled:
             why = (f"the alternation of the parameters and the noise parameters stopped after "
                    f"{k} rounds " + (f"(max_time {max_time:g} s) " if late else "")
                    + f"with the noise parameters still changing by {change:.2g} (relative, "
                    f"rtol {rtol:g})")
-            res.message = f"{res.message}; {why}" if res.message else why
-            res.warnings.append(why)
+            if demote(res, Status.TIME_LIMIT if late else Status.MAX_ITERATIONS, why):
+                res.warnings.append(why)
         res.extra["petab_nll"] = self.nll(res.objective, res.extra.get("petab_noise"))
         return res
 

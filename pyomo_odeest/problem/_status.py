@@ -2,13 +2,15 @@
 
 Each optimizer's own stop is mapped once, here (:func:`status_from_ipopt`,
 :func:`status_from_scipy`); its text is kept as ``EstimationResult.message``.
-``success`` is derived from the status in one place, :attr:`Status.success`.
+``success`` is derived from the status in one place, :attr:`Status.success`,
+and every check that judges an optimizer's stop changes a status by one rule,
+:func:`demote`.
 """
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Status", "status_from_ipopt", "status_from_scipy"]
+__all__ = ["Status", "status_from_ipopt", "status_from_scipy", "demote"]
 
 
 class Status(str, Enum):
@@ -101,3 +103,25 @@ def status_from_scipy(sol, method: str) -> Status:
     if code in limit:
         return Status.MAX_ITERATIONS
     return Status.FAILED
+
+
+def demote(outcome, status: Status, why: str, force: bool = False) -> bool:
+    """The one rule by which a check changes the status of an ``outcome`` (an
+    :class:`~pyomo_odeest.problem.EstimationResult` or an optimizer's outcome: any
+    object with ``status`` and ``message``).
+
+    A success becomes ``status``, with ``why`` appended to the message: the check
+    found that the point is not what the optimizer's test said (not stationary,
+    not resolved by its grid, a noise alternation that did not settle).  A stop that
+    is already not a success keeps its status, which names the first cause.
+    ``force``: the check invalidates whatever the optimizer returned (a final
+    simulation that fails, a root that is not the steady state, repeated failed
+    evaluations that stopped it), so the status becomes ``status`` in any case.
+    Returns True when the status changed.
+    """
+    status = Status.parse(status)
+    if not (force or outcome.status.success) or outcome.status is status:
+        return False
+    outcome.status = status
+    outcome.message = f"{outcome.message}; {why}" if outcome.message else why
+    return True

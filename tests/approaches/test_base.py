@@ -447,6 +447,19 @@ def test_a_start_near_a_bound_is_where_ipopt_starts():
     assert res.estimates["k"] == pytest.approx(4.56e-14, rel=1e-2)
 
 
+def test_adaptive_keeps_the_last_tolerance_that_solved():
+    """The adaptive approach tightens its tolerance until the fitted values are within
+    fit_tol of the ODE's.  On the IORE model from its published point the second
+    tolerance's solve fails (restoration); the result is the first tolerance's
+    estimates (near the optimum), reported as not resolved, not the failed solve's
+    point (J = 71013, k = 0.048)."""
+    res = po.estimate(iore(8e-14, 6.7), "adaptive")
+    assert res.status is Status.NOT_RESOLVED and not res.success
+    assert "at the tighter tolerance" in res.message and "fit_tol" in res.message
+    assert res.objective < 3.9
+    assert res.estimates["k"] == pytest.approx(4.56e-14, rel=0.1)
+
+
 # ---------------------------------------------------------------------------
 # vocabulary: names and statuses round-trip
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from ...nlp._stationarity import (decrement_limit, gauss_newton_decrement, judge
                                   stationarity_check)
 from ...problem._declaration import EstimationProblem, ProblemError
 from ...problem._result import EstimationResult
-from ...problem._status import Status, status_from_scipy
+from ...problem._status import Status, demote, status_from_scipy
 from .._backend import ContinuousBackend
 from .._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                      common_config,
@@ -427,10 +427,10 @@ def _stationarity(b, out, gradient, g0):
     st["rule"] = rule
     if rule == "decrement":
         if not ok:
-            out.status = Status.NOT_STATIONARY
-            out.message = (f"{out.message}; not stationary: Gauss-Newton predicted decrease "
-                           f"{dec:.2g} > {st['decrement_limit']:.2g} (projected gradient "
-                           f"{pg:.3g}, scaled parameters, integration tolerances / {factor:g})")
+            demote(out, Status.NOT_STATIONARY,
+                   f"not stationary: Gauss-Newton predicted decrease {dec:.2g} > "
+                   f"{st['decrement_limit']:.2g} (projected gradient {pg:.3g}, scaled "
+                   f"parameters, integration tolerances / {factor:g})")
         elif pg > limit:
             out.message = (f"{out.message}; stationary in the Gauss-Newton metric (predicted "
                            f"decrease {dec:.2g} <= {st['decrement_limit']:.2g}; projected "
@@ -440,11 +440,10 @@ def _stationarity(b, out, gradient, g0):
     note = ("; Gauss-Newton predicted decrease not found (the model's minimum not reached)"
             if squares else "")
     if not ok:
-        out.status = Status.NOT_STATIONARY
         where = (f"integration tolerances / {factor:g}" if np.isfinite(pg) else
                  f"the gradient cannot be evaluated there: {why}")
-        out.message = (f"{out.message}; projected gradient {pg:.3g} > {limit:.3g} (scaled "
-                       f"parameters, {where})" + note)
+        demote(out, Status.NOT_STATIONARY,
+               f"projected gradient {pg:.3g} > {limit:.3g} (scaled parameters, {where})" + note)
     return out
 
 
