@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..discretization._grid import Grid, subdivide
-from ..discretization.schemes import local_errors
+from ..discretization.schemes import STIFF_SCHEME, get_scheme, local_errors, stiff_switch
 from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
 from ..problem._status import Status, demote
@@ -356,7 +356,11 @@ def refine_until_certified(approach, problem, cfg, result, solve):
                 or result.grid is None or len(rounds) > max_rounds):
             break
         scheme = scheme_of(result.scheme)
-        grid = refine(problem, result, cert, scheme)
+        stiff = None if "scheme" in approach.given else _stiff_at(problem, result, scheme)
+        if stiff:                  # unstable at the estimates: Enright on the same grid
+            grid, scheme = result.grid, get_scheme(STIFF_SCHEME, scheme.qmax)
+        else:
+            grid = refine(problem, result, cert, scheme)
         if grid is None:
             cert.reason = f"a finer grid would exceed {MAX_GRID_POINTS} points"
             break
@@ -364,6 +368,16 @@ def refine_until_certified(approach, problem, cfg, result, solve):
                     scheme=scheme, qmax=scheme.qmax,       # the scheme solved (maybe switched)
                     u0=_inside_bounds(problem, result.estimates))
         new = solve(nxt)
+        if (not new.success and not stiff and "scheme" not in approach.given
+                and scheme.name != STIFF_SCHEME):
+            # the refined solve did not converge on an explicit scheme: where the
+            # optimizer went may be stiff for it; the same round on Enright's scheme
+            stiff = (f"the solve on the refined grid ({_grid_points(grid)} points) with "
+                     f"{scheme.name} ended {new.status}; solved with scheme="
+                     f"{STIFF_SCHEME!r} (give scheme= to choose)")
+            new = solve(_with(approach, nxt, scheme=get_scheme(STIFF_SCHEME, scheme.qmax)))
+        if stiff and new.success:
+            new.warnings.insert(0, stiff)
         if not new.success:                    # keep the last successful solve
             rounds.append(dict(round=len(rounds), grid_points=_grid_points(grid),
                                status=str(new.status), objective=float(new.objective),
@@ -380,6 +394,26 @@ def refine_until_certified(approach, problem, cfg, result, solve):
     elif not cert.certified:
         demote(result, Status.NOT_RESOLVED, cert.describe())
     return result
+
+
+def _stiff_at(problem, result, scheme):
+    """Why the result's grid is unstable for ``scheme`` at its estimates
+    (:func:`~pyomo_odeest.discretization.schemes.stiff_switch` along its states, on
+    each experiment's grid), or None: the optimizer moved where the scheme it started
+    on is not stable, so the stage switches to Enright's scheme instead of refining."""
+    if result.states is None or result.grid is None:
+        return None
+    u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
+    names = problem.experiment_names or [None]
+    for name, sp, grid in zip(names, problem.subproblems, _grids(result, problem)):
+        X = _rows(result.states, name)
+        if X is None or len(X) != len(grid.t):
+            return None
+        why = stiff_switch(sp, scheme, grid.t, X.to_numpy(dtype=float), u,
+                           where="at the estimates")
+        if why:
+            return why
+    return None
 
 
 def _inside_bounds(problem, estimates):

@@ -148,3 +148,39 @@ def test_grid_certificate_benchmark_runs_and_ends_with_its_summary(capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("grid_certificate: problems=1 runs=2 certified=2 ")
     assert "within_0.1se=2" in last and "max_cost_ratio=" in last
+
+
+def _stiff_at_the_optimum():
+    """A -> B -> C with B measured: from k2 = 5 (not stiff on the default grid) to the
+    optimum k2 = 2000 (hλ far outside Adams PC's stability region there)."""
+    import pandas as pd
+    from scipy.integrate import solve_ivp
+    k1, k2 = 0.5, 2000.0
+    t = np.linspace(0.25, 5, 20)
+    sol = solve_ivp(lambda t, x: [-k1 * x[0], k1 * x[0] - k2 * x[1]], (0, 5), [1.0, 0.0],
+                    t_eval=t, rtol=1e-12, atol=1e-14, method="LSODA")
+    rng = np.random.default_rng(0)
+    noisy = sol.y * (1 + 0.02 * rng.standard_normal(sol.y.shape))
+    data = pd.DataFrame({"A": noisy[0], "B": noisy[1]}, index=pd.Index(t, name="time"))
+    return po.EstimationProblem(
+        ["A", "B"], [po.Parameter("k1", 0.3, lb=1e-6), po.Parameter("k2", 5.0, lb=1e-6)],
+        rhs=lambda x, u, t: [-u.k1 * x.A, u.k1 * x.A - u.k2 * x.B],
+        initial={"A": 1.0, "B": 0.0}, data=data,
+        sigma={"A": 0.02, "B": 0.02 * sol.y[1].mean()})
+
+
+@pytest.mark.parametrize("approach", ["reduced_space", "multiple_shooting"])
+def test_a_problem_stiff_only_at_its_optimum_switches_scheme_in_the_refinement(approach):
+    """The start is not stiff, so the sequential approaches start on Adams PC; their
+    first optimum is the grid's (fitted values 14σ from the ODE's) and the refined
+    solve does not converge on Adams PC where the optimizer goes.  The refinement
+    stage then solves that round on Enright's scheme and reaches the ODE's optimum
+    (J = 16.62, k2 = 2000, as the simultaneous approach finds), saying so.  Before:
+    discretization_not_resolved (reduced space) and not_stationary (shooting)."""
+    res = po.estimate(_stiff_at_the_optimum(), approach)
+    assert res.success, res.summary()
+    assert res.scheme.name == "enright"
+    assert any("solved with scheme='enright'" in w for w in res.warnings), res.warnings
+    assert res.objective == pytest.approx(16.62, abs=0.01)
+    assert res.estimates["k2"] == pytest.approx(1999.7, rel=1e-3)
+    assert res.extra["certificate"]["certified"]

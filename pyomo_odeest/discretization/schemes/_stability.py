@@ -113,21 +113,22 @@ def stable_schemes(scheme, z) -> list:
 STIFF_SCHEME = "enright"
 
 
-def stiff_switch(problem, scheme, t, X, u):
+def stiff_switch(problem, scheme, t, X, u, where="at the start"):
     r"""The reason to solve on :data:`STIFF_SCHEME` instead of ``scheme``, or None.
 
     The rule every approach on a grid applies at its start when the user did not
     choose the scheme: some step of the trajectory ``X`` (grid ``t``, parameters
     ``u``) puts :math:`h\lambda` outside the absolute stability region of ``scheme``
     (:func:`stiff_point`) where Enright's scheme is stable.  Enright's schemes are
-    never switched from."""
+    never switched from.  ``where`` names the trajectory in the reason (the refinement
+    stage applies the rule at the estimates too)."""
     if scheme.name in ("enright", "semi_implicit_enright"):
         return None
     worst = stiff_point(problem, scheme, t, X, u)
     if worst is None or not worst[4] or STIFF_SCHEME not in stable_schemes(scheme, worst[1]):
         return None
     rho, z, ti, hi, _ = worst
-    return (f"stiff at the start: at t={ti:.4g} the step h={hi:.3g} gives "
+    return (f"stiff {where}: at t={ti:.4g} the step h={hi:.3g} gives "
             f"h*lambda={z.real:.3g}{z.imag:+.3g}j, outside the stability region "
             f"of {scheme.name} (amplification {rho:.3g}); solved with "
             f"scheme={STIFF_SCHEME!r} (give scheme= to choose)")
