@@ -105,11 +105,19 @@ def _stop_child(pid):
 
 
 def _flush():
+    """Python's and C's output buffers written out (before a fork, so that neither
+    process writes the other's pending text; before the child exits, so that the
+    text of compiled code in it, such as Ipopt's log, is not lost by ``os._exit``)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (AttributeError, OSError, ValueError):
             pass
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):           # pragma: no cover - no C library to ask
+        pass
 
 
 def run_forked(fn, deadline=None, on_message=None) -> Forked:

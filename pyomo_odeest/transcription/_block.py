@@ -41,6 +41,8 @@ vectorised call.
 """
 from __future__ import annotations
 
+import builtins
+import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import cached_property
@@ -77,20 +79,80 @@ def _batch_tags(batches):
     return tags
 
 
+_REAL_SUM = builtins.sum
+#: the template ``sum`` of the thread that is templatizing a rule (``fn``), if any
+_THREAD_SUM = threading.local()
+#: one templatizing build at a time (Pyomo's flag and iteration manager are global)
+_TEMPLATING = threading.RLock()
+
+
+def _thread_sum(*args, **kwargs):
+    """``sum`` for every thread: Pyomo's template sum in the thread that templatizes a
+    rule, Python's everywhere else."""
+    fn = getattr(_THREAD_SUM, "fn", None)
+    return (_REAL_SUM if fn is None else fn)(*args, **kwargs)
+
+
+@contextmanager
+def _template_sum_in_this_thread():
+    """Pyomo templatizes a rule by replacing ``builtins.sum`` (and Set iteration) for
+    the whole process while the rule runs; another thread's ``sum(...)`` then gets
+    Pyomo's template sum, which raises ``StopIteration`` on an empty iterable (Dask's
+    size estimates in the worker's other thread: "Sizeof calculation ... failed").
+    Here the template sum is installed for the templatizing thread only.  Without
+    Pyomo's iteration manager (another Pyomo version) nothing changes."""
+    from pyomo.core.expr import template_expr
+    mgr = getattr(template_expr, "_TemplateIterManager", None)
+    if mgr is None or not (callable(getattr(mgr, "acquire", None))
+                           and callable(getattr(mgr, "release", None))):
+        yield                             # pragma: no cover - another Pyomo
+        return
+    acquire, release = mgr.acquire, mgr.release
+
+    def acquire_here():
+        acquire()                         # Pyomo's: builtins.sum = its template sum
+        if builtins.sum is not _thread_sum:
+            _THREAD_SUM.fn = builtins.sum
+        builtins.sum = _thread_sum
+
+    def release_here():
+        release()                         # Pyomo's: builtins.sum = the sum it saved
+        _THREAD_SUM.fn = None
+        builtins.sum = _thread_sum
+
+    saved = builtins.sum
+    before = {k: mgr.__dict__[k] for k in ("acquire", "release") if k in mgr.__dict__}
+    mgr.acquire, mgr.release = acquire_here, release_here
+    builtins.sum = _thread_sum
+    try:
+        yield
+    finally:
+        for k in ("acquire", "release"):          # as they were (a nested use included)
+            if k in before:
+                setattr(mgr, k, before[k])
+            else:
+                delattr(mgr, k)
+        if saved is not _thread_sum:
+            _THREAD_SUM.fn = None
+        builtins.sum = saved
+
+
 @contextmanager
 def _templatized():
     """Store indexed constraints built inside as templates (Pyomo >= 6.9's
     ``TEMPLATIZE_CONSTRAINTS``): one rule call per component instead of one
-    per row.  No-op on older Pyomo."""
+    per row, with Pyomo's template ``sum`` seen by this thread only
+    (:func:`_template_sum_in_this_thread`).  No-op on older Pyomo."""
     old = getattr(_pcon, "TEMPLATIZE_CONSTRAINTS", None)
     if old is None:                       # pragma: no cover - Pyomo < 6.9
         yield
         return
-    _pcon.TEMPLATIZE_CONSTRAINTS = True
-    try:
-        yield
-    finally:
-        _pcon.TEMPLATIZE_CONSTRAINTS = old
+    with _TEMPLATING, _template_sum_in_this_thread():
+        _pcon.TEMPLATIZE_CONSTRAINTS = True
+        try:
+            yield
+        finally:
+            _pcon.TEMPLATIZE_CONSTRAINTS = old
 
 
 if _TemplateConstraintData is not None:

@@ -316,3 +316,42 @@ def test_bad_names():
         _lv(states=["x1", "x1"])
     with pytest.raises(po.ProblemError, match="no parameter"):
         _lv(initial={"x1": "nope", "x2": 1.0})
+
+
+def test_building_a_block_leaves_other_threads_sum_alone():
+    """Pyomo templatizes a rule by replacing builtins.sum for the whole process; while a
+    block was built, 37,229 of 96,814 calls of sum(...) in another thread raised
+    StopIteration (Dask's size estimates: "Sizeof calculation ... failed").  The
+    template sum is now this thread's only; the block is built as before (templates),
+    and a nested build restores everything."""
+    import builtins
+    import threading
+    import pyomo.environ as pyo
+    from pyomo_odeest import PyomoNLPEvaluator, build_block
+    from pyomo_odeest.models import lotka_volterra_problem
+    p = lotka_volterra_problem()
+    real_sum = builtins.sum
+    bad, calls, done = [], [0], threading.Event()
+
+    def other():
+        while not done.is_set():
+            try:
+                if sum(map(abs, [])) != 0 or sum(i for i in range(3)) != 3:
+                    bad.append("wrong value")
+            except Exception as err:                  # noqa: BLE001 - what is counted
+                bad.append(type(err).__name__)
+            calls[0] += 1
+    th = threading.Thread(target=other)
+    th.start()
+    try:
+        for _ in range(3):
+            m = pyo.ConcreteModel()
+            m.est = build_block(p, "adams_pc", 4)
+    finally:
+        done.set()
+        th.join()
+    assert calls[0] > 100 and not bad, (len(bad), bad[:3])
+    assert builtins.sum is real_sum
+    from pyomo.core.expr import template_expr
+    assert "acquire" not in vars(template_expr._TemplateIterManager)
+    assert PyomoNLPEvaluator(m).stats["template_families"] > 0
