@@ -190,7 +190,10 @@ class _Problem:
 
 
 def _share_iterate(share, iter_count):
-    """Write Ipopt's current iterate into the shared array ``[k, x, z_L, z_U, g, y]``."""
+    """Write Ipopt's current iterate into the shared array: ``[ready, k_0, k_1, slot_0,
+    slot_1]``, each slot ``[x, z_L, z_U, g, y]``.  The slot not marked ready is written,
+    then marked (one 8-byte store), so a process killed while writing leaves the
+    previous iterate whole."""
     nlp, buf, n, m = share
     try:
         it = nlp.get_current_iterate(scaled=False)
@@ -198,13 +201,16 @@ def _share_iterate(share, iter_count):
         it = None
     if not it or it.get("x") is None:
         return
+    slot = 0 if int(buf[0]) == 1 else 1
+    at = 3 + slot * (3 * n + 2 * m)
     parts = (it["x"], it["mult_x_L"], it["mult_x_U"], it["g"], it["mult_g"])
-    at = 1
     for v, size in zip(parts, (n, n, n, m, m)):
-        if v is not None and size:
-            buf[at:at + size] = np.asarray(v, dtype=float).ravel()[:size]
+        if size:
+            buf[at:at + size] = (np.asarray(v, dtype=float).ravel()[:size] if v is not None
+                                 else 0.0)
         at += size
-    buf[0] = iter_count
+    buf[1 + slot] = iter_count
+    buf[0] = slot
 
 
 def _solve_isolated(prob, nlp, ev, run, x_start):
@@ -214,8 +220,8 @@ def _solve_isolated(prob, nlp, ev, run, x_start):
     import mmap
     import pickle
     n, m = ev.n, ev.m
-    buf = np.ndarray(1 + 3 * n + 2 * m, dtype=float,
-                     buffer=mmap.mmap(-1, 8 * (1 + 3 * n + 2 * m)))
+    size = 3 + 2 * (3 * n + 2 * m)                # see _share_iterate
+    buf = np.ndarray(size, dtype=float, buffer=mmap.mmap(-1, 8 * size))
     buf[0] = -1.0
     prob.share = (nlp, buf, n, m)
 
@@ -254,11 +260,12 @@ def _solve_isolated(prob, nlp, ev, run, x_start):
     if out.unsendable is not None:
         raise RuntimeError(f"the isolated Ipopt solve finished but its result could not be "
                            f"sent back: {out.unsendable}")
-    k = int(buf[0])
-    if k >= 0:
-        x = buf[1:1 + n].copy()
-        zl, zu = buf[1 + n:1 + 2 * n].copy(), buf[1 + 2 * n:1 + 3 * n].copy()
-        g, y = buf[1 + 3 * n:1 + 3 * n + m].copy(), buf[1 + 3 * n + m:].copy()
+    slot = int(buf[0])
+    k = int(buf[1 + slot]) if slot >= 0 else -1
+    if slot >= 0:
+        at = 3 + slot * (3 * n + 2 * m)
+        x, zl, zu, g, y = (buf[a:b].copy() for a, b in zip(
+            at + np.cumsum([0, n, n, n, m]), at + np.cumsum([n, n, n, m, m])))
     else:
         x = np.clip(np.asarray(x_start, dtype=float), ev.x_lb, ev.x_ub)
         zl, zu, y = np.zeros(n), np.zeros(n), np.zeros(m)
