@@ -103,22 +103,27 @@ def _template_sum_in_this_thread():
     Pyomo's iteration manager (another Pyomo version) nothing changes."""
     from pyomo.core.expr import template_expr
     mgr = getattr(template_expr, "_TemplateIterManager", None)
-    if mgr is None or not (callable(getattr(mgr, "acquire", None))
-                           and callable(getattr(mgr, "release", None))):
+    if mgr is None or not all(hasattr(mgr, a) for a in ("acquire", "release", "paused",
+                                                         "context", "iters")):
         yield                             # pragma: no cover - another Pyomo
         return
-    acquire, release = mgr.acquire, mgr.release
 
+    # Pyomo's acquire/release (pyomo.core.expr.template_expr) without their
+    # assignments to builtins.sum: a wrapper that undid them afterwards would leave a
+    # window in which a thread switch shows the template sum to another thread
     def acquire_here():
-        acquire()                         # Pyomo's: builtins.sum = its template sum
-        if builtins.sum is not _thread_sum:
-            _THREAD_SUM.fn = builtins.sum
-        builtins.sum = _thread_sum
+        assert mgr.paused
+        mgr.paused = False
+        _THREAD_SUM.fn = mgr.context.sum_template
+        for it in mgr.iters:
+            it.acquire()
 
     def release_here():
-        release()                         # Pyomo's: builtins.sum = the sum it saved
+        assert not mgr.paused
+        mgr.paused = True
         _THREAD_SUM.fn = None
-        builtins.sum = _thread_sum
+        for it in mgr.iters:
+            it.release()
 
     saved = builtins.sum
     before = {k: mgr.__dict__[k] for k in ("acquire", "release") if k in mgr.__dict__}
