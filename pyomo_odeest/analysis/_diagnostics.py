@@ -374,6 +374,13 @@ def status_warning(result):
     """A warning with advice when the estimation did not end at an optimum."""
     if result.success:
         return []
+    if result.status is Status.NOT_RESOLVED:      # the optimizer converged: the grid is why
+        return [f"not resolved: the optimizer converged, but on a discretization that does "
+                f"not resolve the ODE at its estimates ({result.message}); the estimates are "
+                f"an optimum of the discretization, not of the ODE problem: refine it (a "
+                f"finer grid or more max_refinements; for the adaptive approach a smaller "
+                f"fit_tol or eps; scheme='enright' where the model is stiff), or use the "
+                f"continuous approach"]
     why = _ADVICE.get(result.status, f"the optimizer ended with status {result.status}")
     from ..approaches.continuous._cvodes import cvodes_failure
     cvodes = cvodes_failure(result.message)

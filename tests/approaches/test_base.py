@@ -458,6 +458,10 @@ def test_adaptive_keeps_the_last_tolerance_that_solved():
     assert "at the tighter tolerance" in res.message and "fit_tol" in res.message
     assert res.objective < 3.9
     assert res.estimates["k"] == pytest.approx(4.56e-14, rel=0.1)
+    # its warning says what is wrong (the discretization), not to try another start
+    [w] = [w for w in res.warnings if w.startswith("not resolved")]
+    assert "the optimizer converged" in w and "fit_tol" in w and "start" not in w
+    assert not [w for w in res.warnings if w.startswith("not converged")]
 
 
 # ---------------------------------------------------------------------------
