@@ -42,7 +42,7 @@ from ._components import (TIME_NAME, Experiment, GaussianNLL, LeastSquares, Para
                          _Namespace)
 from ._data import _check_inputs, _switch_times, _to_wide, _weights
 from ._preequilibration import Preequilibrated
-from ._several import SeveralExperiments
+from ._several import _SHARED_NUMERIC, SeveralExperiments
 from ._validation import ProblemError, as_data_frame, check_weights
 from ..symbolic import lambdify
 
@@ -539,6 +539,9 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        for sp in self.__dict__.get("experiment_problems") or []:
+            # the experiments' problems share their numeric functions again
+            sp._numeric_cache = self.__dict__.setdefault("_numeric_cache", {})
 
     def variant(self, values=None, multiplicity=None, fix=None, start=None) -> "EstimationProblem":
         """A copy with other measurement values, weights or fixed parameters.
@@ -645,10 +648,15 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
 
     def _numeric(self, key, build):
         """The numeric function ``key`` built by ``build()`` from the symbolic problem,
-        once per problem and its variants (not pickled: rebuilt on first use).  ``key``
-        holds the expressions themselves, so a function of replaced expressions is
-        rebuilt; what is built may not depend on data, weights or parameter values."""
-        cache = self.__dict__.setdefault("_numeric_cache", {})
+        once per problem, its variants and, with several experiments, its experiments'
+        problems (one cache, :data:`._several._SHARED_NUMERIC`; not pickled: rebuilt on first use).  ``key``
+        holds the expressions and the symbols they are functions of, so a function of
+        other expressions is built anew; what is built may not depend on data, weights
+        or parameter values other than those in ``key``."""
+        cache = self.__dict__.get("_numeric_cache")
+        if cache is None:
+            shared = _SHARED_NUMERIC.get()
+            cache = self.__dict__["_numeric_cache"] = {} if shared is None else shared
         if key not in cache:
             cache[key] = build()
         return cache[key]
@@ -656,13 +664,14 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def numeric_rhs(self):
         """``f(x, u, t) -> ndarray`` lambdified from the symbolic rhs."""
         self._single("numeric_rhs")
-        fn = self._numeric(("f", self.f_sym), lambda: lambdify(
-            (self.x_sym, self.u_sym, self.t_sym), list(self.f_sym), "numpy"))
+        args = (self.x_sym, self.u_sym, self.t_sym)
+        fn = self._numeric(("f", self.f_sym, args),
+                           lambda: lambdify(args, list(self.f_sym), "numpy"))
         return lambda x, u, t: np.array(fn(x, u, t), dtype=float)
 
     def initial_state(self, u):
         self._single("initial_state")
-        fn = self._numeric(("l", self.l_sym),
+        fn = self._numeric(("l", self.l_sym, self.u_sym),
                            lambda: lambdify((self.u_sym,), list(self.l_sym), "numpy"))
         return np.array(fn(np.asarray(u, dtype=float)), dtype=float)
 

@@ -99,8 +99,11 @@ class Preequilibrated:
         ov = self._overrides(pre, self.parameter_names, us, symbol_of, "")
         f = tuple(sympy.sympify(e).xreplace(ov) for e in f)
         x0 = tuple(sympy.sympify(e).xreplace(ov) for e in x0)
-        #: the steady state x_ss(u) of the pre-equilibration (None without one)
-        self.steady_state = SteadyState(f, x0, self.x_sym, self.u_sym, self.u0, self.name)
+        #: the steady state x_ss(u) of the pre-equilibration (None without one), one per
+        #: pre-equilibration of equal dynamics and start (the experiments' problems share it)
+        key = ("steady_state", f, x0, self.x_sym, self.u_sym, tuple(self.u0))
+        self.steady_state = self._numeric(key, lambda: SteadyState(
+            f, x0, self.x_sym, self.u_sym, self.u0, self.name))
         self.preequilibration = pre
         xss = self.steady_state.expressions()
         self.l_sym = tuple(l if s in pre.reset else v

@@ -3,6 +3,8 @@ one single-experiment problem per :class:`~pyomo_odeest.problem._components.Expe
 full (expanded) parameter vector, and the per-experiment attributes."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from typing import Mapping
 
@@ -16,6 +18,23 @@ __all__ = ["SeveralExperiments", "PER_EXPERIMENT"]
 
 #: Attributes that a problem with several experiments has per experiment only.
 PER_EXPERIMENT = ("data", "mask", "weights", "meas_times", "cov", "g_sym", "switch_times")
+
+#: The numeric cache (``EstimationProblem._numeric``) that the experiments' problems adopt
+#: while a problem with several experiments builds them: functions of equal expressions
+#: (a pre-equilibration's steady state, an initial state) are built once per problem,
+#: not once per experiment.
+_SHARED_NUMERIC: contextvars.ContextVar = contextvars.ContextVar("pyomo_odeest_numeric_cache",
+                                                                 default=None)
+
+
+@contextlib.contextmanager
+def _sharing_numeric(problem):
+    """Problems built inside the block share ``problem``'s numeric cache."""
+    token = _SHARED_NUMERIC.set(problem.__dict__.setdefault("_numeric_cache", {}))
+    try:
+        yield
+    finally:
+        _SHARED_NUMERIC.reset(token)
 
 
 class SeveralExperiments:
@@ -92,55 +111,57 @@ class SeveralExperiments:
             [c for c in (constraints or []) if not isinstance(c, PathConstraint)], xs, us_all,
             scratch.t, symbol_of)
         problems = []
-        for n_e, e in enumerate(exps):
-            subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
-                    for k in local}
-            init = dict(initial)
-            extra = [k for k in (e.initial or {}) if k not in self.states]
-            if extra:
-                raise ProblemError(f"experiment '{e.name}': initial names {extra}, which are "
-                                   f"not states {self.states}")
-            init.update(e.initial or {})
+        with _sharing_numeric(self):
+            for n_e, e in enumerate(exps):
+                subs = {sympy.Symbol(k, real=True): sympy.Symbol(f"{k}_{e.name}", real=True)
+                        for k in local}
+                init = dict(initial)
+                extra = [k for k in (e.initial or {}) if k not in self.states]
+                if extra:
+                    raise ProblemError(f"experiment '{e.name}': initial names {extra}, which are "
+                                       f"not states {self.states}")
+                init.update(e.initial or {})
 
-            def convert(mapping, e=e):
-                return {st: self._initial_value(st, v, enames, us, symbol_of,
-                                                f"experiment '{e.name}': ")
-                        for st, v in mapping.items()}
-            l_e = {st: v.xreplace(subs) for st, v in convert(init).items()}
-            pre_e = None
-            if (e.preequilibration or preequilibration) is not None:
-                if e.preequilibration is None:
-                    e = dataclasses.replace(e, preequilibration=preequilibration)
-                pre_e = self._experiment_preequilibration(e, init, convert, subs, enames, xs, us,
-                                                          scratch.t, symbol_of)
-            f_e = [fi.xreplace(subs) for fi in self.f_sym]
-            obs_e = observe
-            if obs_sym is not None:
-                keep = _observed(e, list(obs_sym))
-                obs_e = (lambda d: (lambda x, u, t: d))({k: obs_sym[k].xreplace(subs)
-                                                         for k in keep})
-            elif e.observables is not None:
-                obs_e = _observed(e, list(observe) if observe is not None else self.states)
-            in_e = {k: v for k, v in (inputs or {}).items() if v is not None}
-            in_e.update(e.inputs or {})
-            missing = [k for k in self.inputs if k not in in_e]
-            if missing:
-                raise ProblemError(f"experiment '{e.name}': no value for inputs {missing}")
-            own_w = e.sigma is not None or e.weights is not None
-            try:
-                sub = type(self)(
-                    self.states, [Parameter(q.name, q.value, q.lb, q.ub, q.fixed) for q in expanded],
-                    rhs=(lambda f: (lambda x, u, t: list(f)))(f_e), initial=l_e, data=e.data,
-                    observe=obs_e, sigma=e.sigma if own_w else sigma,
-                    weights=e.weights if own_w else weights, loss=self.loss,
-                    t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
-                    name=f"{self.name}_{e.name}", inputs=in_e or None, preequilibration=pre_e,
-                    constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
-                        ex.xreplace(subs)), c.at) for c, ex in path_sym] or None,
-                    penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
-            except ProblemError as err:
-                raise ProblemError(f"experiment '{e.name}': {err}") from None
-            problems.append(sub)
+                def convert(mapping, e=e):
+                    return {st: self._initial_value(st, v, enames, us, symbol_of,
+                                                    f"experiment '{e.name}': ")
+                            for st, v in mapping.items()}
+                l_e = {st: v.xreplace(subs) for st, v in convert(init).items()}
+                pre_e = None
+                if (e.preequilibration or preequilibration) is not None:
+                    if e.preequilibration is None:
+                        e = dataclasses.replace(e, preequilibration=preequilibration)
+                    pre_e = self._experiment_preequilibration(e, init, convert, subs, enames, xs,
+                                                              us, scratch.t, symbol_of)
+                f_e = [fi.xreplace(subs) for fi in self.f_sym]
+                obs_e = observe
+                if obs_sym is not None:
+                    keep = _observed(e, list(obs_sym))
+                    obs_e = (lambda d: (lambda x, u, t: d))({k: obs_sym[k].xreplace(subs)
+                                                             for k in keep})
+                elif e.observables is not None:
+                    obs_e = _observed(e, list(observe) if observe is not None else self.states)
+                in_e = {k: v for k, v in (inputs or {}).items() if v is not None}
+                in_e.update(e.inputs or {})
+                missing = [k for k in self.inputs if k not in in_e]
+                if missing:
+                    raise ProblemError(f"experiment '{e.name}': no value for inputs {missing}")
+                own_w = e.sigma is not None or e.weights is not None
+                try:
+                    sub = type(self)(
+                        self.states,
+                        [Parameter(q.name, q.value, q.lb, q.ub, q.fixed) for q in expanded],
+                        rhs=(lambda f: (lambda x, u, t: list(f)))(f_e), initial=l_e, data=e.data,
+                        observe=obs_e, sigma=e.sigma if own_w else sigma,
+                        weights=e.weights if own_w else weights, loss=self.loss,
+                        t0=self.t0 if e.t0 is None else e.t0, T=T if e.T is None else e.T,
+                        name=f"{self.name}_{e.name}", inputs=in_e or None, preequilibration=pre_e,
+                        constraints=[PathConstraint(c.name, (lambda ex: (lambda x, u, t: ex))(
+                            ex.xreplace(subs)), c.at) for c, ex in path_sym] or None,
+                        penalty=(lambda u: pen) if (pen is not None and n_e == 0) else None)
+                except ProblemError as err:
+                    raise ProblemError(f"experiment '{e.name}': {err}") from None
+                problems.append(sub)
         self.experiments = exps
         self.experiment_problems = problems
         self.path_constraints = []
