@@ -494,7 +494,8 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
 
     def wide(cond, what):
         d = long[long["condition"] == cond]
-        cols = [n for n in names if n in set(d["name"])]
+        present = set(d["name"])
+        cols = [n for n in names if n in present]
         return d.pivot(index="time", columns="name", values=what).reindex(columns=cols)
 
     # steady-state measurements (time = inf): an experiment of their own, pre-equilibrated

@@ -6,8 +6,13 @@ the common subexpressions of ``cse``: a parameter called ``array`` shadowed
 numpy's ``array`` in the generated code.  :func:`lambdify` therefore renames
 every symbol to ``_s0, _s1, ...`` and every undefined function (inputs, steady
 states) to ``_f0, _f1, ...`` before printing, so the generated code holds only
-names the package chose, whatever the user's names are.  Every numeric function
-of the package is generated through it.
+names the package chose, whatever the user's names are.  An argument that is a
+vector of symbols (the states, the parameters) is one name ``_v0, _v1, ...`` of
+the generated code, whose first lines take the entries the expressions use
+(``_s3 = _v1[3]``): the source neither lists nor unpacks the symbols no expression
+uses (a PEtab problem with many conditions has 907 parameters, each condition's
+functions use 30 of them), so its generation and its calls do not grow with the
+vector's length.  Every numeric function of the package is generated through it.
 """
 from __future__ import annotations
 
@@ -25,11 +30,46 @@ class _Renamer:
     def __init__(self):
         self.symbols = {}
         self.functions = {}
+        self.names = 0                  # symbol names given (or reserved for vector entries)
+        self.vectors = 0
+        #: vector entries: symbol -> (indexed name, position, number of its new name)
+        self.entries = {}
+        #: assignments (new symbol, indexed entry) of the entries used, in order of use
+        self.unpack = []
+
+    def vector(self, syms):
+        """A vector argument: one indexed name; an entry used by an expression becomes a
+        renamed symbol assigned from it (:attr:`unpack`)."""
+        base = sympy.IndexedBase(f"_v{self.vectors}")
+        self.vectors += 1
+        for i, s in enumerate(syms):
+            if s not in self.symbols and s not in self.entries:
+                self.entries[s] = (base, i, self.names + i)
+        self.names += len(syms)
+        return base
+
+    def args(self, args):
+        """The renamed arguments (a tuple of them): each tuple of symbols inside as one
+        indexed name, the rest renamed."""
+        return tuple(self._arg(a) for a in args)
+
+    def _arg(self, a):
+        if isinstance(a, (list, tuple)):
+            if a and all(isinstance(s, sympy.Symbol) for s in a):
+                return self.vector(a)
+            return tuple(self._arg(b) for b in a)
+        return self.expr(a)
 
     def symbol(self, s):
         new = self.symbols.get(s)
         if new is None:
-            new = self.symbols[s] = sympy.Symbol(f"_s{len(self.symbols)}", **s.assumptions0)
+            entry = self.entries.get(s)
+            number = self.names if entry is None else entry[2]
+            new = self.symbols[s] = sympy.Symbol(f"_s{number}", **s.assumptions0)
+            if entry is None:
+                self.names += 1
+            else:
+                self.unpack.append((new, entry[0][entry[1]]))
         return new
 
     def function(self, cls):
@@ -60,18 +100,24 @@ class _Renamer:
 def lambdify(args, expr, modules="numpy", cse=False):
     """``sympy.lambdify(args, expr, modules, cse=cse)`` on renamed symbols.
 
-    ``args`` may be nested (tuples of symbols, as ``sympy.lambdify`` takes
-    them); ``expr`` an expression, a matrix or (nested) lists of them; ``cse``
-    False, True or a callable returning ``(assignments, outputs)`` (its
-    assignments are renamed with the same map).
+    ``args`` is a tuple of arguments, each a symbol or a (nested) tuple of them, as
+    ``sympy.lambdify`` takes them; a tuple of symbols is passed as one sequence or
+    array and indexed along its first axis.  ``expr`` is an expression, a matrix or
+    (nested) lists of them; ``cse`` False, True or a callable returning
+    ``(assignments, outputs)`` (its assignments are renamed with the same map).
     """
     ren = _Renamer()
-    new_args = ren.expr(tuple(args) if isinstance(args, list) else args)
+    new_args = ren.args(args if isinstance(args, (list, tuple)) else (args,))
     new_expr = ren.expr(expr)
-    if callable(cse):
-        inner = cse
 
-        def cse(exprs):
-            assignments, outputs = inner(exprs)
-            return [(ren.expr(s), ren.expr(e)) for s, e in assignments], outputs
-    return sympy.lambdify(new_args, new_expr, modules=modules, cse=cse)
+    def assignments(exprs):
+        """The used vector entries, then the common subexpressions (if ``cse``)."""
+        if callable(cse):
+            pairs, outputs = cse(exprs)
+            pairs = [(ren.expr(s), ren.expr(e)) for s, e in pairs]
+        elif cse:
+            pairs, outputs = sympy.cse(exprs, list=False)
+        else:
+            pairs, outputs = [], exprs
+        return ren.unpack + pairs, outputs
+    return sympy.lambdify(new_args, new_expr, modules=modules, cse=assignments)
