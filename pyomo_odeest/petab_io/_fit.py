@@ -687,6 +687,9 @@ class PetabFit:
         The stages not run for the time budget.
     wall_s : float
         Seconds from the start of the call (import included).
+    setup_s : float
+        Seconds of the import (:attr:`PetabEstimation.setup_s`); each fit's model set-up is
+        its result's ``timings['build_s']``.
     settings : FitSettings
     """
 
@@ -703,6 +706,7 @@ class PetabFit:
     wall_s: float
     settings: FitSettings
     raw: pd.DataFrame = field(repr=False)
+    setup_s: float = float("nan")
 
     @property
     def success(self) -> bool:
@@ -844,7 +848,8 @@ class PetabFit:
                     best_nll=num(self.best_nll), nominal_nll=num(self.nominal_nll),
                     reference=num(self.reference), flags=list(self.flags),
                     skipped=list(self.skipped), failures=self.failures,
-                    wall_s=float(self.wall_s), settings=self.settings.to_dict(), best=best,
+                    wall_s=float(self.wall_s), setup_s=float(self.setup_s),
+                    settings=self.settings.to_dict(), best=best,
                     checks=json.loads(json.dumps(self.checks, default=_jsonable)))
 
     def to_folder(self, path, figures=True, profiles=None) -> Path:
@@ -1053,7 +1058,7 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
                     nominal_nll=float(start), reference=r_obj, best=best_result,
                     best_row=best, flags=flags, skipped=list(budget.skipped),
                     wall_s=time.perf_counter() - t0, settings=settings,
-                    raw=tab.drop(columns=["result"], errors="ignore"))
+                    raw=tab.drop(columns=["result"], errors="ignore"), setup_s=pe.setup_s)
 
 
 def _number_any(v, name):

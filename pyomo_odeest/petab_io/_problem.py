@@ -53,6 +53,8 @@ class PetabEstimation:
         Several estimated noise parameters, estimated by :meth:`fit` (empty
         otherwise); ``noise_start`` their start values (linear scale), at
         which σ of :attr:`problem` is stated.
+    setup_s : float
+        Seconds :func:`petab_problem` took (reading the files and building the problem).
     """
 
     def __init__(self, model: PetabModel, problem, constant, sigma_parameter, sigma_factors,
@@ -73,6 +75,7 @@ class PetabEstimation:
         else:
             self.noise_parameters = sorted({g for g in (groups or []) if g is not None})
         self.noise_start = {g: self.model.parameter(g).nominal for g in self.noise_parameters}
+        self.setup_s = float("nan")
 
     @property
     def n_data(self):
@@ -345,8 +348,10 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
 
     One simulation condition gives a single-experiment problem; several give
     one :class:`~pyomo_odeest.Experiment` per condition (named by the
-    condition id).  ``conditions`` selects a subset (default: all).
+    condition id).  ``conditions`` selects a subset (default: all).  The seconds it
+    takes are the result's ``setup_s``.
     """
+    clock = time.perf_counter()
     model = source if isinstance(source, PetabModel) else read_petab(source)
     conditions = list(model.conditions if conditions is None else
                       ([conditions] if isinstance(conditions, str) else conditions))
@@ -662,6 +667,8 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             states=states, parameters=params, rhs=rhs, initial={s: 0.0 for s in states},
             data=None, observe=observe, experiments=experiments, name=model.name,
             penalty=penalty, inputs=input_names or None)
-    return PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)),
-                           conditions, groups, long[["condition", "time", "name"]].copy(),
-                           noise_model)
+    out = PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)),
+                          conditions, groups, long[["condition", "time", "name"]].copy(),
+                          noise_model)
+    out.setup_s = time.perf_counter() - clock
+    return out

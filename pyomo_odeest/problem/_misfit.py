@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import sympy
 
-from ..symbolic._vectorfn import VectorFn, second_derivatives, sparse_jacobian
+from ..symbolic._vectorfn import observation_functions, second_derivatives
 from ._declaration import EstimationProblem, GaussianNLL
 from ._inputs import evaluate_inputs
 from ..symbolic import lambdify
@@ -83,9 +83,8 @@ class MeasurementMisfit:
         self._syms = (xs, us, ts)
         # the symbolic parts are built once per problem and its variants (a multistart
         # builds a model per start, PEtab's noise fit a variant per round)
-        self.g, self.gx, self.gu = P._numeric(("misfit", P.g_sym, xs, us, ts), lambda: (
-            VectorFn(P.g_sym, xs, us, ts), sparse_jacobian(P.g_sym, xs, xs, us, ts),
-            sparse_jacobian(P.g_sym, us, xs, us, ts)))
+        self.g, self.gx, self.gu = P._numeric(("misfit", P.g_sym, xs, us, ts),
+                                              lambda: observation_functions(P.g_sym, xs, us, ts))
         self.t = np.asarray(P.meas_times, dtype=float)
         zbar = P.data.to_numpy(dtype=float) if len(self.t) else np.zeros((0, len(P.obs_names)))
         self.zbar = np.where(P.mask, zbar, 0.0)

@@ -16,12 +16,17 @@ vector's length.  Every numeric function of the package is generated through it.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import re
+
 import sympy
 from sympy.core.function import AppliedUndef
 from sympy.matrices import MatrixBase
 from sympy.utilities.lambdify import implemented_function
 
-__all__ = ["lambdify"]
+__all__ = ["lambdify", "generated_code", "from_code"]
 
 
 class _Renamer:
@@ -121,3 +126,38 @@ def lambdify(args, expr, modules="numpy", cse=False):
             pairs, outputs = [], exprs
         return ren.unpack + pairs, outputs
     return sympy.lambdify(new_args, new_expr, modules=modules, cse=assignments)
+
+
+def generated_code(fn) -> dict:
+    """The code of a function made by :func:`lambdify` from expressions that call no
+    undefined function, as JSON-serializable data: its source and the modules of the
+    names it uses beyond numpy's (``{'reduce': '_functools'}``).  :func:`from_code`
+    makes the function again."""
+    base = _namespace()
+    imports = {}
+    for name in fn.__code__.co_names:
+        if name in fn.__globals__ and name not in base:
+            obj = fn.__globals__[name]
+            module = getattr(obj, "__module__", None)
+            if module is None or getattr(importlib.import_module(module), name, None) is not obj:
+                raise ValueError(f"generated code uses {name!r}, which is not importable")
+            imports[name] = module
+    return {"source": inspect.getsource(fn), "imports": imports}
+
+
+@functools.lru_cache(maxsize=None)
+def _namespace():
+    """The namespace ``sympy.lambdify`` runs numpy code in (before the imports of the code
+    it prints)."""
+    return sympy.lambdify((), sympy.Integer(0), modules="numpy").__globals__
+
+
+def from_code(code):
+    """The function of :func:`generated_code`'s ``code``."""
+    source = code["source"]
+    name = re.match(r"\s*def (\w+)\(", source).group(1)
+    ns = dict(_namespace())
+    for k, module in code["imports"].items():
+        ns[k] = getattr(importlib.import_module(module), k)
+    exec(compile(source, f"<generated {name}>", "exec"), ns)
+    return ns[name]

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import sympy
+from sympy.core.function import AppliedUndef
 
-from ._lambdify import lambdify
+from ._lambdify import from_code, generated_code, lambdify
+from ._store import stored
 
-__all__ = ["VectorFn", "SparseJacobian", "sparse_jacobian", "second_derivatives"]
+__all__ = ["VectorFn", "SparseJacobian", "sparse_jacobian", "second_derivatives",
+           "observation_functions"]
 
 
 class VectorFn:
@@ -25,6 +28,18 @@ class VectorFn:
         self.extra = tuple(extra)
         args = (tuple(x_sym), tuple(u_sym), t_sym) + tuple(tuple(e) for e in extra)
         self._fn = lambdify(args, list(exprs), modules="numpy", cse=True) if exprs else None
+
+    def code(self) -> dict:
+        """The function as JSON-serializable data (:meth:`from_code` makes it again)."""
+        return {"size": self.size, "fn": None if self._fn is None else generated_code(self._fn)}
+
+    @classmethod
+    def from_code(cls, code):
+        """The function of :meth:`code`'s data (without extra arguments)."""
+        out = cls.__new__(cls)
+        out.size, out.extra = code["size"], ()
+        out._fn = None if code["fn"] is None else from_code(code["fn"])
+        return out
 
     def __call__(self, X, u, t, *extra):
         X = np.atleast_2d(X)
@@ -65,8 +80,27 @@ class SparseJacobian(VectorFn):
         self.cols = np.asarray(cols, dtype=np.int64)
         self.shape = shape
         self.nnz = len(exprs)
-        #: the entries' expressions (for code generation)
-        self.exprs = list(exprs)
+        self._exprs, self._exprs_text = list(exprs), None
+
+    @property
+    def exprs(self):
+        """The entries' expressions (for code generation)."""
+        if self._exprs is None:
+            self._exprs = [sympy.sympify(e) for e in self._exprs_text]
+        return self._exprs
+
+    def code(self) -> dict:
+        return dict(super().code(), rows=self.rows.tolist(), cols=self.cols.tolist(),
+                    shape=list(self.shape), exprs=[sympy.srepr(e) for e in self.exprs])
+
+    @classmethod
+    def from_code(cls, code):
+        out = super().from_code(code)
+        out.rows = np.asarray(code["rows"], dtype=np.int64)
+        out.cols = np.asarray(code["cols"], dtype=np.int64)
+        out.shape, out.nnz = tuple(code["shape"]), len(code["rows"])
+        out._exprs, out._exprs_text = None, list(code["exprs"])
+        return out
 
     values = VectorFn.__call__
 
@@ -159,3 +193,21 @@ def second_derivatives(exprs, x_sym, u_sym, t_sym):
     Hxu = sparse_jacobian(gx, u_sym, x_sym, u_sym, t_sym, (lam,))
     Huu = sparse_jacobian(gu, u_sym, x_sym, u_sym, t_sym, (lam,))
     return lam, Hxx, Hxu, Huu
+
+
+def observation_functions(exprs, x_sym, u_sym, t_sym):
+    """``(g, g_x, g_u)``: :class:`VectorFn` of ``exprs`` and their :func:`sparse_jacobian`
+    in ``x_sym`` and ``u_sym``.  Their code is kept on disk between runs (the store of
+    :mod:`._store`, keyed by the expressions), unless an expression calls an undefined
+    function (an input given as data), whose implementation is not code."""
+    exprs = [sympy.sympify(e) for e in exprs]
+
+    def build():
+        return (VectorFn(exprs, x_sym, u_sym, t_sym),
+                sparse_jacobian(exprs, x_sym, x_sym, u_sym, t_sym),
+                sparse_jacobian(exprs, u_sym, x_sym, u_sym, t_sym))
+    if any(e.atoms(AppliedUndef) for e in exprs):
+        return build()
+    key = sympy.srepr((tuple(exprs), tuple(x_sym), tuple(u_sym), t_sym))
+    g, gx, gu = stored("observations", key, lambda: [f.code() for f in build()])
+    return VectorFn.from_code(g), SparseJacobian.from_code(gx), SparseJacobian.from_code(gu)

@@ -93,6 +93,22 @@ def test_nominal_nll_against_independent_computation(imported):
     assert imported.nll(J) == pytest.approx(expected, rel=1e-8)
 
 
+def test_conditions_of_one_preequilibration_share_one_steady_state(monkeypatch):
+    """stim1 and stim2 are pre-equilibrated by the same condition: its steady state (and the
+    problem's numeric functions) are built once for both, and the import says its time."""
+    from pyomo_odeest.problem._steady_state import SteadyState
+    built = []
+    init = SteadyState.__init__
+    monkeypatch.setattr(SteadyState, "__init__",
+                        lambda self, *a, **k: built.append(init(self, *a, **k)))
+    pe = petab_problem(FOLDER)
+    stim1, stim2 = (pe.problem.experiment_problem(c) for c in ("stim1", "stim2"))
+    assert len(built) == 1
+    assert stim1.steady_state is stim2.steady_state
+    assert stim1._numeric_cache is stim2._numeric_cache
+    assert 0 < pe.setup_s < 60
+
+
 def test_reset_species_and_kept_steady_state(imported):
     k1, k2, ks, kd = 10.0 ** NOMINAL
     A = k2 / (k1 * (1 + L["pre"]) + k2)

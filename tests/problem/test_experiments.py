@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import sympy
 
-from pyomo_odeest import (EstimationProblem, Experiment, Parameter, ProblemError, estimate)
+from pyomo_odeest import (EstimationProblem, Experiment, Parameter, Preequilibration,
+                          ProblemError, estimate)
 from pyomo_odeest.approaches._reduced import discrete_model
 
 from helpers import (AB_TIMES as TIMES, ab_data as _data, ab_rhs as _rhs,
@@ -157,3 +158,63 @@ def test_penalty_and_initial_callables_are_checked_as_for_one_experiment():
         P = EstimationProblem(initial={"A": lambda u: 2 * u.A0, "B": 0.0},
                               penalty=lambda u: (u.k1 - 1) ** 2, **kw)
         assert str(P.penalty_sym) == "(k1 - 1)**2"
+
+
+def _preequilibrated_experiments():
+    """A <-> B, then B -> C at a rate set per experiment; every experiment starts from the
+    steady state of the same pre-equilibration (no B -> C, from C = 0), the third with C
+    reset to 0.3."""
+    t = np.linspace(0.5, 3.0, 6)
+    rhs = lambda x, u, t: [-u.k1 * x.A + u.k2 * x.B,                       # noqa: E731
+                           u.k1 * x.A - u.k2 * x.B - u.s * x.B, u.s * x.B]
+    pre = Preequilibration(parameters={"s": 0.0})
+
+    def exp(name, s, reset):
+        data = pd.DataFrame({"C": 0.1 * s * t}, index=t)
+        return Experiment(name, data=data, parameters={"s": s},
+                          preequilibration=Preequilibration(parameters={"s": 0.0}, reset=reset,
+                                                            initial={"C": 0.0}),
+                          initial={"C": 0.3} if reset else None)
+    P = EstimationProblem(["A", "B", "C"], [Parameter("k1", 0.7), Parameter("k2", 0.4),
+                                            Parameter("s", 0.0, fixed=True, local=True)],
+                          rhs, {"A": 1.0, "B": 0.0, "C": 0.0}, data=None, sigma=0.05,
+                          experiments=[exp("e1", 0.5, []), exp("e2", 1.5, []),
+                                       exp("e3", 1.0, ["C"])], preequilibration=pre)
+    return P
+
+
+def test_experiments_share_one_steady_state_and_their_numeric_functions(monkeypatch):
+    from pyomo_odeest.approaches.continuous import ContinuousModel
+    from pyomo_odeest.problem._steady_state import SteadyState
+    built = []
+    init = SteadyState.__init__
+    monkeypatch.setattr(SteadyState, "__init__",
+                        lambda self, *a, **k: built.append(init(self, *a, **k)))
+    P = _preequilibrated_experiments()
+    e1, e2, e3 = P.experiment_problems
+    assert len(built) == 1                                  # one pre-equilibration, built once
+    assert e1.steady_state is e2.steady_state is e3.steady_state
+    assert e1._numeric_cache is e2._numeric_cache is e3._numeric_cache is P._numeric_cache
+    assert e1.l_sym == e2.l_sym != e3.l_sym                 # e3 resets C
+    m1, m2, m3 = (ContinuousModel(sp) for sp in P.experiment_problems)
+    assert m1.l is m2.l and m1.l is not m3.l                # equal initial states: built once
+    # the same values as a problem of one experiment, built on its own
+    alone = EstimationProblem(
+        ["A", "B", "C"], [Parameter("k1", 0.7), Parameter("k2", 0.4),
+                          Parameter("s", 1.0, fixed=True)],
+        lambda x, u, t: [-u.k1 * x.A + u.k2 * x.B, u.k1 * x.A - u.k2 * x.B - u.s * x.B,
+                         u.s * x.B], {"A": 1.0, "B": 0.0, "C": 0.3},
+        data=e3.data, sigma=0.05, preequilibration=Preequilibration(
+            parameters={"s": 0.0}, reset=["C"], initial={"C": 0.0}))
+    assert len(built) == 2
+    u3 = P.u0
+    ua = np.array([0.7, 0.4, 1.0])
+    np.testing.assert_allclose(e3.initial_state(u3), alone.initial_state(ua), rtol=1e-12)
+    assert m3.objective(u3) == pytest.approx(ContinuousModel(alone).objective(ua), rel=1e-9)
+
+
+def test_unpickled_experiments_share_their_numeric_functions_again():
+    import pickle
+    P = pickle.loads(pickle.dumps(_problem()))
+    caches = {id(sp._numeric_cache) for sp in P.experiment_problems}
+    assert caches == {id(P._numeric_cache)}

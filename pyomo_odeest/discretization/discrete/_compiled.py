@@ -17,7 +17,6 @@ import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -27,6 +26,7 @@ import numpy as np
 from ...problem._inputs import (NotPolynomial, input_applications, input_coefficients,
                                 input_pieces)
 from ...symbolic._codegen import NotCompilable, input_source, kernel_source
+from ...symbolic._store import cache_dir
 
 __all__ = ["numba_available", "SimulationKernel", "build_simulation_kernel", "ENGINES",
            "COMPILE_SECONDS", "NotCompilable", "AUTO_MIN_BLOCKS"]
@@ -166,22 +166,6 @@ from pyomo_odeest.discretization.discrete._sweeps import lu_solve
 '''
 
 
-def _cache_dir():
-    env = os.environ.get("PYOMO_ODEEST_KERNEL_CACHE")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    candidates = ([env] if env else []) + [
-        os.path.join(base, "pyomo_odeest", "kernels"),
-        os.path.join(tempfile.gettempdir(), f"pyomo_odeest_kernels_{os.getuid() if hasattr(os, 'getuid') else 0}")]
-    for d in candidates:
-        try:
-            os.makedirs(d, exist_ok=True)
-            if os.access(d, os.W_OK):
-                return d
-        except OSError:
-            continue
-    raise OSError("no writable directory for compiled kernels; set PYOMO_ODEEST_KERNEL_CACHE")
-
-
 _DECORATOR = '@njit(cache=True, error_model="numpy", nogil=True)'
 
 
@@ -263,7 +247,8 @@ def build_simulation_kernel(eq):
         if mod is not None:
             return SimulationKernel(mod, key, 0.0)
         t0 = time.perf_counter()
-        path = os.path.join(_cache_dir(), f"sim_{key}.py")
+        path = os.path.join(cache_dir("kernels", env="PYOMO_ODEEST_KERNEL_CACHE"),
+                            f"sim_{key}.py")
         if not os.path.exists(path):
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as fh:
