@@ -497,12 +497,25 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
             x0 = self.initial_state(u0)
             if not np.all(np.isfinite(x0)):
                 raise ProblemError(f"initial state l(u0) = {x0} is not finite")
-            f = self.numeric_rhs()(x0, u0, self.t0)
+            f = self._rhs_at_start(x0, u0)
         if not np.all(np.isfinite(f)):
             bad = [s for s, v in zip(self.states, f) if not np.isfinite(v)]
             raise ProblemError(f"rhs is not finite at the initial state and parameter guesses "
                                f"(states {bad}: f = {f})")
         self._check_paths_at_t0(u0)
+
+    def _rhs_at_start(self, x0, u0):
+        """:math:`f(x_0, u_0, t_0)` evaluated by sympy, NaN where a value is not a finite
+        real number: one point needs no generated code of f, which each experiment of a
+        problem with many would otherwise generate for this check alone."""
+        at = {s: sympy.Float(float(v)) for s, v in zip(self.x_sym, x0)}
+        at.update({s: sympy.Float(float(v)) for s, v in zip(self.u_sym, u0)})
+        at[self.t_sym] = sympy.Float(self.t0)
+        out = []
+        for e in self.f_sym:
+            v = sympy.sympify(e).xreplace(at).evalf()
+            out.append(float(v) if v.is_Number and v.is_real else np.nan)
+        return np.array(out)
 
     def _check_paths_at_t0(self, u0):
         """A path constraint imposed at t0 that the fixed initial state violates, whatever

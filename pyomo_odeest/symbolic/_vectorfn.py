@@ -80,26 +80,28 @@ class SparseJacobian(VectorFn):
         self.cols = np.asarray(cols, dtype=np.int64)
         self.shape = shape
         self.nnz = len(exprs)
-        self._exprs, self._exprs_text = list(exprs), None
+        self._exprs, self._of = list(exprs), None
 
     @property
     def exprs(self):
         """The entries' expressions (for code generation)."""
-        if self._exprs is None:
-            self._exprs = [sympy.sympify(e) for e in self._exprs_text]
+        if self._exprs is None:                     # made from code: differentiated again
+            of, wrt = self._of
+            self._exprs = [sympy.diff(of[r], wrt[c]) for r, c in zip(self.rows, self.cols)]
         return self._exprs
 
     def code(self) -> dict:
         return dict(super().code(), rows=self.rows.tolist(), cols=self.cols.tolist(),
-                    shape=list(self.shape), exprs=[sympy.srepr(e) for e in self.exprs])
+                    shape=list(self.shape))
 
     @classmethod
-    def from_code(cls, code):
+    def from_code(cls, code, of, wrt):
+        """The Jacobian of ``of`` in ``wrt`` from :meth:`code`'s data."""
         out = super().from_code(code)
         out.rows = np.asarray(code["rows"], dtype=np.int64)
         out.cols = np.asarray(code["cols"], dtype=np.int64)
         out.shape, out.nnz = tuple(code["shape"]), len(code["rows"])
-        out._exprs, out._exprs_text = None, list(code["exprs"])
+        out._exprs, out._of = None, (list(of), list(wrt))
         return out
 
     values = VectorFn.__call__
@@ -210,4 +212,5 @@ def observation_functions(exprs, x_sym, u_sym, t_sym):
         return build()
     key = sympy.srepr((tuple(exprs), tuple(x_sym), tuple(u_sym), t_sym))
     g, gx, gu = stored("observations", key, lambda: [f.code() for f in build()])
-    return VectorFn.from_code(g), SparseJacobian.from_code(gx), SparseJacobian.from_code(gu)
+    return (VectorFn.from_code(g), SparseJacobian.from_code(gx, exprs, x_sym),
+            SparseJacobian.from_code(gu, exprs, u_sym))

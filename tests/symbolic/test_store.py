@@ -64,7 +64,7 @@ def test_second_build_reads_the_store_with_identical_values(store):
         np.testing.assert_array_equal(a, b)
     assert (second[1].rows.tolist(), second[2].cols.tolist()) == \
         (first[1].rows.tolist(), first[2].cols.tolist())
-    assert second[2].exprs == first[2].exprs            # read back from their srepr
+    assert second[1].exprs == first[1].exprs and second[2].exprs == first[2].exprs
     # other expressions are another entry
     observation_functions(G[:2], X, U, T)
     assert counts["built"] == 2
