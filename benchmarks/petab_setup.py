@@ -1,9 +1,10 @@
 """The set-up of a PEtab problem for the continuous least squares on CVODES: import,
 the models of every condition, and the first objective and adjoint gradient.
 
-Three runs, each in a fresh process: ``before`` on another checkout of the package
-(``--before``, default ``/work/main``: the code this branch started from), then this
-checkout twice with a new, empty cache directory for the store of generated code
+Three runs, each in a fresh process: ``before`` on another version of the package
+(``--before``: a folder holding a ``pyomo_odeest`` package, or a git revision of this
+repository, exported with ``git archive``; default ``3af9e28``, the version before one
+set-up per model), then this checkout twice with a new, empty cache directory for the store of generated code
 (``PYOMO_ODEEST_CACHE``): ``cold`` (the store is filled) and ``warm`` (the store is read).
 Each prints the seconds of the import (``petab_problem``), of the models
 (``continuous_model`` per condition) and of the first evaluation (objective and
@@ -11,7 +12,7 @@ adjoint gradient at the nominal parameters), the NLL there and the largest
 difference of the gradient from the ``before`` run's.  ``uptime``'s load is printed
 before and after (the machine's other jobs slow every run).
 
-    python benchmarks/petab_setup.py [PROBLEM_FOLDER] [--before /work/main]
+    python benchmarks/petab_setup.py [PROBLEM_FOLDER] [--before REVISION_OR_FOLDER]
 
 Last line: ``petab_setup: problem=<name> before_s=<import + models + first evaluation>
 cold_s=... warm_s=... speedup=<before_s / cold_s>`` (``warm_speedup`` too).
@@ -69,8 +70,8 @@ def load():
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folder", nargs="?", default=DEFAULT)
-    ap.add_argument("--before", default="/work/main",
-                    help="checkout of the package whose set-up is 'before'")
+    ap.add_argument("--before", default="3af9e28",
+                    help="git revision or folder of the package whose set-up is 'before'")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args(argv)
     if args.child:
@@ -79,8 +80,14 @@ def main(argv=None):
     name = os.path.basename(os.path.normpath(args.folder))
     print(f"load before: {load()}", flush=True)
     runs = {}
-    with tempfile.TemporaryDirectory() as before_cache, tempfile.TemporaryDirectory() as cache:
-        runs["before"] = spawn(args.folder, args.before, before_cache)
+    with tempfile.TemporaryDirectory() as before, tempfile.TemporaryDirectory() as cache:
+        if os.path.isdir(args.before):
+            before = args.before
+        else:                                         # a revision: its package, exported
+            archive = subprocess.run(["git", "-C", HERE, "archive", args.before, "pyomo_odeest"],
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", before], input=archive, check=True)
+        runs["before"] = spawn(args.folder, before, os.path.join(cache, "before"))
         print(f"before done: {load()}", flush=True)
         runs["cold"] = spawn(args.folder, HERE, cache)
         runs["warm"] = spawn(args.folder, HERE, cache)

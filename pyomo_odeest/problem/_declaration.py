@@ -662,10 +662,10 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     def _numeric(self, key, build):
         """The numeric function ``key`` built by ``build()`` from the symbolic problem,
         once per problem, its variants and, with several experiments, its experiments'
-        problems (one cache, :data:`._several._SHARED_NUMERIC`; not pickled: rebuilt on first use).  ``key``
-        holds the expressions and the symbols they are functions of, so a function of
-        other expressions is built anew; what is built may not depend on data, weights
-        or parameter values other than those in ``key``."""
+        problems (one cache, ``_several._SHARED_NUMERIC``; not pickled: rebuilt on first
+        use).  ``key`` holds the expressions and the symbols they are functions of, so a
+        function of other expressions is built anew; what is built may not depend on
+        data, weights or parameter values other than those in ``key``."""
         cache = self.__dict__.get("_numeric_cache")
         if cache is None:
             shared = _SHARED_NUMERIC.get()
