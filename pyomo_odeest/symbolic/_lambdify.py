@@ -10,9 +10,9 @@ names the package chose, whatever the user's names are.  An argument that is a
 vector of symbols (the states, the parameters) is one name ``_v0, _v1, ...`` of
 the generated code, whose first lines take the entries the expressions use
 (``_s3 = _v1[3]``): the source neither lists nor unpacks the symbols no expression
-uses (a PEtab problem with many conditions has 907 parameters, each condition's
-functions use 30 of them), so its generation and its calls do not grow with the
-vector's length.  Every numeric function of the package is generated through it.
+uses (Isensee's PEtab problem has 907 parameters, a condition's functions use a
+few tens of them), so its generation and its calls do not grow with the vector's
+length.  Every numeric function of the package is generated through it.
 """
 from __future__ import annotations
 

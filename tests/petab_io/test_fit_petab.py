@@ -55,6 +55,8 @@ def test_fit_petab_result_has_the_table_the_best_fit_and_its_checks(preeq_fit):
     assert len(tab) == 2 and set(tab["approach"]) == {_fit.LEAST_SQUARES}
     assert list(tab["start_id"]) == [0, 1] and tab["converged"].all()
     assert (tab["time_s"] > 0).all() and (tab["iterations"] >= 1).all()
+    assert fit.setup_s == fit.estimation.setup_s and 0 < fit.setup_s < fit.wall_s
+    assert fit.best.timings["build_s"] > 0                   # the models' set-up of the fit
     assert fit.best_nll == pytest.approx(tab["nll_simulated"].min(), rel=0, abs=0)
     assert fit.best_nll < fit.nominal_nll - 1.0
     assert isinstance(fit.best, EstimationResult) and fit.best.success
@@ -84,6 +86,7 @@ def test_fit_petab_writes_its_folder(preeq_fit, tmp_path):
     assert len(tab) == 2 and tab["nll_simulated"].min() == pytest.approx(preeq_fit.best_nll)
     info = json.loads((out / "fit.json").read_text())
     assert info["status"] == "converged" and info["success"] is True
+    assert info["setup_s"] == pytest.approx(preeq_fit.setup_s)
     assert info["best_nll"] == pytest.approx(preeq_fit.best_nll)
     assert info["settings"]["starts"] == 2 and info["best"]["approach"] == _fit.LEAST_SQUARES
     assert set(info["best"]["petab_estimates"]) == {"k1", "k2", "ks", "kd"}
