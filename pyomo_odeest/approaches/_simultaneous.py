@@ -304,8 +304,8 @@ class SimultaneousApproach(Approach):
                 for pc, _ in problem.parameter_constraints}
         return res
 
-    def collect_experiment(self, problem, b, u, built):
-        return _frames(b, built[0])
+    def collect_experiment(self, problem, b, u, solved, outcome):
+        return _frames(b, solved[0])
 
 
 def estimate_simultaneous(problem: EstimationProblem, *args, **options):

@@ -236,16 +236,14 @@ class ContinuousApproach(Approach):
             raise ProblemError(f"optimizer {cfg.optimizer!r} does not take the problem's path "
                                f"or parameter constraints; use optimizer='ipopt'")
         return SimpleNamespace(problem=problem, cm=cm, obj=obj, cons=cons, s=s, w0=uf / s,
-                               wl=lb / s, wu=ub / s, u_start=u_start, mult_g=None,
-                               n_grid=cfg.n_grid)
+                               wl=lb / s, wu=ub / s, u_start=u_start, n_grid=cfg.n_grid)
 
     def solve(self, b, cfg):
         cm, obj, cons = b.cm, b.obj, b.cons
         try:
-            b.J_start = _guarded(cm.objective, obj.u(b.w0))
+            j0 = _guarded(cm.objective, obj.u(b.w0))
             g0 = _guarded(obj.gradient, b.w0)
         except EvaluationError as err:
-            b.J_start = np.nan
             return Outcome.failed_at_start(b.w0, err)
         if cfg.optimizer == "ipopt":
             opts = ipopt_options(cfg, start=(b.w0, b.wl, b.wu), acceptable_tol=1e-2,
@@ -256,16 +254,17 @@ class ContinuousApproach(Approach):
             # exceptions other than failed evaluations (and Ctrl-C) stop Ipopt and are re-raised
             out = Outcome.from_ipopt(run_ipopt(_IpoptProblem(obj, b.w0, b.wl, b.wu, cons), cfg,
                                                opts))
-            b.mult_g = np.asarray(out.mult_g, dtype=float) if cons is not None else None
-            b.mname = f"ipopt/{'limited-memory' if cfg.hessian is None else 'exact-hessian:' + cfg.hessian}"
+            out.mult_g = np.asarray(out.mult_g, dtype=float) if cons is not None else None
+            out.details["method"] = ("ipopt/" + ("limited-memory" if cfg.hessian is None
+                                                 else "exact-hessian:" + cfg.hessian))
         elif cfg.optimizer == "least_squares":
             clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
             r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock)
             clock.finish()
             status = (Status.TIME_LIMIT if clock.exceeded
                       else status_from_scipy(r, "least_squares"))
-            out = Outcome(r.x, status, str(r.message), int(r.njev))
-            b.mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
+            method = "scipy/least_squares(trf), Jacobian from forward sensitivities"
+            out = Outcome(r.x, status, str(r.message), int(r.njev), details=dict(method=method))
             if out.status.success:
                 out = _stationarity(b, out, cfg.gradient, g0)
             # a stop on the relative decrease of J (ftol = 10·rtol) or of the step (xtol)
@@ -275,7 +274,7 @@ class ContinuousApproach(Approach):
             njev, message = int(r.njev), str(r.message)
             for drop in ({"ftol": None}, {"ftol": None, "xtol": 1e-15}):
                 if not (out.status is Status.NOT_STATIONARY and r.status in (2, 3, 4)
-                        and b.stationarity.get("rule") == "decrement"
+                        and out.details["stationarity"].get("rule") == "decrement"
                         and not set(drop) & set(user)):
                     break
                 # the time left to the pipeline's deadline (its solve scope)
@@ -285,16 +284,16 @@ class ContinuousApproach(Approach):
                 status = (Status.TIME_LIMIT if clock.exceeded
                           else status_from_scipy(r, "least_squares"))
                 njev, message = njev + int(r.njev), f"{message}; continued: {r.message}"
-                out = Outcome(r.x, status, message, njev)
+                out = Outcome(r.x, status, message, njev, details=dict(method=method))
                 if out.status.success:
                     out = _stationarity(b, out, cfg.gradient, g0)
-            out.objective_start = float(b.J_start)
+            out.objective_start = float(j0)
             return out
         else:
             out = self._minimize(b, cfg)
         if out.status.success:
             out = _stationarity(b, out, cfg.gradient, g0)
-        out.objective_start = float(b.J_start)
+        out.objective_start = float(j0)
         return out
 
     def _minimize(self, b, cfg):
@@ -323,10 +322,11 @@ class ContinuousApproach(Approach):
             warnings.simplefilter("ignore", RuntimeWarning)
             r = minimize(fun, b.w0, jac=True, method=optimizer, bounds=Bounds(b.wl, b.wu),
                          options=opts, callback=clock, **kw)
-        b.mname = f"scipy/{optimizer}" + ("" if cfg.hessian is None or optimizer == "L-BFGS-B"
-                                          else f"/hessian:{cfg.hessian}")
+        method = f"scipy/{optimizer}" + ("" if cfg.hessian is None or optimizer == "L-BFGS-B"
+                                         else f"/hessian:{cfg.hessian}")
         status = Status.TIME_LIMIT if clock.exceeded else status_from_scipy(r, optimizer)
-        return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)))
+        return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)),
+                       details=dict(method=method))
 
     def parts(self, b):
         return experiment_models(b.cm)
@@ -343,27 +343,27 @@ class ContinuousApproach(Approach):
             except EvaluationError:
                 pass
         res = EstimationResult(
-            approach=self.name, method=f"{getattr(b, 'mname', '-')}, gradient={cfg.gradient}",
+            approach=self.name, method=f"{outcome.details.get('method', '-')}, gradient={cfg.gradient}",
             scheme=None, estimates=pd.Series(u_hat, index=problem.parameter_names,
                                              name="estimate"),
             objective=J, status=outcome.status, iterations=outcome.iterations,
             evaluations=dict(obj.counts, **{f"ode_{k}": v for k, v in cm.counts.items()}))
         res.extra.update(gradient=pd.Series(g, index=problem.parameter_names),
                          start=pd.Series(b.u_start, index=problem.parameter_names),
-                         objective_start=b.J_start, scale=b.s,
-                         stationarity=getattr(b, "stationarity", None),
+                         objective_start=outcome.objective_start, scale=b.s,
+                         stationarity=outcome.details.get("stationarity"),
                          integrator=dict(name=integrator_name(cm), engine=getattr(cm, "engine", "scipy"),
                                          method=cm.settings["method"], rtol=cm.rtol,
                                          atol=cm.atol))
         res.backend = ContinuousBackend(problem, cm)
-        if b.mult_g is not None:
-            add_constraint_multipliers(res, problem, b.cons.rows, b.mult_g, b.cons.names)
+        if outcome.mult_g is not None:
+            add_constraint_multipliers(res, problem, b.cons.rows, outcome.mult_g, b.cons.names)
         return res
 
-    def collect_experiment(self, problem, m, u, b):
+    def collect_experiment(self, problem, m, u, b, outcome):
         """States on a fine grid, fitted observations, residuals and adjoint of one
         experiment."""
-        if not np.isfinite(b.J_start):                  # failed at the start: said there
+        if outcome.at_start:                            # failed at the start: said there
             return dict(failed="the model cannot be simulated at the start")
         try:
             times = np.union1d(np.linspace(m.t0, m.T, b.n_grid), m.tau)
@@ -397,20 +397,20 @@ def _stationarity(b, out, gradient, g0):
     gm = "adjoint" if gradient == "fd" else gradient
     u_hat, free = b.obj.u(out.x), b.problem.free_mask
     g_check, factor, why = None, None, ""
-    constrained = b.mult_g is not None and len(b.mult_g)
+    constrained = out.mult_g is not None and len(out.mult_g)
     for factor in (100.0, 10.0, 1.0):
         try:
             with _tighter(b.cm, factor):
                 g_check = _guarded(b.cm.gradient, u_hat, gm, np.flatnonzero(free)) * b.s
             if constrained:                                  # the Lagrangian's gradient
                 g_check = g_check + (_guarded(b.cons.jacobian, u_hat)
-                                     * b.s[None, :]).T @ b.mult_g
+                                     * b.s[None, :]).T @ out.mult_g
             break
         except EvaluationError as err:
             g_check, why = None, str(err)
     if g_check is None:
         g_check = np.full(len(out.x), np.inf)
-    b.stationarity = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
+    out.details["stationarity"] = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
     st["tolerance_factor"] = factor
     pg, limit = st["projected_gradient"], st["limit"]
     squares = None if not np.isfinite(pg) or constrained else \
