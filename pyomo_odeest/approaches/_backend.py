@@ -370,9 +370,7 @@ _ERRORS = {e.__name__: e for e in (ValueError, RuntimeError, ArithmeticError)}
 def _model_classes():
     """The model classes the data of a continuous backend name."""
     from .continuous import ContinuousModel, CvodesModel
-    from .continuous._estimation import ContinuousExperiments
-    return {c.__name__: c for c in (ContinuousModel, CvodesModel, ContinuousExperiments,
-                                    ExperimentModels)}
+    return {c.__name__: c for c in (ContinuousModel, CvodesModel, ExperimentModels)}
 
 
 class _NotData(TypeError):

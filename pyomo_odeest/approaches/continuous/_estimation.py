@@ -21,7 +21,7 @@ from .._backend import ContinuousBackend
 from .._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                      common_config,
                      ipopt_options, run_ipopt, add_constraint_multipliers)
-from ...discretization._experiments import ExperimentModels, experiment_models, join_experiments
+from ...discretization._experiments import experiment_models, join_experiments
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
 from ._cvodes import ENGINES, continuous_model, integrator_name
 
@@ -61,7 +61,7 @@ class _ScaledObjective:
         key = np.asarray(w, dtype=float).tobytes()
         if key != self._gkey:
             self.counts["gradient"] += 1
-            g = self.model.gradient(self.u(w), self.gmethod, np.flatnonzero(self.free))
+            g = self.model.gradient(self.u(w), self.gmethod, index=np.flatnonzero(self.free))
             self._gkey, self._g = key, g * self.s
         return self._g.copy()
 
@@ -107,13 +107,13 @@ class ContinuousConstraints(ConstraintRows):
         return super().jacobian(u, lambda e: self.models[e].sensitivities(u, V)[1:], self.free)
 
 
-def _guarded(fn, *args):
-    """``fn(*args)``; a failed integration or a non-finite value becomes an
+def _guarded(fn, *args, **kw):
+    """``fn(*args, **kw)``; a failed integration or a non-finite value becomes an
     :class:`~pyomo_odeest.nlp._protocol.EvaluationError` (the optimizer backs off)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            v = fn(*args)
+            v = fn(*args, **kw)
     except (IntegrationError, ArithmeticError, ValueError, np.linalg.LinAlgError) as err:
         raise EvaluationError(str(err)) from None
     return finite(v, "value")
@@ -225,7 +225,7 @@ class ContinuousApproach(Approach):
                                 atol=cfg.atol)
 
     def combine(self, problem, parts, cfg, u_start):
-        cm = cfg.model or join_experiments(problem, parts, ContinuousExperiments)
+        cm = cfg.model or join_experiments(problem, parts)
         free = problem.free_mask
         lb, ub = problem.bounds(free)
         uf = np.clip(u_start[free], lb, ub)
@@ -401,7 +401,7 @@ def _stationarity(b, out, gradient, g0):
     for factor in (100.0, 10.0, 1.0):
         try:
             with _tighter(b.cm, factor):
-                g_check = _guarded(b.cm.gradient, u_hat, gm, np.flatnonzero(free)) * b.s
+                g_check = _guarded(b.cm.gradient, u_hat, gm, index=np.flatnonzero(free)) * b.s
             if constrained:                                  # the Lagrangian's gradient
                 g_check = g_check + (_guarded(b.cons.jacobian, u_hat)
                                      * b.s[None, :]).T @ out.mult_g
@@ -647,25 +647,3 @@ class _Stopped(Exception):
     def __init__(self, w, status, message):
         super().__init__(message)
         self.w, self.status = np.array(w, dtype=float), status
-
-
-class ContinuousExperiments(ExperimentModels):
-    """:class:`ContinuousModel` of each experiment, summed (with the continuous
-    models' signatures: ``gradient(u, method, index)``, ``hessian(u, method, index)``)."""
-
-    def _misfit(self, u):
-        return float(sum(m._misfit(u) for m in self.models))
-
-    def objective(self, u=None, traj=None):
-        return float(sum(m.objective(u) for m in self.models))
-
-    def gradient(self, u=None, method="adjoint", index=None):
-        return sum(np.asarray(m.gradient(u, method, index), dtype=float) for m in self.models)
-
-    def hessian(self, u=None, method="soa", index=None, block=None):
-        return sum(np.asarray(m.hessian(u, method, index=index), dtype=float)
-                   for m in self.models)
-
-    @property
-    def counts(self):
-        return {k: sum(m.counts[k] for m in self.models) for k in self.models[0].counts}
