@@ -1,8 +1,8 @@
 """The estimation approaches, each driving Ipopt (or another optimizer) on the
 same discrete problem: :mod:`.simultaneous` (the Pyomo block, states and
 parameters together), :mod:`.reduced` (simulate, discrete adjoint gradient),
-:mod:`.shooting` (multiple shooting) and :mod:`.continuous` (continuous-time
-adjoint), :mod:`._adaptive` (the step-size model (55)), all behind one front door,
+:mod:`.shooting` (multiple shooting) and :mod:`._continuous` (on the ODE's solution,
+continuous-time adjoint; its models in :mod:`pyomo_odeest.discretization.continuous`), :mod:`._adaptive` (the step-size model (55)), all behind one front door,
 :func:`.estimate` (which also runs an approach of the user's: an
 :class:`._base.Approach` subclass or instance), and one pipeline,
 :class:`._base.Approach`.
@@ -24,7 +24,8 @@ and the backends that the analyses work on: ``AdaptiveApproach``, ``Approach``,
 from ._simultaneous import estimate_simultaneous, initialize_block, simulate
 from ._reduced import ReducedSpaceNLP, estimate_reduced
 from ._shooting import MultipleShootingNLP, estimate_multiple_shooting
-from .continuous import ContinuousModel, IntegrationError, estimate_continuous
+from ..discretization.continuous import ContinuousModel, IntegrationError
+from ._continuous import estimate_continuous
 from ._adaptive import AdaptiveApproach, estimate_adaptive
 from ._dae_result import dae_result
 from ._base import Approach, IPOPT_DEFAULTS, Outcome, option_table

@@ -257,7 +257,7 @@ def _seed_states(sp, t, u):
     """States on the times ``t`` from an implicit simulation at ``u`` (the continuous
     engine: CVODES's BDF, or LSODA), or from the data where it fails or leaves the
     data's range by more than a factor 100 (a solution blowing up)."""
-    from .continuous import IntegrationError, continuous_model
+    from ..discretization.continuous import IntegrationError, continuous_model
     try:
         with np.errstate(all="ignore"):
             X = continuous_model(sp, rtol=1e-6, atol=1e-9).simulate(u, t).to_numpy()

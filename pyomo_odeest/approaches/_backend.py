@@ -369,7 +369,7 @@ _ERRORS = {e.__name__: e for e in (ValueError, RuntimeError, ArithmeticError)}
 
 def _model_classes():
     """The model classes the data of a continuous backend name."""
-    from .continuous import ContinuousModel, CvodesModel
+    from ..discretization.continuous import ContinuousModel, CvodesModel
     return {c.__name__: c for c in (ContinuousModel, CvodesModel, ExperimentModels)}
 
 
@@ -479,7 +479,7 @@ def rebuild_backend(result, data=None, read=False):
     if data is not None:
         return backend_from_data(P, data)
     if result.scheme is None:
-        from .continuous import continuous_model
+        from ..discretization.continuous import continuous_model
         kw = dict(result.extra.get("integrator") or {})
         engine = kw.get("engine")
         engine = engine if engine in ("cvodes", "scipy") else None   # the installed default

@@ -609,7 +609,7 @@ def is_pyomo_model(obj) -> bool:
 def ode_states(problem, u):
     """``t -> x(t)`` on a grid by a stiff integrator (LSODA) at ``u``, or None where it
     fails; the integrator is built on the first call only (most starts never need it)."""
-    from .continuous import ContinuousModel, IntegrationError
+    from ..discretization.continuous import ContinuousModel, IntegrationError
 
     def states(t):
         try:

@@ -128,7 +128,7 @@ class GridCertificate:
 
 def reference_models(problem):
     """The independent simulators, one per experiment (LSODA at :data:`REFERENCE_RTOL`)."""
-    from .continuous import ContinuousModel
+    from ..discretization.continuous import ContinuousModel
     return [ContinuousModel(sp, method="LSODA", rtol=REFERENCE_RTOL, atol=REFERENCE_ATOL)
             for sp in problem.subproblems]
 
@@ -175,7 +175,7 @@ def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) 
     names = problem.experiment_names or [None]
     errs, w_all, r_all, rows = [], [], [], []
     J_sim = misfit_constant(problem)
-    from .continuous import IntegrationError
+    from ..discretization.continuous import IntegrationError
     for name, sp, cm in zip(names, problem.subproblems, models):
         try:
             with np.errstate(all="ignore"):

@@ -65,7 +65,7 @@ class ExperimentModels:
     **options)`` and ``hessian(u, method, **options)`` (a
     :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`, an
     :class:`~pyomo_odeest.discretization.adaptive.AdaptiveModel` or a
-    :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`: the continuous
+    :class:`~pyomo_odeest.discretization.continuous.ContinuousModel`: the continuous
     models' ``index`` is passed by name).  A trajectory of the sum is the tuple of
     the experiments' trajectories.  The loss constant, the misfit without it and
     the evaluation counts are summed too, where the models have them; any other

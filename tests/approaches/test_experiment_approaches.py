@@ -192,7 +192,7 @@ def test_continuous_experiments_inputs_constraints_equal_simultaneous():
 
 
 def test_continuous_constraint_jacobian_exact():
-    from pyomo_odeest.approaches.continuous._estimation import ContinuousConstraints
+    from pyomo_odeest.approaches._continuous import ContinuousConstraints
     from pyomo_odeest.approaches import ContinuousModel
     from pyomo_odeest.discretization import ExperimentModels
     P = _problem(at="measurements")

@@ -10,20 +10,20 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from ...nlp._cyipopt_adapter import start_value_magnitude
-from ...nlp._protocol import EvaluationError, finite
-from ...nlp._stationarity import (decrement_limit, gauss_newton_decrement, judge_stop,
+from ..nlp._cyipopt_adapter import start_value_magnitude
+from ..nlp._protocol import EvaluationError, finite
+from ..nlp._stationarity import (decrement_limit, gauss_newton_decrement, judge_stop,
                                   stationarity_check)
-from ...problem._declaration import EstimationProblem, ProblemError
-from ...problem._result import EstimationResult
-from ...problem._status import Status, demote, status_from_scipy
-from .._backend import ContinuousBackend
-from .._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
+from ..problem._declaration import EstimationProblem, ProblemError
+from ..problem._result import EstimationResult
+from ..problem._status import Status, demote, status_from_scipy
+from ._backend import ContinuousBackend
+from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                      common_config,
                      ipopt_options, run_ipopt, add_constraint_multipliers)
-from ...discretization._experiments import experiment_models, join_experiments
-from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
-from ._cvodes import ENGINES, continuous_model, integrator_name
+from ..discretization._experiments import experiment_models, join_experiments
+from ..discretization.continuous import (ENGINES, GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS,
+                                         IntegrationError, continuous_model, integrator_name)
 
 __all__ = ["ContinuousApproach", "estimate_continuous", "ContinuousConstraints"]
 
@@ -489,9 +489,9 @@ def estimate_continuous(problem: EstimationProblem, **options):
     ``xtol=gtol=1e-10`` (a stop on ``ftol`` or ``xtol`` that the Gauss–Newton
     decrement rejects is continued without ``ftol``, then with ``xtol=1e-15``,
     unless the user gave them).  ``engine``: ``'cvodes'``
-    (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`) or ``'scipy'``
+    (:class:`~pyomo_odeest.discretization.continuous.CvodesModel`) or ``'scipy'``
     (:class:`ContinuousModel`); default tolerances from
-    :func:`~pyomo_odeest.approaches.continuous.default_tolerances`.  ``scale``
+    :func:`~pyomo_odeest.discretization.continuous.default_tolerances`.  ``scale``
     optimizes over :math:`w_k = u_k / s_k` with :math:`s_k = |u_{0,k}|` (1 where
     :math:`u_{0,k} = 0`).  A ``model`` given is reused (its integrator settings win).
 
@@ -519,7 +519,7 @@ def _penalty_as_squares(problem):
     of the free parameters within their bounds, the others at their start values
     (:func:`~pyomo_odeest.problem._misfit.penalty_squares`)."""
     import sympy
-    from ...problem._misfit import penalty_squares
+    from ..problem._misfit import penalty_squares
     free = problem.free_mask
     cols = np.flatnonzero(free)
     lb, ub = problem.bounds(free)
