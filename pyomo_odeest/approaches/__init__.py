@@ -8,8 +8,7 @@ continuous-time adjoint; its models in :mod:`pyomo_odeest.discretization.continu
 :class:`._base.Approach`.
 
 Re-exported by :mod:`pyomo_odeest` (the user API): ``estimate_adaptive``,
-``dae_result``, ``approach_config``, ``estimate_simultaneous``, ``initialize_block``,
-``simulate``, ``estimate_reduced``, ``estimate_multiple_shooting``,
+``dae_result``, ``approach_config``, ``estimate_simultaneous``, ``estimate_reduced``, ``estimate_multiple_shooting``,
 ``IntegrationError``, ``estimate_continuous``, ``APPROACH_NAMES``, ``approach_options``,
 ``estimate``.
 
@@ -21,7 +20,7 @@ and the backends that the analyses work on: ``AdaptiveApproach``, ``Approach``,
 ``DiscreteBackend``, ``KKTBackend``, ``ShootingBackend``, ``ReducedSpaceNLP``,
 ``MultipleShootingNLP``, ``ContinuousModel``, ``approach_class``.
 """
-from ._simultaneous import estimate_simultaneous, initialize_block, simulate
+from ._simultaneous import estimate_simultaneous
 from ._reduced import ReducedSpaceNLP, estimate_reduced
 from ._shooting import MultipleShootingNLP, estimate_multiple_shooting
 from ..discretization.continuous import ContinuousModel, IntegrationError
@@ -36,7 +35,7 @@ from ._estimate import (APPROACH_NAMES, approach_class, approach_config, approac
 __all__ = ["estimate_adaptive", "AdaptiveApproach", "dae_result", "Approach", "Outcome",
            "IPOPT_DEFAULTS", "option_table", "ContinuousBackend", "DiscreteBackend", "KKTBackend",
            "ShootingBackend",
-           "approach_config", "estimate_simultaneous", "initialize_block", "simulate", "ReducedSpaceNLP",
+           "approach_config", "estimate_simultaneous", "ReducedSpaceNLP",
            "estimate_reduced", "MultipleShootingNLP", "estimate_multiple_shooting",
            "ContinuousModel", "IntegrationError", "estimate_continuous", "APPROACH_NAMES",
            "approach_options", "approach_class", "estimate"]

@@ -275,7 +275,7 @@ def _seed(built, cfg):
     states initialized by :func:`_seed_states`.  Returns its estimate and a summary."""
     from ..transcription._block import build_block
     from ..transcription._experiments import build_experiment_blocks
-    from ._simultaneous import _load, _stage_values, parameter_start
+    from ..transcription._initialize import load_values, parameter_start, stage_values
     problem, qmax = built.problem, built.ams[0].qmax
     tb = time.perf_counter()
     m = pyo.ConcreteModel(name=problem.name)
@@ -288,11 +288,11 @@ def _seed(built, cfg):
     for sp, b in zip(problem.subproblems, blocks_of(m.est)):
         X, how = _seed_states(sp, np.asarray(b.grid.t, dtype=float), built.u)
         init.append(how)
-        _load(b.x, X)
+        load_values(b.x, X)
         with np.errstate(all="ignore"):
-            stages = _stage_values(b, X, built.u)
+            stages = stage_values(b, X, built.u)
         for name, v in stages.items():
-            _load(b.component(name), np.where(np.isfinite(v), v, X[1:]))
+            load_values(b.component(name), np.where(np.isfinite(v), v, X[1:]))
     solver = OdeestIpoptSolver()
     solver.solve(m, options=ipopt_options(cfg, start=parameter_start(m)), tee=cfg.tee,
                  progress=cfg.progress)

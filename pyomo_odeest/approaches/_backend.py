@@ -54,6 +54,7 @@ from ..discretization.discrete import DiscreteModel
 from ..discretization.schemes import MultistepScheme, get_scheme
 from ..problem._declaration import EstimationProblem
 from ..problem._misfit import MeasurementMisfit
+from ..transcription._initialize import blocks_of
 
 __all__ = ["DiscreteBackend", "KKTBackend", "ShootingBackend", "ContinuousBackend",
            "rebuild_backend", "backend_data", "backend_from_data", "kkt_reduced_hessian",
@@ -193,11 +194,6 @@ def _kkt_system(problem, model):
         dX = np.array([[d[(i, s)] for s in sp_.states] for i in J], dtype=float)
         parts.append((Xm, dX.reshape(len(J), len(sp_.states), len(names))))
     return names, H, parts
-
-
-def blocks_of(b):
-    """The experiment blocks of a block of several experiments, else ``[b]``."""
-    return list(getattr(b, "experiment_blocks", None) or [b])
 
 
 def _scheme_models(problem, parts, grids=None):

@@ -697,7 +697,6 @@ class Refit:
         the pipeline): its approach by name, scheme and grid, and the continuous
         approach's integrator settings; the other options take their defaults."""
         from ._estimate import approach_class
-        from ..discretization.schemes import get_scheme
         approach = approach_class(result.approach)
         names = set(approach.option_names())
         opts = {}

@@ -36,9 +36,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
-import pandas as pd
 
-from ..discretization._grid import Grid, subdivide
+from ..discretization._grid import subdivide
 from ..discretization.schemes import STIFF_SCHEME, get_scheme, local_errors, stiff_switch
 from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
