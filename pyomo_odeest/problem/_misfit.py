@@ -215,7 +215,7 @@ class MeasurementMisfit:
             return np.zeros((0, Xm.shape[1] if Xm.ndim == 2 else 0)), np.zeros(p)
         Ar2 = 2 * self.Ar(self.residuals(Xm, u))
         Fx = self.gx.matvec_T(self._measured(self.gx, Xm, u), Ar2)
-        Fu = self.gu.matvec_T(self._measured(self.gu, Xm, u), Ar2).sum(axis=0)
+        Fu = self.gu.sum_matvec_T(self._measured(self.gu, Xm, u), Ar2)
         return Fx, Fu
 
     def second_order(self):

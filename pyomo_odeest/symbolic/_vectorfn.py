@@ -67,6 +67,8 @@ class SparseJacobian(VectorFn):
         self.nnz = len(exprs)
         #: the entries' expressions (for code generation)
         self.exprs = list(exprs)
+        #: every column holds one entry at most (then ``matvec_T`` sums nothing)
+        self.distinct_cols = len(np.unique(self.cols)) == self.nnz
 
     values = VectorFn.__call__
 
@@ -79,9 +81,14 @@ class SparseJacobian(VectorFn):
     def matvec_T(self, vals, v):
         """Row-wise ``A_kᵀ v_k`` for values (npts, nnz) and v (npts, r) -> (npts, c)."""
         npts, c = vals.shape[0], self.shape[1]
+        w = vals * v[:, self.rows]
+        if self.distinct_cols:
+            out = np.zeros((npts, c))
+            out[:, self.cols] = w
+            return out
         flat = (np.arange(npts)[:, None] * c + self.cols[None, :]).ravel()
-        w = (vals * v[:, self.rows]).ravel()
-        return np.bincount(flat, weights=w, minlength=npts * c).astype(float).reshape(npts, c)
+        return np.bincount(flat, weights=w.ravel(), minlength=npts * c).astype(float).reshape(
+            npts, c)
 
     def sum_matvec_T(self, vals, v):
         """``Σ_k A_kᵀ v_k`` (c,) without forming the per-point products."""

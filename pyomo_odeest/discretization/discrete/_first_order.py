@@ -84,7 +84,7 @@ class FirstOrder:
 
     def block_backward_solve(self, R, u, pv):
         """Solve ``(∂G/∂w)ᵀ P = R`` at the parameters ``u`` for ``R`` of shape
-        (nblocks, n, q) (overwritten) by the compiled block backward substitution
+        (nblocks, n, q) by the compiled block backward substitution
         (:func:`._sweeps.adjoint_sweep`).
 
         Returns ``P`` (nblocks, n, q) and ``(∂G/∂u)ᵀ P`` (m, q), the latter without
@@ -93,12 +93,12 @@ class FirstOrder:
         from ._sweeps import adjoint_sweep
         a = self.compiled_arrays()
         nb = self.nblocks
-        R = np.ascontiguousarray(R, dtype=float)
-        PGu = np.zeros((self.m, R.shape[2]))
+        P = np.array(R, dtype=float, order="C")
+        PGu = np.zeros((self.m, P.shape[2]))
         none = np.zeros((nb, 0))
         C = np.ascontiguousarray
-        P = adjoint_sweep(
-            R, a["base"], a["implicit"], a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"],
+        adjoint_sweep(
+            P, a["base"], a["implicit"], a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"],
             a["fx_cols"], C(pv["fx"]), a["fu_rows"], a["fu_cols"], C(pv["fu"]),
             a["d_ptr"], a["d_pt"], a["d_c"], a["fdx_rows"], a["fdx_cols"],
             C(pv.get("fdx", none)), a["fdu_rows"], a["fdu_cols"], C(pv.get("fdu", none)),

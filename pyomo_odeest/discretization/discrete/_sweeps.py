@@ -13,7 +13,9 @@ same block layout, written as loops over arrays:
 * :func:`sensitivity_sweep`: block forward substitution of
   ``(∂G/∂w) M = −∂G/∂u`` [GM-grad, eq. (51)], every block's ``M`` or the
   contraction ``Σ_b ∇_{w_b}Fᵀ M_b`` of eq. (53) through a ring buffer;
-* :func:`lu_solve`: the small dense systems of the implicit blocks.
+* :func:`lu_solve`: the small dense systems of the implicit blocks;
+  :func:`add_transposed`: one point's ``Jᵀ x`` (also the misfit's
+  ``g_xᵀ A_j r_j`` of the generated kernels, :mod:`._compiled`).
 
 Jacobian values come precomputed at every block (``values``, shape
 ``(nblocks, nnz)``, on the patterns ``rows``/``cols``); terms are grouped by
@@ -25,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["lu_solve", "adjoint_sweep", "sensitivity_sweep"]
+__all__ = ["lu_solve", "add_transposed", "adjoint_sweep", "sensitivity_sweep"]
 
 _JIT = dict(cache=True, error_model="numpy", nogil=True)
 
@@ -100,7 +102,7 @@ def _block_matrix(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
 
 
 @njit(**_JIT)
-def _add_transposed(y, x, q, rows, cols, vals, scale):
+def add_transposed(y, x, q, rows, cols, vals, scale):
     """``y += scale · Jᵀ x`` for one point's Jacobian ``J`` (``vals`` on ``rows``/``cols``),
     ``x`` and ``y`` holding ``(·, q)`` values in one row."""
     if q == 1:                      # the adjoint: no loop over right-hand sides
@@ -147,8 +149,8 @@ def _gather_forward(rhs, M, window, b, ptr, pt, c, x_rows, x_cols, xv, u_rows, u
 def adjoint_sweep(R, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
                   fu_rows, fu_cols, fuv, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv,
                   fdu_rows, fdu_cols, fduv, window, PGu):
-    """Solve ``(∂G/∂w)ᵀ P = R`` (``R`` (nblocks, n, q), overwritten) by block
-    backward substitution; returns ``P`` (the shape of ``R``).
+    """Solve ``(∂G/∂w)ᵀ P = R`` (``R`` (nblocks, n, q) is overwritten by ``P``) by
+    block backward substitution.
 
     The terms at a point ``p`` enter through their weighted sum
     ``Λ_p = Σ_{terms e at p} c_e P_{eq_e}`` (f and ḟ terms apart), so that the
@@ -162,40 +164,35 @@ def adjoint_sweep(R, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
     nb, n, q = R.shape
     nq = n * q
     has_d = d_ptr[nb] > 0
-    P = np.zeros_like(R)
     # a block's (n, q) values as one row: contiguous loops also for q = 1
-    R2, P2, y = R.reshape((nb, nq)), P.reshape((nb, nq)), PGu.reshape(PGu.size)
+    P, y = R.reshape((nb, nq)), PGu.reshape(PGu.size)
     Lf = np.zeros((window, nq))
     Ld = np.zeros((window if has_d else 0, nq))
     D = np.empty((n, n))
     for b in range(nb - 1, -1, -1):
         s = b % window
-        # the terms of later blocks at point b: R_b += f_x(w_b)ᵀ Λ_f,b + ḟ_x(w_b)ᵀ Λ_d,b
-        _add_transposed(R2[b], Lf[s], q, fx_rows, fx_cols, fxv[b], 1.0)
+        # the terms of later blocks at point b: R_b += f_x(w_b)ᵀ Λ_f,b + ḟ_x(w_b)ᵀ Λ_d,b,
+        # then P_b = R_b, or D_bᵀ P_b = R_b for an implicit block
+        add_transposed(P[b], Lf[s], q, fx_rows, fx_cols, fxv[b], 1.0)
         if has_d:
-            _add_transposed(R2[b], Ld[s], q, fdx_rows, fdx_cols, fdxv[b], 1.0)
+            add_transposed(P[b], Ld[s], q, fdx_rows, fdx_cols, fdxv[b], 1.0)
         if implicit[b]:
             _block_matrix(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
                           d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, True)
-            X = R[b].copy()
-            if not lu_solve(D, X):
-                X[:, :] = np.nan
-            P[b] = X
-        else:
-            P2[b] = R2[b]
-        _weigh(Lf, P2, b, f_ptr, f_pt, f_c, window)
-        _add_transposed(y, Lf[s], q, fu_rows, fu_cols, fuv[b], -1.0)   # Λ_b is complete
+            if not lu_solve(D, R[b]):
+                R[b] = np.nan
+        _weigh(Lf, P, b, f_ptr, f_pt, f_c, window)
+        add_transposed(y, Lf[s], q, fu_rows, fu_cols, fuv[b], -1.0)   # Λ_b is complete
         Lf[s] = 0.0
         if has_d:
-            _weigh(Ld, P2, b, d_ptr, d_pt, d_c, window)
-            _add_transposed(y, Ld[s], q, fdu_rows, fdu_cols, fduv[b], -1.0)
+            _weigh(Ld, P, b, d_ptr, d_pt, d_c, window)
+            add_transposed(y, Ld[s], q, fdu_rows, fdu_cols, fduv[b], -1.0)
             Ld[s] = 0.0
         if b == 0:
             break
-        Rb = R2[base[b]]
+        Rb = P[base[b]]
         for i in range(nq):
-            Rb[i] += P2[b, i]
-    return P
+            Rb[i] += P[b, i]
 
 
 @njit(**_JIT)
