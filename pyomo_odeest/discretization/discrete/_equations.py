@@ -183,15 +183,18 @@ class DiscreteEquations:
 
     def _measurements(self):
         P = self.problem
-        J = np.asarray(self.grid.J)
-        self.meas_blk = self.xblk[J]
+        self._set_measurement_blocks(self.xblk[np.asarray(self.grid.J)])
         self.meas_t = np.asarray(P.meas_times, dtype=float)
-        N = len(self.meas_blk)
-        #: sums the measurement times' rows into their blocks (times may share a grid
-        #: point): a sparse product, ten times faster than np.add.at for 1000 times
+        self.const = self.misfit.const
+
+    def _set_measurement_blocks(self, blocks):
+        """The block of each measurement time's states, and the sparse matrix that sums
+        the times' rows into their blocks (ten times faster than np.add.at for 1000
+        times; times of one block add up)."""
+        N = len(blocks)
+        self.meas_blk = np.asarray(blocks, dtype=np.int64)
         self._meas_sum = sp.csr_matrix((np.ones(N), (self.meas_blk, np.arange(N))),
                                        shape=(self.nblocks, N))
-        self.const = self.misfit.const
 
     # ------------------------------------------------------------------
     # engine
