@@ -172,8 +172,9 @@ def jacobians(W, u, blk_time, fxv, fuv, fdxv, fduv):
         _fdu(W[b], u, blk_time[b], fduv[b])
 '''
 
-#: ∇_w F and ∇_u F of the measurement misfit (:class:`~pyomo_odeest.problem._misfit.MeasurementMisfit`,
-#: its ``gradients`` summed into blocks); the generated module defines ``_g``, ``_gx``, ``_gu``.
+#: ∇_w F and ∇_u F of the measurement misfit (the ``gradients`` of
+#: :class:`~pyomo_odeest.problem._misfit.MeasurementMisfit` summed into blocks); the
+#: generated module defines ``_g``, ``_gx``, ``_gu``.
 MISFIT_TEMPLATE = '''
 @njit(cache=True, error_model="numpy", nogil=True)
 def _measured(values, measured, rows):
