@@ -43,7 +43,7 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.integrate import odeint  # noqa: E402
 
-from pyomo_odeest.approaches.continuous import ContinuousModel  # noqa: E402
+from pyomo_odeest.discretization.continuous import ContinuousModel  # noqa: E402
 from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient,  # noqa: E402
                                                  diagonal_linear_problem)
 

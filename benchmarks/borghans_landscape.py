@@ -33,7 +33,7 @@ import os
 import numpy as np
 
 from pyomo_odeest import estimate
-from pyomo_odeest.approaches.continuous import ContinuousModel
+from pyomo_odeest.discretization.continuous import ContinuousModel
 from pyomo_odeest.nlp import projected_gradient, stationarity_check
 from pyomo_odeest.petab_io import petab_problem
 

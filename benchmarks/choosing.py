@@ -96,7 +96,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", RuntimeWarning)
     import pyomo_odeest  # noqa: F401
-    from pyomo_odeest.approaches.continuous import cvodes_available
+    from pyomo_odeest.discretization.continuous import cvodes_available
     from pyomo_odeest.models import lotka_volterra_problem
     engine = "cvodes" if cvodes_available() else "scipy"
     steps = [10] if args.quick else [int(s) for s in args.steps.split(",")]

@@ -59,7 +59,7 @@ def child(sizes, rotate, skip):
     import warnings
     warnings.simplefilter("ignore")
     import numpy as np
-    from pyomo_odeest.approaches._simultaneous import initialize_block
+    from pyomo_odeest.transcription import initialize_block
     from pyomo_odeest.models import lotka_volterra_problem
     from pyomo_odeest.nlp._cyipopt_adapter import ipopt_version, solve_with_ipopt
     from pyomo_odeest.transcription._block import build_block

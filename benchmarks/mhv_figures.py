@@ -13,12 +13,12 @@ drawn φ by
             (eqs. (15)–(16)),
 
 all on the compiled engine by default (``--engine cvodes``:
-:class:`pyomo_odeest.approaches.continuous.CvodesModel`, SUNDIALS CVODES
+:class:`pyomo_odeest.discretization.continuous.CvodesModel`, SUNDIALS CVODES
 through CasADi, as [MHV] used CVODES: forward sensitivities by CasADi's forward
 mode, the adjoint by its reverse mode with the jumps as seeds; by CVODES's
 Adams–Moulton method, the one for non-stiff problems such as this model,
 ``--method BDF`` for the package's default BDF), or with
-``--engine scipy`` on :class:`pyomo_odeest.approaches.continuous.ContinuousModel`
+``--engine scipy`` on :class:`pyomo_odeest.discretization.continuous.ContinuousModel`
 (SciPy's BDF with exact Jacobians, ``--method LSODA`` for the package's SciPy
 default), rtol = 1e-8, atol = 1e-10; and by
 
@@ -78,7 +78,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from pyomo_odeest.approaches.continuous import (continuous_model,  # noqa: E402
+from pyomo_odeest.discretization.continuous import (continuous_model,  # noqa: E402
                                                 cvodes_available)
 from pyomo_odeest.discretization.discrete import DiscreteModel  # noqa: E402
 from pyomo_odeest.models._diagonal_linear import (diagonal_linear_exact_gradient,  # noqa: E402

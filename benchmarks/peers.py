@@ -58,7 +58,7 @@ def _nvar(scheme, qmax, n):
 def _start_point(prob, scheme, qmax, n, layout):
     """Our block's start point (simulated initialization), in CasADi's layout."""
     import pyomo.environ as pyo
-    from pyomo_odeest.approaches._simultaneous import initialize_block
+    from pyomo_odeest.transcription import initialize_block
     from pyomo_odeest.transcription._block import build_block
     m = pyo.ConcreteModel()
     b = m.est = build_block(prob, scheme, qmax, steps_per_interval=n // 10)

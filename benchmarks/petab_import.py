@@ -39,7 +39,7 @@ def yaml_of(folder):
 
 
 def check(folder, queue):
-    from pyomo_odeest.approaches.continuous import ContinuousModel
+    from pyomo_odeest.discretization.continuous import ContinuousModel
     from pyomo_odeest.petab_io import petab_nll, petab_problem, read_petab
     out = {}
     t0 = time.perf_counter()

@@ -10,7 +10,7 @@ misfit with σ = 0.1:
 For each p = 2, 5, 10, 20, 40, 80, 122 the script times (CPU time of the
 process, median of ``--repeats``, after a warm-up call that builds every
 compiled function) on the engine of ``--engine`` (default: CVODES through
-CasADi, :class:`~pyomo_odeest.approaches.continuous.CvodesModel`, rtol 1e-8,
+CasADi, :class:`~pyomo_odeest.discretization.continuous.CvodesModel`, rtol 1e-8,
 atol 1e-12):
 
 * ``sim``: the objective J(u) (one forward solve);
@@ -46,7 +46,7 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pyomo_odeest.approaches.continuous import continuous_model, cvodes_available  # noqa: E402
+from pyomo_odeest.discretization.continuous import continuous_model, cvodes_available  # noqa: E402
 from pyomo_odeest.problem._declaration import EstimationProblem, Parameter  # noqa: E402
 
 N_STATES, N_TIMES, T_END = 20, 20, 10.0

@@ -44,7 +44,7 @@ def child_lv(scheme, n):
     import numpy as np
     import pyomo.environ as pyo
     import pyomo_odeest.nlp._plugin as sv
-    from pyomo_odeest.approaches._simultaneous import initialize_block, scale_parameters
+    from pyomo_odeest.transcription import initialize_block, scale_parameters
     from pyomo_odeest.models import lotka_volterra_problem
     from pyomo_odeest.transcription._block import build_block
 
@@ -79,7 +79,7 @@ def child_lv(scheme, n):
 def child_methanol(scheme):
     import numpy as np
     import pyomo.environ as pyo
-    from pyomo_odeest.approaches._simultaneous import initialize_block
+    from pyomo_odeest.transcription import initialize_block
     from pyomo_odeest.models import methanol_problem
     from pyomo_odeest.transcription._block import build_block
     from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
@@ -113,7 +113,7 @@ def child_memory(n):
     import pyomo.environ as pyo
     import cyipopt  # noqa: F401  (an import: part of the baseline)
     import pyomo_odeest.nlp._plugin as sv
-    from pyomo_odeest.approaches._simultaneous import initialize_block, scale_parameters
+    from pyomo_odeest.transcription import initialize_block, scale_parameters
     from pyomo_odeest.models import lotka_volterra_problem
     from pyomo_odeest.transcription._block import build_block
 
@@ -152,7 +152,7 @@ def child_ipopt_alone(n, options=()):
     import numpy as np
     import pyomo.environ as pyo
     import cyipopt
-    from pyomo_odeest.approaches._simultaneous import initialize_block
+    from pyomo_odeest.transcription import initialize_block
     from pyomo_odeest.models import lotka_volterra_problem
     from pyomo_odeest.nlp._cyipopt_adapter import MUMPS_DEFAULTS
     from pyomo_odeest.transcription._block import build_block

@@ -24,7 +24,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 from pyomo_odeest import build_block, estimate_reduced
-from pyomo_odeest.approaches._simultaneous import initialize_block
+from pyomo_odeest.transcription import initialize_block
 from pyomo_odeest.analysis._uncertainty import curvature
 from pyomo_odeest.models import lotka_volterra_problem
 

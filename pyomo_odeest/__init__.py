@@ -24,11 +24,11 @@ from .discretization import (SCHEMES, AdaptiveError, AdaptiveModel, AdaptiveRun,
                              PowerLaw, SimulationError, SizeEstimate, StepController, Trajectory,
                              estimate_size, get_scheme, make_grid)
 from .transcription import (DaeSchemeError, build_adaptive_block, build_block,
-                            build_experiment_blocks, problem_from_dae, scheme_constraint)
+                            build_experiment_blocks, initialize_block, problem_from_dae,
+                            scheme_constraint, simulate)
 from .approaches import (APPROACH_NAMES, IntegrationError, approach_config, approach_options,
                          dae_result, estimate, estimate_adaptive, estimate_continuous,
-                         estimate_multiple_shooting, estimate_reduced, estimate_simultaneous,
-                         initialize_block, simulate)
+                         estimate_multiple_shooting, estimate_reduced, estimate_simultaneous)
 from .analysis import (ConvergenceStudy, Covariance, DerivativeReport, IdentifiabilityReport,
                        MultiplierReport, PredictionBands, ProfileResult, check_derivatives,
                        compare_approaches, confidence_intervals, convergence_study, covariance,

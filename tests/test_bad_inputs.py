@@ -925,7 +925,7 @@ def test_cvodes_step_limit_advises_tolerances_not_another_start():
     message says what happened and to loosen the tolerances or raise the limit; the
     warning does not send the user to another start."""
     pytest.importorskip("casadi")
-    from pyomo_odeest.approaches.continuous._cvodes import CvodesModel
+    from pyomo_odeest.discretization.continuous._cvodes import CvodesModel
     from pyomo_odeest.models import oscillator_problem
     prob = oscillator_problem(omega0=1.2)
     res = po.estimate(prob, "continuous", model=CvodesModel(prob, rtol=1e-14, atol=1e-16,
@@ -943,7 +943,7 @@ def test_cvodes_flags_of_a_failed_adjoint_are_explained():
     """The text CasADi gives for CVODES's flags, as the package reports them; a
     failure of the backward integration (CV_NO_FWD) is explained as a failed forward
     integration (stiff model), with the tolerances and the reduced space as remedies."""
-    from pyomo_odeest.approaches.continuous._cvodes import cvodes_failure
+    from pyomo_odeest.discretization.continuous._cvodes import cvodes_failure
     text = ('the model cannot be simulated: CVODES failed: .../cvodes_interface.cpp:612: '
             'CVodeB returned "CV_NO_FWD". Consult CVODES documentation.')
     flag, meaning, remedy = cvodes_failure(text)

@@ -14,7 +14,7 @@ measures both on a sequence of grids:
   minimizer of :math:`J_k` (reduced space, exact Hessian, from :math:`u^*`),
 * the observed rate :math:`\log(e_{k-1}/e_k) / \log(h_{k-1}/h_k)`.
 
-The continuous reference uses :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`
+The continuous reference uses :class:`~pyomo_odeest.discretization.continuous.ContinuousModel`
 at tight tolerances.  For the Adams predictor–corrector with the order ramp on
 a uniform grid the expected rate is ``scheme.startup_order`` = min(3, Q_max)
 (the Heun first step limits it, see ``docs/schemes.md``).
@@ -103,7 +103,8 @@ def convergence_study(problem: EstimationProblem, ks=(20, 40, 80, 160, 320), sch
         Also minimize every J_k and report the parameter errors.
     method, rtol, atol : integrator of the continuous reference.
     """
-    from ..approaches.continuous import ContinuousModel, estimate_continuous
+    from ..approaches import estimate_continuous
+    from ..discretization.continuous import ContinuousModel
 
     sch = get_scheme(scheme, qmax)
     cm = ContinuousModel(problem, method=method, rtol=rtol, atol=atol)

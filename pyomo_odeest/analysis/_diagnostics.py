@@ -222,7 +222,7 @@ def rank_warnings(problem, result, curv=None):
                 f"estimates are not determined by the data; fix parameters or add data"]
     if p == 0:
         return []
-    from ..approaches.continuous._cvodes import cvodes_failure
+    from ..discretization.continuous import cvodes_failure
     if cvodes_failure(result.message) is not None:
         return []                            # the integrator failed: no sensitivities to judge
     try:                                     # the uncertainty module's report, when it applies
@@ -270,7 +270,7 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
     when the check does not apply: no grid, inputs with switching times, path
     constraints).
     """
-    from ..approaches.continuous import ContinuousModel, IntegrationError
+    from ..discretization.continuous import ContinuousModel, IntegrationError
     from ..problem._declaration import ProblemError
     from ._uncertainty import nll_factor
     if result.grid is None or not np.isfinite(result.objective):
@@ -382,7 +382,7 @@ def status_warning(result):
                 f"fit_tol or eps; scheme='enright' where the model is stiff), or use the "
                 f"continuous approach"]
     why = _ADVICE.get(result.status, f"the optimizer ended with status {result.status}")
-    from ..approaches.continuous._cvodes import cvodes_failure
+    from ..discretization.continuous import cvodes_failure
     cvodes = cvodes_failure(result.message)
     if cvodes is not None:                   # the integrator's cause, not the start's
         flag, meaning, remedy = cvodes

@@ -14,7 +14,7 @@ import pyomo.environ as pyo
 from ..transcription._block import build_block, scheme_constraint
 from ..discretization.discrete import DiscreteModel, Trajectory
 from ._recursions import paper_adjoint
-from ..approaches._simultaneous import initialize_block
+from ..transcription import initialize_block
 from ..nlp._plugin import OdeestIpoptSolver
 from ..problem._status import status_from_ipopt
 

@@ -1,15 +1,14 @@
 """The estimation approaches, each driving Ipopt (or another optimizer) on the
 same discrete problem: :mod:`.simultaneous` (the Pyomo block, states and
 parameters together), :mod:`.reduced` (simulate, discrete adjoint gradient),
-:mod:`.shooting` (multiple shooting) and :mod:`.continuous` (continuous-time
-adjoint), :mod:`._adaptive` (the step-size model (55)), all behind one front door,
+:mod:`.shooting` (multiple shooting) and :mod:`._continuous` (on the ODE's solution,
+continuous-time adjoint; its models in :mod:`pyomo_odeest.discretization.continuous`), :mod:`._adaptive` (the step-size model (55)), all behind one front door,
 :func:`.estimate` (which also runs an approach of the user's: an
 :class:`._base.Approach` subclass or instance), and one pipeline,
 :class:`._base.Approach`.
 
 Re-exported by :mod:`pyomo_odeest` (the user API): ``estimate_adaptive``,
-``dae_result``, ``approach_config``, ``estimate_simultaneous``, ``initialize_block``,
-``simulate``, ``estimate_reduced``, ``estimate_multiple_shooting``,
+``dae_result``, ``approach_config``, ``estimate_simultaneous``, ``estimate_reduced``, ``estimate_multiple_shooting``,
 ``IntegrationError``, ``estimate_continuous``, ``APPROACH_NAMES``, ``approach_options``,
 ``estimate``.
 
@@ -21,10 +20,11 @@ and the backends that the analyses work on: ``AdaptiveApproach``, ``Approach``,
 ``DiscreteBackend``, ``KKTBackend``, ``ShootingBackend``, ``ReducedSpaceNLP``,
 ``MultipleShootingNLP``, ``ContinuousModel``, ``approach_class``.
 """
-from ._simultaneous import estimate_simultaneous, initialize_block, simulate
+from ._simultaneous import estimate_simultaneous
 from ._reduced import ReducedSpaceNLP, estimate_reduced
 from ._shooting import MultipleShootingNLP, estimate_multiple_shooting
-from .continuous import ContinuousModel, IntegrationError, estimate_continuous
+from ..discretization.continuous import ContinuousModel, IntegrationError
+from ._continuous import estimate_continuous
 from ._adaptive import AdaptiveApproach, estimate_adaptive
 from ._dae_result import dae_result
 from ._base import Approach, IPOPT_DEFAULTS, Outcome, option_table
@@ -35,7 +35,7 @@ from ._estimate import (APPROACH_NAMES, approach_class, approach_config, approac
 __all__ = ["estimate_adaptive", "AdaptiveApproach", "dae_result", "Approach", "Outcome",
            "IPOPT_DEFAULTS", "option_table", "ContinuousBackend", "DiscreteBackend", "KKTBackend",
            "ShootingBackend",
-           "approach_config", "estimate_simultaneous", "initialize_block", "simulate", "ReducedSpaceNLP",
+           "approach_config", "estimate_simultaneous", "ReducedSpaceNLP",
            "estimate_reduced", "MultipleShootingNLP", "estimate_multiple_shooting",
            "ContinuousModel", "IntegrationError", "estimate_continuous", "APPROACH_NAMES",
            "approach_options", "approach_class", "estimate"]

@@ -101,21 +101,23 @@ class AdaptiveApproach(Approach):
         # several experiments: the models joined as the reduced space joins its own
         joined = join_experiments(problem, parts)
         return SimpleNamespace(problem=problem, joined=joined, ams=experiment_models(joined),
-                               u=u_start, model=None, seed=None, tolerance=[])
+                               u=u_start)
 
     def solve(self, built, cfg):
+        # a given model keeps its controller's eps unless fit_tol is given too
+        fit_tol = cfg.fit_tol if cfg.model is None or "fit_tol" in self.given else None
+        # the solve's own state (the models of the tolerances it tightens, the seed, the
+        # solved block), returned as ``outcome.model``: the built model stays as built
+        built = SimpleNamespace(**vars(built), model=None, seed=None, tolerance=[],
+                                fit_tol=fit_tol, rounds=[], stable=False)
         t0 = time.perf_counter()
         try:
             runs = _start_runs(built, cfg)
         except AdaptiveError as err:
-            out = Outcome.failed_at_start(built.u, err)
-            out.x = None
+            out = Outcome.failed_at_start(built.u, err, model=built)
             out.timings = dict(setup_s=time.perf_counter() - t0, solve_s=0.0)
             return out
         out = _rounds(built, runs, cfg)
-        # a given model keeps its controller's eps unless fit_tol is given too
-        fit_tol = cfg.fit_tol if cfg.model is None or "fit_tol" in self.given else None
-        built.fit_tol = fit_tol
         while (fit_tol is not None and out.status.success
                and len(built.tolerance) < _TOL_ROUNDS):
             err = _fit_error(built, out.x[3])
@@ -160,6 +162,8 @@ class AdaptiveApproach(Approach):
         if built.seed is not None:
             out.iterations += built.seed["iterations"]
             out.timings["seed_s"] = built.seed["wall_s"]
+        built.model, built.rounds, built.stable, _ = out.x
+        out.x, out.model = _block_u(built.model, built.problem), built
         return out
 
     def parts(self, built):
@@ -167,7 +171,7 @@ class AdaptiveApproach(Approach):
 
     def collect(self, problem, built, outcome, cfg):
         c = built.ams[0].controller
-        if outcome.x is None:                  # the adaptive integration failed at the start
+        if built.model is None:                # the adaptive integration failed at the start
             res = EstimationResult(
                 approach=self.name, method=f"ipopt/exact-hessian, adaptive eps={c.eps:g}",
                 scheme=get_scheme("adams_pc", built.ams[0].qmax),
@@ -178,8 +182,7 @@ class AdaptiveApproach(Approach):
                            seed=built.seed, controller=c, eps=c.eps))
             res.backend = DiscreteBackend(problem, discrete_model(problem))
             return res
-        m, rounds, stable, final_runs = outcome.x
-        built.model = m
+        m, rounds, stable = built.model, built.rounds, built.stable
         b = m.est
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
         res = EstimationResult(
@@ -192,14 +195,14 @@ class AdaptiveApproach(Approach):
             extra=dict(rounds=rounds, pattern_changes=sum(1 for r in rounds
                                                           if r.get("pattern_changed")),
                        pattern_stable=stable, controller=c, eps=c.eps, seed=built.seed))
-        if getattr(built, "fit_tol", None) is not None:
+        if built.fit_tol is not None:
             res.extra.update(fit_tol=built.fit_tol, tolerance_rounds=list(built.tolerance),
                              fit_error=built.tolerance[-1]["fit_error"]
                              if built.tolerance else float("nan"))
         res.backend = DiscreteBackend(problem, discrete_model(problem))
         return res
 
-    def collect_experiment(self, problem, b, u, built):
+    def collect_experiment(self, problem, b, u, built, outcome):
         if built.model is None:
             return dict(failed="the adaptive integration fails at the start")
         k = blocks_of(built.model.est).index(b)
@@ -254,7 +257,7 @@ def _seed_states(sp, t, u):
     """States on the times ``t`` from an implicit simulation at ``u`` (the continuous
     engine: CVODES's BDF, or LSODA), or from the data where it fails or leaves the
     data's range by more than a factor 100 (a solution blowing up)."""
-    from .continuous import IntegrationError, continuous_model
+    from ..discretization.continuous import IntegrationError, continuous_model
     try:
         with np.errstate(all="ignore"):
             X = continuous_model(sp, rtol=1e-6, atol=1e-9).simulate(u, t).to_numpy()
@@ -272,7 +275,7 @@ def _seed(built, cfg):
     states initialized by :func:`_seed_states`.  Returns its estimate and a summary."""
     from ..transcription._block import build_block
     from ..transcription._experiments import build_experiment_blocks
-    from ._simultaneous import _load, _stage_values, parameter_start
+    from ..transcription._initialize import load_values, parameter_start, stage_values
     problem, qmax = built.problem, built.ams[0].qmax
     tb = time.perf_counter()
     m = pyo.ConcreteModel(name=problem.name)
@@ -285,11 +288,11 @@ def _seed(built, cfg):
     for sp, b in zip(problem.subproblems, blocks_of(m.est)):
         X, how = _seed_states(sp, np.asarray(b.grid.t, dtype=float), built.u)
         init.append(how)
-        _load(b.x, X)
+        load_values(b.x, X)
         with np.errstate(all="ignore"):
-            stages = _stage_values(b, X, built.u)
+            stages = stage_values(b, X, built.u)
         for name, v in stages.items():
-            _load(b.component(name), np.where(np.isfinite(v), v, X[1:]))
+            load_values(b.component(name), np.where(np.isfinite(v), v, X[1:]))
     solver = OdeestIpoptSolver()
     solver.solve(m, options=ipopt_options(cfg, start=parameter_start(m)), tee=cfg.tee,
                  progress=cfg.progress)

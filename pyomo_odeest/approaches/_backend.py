@@ -54,6 +54,7 @@ from ..discretization.discrete import DiscreteModel
 from ..discretization.schemes import MultistepScheme, get_scheme
 from ..problem._declaration import EstimationProblem
 from ..problem._misfit import MeasurementMisfit
+from ..transcription._initialize import blocks_of
 
 __all__ = ["DiscreteBackend", "KKTBackend", "ShootingBackend", "ContinuousBackend",
            "rebuild_backend", "backend_data", "backend_from_data", "kkt_reduced_hessian",
@@ -193,11 +194,6 @@ def _kkt_system(problem, model):
         dX = np.array([[d[(i, s)] for s in sp_.states] for i in J], dtype=float)
         parts.append((Xm, dX.reshape(len(J), len(sp_.states), len(names))))
     return names, H, parts
-
-
-def blocks_of(b):
-    """The experiment blocks of a block of several experiments, else ``[b]``."""
-    return list(getattr(b, "experiment_blocks", None) or [b])
 
 
 def _scheme_models(problem, parts, grids=None):
@@ -369,10 +365,8 @@ _ERRORS = {e.__name__: e for e in (ValueError, RuntimeError, ArithmeticError)}
 
 def _model_classes():
     """The model classes the data of a continuous backend name."""
-    from .continuous import ContinuousModel, CvodesModel
-    from .continuous._estimation import ContinuousExperiments
-    return {c.__name__: c for c in (ContinuousModel, CvodesModel, ContinuousExperiments,
-                                    ExperimentModels)}
+    from ..discretization.continuous import ContinuousModel, CvodesModel
+    return {c.__name__: c for c in (ContinuousModel, CvodesModel, ExperimentModels)}
 
 
 class _NotData(TypeError):
@@ -481,7 +475,7 @@ def rebuild_backend(result, data=None, read=False):
     if data is not None:
         return backend_from_data(P, data)
     if result.scheme is None:
-        from .continuous import continuous_model
+        from ..discretization.continuous import continuous_model
         kw = dict(result.extra.get("integrator") or {})
         engine = kw.get("engine")
         engine = engine if engine in ("cvodes", "scipy") else None   # the installed default

@@ -192,6 +192,12 @@ class Outcome:
     objective_start: float = float("nan")
     #: the model could not be evaluated at the start (nothing was solved)
     at_start: bool = False
+    #: the model as the solve left it, where the solve makes a new one (the adaptive
+    #: approach rebuilds its blocks); None: the built model
+    model: object = None
+    #: what the solve found besides the point, for :meth:`Approach.collect` (the
+    #: method's name, a stationarity check, the final simulation, ...)
+    details: dict = field(default_factory=dict)
 
     @classmethod
     def from_ipopt(cls, r):
@@ -203,9 +209,10 @@ class Outcome:
                    dict(r.counts), r.mult_g, dict(eval_s=r.eval_s))
 
     @classmethod
-    def failed_at_start(cls, x, err):
+    def failed_at_start(cls, x, err, model=None):
         return cls(np.asarray(x, dtype=float), Status.SIMULATION_FAILED,
-                   f"the model cannot be simulated at the start: {err}", at_start=True)
+                   f"the model cannot be simulated at the start: {err}", at_start=True,
+                   model=model)
 
 
 #: Ipopt's default ``bound_push``, and the smallest push :func:`start_push` gives
@@ -395,18 +402,23 @@ class Approach:
         raise NotImplementedError
 
     def solve(self, built, cfg) -> Outcome:
+        """The optimizer's run on the built model: an :class:`Outcome` (what the
+        approach's :meth:`collect` needs besides the point goes in its ``details``; a
+        model made by the solve, in its ``model``).  It changes neither ``built``
+        nor ``cfg``."""
         raise NotImplementedError
 
     def parts(self, built) -> list:
-        """The experiments' parts of a built model, in experiment order."""
+        """The experiments' parts of a (solved) model, in experiment order."""
         raise NotImplementedError
 
-    def collect(self, problem, built, outcome, cfg):
+    def collect(self, problem, solved, outcome, cfg):
         """The :class:`~pyomo_odeest.EstimationResult` of the outcome, without the
-        experiments' frames (:meth:`collect_experiment` adds them)."""
+        experiments' frames (:meth:`collect_experiment` adds them).  ``solved``: the
+        model as solved (``outcome.model``, or the built one)."""
         raise NotImplementedError
 
-    def collect_experiment(self, problem, part, u, built) -> dict:
+    def collect_experiment(self, problem, part, u, solved, outcome) -> dict:
         """Frames of one experiment at the estimates ``u``: ``states``, ``fitted``,
         ``residuals`` and, where the approach has them, ``adjoint``,
         ``multipliers`` (a dict of frames) and ``extra`` (a dict); ``grid``; and
@@ -489,13 +501,14 @@ class Approach:
                 res.warnings.insert(0, why)
                 return res
         build_s, solve_s = t1 - t0, time.perf_counter() - t1
-        res = self.collect(problem, built, outcome, cfg)
+        solved = built if outcome.model is None else outcome.model
+        res = self.collect(problem, solved, outcome, cfg)
         res.approach = self.name
         if res.status.success and not outcome.status.success:
             res.status = outcome.status
         if not res.message:
             res.message = outcome.message
-        _add_experiments(problem, res, self._frames(problem, built, res))
+        _add_experiments(problem, res, self._frames(problem, solved, outcome, res))
         res.timings = dict(dict(build_s=build_s, setup_s=0.0, solve_s=solve_s),
                            **outcome.timings, **res.timings,
                            total_s=time.perf_counter() - t0)
@@ -558,11 +571,11 @@ class Approach:
                 return why
         return None
 
-    def _frames(self, problem, built, res):
+    def _frames(self, problem, solved, outcome, res):
         """The experiments' frames at the estimates; a failed final simulation makes
         the status :attr:`Status.SIMULATION_FAILED`."""
-        per = [self.collect_experiment(sp, part, res.x, built)
-               for sp, part in zip(problem.subproblems, self.parts(built))]
+        per = [self.collect_experiment(sp, part, res.x, solved, outcome)
+               for sp, part in zip(problem.subproblems, self.parts(solved))]
         failed = [p["failed"] for p in per if p.get("failed")]
         if failed:
             demote(res, Status.SIMULATION_FAILED, f"final simulation failed: {failed[0]}",
@@ -596,7 +609,7 @@ def is_pyomo_model(obj) -> bool:
 def ode_states(problem, u):
     """``t -> x(t)`` on a grid by a stiff integrator (LSODA) at ``u``, or None where it
     fails; the integrator is built on the first call only (most starts never need it)."""
-    from .continuous import ContinuousModel, IntegrationError
+    from ..discretization.continuous import ContinuousModel, IntegrationError
 
     def states(t):
         try:
@@ -684,7 +697,6 @@ class Refit:
         the pipeline): its approach by name, scheme and grid, and the continuous
         approach's integrator settings; the other options take their defaults."""
         from ._estimate import approach_class
-        from ..discretization.schemes import get_scheme
         approach = approach_class(result.approach)
         names = set(approach.option_names())
         opts = {}

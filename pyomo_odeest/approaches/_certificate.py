@@ -36,9 +36,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
-import pandas as pd
 
-from ..discretization._grid import Grid, subdivide
+from ..discretization._grid import subdivide
 from ..discretization.schemes import STIFF_SCHEME, get_scheme, local_errors, stiff_switch
 from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
@@ -128,7 +127,7 @@ class GridCertificate:
 
 def reference_models(problem):
     """The independent simulators, one per experiment (LSODA at :data:`REFERENCE_RTOL`)."""
-    from .continuous import ContinuousModel
+    from ..discretization.continuous import ContinuousModel
     return [ContinuousModel(sp, method="LSODA", rtol=REFERENCE_RTOL, atol=REFERENCE_ATOL)
             for sp in problem.subproblems]
 
@@ -175,7 +174,7 @@ def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) 
     names = problem.experiment_names or [None]
     errs, w_all, r_all, rows = [], [], [], []
     J_sim = misfit_constant(problem)
-    from .continuous import IntegrationError
+    from ..discretization.continuous import IntegrationError
     for name, sp, cm in zip(names, problem.subproblems, models):
         try:
             with np.errstate(all="ignore"):

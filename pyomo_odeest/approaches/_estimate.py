@@ -20,7 +20,7 @@ from ._base import Approach
 from ._reduced import ReducedApproach
 from ._shooting import ShootingApproach
 from ._simultaneous import SimultaneousApproach
-from .continuous import ContinuousApproach
+from ._continuous import ContinuousApproach
 
 __all__ = ["estimate", "APPROACH_NAMES", "approach_options", "approach_config",
            "approach_class"]

@@ -216,7 +216,6 @@ class ReducedApproach(Approach):
         watch = _FailureWatch(nlp)
         xs = xs if cfg.scale else None
         out = Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, x_scaling=xs, intermediate=watch))
-        nlp.mult_g = np.asarray(out.mult_g, dtype=float)
         if watch.stopped:
             demote(out, Status.EVALUATION_ERRORS,
                    f"{watch.streak} consecutive iterations met a failed simulation", force=True)
@@ -276,28 +275,36 @@ class ReducedApproach(Approach):
             method = f"scipy-{cfg.optimizer}/{cfg.gradient}" + (
                 f"+{cfg.hessian}" if cfg.optimizer == "trust-constr" and cfg.hessian else "")
         u = nlp.full(outcome.x)
-        try:                                  # the optimizer's last point: simulated once
-            traj = nlp._trajectory(outcome.x)
-            obj = dm.objective(u, traj)
-            nlp.final = traj if isinstance(traj, tuple) else (traj,)
-        except EvaluationError as err:
-            obj, nlp.final = np.nan, str(err)  # said by the frames
-        res = EstimationResult(
+        final = _final(nlp, outcome.x)
+        obj = np.nan if isinstance(final, str) else dm.objective(u, final)   # str: said by
+        res = EstimationResult(                                               # the frames
             approach=self.name, method=method, scheme=self.parts(built)[0].scheme,
             estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
             objective=float(obj), status=outcome.status, iterations=outcome.iterations,
             evaluations=dict(nlp.counts))
         res.backend = DiscreteBackend(problem, dm)
-        if nlp.cons is not None and getattr(nlp, "mult_g", None) is not None:
-            add_constraint_multipliers(res, problem, nlp.cons.rows, nlp.mult_g, nlp.cons.names)
+        if nlp.cons is not None and outcome.mult_g is not None:
+            add_constraint_multipliers(res, problem, nlp.cons.rows,
+                                       np.asarray(outcome.mult_g, dtype=float), nlp.cons.names)
         return res
 
-    def collect_experiment(self, problem, dm, u, built):
-        final = built[1].final
+    def collect_experiment(self, problem, dm, u, solved, outcome):
+        final = _final(solved[1], outcome.x)
         if isinstance(final, str):
             return dict(grid=dm.grid, failed=final)
-        X = final[self.parts(built).index(dm)].X
+        trajs = final if isinstance(final, tuple) else (final,)
+        X = trajs[self.parts(solved).index(dm)].X
         return dict(fit_frames(problem, dm.t, X, X[np.asarray(dm.grid.J)], u), grid=dm.grid)
+
+
+def _final(nlp, x):
+    """The trajectory at the optimizer's last point ``x`` (a tuple of the experiments'
+    with several; simulated once: the evaluator keeps its last trajectory), or why it
+    cannot be simulated."""
+    try:
+        return nlp._trajectory(x)
+    except EvaluationError as err:
+        return str(err)
 
 
 def estimate_reduced(problem: EstimationProblem, *args, **options):

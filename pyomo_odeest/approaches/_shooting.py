@@ -689,10 +689,10 @@ class ShootingApproach(Approach):
 
     def combine(self, problem, parts, cfg, u_start):
         return SimpleNamespace(nlp=ShootingNLP(problem, [p for p, _ in parts]),
-                               inits=[i for _, i in parts], history=[])
+                               inits=[i for _, i in parts])
 
     def solve(self, built, cfg):
-        nlp, history = built.nlp, built.history
+        nlp, history = built.nlp, []
 
         def record(iter_count, obj_value, inf_pr, inf_du, mu, **_):
             history.append((int(iter_count), float(obj_value), float(inf_pr), float(inf_du),
@@ -708,14 +708,15 @@ class ShootingApproach(Approach):
         d = np.ones(nlp.n) if xs is None else xs
         opts = ipopt_options(cfg, start=(nlp.x0 * d, nlp.x_lb * d, nlp.x_ub * d),
                              hessian_approximation="limited-memory")
-        return Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, intermediate=record, x_scaling=xs))
+        out = Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, intermediate=record, x_scaling=xs))
+        out.details["history"] = history
+        return out
 
     def parts(self, built):
         return built.nlp.parts
 
     def collect(self, problem, built, outcome, cfg):
         nlp, names = built.nlp, problem.experiment_names
-        built.x, built.mult = outcome.x, outcome.mult_g
         counts = dict(outcome.counts)
         for p in nlp.parts:
             for k, v in p.counts.items():
@@ -732,10 +733,10 @@ class ShootingApproach(Approach):
             estimates=pd.Series(u, index=problem.parameter_names, name="estimate"),
             objective=float(obj), status=outcome.status, iterations=outcome.iterations,
             evaluations=counts)
+        history = pd.DataFrame(outcome.details.get("history", []),
+                               columns=["iter", "objective", "inf_pr", "inf_du", "mu"])
         res.extra.update(init=dict(zip(names, built.inits)) if names else built.inits[0],
-                         formulation=cfg.formulation, history=pd.DataFrame(
-                             built.history, columns=["iter", "objective", "inf_pr", "inf_du",
-                                                     "mu"]))
+                         formulation=cfg.formulation, history=history)
         if names:
             res.extra["max_defect"] = float(np.max([p.max_defect(nlp.part_x(outcome.x, e))
                                                     for e, p in enumerate(nlp.parts)]))
@@ -745,11 +746,11 @@ class ShootingApproach(Approach):
                                        np.asarray(outcome.mult_g)[nlp.m_cont:], nlp.cons.names)
         return res
 
-    def collect_experiment(self, problem, part, u, built):
+    def collect_experiment(self, problem, part, u, built, outcome):
         """Frames and extras of one experiment's shooting NLP at the solution."""
         nlp, im, cols = built.nlp, part.im, problem.states
         e = nlp.parts.index(part)
-        x, x_init = nlp.part_x(built.x, e), nlp.part_x(nlp.x0, e)
+        x, x_init = nlp.part_x(outcome.x, e), nlp.part_x(nlp.x0, e)
         S, u = part.split(x)
         S_init = part.split(x_init)[0]
         node_idx = pd.Index(im.nodes, name="time")
@@ -772,8 +773,8 @@ class ShootingApproach(Approach):
         except EvaluationError as err:
             out["failed"] = str(err)
         extra["max_defect"] = part.max_defect(x)
-        if built.mult is not None:
-            lam = np.asarray(built.mult)[nlp.row_offsets[e] + part.r_init:nlp.row_offsets[e + 1]]
+        if outcome.mult_g is not None:
+            lam = np.asarray(outcome.mult_g)[nlp.row_offsets[e] + part.r_init:nlp.row_offsets[e + 1]]
             extra["continuity_multipliers"] = (
                 pd.DataFrame(lam.reshape(part.N, part.nx), index=node_idx[1:], columns=cols)
                 if part.formulation == "vector" else pd.Series(lam, index=node_idx[1:]))

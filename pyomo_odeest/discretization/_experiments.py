@@ -61,11 +61,15 @@ def experiment_models(model):
 class ExperimentModels:
     """Sum of per-experiment models with the interface of one model.
 
-    ``models[e]`` has ``objective(u[, traj])``, ``gradient(u, method[, traj])``
-    and ``hessian(u, method)`` (a
-    :class:`~pyomo_odeest.discretization.discrete.DiscreteModel` or a
-    :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`).  A
-    trajectory of the sum is the tuple of the experiments' trajectories.
+    ``models[e]`` has ``objective(u[, traj])``, ``gradient(u, method[, traj],
+    **options)`` and ``hessian(u, method, **options)`` (a
+    :class:`~pyomo_odeest.discretization.discrete.DiscreteModel`, an
+    :class:`~pyomo_odeest.discretization.adaptive.AdaptiveModel` or a
+    :class:`~pyomo_odeest.discretization.continuous.ContinuousModel`: the continuous
+    models' ``index`` is passed by name).  A trajectory of the sum is the tuple of
+    the experiments' trajectories.  The loss constant, the misfit without it and
+    the evaluation counts are summed too, where the models have them; any other
+    attribute is the first model's (settings the experiments share: scheme, rtol).
 
     Parameters
     ----------
@@ -87,22 +91,35 @@ class ExperimentModels:
             raise AttributeError(name)
         return getattr(self.__dict__["models"][0], name)
 
+    def _trajs(self, traj):
+        return traj if traj is not None else (None,) * len(self.models)
+
     def simulate(self, u, *args, **kw):
         return tuple(m.simulate(u, *args, **kw) for m in self.models)
 
-    def objective(self, u, traj=None):
-        trajs = traj if traj is not None else (None,) * len(self.models)
+    def objective(self, u=None, traj=None):
         return float(sum(m.objective(u) if tr is None else m.objective(u, tr)
-                         for m, tr in zip(self.models, trajs)))
+                         for m, tr in zip(self.models, self._trajs(traj))))
 
-    def gradient(self, u, method="adjoint", traj=None, **kw):
-        trajs = traj if traj is not None else (None,) * len(self.models)
-        return sum((m.gradient(u, method, **kw) if tr is None else m.gradient(u, method, tr, **kw)
-                    for m, tr in zip(self.models, trajs)), np.zeros(self.m))
+    def gradient(self, u=None, method="adjoint", traj=None, **kw):
+        return sum((np.asarray(m.gradient(u, method, **kw) if tr is None
+                               else m.gradient(u, method, tr, **kw), dtype=float)
+                    for m, tr in zip(self.models, self._trajs(traj))), 0)
 
-    def hessian(self, u, method="soa", **kw):
+    def hessian(self, u=None, method="soa", **kw):
         return sum(np.asarray(m.hessian(u, method, **kw), dtype=float) for m in self.models)
 
     def value_and_gradient(self, u, method="adjoint"):
         traj = self.simulate(u)
         return self.objective(u, traj), self.gradient(u, method, traj)
+
+    @property
+    def constant(self):
+        return float(sum(m.constant for m in self.models))
+
+    def _misfit(self, u):
+        return float(sum(m._misfit(u) for m in self.models))
+
+    @property
+    def counts(self):
+        return {k: sum(m.counts[k] for m in self.models) for k in self.models[0].counts}

@@ -352,7 +352,7 @@ def tolerance_refit(tab, tol, prob, start):
 
     An objective whose integration error hides its minimum (oscillators) stops every
     optimizer short of it; tighter tolerances move that floor down."""
-    from ..approaches.continuous import default_tolerances
+    from ..discretization.continuous import default_tolerances
     cur = tab if tol is None else tab[tab["rtol"] == tol[0]]
     status, best, _, _ = assess(cur, start, None)
     if status == CONVERGED:

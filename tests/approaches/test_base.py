@@ -208,9 +208,9 @@ def test_pipeline_builds_and_collects_one_part_per_experiment(approach, several,
         calls["build"].append((name, problem))
         return build(self, problem, name, cfg, u_start)
 
-    def spy_collect(self, problem, part, u, built):
+    def spy_collect(self, problem, part, u, solved, outcome):
         calls["collect"].append(problem)
-        return collect(self, problem, part, u, built)
+        return collect(self, problem, part, u, solved, outcome)
     monkeypatch.setattr(cls, "build_experiment", spy_build)
     monkeypatch.setattr(cls, "collect_experiment", spy_collect)
     P = two_experiments() if several else decay()

@@ -14,7 +14,8 @@ import sympy
 
 import pyomo_odeest as po
 from pyomo_odeest.problem import misfit_constant, misfit_sym
-from pyomo_odeest.approaches.continuous import ContinuousModel, IntegrationError, estimate_continuous
+from pyomo_odeest.approaches import estimate_continuous
+from pyomo_odeest.discretization.continuous import ContinuousModel, IntegrationError
 from pyomo_odeest.models import (diagonal_linear_exact_gradient, diagonal_linear_exact_hessian,
                                  diagonal_linear_problem)
 from pyomo_odeest.models import HIV_ESTIMATED, HIV_PARAMETERS, HIV_STATES, hiv_problem, hiv_simulate
@@ -29,7 +30,7 @@ from helpers import U_NL, likelihood_problem as nonlinear_problem, rel_norm as r
 def scipy_engine(monkeypatch):
     """This module tests the SciPy path (its tolerances and stopping rules): the
     estimators' default engine is SciPy here; tests/test_cvodes.py tests CVODES."""
-    import pyomo_odeest.approaches.continuous._cvodes as cv
+    import pyomo_odeest.discretization.continuous._cvodes as cv
     monkeypatch.setattr(cv, "cvodes_available", lambda: False)
 
 
@@ -152,7 +153,7 @@ def test_dense_values_equal_ode_solution(method, span):
     """The vectorised evaluation of LSODA's and BDF's interpolants (all steps at once) gives
     OdeSolution's numbers; other interpolants go through OdeSolution itself."""
     from scipy.integrate import solve_ivp
-    from pyomo_odeest.approaches.continuous._functions import _dense_values
+    from pyomo_odeest.discretization.continuous._functions import _dense_values
 
     def f(t, y):
         return np.array([-0.5 * y[0] + np.sin(3 * t), y[0] - 2 * y[1], -y[2] * y[0]])
@@ -167,7 +168,7 @@ def test_dense_values_equal_ode_solution(method, span):
 def test_adaptive_quadrature_rule_and_layers():
     """Kronrod 7 exact to degree 11; a layer of width 1e-7 at an edge is integrated to
     1e-10 once the edges resolve it, and an unresolvable integrand raises."""
-    from pyomo_odeest.approaches.continuous._functions import _GK7, _adaptive_quadrature
+    from pyomo_odeest.discretization.continuous._functions import _GK7, _adaptive_quadrature
     x, wk, wg = _GK7
     for d in range(12):
         assert abs(wk @ x**d - (1 - (-1) ** (d + 1)) / (d + 1)) < 1e-14
@@ -466,7 +467,7 @@ def test_complex_power_is_an_evaluation_error():
     """A negative base to a non-integer power (Python gives a complex number) is an
     integration failure, which Ipopt's evaluator turns into an evaluation error (the line
     search backs off) instead of a TypeError that stops the fit."""
-    from pyomo_odeest.approaches.continuous._estimation import _IpoptProblem, _ScaledObjective
+    from pyomo_odeest.approaches._continuous import _IpoptProblem, _ScaledObjective
     from pyomo_odeest import EvaluationError
     t = np.array([0.5, 1.0])
     prob = po.EstimationProblem(states=["x"], parameters=[po.Parameter("x0", 1.0)],
@@ -550,7 +551,7 @@ def test_stationarity_check_falls_back_to_tolerances_the_integrator_meets(limit,
     """A gradient that cannot be integrated at the tolerances / 100 (CVODES's adjoint
     exceeding its step limit on a stiff problem) is checked at / 10, or at the fit's own
     tolerances, and the message says which; not an infinite projected gradient."""
-    from pyomo_odeest.approaches.continuous import IntegrationError
+    from pyomo_odeest.discretization.continuous import IntegrationError
 
     class FailsWhenTight(ContinuousModel):
         def gradient(self, u, *args, **kwargs):
@@ -570,7 +571,7 @@ def test_gauss_newton_decrement_is_the_newton_decrement_of_the_gauss_newton_mode
     """Away from the bounds the predicted decrease is ½ gᵀ(DᵀD)⁻¹g with g = Dᵀρ; at the
     optimum it vanishes (to the fit's accuracy), and it is invariant to the parameters'
     scaling, unlike the gradient."""
-    from pyomo_odeest.approaches.continuous._estimation import _SumOfSquares
+    from pyomo_odeest.approaches._continuous import _SumOfSquares
 
     prob = nonlinear_problem()
     best = po.estimate(prob, "continuous", optimizer="least_squares")
@@ -604,7 +605,7 @@ def test_gauss_newton_decrement_is_the_newton_decrement_of_the_gauss_newton_mode
 def test_gauss_newton_check_that_cannot_be_evaluated_keeps_not_stationary(monkeypatch):
     """Where the Gauss-Newton decrease cannot be computed (the sensitivities fail at the
     tighter tolerances), the gradient test's verdict stands: not stationary."""
-    from pyomo_odeest.approaches.continuous._estimation import _SumOfSquares
+    from pyomo_odeest.approaches._continuous import _SumOfSquares
     from pyomo_odeest.nlp import EvaluationError
 
     def fails(self, *args):
@@ -780,7 +781,7 @@ def test_least_squares_refuses_what_is_not_a_sum_of_squares(monkeypatch):
         po.estimate(prob, "continuous", optimizer="least_squares", options={"loss": "soft_l1"})
     # a penalty not bounded below is refused before any model is built
     # (a PEtab problem with priors and log-sigma terms over 123 conditions: 10 minutes)
-    from pyomo_odeest.approaches.continuous import _estimation
+    from pyomo_odeest.approaches import _continuous as _estimation
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was built")

@@ -192,11 +192,11 @@ def test_continuous_experiments_inputs_constraints_equal_simultaneous():
 
 
 def test_continuous_constraint_jacobian_exact():
-    from pyomo_odeest.approaches.continuous._estimation import (ContinuousConstraints,
-                                                               ContinuousExperiments)
+    from pyomo_odeest.approaches._continuous import ContinuousConstraints
     from pyomo_odeest.approaches import ContinuousModel
+    from pyomo_odeest.discretization import ExperimentModels
     P = _problem(at="measurements")
-    cm = ContinuousExperiments(P, [ContinuousModel(sp) for sp in P.experiment_problems])
+    cm = ExperimentModels(P, [ContinuousModel(sp) for sp in P.experiment_problems])
     cons = ContinuousConstraints(P, cm, P.free_mask)
     assert cons.m == 20 + 1
     u = P.u0 * 1.05

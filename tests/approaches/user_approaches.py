@@ -15,7 +15,5 @@ class PlainIpoptReduced(approach_class("reduced_space")):
 
     def solve(self, built, cfg):
         _, nlp = built
-        out = Outcome.from_ipopt(solve_with_ipopt(nlp, options={**IPOPT_DEFAULTS,
-                                                                **(cfg.options or {})}))
-        nlp.mult_g = out.mult_g          # the multipliers of the problem's constraints
-        return out
+        return Outcome.from_ipopt(solve_with_ipopt(nlp, options={**IPOPT_DEFAULTS,
+                                                                 **(cfg.options or {})}))

@@ -75,7 +75,7 @@ def test_simultaneous_scaling_is_on_the_model_and_keeps_user_factors():
 def test_state_scaling_leaves_small_states_alone():
     import pyomo.environ as pyo
     from pyomo_odeest import build_block, initialize_block
-    from pyomo_odeest.approaches._simultaneous import scale_states
+    from pyomo_odeest.transcription import scale_states
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     m = pyo.ConcreteModel()
     m.est = b = build_block(prob, "adams_pc", 3, steps_per_interval=4)

@@ -214,7 +214,7 @@ def test_approaches_reraise(approach, exc, monkeypatch):
                                                  steps_per_interval=2)
     else:
         from pyomo_odeest import estimate_continuous
-        from pyomo_odeest.approaches.continuous._estimation import _ScaledObjective
+        from pyomo_odeest.approaches._continuous import _ScaledObjective
         calls = _break(monkeypatch, _ScaledObjective, "gradient", exc)
         run = lambda: estimate_continuous(prob, rtol=1e-6, atol=1e-8)  # noqa: E731
     t = time.perf_counter()

@@ -314,7 +314,7 @@ def test_continuous_tolerances_are_refined_from_the_best_start():
     start: from the best start by simulation, or from the problem's start when that is
     better; not once they converged, nor when nothing is finite or the best ran out of
     evaluations (not a matter of tolerances)."""
-    from pyomo_odeest.approaches.continuous import default_tolerances
+    from pyomo_odeest.discretization.continuous import default_tolerances
     prob = petab_problem(BRUNO).problem
     names = prob.parameter_names
 

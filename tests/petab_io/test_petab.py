@@ -815,7 +815,7 @@ def test_ill_conditioned_optimum_is_stationary_in_the_gauss_newton_metric():
     rtol 1e-8 stops 0.0026 above the optimum: the decrement (0.005) keeps it not
     stationary."""
     from pyomo_odeest import estimate
-    from pyomo_odeest.approaches.continuous import cvodes_available
+    from pyomo_odeest.discretization.continuous import cvodes_available
     if not cvodes_available():
         pytest.skip("the measurements are of the CVODES engine")
     pe = petab_problem(os.path.join(DATA, "Crauste_CellSystems2017"))

@@ -108,7 +108,7 @@ def direct_minimum(model, x0, with_priors=False):
 def objective_at_nominal(pe):
     """The estimation problem's objective at its start, by the package's own continuous
     simulation (every experiment), as PEtab's NLL (priors included)."""
-    from pyomo_odeest.approaches.continuous import ContinuousModel
+    from pyomo_odeest.discretization.continuous import ContinuousModel
     P = pe.problem
     subs = P.experiment_problems if P.experiments else [P]
     J = sum(ContinuousModel(sp, method="LSODA", rtol=1e-10, atol=1e-12).objective(P.u0)

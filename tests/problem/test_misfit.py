@@ -7,7 +7,7 @@ import pytest
 import sympy
 
 from pyomo_odeest.problem import misfit_sym
-from pyomo_odeest.approaches.continuous import ContinuousModel
+from pyomo_odeest.discretization.continuous import ContinuousModel
 from pyomo_odeest.problem import MeasurementMisfit
 from pyomo_odeest.models import diagonal_linear_problem
 from pyomo_odeest import EstimationProblem

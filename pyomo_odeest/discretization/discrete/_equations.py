@@ -43,7 +43,7 @@ class DiscreteEquations:
                               "(or engine='numpy')")
         self._engine_request = engine
         self._kernel = None if engine != "numpy" else False
-        self.engine_note = "numpy engine requested" if engine == "numpy" else ""
+        self._engine_note = "numpy engine requested" if engine == "numpy" else ""
         self._arrays = None
         self.problem = problem
         self.scheme = get_scheme(scheme, qmax)
@@ -212,15 +212,20 @@ class DiscreteEquations:
         """``'numba'`` or ``'numpy'``: the engine that runs the simulation and sweeps."""
         return "numba" if self._compiled() is not None else "numpy"
 
+    @property
+    def engine_note(self):
+        """Why the engine is numpy where it is (empty: numba, or not decided yet)."""
+        return self._engine_note
+
     def _compiled(self):
         """The compiled simulation kernel, built on first use; None on the numpy engine."""
         if self._kernel is None:
             if self._engine_request == "auto" and self.nblocks < AUTO_MIN_BLOCKS:
                 self._kernel = False
-                self.engine_note = f"{self.nblocks} blocks < {AUTO_MIN_BLOCKS}: numpy is faster"
+                self._engine_note = f"{self.nblocks} blocks < {AUTO_MIN_BLOCKS}: numpy is faster"
             elif self._engine_request == "auto" and not numba_available():
                 self._kernel = False
-                self.engine_note = "numba is not installed"
+                self._engine_note = "numba is not installed"
             else:
                 try:
                     self._kernel = build_simulation_kernel(self)
@@ -228,7 +233,7 @@ class DiscreteEquations:
                     if self._engine_request == "numba":
                         raise ValueError(f"engine='numba': {err}; use engine='numpy'") from None
                     self._kernel = False
-                    self.engine_note = f"not compiled: {err}"
+                    self._engine_note = f"not compiled: {err}"
         return self._kernel or None
 
     def compiled_arrays(self):

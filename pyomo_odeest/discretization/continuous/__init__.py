@@ -1,4 +1,6 @@
-r"""Continuous-time derivatives of the misfit and estimation on top of them [MHV].
+r"""The continuous model family: the misfit on the ODE's solution and its continuous-time
+derivatives [MHV], beside the discrete (:mod:`..discrete`) and adaptive
+(:mod:`..adaptive`) models.
 
 The objective is the same :math:`J` that every backend of the package
 minimizes, evaluated on the exact (adaptively integrated) ODE solution:
@@ -20,7 +22,8 @@ eqs. (2)–(5)].  :class:`ContinuousModel` computes
 * the Hessian by the second-order adjoint (eqs. (18)–(20)), by finite
   differences of adjoint gradients (eq. (21)), or by finite differences.
 
-:func:`estimate_continuous` minimizes :math:`J` over the free parameters with
+:func:`~pyomo_odeest.approaches.estimate_continuous` (the approach, in
+:mod:`pyomo_odeest.approaches`) minimizes :math:`J` over the free parameters with
 Ipopt (through cyipopt) or SciPy.
 
 The adjoint :math:`\lambda` used here is :math:`\partial J/\partial x = -v` of
@@ -32,14 +35,14 @@ docs/continuous.md, "Sign convention").
 (symbolic set-up, forward solves, :math:`J`), ``_first_order`` (sensitivities,
 adjoint, gradients) and ``_second_order`` (Hessians); ``_cvodes`` holds
 :class:`CvodesModel` (SUNDIALS CVODES through CasADi, the default engine when
-CasADi is installed) and ``_estimation`` :func:`estimate_continuous`.
+CasADi is installed).
 """
 from ._cvodes import (ENGINES, CvodesModel, CvodesUnavailable, continuous_model,
-                      cvodes_available, default_tolerances)
-from ._estimation import ContinuousApproach, estimate_continuous
+                      cvodes_available, cvodes_failure, default_tolerances, integrator_name)
 from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
 from ._model import ContinuousModel
 
-__all__ = ["ContinuousApproach", "ContinuousModel", "estimate_continuous", "IntegrationError",
+__all__ = ["ContinuousModel", "IntegrationError",
            "GRADIENT_METHODS", "HESSIAN_METHODS", "ODE_METHODS", "ENGINES", "CvodesModel",
-           "CvodesUnavailable", "continuous_model", "cvodes_available", "default_tolerances"]
+           "CvodesUnavailable", "continuous_model", "cvodes_available", "cvodes_failure",
+           "default_tolerances", "integrator_name"]

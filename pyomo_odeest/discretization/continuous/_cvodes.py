@@ -1,6 +1,6 @@
 r"""The continuous model on a compiled engine: SUNDIALS CVODES through CasADi's integrator.
 
-:class:`CvodesModel` is a :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`
+:class:`CvodesModel` is a :class:`~pyomo_odeest.discretization.continuous.ContinuousModel`
 whose integrations run in compiled code: the right-hand side :math:`f(x, u, t)`
 of the problem's sympy form is rendered once into a CasADi ``SX`` expression
 graph, and CasADi's ``integrator('cvodes', ...)`` (BDF, Newton with the exact
@@ -219,7 +219,7 @@ class _Trajectory:
 
 
 class CvodesModel(ContinuousModel):
-    r""":class:`~pyomo_odeest.approaches.continuous.ContinuousModel` integrated by CVODES.
+    r""":class:`~pyomo_odeest.discretization.continuous.ContinuousModel` integrated by CVODES.
 
     Same interface and conventions as the SciPy model (objective, gradient by
     ``'adjoint'``, ``'sensitivity'`` or ``'fd'``, :meth:`sensitivities`,
@@ -552,7 +552,7 @@ class CvodesModel(ContinuousModel):
         Integrating :math:`s\lambda` with
         :math:`s = \text{atol}/(\text{adjoint\_atol}\cdot\text{rtol}\cdot\|\text{jumps}\|_\infty)`
         and dividing the result by :math:`s` gives the adjoint the absolute tolerance
-        of the SciPy sweep (:func:`~pyomo_odeest.approaches.continuous._functions._segment_atol`).
+        of the SciPy sweep (:func:`~pyomo_odeest.discretization.continuous._functions._segment_atol`).
         """
         big = float(np.max(np.abs(seeds), initial=0.0))
         want = self.adjoint_atol * self.rtol * big

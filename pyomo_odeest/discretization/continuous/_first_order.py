@@ -8,7 +8,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ._forward import _values
-from ...discretization.discrete._first_order import central_differences
+from ..discrete._first_order import central_differences
 from ._functions import (_IMPLICIT, GRADIENT_METHODS, _adaptive_quadrature, _check_bounded,
                          _rel, _segment_atol, _steps)
 
@@ -16,7 +16,7 @@ __all__ = ["FirstOrder"]
 
 
 class FirstOrder:
-    """Mixin of :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`: gradients."""
+    """Mixin of :class:`~pyomo_odeest.discretization.continuous.ContinuousModel`: gradients."""
 
     # -- gradient ------------------------------------------------------------
     def gradient(self, u=None, method="adjoint", index=None):

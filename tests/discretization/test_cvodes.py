@@ -12,9 +12,10 @@ import pyomo_odeest as po
 from scipy.integrate import solve_ivp
 
 from pyomo_odeest import EstimationProblem, Experiment, Parameter, Preequilibration
-from pyomo_odeest.approaches.continuous import (ContinuousModel, CvodesModel, CvodesUnavailable,
-                                                IntegrationError, continuous_model,
-                                                cvodes_available, estimate_continuous)
+from pyomo_odeest import estimate_continuous
+from pyomo_odeest.discretization.continuous import (ContinuousModel, CvodesModel,
+                                                    CvodesUnavailable, IntegrationError,
+                                                    continuous_model, cvodes_available)
 from pyomo_odeest import PiecewiseConstant, PiecewiseLinear, Spline
 
 pytestmark = [pytest.mark.extras,
@@ -231,7 +232,7 @@ def test_engine_choice_and_refusals():
         continuous_model(P, "scipy", method="Adams")
     r = estimate_continuous(P, method="Adams", optimizer="least_squares")
     assert r.success and r.extra["integrator"]["name"].startswith("CVODES Adams")
-    from pyomo_odeest.approaches.continuous._cvodes import sympy_to_casadi
+    from pyomo_odeest.discretization.continuous._cvodes import sympy_to_casadi
     x = sympy.Symbol("x")
     with pytest.raises(CvodesUnavailable, match="gamma"):
         sympy_to_casadi([sympy.gamma(x)], {x: 1.0})
@@ -239,7 +240,7 @@ def test_engine_choice_and_refusals():
 
 def test_piecewise_and_functions_are_rendered_exactly():
     import casadi as ca
-    from pyomo_odeest.approaches.continuous._cvodes import sympy_to_casadi
+    from pyomo_odeest.discretization.continuous._cvodes import sympy_to_casadi
     x, y = sympy.symbols("x y", real=True)
     exprs = [sympy.Piecewise((x**2, x < 1), (sympy.exp(-x) + sympy.Max(x, y), True)),
              sympy.sqrt(x) * sympy.tanh(y) / (1 + x**-2) + sympy.Abs(y) ** sympy.Rational(3, 2),

@@ -10,20 +10,20 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from ...nlp._cyipopt_adapter import start_value_magnitude
-from ...nlp._protocol import EvaluationError, finite
-from ...nlp._stationarity import (decrement_limit, gauss_newton_decrement, judge_stop,
+from ..nlp._cyipopt_adapter import start_value_magnitude
+from ..nlp._protocol import EvaluationError, finite
+from ..nlp._stationarity import (decrement_limit, gauss_newton_decrement, judge_stop,
                                   stationarity_check)
-from ...problem._declaration import EstimationProblem, ProblemError
-from ...problem._result import EstimationResult
-from ...problem._status import Status, demote, status_from_scipy
-from .._backend import ContinuousBackend
-from .._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
+from ..problem._declaration import EstimationProblem, ProblemError
+from ..problem._result import EstimationResult
+from ..problem._status import Status, demote, status_from_scipy
+from ._backend import ContinuousBackend
+from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                      common_config,
                      ipopt_options, run_ipopt, add_constraint_multipliers)
-from ...discretization._experiments import ExperimentModels, experiment_models, join_experiments
-from ._functions import GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS, IntegrationError
-from ._cvodes import ENGINES, continuous_model, integrator_name
+from ..discretization._experiments import experiment_models, join_experiments
+from ..discretization.continuous import (ENGINES, GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS,
+                                         IntegrationError, continuous_model, integrator_name)
 
 __all__ = ["ContinuousApproach", "estimate_continuous", "ContinuousConstraints"]
 
@@ -61,7 +61,7 @@ class _ScaledObjective:
         key = np.asarray(w, dtype=float).tobytes()
         if key != self._gkey:
             self.counts["gradient"] += 1
-            g = self.model.gradient(self.u(w), self.gmethod, np.flatnonzero(self.free))
+            g = self.model.gradient(self.u(w), self.gmethod, index=np.flatnonzero(self.free))
             self._gkey, self._g = key, g * self.s
         return self._g.copy()
 
@@ -107,13 +107,13 @@ class ContinuousConstraints(ConstraintRows):
         return super().jacobian(u, lambda e: self.models[e].sensitivities(u, V)[1:], self.free)
 
 
-def _guarded(fn, *args):
-    """``fn(*args)``; a failed integration or a non-finite value becomes an
+def _guarded(fn, *args, **kw):
+    """``fn(*args, **kw)``; a failed integration or a non-finite value becomes an
     :class:`~pyomo_odeest.nlp._protocol.EvaluationError` (the optimizer backs off)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            v = fn(*args)
+            v = fn(*args, **kw)
     except (IntegrationError, ArithmeticError, ValueError, np.linalg.LinAlgError) as err:
         raise EvaluationError(str(err)) from None
     return finite(v, "value")
@@ -225,7 +225,7 @@ class ContinuousApproach(Approach):
                                 atol=cfg.atol)
 
     def combine(self, problem, parts, cfg, u_start):
-        cm = cfg.model or join_experiments(problem, parts, ContinuousExperiments)
+        cm = cfg.model or join_experiments(problem, parts)
         free = problem.free_mask
         lb, ub = problem.bounds(free)
         uf = np.clip(u_start[free], lb, ub)
@@ -236,16 +236,14 @@ class ContinuousApproach(Approach):
             raise ProblemError(f"optimizer {cfg.optimizer!r} does not take the problem's path "
                                f"or parameter constraints; use optimizer='ipopt'")
         return SimpleNamespace(problem=problem, cm=cm, obj=obj, cons=cons, s=s, w0=uf / s,
-                               wl=lb / s, wu=ub / s, u_start=u_start, mult_g=None,
-                               n_grid=cfg.n_grid)
+                               wl=lb / s, wu=ub / s, u_start=u_start, n_grid=cfg.n_grid)
 
     def solve(self, b, cfg):
         cm, obj, cons = b.cm, b.obj, b.cons
         try:
-            b.J_start = _guarded(cm.objective, obj.u(b.w0))
+            j0 = _guarded(cm.objective, obj.u(b.w0))
             g0 = _guarded(obj.gradient, b.w0)
         except EvaluationError as err:
-            b.J_start = np.nan
             return Outcome.failed_at_start(b.w0, err)
         if cfg.optimizer == "ipopt":
             opts = ipopt_options(cfg, start=(b.w0, b.wl, b.wu), acceptable_tol=1e-2,
@@ -256,16 +254,17 @@ class ContinuousApproach(Approach):
             # exceptions other than failed evaluations (and Ctrl-C) stop Ipopt and are re-raised
             out = Outcome.from_ipopt(run_ipopt(_IpoptProblem(obj, b.w0, b.wl, b.wu, cons), cfg,
                                                opts))
-            b.mult_g = np.asarray(out.mult_g, dtype=float) if cons is not None else None
-            b.mname = f"ipopt/{'limited-memory' if cfg.hessian is None else 'exact-hessian:' + cfg.hessian}"
+            out.mult_g = np.asarray(out.mult_g, dtype=float) if cons is not None else None
+            out.details["method"] = ("ipopt/" + ("limited-memory" if cfg.hessian is None
+                                                 else "exact-hessian:" + cfg.hessian))
         elif cfg.optimizer == "least_squares":
             clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
             r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock)
             clock.finish()
             status = (Status.TIME_LIMIT if clock.exceeded
                       else status_from_scipy(r, "least_squares"))
-            out = Outcome(r.x, status, str(r.message), int(r.njev))
-            b.mname = "scipy/least_squares(trf), Jacobian from forward sensitivities"
+            method = "scipy/least_squares(trf), Jacobian from forward sensitivities"
+            out = Outcome(r.x, status, str(r.message), int(r.njev), details=dict(method=method))
             if out.status.success:
                 out = _stationarity(b, out, cfg.gradient, g0)
             # a stop on the relative decrease of J (ftol = 10·rtol) or of the step (xtol)
@@ -275,7 +274,7 @@ class ContinuousApproach(Approach):
             njev, message = int(r.njev), str(r.message)
             for drop in ({"ftol": None}, {"ftol": None, "xtol": 1e-15}):
                 if not (out.status is Status.NOT_STATIONARY and r.status in (2, 3, 4)
-                        and b.stationarity.get("rule") == "decrement"
+                        and out.details["stationarity"].get("rule") == "decrement"
                         and not set(drop) & set(user)):
                     break
                 # the time left to the pipeline's deadline (its solve scope)
@@ -285,16 +284,16 @@ class ContinuousApproach(Approach):
                 status = (Status.TIME_LIMIT if clock.exceeded
                           else status_from_scipy(r, "least_squares"))
                 njev, message = njev + int(r.njev), f"{message}; continued: {r.message}"
-                out = Outcome(r.x, status, message, njev)
+                out = Outcome(r.x, status, message, njev, details=dict(method=method))
                 if out.status.success:
                     out = _stationarity(b, out, cfg.gradient, g0)
-            out.objective_start = float(b.J_start)
+            out.objective_start = float(j0)
             return out
         else:
             out = self._minimize(b, cfg)
         if out.status.success:
             out = _stationarity(b, out, cfg.gradient, g0)
-        out.objective_start = float(b.J_start)
+        out.objective_start = float(j0)
         return out
 
     def _minimize(self, b, cfg):
@@ -323,10 +322,11 @@ class ContinuousApproach(Approach):
             warnings.simplefilter("ignore", RuntimeWarning)
             r = minimize(fun, b.w0, jac=True, method=optimizer, bounds=Bounds(b.wl, b.wu),
                          options=opts, callback=clock, **kw)
-        b.mname = f"scipy/{optimizer}" + ("" if cfg.hessian is None or optimizer == "L-BFGS-B"
-                                          else f"/hessian:{cfg.hessian}")
+        method = f"scipy/{optimizer}" + ("" if cfg.hessian is None or optimizer == "L-BFGS-B"
+                                         else f"/hessian:{cfg.hessian}")
         status = Status.TIME_LIMIT if clock.exceeded else status_from_scipy(r, optimizer)
-        return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)))
+        return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)),
+                       details=dict(method=method))
 
     def parts(self, b):
         return experiment_models(b.cm)
@@ -343,27 +343,27 @@ class ContinuousApproach(Approach):
             except EvaluationError:
                 pass
         res = EstimationResult(
-            approach=self.name, method=f"{getattr(b, 'mname', '-')}, gradient={cfg.gradient}",
+            approach=self.name, method=f"{outcome.details.get('method', '-')}, gradient={cfg.gradient}",
             scheme=None, estimates=pd.Series(u_hat, index=problem.parameter_names,
                                              name="estimate"),
             objective=J, status=outcome.status, iterations=outcome.iterations,
             evaluations=dict(obj.counts, **{f"ode_{k}": v for k, v in cm.counts.items()}))
         res.extra.update(gradient=pd.Series(g, index=problem.parameter_names),
                          start=pd.Series(b.u_start, index=problem.parameter_names),
-                         objective_start=b.J_start, scale=b.s,
-                         stationarity=getattr(b, "stationarity", None),
+                         objective_start=outcome.objective_start, scale=b.s,
+                         stationarity=outcome.details.get("stationarity"),
                          integrator=dict(name=integrator_name(cm), engine=getattr(cm, "engine", "scipy"),
                                          method=cm.settings["method"], rtol=cm.rtol,
                                          atol=cm.atol))
         res.backend = ContinuousBackend(problem, cm)
-        if b.mult_g is not None:
-            add_constraint_multipliers(res, problem, b.cons.rows, b.mult_g, b.cons.names)
+        if outcome.mult_g is not None:
+            add_constraint_multipliers(res, problem, b.cons.rows, outcome.mult_g, b.cons.names)
         return res
 
-    def collect_experiment(self, problem, m, u, b):
+    def collect_experiment(self, problem, m, u, b, outcome):
         """States on a fine grid, fitted observations, residuals and adjoint of one
         experiment."""
-        if not np.isfinite(b.J_start):                  # failed at the start: said there
+        if outcome.at_start:                            # failed at the start: said there
             return dict(failed="the model cannot be simulated at the start")
         try:
             times = np.union1d(np.linspace(m.t0, m.T, b.n_grid), m.tau)
@@ -397,20 +397,20 @@ def _stationarity(b, out, gradient, g0):
     gm = "adjoint" if gradient == "fd" else gradient
     u_hat, free = b.obj.u(out.x), b.problem.free_mask
     g_check, factor, why = None, None, ""
-    constrained = b.mult_g is not None and len(b.mult_g)
+    constrained = out.mult_g is not None and len(out.mult_g)
     for factor in (100.0, 10.0, 1.0):
         try:
             with _tighter(b.cm, factor):
-                g_check = _guarded(b.cm.gradient, u_hat, gm, np.flatnonzero(free)) * b.s
+                g_check = _guarded(b.cm.gradient, u_hat, gm, index=np.flatnonzero(free)) * b.s
             if constrained:                                  # the Lagrangian's gradient
                 g_check = g_check + (_guarded(b.cons.jacobian, u_hat)
-                                     * b.s[None, :]).T @ b.mult_g
+                                     * b.s[None, :]).T @ out.mult_g
             break
         except EvaluationError as err:
             g_check, why = None, str(err)
     if g_check is None:
         g_check = np.full(len(out.x), np.inf)
-    b.stationarity = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
+    out.details["stationarity"] = st = stationarity_check(g_check, out.x, b.wl, b.wu, g0)
     st["tolerance_factor"] = factor
     pg, limit = st["projected_gradient"], st["limit"]
     squares = None if not np.isfinite(pg) or constrained else \
@@ -489,9 +489,9 @@ def estimate_continuous(problem: EstimationProblem, **options):
     ``xtol=gtol=1e-10`` (a stop on ``ftol`` or ``xtol`` that the Gauss–Newton
     decrement rejects is continued without ``ftol``, then with ``xtol=1e-15``,
     unless the user gave them).  ``engine``: ``'cvodes'``
-    (:class:`~pyomo_odeest.approaches.continuous.CvodesModel`) or ``'scipy'``
+    (:class:`~pyomo_odeest.discretization.continuous.CvodesModel`) or ``'scipy'``
     (:class:`ContinuousModel`); default tolerances from
-    :func:`~pyomo_odeest.approaches.continuous.default_tolerances`.  ``scale``
+    :func:`~pyomo_odeest.discretization.continuous.default_tolerances`.  ``scale``
     optimizes over :math:`w_k = u_k / s_k` with :math:`s_k = |u_{0,k}|` (1 where
     :math:`u_{0,k} = 0`).  A ``model`` given is reused (its integrator settings win).
 
@@ -519,7 +519,7 @@ def _penalty_as_squares(problem):
     of the free parameters within their bounds, the others at their start values
     (:func:`~pyomo_odeest.problem._misfit.penalty_squares`)."""
     import sympy
-    from ...problem._misfit import penalty_squares
+    from ..problem._misfit import penalty_squares
     free = problem.free_mask
     cols = np.flatnonzero(free)
     lb, ub = problem.bounds(free)
@@ -647,25 +647,3 @@ class _Stopped(Exception):
     def __init__(self, w, status, message):
         super().__init__(message)
         self.w, self.status = np.array(w, dtype=float), status
-
-
-class ContinuousExperiments(ExperimentModels):
-    """:class:`ContinuousModel` of each experiment, summed (with the continuous
-    models' signatures: ``gradient(u, method, index)``, ``hessian(u, method, index)``)."""
-
-    def _misfit(self, u):
-        return float(sum(m._misfit(u) for m in self.models))
-
-    def objective(self, u=None, traj=None):
-        return float(sum(m.objective(u) for m in self.models))
-
-    def gradient(self, u=None, method="adjoint", index=None):
-        return sum(np.asarray(m.gradient(u, method, index), dtype=float) for m in self.models)
-
-    def hessian(self, u=None, method="soa", index=None, block=None):
-        return sum(np.asarray(m.hessian(u, method, index=index), dtype=float)
-                   for m in self.models)
-
-    @property
-    def counts(self):
-        return {k: sum(m.counts[k] for m in self.models) for k in self.models[0].counts}

@@ -1,4 +1,4 @@
-r"""Forward part of :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`: the symbolic
+r"""Forward part of :class:`~pyomo_odeest.discretization.continuous.ContinuousModel`: the symbolic
 set-up, the forward integration of :math:`\dot x = f(x, u, t)`, :math:`x(t_0) = l(u)`
 and the objective :math:`J(u)` [MHV, eqs. (1)–(5)]."""
 from __future__ import annotations

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ...discretization.discrete._first_order import central_differences
+from ..discrete._first_order import central_differences
 from ._functions import HESSIAN_METHODS, _segment_atol, _steps
 
 __all__ = ["SecondOrder"]
 
 
 class SecondOrder:
-    """Mixin of :class:`~pyomo_odeest.approaches.continuous.ContinuousModel`: Hessians."""
+    """Mixin of :class:`~pyomo_odeest.discretization.continuous.ContinuousModel`: Hessians."""
 
     # -- Hessian -------------------------------------------------------------
     def hessian_vector(self, u=None, V=None):
