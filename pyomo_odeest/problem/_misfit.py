@@ -72,6 +72,10 @@ class MeasurementMisfit:
         Gaussian weights :math:`\tfrac12\Sigma_{oo}^{-1}` (None for least squares).
     A_diag : (N, n_obs) or None
         Least-squares weights (None for the Gaussian loss).
+    weights : (N, n_obs) or None
+        The diagonals of the :math:`A_j` when every :math:`A_j` is diagonal (least
+        squares, or a Gaussian loss whose :math:`\Sigma_{oo}` is diagonal), else None:
+        then :math:`A_j r_j` is a product of arrays.
     const : float
         The loss constant (log-determinant term).
     """
@@ -95,8 +99,12 @@ class MeasurementMisfit:
                 o = np.flatnonzero(P.mask[j])
                 A[j][np.ix_(o, o)] = 0.5 * np.linalg.inv(P.cov[np.ix_(o, o)])
             self.A, self.A_diag = A, None
+            diagonal = np.diagonal(A, axis1=1, axis2=2)
+            self.weights = diagonal.copy() if np.count_nonzero(A) == np.count_nonzero(
+                diagonal) else None
         else:
             self.A, self.A_diag = None, np.where(P.mask, np.asarray(P.weights, dtype=float), 0.0)
+            self.weights = self.A_diag
         self.const = misfit_constant(P)
         pen = sympy.sympify(P.penalty_sym)
         (self.has_penalty, self._pen_idx, self._R, self._dR,
@@ -107,14 +115,14 @@ class MeasurementMisfit:
     # -- the quadratic form -------------------------------------------------
     def Ar(self, r):
         r""":math:`A_j r_j` for all j (r: (N, n_obs))."""
-        if self.A is None:
-            return self.A_diag * r
+        if self.weights is not None:
+            return self.weights * r
         return np.einsum("jab,jb->ja", self.A, r)
 
     def AS(self, S):
         r""":math:`A_j S_j` for all j (S: (N, n_obs, k))."""
-        if self.A is None:
-            return self.A_diag[:, :, None] * S
+        if self.weights is not None:
+            return self.weights[:, :, None] * S
         return np.einsum("jab,jbm->jam", self.A, S)
 
     def residuals(self, Xm, u):
@@ -206,7 +214,7 @@ class MeasurementMisfit:
             return np.zeros((0, Xm.shape[1] if Xm.ndim == 2 else 0)), np.zeros(p)
         Ar2 = 2 * self.Ar(self.residuals(Xm, u))
         Fx = self.gx.matvec_T(self._measured(self.gx, Xm, u), Ar2)
-        Fu = self.gu.matvec_T(self._measured(self.gu, Xm, u), Ar2).sum(axis=0)
+        Fu = self.gu.sum_matvec_T(self._measured(self.gu, Xm, u), Ar2)
         return Fx, Fu
 
     def second_order(self):

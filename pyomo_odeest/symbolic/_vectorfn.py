@@ -81,6 +81,8 @@ class SparseJacobian(VectorFn):
         self.shape = shape
         self.nnz = len(exprs)
         self._exprs, self._of = list(exprs), None
+        #: every column holds one entry at most (then ``matvec_T`` sums nothing)
+        self.distinct_cols = len(np.unique(self.cols)) == self.nnz
 
     @property
     def exprs(self):
@@ -101,6 +103,7 @@ class SparseJacobian(VectorFn):
         out.rows = np.asarray(code["rows"], dtype=np.int64)
         out.cols = np.asarray(code["cols"], dtype=np.int64)
         out.shape, out.nnz = tuple(code["shape"]), len(code["rows"])
+        out.distinct_cols = len(np.unique(out.cols)) == out.nnz
         out._exprs, out._of = None, (list(of), list(wrt))
         return out
 
@@ -115,9 +118,14 @@ class SparseJacobian(VectorFn):
     def matvec_T(self, vals, v):
         """Row-wise ``A_kᵀ v_k`` for values (npts, nnz) and v (npts, r) -> (npts, c)."""
         npts, c = vals.shape[0], self.shape[1]
+        w = vals * v[:, self.rows]
+        if self.distinct_cols:
+            out = np.zeros((npts, c))
+            out[:, self.cols] = w
+            return out
         flat = (np.arange(npts)[:, None] * c + self.cols[None, :]).ravel()
-        w = (vals * v[:, self.rows]).ravel()
-        return np.bincount(flat, weights=w, minlength=npts * c).astype(float).reshape(npts, c)
+        return np.bincount(flat, weights=w.ravel(), minlength=npts * c).astype(float).reshape(
+            npts, c)
 
     def sum_matvec_T(self, vals, v):
         """``Σ_k A_kᵀ v_k`` (c,) without forming the per-point products."""

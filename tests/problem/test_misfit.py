@@ -127,3 +127,19 @@ def test_an_observable_that_is_not_finite_where_it_is_not_measured():
     Hd = dm.hessian(u, "soa")
     np.testing.assert_allclose(Hd, dm.hessian(u, "adjoint_fd"), rtol=1e-4, atol=1e-6)
     assert np.isfinite(dm.objective(u)) and np.all(np.isfinite(dm.hessian(u, "gauss_newton")))
+
+
+@pytest.mark.parametrize("diagonal", [True, False])
+def test_a_diagonal_covariance_weighs_by_arrays(diagonal):
+    """A diagonal Σ gives the A_j as arrays of their diagonals (``weights``), a full Σ
+    keeps the matrices; A_j r_j and A_j S_j are the same products either way."""
+    from pyomo_odeest import GaussianNLL
+    cov = np.diag([0.5, 2.0, 1.5])
+    if not diagonal:
+        cov[0, 1] = cov[1, 0] = 0.3
+    mf = MeasurementMisfit(diagonal_linear_problem(3, n_obs=5, loss=GaussianNLL(cov)))
+    assert (mf.weights is not None) == diagonal
+    rng = np.random.default_rng(2)
+    r, S = rng.standard_normal((5, 3)), rng.standard_normal((5, 3, 2))
+    np.testing.assert_allclose(mf.Ar(r), np.einsum("jab,jb->ja", mf.A, r), rtol=1e-15)
+    np.testing.assert_allclose(mf.AS(S), np.einsum("jab,jbm->jam", mf.A, S), rtol=1e-15)

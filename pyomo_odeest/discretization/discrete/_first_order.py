@@ -58,7 +58,7 @@ class FirstOrder:
         if Fw is None:
             Fw, _ = self._dF(W, u)
         if self._compiled() is not None:
-            return self.block_backward_solve(-Fw[:, :, None], pv)[:, :, 0]
+            return self.block_backward_solve(-Fw[:, :, None], u, pv)[0][:, :, 0]
         rhs = -Fw.copy()
         P = np.zeros_like(W)
         kinds = self._term_kinds(pv, "x")
@@ -82,19 +82,29 @@ class FirstOrder:
                         rhs[pts[e]] += cs[e] * J.rmatvec_point(Jv[pts[e]], p)
         return P
 
-    def block_backward_solve(self, R, pv):
-        """Solve ``(∂G/∂w)ᵀ P = R`` for ``R`` of shape (nblocks, n, q) by the
-        compiled block backward substitution (:func:`._sweeps.adjoint_sweep`)."""
+    def block_backward_solve(self, R, u, pv):
+        """Solve ``(∂G/∂w)ᵀ P = R`` at the parameters ``u`` for ``R`` of shape
+        (nblocks, n, q) by the compiled block backward substitution
+        (:func:`._sweeps.adjoint_sweep`).
+
+        Returns ``P`` (nblocks, n, q) and ``(∂G/∂u)ᵀ P`` (m, q), the latter without
+        forming ∂G/∂u: ``−l_uᵀ P_0 − Σ_p (f_u(w_p)ᵀ Λ_{f,p} + ḟ_u(w_p)ᵀ Λ_{d,p})``.
+        """
         from ._sweeps import adjoint_sweep
         a = self.compiled_arrays()
         nb = self.nblocks
-        fdxv = pv.get("fdx")
-        if fdxv is None:
-            fdxv = np.zeros((nb, 0))
-        return adjoint_sweep(np.array(R, dtype=float, order="C"), a["base"], a["implicit"],
-                             a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"], a["fx_cols"],
-                             np.ascontiguousarray(pv["fx"]), a["d_ptr"], a["d_pt"], a["d_c"],
-                             a["fdx_rows"], a["fdx_cols"], np.ascontiguousarray(fdxv))
+        P = np.array(R, dtype=float, order="C")
+        PGu = np.zeros((self.m, P.shape[2]))
+        none = np.zeros((nb, 0))
+        C = np.ascontiguousarray
+        adjoint_sweep(
+            P, a["base"], a["implicit"], a["f_ptr"], a["f_pt"], a["f_c"], a["fx_rows"],
+            a["fx_cols"], C(pv["fx"]), a["fu_rows"], a["fu_cols"], C(pv["fu"]),
+            a["d_ptr"], a["d_pt"], a["d_c"], a["fdx_rows"], a["fdx_cols"],
+            C(pv.get("fdx", none)), a["fdu_rows"], a["fdu_cols"], C(pv.get("fdu", none)),
+            min(a["window"], nb), PGu)
+        lu = self.lu.dense(self.lu.point(np.zeros(0), u, self.t[0])[None])[0]
+        return P, PGu - lu.T @ P[0]
 
     def _sensitivities_compiled(self, M0, pv, Fw):
         """The block forward substitution of :meth:`sensitivities`, compiled."""
@@ -115,21 +125,6 @@ class FirstOrder:
             min(a["window"], nb) if stream else nb)
         return acc if stream else M
 
-    def _parameter_jacobian_T(self, X, u, pv):
-        """``(∂G/∂u)ᵀ X`` (m, q) for X (nblocks, n, q) without forming ∂G/∂u (compiled)."""
-        from ._sweeps import parameter_contraction
-        lu = self.lu.dense(self.lu.point(np.zeros(0), u, self.t[0])[None])[0]
-        out = -lu.T @ X[0]
-        C = np.ascontiguousarray
-        parameter_contraction(out, self.f_eq.astype(np.int64), self.f_pt.astype(np.int64),
-                              C(self.f_c, dtype=float), self.fu.rows, self.fu.cols,
-                              C(pv["fu"]), X)
-        if self.needs_fdot and len(self.d_eq):
-            parameter_contraction(out, self.d_eq.astype(np.int64), self.d_pt.astype(np.int64),
-                                  C(self.d_c, dtype=float), self.fdu.rows, self.fdu.cols,
-                                  C(pv["fdu"]), X)
-        return out
-
     def adjoint_transposed_solve(self, traj, Fw=None, pv=None):
         """Same adjoint by one sparse LU solve of the assembled (∂G/∂w)ᵀ."""
         W, u = traj.W, traj.u
@@ -140,11 +135,16 @@ class FirstOrder:
         p = spla.splu(Gw.T.tocsc()).solve(-Fw.ravel())
         return p.reshape(W.shape)
 
+    def _adjoint_gradient(self, traj, Fw, Fu, pv):
+        """∇J from the discrete adjoint [GM-grad, eqs. (52), (54)]: one backward sweep,
+        compiled or in numpy."""
+        if self._compiled() is not None:
+            return Fu + self.block_backward_solve(-Fw[:, :, None], traj.u, pv)[1][:, 0]
+        return self._gradient_from_adjoint(self.adjoint(traj, Fw, pv), traj, Fu, pv)
+
     def _gradient_from_adjoint(self, P, traj, Fu, pv):
         """∇J = ∇_u F + pᵀ ∂G/∂u [GM-grad, eq. (13)/(54)], without forming ∂G/∂u."""
         u = traj.u
-        if self._compiled() is not None:
-            return Fu + self._parameter_jacobian_T(np.ascontiguousarray(P[:, :, None]), u, pv)[:, 0]
         g = Fu.copy()
         luv = self.lu.point(np.zeros(0), u, self.t[0])
         g -= self.lu.matvec_T(luv[None, :], P[0][None, :])[0]
@@ -224,8 +224,7 @@ class FirstOrder:
         pv = self._point_values(traj.W, u, values=False)
         Fw, Fu = self._dF(traj.W, u)
         if method == "adjoint":
-            P = self.adjoint(traj, Fw, pv)
-            return self._gradient_from_adjoint(P, traj, Fu, pv)
+            return self._adjoint_gradient(traj, Fw, Fu, pv)
         if method == "transposed_solve":
             P = self.adjoint_transposed_solve(traj, Fw, pv)
             return self._gradient_from_adjoint(P, traj, Fu, pv)
@@ -245,9 +244,8 @@ class FirstOrder:
         Fw = np.zeros((self.nblocks, self.n))
         np.add.at(Fw, self.xblk, np.asarray(dFdx, dtype=float))
         pv = self._point_values(traj.W, traj.u, values=False)
-        P = self.adjoint(traj, Fw, pv)
         Fu = np.zeros(self.m) if dFdu is None else np.asarray(dFdu, dtype=float)
-        return self._gradient_from_adjoint(P, traj, Fu, pv)
+        return self._adjoint_gradient(traj, Fw, Fu, pv)
 
     def state_sensitivities(self, traj):
         """∂x_i/∂u on the grid, shape (k+1, n, m) (eq. (51))."""

@@ -77,9 +77,8 @@ class SecondOrder:
         # initial condition G_0 = x_0 − l(u): −(p_0ᵀ l)_uu
         Lu_tot -= np.tensordot(P[0], sec["l"](u), axes=1)
         # second-order adjoint 𝓜: (∂G/∂w)ᵀ 𝓜 = −(L_ww M + L_wu), one column per parameter
-        if compiled:            # block backward substitution; (∂G/∂u)ᵀ 𝓜 term by term
-            Madj = self.block_backward_solve(-LwwM_Lwu, pv)
-            H = Lu_tot + self._parameter_jacobian_T(Madj, u, pv)
+        if compiled:            # block backward substitution with (∂G/∂u)ᵀ 𝓜
+            H = Lu_tot + self.block_backward_solve(-LwwM_Lwu, u, pv)[1]
             return 0.5 * (H + H.T)
         Gw = self.jacobian_w(W, u, pv)
         lu = spla.splu(Gw.T.tocsc())

@@ -5,13 +5,17 @@ of :mod:`._first_order` and :mod:`._second_order` (Lemma 1 of [GM-grad]) on the
 same block layout, written as loops over arrays:
 
 * :func:`adjoint_sweep`: block backward substitution of
-  ``(∂G/∂w)ᵀ P = R`` for ``q`` right-hand sides at once — the discrete adjoint
-  [GM-grad, eq. (52)] (``q = 1``) and the second-order adjoint of
-  [GM-grad, §2.5] (``q = m``);
+  ``(∂G/∂w)ᵀ P = R`` for ``q`` right-hand sides at once, with the contraction
+  ``(∂G/∂u)ᵀ P`` — the discrete adjoint and gradient [GM-grad, eqs. (52),
+  (54)] (``q = 1``) and the second-order adjoint of [GM-grad, §2.5]
+  (``q = m``); every point's Jacobians multiply the weighted sum of the
+  adjoints of the terms at that point, once;
 * :func:`sensitivity_sweep`: block forward substitution of
   ``(∂G/∂w) M = −∂G/∂u`` [GM-grad, eq. (51)], every block's ``M`` or the
   contraction ``Σ_b ∇_{w_b}Fᵀ M_b`` of eq. (53) through a ring buffer;
-* :func:`lu_solve`: the small dense systems of the implicit blocks.
+* :func:`lu_solve`: the small dense systems of the implicit blocks;
+  :func:`add_transposed`: one point's ``Jᵀ x`` (also the misfit's
+  ``g_xᵀ A_j r_j`` of the generated kernels, :mod:`._compiled`).
 
 Jacobian values come precomputed at every block (``values``, shape
 ``(nblocks, nnz)``, on the patterns ``rows``/``cols``); terms are grouped by
@@ -23,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["lu_solve", "adjoint_sweep", "sensitivity_sweep"]
+__all__ = ["lu_solve", "add_transposed", "adjoint_sweep", "sensitivity_sweep"]
 
 _JIT = dict(cache=True, error_model="numpy", nogil=True)
 
@@ -98,18 +102,29 @@ def _block_matrix(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
 
 
 @njit(**_JIT)
-def _scatter_back(R, P, b, ptr, pt, c, rows, cols, vals):
-    """``R_p += c J(w_p)ᵀ P_b`` for the terms of block ``b`` at earlier points ``p``."""
-    q = R.shape[2]
-    for e in range(ptr[b], ptr[b + 1]):
-        p = pt[e]
-        if p == b:
-            continue
-        ce = c[e]
+def add_transposed(y, x, q, rows, cols, vals, scale):
+    """``y += scale · Jᵀ x`` for one point's Jacobian ``J`` (``vals`` on ``rows``/``cols``),
+    ``x`` and ``y`` holding ``(·, q)`` values in one row."""
+    if q == 1:                      # the adjoint: no loop over right-hand sides
         for k in range(rows.shape[0]):
-            a = ce * vals[p, k]
-            for j in range(q):
-                R[p, cols[k], j] += a * P[b, rows[k], j]
+            y[cols[k]] += scale * vals[k] * x[rows[k]]
+        return
+    for k in range(rows.shape[0]):
+        a = scale * vals[k]
+        r, s = cols[k] * q, rows[k] * q
+        for j in range(q):
+            y[r + j] += a * x[s + j]
+
+
+@njit(**_JIT)
+def _weigh(L, P, b, ptr, pt, c, window):
+    """``Λ_p += c P_b`` for every term of block ``b`` at a point ``p`` (its own included;
+    ``Λ_p`` in row ``p % window``, a block's ``(n, q)`` values in one row)."""
+    for e in range(ptr[b], ptr[b + 1]):
+        p = pt[e] % window
+        ce = c[e]
+        for i in range(P.shape[1]):
+            L[p, i] += ce * P[b, i]
 
 
 @njit(**_JIT)
@@ -132,32 +147,52 @@ def _gather_forward(rhs, M, window, b, ptr, pt, c, x_rows, x_cols, xv, u_rows, u
 
 @njit(**_JIT)
 def adjoint_sweep(R, base, implicit, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
-                  d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv):
-    """Solve ``(∂G/∂w)ᵀ P = R`` (``R`` (nblocks, n, q), overwritten) by block
-    backward substitution; ``P`` has the shape of ``R``.  A singular diagonal
-    block gives NaN from there on."""
+                  fu_rows, fu_cols, fuv, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv,
+                  fdu_rows, fdu_cols, fduv, window, PGu):
+    """Solve ``(∂G/∂w)ᵀ P = R`` (``R`` (nblocks, n, q) is overwritten by ``P``) by
+    block backward substitution.
+
+    The terms at a point ``p`` enter through their weighted sum
+    ``Λ_p = Σ_{terms e at p} c_e P_{eq_e}`` (f and ḟ terms apart), so that the
+    Jacobians at ``p`` multiply one sum: ``f_x(w_p)ᵀ Λ_p`` is the sum of
+    [GM-grad, eq. (52)] and ``f_u(w_p)ᵀ Λ_p`` that of eq. (54), subtracted from
+    ``PGu`` (m, q) as the sweep completes ``Λ_p``: the terms' part of
+    ``(∂G/∂u)ᵀ P``.  ``Λ`` lives in a ring buffer of ``window`` blocks (larger than
+    the farthest back reference of any block).  A singular diagonal block gives NaN
+    from there on.
+    """
     nb, n, q = R.shape
-    P = np.zeros_like(R)
+    nq = n * q
+    has_d = d_ptr[nb] > 0
+    # a block's (n, q) values as one row: contiguous loops also for q = 1
+    P, y = R.reshape((nb, nq)), PGu.reshape(PGu.size)
+    Lf = np.zeros((window, nq))
+    Ld = np.zeros((window if has_d else 0, nq))
     D = np.empty((n, n))
     for b in range(nb - 1, -1, -1):
+        s = b % window
+        # the terms of later blocks at point b: R_b += f_x(w_b)ᵀ Λ_f,b + ḟ_x(w_b)ᵀ Λ_d,b,
+        # then P_b = R_b, or D_bᵀ P_b = R_b for an implicit block
+        add_transposed(P[b], Lf[s], q, fx_rows, fx_cols, fxv[b], 1.0)
+        if has_d:
+            add_transposed(P[b], Ld[s], q, fdx_rows, fdx_cols, fdxv[b], 1.0)
         if implicit[b]:
             _block_matrix(D, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv,
                           d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv, True)
-            X = R[b].copy()
-            if not lu_solve(D, X):
-                X[:, :] = np.nan
-            P[b] = X
-        else:
-            P[b] = R[b]
+            if not lu_solve(D, R[b]):
+                R[b] = np.nan
+        _weigh(Lf, P, b, f_ptr, f_pt, f_c, window)
+        add_transposed(y, Lf[s], q, fu_rows, fu_cols, fuv[b], -1.0)   # Λ_b is complete
+        Lf[s] = 0.0
+        if has_d:
+            _weigh(Ld, P, b, d_ptr, d_pt, d_c, window)
+            add_transposed(y, Ld[s], q, fdu_rows, fdu_cols, fduv[b], -1.0)
+            Ld[s] = 0.0
         if b == 0:
             break
-        Rb = R[base[b]]
-        for i in range(n):
-            for j in range(q):
-                Rb[i, j] += P[b, i, j]
-        _scatter_back(R, P, b, f_ptr, f_pt, f_c, fx_rows, fx_cols, fxv)
-        _scatter_back(R, P, b, d_ptr, d_pt, d_c, fdx_rows, fdx_cols, fdxv)
-    return P
+        Rb = P[base[b]]
+        for i in range(nq):
+            Rb[i] += P[b, i]
 
 
 @njit(**_JIT)
@@ -218,17 +253,3 @@ def second_order_terms(LwwM, Luu, pt, M, xx_rows, xx_cols, xxv, xu_rows, xu_cols
                     Luu[xu_cols[k], j] += v * M[p, xu_rows[k], j]
         for k in range(uu_rows.shape[0]):
             Luu[uu_rows[k], uu_cols[k]] += uuv[t, k]
-
-
-@njit(**_JIT)
-def parameter_contraction(out, eq, pt, c, fu_rows, fu_cols, fuv, X):
-    """``out −= Σ_e c_e f_u(w_{pt_e})ᵀ X_{eq_e}``: the terms' part of ``(∂G/∂u)ᵀ X``."""
-    m = X.shape[2]
-    for e in range(eq.shape[0]):
-        b = eq[e]
-        p = pt[e]
-        ce = c[e]
-        for k in range(fu_rows.shape[0]):
-            a = ce * fuv[p, k]
-            for j in range(m):
-                out[fu_cols[k], j] -= a * X[b, fu_rows[k], j]
