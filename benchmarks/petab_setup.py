@@ -28,7 +28,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT = "/work/shared/petab/Isensee_JCB2018"
+DEFAULT = os.path.join(HERE, "tests", "data", "petab", "Isensee_JCB2018")
 
 
 def child(folder):
@@ -36,7 +36,10 @@ def child(folder):
     t0 = time.perf_counter()
     import numpy as np
     import pyomo_odeest
-    from pyomo_odeest.approaches.continuous import continuous_model
+    try:                               # where the continuous models live now, and before
+        from pyomo_odeest.discretization.continuous import continuous_model
+    except ImportError:
+        from pyomo_odeest.approaches.continuous import continuous_model
     from pyomo_odeest.petab_io import petab_problem
     t1 = time.perf_counter()
     pe = petab_problem(folder)

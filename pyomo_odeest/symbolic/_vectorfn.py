@@ -209,15 +209,17 @@ def observation_functions(exprs, x_sym, u_sym, t_sym):
     """``(g, g_x, g_u)``: :class:`VectorFn` of ``exprs`` and their :func:`sparse_jacobian`
     in ``x_sym`` and ``u_sym``.  Their code is kept on disk between runs (the store of
     :mod:`._store`, keyed by the expressions), unless an expression calls an undefined
-    function (an input given as data), whose implementation is not code."""
+    function or one implemented in Python (an input given as data), whose
+    implementation is not code."""
     exprs = [sympy.sympify(e) for e in exprs]
 
     def build():
         return (VectorFn(exprs, x_sym, u_sym, t_sym),
                 sparse_jacobian(exprs, x_sym, x_sym, u_sym, t_sym),
                 sparse_jacobian(exprs, u_sym, x_sym, u_sym, t_sym))
-    if any(e.atoms(AppliedUndef) for e in exprs):
-        return build()
+    if any(isinstance(f, AppliedUndef) or hasattr(type(f), "_imp_")
+           for e in exprs for f in e.atoms(sympy.Function)):
+        return build()                    # a function given as data, or implemented in Python
     key = sympy.srepr((tuple(exprs), tuple(x_sym), tuple(u_sym), t_sym))
     g, gx, gu = stored("observations", key, lambda: [f.code() for f in build()])
     return (VectorFn.from_code(g), SparseJacobian.from_code(gx, exprs, x_sym),

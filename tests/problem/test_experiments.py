@@ -184,7 +184,7 @@ def _preequilibrated_experiments():
 
 
 def test_experiments_share_one_steady_state_and_their_numeric_functions(monkeypatch):
-    from pyomo_odeest.approaches.continuous import ContinuousModel
+    from pyomo_odeest.discretization.continuous import ContinuousModel
     from pyomo_odeest.problem._steady_state import SteadyState
     built = []
     init = SteadyState.__init__
