@@ -169,6 +169,7 @@ def _stiff_at_the_optimum():
         sigma={"A": 0.02, "B": 0.02 * sol.y[1].mean()})
 
 
+@pytest.mark.extras
 @pytest.mark.parametrize("approach", ["reduced_space", "multiple_shooting"])
 def test_a_problem_stiff_only_at_its_optimum_switches_scheme_in_the_refinement(approach):
     """The start is not stiff, so the sequential approaches start on Adams PC; their
@@ -176,7 +177,10 @@ def test_a_problem_stiff_only_at_its_optimum_switches_scheme_in_the_refinement(a
     solve does not converge on Adams PC where the optimizer goes.  The refinement
     stage then solves that round on Enright's scheme and reaches the ODE's optimum
     (J = 16.62, k2 = 2000, as the simultaneous approach finds), saying so.  Before:
-    discretization_not_resolved (reduced space) and not_stationary (shooting)."""
+    discretization_not_resolved (reduced space) and not_stationary (shooting).
+    Needs the compiled engine: the refined rounds' simulations on numpy's take more
+    than 20 minutes."""
+    pytest.importorskip("numba")
     res = po.estimate(_stiff_at_the_optimum(), approach)
     assert res.success, res.summary()
     assert res.scheme.name == "enright"
