@@ -1,15 +1,16 @@
 """The estimation approaches, each driving Ipopt (or another optimizer) on the
 same discrete problem: :mod:`.simultaneous` (the Pyomo block, states and
 parameters together), :mod:`.reduced` (simulate, discrete adjoint gradient),
-:mod:`.shooting` (multiple shooting) and :mod:`._continuous` (on the ODE's solution,
-continuous-time adjoint; its models in :mod:`pyomo_odeest.discretization.continuous`), :mod:`._adaptive` (the step-size model (55)), all behind one front door,
+:mod:`.shooting` (multiple shooting), :mod:`._continuous` (on the ODE's solution,
+continuous-time adjoint; its models in :mod:`pyomo_odeest.discretization.continuous`)
+and :mod:`._adaptive` (the step-size model (55)), all behind one front door,
 :func:`.estimate` (which also runs an approach of the user's: an
 :class:`._base.Approach` subclass or instance), and one pipeline,
 :class:`._base.Approach`.
 
 Re-exported by :mod:`pyomo_odeest` (the user API): ``estimate_adaptive``,
-``dae_result``, ``approach_config``, ``estimate_simultaneous``, ``estimate_reduced``, ``estimate_multiple_shooting``,
-``IntegrationError``, ``estimate_continuous``, ``APPROACH_NAMES``, ``approach_options``,
+``dae_result``, ``approach_config``, ``estimate_simultaneous``, ``estimate_reduced``,
+``estimate_multiple_shooting``, ``IntegrationError``, ``estimate_continuous``, ``APPROACH_NAMES``, ``approach_options``,
 ``estimate``.
 
 Building blocks, importable from here only (``__building_blocks__``): the pipeline an

@@ -315,10 +315,8 @@ class ContinuousBackend:
         self._dm = None
 
     def __reduce__(self):
-        kind = type(self.model) if isinstance(self.model, ExperimentModels) else None
         return _continuous_backend, (self.problem, [(type(m), m.problem, m.settings)
-                                                    for m in experiment_models(self.model)],
-                                     kind)
+                                                    for m in experiment_models(self.model)])
 
     @property
     def discrete_model(self):
@@ -348,11 +346,12 @@ class ContinuousBackend:
         return DiscreteBackend(self.problem, self.discrete_model).gauss_newton(u, free)
 
 
-def _continuous_backend(problem, parts, kind):
+def _continuous_backend(problem, parts, joined=None):
     """A :class:`ContinuousBackend` from its models' classes, problems and settings
-    (unpickling)."""
+    (unpickling).  ``joined``, the class of the experiments' sum, is what data written
+    by earlier versions hold: the sum is :class:`ExperimentModels` whatever it says."""
     return ContinuousBackend(problem, join_experiments(
-        problem, [cls(p, **settings) for cls, p, settings in parts], kind))
+        problem, [cls(p, **settings) for cls, p, settings in parts]))
 
 
 # -- the data of a backend in a result's JSON form ----------------------------------------

@@ -46,11 +46,11 @@ def experiment_grid(grid, name):
     return experiment_option(grid, name, "grid")
 
 
-def join_experiments(problem, models, kind=None):
+def join_experiments(problem, models):
     """The model of ``problem`` from its experiments' models (in
     ``problem.subproblems`` order): the one model of a problem without
-    experiments, else their sum, an :class:`ExperimentModels` (or subclass ``kind``)."""
-    return (kind or ExperimentModels)(problem, models) if problem.experiments else models[0]
+    experiments, else their sum, an :class:`ExperimentModels`."""
+    return ExperimentModels(problem, models) if problem.experiments else models[0]
 
 
 def experiment_models(model):
