@@ -45,8 +45,9 @@ from ..problem._status import Status, demote
 from ..symbolic._vectorfn import VectorFn
 from ._base import _with, scheme_of
 
-__all__ = ["GridCertificate", "certify", "refine", "refine_until_certified",
-           "FIT_TOL", "SHIFT_TOL", "MAX_REFINEMENTS", "MAX_GRID_POINTS"]
+__all__ = ["GridCertificate", "GridWatch", "certify", "fit_errors", "refine",
+           "refine_until_certified", "FIT_TOL", "SHIFT_TOL", "WATCH_TOL", "MAX_REFINEMENTS",
+           "MAX_GRID_POINTS"]
 
 #: Default tolerance on the error of the fitted values, in units of their σ.
 FIT_TOL = 0.01
@@ -59,8 +60,12 @@ MAX_GRID_POINTS = 200_000
 #: With σ unknown, the residual scale is at least this fraction of the data's RMS (a fit
 #: of exact data is certified to that relative accuracy, not to round-off).
 RESIDUAL_FLOOR = 1e-4
+#: Refinement before convergence: a solve on a grid stops when its iterate's fitted values
+#: are this many σ off the ODE's (:class:`GridWatch`).
+WATCH_TOL = 1.0
 #: Tolerances of the independent reference simulation.
 REFERENCE_RTOL, REFERENCE_ATOL = 1e-10, 1e-12
+REFERENCE_METHOD = f"LSODA rtol={REFERENCE_RTOL:g}"
 
 
 @dataclass
@@ -95,7 +100,7 @@ class GridCertificate:
     objective_simulated: float = float("nan")
     grid_points: int = 0
     sigma: str = "known"
-    reference: str = f"LSODA rtol={REFERENCE_RTOL:g}"
+    reference: str = REFERENCE_METHOD
     reason: str = ""
 
     @property
@@ -172,28 +177,58 @@ def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) 
     except (ProblemError, ValueError, TypeError, NotImplementedError) as err:
         return GridCertificate(False, reason=f"no reference simulation ({err})", **base)
     names = problem.experiment_names or [None]
+    from ..discretization.continuous import IntegrationError
+    try:
+        e = fit_errors(problem, u, [_rows(result.fitted, n) for n in names],
+                       [_rows(result.residuals, n) for n in names], models)
+    except (IntegrationError, ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        return GridCertificate(True, False, float("inf"), reason=(
+            f"the reference simulation fails at the estimates ({err}): the discrete "
+            f"solution may not exist for the ODE"), objective_simulated=float("nan"),
+            **base)
+    fit_error, errs, w_all, s = e.fit_error, e.errors, e.weights, e.scale
+    free = e.free
+    shift = _shift(problem, result, u, free, errs, w_all, s) if np.isfinite(fit_error) else {}
+    cert = GridCertificate(True, fit_error=fit_error, shift=shift,
+                           objective_simulated=e.objective_simulated,
+                           sigma="known" if e.known else "residual", **base)
+    cert.certified = bool(fit_error <= fit_tol and cert.max_shift <= shift_tol)
+    return cert
+
+
+@dataclass
+class FitErrors:
+    """The errors of discrete fitted values against the reference simulation
+    (:func:`fit_errors`)."""
+
+    fit_error: float            # largest, in units of σ (or of the residual scale)
+    objective_simulated: float  # the objective of the reference simulation
+    errors: list                # per experiment: z_h - z, 0 where nothing is measured
+    weights: list               # per experiment: the weights, 0 where nothing is measured
+    scale: float                # 1 (σ known) or the residual scale
+    known: bool                 # σ known in every experiment
+    free: list                  # free parameters not on a bound
+
+
+def fit_errors(problem, u, fitted, residuals, models) -> FitErrors:
+    """How far the discrete fitted values ``fitted`` (one frame per experiment, the
+    experiment's observables as columns) are from the ODE's at ``u``: the module
+    docstring's :math:`e_j` in units of σ, or of the residual scale computed from
+    ``residuals`` when σ is unknown.  Raises what the reference simulation raises."""
     errs, w_all, r_all, rows = [], [], [], []
     J_sim = misfit_constant(problem)
-    from ..discretization.continuous import IntegrationError
-    for name, sp, cm in zip(names, problem.subproblems, models):
-        try:
-            with np.errstate(all="ignore"):
-                z_ref = cm.observations(u).to_numpy(dtype=float)
-                J_sim += cm.objective(u) - cm.constant
-        except (IntegrationError, ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-            return GridCertificate(True, False, float("inf"), reason=(
-                f"the reference simulation fails at the estimates ({err}): the discrete "
-                f"solution may not exist for the ODE"), objective_simulated=float("nan"),
-                **base)
+    for sp, cm, fit, res in zip(problem.subproblems, models, fitted, residuals):
+        with np.errstate(all="ignore"):
+            z_ref = cm.observations(u).to_numpy(dtype=float)
+            J_sim += cm.objective(u) - cm.constant
         # the experiment's own observables (the frames are stacked over their union)
         cols = list(sp.obs_names)
-        z_h = _rows(result.fitted, name)[cols].to_numpy(dtype=float)
+        z_h = fit[cols].to_numpy(dtype=float)
         mask = np.asarray(sp.mask, dtype=bool)
         w = np.where(mask, np.asarray(sp.weights, dtype=float), 0.0)
         errs.append(np.where(mask, z_h - z_ref, 0.0))
         w_all.append(w)
-        r_all.append(np.where(mask, np.nan_to_num(_rows(result.residuals, name)[cols]
-                                                  .to_numpy(dtype=float)), 0.0))
+        r_all.append(np.where(mask, np.nan_to_num(res[cols].to_numpy(dtype=float)), 0.0))
         rows.append(mask)
     E = np.concatenate([e.ravel() for e in errs])
     W = np.concatenate([w.ravel() for w in w_all])
@@ -212,12 +247,7 @@ def certify(problem, result, models=None, fit_tol=FIT_TOL, shift_tol=SHIFT_TOL) 
     fit_error = float(np.max(np.abs(scaled[M]))) if M.any() else 0.0
     if not np.isfinite(fit_error):
         fit_error = float("inf")
-    shift = _shift(problem, result, u, free, errs, w_all, s) if np.isfinite(fit_error) else {}
-    cert = GridCertificate(True, fit_error=fit_error, shift=shift,
-                           objective_simulated=float(J_sim),
-                           sigma="known" if known else "residual", **base)
-    cert.certified = bool(fit_error <= fit_tol and cert.max_shift <= shift_tol)
-    return cert
+    return FitErrors(fit_error, float(J_sim), errs, w_all, s, known, free)
 
 
 def _at_bound(problem, k, v, rtol=1e-6):
@@ -250,6 +280,93 @@ def _shift(problem, result, u, free, errs, w_all, s):
     se = s * np.sqrt(np.sum(Ainv ** 2, axis=1))       # diag((AᵀA)⁺) = row norms of A⁺
     names = [problem.parameter_names[k] for k in free]
     return {n: float(abs(d) / v) if v > 0 else 0.0 for n, d, v in zip(names, delta, se)}
+
+
+# ---------------------------------------------------------------------------
+# refinement before convergence
+# ---------------------------------------------------------------------------
+class GridWatch:
+    """Refinement before convergence: an intermediate callback of a simultaneous
+    solve that stops it where the grid no longer resolves the ODE at the iterate.
+
+    An optimizer on a grid descends on the grid's objective, which may have minima
+    the ODE does not have (the scheme's error grows with the parameters: faster
+    spikes, stiffer rates).  Every ``every`` iterations or more, at an iterate that
+    satisfies the scheme (``inf_pr <= feas_tol``) and while the checks have cost at
+    most ``share`` of the solve's time, the watch loads the iterate, computes its
+    fitted values on the grid and :func:`fit_errors` against the reference
+    simulation at its parameters; above ``tol`` σ it stops the solve (Ipopt's
+    ``User_Requested_Stop``) and keeps, in :attr:`state`, the iteration, the error
+    and both objectives.  The refinement stage then refines the grid at that
+    iterate and solves on from it (:func:`refine_until_certified`), instead of
+    letting the optimizer run to a minimum of the grid, or to its time limit.
+
+    A point the reference cannot simulate is not judged (the solve goes on).  The
+    watch may run in the isolated process of a solve with a time limit
+    (``forkable``): it only reads the model.
+    """
+
+    forkable = True
+
+    def __init__(self, problem, model, models, tol=WATCH_TOL, every=5, share=0.2,
+                 feas_tol=1e-5):
+        self.problem, self.model, self.models = problem, model, models
+        self.tol, self.every, self.share, self.feas_tol = tol, every, share, feas_tol
+        #: the record of the check that stopped the solve ({} while none did)
+        self.state = {}
+        self._last, self._spent, self._t0, self._checks = None, 0.0, None, 0
+
+    def __call__(self, iter_count, obj_value, inf_pr, inf_du, mu, iterate):
+        now = time.perf_counter()
+        if self._t0 is None:
+            self._t0 = now
+        if (inf_pr > self.feas_tol
+                or (self._last is not None and iter_count - self._last < self.every)
+                or self._spent > self.share * (now - self._t0)):
+            return True
+        self._last = iter_count
+        iterate()                               # the iterate into the model's variables
+        try:
+            e = self._errors()
+        except Exception:                       # noqa: BLE001 - not judged where it cannot be
+            return True
+        finally:
+            self._checks += 1
+            self._spent += time.perf_counter() - now
+        if e is None or e[0] <= self.tol:
+            return True
+        self.state = dict(iteration=int(iter_count), fit_error=float(e[0]),
+                          objective=float(e[1]), objective_simulated=float(e[2]),
+                          tol=float(self.tol), checks=self._checks,
+                          seconds=float(self._spent))
+        return False
+
+    def _errors(self):
+        """(fit error, objective on the grid, simulated objective) at the model's values."""
+        import pyomo.environ as pyo
+        from ..transcription._initialize import block_states, blocks_of
+        from ._base import fit_frames
+        problem, b = self.problem, self.model.est
+        u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names], dtype=float)
+        if not np.all(np.isfinite(u)):
+            return None
+        fitted, resid = [], []
+        for sb in blocks_of(b):
+            X = block_states(sb)
+            fr = fit_frames(sb.problem, sb.grid.t, X, X[np.asarray(sb.grid.J)], u)
+            fitted.append(fr["fitted"])
+            resid.append(fr["residuals"])
+        e = fit_errors(problem, u, fitted, resid, self.models)
+        return (e.fit_error, float(pyo.value(b.objective)) + misfit_constant(problem),
+                e.objective_simulated)
+
+    def describe(self) -> str:
+        """One line on the check that stopped the solve."""
+        s = self.state
+        return (f"stopped at iteration {s['iteration']}: the grid does not resolve the ODE "
+                f"at the iterate (fitted values {s['fit_error']:.3g} σ off the ODE's, "
+                f"watch_tol {s['tol']:g}; objective {s['objective']:.8g} on the grid, "
+                f"{s['objective_simulated']:.8g} by {REFERENCE_METHOD})")
 
 
 # ---------------------------------------------------------------------------
@@ -348,10 +465,16 @@ def refine_until_certified(approach, problem, cfg, result, solve):
                            fit_error=cert.fit_error, max_shift=cert.max_shift,
                            status=str(result.status),
                            estimates={k: float(v) for k, v in result.estimates.items()},
-                           seconds=float(result.timings.get("total_s", np.nan))))
+                           seconds=float(result.timings.get("total_s", np.nan)),
+                           **({"watch": dict(result.extra["grid_watch"])}
+                              if result.extra.get("grid_watch") else {})))
         if result.grid is None and cert.available and not cert.certified:
             cert.reason = f"no grid to refine: {approach.unresolved_advice}".rstrip(": ")
-        if (cert.certified or not cert.available or given or not result.success
+        # a solve the watch stopped (refinement before convergence) is refined like a
+        # successful one: its iterate is where the grid stopped resolving the ODE
+        watched = bool(result.extra.get("grid_watch"))
+        if (cert.certified or not cert.available or given
+                or not (result.success or watched)
                 or result.grid is None or len(rounds) > max_rounds):
             break
         scheme = scheme_of(result.scheme)
@@ -365,10 +488,14 @@ def refine_until_certified(approach, problem, cfg, result, solve):
             break
         nxt = _with(approach, cfg, grid=grid, max_step=None, steps_per_interval=None,
                     scheme=scheme, qmax=scheme.qmax,       # the scheme solved (maybe switched)
-                    u0=_inside_bounds(problem, result.estimates))
+                    u0=_inside_bounds(problem, result.estimates),
+                    # the rounds left after this one (the watch stops a solve only
+                    # where a round is left to refine it)
+                    **({"max_refinements": max_rounds - len(rounds)}
+                       if "max_refinements" in cfg else {}))
         new = solve(nxt)
-        if (not new.success and not stiff and "scheme" not in approach.given
-                and scheme.name != STIFF_SCHEME):
+        if (not new.success and not new.extra.get("grid_watch") and not stiff
+                and "scheme" not in approach.given and scheme.name != STIFF_SCHEME):
             # the refined solve did not converge on an explicit scheme: where the
             # optimizer went may be stiff for it; the same round on Enright's scheme
             stiff = (f"the solve on the refined grid ({_grid_points(grid)} points) with "
@@ -377,6 +504,9 @@ def refine_until_certified(approach, problem, cfg, result, solve):
             new = solve(_with(approach, nxt, scheme=get_scheme(STIFF_SCHEME, scheme.qmax)))
         if stiff and new.success:
             new.warnings.insert(0, stiff)
+        if not new.success and new.extra.get("grid_watch"):
+            result = new                       # stopped by the watch: refined next round
+            continue
         if not new.success:                    # keep the last successful solve
             rounds.append(dict(round=len(rounds), grid_points=_grid_points(grid),
                                status=str(new.status), objective=float(new.objective),

@@ -125,6 +125,11 @@ class _Problem:
         self.iterations = 0
         self.counts = dict(objective=0, gradient=0, constraints=0, jacobian=0, hessian=0)
         self._user_intermediate = intermediate
+        #: the callback takes ``iterate`` (a function returning Ipopt's current primal
+        #: iterate, unscaled)
+        self._wants_iterate = intermediate is not None and _takes(intermediate, "iterate")
+        #: the cyipopt problem (set by solve_with_ipopt): the current iterate's source
+        self.nlp = None
         self.error = None            # the exception that aborted the solve
         self.error_in = None         # the callback it was raised in
         #: perf_counter time after which no evaluation runs (max_wall_time): Ipopt checks
@@ -178,15 +183,33 @@ class _Problem:
         if self._progress is not None:
             self._progress(iter_count, obj_value, inf_pr, inf_du)
         if self._user_intermediate is not None:
+            kw = dict(iter_count=iter_count, obj_value=obj_value, inf_pr=inf_pr,
+                      inf_du=inf_du, mu=mu)
+            if self._wants_iterate:
+                kw["iterate"] = self.current_x
             try:
-                r = self._user_intermediate(iter_count=iter_count, obj_value=obj_value,
-                                            inf_pr=inf_pr, inf_du=inf_du, mu=mu)
+                r = self._user_intermediate(**kw)
             except BaseException as err:             # noqa: BLE001 - re-raised after the solve
                 self.abort(err, "intermediate")
                 return False
             if r is False:
                 return False
         return True
+
+
+    def current_x(self):
+        """Ipopt's current primal iterate (unscaled), inside the intermediate callback."""
+        return np.asarray(self.nlp.get_current_iterate(scaled=False)["x"], dtype=float)
+
+
+def _takes(fn, name) -> bool:
+    """True when ``fn`` names the parameter ``name`` (a ``**kwargs`` is not enough:
+    callbacks written for the five keywords keep receiving exactly those)."""
+    import inspect
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _share_iterate(share, iter_count):
@@ -239,7 +262,8 @@ def _solve_isolated(prob, nlp, ev, run, x_start):
                 err = RuntimeError(f"{type(err).__name__}: {err}")
         return dict(x=x, info=info, iterations=prob.iterations, eval_s=prob.eval_s,
                     counts=prob.counts, expired=prob.expired, error=err,
-                    error_in=prob.error_in, stats=getattr(ev, "stats", None))
+                    error_in=prob.error_in, stats=getattr(ev, "stats", None),
+                    state=getattr(prob._user_intermediate, "state", None))
 
     hard = (None if prob.deadline is None else
             time.monotonic() + (prob.deadline - time.perf_counter()) + HARD_LIMIT_GRACE)
@@ -256,6 +280,8 @@ def _solve_isolated(prob, nlp, ev, run, x_start):
             prob.abort(v["error"], v["error_in"])
         if isinstance(v["stats"], dict) and isinstance(getattr(ev, "stats", None), dict):
             ev.stats.update(v["stats"])
+        if v["state"] is not None:          # a fork-safe callback's record, back in this process
+            prob._user_intermediate.state = v["state"]
         return v["x"], v["info"]
     if out.unsendable is not None:
         raise RuntimeError(f"the isolated Ipopt solve finished but its result could not be "
@@ -555,8 +581,15 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     ``Maximum_WallTime_Exceeded`` with Ipopt's last iterate (primal values,
     multipliers and constraint values of the last iteration it finished).  None
     (default): isolated when there is a time limit, no ``intermediate`` callback
-    (its side effects would stay in the child) and the evaluator says a solve may run
-    in another process (``ev.forkable``, true for :class:`PyomoNLPEvaluator`).
+    (its side effects would stay in the child) or one that says it may run there
+    (``intermediate.forkable``; its ``state`` attribute is sent back), and the
+    evaluator says a solve may run in another process (``ev.forkable``, true for
+    :class:`PyomoNLPEvaluator`).
+
+    ``intermediate``: called each iteration with the keywords ``iter_count,
+    obj_value, inf_pr, inf_du, mu`` (and ``iterate``, a function returning Ipopt's
+    current primal iterate, when it names that parameter); returning False stops
+    Ipopt (``User_Requested_Stop``).
     """
     cyipopt = import_cyipopt()
     if multipliers is not None:
@@ -572,6 +605,7 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     lb, ub, cl, cu = (np.where(np.isfinite(b), b, big) for b, big in
                       ((ev.x_lb, -1e20), (ev.x_ub, 1e20), (ev.g_lb, -1e20), (ev.g_ub, 1e20)))
     nlp = cyipopt.Problem(n=ev.n, m=ev.m, problem_obj=prob, lb=lb, ub=ub, cl=cl, cu=cu)
+    prob.nlp = nlp
     opts = dict(options or {})
     if max_wall_time is not None:
         if not (isinstance(max_wall_time, (int, float)) and max_wall_time > 0):
@@ -660,7 +694,8 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     if opts.get("max_wall_time") is not None:
         prob.deadline = t + float(opts["max_wall_time"])
     if isolate is None:
-        isolate = (prob.deadline is not None and intermediate is None
+        isolate = (prob.deadline is not None
+                   and (intermediate is None or getattr(intermediate, "forkable", False))
                    and bool(getattr(ev, "forkable", False)))
     try:
         if isolate and CAN_FORK:

@@ -27,7 +27,8 @@ from pyomo.core.base.symbol_map import SymbolMap
 from pyomo.core.staleflag import StaleFlagManager
 from pyomo.opt import SolutionStatus, SolverFactory, SolverResults, TerminationCondition
 
-from ._cyipopt_adapter import adjoint_multipliers, ipopt_version, solve_with_ipopt, start_value_scaling
+from ._cyipopt_adapter import (_takes, adjoint_multipliers, ipopt_version, solve_with_ipopt,
+                               start_value_scaling)
 from ._evaluator import PyomoNLPEvaluator
 
 __all__ = ["OdeestIpoptSolver", "SOLVER_NAME", "use_as_ipopt"]
@@ -236,7 +237,11 @@ class OdeestIpoptSolver:
         they cannot be computed.
     intermediate_callback : callable
         Called each iteration with keywords ``iter_count, obj_value, inf_pr,
-        inf_du, mu``; returning ``False`` stops Ipopt.
+        inf_du, mu``; returning ``False`` stops Ipopt.  A callback that names the
+        parameter ``iterate`` also gets a function that loads Ipopt's current
+        point into the model's variables (and returns it as a vector).  A
+        callback with ``forkable = True`` may run in the isolated process of a
+        solve with a time limit; its ``state`` attribute is sent back.
     symbolic_solver_labels, keepfiles, warmstart
         Accepted for compatibility; no files are written and Ipopt always
         starts from the current values of the variables (a warm start of the
@@ -352,8 +357,10 @@ class OdeestIpoptSolver:
             y0 = adjoint_multipliers(ev, ev.x0, [id(v) in chosen for v in ev.variables])
         setup_s = time.perf_counter() - t0
         # raises (and loads nothing) if a callback raised or Ctrl-C was pressed
-        r = solve_with_ipopt(ev, options=options, tee=config.tee,
-                             intermediate=config.intermediate_callback,
+        cb = config.intermediate_callback
+        if cb is not None and _takes(cb, "iterate"):
+            cb = _LoadingCallback(cb, ev)
+        r = solve_with_ipopt(ev, options=options, tee=config.tee, intermediate=cb,
                              progress=config.progress, multipliers=y0, **scaling)
 
         results = SolverResults()
@@ -409,6 +416,35 @@ class OdeestIpoptSolver:
                   f"({r.iterations} iterations, callbacks {r.eval_s:.3f} s)")
         self.evaluator = ev
         return results
+
+
+class _LoadingCallback:
+    """An intermediate callback that names ``iterate``: its ``iterate()`` loads Ipopt's
+    current point into the model's variables first (``forkable`` and ``state`` are the
+    callback's)."""
+
+    def __init__(self, cb, ev):
+        self.cb, self.ev = cb, ev
+
+    @property
+    def forkable(self):
+        return bool(getattr(self.cb, "forkable", False))
+
+    @property
+    def state(self):
+        return getattr(self.cb, "state", None)
+
+    @state.setter
+    def state(self, value):
+        self.cb.state = value
+
+    def __call__(self, iter_count, obj_value, inf_pr, inf_du, mu, iterate):
+        def load():
+            x = iterate()
+            self.ev.load_x(x)
+            return x
+        return self.cb(iter_count=iter_count, obj_value=obj_value, inf_pr=inf_pr,
+                       inf_du=inf_du, mu=mu, iterate=load)
 
 
 def _store_solution(results, ev, r, obj_value, tc, wanted, values, symbolic):
