@@ -374,10 +374,16 @@ def status_warning(result):
     """A warning with advice when the estimation did not end at an optimum."""
     if result.success:
         return []
-    if result.status is Status.NOT_RESOLVED:      # the optimizer converged: the grid is why
-        return [f"not resolved: the optimizer converged, but on a discretization that does "
-                f"not resolve the ODE at its estimates ({result.message}); the estimates are "
-                f"an optimum of the discretization, not of the ODE problem: refine it (a "
+    if result.status is Status.NOT_RESOLVED:      # the grid is why
+        watched = result.extra.get("grid_watch")
+        what = ("the solve was stopped where its iterate left what the grid resolves, and "
+                "no refinement solved on from there" if watched else
+                "the optimizer converged, but on a discretization that does not resolve the "
+                "ODE at its estimates")
+        kind = ("a point of the descent on the discretization, not an optimum" if watched
+                else "an optimum of the discretization, not of the ODE problem")
+        return [f"not resolved: {what} ({result.message}); the estimates are {kind}: "
+                f"refine it (a "
                 f"finer grid or more max_refinements; for the adaptive approach a smaller "
                 f"fit_tol or eps; scheme='enright' where the model is stiff), or use the "
                 f"continuous approach"]

@@ -472,7 +472,8 @@ class Approach:
              else pd.Series(np.asarray(u_start, dtype=float), index=names))
         u = _inside_bounds(problem, u.astype(float))
         u.update(pd.Series(fixed, dtype=float))
-        cfg = _with(self, cfg, u0=u.to_numpy(dtype=float))
+        cfg = _with(self, cfg, u0=u.to_numpy(dtype=float),   # no refinement stage here
+                    **({"max_refinements": 0} if "max_refinements" in cfg else {}))
         model = _option(cfg, "model")
         if is_pyomo_model(model):            # a user's model: its own constraints kept,
             own = getattr(getattr(model, "est", None), "problem", None)   # the original

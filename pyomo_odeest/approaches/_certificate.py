@@ -293,7 +293,7 @@ class GridWatch:
     the ODE does not have (the scheme's error grows with the parameters: faster
     spikes, stiffer rates).  Every ``every`` iterations or more, at an iterate that
     satisfies the scheme (``inf_pr <= feas_tol``) and while the checks have cost at
-    most ``share`` of the solve's time, the watch loads the iterate, computes its
+    most ``share`` of the solve's time (or ``allowance`` seconds), the watch loads the iterate, computes its
     fitted values on the grid and :func:`fit_errors` against the reference
     simulation at its parameters; above ``tol`` σ it stops the solve (Ipopt's
     ``User_Requested_Stop``) and keeps, in :attr:`state`, the iteration, the error
@@ -309,9 +309,10 @@ class GridWatch:
     forkable = True
 
     def __init__(self, problem, model, models, tol=WATCH_TOL, every=5, share=0.2,
-                 feas_tol=1e-5):
+                 allowance=0.5, feas_tol=1e-5):
         self.problem, self.model, self.models = problem, model, models
         self.tol, self.every, self.share, self.feas_tol = tol, every, share, feas_tol
+        self.allowance = allowance
         #: the record of the check that stopped the solve ({} while none did)
         self.state = {}
         self._last, self._spent, self._t0, self._checks = None, 0.0, None, 0
@@ -322,7 +323,7 @@ class GridWatch:
             self._t0 = now
         if (inf_pr > self.feas_tol
                 or (self._last is not None and iter_count - self._last < self.every)
-                or self._spent > self.share * (now - self._t0)):
+                or self._spent > max(self.share * (now - self._t0), self.allowance)):
             return True
         self._last = iter_count
         iterate()                               # the iterate into the model's variables

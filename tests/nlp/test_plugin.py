@@ -156,3 +156,57 @@ def test_mumps_defaults_apply_unless_the_options_name_them(monkeypatch):
                               options={"mumps_pivot_order": other})
     assert seen[-1]["mumps_pivot_order"] == other
     np.testing.assert_allclose(a.x, b.x, rtol=1e-8)
+
+
+def test_a_callback_naming_iterate_sees_the_current_point_in_the_model():
+    """``iterate()`` loads Ipopt's current point into the model's variables; the
+    values match the iterates Ipopt reports (its objective at that point)."""
+    m = small()
+    seen = []
+
+    def watch(iter_count, obj_value, inf_pr, inf_du, mu, iterate):
+        x = iterate()
+        seen.append((obj_value, pyo.value(m.o), [m.x[i].value for i in m.I], list(x)))
+        return True
+
+    pyo.SolverFactory("odeest_ipopt").solve(m, intermediate_callback=watch)
+    assert len(seen) > 2
+    for obj, obj_model, vals, x in seen:
+        assert obj_model == pytest.approx(obj, rel=1e-12)
+        assert vals == pytest.approx(x, rel=0, abs=0)
+    assert seen[0][2] != seen[-1][2]           # the point moves
+
+
+class _Stopper:
+    """A fork-safe callback that stops at iteration 2 and records it in ``state``."""
+
+    forkable = True
+
+    def __init__(self):
+        self.state = {}
+        self.pid = None
+
+    def __call__(self, iter_count, obj_value, inf_pr, inf_du, mu, iterate):
+        import os
+        iterate()
+        if iter_count == 2:
+            self.state = dict(iteration=iter_count, pid=os.getpid())
+            return False
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="isolated solves fork")
+def test_a_forkable_callback_runs_in_the_isolated_solve_and_its_state_comes_back():
+    import os
+    m = small()
+    cb = _Stopper()
+    opt = pyo.SolverFactory("odeest_ipopt")
+    res = opt.solve(m, intermediate_callback=cb, timelimit=60.0)
+    assert res.solver.termination_condition == TerminationCondition.userInterrupt
+    assert cb.state["iteration"] == 2
+    assert cb.state["pid"] != os.getpid()      # it ran in the isolated process
+    # a callback that does not say it is fork-safe runs in this process
+    seen = []
+    opt.solve(small(), timelimit=60.0,
+              intermediate_callback=lambda **kw: seen.append(os.getpid()) or True)
+    assert set(seen) == {os.getpid()}
