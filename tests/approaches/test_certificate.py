@@ -170,6 +170,15 @@ def test_refinement_before_convergence_on_a_start_that_fails_on_its_first_grid()
     assert res.objective == pytest.approx(ref.objective, rel=1e-3)
 
 
+def test_grid_watch_benchmark_runs_and_ends_with_its_summary(capsys):
+    benchmark_module("grid_watch").main(["--starts", "3"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("grid_watch: starts=3 converged_off=")
+    fields = dict(kv.split("=") for kv in last.split()[1:])
+    assert int(fields["converged_on"]) + int(fields["failed_on"]) == 3
+    assert float(fields["time_ratio"]) > 0 and float(fields["demo_ratio"]) > 0
+
+
 def test_the_watch_is_off_where_no_round_is_left_to_refine(lv):
     """``max_refinements=0``, ``certify=False`` or ``watch_tol=0``: the solve runs on its
     grid to its end, as before; a refit (profiles, bootstrap) never watches."""
