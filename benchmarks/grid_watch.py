@@ -3,7 +3,8 @@ r"""Refinement before convergence: the simultaneous multistart with and without 
 Problem: the two-compartment pharmacokinetic model with a one-hour infusion, σ
 unknown (``pyomo_odeest.models.pk_infusion_problem``), whose first grid has
 minima the ODE does not have away from the data's optimum.  The same Sobol starts
-(seed 0, log space) are solved by the simultaneous approach with its defaults,
+(seed 0, log space) are solved by the simultaneous approach, then by the reduced
+space (Ipopt), each with its defaults,
 once with ``watch_tol=0`` (the solve runs on its first grid to its end, the
 refinement stage after it) and once with the default watch
 (``watch_tol=1``: the solve stops where its iterate's fitted values are more
@@ -16,7 +17,9 @@ the watch costs where it never fires.
 
 Usage: ``python benchmarks/grid_watch.py [--starts N]``.  Last line::
 
-    grid_watch: starts=32 converged_off=... converged_on=... failed_off=... failed_on=... time_ratio=... demo_ratio=...
+    grid_watch: starts=32 converged_off=... converged_on=... failed_off=... failed_on=... time_ratio=... rs_converged_off=... rs_converged_on=... rs_time_ratio=... demo_ratio=...
+
+(the first five fields are the simultaneous approach's, ``rs_`` the reduced space's).
 """
 from __future__ import annotations
 
@@ -32,11 +35,11 @@ from pyomo_odeest.models import lotka_volterra_problem, pk_infusion_problem
 from pyomo_odeest.runner import multistart
 
 
-def run(problem, n, watch_tol):
+def run(problem, n, watch_tol, approach):
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ms = multistart(problem, n=n, approach="simultaneous", seed=0,
+        ms = multistart(problem, n=n, approach=approach, seed=0,
                         options=dict(watch_tol=watch_tol))
     return ms, time.perf_counter() - t
 
@@ -59,25 +62,29 @@ def main(argv=None):
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
     pk = pk_infusion_problem()
     out = {}
-    for wt in (0.0, 1.0):
-        ms, secs = run(pk, args.starts, wt)
-        tab = ms.table
-        counts = tab["status"].value_counts().to_dict()
-        print(f"\nwatch_tol={wt:g}: {secs:.1f} s; statuses {counts}")
-        print(ms.summary())
-        out[wt] = dict(secs=secs, converged=int(tab["success"].astype(bool).sum()),
-                       failed=int((~tab["success"].astype(bool)).sum()))
+    for approach in ("simultaneous", "reduced_space"):
+        for wt in (0.0, 1.0):
+            ms, secs = run(pk, args.starts, wt, approach)
+            tab = ms.table
+            counts = tab["status"].value_counts().to_dict()
+            print(f"\n{approach}, watch_tol={wt:g}: {secs:.1f} s; statuses {counts}")
+            print(ms.summary())
+            ok = tab["success"].astype(bool)
+            out[approach, wt] = dict(secs=secs, converged=int(ok.sum()), failed=int((~ok).sum()))
     demo_time(1.0, repeats=1)                       # warm: the first solve builds caches
     demo = {wt: demo_time(wt) for wt in (0.0, 1.0)}
     print(f"\nLotka-Volterra demo, best of 3: {demo[0.0]:.3f} s without the watch, "
           f"{demo[1.0]:.3f} s with it")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    print(f"grid_watch: starts={args.starts} converged_off={out[0.0]['converged']} "
-          f"converged_on={out[1.0]['converged']} failed_off={out[0.0]['failed']} "
-          f"failed_on={out[1.0]['failed']} "
-          f"time_ratio={out[1.0]['secs'] / out[0.0]['secs']:.2f} "
+    sim = {wt: out["simultaneous", wt] for wt in (0.0, 1.0)}
+    red = {wt: out["reduced_space", wt] for wt in (0.0, 1.0)}
+    print(f"grid_watch: starts={args.starts} converged_off={sim[0.0]['converged']} "
+          f"converged_on={sim[1.0]['converged']} failed_off={sim[0.0]['failed']} "
+          f"failed_on={sim[1.0]['failed']} "
+          f"time_ratio={sim[1.0]['secs'] / sim[0.0]['secs']:.2f} "
+          f"rs_converged_off={red[0.0]['converged']} rs_converged_on={red[1.0]['converged']} "
+          f"rs_time_ratio={red[1.0]['secs'] / red[0.0]['secs']:.2f} "
           f"demo_ratio={demo[1.0] / demo[0.0]:.2f}")
-
 
 if __name__ == "__main__":
     main()

@@ -173,6 +173,25 @@ def refinement_config() -> ConfigDict:
     return c
 
 
+def watch_config() -> ConfigDict:
+    """The option of refinement before convergence (the approaches whose solve on a
+    grid the :class:`~pyomo_odeest.approaches._certificate.GridWatch` can stop:
+    simultaneous, reduced space with Ipopt)."""
+    from ._certificate import WATCH_TOL
+    c = ConfigDict()
+    c.declare("watch_tol", ConfigValue(default=WATCH_TOL, domain=_Required(
+        _nonnegative, "watch_tol", "float >= 0"), description=(
+        "refinement before convergence: a solve stops, and its grid is refined at the "
+        "iterate, where the iterate's fitted values are more than this many sigma off "
+        "the ODE's (0: never; only while refinement rounds are left)")))
+    return c
+
+
+def _nonnegative(v, what):
+    """0, or a positive finite number (:func:`positive_float`)."""
+    return 0.0 if (not isinstance(v, str) and v == 0) else positive_float(v, what)
+
+
 #: the discretization options in the order the estimators take them positionally
 _POSITIONAL = ("scheme", "qmax", "grid", "max_step", "steps_per_interval")
 
@@ -509,6 +528,8 @@ class Approach:
             res.status = outcome.status
         if not res.message:
             res.message = outcome.message
+        if outcome.details.get("grid_watch"):        # stopped by the watch: the stage refines
+            res.extra["grid_watch"] = dict(outcome.details["grid_watch"])
         _add_experiments(problem, res, self._frames(problem, solved, outcome, res))
         res.timings = dict(dict(build_s=build_s, setup_s=0.0, solve_s=solve_s),
                            **outcome.timings, **res.timings,

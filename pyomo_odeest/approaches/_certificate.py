@@ -45,7 +45,7 @@ from ..problem._status import Status, demote
 from ..symbolic._vectorfn import VectorFn
 from ._base import _with, scheme_of
 
-__all__ = ["GridCertificate", "GridWatch", "certify", "fit_errors", "refine",
+__all__ = ["GridCertificate", "GridWatch", "certify", "fit_errors", "refine", "watch_of",
            "refine_until_certified", "FIT_TOL", "SHIFT_TOL", "WATCH_TOL", "MAX_REFINEMENTS",
            "MAX_GRID_POINTS"]
 
@@ -286,49 +286,48 @@ def _shift(problem, result, u, free, errs, w_all, s):
 # refinement before convergence
 # ---------------------------------------------------------------------------
 class GridWatch:
-    """Refinement before convergence: an intermediate callback of a simultaneous
-    solve that stops it where the grid no longer resolves the ODE at the iterate.
+    """Refinement before convergence: an intermediate callback of a solve on a grid
+    that stops it where the grid no longer resolves the ODE at the iterate.
 
     An optimizer on a grid descends on the grid's objective, which may have minima
     the ODE does not have (the scheme's error grows with the parameters: faster
     spikes, stiffer rates).  Every ``every`` iterations or more, at an iterate that
-    satisfies the scheme (``inf_pr <= feas_tol``) and while the checks have cost at
-    most ``share`` of the solve's time (or ``allowance`` seconds), the watch loads the iterate, computes its
-    fitted values on the grid and :func:`fit_errors` against the reference
-    simulation at its parameters; above ``tol`` σ it stops the solve (Ipopt's
-    ``User_Requested_Stop``) and keeps, in :attr:`state`, the iteration, the error
-    and both objectives.  The refinement stage then refines the grid at that
-    iterate and solves on from it (:func:`refine_until_certified`), instead of
-    letting the optimizer run to a minimum of the grid, or to its time limit.
+    satisfies the scheme (``inf_pr <= feas_tol``), the watch takes
+    the iterate's parameters and fitted values on the grid from ``point(x)`` and
+    computes :func:`fit_errors` against the reference simulation there; above
+    ``tol`` σ it stops the solve (Ipopt's ``User_Requested_Stop``) and keeps, in
+    :attr:`state`, the iteration, the error and both objectives.  The refinement
+    stage then refines the grid at that iterate and solves on from it
+    (:func:`refine_until_certified`), instead of letting the optimizer run to a
+    minimum of the grid, or to its time limit.
 
-    A point the reference cannot simulate is not judged (the solve goes on).  The
+    ``point(x)``: ``(u, fitted, residuals, objective on the grid)`` at the iterate
+    ``x`` (the frames one per experiment, as :func:`fit_errors` takes them), or None
+    where there is nothing to judge; it may raise where the point cannot be
+    evaluated (not judged either: the solve goes on), as may the reference.  The
     watch may run in the isolated process of a solve with a time limit
-    (``forkable``): it only reads the model.
+    (``forkable``): it only reads.
     """
 
     forkable = True
 
-    def __init__(self, problem, model, models, tol=WATCH_TOL, every=5, share=0.2,
-                 allowance=0.5, feas_tol=1e-5):
-        self.problem, self.model, self.models = problem, model, models
-        self.tol, self.every, self.share, self.feas_tol = tol, every, share, feas_tol
-        self.allowance = allowance
+    def __init__(self, problem, point, models, tol=WATCH_TOL, every=5, feas_tol=1e-5):
+        self.problem, self.point, self.models = problem, point, models
+        # the schedule counts iterations, not seconds: a result does not depend on
+        # the machine's load
+        self.tol, self.every, self.feas_tol = tol, every, feas_tol
         #: the record of the check that stopped the solve ({} while none did)
         self.state = {}
-        self._last, self._spent, self._t0, self._checks = None, 0.0, None, 0
+        self._last, self._spent, self._checks = None, 0.0, 0
 
     def __call__(self, iter_count, obj_value, inf_pr, inf_du, mu, iterate):
         now = time.perf_counter()
-        if self._t0 is None:
-            self._t0 = now
         if (inf_pr > self.feas_tol
-                or (self._last is not None and iter_count - self._last < self.every)
-                or self._spent > max(self.share * (now - self._t0), self.allowance)):
+                or (self._last is not None and iter_count - self._last < self.every)):
             return True
         self._last = iter_count
-        iterate()                               # the iterate into the model's variables
         try:
-            e = self._errors()
+            e = self.errors(iterate())
         except Exception:                       # noqa: BLE001 - not judged where it cannot be
             return True
         finally:
@@ -342,24 +341,17 @@ class GridWatch:
                           seconds=float(self._spent))
         return False
 
-    def _errors(self):
-        """(fit error, objective on the grid, simulated objective) at the model's values."""
-        import pyomo.environ as pyo
-        from ..transcription._initialize import block_states, blocks_of
-        from ._base import fit_frames
-        problem, b = self.problem, self.model.est
-        u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names], dtype=float)
+    def errors(self, x):
+        """(fit error, objective on the grid, simulated objective) at the iterate ``x``,
+        or None."""
+        got = self.point(x)
+        if got is None:
+            return None
+        u, fitted, resid, objective = got
         if not np.all(np.isfinite(u)):
             return None
-        fitted, resid = [], []
-        for sb in blocks_of(b):
-            X = block_states(sb)
-            fr = fit_frames(sb.problem, sb.grid.t, X, X[np.asarray(sb.grid.J)], u)
-            fitted.append(fr["fitted"])
-            resid.append(fr["residuals"])
-        e = fit_errors(problem, u, fitted, resid, self.models)
-        return (e.fit_error, float(pyo.value(b.objective)) + misfit_constant(problem),
-                e.objective_simulated)
+        e = fit_errors(self.problem, u, fitted, resid, self.models)
+        return e.fit_error, float(objective), e.objective_simulated
 
     def describe(self) -> str:
         """One line on the check that stopped the solve."""
@@ -368,6 +360,30 @@ class GridWatch:
                 f"at the iterate (fitted values {s['fit_error']:.3g} σ off the ODE's, "
                 f"watch_tol {s['tol']:g}; objective {s['objective']:.8g} on the grid, "
                 f"{s['objective_simulated']:.8g} by {REFERENCE_METHOD})")
+
+
+def watch_of(cfg, problem, point):
+    """The :class:`GridWatch` of a solve on a grid that the stage may refine (``certify``
+    on, refinement rounds left, ``watch_tol > 0``, no model given), or None."""
+    given = "model" in cfg and cfg["model"] is not None
+    if not (cfg["certify"] and cfg["max_refinements"] > 0 and cfg["watch_tol"] > 0
+            and not given):
+        return None
+    try:
+        models = reference_models(problem)
+    except (ProblemError, ValueError, TypeError, NotImplementedError):
+        return None
+    return GridWatch(problem, point, models, tol=cfg["watch_tol"])
+
+
+def watch_outcome(out, watch):
+    """The outcome of a solve the watch stopped: the status
+    :attr:`Status.NOT_RESOLVED` with the watch's reason, its record in
+    ``details['grid_watch']`` (the result's ``extra['grid_watch']``)."""
+    if watch is not None and watch.state:
+        out.details["grid_watch"] = dict(watch.state)
+        demote(out, Status.NOT_RESOLVED, watch.describe(), force=True)
+    return out
 
 
 # ---------------------------------------------------------------------------

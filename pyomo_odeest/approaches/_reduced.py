@@ -31,7 +31,8 @@ from ..discretization._experiments import experiment_grid, experiment_models, jo
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                     add_constraint_multipliers, common_config, discretization_config, refinement_config, fit_frames,
-                    ipopt_options, run_ipopt)
+                    ipopt_options, run_ipopt, watch_config)
+from ._certificate import watch_of, watch_outcome
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
            "discrete_model"]
@@ -170,6 +171,7 @@ class ReducedApproach(Approach):
     CONFIG = common_config()
     CONFIG.declare_from(discretization_config())
     CONFIG.declare_from(refinement_config())
+    CONFIG.declare_from(watch_config())
     CONFIG.declare("optimizer", ConfigValue(default="ipopt", domain=Choice(
         "optimizer", "ipopt", "L-BFGS-B", "trust-constr"), description="the optimizer"))
     CONFIG.declare("gradient", ConfigValue(default="adjoint", domain=Choice(
@@ -214,12 +216,14 @@ class ReducedApproach(Approach):
                              **({"hessian_approximation": "limited-memory"}
                                 if cfg.hessian is None else {}))
         watch = _FailureWatch(nlp)
+        grid = watch_of(cfg, nlp.dm.problem, _trajectory_point(nlp))
         xs = xs if cfg.scale else None
-        out = Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, x_scaling=xs, intermediate=watch))
+        out = Outcome.from_ipopt(run_ipopt(nlp, cfg, opts, x_scaling=xs,
+                                           intermediate=_Watches(watch, grid)))
         if watch.stopped:
             demote(out, Status.EVALUATION_ERRORS,
                    f"{watch.streak} consecutive iterations met a failed simulation", force=True)
-        return out
+        return watch_outcome(out, grid)            # refinement before convergence
 
     def _scipy(self, nlp, cfg):
         from scipy.optimize import Bounds, minimize
@@ -331,6 +335,39 @@ class _FailureWatch:
             self.stopped = True
             return False
         return True
+
+
+class _Watches:
+    """The failure watch, then the grid's (when there is one): Ipopt stops where
+    either says so."""
+
+    def __init__(self, failures, grid):
+        self.failures, self.grid = failures, grid
+
+    def __call__(self, iter_count, obj_value, inf_pr, inf_du, mu, iterate):
+        kw = dict(iter_count=iter_count, obj_value=obj_value, inf_pr=inf_pr,
+                  inf_du=inf_du, mu=mu)
+        if self.failures(**kw) is False:
+            return False
+        return True if self.grid is None else self.grid(iterate=iterate, **kw)
+
+
+def _trajectory_point(nlp):
+    """The :class:`~pyomo_odeest.approaches._certificate.GridWatch`'s point of the
+    reduced space: at the iterate x (the free parameters), the discrete trajectory
+    (the evaluator's last, simulated again only if Ipopt moved since), its fitted
+    values and objective."""
+    def point(x):
+        u = nlp.full(x)
+        final = nlp._trajectory(x)
+        trajs = final if isinstance(final, tuple) else (final,)
+        fitted, resid = [], []
+        for sp, d, tr in zip(nlp.dm.problem.subproblems, experiment_models(nlp.dm), trajs):
+            fr = fit_frames(sp, d.t, tr.X, tr.X[np.asarray(d.grid.J)], u)
+            fitted.append(fr["fitted"])
+            resid.append(fr["residuals"])
+        return u, fitted, resid, float(nlp.dm.objective(u, final))
+    return point
 
 
 def _stationary(nlp, sol, message, rtol=1e-6):

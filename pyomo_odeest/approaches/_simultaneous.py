@@ -21,13 +21,12 @@ from ..problem._misfit import misfit_constant
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
 from ..problem._status import Status, demote
-from ..problem._validation import positive_float
 from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend
-from ._base import (Approach, Choice, ConfigValue, Outcome, _Required, common_config,
+from ._base import (Approach, Choice, ConfigValue, Outcome, common_config,
                     discretization_config, fit_frames, ipopt_options, ode_states,
-                    refinement_config)
-from ._certificate import WATCH_TOL
+                    refinement_config, watch_config)
+from ._certificate import watch_of, watch_outcome
 from ..discretization.schemes import STIFF_SCHEME, stiff_switch
 from ..nlp._plugin import OdeestIpoptSolver
 from ..transcription._initialize import (block_states, blocks_of, initialize_block,
@@ -36,9 +35,22 @@ from ..transcription._initialize import (block_states, blocks_of, initialize_blo
 __all__ = ["SimultaneousApproach", "estimate_simultaneous"]
 
 
-def _nonnegative(v, what):
-    """0, or a positive finite number (:func:`positive_float`)."""
-    return 0.0 if (not isinstance(v, str) and v == 0) else positive_float(v, what)
+def _block_point(m):
+    """The :class:`~pyomo_odeest.approaches._certificate.GridWatch`'s point of a
+    simultaneous model: parameters, fitted values and objective on the grid from its
+    variables (the solver's ``iterate()`` has loaded the iterate into them)."""
+    def point(_x):
+        b = m.est
+        problem = b.problem
+        u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names], dtype=float)
+        fitted, resid = [], []
+        for sb in blocks_of(b):
+            X = block_states(sb)
+            fr = fit_frames(sb.problem, sb.grid.t, X, X[np.asarray(sb.grid.J)], u)
+            fitted.append(fr["fitted"])
+            resid.append(fr["residuals"])
+        return u, fitted, resid, float(pyo.value(b.objective)) + misfit_constant(problem)
+    return point
 
 
 class SimultaneousApproach(Approach):
@@ -64,11 +76,7 @@ class SimultaneousApproach(Approach):
         "init", "auto", "simulate", "data"), description="state initialization"))
     CONFIG.declare("model", ConfigValue(default=None, description=(
         "a ConcreteModel holding a block of build_block as model.est, solved as is")))
-    CONFIG.declare("watch_tol", ConfigValue(default=WATCH_TOL, domain=_Required(
-        _nonnegative, "watch_tol", "float >= 0"), description=(
-        "refinement before convergence: a solve stops, and its grid is refined at the "
-        "iterate, where the iterate's fitted values are more than this many sigma off "
-        "the ODE's (0: never; only while refinement rounds are left)")))
+    CONFIG.declare_from(watch_config())
 
     def advice(self, cfg):
         return ("init='simulate' (states from a simulation at u0; if it fails or leaves the "
@@ -140,7 +148,7 @@ class SimultaneousApproach(Approach):
         # a simulated start satisfies the scheme: Ipopt starts from its discrete adjoint
         # [GM-grad, eq. (52)], the multipliers of the solution it moves towards
         decisions = list(m.est.u.values()) if np.isfinite(j0) else None
-        watch = self._watch(m, cfg)
+        watch = watch_of(cfg, m.est.problem, _block_point(m))
         solver.solve(m, options=ipopt_options(cfg, start=parameter_start(m)), tee=cfg.tee,
                      progress=cfg.progress, adjoint_start=decisions,
                      intermediate_callback=watch)
@@ -148,26 +156,7 @@ class SimultaneousApproach(Approach):
         out = Outcome.from_ipopt(info)
         out.timings = dict(setup_s=info["setup_s"], eval_s=info["eval_s"])
         out.objective_start = j0
-        if watch is not None and watch.state:        # refinement before convergence
-            out.details["grid_watch"] = dict(watch.state)
-            demote(out, Status.NOT_RESOLVED, watch.describe(), force=True)
-        return out
-
-    @staticmethod
-    def _watch(m, cfg):
-        """The :class:`~pyomo_odeest.approaches._certificate.GridWatch` of a solve on a
-        grid the stage may refine (certify on, rounds left, the approach's own model),
-        or None."""
-        if not (cfg.certify and cfg.max_refinements > 0 and cfg.watch_tol > 0
-                and cfg.model is None):
-            return None
-        from ._certificate import GridWatch, reference_models
-        problem = m.est.problem
-        try:
-            models = reference_models(problem)
-        except (ProblemError, ValueError, TypeError, NotImplementedError):
-            return None
-        return GridWatch(problem, m, models, tol=cfg.watch_tol)
+        return watch_outcome(out, watch)           # refinement before convergence
 
     def parts(self, built):
         return blocks_of(built[0].est)
@@ -184,8 +173,6 @@ class SimultaneousApproach(Approach):
             status=outcome.status, iterations=outcome.iterations,
             evaluations=outcome.counts, model=m)
         res.extra["init"] = dict(zip(names, init)) if names else init[0]
-        if outcome.details.get("grid_watch"):
-            res.extra["grid_watch"] = dict(outcome.details["grid_watch"])
         if switched:
             res.warnings.append(switched[1])
         res.backend = KKTBackend(problem, m)

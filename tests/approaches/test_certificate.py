@@ -115,9 +115,10 @@ def test_the_watch_measures_the_iterate_as_the_certificate_measures_a_result(lv,
     certificate's of the same point; an iterate that violates the scheme is not
     judged; above its tolerance the watch stops the solve and says where."""
     from pyomo_odeest.approaches._certificate import GridWatch, reference_models
+    from pyomo_odeest.approaches._simultaneous import _block_point
     models = reference_models(lv)
-    watch = GridWatch(lv, coarse.model, models, tol=1e-3)
-    err, j_grid, j_sim = watch._errors()
+    watch = GridWatch(lv, _block_point(coarse.model), models, tol=1e-3)
+    err, j_grid, j_sim = watch.errors(None)
     cert = certify(lv, coarse, models)
     assert err == pytest.approx(cert.fit_error, rel=1e-10)
     assert j_grid == pytest.approx(coarse.objective, rel=1e-10)
@@ -128,25 +129,26 @@ def test_the_watch_measures_the_iterate_as_the_certificate_measures_a_result(lv,
     assert watch(iter_count=1, inf_pr=0.0, **kw) is False and loads == [1]
     assert watch.state["iteration"] == 1 and watch.state["fit_error"] == pytest.approx(err)
     assert "stopped at iteration 1" in watch.describe()
-    calm = GridWatch(lv, coarse.model, models, tol=10 * err)
+    calm = GridWatch(lv, _block_point(coarse.model), models, tol=10 * err)
     assert calm(iter_count=0, inf_pr=0.0, **kw) is True and calm.state == {}
 
 
-def test_refinement_before_convergence_refines_where_the_watch_stops(lv, reference):
+@pytest.mark.parametrize("approach", ["simultaneous", "reduced_space"])
+def test_refinement_before_convergence_refines_where_the_watch_stops(lv, reference, approach):
     """One step per interval from the test start: the first grid's fitted values are
     0.032σ off the ODE's there.  With the watch at 0.02σ the solve stops at its
     first iteration, the stage refines that grid and solves on, and the result is
     the ODE's minimum on a certified grid."""
-    res = po.estimate(lv, "simultaneous", steps_per_interval=1, watch_tol=0.02)
+    res = po.estimate(lv, approach, steps_per_interval=1, watch_tol=0.02)
     first = res.extra["refinement"][0]
     assert first["status"] == "discretization_not_resolved", res.summary()
     assert first["watch"]["iteration"] == 0 and first["watch"]["fit_error"] > 0.02
-    assert first["grid_points"] == 11 and res.extra["refinement"][1]["grid_points"] > 11
+    assert first["grid_points"] == 11 and res.extra["refinement"][-1]["grid_points"] > 11
     assert res.success and res.extra["certificate"]["certified"], res.summary()
     se = reference.covariance().se
     assert ((res.estimates - reference.estimates)[se.index].abs() / se).max() < 0.1
     # the same start without the watch: one solve to the grid's optimum, then refined
-    old = po.estimate(lv, "simultaneous", steps_per_interval=1, watch_tol=0)
+    old = po.estimate(lv, approach, steps_per_interval=1, watch_tol=0)
     assert "watch" not in old.extra["refinement"][0]
     assert old.extra["refinement"][0]["status"] == "converged"
 
@@ -191,6 +193,8 @@ def test_the_watch_is_off_where_no_round_is_left_to_refine(lv):
     assert "grid_watch" not in again.extra and again.iterations > 0
     with pytest.raises(po.ProblemError, match="watch_tol"):
         po.estimate(lv, "simultaneous", watch_tol=-1.0)
+    with pytest.raises(TypeError, match="watch_tol"):     # no watch there: not an option
+        po.estimate(lv, "multiple_shooting", watch_tol=1.0)
 
 
 @pytest.mark.slow
