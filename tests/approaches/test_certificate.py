@@ -173,11 +173,11 @@ def test_refinement_before_convergence_on_a_start_that_fails_on_its_first_grid()
 
 
 def test_grid_watch_benchmark_runs_and_ends_with_its_summary(capsys):
-    benchmark_module("grid_watch").main(["--starts", "3"])
+    benchmark_module("grid_watch").main(["--starts", "2"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("grid_watch: starts=3 converged_off=")
+    assert last.startswith("grid_watch: starts=2 converged_off=")
     fields = dict(kv.split("=") for kv in last.split()[1:])
-    assert int(fields["converged_on"]) + int(fields["failed_on"]) == 3
+    assert int(fields["converged_on"]) + int(fields["failed_on"]) == 2
     assert float(fields["time_ratio"]) > 0 and float(fields["demo_ratio"]) > 0
 
 
