@@ -528,6 +528,9 @@ def refine_until_certified(approach, problem, cfg, result, solve):
             rounds.append(dict(round=len(rounds), grid_points=_grid_points(grid),
                                status=str(new.status), objective=float(new.objective),
                                seconds=float(new.timings.get("total_s", np.nan))))
+            if not result.success:             # the watch stopped the one before: the
+                result = new                   # newer, on the finer grid, says more
+                cert = certify(problem, result, models, fit_tol, shift_tol)
             cert.reason = f"the solve on the refined grid ended {new.status}"
             break
         result = new

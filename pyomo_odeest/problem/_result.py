@@ -435,8 +435,10 @@ class EstimationResult:
                          f"{r.get('objective', float('nan')):.8g} (simulated "
                          f"{r.get('objective_simulated', float('nan')):.8g}), fitted values "
                          f"within {r.get('fit_error', float('nan')):.2g}, shift "
-                         f"{r.get('max_shift', float('nan')):.2g} SE, {r['status']}, "
-                         f"{r.get('seconds', float('nan')):.2f} s")
+                         f"{r.get('max_shift', float('nan')):.2g} SE, {r['status']}"
+                         + (f" (stopped by the watch at iteration {r['watch']['iteration']})"
+                            if r.get("watch") else "")
+                         + f", {r.get('seconds', float('nan')):.2f} s")
         return lines
 
     def __repr__(self):

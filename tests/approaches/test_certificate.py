@@ -145,6 +145,8 @@ def test_refinement_before_convergence_refines_where_the_watch_stops(lv, referen
     assert first["watch"]["iteration"] == 0 and first["watch"]["fit_error"] > 0.02
     assert first["grid_points"] == 11 and res.extra["refinement"][-1]["grid_points"] > 11
     assert res.success and res.extra["certificate"]["certified"], res.summary()
+    assert "round 0: 11 points" in res.summary()
+    assert "(stopped by the watch at iteration 0)" in res.summary()
     se = reference.covariance().se
     assert ((res.estimates - reference.estimates)[se.index].abs() / se).max() < 0.1
     # the same start without the watch: one solve to the grid's optimum, then refined
