@@ -181,8 +181,8 @@ def watch_config() -> ConfigDict:
     c = ConfigDict()
     c.declare("watch_tol", ConfigValue(default=WATCH_TOL, domain=_Required(
         _nonnegative, "watch_tol", "float >= 0"), description=(
-        "refinement before convergence: a solve stops, and its grid is refined at the "
-        "iterate, where the iterate's fitted values are more than this many sigma off "
+        "refinement before convergence: an Ipopt solve stops, and its grid is refined at "
+        "the iterate, where the iterate's fitted values are more than this many sigma off "
         "the ODE's (0: never; only while refinement rounds are left)")))
     return c
 

@@ -43,10 +43,10 @@ from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
 from ..problem._status import Status, demote
 from ..symbolic._vectorfn import VectorFn
-from ._base import _with, scheme_of
+from ._base import _with, fit_frames, scheme_of
 
-__all__ = ["GridCertificate", "GridWatch", "certify", "fit_errors", "refine", "watch_of",
-           "refine_until_certified", "FIT_TOL", "SHIFT_TOL", "WATCH_TOL", "MAX_REFINEMENTS",
+__all__ = ["GridCertificate", "GridWatch", "certify", "fit_errors", "grid_fits", "refine",
+           "watch_of", "refine_until_certified", "FIT_TOL", "SHIFT_TOL", "WATCH_TOL", "MAX_REFINEMENTS",
            "MAX_GRID_POINTS"]
 
 #: Default tolerance on the error of the fitted values, in units of their σ.
@@ -360,6 +360,18 @@ class GridWatch:
                 f"at the iterate (fitted values {s['fit_error']:.3g} σ off the ODE's, "
                 f"watch_tol {s['tol']:g}; objective {s['objective']:.8g} on the grid, "
                 f"{s['objective_simulated']:.8g} by {REFERENCE_METHOD})")
+
+
+def grid_fits(parts, u):
+    """The fitted values and residuals on a grid, one frame each per experiment, as
+    :meth:`GridWatch.errors` takes them: ``parts`` yields ``(experiment problem, grid
+    times, states on the grid, measurement indices)``."""
+    fitted, resid = [], []
+    for sp, t, X, J in parts:
+        fr = fit_frames(sp, t, X, X[np.asarray(J)], u)
+        fitted.append(fr["fitted"])
+        resid.append(fr["residuals"])
+    return fitted, resid
 
 
 def watch_of(cfg, problem, point):

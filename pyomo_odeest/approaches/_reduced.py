@@ -32,7 +32,7 @@ from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                     add_constraint_multipliers, common_config, discretization_config, refinement_config, fit_frames,
                     ipopt_options, run_ipopt, watch_config)
-from ._certificate import watch_of, watch_outcome
+from ._certificate import grid_fits, watch_of, watch_outcome
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
            "discrete_model"]
@@ -361,11 +361,9 @@ def _trajectory_point(nlp):
         u = nlp.full(x)
         final = nlp._trajectory(x)
         trajs = final if isinstance(final, tuple) else (final,)
-        fitted, resid = [], []
-        for sp, d, tr in zip(nlp.dm.problem.subproblems, experiment_models(nlp.dm), trajs):
-            fr = fit_frames(sp, d.t, tr.X, tr.X[np.asarray(d.grid.J)], u)
-            fitted.append(fr["fitted"])
-            resid.append(fr["residuals"])
+        fitted, resid = grid_fits(
+            ((sp, d.t, tr.X, d.grid.J) for sp, d, tr in
+             zip(nlp.dm.problem.subproblems, experiment_models(nlp.dm), trajs)), u)
         return u, fitted, resid, float(nlp.dm.objective(u, final))
     return point
 

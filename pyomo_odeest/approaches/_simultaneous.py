@@ -26,7 +26,7 @@ from ._backend import KKTBackend
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config,
                     discretization_config, fit_frames, ipopt_options, ode_states,
                     refinement_config, watch_config)
-from ._certificate import watch_of, watch_outcome
+from ._certificate import grid_fits, watch_of, watch_outcome
 from ..discretization.schemes import STIFF_SCHEME, stiff_switch
 from ..nlp._plugin import OdeestIpoptSolver
 from ..transcription._initialize import (block_states, blocks_of, initialize_block,
@@ -43,12 +43,8 @@ def _block_point(m):
         b = m.est
         problem = b.problem
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names], dtype=float)
-        fitted, resid = [], []
-        for sb in blocks_of(b):
-            X = block_states(sb)
-            fr = fit_frames(sb.problem, sb.grid.t, X, X[np.asarray(sb.grid.J)], u)
-            fitted.append(fr["fitted"])
-            resid.append(fr["residuals"])
+        fitted, resid = grid_fits(((sb.problem, sb.grid.t, block_states(sb), sb.grid.J)
+                                   for sb in blocks_of(b)), u)
         return u, fitted, resid, float(pyo.value(b.objective)) + misfit_constant(problem)
     return point
 
