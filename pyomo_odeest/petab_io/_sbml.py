@@ -286,6 +286,118 @@ class SbmlOde:
         return expr.xreplace({symbol(k): v for k, v in self.assignments.items()})
 
 
+def _time_switched_events(m, conv, states, rhs, assigns, constants, path, L):
+    r"""SBML events that fire at given times and set quantities that nothing else
+    changes, as piecewise functions of time: ``{X: X_eff(t)}``.
+
+    An event whose trigger is time passing a threshold, :math:`t \ge T` (or
+    :math:`t > T`; :math:`T` plus the event's delay, numbers or constants of the model),
+    and whose assignments set a quantity with no rate of its own (a boundary species, a
+    parameter without rules) to values free of states and time, makes that quantity
+    piecewise constant in time: after the events that set X at times
+    :math:`T_1, \dots, T_n`, X takes the value of the latest event that has fired,
+    before them its own value.  The substitution ``X -> X_eff(t)`` in the rates and
+    rules is then exact, and the package's switching inputs carry it
+    (:func:`switch_times`).  Ties fire in the document's order (the later wins); an event
+    whose trigger is true at :math:`t_0 = 0` fires there unless its ``initialValue`` is
+    true, as SBML specifies.  Any other event (a threshold of a state, an assignment that
+    changes a state the reactions change or depends on states) raises
+    :class:`UnsupportedFeatureError` naming it.
+    """
+    state_syms = {symbol(k) for k in states}
+    asub = {symbol(k): v for k, v in assigns.items()}
+    fired = {}                      # X -> [(T, value, checks initialValue)]
+
+    def refuse(ev, cond, why):
+        raise UnsupportedFeatureError(
+            f"{path}: SBML event {ev.getId() or 'unnamed'} (when {cond}, sets "
+            + ", ".join(a.getVariable() for a in ev.getListOfEventAssignments())
+            + f") is not supported: {why} (supported: events at times given by numbers or "
+            "constants that set boundary species or parameters to values free of states)")
+
+    for n, ev in enumerate(m.getListOfEvents()):
+        name = ev.getId() or f"event {n + 1}"
+        trig = ev.getTrigger()
+        if trig is None or trig.getMath() is None:
+            raise ValueError(f"{path}: SBML event {name} has no trigger")
+        cond = L.formulaToL3String(trig.getMath())
+        rel = sympy.sympify(conv(trig.getMath(), f"trigger of event {name}")).xreplace(asub)
+        if not isinstance(rel, (sympy.GreaterThan, sympy.StrictGreaterThan,
+                                sympy.LessThan, sympy.StrictLessThan)):
+            refuse(ev, cond, "its trigger is not one comparison of time with a threshold")
+        d = sympy.sympify(rel.lhs - rel.rhs)
+        if d.free_symbols & state_syms:
+            refuse(ev, cond, "its trigger depends on the states "
+                   f"{sorted(x.name for x in d.free_symbols & state_syms)} (a state-triggered "
+                   "event)")
+        a = sympy.diff(d, TIME)
+        if TIME in a.free_symbols or not a.is_number or a == 0:
+            refuse(ev, cond, "its trigger is not linear in time")
+        rising = (a > 0) == isinstance(rel, (sympy.GreaterThan, sympy.StrictGreaterThan))
+        if not rising:
+            refuse(ev, cond, "its trigger is true before a time and false after it")
+        T = sympy.simplify(-d.subs(TIME, 0) / a)
+        if ev.isSetDelay() and ev.getDelay().getMath() is not None:
+            delay = conv(ev.getDelay().getMath(), f"delay of event {name}").xreplace(asub)
+            if (delay.free_symbols & state_syms) or TIME in delay.free_symbols:
+                refuse(ev, cond, "its delay depends on states or time")
+            T = T + delay
+        for asg in ev.getListOfEventAssignments():
+            X = asg.getVariable()
+            if X in states and sympy.sympify(rhs[X]) != 0:
+                refuse(ev, cond, f"it sets {X}, which the reactions or a rate rule change "
+                       "(a jump of the state)")
+            if X not in states and X not in constants:
+                refuse(ev, cond, f"it sets {X}, which is not a species or parameter with a "
+                       "value of its own (an assignment-rule target or a compartment)")
+            v = conv(asg.getMath(), f"assignment of event {name} to {X}").xreplace(asub)
+            if (v.free_symbols & state_syms) or TIME in v.free_symbols:
+                refuse(ev, cond, f"the value it gives {X} depends on states or time")
+            checks = trig.isSetInitialValue() and trig.getInitialValue()
+            fired.setdefault(X, []).append((T, v, checks))
+    targets = {symbol(X) for X in fired}
+    out = {}
+    for X, evs in fired.items():
+        if any(sympy.sympify(T).free_symbols & targets or v.free_symbols & targets
+               for T, v, _ in evs):
+            raise UnsupportedFeatureError(
+                f"{path}: SBML events set {X} at a time or to a value that other events change "
+                "(supported: times and values of numbers, constants or parameters)")
+        def fires(T, checks):
+            return sympy.And(TIME >= T, *([T > 0] if checks else []))
+        pieces = []
+        for i, (T, v, checks) in enumerate(evs):
+            # event i holds from T on, until a later event of the same target fires
+            later = [sympy.Not(sympy.And(fires(T2, c2), T2 >= T if j > i else T2 > T))
+                     for j, (T2, _, c2) in enumerate(evs) if j != i]
+            pieces.append((v, sympy.And(fires(T, checks), *later)))
+        out[symbol(X)] = sympy.Piecewise(*pieces, (symbol(X), True))
+    return out
+
+
+def _continuous_across(pw, state_syms):
+    """True when the piecewise ``pw`` is continuous across every relation of its conditions
+    that names states: on the surface where a relation holds with equality (solved for one
+    state it names, linearly), every piece takes the same value.  Such a rate has a kink,
+    not a jump, and needs no event handling."""
+    values = [v for v, _ in pw.args]
+    for _, cond in pw.args:
+        for rel in sympy.sympify(cond).atoms(sympy.core.relational.Relational):
+            d = sympy.sympify(rel.lhs - rel.rhs)
+            named = sorted(d.free_symbols & state_syms, key=str)
+            if not named:
+                continue
+            s = named[0]
+            a = sympy.diff(d, s)
+            if s in a.free_symbols or a == 0:
+                return False
+            on = {s: s - d / a}             # d = 0 on the surface (d linear in s)
+            first = values[0].xreplace(on)
+            if any(sympy.simplify(v.xreplace(on) - first) != 0 for v in values[1:]):
+                return False
+    return True
+
+
 def _some(names, n=8):
     names = list(names)
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
@@ -307,22 +419,6 @@ def read_sbml(path) -> SbmlOde:
     def unsupported(what):
         raise UnsupportedFeatureError(f"{path}: {what} is not supported")
 
-    if m.getNumEvents():
-        said = []
-        for ev in m.getListOfEvents():
-            trig = ev.getTrigger()
-            cond = L.formulaToL3String(trig.getMath()) if trig and trig.getMath() else "?"
-            kind = ("time-triggered" if trig and trig.getMath() and "time" in cond
-                    and not any(x.getId() in cond.replace("(", " ").replace(")", " ").split()
-                                for x in m.getListOfSpecies()) else "state-triggered")
-            said.append(f"{ev.getId() or 'unnamed'} ({kind}: when {cond}, sets "
-                        + ", ".join(a.getVariable() for a in ev.getListOfEventAssignments())
-                        + ")")
-        raise UnsupportedFeatureError(
-            f"{path}: SBML events are not supported ({'; '.join(said[:4])}"
-            f"{'; ...' if len(said) > 4 else ''}): the import has no jumps of the state, at a "
-            "time or at a state's threshold (tools that handle events, such as AMICI, can "
-            "simulate this model)")
     if m.isSetConversionFactor():
         unsupported("a model conversion factor")
 
@@ -476,6 +572,11 @@ def read_sbml(path) -> SbmlOde:
     if any(sympy.sympify(e).has(RATE_OF) for e in list(rhs.values()) + list(assigns.values())):
         rhs, assigns = _resolve_rate_of(rhs, assigns, constants, path)
 
+    if m.getNumEvents():
+        events = _time_switched_events(m, conv, states, rhs, assigns, constants, path, L)
+        rhs = {k: v.xreplace(events) for k, v in rhs.items()}
+        assigns = {k: sympy.sympify(v).xreplace(events) for k, v in assigns.items()}
+
     # initial values may name other states (their initial values) or assignment targets
     state_init = {symbol(s): v for s, v in init.items()}
     for _ in range(len(states) + 2):
@@ -499,10 +600,12 @@ def read_sbml(path) -> SbmlOde:
         for pw in sympy.sympify(e).atoms(sympy.Piecewise):
             dep = sorted(x.name for _, c in pw.args for x in sympy.sympify(c).free_symbols
                          & state_syms)
-            if dep:
+            if dep and not _continuous_across(pw, state_syms):
                 unsupported(f"a piecewise in the rate of {k} whose condition depends on the "
-                            f"states {dep} (a switch at a state-dependent time, i.e. an event; "
-                            "only switches at times given by constants are supported)")
+                            f"states {dep} and whose value jumps there (a switch at a "
+                            "state-dependent time, i.e. an event; supported: switches at times "
+                            "given by constants, and piecewise functions of the states that "
+                            "are continuous, such as piecewise(x - a, x > a, 0))")
         switch_times(e, f"{path}: the rate of {k}")
     for s, v in init.items():
         if v.has(sympy.nan):

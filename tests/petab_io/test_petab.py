@@ -165,7 +165,7 @@ def test_sbml_compartments_rules_functions_against_closed_form(tmp_path):
 # ---------------------------------------------------------------------------
 # unsupported features: one clear error each, naming the feature and the file
 # ---------------------------------------------------------------------------
-def test_events_raise(tmp_path):
+def test_an_event_that_makes_a_state_jump_raises(tmp_path):
     d = copy_problem(tmp_path)
     xml = table(d, "model_")
     doc = libsbml.readSBMLFromFile(str(xml))
@@ -176,8 +176,9 @@ def test_events_raise(tmp_path):
     ea = ev.createEventAssignment()
     ea.setVariable("Pathogen"), ea.setMath(libsbml.parseL3Formula("1"))
     libsbml.writeSBMLToFile(doc, str(xml))
-    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*events are not supported "
-                       r"\(dose \(time-triggered: when time > 5, sets Pathogen\)\)"):
+    with pytest.raises(UnsupportedFeatureError, match=r"model_Crauste.*SBML event dose \(when "
+                       r"time > 5, sets Pathogen\) is not supported: it sets Pathogen, which "
+                       r"the reactions or a rate rule change \(a jump of the state\)"):
         read_petab(d)
 
 
