@@ -9,16 +9,18 @@ log-likelihood as :math:`J/2` + :attr:`PetabEstimation.constant`
 (:meth:`PetabEstimation.nll`).  See docs/petab.md: "Mapping onto the package's
 concepts" for the whole table; "The objective" for σ as an estimated parameter
 (profiled out), several noise parameters (the alternation of
-:meth:`PetabEstimation.fit`) and σ sharing a parameter with the model (scaled
-residuals, :math:`2\sum_i\log\sigma_i(u)` in the penalty); "Priors" (the penalty
-:math:`R(u) = 2\sum_q -\log p_q(\theta_q)`); "Inputs switched in time" (indicator
-inputs); "Measurements at t = 0 only; steady-state measurements".
+:meth:`PetabEstimation.fit`), σ sharing a parameter with the model (scaled
+residuals, :math:`2\sum_i\log\sigma_i(u)` in the penalty) and σ of the states or time
+(per datum also the residual :math:`\sqrt{2\log\sigma_i + C}`, :data:`LOG_SIGMA_SHIFT`);
+"Priors" (the penalty :math:`R(u) = 2\sum_q -\log p_q(\theta_q)`); "Inputs switched in
+time" (indicator inputs); "Measurements at t = 0 only; steady-state measurements".
 """
 from __future__ import annotations
 
 import math
 import re
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -34,6 +36,10 @@ from ._tables import (PetabModel, log_jacobian, per_transformation, read_petab, 
                       transform_sym, transform_value, unscale_sym)
 
 __all__ = ["PetabEstimation", "petab_problem"]
+
+#: C of the residual :math:`\sqrt{2\log\sigma + C}` of a datum whose σ depends on the
+#: states or time: σ may go down to exp(−25) before the residual is undefined
+LOG_SIGMA_SHIFT = 50.0
 
 
 class PetabEstimation:
@@ -329,6 +335,55 @@ class _OfParameters:
         return sympy_to_pyomo(self.expr, {symbol(n): u[n] for n in self.names})
 
 
+def _check_sigma(model, meas, fixed_sub):
+    """σ > 0 at the start (the nominal parameters) where no simulation is needed: σ of
+    parameters, and σ of the states at t = 0 of a condition without pre-equilibration."""
+    start = dict(fixed_sub)
+    start.update({symbol(p.id): sympy.Float(p.nominal, 17) for p in model.estimated})
+    seen = set()
+    for oid, sgm, cond, t in zip(meas["observableId"], meas["sigma"],
+                                 meas["simulationConditionId"], meas["time"]):
+        at_0 = t == 0 and cond not in model.preequilibration
+        if (sgm, at_0 and cond) in seen:
+            continue
+        seen.add((sgm, at_0 and cond))
+        e = sgm
+        if at_0:
+            e = e.xreplace({symbol(x): v for x, v in model.initial[cond].items()})
+            e = e.xreplace({TIME: sympy.Integer(0)})
+        e = e.xreplace(start)
+        if e.free_symbols:
+            continue
+        try:
+            v = float(e)
+        except TypeError:
+            v = float("nan")
+        if not v > 0:
+            raise ValueError(
+                f"{model.name}: the noise formula of {oid} ({sgm}) is {v:.6g} at the nominal "
+                "parameters" + (f" (condition {cond}, t = 0)" if at_0 else "")
+                + "; sigma must be positive")
+
+
+def _start(p, name):
+    """The start of an estimated parameter on its scale: its nominal value, or, where that
+    is not finite (0 on a log scale) or outside the bounds, the nearest bound (with a
+    warning naming the parameter)."""
+    v = p.scaled_nominal
+    lo, hi = p.scaled_bounds
+    if math.isfinite(v) and lo <= v <= hi:
+        return v
+    out = float(np.clip(v, lo, hi))
+    if not math.isfinite(out):
+        raise ValueError(f"{name}: parameter {p.id}: nominal value {p.nominal} on the "
+                         f"{p.scale} scale gives no finite start within its bounds "
+                         f"[{p.lb}, {p.ub}]; give a nominal value inside the bounds")
+    warnings.warn(f"{name}: the nominal value {p.nominal} of {p.id} lies outside its bounds "
+                  f"[{p.lb}, {p.ub}] on its {p.scale} scale; its start is the bound "
+                  f"{out:.6g} (scaled)", UserWarning, stacklevel=3)
+    return out
+
+
 def _names(expr):
     """The names of the free symbols of ``expr``."""
     return {x.name for x in sympy.sympify(expr).free_symbols}
@@ -374,17 +429,14 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     model_side = set().union(*[_names(e) for e in meas["y"]], *[
         _names(e) for cond in conditions
         for e in list(model.constants[cond].values()) + list(model.initial[cond].values())])
-    for i, sgm in enumerate(meas["sigma"]):
-        names = _names(sgm)
-        if names & state_names or TIME in sgm.free_symbols:
-            raise UnsupportedFeatureError(
-                f"{model.name}: the noise formula of {meas['observableId'][i]} ({sgm}) depends "
-                f"on the model's states or observables {sorted(names & state_names)}; the "
-                "estimation supports sigma as a function of parameters only (petab_nll "
-                "evaluates this likelihood)")
-    # sigma sharing an estimated parameter with the model or an observable: every datum
-    # its own scaled residual (docs/petab.md, "The objective")
-    joint = any(_names(sgm) & est_ids & model_side for sgm in meas["sigma"])
+    _check_sigma(model, meas, fixed_sub)
+    # sigma of the states (observables are states here) or time: per datum also the
+    # residual sqrt(2 log σ + C), so that the squares sum to r²/σ² + 2 log σ + C
+    of_states = np.array([bool(_names(sgm) & state_names) or TIME in sgm.free_symbols
+                          for sgm in meas["sigma"]], dtype=bool)
+    # sigma sharing an estimated parameter with the model or an observable, or of the
+    # states: every datum its own scaled residual (docs/petab.md, "The objective")
+    joint = of_states.any() or any(_names(sgm) & est_ids & model_side for sgm in meas["sigma"])
     sig_rows = [_names(sgm) & est_ids for sgm in meas["sigma"]]
     sig_par = set().union(*sig_rows)
     sigma_parameter = groups = general = noise_model = None
@@ -411,17 +463,15 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             c = noise_model.sigma({g: model.parameter(g).nominal for g in general})
     elif not joint:
         c[:] = [float(sgm.xreplace(fixed_sub)) for sgm in meas["sigma"]]
-    if np.any(~(c > 0)):
-        raise ValueError(f"{model.name}: sigma must be positive; got {c[~(c > 0)][:3]}")
 
     # parameters on their scales
     noise_ids = set(groups or []) - {None} | set(general or [])
     estimated = [p for p in model.estimated if p.id != sigma_parameter and p.id not in noise_ids]
-    sigma_terms = {}                    # joint: scaled sigma -> number of data
+    sigma_terms = {}                    # joint: scaled sigma of parameters -> number of data
     # per datum: the noise parameter's start (1 with a general noise model: c holds σ there)
     s_start = np.array([1.0 if g is None else model.parameter(g).nominal
                         for g in (groups or [None] * len(meas))])
-    params = [Parameter(p.id, p.scaled_nominal,
+    params = [Parameter(p.id, _start(p, model.name),
                         *[b if math.isfinite(b) else None for b in p.scaled_bounds])
               for p in estimated]
     to_scaled = dict(fixed_sub)
@@ -456,18 +506,23 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         return out
 
     # observed quantities: one per distinct (observable, formula); replicates split; with
-    # joint sigma one scaled residual per datum
-    obs_name, obs_expr, names = {}, {}, []
+    # joint sigma one scaled residual per datum (and one of log σ per datum of the states)
+    obs_name, obs_expr, names, log_sigma = {}, {}, [], []
     for i, (oid, y) in enumerate(zip(meas["observableId"], meas["y"])):
         if joint:
             nm = _identifier(f"{oid}_d{i}", taken)
             obs_name[(oid, y, i)] = nm
             tr = model.observables[oid].transformation
             sg = scaled(meas["sigma"][i])
-            sigma_terms[sg] = sigma_terms.get(sg, 0) + 1
             obs_expr[nm] = (transform_sym(scaled(y), tr) - float(
                 transform_value(float(meas["measurement"][i]), tr))) / sg
             names.append(nm)
+            if of_states[i]:
+                log_sigma.append(_identifier(f"{nm}_log_sigma", taken))
+                obs_expr[log_sigma[-1]] = sympy.sqrt(2 * sympy.log(sg) + LOG_SIGMA_SHIFT)
+                names.append(log_sigma[-1])
+            else:
+                sigma_terms[sg] = sigma_terms.get(sg, 0) + 1
         elif (oid, y) not in obs_name:
             nm = _identifier(oid, taken)
             obs_name[(oid, y)] = nm
@@ -521,6 +576,10 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             exps.append((ss, cond, True))
             long.loc[rows & steady, "condition"] = ss
             long.loc[rows & steady, "time"] = 0.0
+    data_rows = long[["condition", "time", "name"]].copy()          # per datum
+    if log_sigma:           # the log-σ residuals: data 0, σ 1, where their datum is
+        long = pd.concat([long, long[of_states].assign(name=log_sigma, value=0.0, sigma=1.0)],
+                         ignore_index=True)
     finite = times[~steady]
     # horizons: an experiment with data at t = 0 only runs to the first positive time
     t_first = float(finite[finite > 0].min()) if np.any(finite > 0) else 1.0
@@ -579,7 +638,8 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     prior_sym = sympy.expand_log(prior_sym, force=True) if prior_sym != 0 else prior_sym
 
     if sigma_parameter is None:
-        constant = float(np.sum(0.5 * np.log(2 * np.pi * (c * s_start)**2) + jac))
+        constant = float(np.sum(0.5 * np.log(2 * np.pi * (c * s_start)**2) + jac)
+                         - 0.5 * LOG_SIGMA_SHIFT * len(log_sigma))
     else:
         constant = float(np.sum(jac))
 
@@ -668,7 +728,6 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             data=None, observe=observe, experiments=experiments, name=model.name,
             penalty=penalty, inputs=input_names or None)
     out = PetabEstimation(model, problem, constant, sigma_parameter, c, float(np.sum(jac)),
-                          conditions, groups, long[["condition", "time", "name"]].copy(),
-                          noise_model)
+                          conditions, groups, data_rows, noise_model)
     out.setup_s = time.perf_counter() - clock
     return out

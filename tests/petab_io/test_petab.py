@@ -194,17 +194,22 @@ def test_unknown_prior_type_raises(tmp_path):
         read_petab(d)
 
 
-def test_state_dependent_sigma_is_simulated_but_not_estimated(tmp_path):
+def test_state_dependent_sigma_on_a_collection_problem(tmp_path):
+    """Crauste with σ = s·EarlyEffector for one observable: the import's objective at the
+    nominal point is the independent simulation's NLL (a log-σ residual per datum of that
+    observable)."""
+    from petab_io.test_petab_features import objective_at_nominal
     d = copy_problem(tmp_path)
     f = table(d, "observables_")
     df = pd.read_csv(f, sep="\t")
     df.loc[0, "noiseFormula"] = "noiseParameter1_observable_EarlyEffector * EarlyEffector"
     df.to_csv(f, sep="\t", index=False)
     model = read_petab(d)
-    assert np.isfinite(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
-    with pytest.raises(UnsupportedFeatureError, match=r"Crauste.*noise formula of "
-                                                       r"observable_EarlyEffector.*states"):
-        petab_problem(model)
+    pe = petab_problem(model)
+    n = int(np.sum(model.measurements["observableId"] == "observable_EarlyEffector"))
+    assert sum(c.endswith("_log_sigma") for c in pe.problem.obs_names) == n > 0
+    assert objective_at_nominal(pe) == pytest.approx(
+        PetabSimulator(model, rtol=1e-10, atol=1e-12).nll(), abs=1e-4)
 
 
 def test_laplace_noise_raises(tmp_path):
@@ -746,7 +751,7 @@ def test_borghans_coarse_grid_is_flagged_by_the_simulation_check():
     P = pe.problem
     for steps, flagged in ((300, True), (3000, False)):
         res = estimate(P, "reduced_space", scheme="adams_pc", max_step=(P.T - P.t0) / steps,
-                       options={"max_iter": 0})
+                       options={"max_iter": 0}, certify=False)
         disc, sim = pe.nll(res.objective), pe.nll(res.extra["simulated_objective"])
         assert sim == pytest.approx(-83.43, abs=0.05)      # the start (pushed into the bounds)
         assert bool(abs(disc - sim) > 10) is flagged

@@ -348,13 +348,13 @@ def test_noise_sharing_a_parameter_with_the_observable(tmp_path, approach, optio
     assert pe.simulated_nll(res) == pytest.approx(best, abs=2e-3)
 
 
-def test_state_dependent_noise_simulated_and_refused_for_estimation(tmp_path):
+def test_state_dependent_noise_simulated(tmp_path):
+    """σ = 0.02 + 0.1·obs by the independent simulation (the estimation's side:
+    test_petab_state_noise.py)."""
     path = write_switch(tmp_path / "p", noise="0.02 + 0.1 * obs")
     model = read_petab(path)
     terms = PetabSimulator(model, rtol=1e-11, atol=1e-12).terms()
     np.testing.assert_allclose(terms["sigma"], 0.02 + 0.1 * terms["simulation"], rtol=1e-12)
-    with pytest.raises(UnsupportedFeatureError, match=r"noise formula of obs.*states"):
-        petab_problem(model)
 
 
 @pytest.mark.slow
