@@ -38,7 +38,7 @@ from scipy.integrate import solve_ivp
 from ._validation import ProblemError
 from ..symbolic import lambdify
 
-__all__ = ["SteadyState", "SteadyStateError", "conservation_laws"]
+__all__ = ["SteadyState", "SteadyStateError", "conservation_laws", "zero_face"]
 
 _counter = itertools.count()
 
@@ -85,6 +85,31 @@ def conservation_laws(f_sym, x_sym, u_sym, x_ref, u_ref, samples=6, rtol=1e-9, s
     W = U[:, rank:].T.copy()
     W[np.abs(W) < 1e-12] = 0.0
     return W
+
+
+def zero_face(f_sym, x0_sym, x_sym):
+    r"""Indices of the states that start at 0 and stay there: the largest set Z with
+    :math:`x_{0,j} \equiv 0` and :math:`f_j(x)|_{x_Z = 0} \equiv 0` for every j in Z.
+
+    The face :math:`x_Z = 0` is invariant, so the pre-equilibration never leaves it and
+    its steady state has :math:`x_Z = 0` for every parameter value.  Fixing those states
+    removes the directions along which the steady state is not isolated: a complex of a
+    species absent during pre-equilibration (an inhibitor) that nothing consumes has a
+    zero column in :math:`f_x`, and Newton's Jacobian would be singular there
+    (Raimundez_PCB2020's ``EGFR_MMET_METinh``)."""
+    zero = {j for j, e in enumerate(x0_sym) if sympy.sympify(e) == 0}
+    while zero:
+        at = {x_sym[j]: sympy.Integer(0) for j in zero}
+        moving = {j for j in zero
+                  if not _vanishes(sympy.sympify(f_sym[j]).xreplace(at))}
+        if not moving:
+            break
+        zero -= moving
+    return tuple(sorted(zero))
+
+
+def _vanishes(e):
+    return e == 0 or sympy.expand(e) == 0
 
 
 def second_entries(exprs, syms, skip=()):
@@ -146,16 +171,27 @@ class SteadyState:
         ua = np.array([u_ref[list(u_sym).index(s)] for s in self.u_sym])
         x0_ref = np.asarray(lambdify((self.u_sym,), list(self.x0_sym), "numpy")(ua),
                             dtype=float)
-        #: conservation laws: rows w with w^T f ≡ 0
-        self.W = conservation_laws(self.f_sym, self.x_sym, self.u_sym, x0_ref, ua)
-        k = self.W.shape[0]
-        if k:
-            piv = scipy.linalg.qr(self.W, pivoting=True)[2]
-            self.replaced = tuple(sorted(int(i) for i in piv[:k]))
-        else:
-            self.replaced = ()
+        #: states that start at 0 and stay there (:func:`zero_face`): fixed at 0
+        self.zero = zero_face(self.f_sym, self.x0_sym, self.x_sym)
+        off = [i for i in range(n) if i not in self.zero]
+        # conservation laws: rows w with w^T f ≡ 0, on the states off the zero face (a law
+        # of face states only holds there already)
+        W = conservation_laws(self.f_sym, self.x_sym, self.u_sym, x0_ref, ua)[:, off]
+        if W.size and self.zero:
+            Uw, sw, Vw = np.linalg.svd(W, full_matrices=False)
+            W = Vw[:int(np.sum(sw > 1e-9 * sw[0]))] if sw[0] > 0 else W[:0]
+            W[np.abs(W) < 1e-12] = 0.0
+        k = W.shape[0]
+        piv = [off[int(i)] for i in scipy.linalg.qr(W, pivoting=True)[2][:k]] if k else []
+        self.replaced = tuple(sorted(piv + list(self.zero)))
+        #: the invariants of the pre-equilibration: conservation laws, then one row per state
+        #: of the zero face (its steady state is the class of ``x0`` they fix)
+        self.W = np.zeros((k + len(self.zero), n))
+        self.W[:k, off] = W
+        self.W[k + np.arange(len(self.zero)), list(self.zero)] = 1.0
         laws = [sum(sympy.Float(float(w), 17) * (x - x0) for w, x, x0 in
-                    zip(row, self.x_sym, self.x0_sym) if w != 0) for row in self.W]
+                    zip(row, self.x_sym, self.x0_sym) if w != 0) for row in self.W[:k]]
+        laws += [self.x_sym[i] for i in self.zero]
         #: the square steady-state system G(x, u) = 0
         self.G_sym = tuple([e for i, e in enumerate(self.f_sym) if i not in self.replaced]
                            + [sympy.sympify(e) for e in laws])
@@ -179,7 +215,7 @@ class SteadyState:
         self._N = scipy.linalg.null_space(self.W) if self.W.size else np.eye(len(xs))
 
     def __getstate__(self):
-        keep = ("f_sym", "x0_sym", "x_sym", "u_sym", "name", "W", "replaced", "G_sym")
+        keep = ("f_sym", "x0_sym", "x_sym", "u_sym", "name", "W", "replaced", "G_sym", "zero")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state):
@@ -419,4 +455,5 @@ class SteadyState:
 
     def __repr__(self):
         return (f"SteadyState({self.name}: {len(self.x_sym)} states, "
-                f"{self.W.shape[0]} conservation laws, parameters {[str(s) for s in self.u_sym]})")
+                f"{self.W.shape[0] - len(self.zero)} conservation laws, {len(self.zero)} states "
+                f"fixed at 0, parameters {[str(s) for s in self.u_sym]})")

@@ -242,3 +242,50 @@ def test_initial_hessian_of_steady_state_and_explicit_entries():
     C = np.zeros((5, 5))
     C[2, 2], C[2, 3], C[3, 2] = 2 * u[3], 2 * u[2], 2 * u[2]            # d²(ks² kd)
     np.testing.assert_allclose(P2.initial_hessian()(u)[2], C, rtol=1e-14)
+
+
+def test_states_that_start_at_zero_and_stay_there_are_fixed():
+    """An inhibitor I absent during pre-equilibration (I_p = 0) and its complex
+    Q' = kq I A that nothing consumes: Q's column of f_x is zero, so the steady state is
+    not isolated along Q (Newton's Jacobian is singular).  {I, Q} start at 0 and stay
+    there, so the steady state has I = Q = 0 for every parameter value: the closed form
+    for A, B, C, zero derivatives for I and Q, and the fits of the experiment (I given
+    after the pre-equilibration) run through it."""
+    from pyomo_odeest.problem._steady_state import zero_face
+
+    def rhs5(x, u, t):
+        return rhs(x, u, t) + [-u.kq * x.I * x.A, u.kq * x.I * x.A]
+
+    params = parameters() + [Parameter("kq", 0.3, fixed=True)]
+    true = closed_form(*TRUE.values())
+    x0 = np.r_[true, 0.5, 0.0]                     # I = 0.5 added after the pre-equilibration
+
+    def ode5(t, x):
+        k1, k2, ks, kd = TRUE.values()
+        A, B, C, I, Q = x
+        return ode(t, x[:3], k1, k2, ks, kd, 1.0) + [-0.3 * I * A, 0.3 * I * A]
+    sol = solve_ivp(ode5, (0, TIMES[-1]), x0, t_eval=TIMES, rtol=1e-12, atol=1e-13)
+    df = pd.DataFrame({"A": sol.y[0], "C": sol.y[2], "Q": sol.y[4]}, index=TIMES)
+    P = EstimationProblem(["A", "B", "C", "I", "Q"], params, rhs5,
+                          {"A": 1.0, "B": 0.0, "C": 0.0, "I": 0.5, "Q": 0.0}, df,
+                          preequilibration=Preequilibration(parameters={"L": LP},
+                                                            initial={"I": 0.0}, reset=["I"]))
+    ss = P.steady_state
+    assert zero_face(ss.f_sym, ss.x0_sym, ss.x_sym) == (3, 4) == ss.zero
+    assert "1 conservation laws, 2 states fixed at 0" in repr(ss)
+    assert [str(s) for s in ss.u_sym] == ["k1", "k2", "ks", "kd", "kq"]
+    u = np.array([0.9, 0.35, 1.2, 0.5])
+    np.testing.assert_allclose(ss.state(np.r_[u, 0.3]), np.r_[closed_form(*u), 0.0, 0.0],
+                               rtol=1e-13, atol=1e-15)
+    S = ss.sensitivity(np.r_[u, 0.3])
+    np.testing.assert_allclose(S[3:], 0.0, atol=1e-15)
+    np.testing.assert_allclose(S[:, 4], 0.0, atol=1e-15)
+    k = sympy.symbols("k1 k2 ks kd")
+    J = np.array(sympy.Matrix(closed_form(*k)).jacobian(k).subs(dict(zip(k, u))), dtype=float)
+    np.testing.assert_allclose(S[:3, :4], J, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(P.initial_state(np.r_[u, 1.0, 0.3]),
+                               np.r_[closed_form(*u), 0.5, 0.0], rtol=1e-13, atol=1e-15)
+    for approach in ("continuous", "reduced_space", "simultaneous"):
+        res = estimate(P, approach)
+        assert res.success, (approach, res.status)
+        np.testing.assert_allclose(res.estimates[list(TRUE)], list(TRUE.values()), rtol=2e-3)
