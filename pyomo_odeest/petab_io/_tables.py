@@ -305,15 +305,18 @@ def _value_or_symbol(v, parameter_ids, where):
 
 
 def read_petab(yaml_path) -> PetabModel:
-    """Read a PEtab v1 problem (YAML file or the folder holding one)."""
+    """Read a PEtab v1 problem (YAML file or the folder holding one; of several YAML
+    files in a folder, the one named as the folder, as the collection names its problems)."""
     petab = _optional("petab.v1", "reading PEtab needs the petab package (0.8 on Python 3.11)")
     yaml_path = str(yaml_path)
     if os.path.isdir(yaml_path):
         ymls = sorted(f for f in os.listdir(yaml_path) if f.endswith((".yaml", ".yml")))
-        if len(ymls) != 1:
-            raise ValueError(f"{yaml_path}: expected one PEtab YAML file in the folder, "
-                             f"found {ymls}")
-        yaml_path = os.path.join(yaml_path, ymls[0])
+        own = [f for f in ymls
+               if os.path.splitext(f)[0] == os.path.basename(os.path.abspath(yaml_path))]
+        if len(ymls) != 1 and not own:
+            raise ValueError(f"{yaml_path}: expected one PEtab YAML file in the folder, or one "
+                             f"named as the folder, found {ymls}; pass the YAML file")
+        yaml_path = os.path.join(yaml_path, (own or ymls)[0])
     folder = os.path.dirname(os.path.abspath(yaml_path))
     name = os.path.basename(folder)
     spec = petab.yaml.load_yaml(yaml_path)

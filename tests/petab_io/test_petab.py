@@ -1008,3 +1008,16 @@ def test_borghans_continuous_fit_worse_than_its_start_says_so():
     worse = res.objective > res.extra["objective_start"] + 1e-6 * abs(res.extra["objective_start"])
     flagged = any(w.startswith("worse than the start") for w in res.warnings)
     assert flagged == (worse and res.success)
+
+
+def test_a_folder_with_several_yaml_files_takes_the_one_named_as_the_folder(tmp_path):
+    """Zhao_QuantBiol2020 holds its problem and a test problem: the folder's own YAML
+    is read; without one named as the folder, the error asks for the file."""
+    d = copy_problem(tmp_path)
+    own = d / "Crauste_CellSystems2017.yaml"
+    shutil.copy(own, d / "another_problem.yaml")
+    assert read_petab(d).name == "Crauste_CellSystems2017"
+    own.rename(d / "renamed.yaml")
+    with pytest.raises(ValueError, match=r"expected one PEtab YAML file in the folder, or one "
+                                         r"named as the folder.*pass the YAML file"):
+        read_petab(d)
