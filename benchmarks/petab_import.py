@@ -3,7 +3,8 @@
 For every problem folder: :func:`~pyomo_odeest.petab_io.petab_problem` (the import for
 estimation), the NLL at the nominal parameters by the imported problem's own
 simulation (the continuous approach's model, LSODA, rtol 1e-10, atol 1e-12, every
-experiment: what the estimation minimizes; a profiled σ at its nominal value), and by the independent simulation of the
+experiment: what the estimation minimizes, less the priors' penalty; a profiled σ at its
+nominal value), and by the independent simulation of the
 PEtab model (:func:`~pyomo_odeest.petab_io.petab_nll`); both compared with the
 reference within 1e-3·max(1, |NLL|).  Each problem runs in a process of its own with a
 time limit.  References: ``reference_nll`` of a ``references.tsv`` beside the folders,
@@ -57,6 +58,8 @@ def check(folder, queue):
             s = model.parameter(pe.sigma_parameter).nominal
             out["nll_import"] = float(np.sum(0.5 * np.log(2 * np.pi * (pe._c * s) ** 2))
                                       + pe._jac + J / (2 * s**2))
+        # the estimation's objective holds the priors (their penalty); PEtab's NLL does not
+        out["nll_import"] -= model.prior_nll()
         out["nll_petab"] = float(petab_nll(model))
     except Exception as err:        # noqa: BLE001 - the reason is the result
         out["error"] = f"{type(err).__name__}: {err}"

@@ -41,7 +41,7 @@ __all__ = ["PetabSimulator", "petab_nll"]
 
 _Solution = namedtuple("_Solution", "t y")
 
-#: default work bound of one likelihood by :class:`PetabSimulator`
+#: default work bound of one condition's simulation in a likelihood by :class:`PetabSimulator`
 MAX_EVALUATIONS = 1_000_000
 
 
@@ -56,9 +56,12 @@ class PetabSimulator:
     method : str
         Integrator of :func:`~scipy.integrate.solve_ivp` (default ``'LSODA'``).
     max_evaluations : int
-        Right-hand side evaluations one likelihood (:meth:`terms`) may take; beyond
+        Right-hand side evaluations the simulation of one condition (its
+        pre-equilibration included) may take in a likelihood (:meth:`terms`); beyond
         them the simulation fails (a steady state that is never reached, e.g. a
-        limit cycle integrated towards t = 1e12, would otherwise run for hours).
+        limit cycle integrated towards t = 1e12, would otherwise run for hours).  Per
+        condition, so that a problem with many conditions (Raimundez_PCB2020: 170, with
+        pre-equilibrations) is not stopped for its size.
     """
 
     def __init__(self, model: PetabModel, rtol=1e-10, atol=1e-12, method="LSODA",
@@ -180,10 +183,10 @@ class PetabSimulator:
         vals = model.linear_values(scaled)
         p = np.array([vals[k] for k in self.pids])
         meas = model.measurements
-        self._evaluations = 0
         y, sig = np.full(len(meas), np.nan), np.empty(len(meas))
         no_state = np.zeros(len(model.ode.states))     # for a σ of parameters only
         for c in model.conditions:
+            self._evaluations = 0
             rows = np.flatnonzero((meas["simulationConditionId"] == c).to_numpy())
             t = meas["time"].to_numpy()[rows]
             X = self.simulate(c, t, p)

@@ -54,7 +54,8 @@ def test_nominal_nll_matches_reference(name):
 def test_a_simulation_without_end_stops_at_its_work_bound():
     """A steady state that is never reached (here: too few evaluations allowed for
     Brannmark's pre-equilibration) fails with a message instead of running on; the
-    bound counts per likelihood, so the next call with a sufficient one succeeds."""
+    bound counts per condition and likelihood, so the next call with a sufficient one
+    succeeds."""
     model = read_petab(os.path.join(DATA, "Brannmark_JBC2010"))
     sim = PetabSimulator(model, rtol=1e-8, atol=1e-10, max_evaluations=50)
     with pytest.raises(RuntimeError, match="stopped after 50 evaluations"):
