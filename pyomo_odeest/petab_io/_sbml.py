@@ -173,18 +173,27 @@ def switch_times(expr, where=""):
     for pw in time_piecewise(expr):
         for _, cond in pw.args:
             for rel in sympy.sympify(cond).atoms(sympy.core.relational.Relational):
-                d = sympy.sympify(rel.lhs - rel.rhs)
-                if TIME not in d.free_symbols:
-                    continue
-                a = sympy.diff(d, TIME)
-                if TIME in a.free_symbols or a == 0:
+                crossing = time_crossing(rel)
+                if crossing is False:
                     raise UnsupportedFeatureError(
                         f"{where}: piecewise condition {rel} is not linear in time (supported: "
                         "time compared with a constant, e.g. piecewise(0, time < t1, dose))")
-                t = sympy.simplify(-d.subs(TIME, 0) / a)
-                if t not in out:
-                    out.append(t)
+                if crossing is not None and crossing[1] not in out:
+                    out.append(crossing[1])
     return out
+
+
+def time_crossing(rel):
+    """``(a, T)`` of a relation ``a*t + b  <op>  0`` with ``a`` and ``b`` free of time,
+    which switches at ``T = -b/a``; None for a relation without time, False for one that
+    is not linear in time."""
+    d = sympy.sympify(rel.lhs - rel.rhs)
+    if TIME not in d.free_symbols:
+        return None
+    a = sympy.diff(d, TIME)
+    if TIME in a.free_symbols or a == 0:
+        return False
+    return a, sympy.simplify(-d.subs(TIME, 0) / a)
 
 
 def _resolve_rate_of(rhs, assigns, constants, path):
@@ -325,18 +334,16 @@ def _time_switched_events(m, conv, states, rhs, assigns, constants, path, L):
         if not isinstance(rel, (sympy.GreaterThan, sympy.StrictGreaterThan,
                                 sympy.LessThan, sympy.StrictLessThan)):
             refuse(ev, cond, "its trigger is not one comparison of time with a threshold")
-        d = sympy.sympify(rel.lhs - rel.rhs)
-        if d.free_symbols & state_syms:
-            refuse(ev, cond, "its trigger depends on the states "
-                   f"{sorted(x.name for x in d.free_symbols & state_syms)} (a state-triggered "
-                   "event)")
-        a = sympy.diff(d, TIME)
-        if TIME in a.free_symbols or not a.is_number or a == 0:
+        dep = rel.free_symbols & state_syms
+        if dep:
+            refuse(ev, cond, f"its trigger depends on the states {sorted(x.name for x in dep)} "
+                   "(a state-triggered event)")
+        crossing = time_crossing(rel)
+        if not crossing or not crossing[0].is_number:
             refuse(ev, cond, "its trigger is not linear in time")
-        rising = (a > 0) == isinstance(rel, (sympy.GreaterThan, sympy.StrictGreaterThan))
-        if not rising:
+        a, T = crossing
+        if (a > 0) != isinstance(rel, (sympy.GreaterThan, sympy.StrictGreaterThan)):
             refuse(ev, cond, "its trigger is true before a time and false after it")
-        T = sympy.simplify(-d.subs(TIME, 0) / a)
         if ev.isSetDelay() and ev.getDelay().getMath() is not None:
             delay = conv(ev.getDelay().getMath(), f"delay of event {name}").xreplace(asub)
             if (delay.free_symbols & state_syms) or TIME in delay.free_symbols:
@@ -356,6 +363,9 @@ def _time_switched_events(m, conv, states, rhs, assigns, constants, path, L):
             checks = trig.isSetInitialValue() and trig.getInitialValue()
             fired.setdefault(X, []).append((T, v, checks))
     targets = {symbol(X) for X in fired}
+
+    def fires(T, checks):
+        return sympy.And(TIME >= T, *([T > 0] if checks else []))
     out = {}
     for X, evs in fired.items():
         if any(sympy.sympify(T).free_symbols & targets or v.free_symbols & targets
@@ -363,8 +373,6 @@ def _time_switched_events(m, conv, states, rhs, assigns, constants, path, L):
             raise UnsupportedFeatureError(
                 f"{path}: SBML events set {X} at a time or to a value that other events change "
                 "(supported: times and values of numbers, constants or parameters)")
-        def fires(T, checks):
-            return sympy.And(TIME >= T, *([T > 0] if checks else []))
         pieces = []
         for i, (T, v, checks) in enumerate(evs):
             # event i holds from T on, until a later event of the same target fires

@@ -190,8 +190,7 @@ class SteadyState:
         self.W[:k, off] = W
         self.W[k + np.arange(len(self.zero)), list(self.zero)] = 1.0
         laws = [sum(sympy.Float(float(w), 17) * (x - x0) for w, x, x0 in
-                    zip(row, self.x_sym, self.x0_sym) if w != 0) for row in self.W[:k]]
-        laws += [self.x_sym[i] for i in self.zero]
+                    zip(row, self.x_sym, self.x0_sym) if w != 0) for row in self.W]
         #: the square steady-state system G(x, u) = 0
         self.G_sym = tuple([e for i, e in enumerate(self.f_sym) if i not in self.replaced]
                            + [sympy.sympify(e) for e in laws])
