@@ -246,17 +246,27 @@ class ContinuousApproach(Approach):
         except EvaluationError as err:
             return Outcome.failed_at_start(b.w0, err)
         if cfg.optimizer == "ipopt":
-            opts = ipopt_options(cfg, start=(b.w0, b.wl, b.wu), acceptable_tol=1e-2,
-                                 acceptable_iter=5,
-                                 acceptable_obj_change_tol=max(1e-12, 10 * cm.rtol),
-                                 **({"hessian_approximation": "limited-memory"}
-                                    if cfg.hessian is None else {}))
+            def opts(w, change):
+                return ipopt_options(cfg, start=(w, b.wl, b.wu), acceptable_tol=1e-2,
+                                     acceptable_iter=5, acceptable_obj_change_tol=change,
+                                     **({"hessian_approximation": "limited-memory"}
+                                        if cfg.hessian is None else {}))
+            method = "ipopt/" + ("limited-memory" if cfg.hessian is None
+                                 else "exact-hessian:" + cfg.hessian)
             # exceptions other than failed evaluations (and Ctrl-C) stop Ipopt and are re-raised
-            out = Outcome.from_ipopt(run_ipopt(_IpoptProblem(obj, b.w0, b.wl, b.wu, cons), cfg,
-                                               opts))
-            out.mult_g = np.asarray(out.mult_g, dtype=float) if cons is not None else None
-            out.details["method"] = ("ipopt/" + ("limited-memory" if cfg.hessian is None
-                                                 else "exact-hessian:" + cfg.hessian))
+            out = self._ipopt(b, cfg, opts(b.w0, max(1e-12, 10 * cm.rtol)), b.w0, method)
+            # the acceptable stop on J's relative change (10·rtol over 5 iterations) short of
+            # the Gauss–Newton limit: continue from there with that change at 1e-12, unless
+            # the user set it (the least squares' continuation below does the same)
+            if (out.status is Status.ACCEPTABLE and "acceptable_obj_change_tol" not in
+                    (cfg.options or {})):
+                out = _stationarity(b, out, cfg.gradient, g0)
+                if (out.status is Status.NOT_STATIONARY
+                        and out.details["stationarity"].get("rule") == "decrement"):
+                    first = out
+                    out = self._ipopt(b, cfg, opts(out.x, 1e-12), out.x, method)
+                    out.iterations += first.iterations
+                    out.message = f"{first.message}; continued: {out.message}"
         elif cfg.optimizer == "least_squares":
             clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
             r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock)
@@ -291,9 +301,18 @@ class ContinuousApproach(Approach):
             return out
         else:
             out = self._minimize(b, cfg)
-        if out.status.success:
+        if out.status.success and "stationarity" not in out.details:
             out = _stationarity(b, out, cfg.gradient, g0)
         out.objective_start = float(j0)
+        return out
+
+    @staticmethod
+    def _ipopt(b, cfg, options, w0, method):
+        """One Ipopt solve of the scaled objective from ``w0``."""
+        nlp = _IpoptProblem(b.obj, w0, b.wl, b.wu, b.cons)
+        out = Outcome.from_ipopt(run_ipopt(nlp, cfg, options))
+        out.mult_g = np.asarray(out.mult_g, dtype=float) if b.cons is not None else None
+        out.details["method"] = method
         return out
 
     def _minimize(self, b, cfg):
