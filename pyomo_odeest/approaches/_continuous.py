@@ -239,7 +239,7 @@ class ContinuousApproach(Approach):
                                wl=lb / s, wu=ub / s, u_start=u_start, n_grid=cfg.n_grid)
 
     def solve(self, b, cfg):
-        cm, obj, cons = b.cm, b.obj, b.cons
+        cm, obj = b.cm, b.obj
         try:
             j0 = _guarded(cm.objective, obj.u(b.w0))
             g0 = _guarded(obj.gradient, b.w0)
