@@ -570,7 +570,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     ``multipliers``: the constraint multipliers (length m) to start from instead of
     Ipopt's own estimate (e.g. :func:`adjoint_multipliers`): Ipopt's warm start
     (``warm_start_init_point``) with the bound pushes and bound multipliers of its
-    cold start, so that only the constraint multipliers differ.
+    cold start, so that only the constraint multipliers differ, and without Ipopt's cap on
+    their size (``warm_start_mult_init_max``, 1e6 in the scaled problem: an adjoint of a
+    stiff problem exceeds it, and a clipped one is no longer stationary).
 
     ``isolate``: run Ipopt in a process forked from this one
     (:func:`~pyomo_odeest.nlp._forked.run_forked`, Linux), killed if it is still
@@ -659,7 +661,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         raise
     x_start = ev.x0 if x0 is None else np.asarray(x0, dtype=float)
     if multipliers is not None:
-        warm = {"warm_start_init_point": "yes"}
+        # Ipopt clips warm-start multipliers above warm_start_mult_init_max (default 1e6, in
+        # the scaled problem), which makes an adjoint of a stiff problem inconsistent
+        warm = {"warm_start_init_point": "yes", "warm_start_mult_init_max": 1e300}
         for k in ("bound_push", "bound_frac", "slack_bound_push", "slack_bound_frac"):
             warm["warm_start_" + k] = float(opts.get(k, 1e-2))
         for k, v in warm.items():

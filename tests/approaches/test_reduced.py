@@ -267,3 +267,28 @@ def test_simultaneous_solver_reports_the_adjoint_start():
     assert s.last_info["adjoint_start"] is True
     s.solve(m, adjoint_start=list(m.est.u.values())[:-1])
     assert s.last_info["adjoint_start"] is False
+
+
+def test_adjoint_start_reaches_ipopt_unclipped():
+    """Multipliers above Ipopt's warm-start cap (``warm_start_mult_init_max``, 1e6 in the
+    scaled problem) reach Ipopt as given, so its first iterate is as stationary as the
+    adjoint makes it.  y = v through the row 1e-6·(y − v) = 0; min 1e-5·(y − 2e6)² + 20·v
+    has its minimum at the start v = 1e6, where the row's adjoint multiplier is 2e7
+    (every gradient at most 20: Ipopt scales nothing).  Clipped to 1e6, the first
+    dual infeasibility was 19."""
+    from pyomo_odeest.nlp import OdeestIpoptSolver
+    m = pyo.ConcreteModel()
+    m.v = pyo.Var(initialize=1e6, bounds=(0.0, 1e7))
+    m.y = pyo.Var(initialize=1e6)
+    m.c = pyo.Constraint(expr=1e-6 * (m.y - m.v) == 0)
+    m.obj = pyo.Objective(expr=1e-5 * (m.y - 2e6) ** 2 + 20 * m.v)
+    seen = {}
+
+    def first(iter_count, obj_value, inf_pr, inf_du, mu):
+        seen.setdefault(iter_count, inf_du)
+        return True
+    s = OdeestIpoptSolver()
+    s.solve(m, adjoint_start=[m.v], intermediate_callback=first, options={"max_iter": 50})
+    assert s.last_info["adjoint_start"] is True
+    assert seen[0] < 1e-6, seen
+    assert pyo.value(m.v) == pytest.approx(1e6, rel=1e-6)
