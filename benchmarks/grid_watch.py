@@ -13,9 +13,9 @@ start has the multistart's per-start time limit and at most 20 s.  Printed per s
 statuses, the distinct minima (by simulated objective), the starts the watch
 stopped, and the total time; then the Lotka–Volterra demo (whose first grid
 resolves the ODE) timed with and without the watch, to show what
-the watch costs where it never fires (medians of 10 interleaved pairs).
+the watch costs where it never fires (medians of 10 interleaved pairs, `--pairs`).
 
-Usage: ``python benchmarks/grid_watch.py [--starts N]``.  Last line::
+Usage: ``python benchmarks/grid_watch.py [--starts N] [--per-start S] [--pairs P]``.  Last line::
 
     grid_watch: starts=32 converged_off=... converged_on=... failed_off=... failed_on=... time_ratio=... rs_converged_off=... rs_converged_on=... rs_time_ratio=... demo_ratio=...
 
@@ -38,12 +38,12 @@ from pyomo_odeest.runner import multistart
 PER_START = 20.0
 
 
-def run(problem, n, watch_tol, approach):
+def run(problem, n, watch_tol, approach, per_start=PER_START):
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ms = multistart(problem, n=n, approach=approach, seed=0,
-                        options=dict(watch_tol=watch_tol, max_wall_time=PER_START))
+                        options=dict(watch_tol=watch_tol, max_wall_time=per_start))
     return ms, time.perf_counter() - t
 
 
@@ -65,21 +65,25 @@ def demo_times(pairs=10):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--starts", type=int, default=32)
+    ap.add_argument("--per-start", type=float, default=PER_START,
+                    help="seconds each start may take (default %(default)s)")
+    ap.add_argument("--pairs", type=int, default=10,
+                    help="interleaved pairs of demo solves (the demo ratio is their median)")
     args = ap.parse_args(argv)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
     pk = pk_infusion_problem()
     out = {}
     for approach in ("simultaneous", "reduced_space"):
         for wt in (0.0, 1.0):
-            ms, secs = run(pk, args.starts, wt, approach)
+            ms, secs = run(pk, args.starts, wt, approach, args.per_start)
             tab = ms.table
             counts = tab["status"].value_counts().to_dict()
             print(f"\n{approach}, watch_tol={wt:g}: {secs:.1f} s; statuses {counts}")
             print(ms.summary())
             ok = tab["success"].astype(bool)
             out[approach, wt] = dict(secs=secs, converged=int(ok.sum()), failed=int((~ok).sum()))
-    demo = demo_times()
-    print(f"\nLotka-Volterra demo, median of 10 interleaved: {demo[0.0]:.3f} s without the "
+    demo = demo_times(args.pairs)
+    print(f"\nLotka-Volterra demo, median of {args.pairs} interleaved: {demo[0.0]:.3f} s without the "
           f"watch, {demo[1.0]:.3f} s with it")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     sim = {wt: out["simultaneous", wt] for wt in (0.0, 1.0)}

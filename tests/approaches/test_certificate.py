@@ -175,7 +175,7 @@ def test_refinement_before_convergence_on_a_start_that_fails_on_its_first_grid()
 
 
 def test_grid_watch_benchmark_runs_and_ends_with_its_summary(capsys):
-    benchmark_module("grid_watch").main(["--starts", "2"])
+    benchmark_module("grid_watch").main(["--starts", "2", "--per-start", "4", "--pairs", "2"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("grid_watch: starts=2 converged_off=")
     fields = dict(kv.split("=") for kv in last.split()[1:])
