@@ -543,6 +543,40 @@ def adjoint_multipliers(ev, x, decisions, rtol=1e-6):
     return y
 
 
+#: Ipopt's barrier parameter at a start with multipliers (the adjoint start): small, so that
+#: the barrier does not move the decisions the data determine weakly (Ipopt's default 0.1
+#: moves such a parameter towards the middle of its box, and the states with it).
+WARM_MU_INIT = 1e-6
+
+
+def warm_bound_multipliers(ev, x, y, mu, push=1e-2, frac=1e-2):
+    """Bound multipliers ``(z_L, z_U)`` consistent with constraint multipliers ``y`` at
+    ``x`` and the barrier parameter ``mu`` (in the units of the objective): each bound's
+    share of the Lagrangian's gradient g = ∇f + Jᵀy that points out of the box
+    (z_L - z_U = g on a variable held at its bound), plus the central value mu / s with
+    s the distance to the bound after Ipopt's push (``push``, ``frac``: its
+    ``bound_push``, ``bound_frac``).  Zero where there is no bound; None where the
+    gradient or the Jacobian cannot be evaluated."""
+    import scipy.sparse as sp
+    try:
+        rows, cols = ev.jacobian_structure()
+        J = sp.csr_matrix((np.asarray(ev.jacobian(x), dtype=float), (rows, cols)),
+                          shape=(ev.m, ev.n))
+        g = np.asarray(ev.gradient(x), dtype=float) + J.T @ np.asarray(y, dtype=float)
+    except (EvaluationError, ArithmeticError, ValueError):
+        return None
+    if not np.all(np.isfinite(g)):
+        return None
+    lb, ub = np.asarray(ev.x_lb, dtype=float), np.asarray(ev.x_ub, dtype=float)
+    with np.errstate(invalid="ignore"):
+        width = np.where(np.isfinite(lb) & np.isfinite(ub), ub - lb, np.inf)
+        s_l = np.maximum(x - lb, np.minimum(push * np.maximum(1.0, np.abs(lb)), frac * width))
+        s_u = np.maximum(ub - x, np.minimum(push * np.maximum(1.0, np.abs(ub)), frac * width))
+        zl = np.where(np.isfinite(lb), np.maximum(g, 0.0) + mu / s_l, 0.0)
+        zu = np.where(np.isfinite(ub), np.maximum(-g, 0.0) + mu / s_u, 0.0)
+    return zl, zu
+
+
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
                      g_scaling=None, obj_scaling=None, progress=None, max_wall_time=None,
                      multipliers=None, isolate=None):
@@ -680,9 +714,18 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
                                          float(opts.get("nlp_scaling_min_value", 1e-8)))[0]
                   if opts.get("nlp_scaling_method", "gradient-based") == "gradient-based"
                   else 1.0)
-        z0 = float(opts.get("bound_mult_init_val", 1.0)) * xs / (
-            of * float(opts.get("obj_scaling_factor", 1.0)))
-        bound_z = (np.where(np.isfinite(ev.x_lb), z0, 0.0), np.where(np.isfinite(ev.x_ub), z0, 0.0))
+        of = of * float(opts.get("obj_scaling_factor", 1.0))
+        bound_z = None
+        if WARM_MU_INIT is not None and not {"mu_init", "bound_mult_init_val"} & set(opts):
+            bound_z = warm_bound_multipliers(ev, x_start, multipliers, WARM_MU_INIT / of,
+                                             float(opts.get("bound_push", 1e-2)),
+                                             float(opts.get("bound_frac", 1e-2)))
+            if bound_z is not None:
+                nlp.add_option("mu_init", WARM_MU_INIT)
+        if bound_z is None:            # the cold start's: bound_mult_init_val, scaled
+            z0 = float(opts.get("bound_mult_init_val", 1.0)) * xs / of
+            bound_z = (np.where(np.isfinite(ev.x_lb), z0, 0.0),
+                       np.where(np.isfinite(ev.x_ub), z0, 0.0))
     start_kw = ({} if multipliers is None else
                 dict(lagrange=multipliers, zl=bound_z[0], zu=bound_z[1]))
 

@@ -292,3 +292,44 @@ def test_adjoint_start_reaches_ipopt_unclipped():
     assert s.last_info["adjoint_start"] is True
     assert seen[0] < 1e-6, seen
     assert pyo.value(m.v) == pytest.approx(1e6, rel=1e-6)
+
+
+def test_adjoint_start_at_an_optimum_on_a_bound_stays_there():
+    """At a start that is already the optimum, with the decision on its bound, the warm
+    start (the adjoint, bound multipliers that carry the gradient pointing out of the
+    box, Ipopt's barrier parameter at WARM_MU_INIT) is stationary from its first
+    iterate and Ipopt does not leave it: min (y − 2)² with y = v, v in [0, 1], from
+    v = 1.  Ipopt's cold bound multipliers (1) and barrier (0.1) first pull v into the
+    box's interior."""
+    from pyomo_odeest.nlp import OdeestIpoptSolver
+    from pyomo_odeest.nlp import _cyipopt_adapter as ca
+
+    def solve():
+        m = pyo.ConcreteModel()
+        m.v = pyo.Var(initialize=1.0, bounds=(0.0, 1.0))
+        m.y = pyo.Var(initialize=1.0)
+        m.c = pyo.Constraint(expr=m.y - m.v == 0)
+        m.obj = pyo.Objective(expr=(m.y - 2.0) ** 2)
+        seen = {}
+
+        def watch(iter_count, obj_value, inf_pr, inf_du, mu, iterate):
+            seen[iter_count] = (inf_du, float(np.min(iterate())))
+            return True
+        s = OdeestIpoptSolver()
+        s.solve(m, adjoint_start=[m.v], intermediate_callback=watch)
+        assert s.last_info["adjoint_start"] is True
+        return pyo.value(m.v), seen
+
+    v, seen = solve()
+    assert v == pytest.approx(1.0, abs=1e-7)
+    assert seen[0][0] < 1e-3, seen
+    assert min(x for _, x in seen.values()) > 0.98, seen       # never pulled inside
+    assert len(seen) <= 8, seen
+    cold = ca.WARM_MU_INIT
+    try:
+        ca.WARM_MU_INIT = None                    # the cold start's bound multipliers
+        v0, seen0 = solve()
+    finally:
+        ca.WARM_MU_INIT = cold
+    assert v0 == pytest.approx(1.0, abs=1e-7)
+    assert seen0[0][0] > 0.5 and min(x for _, x in seen0.values()) < 0.98, seen0
