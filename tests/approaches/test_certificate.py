@@ -277,3 +277,16 @@ def test_a_problem_stiff_only_at_its_optimum_switches_scheme_in_the_refinement(a
     assert res.objective == pytest.approx(16.62, abs=0.01)
     assert res.estimates["k2"] == pytest.approx(1999.7, rel=1e-3)
     assert res.extra["certificate"]["certified"]
+
+
+def test_warm_start_benchmark_from_the_optimum(capsys):
+    """From a start that is the optimum, the warm start with consistent bound
+    multipliers takes fewer iterations than the cold start's values, at the same
+    optimum (``benchmarks/warm_start.py``; docs/solver.md)."""
+    benchmark_module("warm_start").main(["--from-optimum", "--problems", "pinene", "gasoil"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    fields = dict(kv.split("=") for kv in last.split()[1:])
+    assert last.startswith("warm_start: problems=2 ")
+    assert fields["converged_cold"] == fields["converged_warm"] == "2"
+    assert int(fields["iterations_warm"]) < int(fields["iterations_cold"])
+    assert float(fields["max_objective_rel_diff"]) < 1e-6
