@@ -603,10 +603,12 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
 
     ``multipliers``: the constraint multipliers (length m) to start from instead of
     Ipopt's own estimate (e.g. :func:`adjoint_multipliers`): Ipopt's warm start
-    (``warm_start_init_point``) with the bound pushes and bound multipliers of its
-    cold start, so that only the constraint multipliers differ, and without Ipopt's cap on
-    their size (``warm_start_mult_init_max``, 1e6 in the scaled problem: an adjoint of a
-    stiff problem exceeds it, and a clipped one is no longer stationary).
+    (``warm_start_init_point``) with the bound pushes of its cold start, without Ipopt's
+    cap on their size (``warm_start_mult_init_max``, 1e6 in the scaled problem: an
+    adjoint of a stiff problem exceeds it, and a clipped one is no longer stationary),
+    with bound multipliers consistent with them (:func:`warm_bound_multipliers`) and
+    ``mu_init`` = :data:`WARM_MU_INIT`; options that name ``mu_init`` or
+    ``bound_mult_init_val`` get the cold start's bound multipliers instead.
 
     ``isolate``: run Ipopt in a process forked from this one
     (:func:`~pyomo_odeest.nlp._forked.run_forked`, Linux), killed if it is still
