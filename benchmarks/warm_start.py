@@ -1,13 +1,13 @@
-"""Ipopt's start from the discrete adjoint: the cold start's bound multipliers against
-the warm start's.
+"""Ipopt's start from the discrete adjoint: the cold start's bound multipliers and
+barrier against the consistent ones.
 
 The simultaneous approach starts Ipopt from the discrete adjoint of its simulated
 start (``adjoint_start``, [GM-grad, eq. (52)]).  The bound multipliers and the barrier
 parameter that go with it are either the cold start's (``bound_mult_init_val`` = 1 in
-the scaled problem, ``mu_init`` = 0.1) or consistent with the adjoint
-(:func:`pyomo_odeest.nlp._cyipopt_adapter.warm_bound_multipliers`, ``mu_init`` =
-``WARM_MU_INIT``, the default).  Both, one after the other, on the shipped problems
-from their default starts and from the published optimum found by the first solve
+the scaled problem, ``mu_init`` = 0.1) or, at a start near stationarity, consistent
+with the adjoint (:func:`pyomo_odeest.nlp._cyipopt_adapter.warm_start`, the default;
+``WARM_MU_INIT = None`` turns it off).  Both, one after the other, on the shipped problems
+from their default starts and from the optimum the first solve finds
 (``--from-optimum``: how far Ipopt wanders from a start that is already the answer).
 
     python benchmarks/warm_start.py [--from-optimum] [--problems NAME ...]

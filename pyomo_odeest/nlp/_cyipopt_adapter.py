@@ -543,20 +543,33 @@ def adjoint_multipliers(ev, x, decisions, rtol=1e-6):
     return y
 
 
-#: Ipopt's barrier parameter at a start with multipliers (the adjoint start): small, so that
-#: the barrier does not move the decisions the data determine weakly (Ipopt's default 0.1
-#: moves such a parameter towards the middle of its box, and the states with it).
+#: The smallest barrier parameter Ipopt starts from with multipliers (the adjoint start):
+#: at a start that is already stationary, a small barrier does not move the decisions the
+#: data determine weakly (Ipopt's default 0.1 moves such a parameter towards the middle of
+#: its box, and the states with it).
 WARM_MU_INIT = 1e-6
 
+#: Ipopt's default ``mu_init``: a start whose dual infeasibility asks for it (a poor start)
+#: keeps the cold start's bound multipliers as well.
+IPOPT_MU_INIT = 0.1
 
-def warm_bound_multipliers(ev, x, y, mu, push=1e-2, frac=1e-2):
-    """Bound multipliers ``(z_L, z_U)`` consistent with constraint multipliers ``y`` at
-    ``x`` and the barrier parameter ``mu`` (in the units of the objective): each bound's
-    share of the Lagrangian's gradient g = ∇f + Jᵀy that points out of the box
-    (z_L - z_U = g on a variable held at its bound), plus the central value mu / s with
-    s the distance to the bound after Ipopt's push (``push``, ``frac``: its
-    ``bound_push``, ``bound_frac``).  Zero where there is no bound; None where the
-    gradient or the Jacobian cannot be evaluated."""
+
+def warm_start(ev, x, y, of, xs, push=1e-2, frac=1e-2, mu_min=WARM_MU_INIT):
+    """Bound multipliers ``(z_L, z_U)`` and barrier parameter ``mu`` consistent with
+    constraint multipliers ``y`` at ``x``; None where the gradient or the Jacobian cannot
+    be evaluated.
+
+    The Lagrangian's gradient g = ∇f + Jᵀy (the reduced gradient in the decisions when
+    ``y`` is their adjoint) is carried by the bound multipliers where a variable lies
+    within Ipopt's push of its bound (``push``, ``frac``: its ``bound_push``,
+    ``bound_frac``; z_L - z_U = g for the part that points out of the box), and left as
+    dual infeasibility elsewhere.  ``mu`` is that infeasibility in Ipopt's scaled problem
+    (``of``: the objective's scaling factor, ``xs``: the variables') over ten, Ipopt's
+    ``barrier_tol_factor``, within [``mu_min``, 0.1]: the barrier Ipopt would have
+    reached at a start of that quality, so a start at an optimum keeps a small one and a
+    poor start Ipopt's default (where :func:`solve_with_ipopt` keeps the cold start's
+    bound multipliers as well).  Each bound multiplier adds the central value
+    mu / (of · s), s the distance to its bound after the push."""
     import scipy.sparse as sp
     try:
         rows, cols = ev.jacobian_structure()
@@ -570,11 +583,17 @@ def warm_bound_multipliers(ev, x, y, mu, push=1e-2, frac=1e-2):
     lb, ub = np.asarray(ev.x_lb, dtype=float), np.asarray(ev.x_ub, dtype=float)
     with np.errstate(invalid="ignore"):
         width = np.where(np.isfinite(lb) & np.isfinite(ub), ub - lb, np.inf)
-        s_l = np.maximum(x - lb, np.minimum(push * np.maximum(1.0, np.abs(lb)), frac * width))
-        s_u = np.maximum(ub - x, np.minimum(push * np.maximum(1.0, np.abs(ub)), frac * width))
-        zl = np.where(np.isfinite(lb), np.maximum(g, 0.0) + mu / s_l, 0.0)
-        zu = np.where(np.isfinite(ub), np.maximum(-g, 0.0) + mu / s_u, 0.0)
-    return zl, zu
+        p_l = np.minimum(push * np.maximum(1.0, np.abs(lb)), frac * width)
+        p_u = np.minimum(push * np.maximum(1.0, np.abs(ub)), frac * width)
+        near_l, near_u = np.isfinite(lb) & (x - lb <= p_l), np.isfinite(ub) & (ub - x <= p_u)
+        held_l = np.where(near_l, np.maximum(g, 0.0), 0.0)
+        held_u = np.where(near_u, np.maximum(-g, 0.0), 0.0)
+        infeasibility = float(np.max(of * np.abs(g - held_l + held_u) / xs, initial=0.0))
+        mu = min(IPOPT_MU_INIT, max(mu_min, infeasibility / 10.0))
+        s_l, s_u = np.maximum(x - lb, p_l), np.maximum(ub - x, p_u)
+        zl = np.where(np.isfinite(lb), held_l + mu / (of * s_l), 0.0)
+        zu = np.where(np.isfinite(ub), held_u + mu / (of * s_u), 0.0)
+    return zl, zu, mu
 
 
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
@@ -606,8 +625,8 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     (``warm_start_init_point``) with the bound pushes of its cold start, without Ipopt's
     cap on their size (``warm_start_mult_init_max``, 1e6 in the scaled problem: an
     adjoint of a stiff problem exceeds it, and a clipped one is no longer stationary),
-    with bound multipliers consistent with them (:func:`warm_bound_multipliers`) and
-    ``mu_init`` = :data:`WARM_MU_INIT`; options that name ``mu_init`` or
+    with bound multipliers and ``mu_init`` consistent with them (:func:`warm_start`) at a
+    start near stationarity (``mu_init`` below Ipopt's 0.1); options that name ``mu_init`` or
     ``bound_mult_init_val`` get the cold start's bound multipliers instead.
 
     ``isolate``: run Ipopt in a process forked from this one
@@ -719,11 +738,12 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         of = of * float(opts.get("obj_scaling_factor", 1.0))
         bound_z = None
         if WARM_MU_INIT is not None and not {"mu_init", "bound_mult_init_val"} & set(opts):
-            bound_z = warm_bound_multipliers(ev, x_start, multipliers, WARM_MU_INIT / of,
-                                             float(opts.get("bound_push", 1e-2)),
-                                             float(opts.get("bound_frac", 1e-2)))
-            if bound_z is not None:
-                nlp.add_option("mu_init", WARM_MU_INIT)
+            warm = warm_start(ev, x_start, multipliers, of, xs,
+                              float(opts.get("bound_push", 1e-2)),
+                              float(opts.get("bound_frac", 1e-2)))
+            if warm is not None and warm[2] < IPOPT_MU_INIT:        # a start near stationarity
+                bound_z = warm[:2]
+                nlp.add_option("mu_init", warm[2])
         if bound_z is None:            # the cold start's: bound_mult_init_val, scaled
             z0 = float(opts.get("bound_mult_init_val", 1.0)) * xs / of
             bound_z = (np.where(np.isfinite(ev.x_lb), z0, 0.0),

@@ -297,7 +297,7 @@ def test_adjoint_start_reaches_ipopt_unclipped():
 def test_adjoint_start_at_an_optimum_on_a_bound_stays_there():
     """At a start that is already the optimum, with the decision on its bound, the warm
     start (the adjoint, bound multipliers that carry the gradient pointing out of the
-    box, Ipopt's barrier parameter at WARM_MU_INIT) is stationary from its first
+    box, a small barrier parameter: ``warm_start``) is stationary from its first
     iterate and Ipopt does not leave it: min (y − 2)² with y = v, v in [0, 1], from
     v = 1.  Ipopt's cold bound multipliers (1) and barrier (0.1) first pull v into the
     box's interior."""
