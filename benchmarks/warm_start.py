@@ -23,7 +23,6 @@ import argparse
 import time
 import warnings
 
-import numpy as np
 
 import pyomo_odeest as po
 from pyomo_odeest import models
