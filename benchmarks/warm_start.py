@@ -23,7 +23,6 @@ import argparse
 import time
 import warnings
 
-
 import pyomo_odeest as po
 from pyomo_odeest import models
 from pyomo_odeest.nlp import _cyipopt_adapter as ca
