@@ -543,32 +543,31 @@ def adjoint_multipliers(ev, x, decisions, rtol=1e-6):
     return y
 
 
-#: The smallest barrier parameter Ipopt starts from with multipliers (the adjoint start):
-#: at a start that is already stationary, a small barrier does not move the decisions the
-#: data determine weakly (Ipopt's default 0.1 moves such a parameter towards the middle of
-#: its box, and the states with it).
+#: Ipopt's barrier parameter at a start with multipliers (the adjoint start) near
+#: stationarity: small, so that the barrier does not move the decisions the data determine
+#: weakly (Ipopt's default 0.1 moves such a parameter towards the middle of its box, and
+#: the states with it).
 WARM_MU_INIT = 1e-6
 
-#: Ipopt's default ``mu_init``: a start whose dual infeasibility asks for it (a poor start)
-#: keeps the cold start's bound multipliers as well.
-IPOPT_MU_INIT = 0.1
+#: A start whose dual infeasibility (scaled, :func:`warm_start`) is below this is near
+#: stationarity and gets the warm start's bound multipliers and barrier; a poorer one keeps
+#: the cold start's (a far start of a pre-equilibrated problem led Ipopt to another local
+#: minimum with the warm start's values: docs/solver.md).  Ipopt scales the objective so
+#: that no gradient entry exceeds 100 (``nlp_scaling_max_gradient``).
+WARM_START_MAX_INFEASIBILITY = 1.0
 
 
-def warm_start(ev, x, y, of, xs, push=1e-2, frac=1e-2, mu_min=WARM_MU_INIT):
-    """Bound multipliers ``(z_L, z_U)`` and barrier parameter ``mu`` consistent with
-    constraint multipliers ``y`` at ``x``; None where the gradient or the Jacobian cannot
-    be evaluated.
+def warm_start(ev, x, y, of, xs, push=1e-2, frac=1e-2, mu=WARM_MU_INIT):
+    """Bound multipliers ``(z_L, z_U)`` consistent with constraint multipliers ``y`` at
+    ``x`` and the barrier parameter ``mu``, and the start's dual infeasibility left
+    with them (in Ipopt's scaled problem: ``of`` the objective's scaling factor, ``xs``
+    the variables'); None where the gradient or the Jacobian cannot be evaluated.
 
     The Lagrangian's gradient g = ∇f + Jᵀy (the reduced gradient in the decisions when
     ``y`` is their adjoint) is carried by the bound multipliers where a variable lies
     within Ipopt's push of its bound (``push``, ``frac``: its ``bound_push``,
     ``bound_frac``; z_L - z_U = g for the part that points out of the box), and left as
-    dual infeasibility elsewhere.  ``mu`` is that infeasibility in Ipopt's scaled problem
-    (``of``: the objective's scaling factor, ``xs``: the variables') over ten, Ipopt's
-    ``barrier_tol_factor``, within [``mu_min``, 0.1]: the barrier Ipopt would have
-    reached at a start of that quality, so a start at an optimum keeps a small one and a
-    poor start Ipopt's default (where :func:`solve_with_ipopt` keeps the cold start's
-    bound multipliers as well).  Each bound multiplier adds the central value
+    dual infeasibility elsewhere.  Each bound multiplier adds the central value
     mu / (of · s), s the distance to its bound after the push."""
     import scipy.sparse as sp
     try:
@@ -589,11 +588,10 @@ def warm_start(ev, x, y, of, xs, push=1e-2, frac=1e-2, mu_min=WARM_MU_INIT):
         held_l = np.where(near_l, np.maximum(g, 0.0), 0.0)
         held_u = np.where(near_u, np.maximum(-g, 0.0), 0.0)
         infeasibility = float(np.max(of * np.abs(g - held_l + held_u) / xs, initial=0.0))
-        mu = min(IPOPT_MU_INIT, max(mu_min, infeasibility / 10.0))
         s_l, s_u = np.maximum(x - lb, p_l), np.maximum(ub - x, p_u)
         zl = np.where(np.isfinite(lb), held_l + mu / (of * s_l), 0.0)
         zu = np.where(np.isfinite(ub), held_u + mu / (of * s_u), 0.0)
-    return zl, zu, mu
+    return zl, zu, infeasibility
 
 
 def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_scaling=None,
@@ -625,8 +623,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
     (``warm_start_init_point``) with the bound pushes of its cold start, without Ipopt's
     cap on their size (``warm_start_mult_init_max``, 1e6 in the scaled problem: an
     adjoint of a stiff problem exceeds it, and a clipped one is no longer stationary),
-    with bound multipliers and ``mu_init`` consistent with them (:func:`warm_start`) at a
-    start near stationarity (``mu_init`` below Ipopt's 0.1); options that name ``mu_init`` or
+    with bound multipliers consistent with them (:func:`warm_start`) and ``mu_init`` =
+    :data:`WARM_MU_INIT` at a start near stationarity (its scaled dual infeasibility
+    below :data:`WARM_START_MAX_INFEASIBILITY`); options that name ``mu_init`` or
     ``bound_mult_init_val`` get the cold start's bound multipliers instead.
 
     ``isolate``: run Ipopt in a process forked from this one
@@ -740,10 +739,10 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         if WARM_MU_INIT is not None and not {"mu_init", "bound_mult_init_val"} & set(opts):
             warm = warm_start(ev, x_start, multipliers, of, xs,
                               float(opts.get("bound_push", 1e-2)),
-                              float(opts.get("bound_frac", 1e-2)))
-            if warm is not None and warm[2] < IPOPT_MU_INIT:        # a start near stationarity
+                              float(opts.get("bound_frac", 1e-2)), mu=WARM_MU_INIT)
+            if warm is not None and warm[2] < WARM_START_MAX_INFEASIBILITY:
                 bound_z = warm[:2]
-                nlp.add_option("mu_init", warm[2])
+                nlp.add_option("mu_init", WARM_MU_INIT)
         if bound_z is None:            # the cold start's: bound_mult_init_val, scaled
             z0 = float(opts.get("bound_mult_init_val", 1.0)) * xs / of
             bound_z = (np.where(np.isfinite(ev.x_lb), z0, 0.0),
