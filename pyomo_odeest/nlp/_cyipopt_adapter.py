@@ -737,11 +737,11 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
         of = of * float(opts.get("obj_scaling_factor", 1.0))
         bound_z = None
         if WARM_MU_INIT is not None and not {"mu_init", "bound_mult_init_val"} & set(opts):
-            warm = warm_start(ev, x_start, multipliers, of, xs,
+            near = warm_start(ev, x_start, multipliers, of, xs,
                               float(opts.get("bound_push", 1e-2)),
                               float(opts.get("bound_frac", 1e-2)), mu=WARM_MU_INIT)
-            if warm is not None and warm[2] < WARM_START_MAX_INFEASIBILITY:
-                bound_z = warm[:2]
+            if near is not None and near[2] < WARM_START_MAX_INFEASIBILITY:
+                bound_z = near[:2]
                 nlp.add_option("mu_init", WARM_MU_INIT)
         if bound_z is None:            # the cold start's: bound_mult_init_val, scaled
             z0 = float(opts.get("bound_mult_init_val", 1.0)) * xs / of
