@@ -18,12 +18,18 @@ child's peak resident set (``ru_maxrss``).
 The last line reads ``peers: N=<largest> [scheme=... qmax=...] ours_over_sx=<cpu ratio>
 ours_over_mx=<cpu ratio> build_over_solve=<ours: build+initialization+set-up
 over Ipopt> bytes_per_var=<ours: peak resident memory above the process after its
-imports, per NLP variable>``; the line before it gives the whole peak per
+imports, per NLP variable> floor_bytes_per_var=... over_floor=...``; the line before it gives the whole peak per
 variable, imports included.  ``bytes_per_var`` is ``(ru_maxrss at the end -
-ru_maxrss after importing pyomo_odeest's simultaneous approach and cyipopt) /
-NLP variables``: everything the estimate holds at its peak (Pyomo block,
-initial simulation, evaluator, Ipopt and MUMPS, malloc's unreturned pages), in
-bytes per NLP variable.
+ru_maxrss after the imports) / NLP variables``: everything the estimate holds at
+its peak (Pyomo block, initial simulation, evaluator, Ipopt and MUMPS, malloc's
+unreturned pages), in bytes per NLP variable.  The imports are pyomo_odeest's
+simultaneous approach, cyipopt and what an estimate imports lazily, taken by a
+20-step estimate run first (its compiled terms are dropped before the measured
+run, which compiles its own), in a run of its own at the largest N: the timed runs
+start cold.  Then ``floor_bytes_per_var``, the same quantity's
+floor measured in fresh processes (:func:`floor`: Ipopt + MUMPS alone on the same
+NLP plus the least Pyomo model with one variable and one row per NLP variable;
+``--no-floor`` skips it), and ``over_floor``, the ratio of the two.
 """
 from __future__ import annotations
 
@@ -109,17 +115,50 @@ def run_casadi(n, expand, scheme, qmax):
 def child(method, n, scheme, qmax):
     w0 = time.perf_counter()
     import pyomo_odeest.approaches._simultaneous  # noqa: F401  (imports before the baseline)
-    if method == "ours":
+    if method in ("ours", "ours-memory"):
         import cyipopt  # noqa: F401  (imported lazily by the solve: an import, not NLP memory)
     else:
         import casadi  # noqa: F401
+    if method == "ours-memory":
+        # what every estimate imports lazily (sympy's code printers, the models, the
+        # post-solve checks): a 20-step estimate first, its compiled terms then dropped
+        # so that the measured run compiles its own
+        from pyomo_odeest.models import lotka_volterra_problem
+        from pyomo_odeest.approaches._simultaneous import estimate_simultaneous
+        from pyomo_odeest.nlp import _family
+        estimate_simultaneous(lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9)), scheme, qmax,
+                              steps_per_interval=2, options={"print_level": 0})
+        _family._CACHE.clear()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    out = (run_ours(n, scheme, qmax) if method == "ours"
+    out = (run_ours(n, scheme, qmax) if method in ("ours", "ours-memory")
            else run_casadi(n, method == "sx", scheme, qmax))
     ru = resource.getrusage(resource.RUSAGE_SELF)
     out.update(cpu_s=ru.ru_utime + ru.ru_stime, wall_s=time.perf_counter() - w0,
                maxrss=ru.ru_maxrss * 1024, base_rss=base)
     print("RESULT " + json.dumps(out))
+
+
+def floor(n, scheme, qmax, nvar):
+    """The floor of ``bytes_per_var`` at N = n, measured in fresh processes: Ipopt + MUMPS
+    alone on the same NLP (``setup_phases.py``'s Ipopt-alone run: the structure and
+    values handed to cyipopt as stored arrays, no model alive) plus the least Pyomo model
+    with one variable and one row per NLP variable (``pyomo_floor.py``), in bytes per
+    NLP variable: ``(ipopt, pyomo)``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-c",
+                        "import json, sys; sys.path.insert(0, sys.argv[1]); "
+                        "from setup_phases import child_ipopt_alone as c; "
+                        "print('RESULT ' + json.dumps(c(int(sys.argv[2]), (), sys.argv[3], "
+                        "int(sys.argv[4]))))", here, str(n), scheme, str(qmax)],
+                       capture_output=True, text=True)
+    ipopt = next((json.loads(line[7:])["ipopt_alone"] for line in p.stdout.splitlines()
+                  if line.startswith("RESULT ")), None)
+    if ipopt is None:
+        raise RuntimeError(f"Ipopt alone at N={n} failed:\n{p.stderr[-2000:]}")
+    q = subprocess.run([sys.executable, os.path.join(here, "pyomo_floor.py"), str(nvar)],
+                       capture_output=True, text=True)
+    pyomo = float(q.stdout.strip().splitlines()[-1].split("floor_bytes_per_var=")[1])
+    return ipopt / nvar, pyomo
 
 
 def spawn(method, n, scheme, qmax):
@@ -139,6 +178,8 @@ def main(argv=None):
     ap.add_argument("--scheme", default="adams_moulton",
                     help="a scheme name of the package (default: adams_moulton, the trapezoid with qmax 2)")
     ap.add_argument("--qmax", type=int, default=2)
+    ap.add_argument("--no-floor", action="store_true",
+                    help="do not measure the memory floor (Ipopt alone + the least Pyomo model)")
     ap.add_argument("--child", nargs=4)
     args = ap.parse_args(argv)
     if args.child:
@@ -173,7 +214,14 @@ def main(argv=None):
         print(f"ours at N={n}: peak {o['maxrss'] / 1e6:.0f} MB, "
               f"{o['maxrss'] / o['nvar']:.0f} bytes per variable with the imports")
         parts.append(f"build_over_solve={o['pre_s'] / o['solve_s']:.3f}")
-        parts.append(f"bytes_per_var={(o['maxrss'] - o['base_rss']) / o['nvar']:.0f}")
+        mem = spawn("ours-memory", n, args.scheme, args.qmax)
+        bpv = (mem['maxrss'] - mem['base_rss']) / mem['nvar']
+        parts.append(f"bytes_per_var={bpv:.0f}")
+        if not args.no_floor:
+            ip, py = floor(n, args.scheme, args.qmax, o["nvar"])
+            print(f"floor at N={n}: Ipopt + MUMPS alone {ip:.0f} bytes per variable, "
+                  f"the least Pyomo model {py:.0f}")
+            parts.append(f"floor_bytes_per_var={ip + py:.0f} over_floor={bpv / (ip + py):.3f}")
     print(" ".join(parts))
 
 

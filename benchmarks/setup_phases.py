@@ -143,9 +143,10 @@ def child_memory(n):
     return out
 
 
-def child_ipopt_alone(n, options=()):
+def child_ipopt_alone(n, options=(), scheme="adams_moulton", qmax=2):
     """Peak of Ipopt + MUMPS alone on the NLP of :func:`child_memory`
-    (``options``: more Ipopt options as ``key=value``)."""
+    (``options``: more Ipopt options as ``key=value``; ``scheme``, ``qmax``: the
+    block's scheme, :func:`child_memory`'s by default)."""
     import ctypes
     import gc
 
@@ -160,7 +161,7 @@ def child_ipopt_alone(n, options=()):
 
     prob = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
     m = pyo.ConcreteModel()
-    m.est = build_block(prob, "adams_moulton", 2, steps_per_interval=n // 10)
+    m.est = build_block(prob, scheme, qmax, steps_per_interval=n // 10)
     initialize_block(m.est, np.array(prob.u0))
     ev = PyomoNLPEvaluator(m)
     x0 = ev.x0.copy()

@@ -28,6 +28,9 @@ from ..discretization.continuous import (ENGINES, GRADIENT_METHODS, HESSIAN_METH
 __all__ = ["ContinuousApproach", "estimate_continuous", "ContinuousConstraints"]
 
 OPTIMIZERS = ("ipopt", "L-BFGS-B", "trust-constr", "least_squares")
+#: the fewest iterations Ipopt is continued for from an acceptable stop that is not
+#: stationary (:meth:`ContinuousApproach._continue_ipopt`)
+CONTINUE_MIN_ITERATIONS = 100
 
 
 class _ScaledObjective:
@@ -263,10 +266,7 @@ class ContinuousApproach(Approach):
                 out = _stationarity(b, out, cfg.gradient, g0)
                 if (out.status is Status.NOT_STATIONARY
                         and out.details["stationarity"].get("rule") == "decrement"):
-                    first = out
-                    out = self._ipopt(b, cfg, opts(out.x, 1e-12), out.x, method)
-                    out.iterations += first.iterations
-                    out.message = f"{first.message}; continued: {out.message}"
+                    out = self._continue_ipopt(b, cfg, out, opts(out.x, 1e-12), method)
         elif cfg.optimizer == "least_squares":
             clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
             r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock)
@@ -305,6 +305,36 @@ class ContinuousApproach(Approach):
             out = _stationarity(b, out, cfg.gradient, g0)
         out.objective_start = float(j0)
         return out
+
+    def _continue_ipopt(self, b, cfg, first, options, method):
+        """Ipopt continued from an acceptable stop ``first`` that is not stationary, for
+        at most ``max(CONTINUE_MIN_ITERATIONS, 2 × its iterations)`` more iterations (and
+        the user's ``max_iter`` in all).  Its result where it converges or realizes half
+        the Gauss–Newton decrease ``first`` was refused for; otherwise ``first`` (not
+        stationary, the point no worse), its message saying how the continuation ended."""
+        cap = max(CONTINUE_MIN_ITERATIONS, 2 * first.iterations)
+        user = (cfg.options or {}).get("max_iter")
+        if user is not None:
+            cap = min(cap, int(user) - first.iterations)
+        if cap <= 0:
+            return first
+        more = self._ipopt(b, cfg, {**options, "max_iter": cap}, first.x, method)
+        more.iterations += first.iterations
+        more.message = f"{first.message}; continued: {more.message}"
+        if more.status.success:
+            return more
+        dec = first.details["stationarity"].get("gauss_newton_decrement", np.inf)
+        try:
+            j0, j1 = (float(b.cm.objective(b.obj.u(w))) for w in (first.x, more.x))
+        except EvaluationError:
+            j0, j1 = 0.0, np.inf
+        if np.isfinite(j1) and j0 - j1 >= 0.5 * dec:
+            return more
+        first.message = (f"{first.message}; continued for {more.iterations - first.iterations} "
+                         f"iterations ({more.message.rsplit('continued: ', 1)[-1]}) without "
+                         f"the predicted decrease of {dec:.3g} (J lower by {j0 - j1:.3g})")
+        first.iterations = more.iterations
+        return first
 
     @staticmethod
     def _ipopt(b, cfg, options, w0, method):

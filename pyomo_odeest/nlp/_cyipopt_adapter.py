@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._forked import CAN_FORK, run_forked
+from ._memory import RELEASE_MEMORY_MIN_VARIABLES, release_free_memory
 from ._progress import IterationProgress, progress_enabled, time_left
 from ._protocol import EvaluationError
 
@@ -749,6 +750,9 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
                        np.where(np.isfinite(ev.x_ub), z0, 0.0))
     start_kw = ({} if multipliers is None else
                 dict(lagrange=multipliers, zl=bound_z[0], zu=bound_z[1]))
+
+    if ev.n >= RELEASE_MEMORY_MIN_VARIABLES:
+        release_free_memory()
 
     def run():
         try:

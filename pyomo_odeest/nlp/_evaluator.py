@@ -37,6 +37,7 @@ except ImportError:       # pragma: no cover - older Pyomo
         pass
 
 from ._family import Family, compile_family, slot_classes
+from ._memory import RELEASE_MEMORY_MIN_VARIABLES, release_free_memory
 from ._protocol import EvaluationError, NLPEvaluator, finite
 from ..symbolic._structure import UnsupportedExpressionError, to_sympy, walk
 from ..symbolic import lambdify
@@ -107,6 +108,14 @@ class _Registry:
             self.variables.append(data)
         self.col_of[key] = pos
         return pos
+
+    def release(self):
+        """Drop the look-up tables (which refer back to the registry) and the column
+        dictionary: what the evaluator keeps is copied out by then."""
+        self.comp_index.clear()
+        self.col_of.clear()
+        self._const_pos.clear()
+        self.pool_chunks = []
 
     def component_index(self, comp):
         ci = self.comp_index.get(id(comp))
@@ -639,9 +648,14 @@ class PyomoNLPEvaluator(NLPEvaluator):
         self._finalize(con_fams, obj_fams)
         # the registry (column dictionary, per-component look-up tables, pool
         # chunks now copied into ``_w``) is set-up data: released here, the
-        # columns of :meth:`column` are rebuilt from ``variables`` on demand
+        # columns of :meth:`column` are rebuilt from ``variables`` on demand; its
+        # look-up tables refer to it, so the cycle is broken for it to be freed now,
+        # not at the next garbage collection
+        self._reg.release()
         self._reg = None
         self._col_of = None
+        if self.n >= RELEASE_MEMORY_MIN_VARIABLES:
+            release_free_memory()             # the set-up's temporaries
         self.stats["setup_s"] = time.perf_counter() - t_start
 
     # -- building ----------------------------------------------------------
@@ -927,6 +941,10 @@ class PyomoNLPEvaluator(NLPEvaluator):
         del hinv
         self._hess_nnz = hukey.size
         self._cache_x = None
+        # the structure is fixed: slots read at equally spaced positions (most of a
+        # scheme's) keep no index array and are read as views of w
+        for fam in self.con_families + self.obj_families:
+            fam.compress()
         self.stats.update(n=n, m=self.m, jac_nnz=int(self._jac_rows.size),
                           hess_nnz=int(self._hess_nnz))
 

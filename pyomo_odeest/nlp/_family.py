@@ -290,14 +290,53 @@ class Family:
     compiled: _Compiled
     idx: np.ndarray                    # (rows, K) positions into w = [x, pool]
     components: list = field(default_factory=list)   # one Pyomo object per row
+    #: after :meth:`compress`: per slot ``(start, stride)`` (the slot reads
+    #: ``w[start + stride * r]`` in row ``r``) or the slot's positions; ``idx`` is
+    #: then None and :meth:`positions` rebuilds it
+    _cols: list = None
+    _nrows: int = 0
 
     @property
     def nrows(self):
-        return self.idx.shape[0]
+        return self._nrows if self.idx is None else self.idx.shape[0]
+
+    def compress(self):
+        """Keep the positions of a slot that reads ``w`` at equally spaced positions
+        (a state of every step, a parameter of every row) as its first position and
+        spacing: :meth:`slot_args` then reads it through a strided view of ``w``
+        instead of a gathered copy (no index array kept, no copy per evaluation)."""
+        idx = self.idx
+        if idx is None or idx.shape[0] < 2:
+            return
+        cols = []
+        for k in range(idx.shape[1]):
+            c = idx[:, k]
+            step = int(c[1]) - int(c[0])
+            if np.array_equal(np.diff(c), np.full(c.size - 1, step, dtype=c.dtype)):
+                cols.append((int(c[0]), step))
+            else:
+                cols.append(np.ascontiguousarray(c))
+        self._cols, self._nrows, self.idx = cols, idx.shape[0], None
+
+    def positions(self):
+        """The ``(rows, K)`` positions into ``w`` (rebuilt after :meth:`compress`)."""
+        if self.idx is not None:
+            return self.idx
+        r = np.arange(self._nrows)
+        return np.stack([c[0] + c[1] * r if isinstance(c, tuple) else c for c in self._cols],
+                        axis=1)
 
     def slot_args(self, w):
-        """The rows' arguments: one ``(slots, rows)`` array gathered from ``w``."""
-        return w[self.idx.T]
+        """The rows' arguments: one ``(slots, rows)`` array gathered from ``w``, or
+        after :meth:`compress` a list of one array per slot, read-only strided views
+        of ``w`` where the slot's positions are equally spaced (valid until ``w`` is
+        written)."""
+        if self.idx is not None:
+            return w[self.idx.T]
+        n, item = self._nrows, w.itemsize
+        return [np.lib.stride_tricks.as_strided(w[c[0]:], shape=(n,), strides=(c[1] * item,),
+                                                writeable=False)
+                if isinstance(c, tuple) else w[c] for c in self._cols]
 
     def values(self, args):
         c = self.compiled
