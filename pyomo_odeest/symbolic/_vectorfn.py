@@ -17,7 +17,7 @@ from ._lambdify import from_code, generated_code, lambdify
 from ._store import stored
 
 __all__ = ["VectorFn", "SparseJacobian", "sparse_jacobian", "second_derivatives",
-           "observation_functions"]
+           "observation_functions", "canonical_form"]
 
 
 class VectorFn:
@@ -208,19 +208,118 @@ def second_derivatives(exprs, x_sym, u_sym, t_sym):
 def observation_functions(exprs, x_sym, u_sym, t_sym):
     """``(g, g_x, g_u)``: :class:`VectorFn` of ``exprs`` and their :func:`sparse_jacobian`
     in ``x_sym`` and ``u_sym``.  Their code is kept on disk between runs (the store of
-    :mod:`._store`, keyed by the expressions), unless an expression calls an undefined
-    function or one implemented in Python (an input given as data), whose
-    implementation is not code."""
-    exprs = [sympy.sympify(e) for e in exprs]
+    :mod:`._store`), unless an expression calls an undefined function or one
+    implemented in Python (an input given as data), whose implementation is not code.
 
-    def build():
+    The code is generated for the expressions' canonical form (:func:`canonical_form`:
+    the parameters they use and their floating-point numbers as the entries of one
+    argument vector), so that experiments whose observations differ only in which
+    parameters they read and in their numbers (a PEtab problem's conditions: the
+    overrides of observable parameters, the data inside a noise formula) share one
+    generated function, built once per process and once on disk."""
+    exprs = [sympy.sympify(e) for e in exprs]
+    if any(isinstance(f, AppliedUndef) or hasattr(type(f), "_imp_")
+           for e in exprs for f in e.atoms(sympy.Function)):
+        # a function given as data, or implemented in Python
         return (VectorFn(exprs, x_sym, u_sym, t_sym),
                 sparse_jacobian(exprs, x_sym, x_sym, u_sym, t_sym),
                 sparse_jacobian(exprs, u_sym, x_sym, u_sym, t_sym))
-    if any(isinstance(f, AppliedUndef) or hasattr(type(f), "_imp_")
-           for e in exprs for f in e.atoms(sympy.Function)):
-        return build()                    # a function given as data, or implemented in Python
-    key = sympy.srepr((tuple(exprs), tuple(x_sym), tuple(u_sym), t_sym))
-    g, gx, gu = stored("observations", key, lambda: [f.code() for f in build()])
-    return (VectorFn.from_code(g), SparseJacobian.from_code(gx, exprs, x_sym),
-            SparseJacobian.from_code(gu, exprs, u_sym))
+    cexprs, used, q_sym, consts = canonical_form(exprs, u_sym)
+    x_sym = tuple(x_sym)
+    key = sympy.srepr((tuple(cexprs), x_sym, tuple(q_sym), t_sym))
+    fns = _CANONICAL.get(key)
+    if fns is None:
+        def build():
+            return [VectorFn(cexprs, x_sym, q_sym, t_sym).code(),
+                    sparse_jacobian(cexprs, x_sym, x_sym, q_sym, t_sym).code(),
+                    sparse_jacobian(cexprs, q_sym[:len(used)], x_sym, q_sym, t_sym).code()]
+        g, gx, gu = stored("observations", key, build)
+        fns = (tuple(None if c["fn"] is None else from_code(c["fn"]) for c in (g, gx, gu)),
+               (g, gx, gu))
+        if len(_CANONICAL) >= _CANONICAL_SIZE:
+            _CANONICAL.pop(next(iter(_CANONICAL)))
+        _CANONICAL[key] = fns
+    funcs, codes = fns
+    used = np.asarray(used, dtype=np.int64)
+    out = []
+    for fn, code, cls in zip(funcs, codes, (VectorFn, SparseJacobian, SparseJacobian)):
+        obj = cls.__new__(cls)
+        obj.size, obj.extra = code["size"], ()
+        obj._fn = None if fn is None else _Canonical(fn, used, consts)
+        out.append(obj)
+    g, gx, gu = out
+    # the Jacobians' columns: the states', and the positions in u of the parameters used
+    for jac, code, wrt, cols in ((gx, codes[1], x_sym, None), (gu, codes[2], tuple(u_sym), used)):
+        jac.rows = np.asarray(code["rows"], dtype=np.int64)
+        c = np.asarray(code["cols"], dtype=np.int64)
+        jac.cols = c if cols is None else cols[c]
+        jac.shape, jac.nnz = (len(exprs), len(wrt)), len(code["rows"])
+        jac.distinct_cols = len(np.unique(jac.cols)) == jac.nnz
+        jac._exprs, jac._of = None, (list(exprs), list(wrt))
+    return g, gx, gu
+
+
+#: generated observation functions of this process by canonical key (:func:`observation_functions`)
+_CANONICAL: dict = {}
+_CANONICAL_SIZE = 256
+
+
+def canonical_form(exprs, u_sym):
+    """``(canonical expressions, used, q_sym, consts)``: ``exprs`` with the parameters of
+    ``u_sym`` they use (positions ``used`` in ``u_sym``) and their floating-point numbers
+    (values ``consts``) replaced by the symbols ``q_sym`` (the parameters first), each
+    numbered in the order of its first appearance in a pre-order traversal of the
+    expressions.  Two lists of expressions that differ only in which parameters they read
+    and in their numbers have the same canonical expressions when these orders agree;
+    they are evaluated with ``q = (u[used], consts)``.  Numbers that are exponents stay
+    in the expressions (their derivatives keep their form)."""
+    position = {s: k for k, s in enumerate(u_sym)}
+    order, numbers = [], []
+    # a number in an exponent stays a number: sympy differentiates x**q as q*x**q/x,
+    # which is NaN at x = 0 where x**2.0's derivative 2.0*x is 0
+    seen = set()
+    seen_numbers = {p.exp for e in exprs for p in e.atoms(sympy.Pow) if p.exp.is_Float}
+    for e in exprs:
+        for a in sympy.preorder_traversal(e):
+            if a.is_Symbol:
+                if a in position and a not in seen:
+                    seen.add(a)
+                    order.append(a)
+            elif isinstance(a, sympy.Float) and a not in seen_numbers:
+                seen_numbers.add(a)
+                numbers.append(a)
+    q_sym = ([sympy.Symbol(f"q{k}", **s.assumptions0) for k, s in enumerate(order)]
+             + [sympy.Symbol(f"q{len(order) + k}", real=True) for k in range(len(numbers))])
+    table = dict(zip(order + numbers, q_sym))
+    cexprs = [e.xreplace(table) for e in exprs]
+    return (cexprs, [position[s] for s in order], tuple(q_sym),
+            np.array([float(v) for v in numbers], dtype=float))
+
+
+class _Canonical:
+    """A generated function of ``(x, q, t, *extra)`` called as one of ``(x, u, t, *extra)``:
+    ``q`` is ``u[used]`` followed by ``consts`` (:func:`canonical_form`)."""
+
+    __slots__ = ("fn", "used", "consts", "_used_list", "_consts_list")
+
+    def __init__(self, fn, used, consts):
+        self.fn, self.used, self.consts = fn, used, consts
+        self._used_list, self._consts_list = used.tolist(), consts.tolist()
+
+    def __call__(self, x, u, t, *extra):
+        if isinstance(u, (list, tuple)):              # Python floats (the point path)
+            q = [u[i] for i in self._used_list] + self._consts_list
+        else:
+            u = np.asarray(u, dtype=float)
+            if u.ndim == 1:
+                q = np.concatenate([u[self.used], self.consts])
+            else:                                     # a column of parameters per point
+                q = np.concatenate([u[self.used], np.broadcast_to(
+                    self.consts[:, None], (len(self.consts),) + u.shape[1:])])
+        return self.fn(x, q, t, *extra)
+
+    def __getstate__(self):
+        return (self.fn, self.used, self.consts)
+
+    def __setstate__(self, state):
+        self.__init__(*state)

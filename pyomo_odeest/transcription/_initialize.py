@@ -216,7 +216,8 @@ def scale_states(m, b, simulated=None):
             big = mags[s]
             if not (big > 1.0 or (sim and big > floor and big > 0.0)):
                 continue
+            factor = 1.0 / big                 # one float object for all its entries
             for var in [blk.x[i, s] for i in range(k + 1)] + [c[i, s] for c in stages
                                                                 if c is not None for i in range(k)]:
                 if not var.fixed and var not in sf:
-                    sf[var] = 1.0 / big
+                    sf[var] = factor

@@ -368,4 +368,6 @@ def test_noise_collection_problems(name):
     else:
         assert "s_pRII_global" in pe.problem.parameter_names and not pe.noise_parameters
     ref = REFERENCE[name] + pe.model.prior_nll()
-    assert objective_at_nominal(pe) == pytest.approx(ref, abs=1e-3 * abs(ref))
+    # to the reference's digits, not the collection's 1e-3·|NLL| (3.9 on Isensee): a
+    # pre-equilibration with a spurious conservation law was 0.089 off and passed that
+    assert objective_at_nominal(pe) == pytest.approx(ref, abs=1e-4)

@@ -27,8 +27,15 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setattr("pyomo_odeest.symbolic._store.STORE_COUNTS",
                         dict.fromkeys(STORE_COUNTS, 0))
+    monkeypatch.setattr("pyomo_odeest.symbolic._vectorfn._CANONICAL", {})
     from pyomo_odeest.symbolic import _store
     return _store.STORE_COUNTS, tmp_path / "generated"
+
+
+def new_process():
+    """Forget the functions this process generated (a new process reads the store)."""
+    from pyomo_odeest.symbolic import _vectorfn
+    _vectorfn._CANONICAL.clear()
 
 
 def values(fns):
@@ -58,6 +65,9 @@ def test_second_build_reads_the_store_with_identical_values(store):
     first = observation_functions(G, X, U, T)
     assert counts == {"loaded": 0, "built": 1, "rejected": 0}
     assert len(glob.glob(str(folder / "observations_*.json"))) == 1
+    assert observation_functions(G, X, U, T) is not None     # this process's: no file read
+    assert counts == {"loaded": 0, "built": 1, "rejected": 0}
+    new_process()
     second = observation_functions(G, X, U, T)
     assert counts == {"loaded": 1, "built": 1, "rejected": 0}
     for a, b in zip(values(first), values(second)):
@@ -89,11 +99,13 @@ def test_a_damaged_entry_is_built_again_and_replaced(store, damage):
         text = "\x00\x01 not a record"
     with open(path, "w") as fh:
         fh.write(text)
+    new_process()
     again = observation_functions(G, X, U, T)
     assert counts == {"loaded": 0, "built": 2, "rejected": 1}
     for a, b in zip(reference, values(again)):
         np.testing.assert_array_equal(a, b)
     stored("observations", "unused", lambda: None)      # the store still works
+    new_process()
     observation_functions(G, X, U, T)
     assert counts["loaded"] == 1                          # the replaced file is read
 
@@ -104,3 +116,48 @@ def test_expressions_of_undefined_functions_are_not_stored(store):
     observation_functions([X[0] * inp], X, U, T)
     assert counts == {"loaded": 0, "built": 0, "rejected": 0}
     assert not os.path.exists(folder) or not os.listdir(folder)
+
+
+def test_observations_that_differ_in_parameters_and_numbers_share_one_function(store):
+    """Two experiments whose observations read other parameters (PEtab's overrides of
+    observable parameters) and other numbers (data inside a noise formula) share one
+    generated function: one entry built, and each evaluates its own expressions, with
+    its parameter Jacobian in its own columns of u."""
+    counts, folder = store
+    mine = [10 ** U[2] * X[0] + U[9] - 3.25, (X[1] - 0.5) / (0.1 * 10 ** U[9]),
+            sympy.exp(U[17]) * T]
+    theirs = [10 ** U[4] * X[0] + U[33] - 7.5, (X[1] - 1.75) / (0.1 * 10 ** U[33]),
+              sympy.exp(U[1]) * T]
+    a = observation_functions(mine, X, U, T)
+    b = observation_functions(theirs, X, U, T)
+    assert counts == {"loaded": 0, "built": 1, "rejected": 0}
+    rng = np.random.default_rng(1)
+    Xv, uv, tv = rng.uniform(0.5, 2.0, (5, 3)), rng.uniform(-1.0, 1.0, 40), np.linspace(0, 2, 5)
+    for exprs, (g, gx, gu) in ((mine, a), (theirs, b)):
+        ref = sympy.lambdify((X, U, T), exprs, "numpy")
+        want = np.array([np.broadcast_to(v, (5,)) for v in ref(Xv.T, uv, tv)]).T
+        np.testing.assert_allclose(g(Xv, uv, tv), want, rtol=1e-14, atol=1e-14)
+        np.testing.assert_allclose(g.point(list(Xv[1]), list(uv), float(tv[1])), want[1],
+                                   rtol=1e-14)
+        for jac, wrt in ((gx, X), (gu, U)):
+            dense = jac.dense(jac.values(Xv, uv, tv))
+            for r, e in enumerate(exprs):
+                for c, s in enumerate(wrt):
+                    d = sympy.lambdify((X, U, T), sympy.diff(e, s), "numpy")(Xv.T, uv, tv)
+                    np.testing.assert_allclose(dense[:, r, c], np.broadcast_to(d, (5,)),
+                                               rtol=1e-13, atol=1e-14)
+            assert [jac.exprs[k] == sympy.diff(exprs[r], wrt[c])
+                    for k, (r, c) in enumerate(zip(jac.rows, jac.cols))] == [True] * jac.nnz
+
+
+def test_a_number_in_an_exponent_stays_a_number(store):
+    """x**2.0's derivative is 0 at x = 0; with the exponent a symbol q sympy writes
+    q*x**q/x, NaN there: exponents are not made arguments."""
+    from pyomo_odeest.symbolic._vectorfn import canonical_form
+    exprs = [X[0] ** 2.0 + 2.0 * U[1], 3.5 * X[1] ** 1.5]
+    cexprs, used, q, consts = canonical_form(exprs, U)
+    assert used == [1] and consts.tolist() == [3.5]       # 2.0 is an exponent somewhere
+    g, gx, gu = observation_functions(exprs, X, U, T)
+    Xv = np.array([[0.0, 0.0, 1.0]])
+    np.testing.assert_array_equal(gx.dense(gx.values(Xv, np.ones(40), np.zeros(1)))[0][:, :2],
+                                  np.zeros((2, 2)))
