@@ -11,9 +11,16 @@ time limit.  References: ``reference_nll`` of a ``references.tsv`` beside the fo
 or ``--references FILE``.
 
     python benchmarks/petab_import.py FOLDER... [--references FILE] [--timeout S] [--out TSV]
+                                    [--engine scipy|cvodes]
+
+``--engine cvodes``: the imported problem's own NLL by the continuous approach's
+CVODES engine at its default tolerances instead of LSODA at rtol 1e-10 (does every
+problem simulate on the engine the fits use?).
 
 Output: one line per problem ``petab_import: name=... status=... nll_import=...
-nll_petab=... reference=...`` and the table (TSV) in ``--out``.  ``status``:
+nll_petab=... reference=... difference=...`` (``difference``: (nll_import -
+reference) / max(1, |reference|), which ``match`` bounds by 1e-3) and the table
+(TSV) in ``--out``.  ``status``:
 ``match`` (the imported problem's nominal NLL is the reference), ``mismatch``,
 ``no_reference``, ``refused`` (the import raised; ``reason`` holds the message),
 ``time_limit``.
@@ -39,8 +46,8 @@ def yaml_of(folder):
     return os.path.join(folder, (own or ys)[0])
 
 
-def check(folder, queue):
-    from pyomo_odeest.discretization.continuous import ContinuousModel
+def check(folder, queue, engine="scipy"):
+    from pyomo_odeest.discretization.continuous import ContinuousModel, continuous_model
     from pyomo_odeest.petab_io import petab_nll, petab_problem, read_petab
     out = {}
     t0 = time.perf_counter()
@@ -50,7 +57,8 @@ def check(folder, queue):
         out["import_s"] = time.perf_counter() - t0
         P = pe.problem
         subs = P.experiment_problems if P.experiments else [P]
-        J = sum(ContinuousModel(sp, method="LSODA", rtol=1e-10, atol=1e-12).objective(P.u0)
+        J = sum((ContinuousModel(sp, method="LSODA", rtol=1e-10, atol=1e-12)
+                 if engine == "scipy" else continuous_model(sp, engine="cvodes")).objective(P.u0)
                 for sp in subs)
         if pe.sigma_parameter is None:
             out["nll_import"] = float(pe.nll(J))
@@ -73,6 +81,9 @@ def main(argv=None):
     ap.add_argument("--references", default=None)
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--engine", choices=("scipy", "cvodes"), default="scipy",
+                    help="the imported problem's own simulation: LSODA at rtol 1e-10 (scipy) "
+                         "or the continuous approach's CVODES at its defaults (cvodes)")
     a = ap.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from petab_suite import problem_folders
@@ -88,7 +99,7 @@ def main(argv=None):
     for folder in folders:
         name = os.path.basename(folder)
         q = ctx.Queue()
-        proc = ctx.Process(target=check, args=(folder, q))
+        proc = ctx.Process(target=check, args=(folder, q, a.engine))
         t0 = time.perf_counter()
         proc.start()
         proc.join(a.timeout)
@@ -110,8 +121,10 @@ def main(argv=None):
                    import_s=res.get("import_s", np.nan),
                    wall_s=time.perf_counter() - t0, reason=res.get("error", ""))
         rows.append(row)
+        row["difference"] = (nll - r) / max(1.0, abs(r))
         print(f"petab_import: name={name} status={status} nll_import={nll:.10g} "
               f"nll_petab={row['nll_petab']:.10g} reference={r:.10g} "
+              f"difference={row['difference']:.2g} "
               f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
                                                if row["reason"] else ""), flush=True)
     tab = pd.DataFrame(rows)

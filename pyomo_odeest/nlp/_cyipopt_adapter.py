@@ -776,6 +776,8 @@ def solve_with_ipopt(ev, x0=None, options=None, tee=False, intermediate=None, x_
             x, info = run()
     finally:
         nlp.close()
+        if ev.n >= RELEASE_MEMORY_MIN_VARIABLES:
+            release_free_memory()          # Ipopt's and MUMPS's, before the post-solve work
     ipopt_s = time.perf_counter() - t
     ipopt_log = ""
     if log is not None:

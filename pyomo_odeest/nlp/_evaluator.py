@@ -36,7 +36,7 @@ except ImportError:       # pragma: no cover - older Pyomo
     class _TemplateDataMixin:   # noqa: D101 - nothing is an instance of it
         pass
 
-from ._family import Family, compile_family, slot_classes
+from ._family import Family, compile_family, row_chunk, slot_classes
 from ._memory import RELEASE_MEMORY_MIN_VARIABLES, release_free_memory
 from ._protocol import EvaluationError, NLPEvaluator, finite
 from ..symbolic._structure import UnsupportedExpressionError, to_sympy, walk
@@ -941,6 +941,14 @@ class PyomoNLPEvaluator(NLPEvaluator):
         del hinv
         self._hess_nnz = hukey.size
         self._cache_x = None
+        # where each piece of the plans starts in the entries before merging (the
+        # callbacks write the pieces chunk of rows by chunk of rows)
+        self._jac_offsets = _piece_offsets(
+            self._jac_plan, [f.nrows for f in self.con_families],
+            lambda piece: piece[1])
+        self._hess_offsets = _piece_offsets(
+            self._hess_plan, [f.nrows for f in self.obj_families + self.con_families],
+            lambda piece: piece[2])
         # the structure is fixed: slots read at equally spaced positions (most of a
         # scheme's) keep no index array and are read as views of w
         for fam in self.con_families + self.obj_families:
@@ -1018,8 +1026,11 @@ class PyomoNLPEvaluator(NLPEvaluator):
         _, cargs = self._args(x)
         if not self.con_families:
             return np.zeros(0)
+        c = np.empty(self.m)
         with _evaluating():
-            c = np.concatenate([f.values(a) for f, a in zip(self.con_families, cargs)])
+            for f, a in zip(self.con_families, cargs):
+                for r0, r1 in f.chunks():
+                    c[f.row0 + r0:f.row0 + r1] = f.values(row_chunk(a, r0, r1), r1 - r0)
         return finite(c, "constraint value")
 
     def jacobian_structure(self):
@@ -1041,18 +1052,24 @@ class PyomoNLPEvaluator(NLPEvaluator):
     def jacobian(self, x):
         args = self._arg_source(x)
         nobj = len(self.obj_families)
-
-        def pieces():
-            for k, (f, fplan) in enumerate(zip(self.con_families, self._jac_plan)):
-                ds = f.first(args(nobj + k, f))
-                for poss, mask in fplan:
-                    d = ds[poss[0]]
-                    for q in poss[1:]:
-                        d = d + ds[q]
-                    yield d if mask is None else d[mask]
-                del ds
-        v = _written(self._jac_rows.size if self._jac_inv is None else self._jac_inv.size,
-                     pieces(), "Jacobian")
+        v = np.empty(self._jac_rows.size if self._jac_inv is None else self._jac_inv.size)
+        with _evaluating():
+            for k, (f, fplan, offs) in enumerate(zip(self.con_families, self._jac_plan,
+                                                     self._jac_offsets)):
+                a = args(nobj + k, f)
+                pos = list(offs)
+                for r0, r1 in f.chunks():      # rows in chunks: bounded temporaries
+                    ds = f.first(row_chunk(a, r0, r1), r1 - r0)
+                    for p, (poss, mask) in enumerate(fplan):
+                        d = ds[poss[0]]
+                        for q in poss[1:]:
+                            d = d + ds[q]
+                        if mask is not None:
+                            d = d[mask[r0:r1]]
+                        v[pos[p]:pos[p] + d.size] = d
+                        pos[p] += d.size
+                    del ds
+                del a
         if self._jac_inv is not None:
             v = np.bincount(self._jac_inv, weights=v, minlength=self._jac_rows.size)
         # Ipopt factorizes after the Jacobian (least-squares multipliers) and
@@ -1068,26 +1085,34 @@ class PyomoNLPEvaluator(NLPEvaluator):
         args = self._arg_source(x)
         lam = np.asarray(lam, dtype=float)
         nobj = len(self.obj_families)
-
-        def pieces():
-            for j, (f, fplan) in enumerate(zip(self.obj_families + self.con_families,
-                                               self._hess_plan)):
+        v = np.zeros(self._hess_inv.size)              # entries before merging
+        with _evaluating():
+            for j, (f, fplan, offs) in enumerate(zip(self.obj_families + self.con_families,
+                                                     self._hess_plan, self._hess_offsets)):
                 if not fplan:
                     continue
-                wgt = obj_factor * self.sense if j < nobj else lam[f.row0:f.row0 + f.nrows]
-                ds = f.second(args(j, f))
-                for poss, wts, mask, factor in fplan:
-                    d = ds[poss[0]] if wts[0] == 1.0 else wts[0] * ds[poss[0]]
-                    for q, w in zip(poss[1:], wts[1:]):
-                        d = d + (ds[q] if w == 1.0 else w * ds[q])
-                    v = d * wgt
-                    if isinstance(mask, str):       # "sum": one entry for every row
-                        yield np.atleast_1d(factor * np.sum(v))
-                        continue
-                    v = v if mask is None else v[mask]
-                    yield v if factor is None else v * factor
-                del ds
-        v = _written(self._hess_inv.size, pieces(), "Hessian")     # entries before merging
+                a = args(j, f)
+                pos = list(offs)
+                for r0, r1 in f.chunks():      # rows in chunks: bounded temporaries
+                    wgt = (obj_factor * self.sense if j < nobj
+                           else lam[f.row0 + r0:f.row0 + r1])
+                    ds = f.second(row_chunk(a, r0, r1), r1 - r0)
+                    for p, (poss, wts, mask, factor) in enumerate(fplan):
+                        d = ds[poss[0]] if wts[0] == 1.0 else wts[0] * ds[poss[0]]
+                        for q, w in zip(poss[1:], wts[1:]):
+                            d = d + (ds[q] if w == 1.0 else w * ds[q])
+                        d = d * wgt
+                        if isinstance(mask, str):   # "sum": one entry for every row
+                            v[pos[p]] += factor * np.sum(d)
+                            continue
+                        if mask is not None:
+                            d = d[mask[r0:r1]]
+                        if factor is not None:
+                            d = d * factor[pos[p] - offs[p]:pos[p] - offs[p] + d.size]
+                        v[pos[p]:pos[p] + d.size] = d
+                        pos[p] += d.size
+                    del ds
+                del a
         h = np.bincount(self._hess_inv, weights=v, minlength=self._hess_nnz)
         self._cache_x = self._cache_args = None      # as in jacobian()
         return finite(h, "Hessian entry")
@@ -1126,17 +1151,17 @@ def _evaluating():
             raise EvaluationError(str(err)) from None
 
 
-def _written(size, pieces, what):
-    """The arrays ``pieces`` written one after another into one array of ``size``
-    entries (in place: no list of pieces and concatenated copy)."""
-    out = np.empty(size)
-    o = 0
-    with _evaluating():
-        for v in pieces:
-            out[o:o + v.size] = v
-            o += v.size
-    if o != size:                                  # pragma: no cover - a set-up bug
-        raise AssertionError(f"{what}: {o} entries written, {size} expected")
+def _piece_offsets(plans, nrows, mask_of):
+    """Per family, where each piece of its plan starts in the entries before merging:
+    a piece has one entry per row, per row of its mask, or one (``"sum"``)."""
+    out, o = [], 0
+    for plan, n in zip(plans, nrows):
+        offs = []
+        for piece in plan:
+            offs.append(o)
+            mask = mask_of(piece)
+            o += 1 if isinstance(mask, str) else n if mask is None else int(np.count_nonzero(mask))
+        out.append(offs)
     return out
 
 

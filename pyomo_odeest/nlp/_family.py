@@ -21,7 +21,7 @@ from ..symbolic._structure import to_sympy
 from ..symbolic._treediff import differentiate_structure
 from ..symbolic import lambdify
 
-__all__ = ["Family", "compile_family", "slot_classes"]
+__all__ = ["Family", "compile_family", "slot_classes", "row_chunk", "ROW_CHUNK"]
 
 _CACHE: dict = {}
 
@@ -282,6 +282,12 @@ def _expand(fn, consts, args, nrows):
     return out
 
 
+#: rows of a family evaluated in one call: the generated code's intermediate arrays (one
+#: per common subexpression and per output) then take a few MB, not one array of every
+#: row each (about 300 bytes per NLP variable at 10⁵ steps in one call)
+ROW_CHUNK = 16384
+
+
 @dataclass
 class Family:
     """Rows sharing one compiled expression (see module docstring)."""
@@ -338,20 +344,37 @@ class Family:
                                                 writeable=False)
                 if isinstance(c, tuple) else w[c] for c in self._cols]
 
-    def values(self, args):
+    def values(self, args, nrows=None):
+        """The rows' values at ``args`` (:meth:`slot_args`, or a :func:`row_chunk` of
+        ``nrows`` rows of them)."""
         c = self.compiled
         v = c.value_at(c.rows(args)) if isinstance(c, _SumCompiled) else c.value(*args)
-        return np.broadcast_to(np.asarray(v, dtype=float), (self.nrows,))
+        return np.broadcast_to(np.asarray(v, dtype=float),
+                               (self.nrows if nrows is None else nrows,))
 
-    def _derivatives(self, which, args):
+    def _derivatives(self, which, args, nrows):
         c = self.compiled
         if isinstance(c, _SumCompiled):      # one array of the rows per entry
             return c.derivs_at(which, c.rows(args))
         fn, consts = (c.d1, c.d1_const) if which == 1 else (c.d2, c.d2_const)
-        return _expand(fn, consts, args, self.nrows)
+        return _expand(fn, consts, args, self.nrows if nrows is None else nrows)
 
-    def first(self, args):
-        return self._derivatives(1, args)
+    def first(self, args, nrows=None):
+        return self._derivatives(1, args, nrows)
 
-    def second(self, args):
-        return self._derivatives(2, args)
+    def second(self, args, nrows=None):
+        return self._derivatives(2, args, nrows)
+
+    def chunks(self, size=None):
+        """``(r0, r1)`` row ranges of at most ``size`` (default :data:`ROW_CHUNK`) rows
+        covering the family."""
+        size = ROW_CHUNK if size is None else int(size)
+        n = self.nrows
+        return [(r, min(r + size, n)) for r in range(0, max(n, 1), size)] if n else [(0, 0)]
+
+
+def row_chunk(args, r0, r1):
+    """Rows ``r0:r1`` of a family's arguments (:meth:`Family.slot_args`): views."""
+    if isinstance(args, np.ndarray) and args.ndim == 2:
+        return args[:, r0:r1]
+    return [a[r0:r1] for a in args]

@@ -27,8 +27,9 @@ def release_free_memory():
     structure, the scaling's Jacobian, the start's multipliers) are freed before Ipopt
     starts, but glibc keeps arrays below its adaptive mmap threshold (up to 32 MB) in its
     heap, and Ipopt's and MUMPS's allocations then grow the process on top of those free
-    pages; returned, they are reused page by page.  Called after an evaluator's set-up
-    and before Ipopt starts, for NLPs of at least :data:`RELEASE_MEMORY_MIN_VARIABLES`
+    pages; returned, they are reused page by page.  Called after an evaluator's set-up,
+    before Ipopt starts and after it has finished (what Ipopt and MUMPS freed, before the
+    post-solve analyses allocate), for NLPs of at least :data:`RELEASE_MEMORY_MIN_VARIABLES`
     variables (docs/performance.md, "Memory"); it takes milliseconds.  True where it
     ran."""
     if _MALLOC_TRIM is None:

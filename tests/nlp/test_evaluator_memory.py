@@ -55,12 +55,20 @@ def test_evaluator_keeps_little_per_variable():
     assert kept / ev.n < 400
 
 
+@pytest.mark.parametrize("chunk", [None, 7])
 @pytest.mark.parametrize("scheme,qmax", [("adams_moulton", 2), ("semi_implicit_enright", 3)])
-def test_structure_and_values_after_release(scheme, qmax):
+def test_structure_and_values_after_release(scheme, qmax, chunk, monkeypatch):
     """int32 structure; the same Jacobian and Hessian as the row-by-row
     reference evaluator; values at a point do not depend on the order of the
-    callbacks (the gathered arguments are dropped after the Hessian)."""
+    callbacks (the gathered arguments are dropped after the Hessian).  With rows
+    evaluated 7 at a time (``ROW_CHUNK``; 16384 by default, more than these models
+    have) the pieces written chunk by chunk, masked pieces and the sums over every
+    row give the same values."""
+    if chunk is not None:
+        monkeypatch.setattr("pyomo_odeest.nlp._family.ROW_CHUNK", chunk)
     m = lv_model(3, scheme, qmax)
+    for s in ("x1", "x2"):                   # rows reading a constant there: masked pieces
+        m.est.x[5, s].fix()
     ev = PyomoNLPEvaluator(m)
     ref = PyomoNLPEvaluator(m, templatize=False)
     for a in ev.jacobian_structure() + ev.hessian_structure():
@@ -176,3 +184,47 @@ def test_release_free_memory_runs_where_the_c_library_has_it():
     import sys
     from pyomo_odeest.nlp._memory import release_free_memory
     assert release_free_memory() is sys.platform.startswith("linux")
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_rows_reading_one_variable_through_two_slots(chunk, monkeypatch):
+    """Rows ``x_i · x_p(i)`` with ``p(i) = i`` in every other row: one family whose two
+    slots read the same column there (its Hessian entry counts twice) and a fixed
+    variable in some rows (masked pieces); in chunks of 3 rows the Jacobian and the
+    Hessian of the Lagrangian equal the closed form."""
+    if chunk is not None:
+        monkeypatch.setattr("pyomo_odeest.nlp._family.ROW_CHUNK", chunk)
+    n = 11
+    m = pyo.ConcreteModel()
+    m.x = pyo.Var(range(n + 1), initialize=lambda m, i: 1.0 + 0.1 * i)
+    m.x[n].fix(3.0)
+    p = [i if i % 2 == 0 else i + 1 for i in range(n)]
+    m.c = pyo.Constraint(range(n), rule=lambda m, i: m.x[i] * m.x[p[i]] == 1.0)
+    m.o = pyo.Objective(expr=sum(m.x[i] ** 2 for i in range(n)))
+    ev = PyomoNLPEvaluator(m)
+    col = {i: ev.column(m.x[i]) for i in range(n)}
+    x = ev.x0.copy()
+    xv = {i: x[col[i]] for i in range(n)}
+    xv[n] = 3.0
+    lam = np.linspace(0.5, 1.5, ev.m)
+    row = {id(c): k for k, c in enumerate(ev.constraint_rows)}
+    J = np.zeros((ev.m, ev.n))
+    J[ev.jacobian_structure()] = ev.jacobian(x)
+    H = np.zeros((ev.n, ev.n))
+    np.add.at(H, ev.hessian_structure(), ev.hessian(x, lam, 1.0))
+    H = H + H.T - np.diag(np.diag(H))
+    Jw, Hw = np.zeros_like(J), np.zeros_like(H)
+    for i in range(n):
+        r = row[id(m.c[i])]
+        Hw[col[i], col[i]] += 2.0
+        if p[i] == i:
+            Jw[r, col[i]] = 2 * xv[i]
+            Hw[col[i], col[i]] += 2 * lam[r]
+        else:
+            Jw[r, col[i]] = xv[p[i]]
+            if p[i] < n:
+                Jw[r, col[p[i]]] = xv[i]
+                Hw[col[i], col[p[i]]] += lam[r]
+                Hw[col[p[i]], col[i]] += lam[r]
+    np.testing.assert_allclose(J, Jw, rtol=1e-15)
+    np.testing.assert_allclose(H, Hw, rtol=1e-15)

@@ -1,5 +1,6 @@
 """fit_petab: one call from a PEtab problem to a checked fit, its rules, its result and
 its command line (``pyomo-odeest petab``)."""
+import importlib.util
 import json
 import os
 import types
@@ -451,3 +452,21 @@ def test_docs_snippet_runs_as_written(tmp_path, monkeypatch):
     assert ns["fit"].status == _fit.CONVERGED
     assert (tmp_path / "preeq_fit" / "table.csv").is_file()
     assert (tmp_path / "preeq_fit" / "waterfall.png").is_file()
+
+
+@pytest.mark.parametrize("engine", ["scipy", "cvodes"])
+def test_import_check_states_how_close_the_nominal_nll_is(engine, capsys):
+    """benchmarks/petab_import.py on Bruno with either engine of the imported problem's
+    own simulation: one ``petab_import:`` line with the relative difference from the
+    reference (a ``match`` is within 1e-3, here within 1e-6), and the summary line."""
+    pytest.importorskip("casadi")
+    spec = importlib.util.spec_from_file_location(
+        "petab_import", os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks",
+                                     "petab_import.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([BRUNO, "--engine", engine]) == 0
+    out = capsys.readouterr().out.splitlines()
+    fields = _fields(out[0])
+    assert fields["status"] == "match" and abs(float(fields["difference"])) < 1e-6
+    assert out[-1] == "petab_import: problems=1 match=1"
