@@ -291,6 +291,7 @@ def test_states_that_start_at_zero_and_stay_there_are_fixed():
         np.testing.assert_allclose(res.estimates[list(TRUE)], list(TRUE.values()), rtol=2e-3)
 
 
+@pytest.mark.extras
 def test_zero_face_laws_are_the_face_dynamics_own():
     """Isensee's pre-equilibration has 15 states on its zero face and conservation laws
     that differ only on the face (AC with and without forskolin, phosphorylated or not):
@@ -299,7 +300,8 @@ def test_zero_face_laws_are_the_face_dynamics_own():
     trajectory; a steady state with |f| = 1.5e-5, the nominal NLL 0.089 off).  The laws
     found on the face itself give the steady state a long simulation reaches."""
     import os
-    from scipy.integrate import solve_ivp
+    pytest.importorskip("petab")
+    pytest.importorskip("libsbml")
     from pyomo_odeest.petab_io import petab_problem, read_petab
     from pyomo_odeest.symbolic import lambdify
     folder = os.path.join(os.path.dirname(__file__), "..", "data", "petab", "Isensee_JCB2018")
