@@ -228,3 +228,22 @@ def test_rows_reading_one_variable_through_two_slots(chunk, monkeypatch):
                 Hw[col[p[i]], col[i]] += lam[r]
     np.testing.assert_allclose(J, Jw, rtol=1e-15)
     np.testing.assert_allclose(H, Hw, rtol=1e-15)
+
+
+def test_peers_benchmark_prints_the_floor_beside_the_memory():
+    """benchmarks/peers.py with our method only, at a small N: its last line carries
+    ``bytes_per_var`` and the floor measured in the same run (Ipopt alone plus the least
+    Pyomo model), whose ratio it prints."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "peers.py"
+    out = subprocess.run([sys.executable, str(script), "1000", "--methods", "ours",
+                          "--repeats", "1"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    last = out.stdout.strip().splitlines()[-1]
+    fields = dict(kv.split("=") for kv in last.split()[1:])
+    assert last.startswith("peers: N=1000 ")
+    mem, floor = float(fields["bytes_per_var"]), float(fields["floor_bytes_per_var"])
+    assert mem > 0 and floor > 0
+    assert float(fields["over_floor"]) == pytest.approx(mem / floor, rel=2e-3)
