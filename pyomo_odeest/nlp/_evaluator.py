@@ -944,11 +944,11 @@ class PyomoNLPEvaluator(NLPEvaluator):
         # where each piece of the plans starts in the entries before merging (the
         # callbacks write the pieces chunk of rows by chunk of rows)
         self._jac_offsets = _piece_offsets(
-            self._jac_plan, [f.nrows for f in self.con_families],
-            lambda piece: piece[1])
+            self._jac_plan, [f.nrows for f in self.con_families], lambda piece: piece[1],
+            self._jac_rows.size if self._jac_inv is None else self._jac_inv.size, "Jacobian")
         self._hess_offsets = _piece_offsets(
             self._hess_plan, [f.nrows for f in self.obj_families + self.con_families],
-            lambda piece: piece[2])
+            lambda piece: piece[2], self._hess_inv.size, "Hessian")
         # the structure is fixed: slots read at equally spaced positions (most of a
         # scheme's) keep no index array and are read as views of w
         for fam in self.con_families + self.obj_families:
@@ -1151,9 +1151,9 @@ def _evaluating():
             raise EvaluationError(str(err)) from None
 
 
-def _piece_offsets(plans, nrows, mask_of):
-    """Per family, where each piece of its plan starts in the entries before merging:
-    a piece has one entry per row, per row of its mask, or one (``"sum"``)."""
+def _piece_offsets(plans, nrows, mask_of, size, what):
+    """Per family, where each piece of its plan starts in the ``size`` entries before
+    merging: a piece has one entry per row, per row of its mask, or one (``"sum"``)."""
     out, o = [], 0
     for plan, n in zip(plans, nrows):
         offs = []
@@ -1162,6 +1162,8 @@ def _piece_offsets(plans, nrows, mask_of):
             mask = mask_of(piece)
             o += 1 if isinstance(mask, str) else n if mask is None else int(np.count_nonzero(mask))
         out.append(offs)
+    if o != size:                                  # pragma: no cover - a set-up bug
+        raise AssertionError(f"{what}: the pieces hold {o} entries, the structure {size}")
     return out
 
 

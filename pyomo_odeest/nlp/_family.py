@@ -370,7 +370,7 @@ class Family:
         covering the family."""
         size = ROW_CHUNK if size is None else int(size)
         n = self.nrows
-        return [(r, min(r + size, n)) for r in range(0, max(n, 1), size)] if n else [(0, 0)]
+        return [(r, min(r + size, n)) for r in range(0, n, size)] or [(0, 0)]
 
 
 def row_chunk(args, r0, r1):

@@ -6,7 +6,8 @@ import ctypes
 __all__ = ["RELEASE_MEMORY_MIN_VARIABLES", "release_free_memory"]
 
 #: an NLP with at least this many variables has the C library's free memory returned to
-#: the system before Ipopt starts (:func:`release_free_memory`)
+#: the system after its evaluator's set-up and around its Ipopt solve
+#: (:func:`release_free_memory`)
 RELEASE_MEMORY_MIN_VARIABLES = 10_000
 
 

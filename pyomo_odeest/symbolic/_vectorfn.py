@@ -34,11 +34,13 @@ class VectorFn:
         return {"size": self.size, "fn": None if self._fn is None else generated_code(self._fn)}
 
     @classmethod
-    def from_code(cls, code):
-        """The function of :meth:`code`'s data (without extra arguments)."""
+    def from_code(cls, code, fn=None):
+        """The function of :meth:`code`'s data (without extra arguments); ``fn``: its
+        generated function when already made from that code."""
         out = cls.__new__(cls)
         out.size, out.extra = code["size"], ()
-        out._fn = None if code["fn"] is None else from_code(code["fn"])
+        out._fn = (None if code["fn"] is None else
+                   fn if fn is not None else from_code(code["fn"]))
         return out
 
     def __call__(self, X, u, t, *extra):
@@ -97,9 +99,10 @@ class SparseJacobian(VectorFn):
                     shape=list(self.shape))
 
     @classmethod
-    def from_code(cls, code, of, wrt):
-        """The Jacobian of ``of`` in ``wrt`` from :meth:`code`'s data."""
-        out = super().from_code(code)
+    def from_code(cls, code, of, wrt, fn=None):
+        """The Jacobian of ``of`` in ``wrt`` from :meth:`code`'s data (``fn``: as for
+        :meth:`VectorFn.from_code`)."""
+        out = super().from_code(code, fn)
         out.rows = np.asarray(code["rows"], dtype=np.int64)
         out.cols = np.asarray(code["cols"], dtype=np.int64)
         out.shape, out.nnz = tuple(code["shape"]), len(code["rows"])
@@ -239,23 +242,16 @@ def observation_functions(exprs, x_sym, u_sym, t_sym):
         if len(_CANONICAL) >= _CANONICAL_SIZE:
             _CANONICAL.pop(next(iter(_CANONICAL)))
         _CANONICAL[key] = fns
-    funcs, codes = fns
+    (fg, fgx, fgu), (g, gx, gu) = fns
     used = np.asarray(used, dtype=np.int64)
-    out = []
-    for fn, code, cls in zip(funcs, codes, (VectorFn, SparseJacobian, SparseJacobian)):
-        obj = cls.__new__(cls)
-        obj.size, obj.extra = code["size"], ()
-        obj._fn = None if fn is None else _Canonical(fn, used, consts)
-        out.append(obj)
-    g, gx, gu = out
-    # the Jacobians' columns: the states', and the positions in u of the parameters used
-    for jac, code, wrt, cols in ((gx, codes[1], x_sym, None), (gu, codes[2], tuple(u_sym), used)):
-        jac.rows = np.asarray(code["rows"], dtype=np.int64)
-        c = np.asarray(code["cols"], dtype=np.int64)
-        jac.cols = c if cols is None else cols[c]
-        jac.shape, jac.nnz = (len(exprs), len(wrt)), len(code["rows"])
-        jac.distinct_cols = len(np.unique(jac.cols)) == jac.nnz
-        jac._exprs, jac._of = None, (list(exprs), list(wrt))
+
+    def wrapped(fn):
+        return None if fn is None else _Canonical(fn, used, consts)
+    g = VectorFn.from_code(g, wrapped(fg))
+    gx = SparseJacobian.from_code(gx, exprs, x_sym, wrapped(fgx))
+    gu = SparseJacobian.from_code(gu, exprs, u_sym, wrapped(fgu))
+    # its columns were the parameters used: their positions in u
+    gu.cols, gu.shape = used[gu.cols], (len(exprs), len(u_sym))
     return g, gx, gu
 
 
