@@ -83,6 +83,11 @@ class PetabEstimation:
         self.noise_start = {g: self.model.parameter(g).nominal for g in self.noise_parameters}
         self.setup_s = float("nan")
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_simulator"] = None             # compiled functions, made again on use
+        return state
+
     @property
     def n_data(self):
         return len(self._c)
@@ -696,12 +701,8 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
         if pre is None:
             return None
         f_pre = [scaled(e) for e in model_rhs(pre, at=sympy.oo if steady_state else 0)]
-
-        def rhs_pre(x, u, t):
-            o = objects(x, u, t)
-            return [sympy_to_pyomo(e, o) for e in f_pre]
         return Preequilibration(
-            rhs=rhs_pre, reset=[] if steady_state else model.reset[cond],
+            rhs=_Rendered(f_pre, states, u_names), reset=[] if steady_state else model.reset[cond],
             initial={s: initial_fn(scaled(model.initial[pre][s])) for s in states})
 
     if len(exps) == 1:
@@ -731,3 +732,18 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
                           conditions, groups, data_rows, noise_model)
     out.setup_s = time.perf_counter() - clock
     return out
+
+
+class _Rendered:
+    """``rhs(x, u, t)``: the sympy expressions ``exprs`` of the SBML model rendered on
+    the objects of the call (states ``x[name]``, parameters ``u[name]``, time ``t``);
+    a class, so that the problem that keeps it pickles."""
+
+    def __init__(self, exprs, states, u_names):
+        self.exprs, self.states, self.u_names = list(exprs), list(states), list(u_names)
+
+    def __call__(self, x, u, t):
+        o = {symbol(n): u[n] for n in self.u_names}
+        o[TIME] = t
+        o.update({symbol(s): x[s] for s in self.states})
+        return [sympy_to_pyomo(e, o) for e in self.exprs]

@@ -27,9 +27,12 @@ __all__ = ["Input", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_fr
 _counter = itertools.count()
 
 
-def _implemented(label, fn, derivative=None):
+def _implemented(label, fn, derivative=None, spec=None):
     """A sympy function class of one argument evaluated numerically by ``fn``;
-    ``derivative`` (a class or None = 0) is its derivative."""
+    ``derivative`` (a class or None = 0) is its derivative.  ``spec``, ``(input,
+    key)``: its applications pickle as the input and the key (the class is built
+    again from the input, :meth:`Input._function`), so that a problem pickles with
+    the standard ``pickle``."""
     def fdiff(self, argindex=1):
         return derivative(self.args[0]) if derivative is not None else sympy.Integer(0)
 
@@ -37,7 +40,21 @@ def _implemented(label, fn, derivative=None):
     # no "nargs" in the class dict: sympy makes it a read-only property, which a copy of
     # the class by value (cloudpickle: a problem or result sent to another process)
     # cannot set back
-    return type(name, (sympy.Function,), {"fdiff": fdiff, "_imp_": staticmethod(fn)})
+    ns = {"fdiff": fdiff, "_imp_": staticmethod(fn)}
+    if spec is not None:
+        ns.update(_odeest_spec=spec, __reduce_ex__=_reduce_application)
+    return type(name, (sympy.Function,), ns)
+
+
+def _reduce_application(self, protocol):
+    """Pickle an application ``F(t)`` of an input's function as its input and key."""
+    inp, key = self._odeest_spec
+    return _application, (inp, key, self.args)
+
+
+def _application(inp, key, args):
+    """``F(*args)`` for the function ``key`` of input ``inp`` (unpickling)."""
+    return inp._function(key)(*args)
 
 
 def _check_knots(times, values, what, min_points=1):
@@ -73,6 +90,22 @@ class Input:
     def expression(self, t_sym, symbol_of_parameter):
         """The sympy expression of the input at time ``t_sym``."""
         raise NotImplementedError
+
+    def _function(self, key):
+        """The sympy function class ``key`` of this input, built once
+        (:meth:`_make_function`); a pickled input builds it again."""
+        made = self.__dict__.setdefault("_functions", {})
+        if key not in made:
+            made[key] = self._make_function(key)
+        return made[key]
+
+    def _make_function(self, key):
+        raise NotImplementedError
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_functions", None)          # classes made at run time
+        return state
 
     def __call__(self, t):
         """Numeric values at times ``t`` (numeric inputs only)."""
@@ -115,16 +148,21 @@ class PiecewiseConstant(Input):
 
     def expression(self, t_sym, symbol_of_parameter):
         if not self.parameter_names():
-            vals = np.asarray(self.values, dtype=float)
-            fn = _implemented("pwc", lambda t: vals[self._piece(np.asarray(t, dtype=float))])
-            return fn(t_sym)
+            return self._function(("pwc",))(t_sym)
         out = sympy.Integer(0)
         for k, v in enumerate(self.values):
-            ind = _implemented(f"ind{k}", lambda t, k=k: np.asarray(
-                self._piece(np.asarray(t, dtype=float)) == k, dtype=float))
             c = symbol_of_parameter(v) if isinstance(v, str) else sympy.Float(v)
-            out = out + c * ind(t_sym)
+            out = out + c * self._function(("ind", k))(t_sym)
         return out
+
+    def _make_function(self, key):
+        if key[0] == "pwc":                    # the input's values
+            vals = np.asarray(self.values, dtype=float)
+            return _implemented("pwc", lambda t: vals[self._piece(np.asarray(t, dtype=float))],
+                                spec=(self, key))
+        k = key[1]                             # the indicator of piece k
+        return _implemented(f"ind{k}", lambda t: np.asarray(
+            self._piece(np.asarray(t, dtype=float)) == k, dtype=float), spec=(self, key))
 
 
 class PiecewiseLinear(Input):
@@ -144,8 +182,12 @@ class PiecewiseLinear(Input):
         return self._slopes[np.searchsorted(self.times, np.asarray(t, dtype=float), side="right")]
 
     def expression(self, t_sym, symbol_of_parameter):
-        d = _implemented("pwl_d", self.slope)
-        return _implemented("pwl", self.__call__, d)(t_sym)
+        return self._function(("pwl",))(t_sym)
+
+    def _make_function(self, key):
+        if key[0] == "pwl_d":
+            return _implemented("pwl_d", self.slope, spec=(self, key))
+        return _implemented("pwl", self.__call__, self._function(("pwl_d",)), spec=(self, key))
 
 
 class Spline(Input):
@@ -163,11 +205,14 @@ class Spline(Input):
         return self.spline(np.asarray(t, dtype=float))
 
     def expression(self, t_sym, symbol_of_parameter):
-        cls = None
-        for order in (3, 2, 1, 0):
-            fn = (lambda o: (lambda t: self.spline(np.asarray(t, dtype=float), o)))(order)
-            cls = _implemented(f"spl_d{order}" if order else "spl", fn, cls)
-        return cls(t_sym)
+        return self._function(("spl", 0))(t_sym)
+
+    def _make_function(self, key):
+        order = key[1]                         # the derivative of that order (a cubic: 3 last)
+        return _implemented(f"spl_d{order}" if order else "spl",
+                            lambda t: self.spline(np.asarray(t, dtype=float), order),
+                            self._function(("spl", order + 1)) if order < 3 else None,
+                            spec=(self, key))
 
 
 _KINDS = {"constant": PiecewiseConstant, "linear": PiecewiseLinear, "spline": Spline}

@@ -122,5 +122,15 @@ class Preequilibrated:
         ov = self._overrides(pre, names, us, symbol_of, where)
         f = [sympy.sympify(v).xreplace(ov).xreplace(subs) for v in f]
         x0 = {s: sympy.sympify(v).xreplace(ov).xreplace(subs) for s, v in x0.items()}
-        return Preequilibration(initial=x0, rhs=(lambda fe: (lambda x, u, t: list(fe)))(f),
-                                reset=pre.reset)
+        return Preequilibration(initial=x0, rhs=_Stated(f), reset=pre.reset)
+
+
+class _Stated:
+    """``rhs(x, u, t)`` of expressions already stated in the problem's symbols (an
+    experiment's pre-equilibration dynamics; a class, so that the problem pickles)."""
+
+    def __init__(self, f):
+        self.f = list(f)
+
+    def __call__(self, x, u, t):
+        return list(self.f)

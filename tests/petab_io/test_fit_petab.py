@@ -76,6 +76,17 @@ def test_fit_petab_result_has_the_table_the_best_fit_and_its_checks(preeq_fit):
     assert list(fit.estimates().index) == ["k1", "k2", "ks", "kd"]
 
 
+def test_fit_petab_result_pickles(preeq_fit):
+    """The fit pickles with the standard pickle (the imported problem's simulator, a
+    cache of compiled functions, is made again on use) and its copy answers the same."""
+    import pickle
+    copy = pickle.loads(pickle.dumps(preeq_fit))
+    assert copy.status == preeq_fit.status and copy.best_nll == preeq_fit.best_nll
+    pd.testing.assert_frame_equal(copy.table, preeq_fit.table)
+    assert copy.estimation.simulated_nll(copy.best, priors=True) == pytest.approx(
+        preeq_fit.best_nll, rel=1e-12)
+
+
 def test_fit_petab_writes_its_folder(preeq_fit, tmp_path):
     """to_folder: the table (CSV), the outcome (JSON), the best result (JSON) and the
     waterfall and fit figures."""

@@ -1022,3 +1022,23 @@ def test_a_folder_with_several_yaml_files_takes_the_one_named_as_the_folder(tmp_
     with pytest.raises(ValueError, match=r"expected one PEtab YAML file in the folder, or one "
                                          r"named as the folder.*pass the YAML file"):
         read_petab(d)
+
+
+def test_imported_problem_with_preequilibration_and_inputs_pickles():
+    """Brannmark (a pre-equilibration per condition, the insulin dose as an input) pickles
+    with the standard pickle, as the docs say problems do: its copy has the same
+    pre-equilibrated initial states and right-hand sides (before, the SBML's
+    pre-equilibration dynamics were a closure and the inputs' functions classes made at
+    run time, and pickling failed)."""
+    import pickle
+    pe = petab_problem(os.path.join(DATA, "Brannmark_JBC2010"))
+    copy = pickle.loads(pickle.dumps(pe))
+    u = np.asarray(pe.problem.u0, dtype=float)
+    from pyomo_odeest.symbolic._vectorfn import VectorFn
+    for sp, sq in zip(pe.problem.experiment_problems, copy.problem.experiment_problems):
+        x0 = sp.initial_state(u)
+        np.testing.assert_array_equal(sq.initial_state(u), x0)
+        f = [VectorFn(q.f_sym, q.x_sym, q.u_sym, q.t_sym) for q in (sp, sq)]
+        for t in (0.5, 3.0, 20.0):             # the inputs evaluate again in the copy
+            np.testing.assert_array_equal(f[1].point(x0, u, t), f[0].point(x0, u, t))
+    assert copy.problem.parameter_names == pe.problem.parameter_names

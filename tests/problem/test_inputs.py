@@ -165,16 +165,19 @@ def test_input_errors():
         estimate(P, "adaptive")
 
 
+@pytest.mark.parametrize("module", ["pickle", "cloudpickle"])
 @pytest.mark.parametrize("kind", sorted(INPUTS))
-def test_problem_and_result_with_inputs_pickle_after_use(kind):
+def test_problem_and_result_with_inputs_pickle_after_use(kind, module):
     """The inputs' sympy functions are classes made at run time: a used problem and its
-    result go to another process (cloudpickle, as the runner sends them) and estimate
-    identically there; before, the copy of such a class failed to load ('nargs')."""
-    cloudpickle = pytest.importorskip("cloudpickle")
+    result pickle (the standard pickle: the functions' applications pickle as their
+    input, whose classes are made again; cloudpickle, as the runner sends them) and
+    estimate identically after loading; before, the standard pickle failed and a
+    cloudpickle copy of such a class failed to load ('nargs')."""
+    pickler = pytest.importorskip(module)
     P = _problem(INPUTS[kind])
     first = estimate(P, "reduced_space", scheme="enright", steps_per_interval=3)
-    res = cloudpickle.loads(cloudpickle.dumps(first.lean()))
+    res = pickler.loads(pickler.dumps(first.lean()))
     np.testing.assert_array_equal(res.x, first.x)
-    again = estimate(cloudpickle.loads(cloudpickle.dumps(P)), "reduced_space",
+    again = estimate(pickler.loads(pickler.dumps(P)), "reduced_space",
                      scheme="enright", steps_per_interval=3)
     np.testing.assert_array_equal(again.x, first.x)

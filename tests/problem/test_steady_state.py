@@ -178,7 +178,9 @@ def test_fits_recover_the_parameters(approach):
 
 def test_experiments_with_their_own_preequilibration():
     """Two experiments: one pre-equilibrated at L_p, one at L = 0 with C reset to 0.3 and a
-    local total A0; the reduced space recovers the parameters."""
+    local total A0; the reduced space recovers the parameters.  The problem pickles with
+    the standard pickle (the experiments' pre-equilibrations were closures before) and
+    its copy estimates the same."""
     x1 = closed_form(*TRUE.values())
     x2 = closed_form(*TRUE.values(), L=0.0, total=1.5)
     x2[2] = 0.3
@@ -201,6 +203,13 @@ def test_experiments_with_their_own_preequilibration():
     est = res.estimates
     np.testing.assert_allclose(est[list(TRUE)].to_numpy(), list(TRUE.values()), rtol=2e-4)
     assert est["A0_e2"] == pytest.approx(1.5, rel=2e-4)
+    Q = pickle.loads(pickle.dumps(P))
+    for sp, sq in zip(P.experiment_problems, Q.experiment_problems):
+        np.testing.assert_array_equal(sq.initial_state(u), sp.initial_state(u))
+    again = estimate(Q, approach="reduced_space", steps_per_interval=20)
+    np.testing.assert_array_equal(again.x, res.x)
+    back = pickle.loads(pickle.dumps(res.lean()))
+    np.testing.assert_array_equal(back.x, res.x)
 
 
 def test_unstable_root_rejected_and_flagged_in_the_block():
