@@ -10,8 +10,8 @@ setting:
 * every MUMPS ordering (``mumps_pivot_order`` 0 AMD, 2 AMF, 3 SCOTCH, 4 PORD,
   5 METIS, 6 QAMD, 7 automatic choice) with Ipopt's default scaling;
 * scalings (``mumps_scaling`` 77 automatic / 0 none / 8, with
-  ``mumps_permuting_scaling`` 7 / 0) and ``mumps_mem_percent`` 1000 / 100 with
-  the package's default ordering.
+  ``mumps_permuting_scaling`` 7 / 0), ``mumps_mem_percent`` 1000 / 100 and
+  ``mumps_pivtol`` 1e-6 (Ipopt's default) / 1e-4 with the package's default ordering.
 
 The time compared is the CPU time of the whole Ipopt call per iteration
 (``time.process_time``, callbacks included: they are the same for every
@@ -49,7 +49,9 @@ def settings():
             ("scaling_none", {"mumps_scaling": 0}),
             ("scaling_8", {"mumps_scaling": 8}),
             ("no_permuting_scaling", {"mumps_permuting_scaling": 0}),
-            ("mem_percent_100", {"mumps_mem_percent": 100})]
+            ("mem_percent_100", {"mumps_mem_percent": 100}),
+            ("pivtol_1e-6", {"mumps_pivtol": 1e-6}),
+            ("pivtol_1e-4", {"mumps_pivtol": 1e-4})]
     return out
 
 

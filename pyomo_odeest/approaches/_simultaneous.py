@@ -65,6 +65,11 @@ class SimultaneousApproach(Approach):
     """
 
     name = "simultaneous"
+    #: Ipopt options of the approach's solve, below the user's ``options``: MUMPS's pivot
+    #: tolerance 1e-4 (Ipopt's is 1e-6, with which MUMPS's inertia of a stiff problem's
+    #: KKT system can be wrong, and Ipopt then raises its regularization to 1e15 and
+    #: MUMPS its memory many times over; see docs/solver.md, "Pivot tolerance")
+    IPOPT_DEFAULTS = {"mumps_pivtol": 1e-4}
     CONFIG = common_config()
     CONFIG.declare_from(discretization_config())
     CONFIG.declare_from(refinement_config())
@@ -145,9 +150,9 @@ class SimultaneousApproach(Approach):
         # [GM-grad, eq. (52)], the multipliers of the solution it moves towards
         decisions = list(m.est.u.values()) if np.isfinite(j0) else None
         watch = watch_of(cfg, m.est.problem, _block_point(m))
-        solver.solve(m, options=ipopt_options(cfg, start=parameter_start(m)), tee=cfg.tee,
-                     progress=cfg.progress, adjoint_start=decisions,
-                     intermediate_callback=watch)
+        options = ipopt_options(cfg, start=parameter_start(m), **self.IPOPT_DEFAULTS)
+        solver.solve(m, options=options, tee=cfg.tee, progress=cfg.progress,
+                     adjoint_start=decisions, intermediate_callback=watch)
         info = solver.last_info
         out = Outcome.from_ipopt(info)
         out.timings = dict(setup_s=info["setup_s"], eval_s=info["eval_s"])

@@ -496,7 +496,8 @@ MUMPS_DEFAULTS = {"mumps_pivot_order": 7}
 """MUMPS settings that :func:`solve_with_ipopt` gives Ipopt unless the options name them (or
 ask for another ``linear_solver``): MUMPS's automatic ordering, as fast as the best one
 and safer than PORD (see docs/solver.md, section "Linear algebra: MUMPS settings and
-Ipopt builds", measured with ``benchmarks/linear_solver.py``)."""
+Ipopt builds", measured with ``benchmarks/linear_solver.py``).  The simultaneous
+approach adds its own pivot tolerance (``IPOPT_DEFAULTS`` of its class)."""
 
 
 def adjoint_multipliers(ev, x, decisions, rtol=1e-6):
