@@ -665,24 +665,11 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
                     "arithmetic, powers, exp, log, trigonometric and hyperbolic functions, "
                     "abs, min, max, piecewise with relations, and, or, not)")
 
-    x_syms = [symbol(s) for s in states]
     u_names = [p.id for p in estimated] + [nm for nm, _ in local]
-
-    def objects(x, u, t, inputs=False):
-        obj = {symbol(n): u[n] for n in u_names}
-        if inputs:
-            obj.update({symbol(n): u[n] for n in input_names})
-        if x is not None:
-            obj[TIME] = t
-            obj.update({s: x[n] for s, n in zip(x_syms, states)})
-        return obj
-
-    def rhs(x, u, t):
-        o = objects(x, u, t, inputs=True)
-        return [sympy_to_pyomo(e, o) for e in f]
+    rhs = _Rendered(f, states, u_names + input_names)
 
     def observe(x, u, t):
-        o = objects(x, u, t)
+        o = _objects(x, u, t, states, u_names)
         return {nm: sympy_to_pyomo(obs_expr[nm], o) for nm in names}
 
     penalty = None
@@ -734,16 +721,24 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     return out
 
 
+def _objects(x, u, t, states, names):
+    """The objects of a call ``(x, u, t)`` of the declaration's ``rhs``/``observe`` by
+    the SBML's symbols: parameters (and inputs) ``names`` of ``u``, the states and time."""
+    obj = {symbol(n): u[n] for n in names}
+    if x is not None:
+        obj[TIME] = t
+        obj.update({symbol(s): x[s] for s in states})
+    return obj
+
+
 class _Rendered:
     """``rhs(x, u, t)``: the sympy expressions ``exprs`` of the SBML model rendered on
-    the objects of the call (states ``x[name]``, parameters ``u[name]``, time ``t``);
-    a class, so that the problem that keeps it pickles."""
+    the objects of the call (:func:`_objects`); a class, so that a problem that keeps
+    it (a pre-equilibration's dynamics) pickles."""
 
-    def __init__(self, exprs, states, u_names):
-        self.exprs, self.states, self.u_names = list(exprs), list(states), list(u_names)
+    def __init__(self, exprs, states, names):
+        self.exprs, self.states, self.names = list(exprs), list(states), list(names)
 
     def __call__(self, x, u, t):
-        o = {symbol(n): u[n] for n in self.u_names}
-        o[TIME] = t
-        o.update({symbol(s): x[s] for s in self.states})
+        o = _objects(x, u, t, self.states, self.names)
         return [sympy_to_pyomo(e, o) for e in self.exprs]
