@@ -27,12 +27,12 @@ __all__ = ["Input", "PiecewiseConstant", "PiecewiseLinear", "Spline", "inputs_fr
 _counter = itertools.count()
 
 
-def _implemented(label, fn, derivative, spec):
+def _implemented(label, fn, derivative=None, spec=None):
     """A sympy function class of one argument evaluated numerically by ``fn``;
     ``derivative`` (a class or None = 0) is its derivative.  ``spec``, ``(input,
     key)``: its applications pickle as the input and the key (the class is built
     again from the input, :meth:`Input._function`), so that a problem pickles with
-    the standard ``pickle``."""
+    the standard ``pickle``; without it they pickle by value only (cloudpickle)."""
     def fdiff(self, argindex=1):
         return derivative(self.args[0]) if derivative is not None else sympy.Integer(0)
 
@@ -40,9 +40,10 @@ def _implemented(label, fn, derivative, spec):
     # no "nargs" in the class dict: sympy makes it a read-only property, which a copy of
     # the class by value (cloudpickle: a problem or result sent to another process)
     # cannot set back
-    return type(name, (sympy.Function,), {"fdiff": fdiff, "_imp_": staticmethod(fn),
-                                          "_odeest_spec": spec,
-                                          "__reduce_ex__": _reduce_application})
+    namespace = {"fdiff": fdiff, "_imp_": staticmethod(fn)}
+    if spec is not None:
+        namespace.update(_odeest_spec=spec, __reduce_ex__=_reduce_application)
+    return type(name, (sympy.Function,), namespace)
 
 
 def _reduce_application(self, protocol):
