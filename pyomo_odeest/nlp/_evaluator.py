@@ -389,6 +389,32 @@ class _Group:
         return Family(name, comp, idx, self.objs)
 
 
+def _merged_families(con_fams):
+    """Families that share one compiled expression (the same equation of the scheme in
+    each experiment's block, each order of the start-up steps ...) as one family: its
+    rows are theirs, stacked in the order the families came.  Each family costs a
+    Python call per slot and derivative at every evaluation, whatever its number of
+    rows: a model of many experiments or conditions otherwise pays that per block
+    (the rows keep their Pyomo objects, so the multipliers and names follow them)."""
+    groups = {}
+    for item in con_fams:
+        fam = item[0]
+        groups.setdefault((id(fam.compiled), fam.idx.shape[1]), []).append(item)
+    out = []
+    for items in groups.values():
+        if len(items) == 1:
+            out.append(items[0])
+            continue
+        fams = [f for f, _, _ in items]
+        names = list(dict.fromkeys(f.name for f in fams))
+        name = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} more)"
+        merged = Family(name, fams[0].compiled, np.concatenate([f.idx for f in fams]),
+                        [c for f in fams for c in f.components])
+        out.append((merged, np.concatenate([lb for _, lb, _ in items]),
+                    np.concatenate([ub for _, _, ub in items])))
+    return out
+
+
 def _kinds(leaves):
     return tuple("V" if k == "V" or (k == "G" and p.args[0].ctype is Var) else "C"
                  for k, p in leaves)
@@ -645,6 +671,9 @@ class PyomoNLPEvaluator(NLPEvaluator):
                     self._walked(term, ogroups, f"objective '{obj.name}'")
                 obj_fams = [g.family("objective", False) for g in ogroups.values()]
 
+        n_fams = len(con_fams)
+        con_fams = _merged_families(con_fams)
+        self.stats["merged_families"] = n_fams - len(con_fams)
         self._finalize(con_fams, obj_fams)
         # the registry (column dictionary, per-component look-up tables, pool
         # chunks now copied into ``_w``) is set-up data: released here, the

@@ -97,6 +97,46 @@ def test_shared_factor_sums_and_repeated_variables():
     assert ev.stats["jac_nnz"] == 20 * 3
 
 
+def test_blocks_with_the_same_equations_share_their_families():
+    """Three blocks (experiments) holding the same indexed equations, with a parameter
+    of their own and one they share: one family per equation, not one per block,
+    rows and bounds still those of their own constraints."""
+    import pyomo.core.base.constraint as pcon
+    if getattr(pcon, "TEMPLATIZE_CONSTRAINTS", None) is None:     # pragma: no cover
+        pytest.skip("Pyomo has no TEMPLATIZE_CONSTRAINTS flag")
+
+    def blocks(n):
+        old, pcon.TEMPLATIZE_CONSTRAINTS = pcon.TEMPLATIZE_CONSTRAINTS, True
+        try:
+            return _blocks(n)
+        finally:
+            pcon.TEMPLATIZE_CONSTRAINTS = old
+
+    def _blocks(n):
+        m = pyo.ConcreteModel()
+        m.k = pyo.Var(initialize=0.7)
+        m.B = pyo.Block(range(n))
+        for e, b in m.B.items():
+            b.x = pyo.Var(range(6), initialize=lambda b, i, e=e: 1 + 0.1 * i + 0.05 * e)
+            b.a = pyo.Var(initialize=0.3 + 0.1 * e)
+            b.x[0].fix()
+            b.ode = pyo.Constraint(range(1, 6), rule=lambda b, i: b.x[i] == b.x[i - 1] + 0.1 * (
+                -m.k * b.x[i] ** 2 + b.a * pyo.exp(-b.x[i - 1])))
+            b.lo = pyo.Constraint(range(6), rule=lambda b, i, e=e: b.x[i] * b.a >= -1 - e)
+        m.o = pyo.Objective(expr=sum((b.x[i] - 1) ** 2 for b in m.B.values() for i in range(6)))
+        return m
+
+    one, three = PyomoNLPEvaluator(blocks(1)), PyomoNLPEvaluator(blocks(3))
+    assert three.stats["template_rows"] == three.m == 3 * one.m
+    assert len(three.con_families) == len(one.con_families) == 2
+    assert three.stats["merged_families"] == 4
+    m = blocks(3)
+    ev = PyomoNLPEvaluator(m)
+    assert sorted(d.name for d in ev.constraint_rows) == sorted(
+        d.name for d in m.component_data_objects(pyo.Constraint))
+    _agree(m)
+
+
 def test_methanol_reaches_published_optimum():
     """COPS methanol (rational right-hand side) with the Enright scheme."""
     r = estimate_simultaneous(methanol_problem(), "enright", 4, max_step=0.01)

@@ -481,3 +481,14 @@ def test_import_check_states_how_close_the_nominal_nll_is(engine, capsys):
     fields = _fields(out[0])
     assert fields["status"] == "match" and abs(float(fields["difference"])) < 1e-6
     assert out[-1] == "petab_import: problems=1 match=1"
+
+
+def test_evaluator_families_benchmark_shares_the_conditions_families(capsys):
+    """benchmarks/evaluator_families.py on Bruno (two conditions): the families of the
+    two blocks are shared, the rows' values are the same, and the last line says so."""
+    mod = benchmark_module("evaluator_families")
+    assert mod.main([BRUNO, "--repeats", "1"]) == 0
+    fields = _fields(capsys.readouterr().out.splitlines()[-1])
+    before, after = map(int, fields["families"].split("->"))
+    assert after < before and fields["problem"] == "Bruno_JExpBot2016"
+    assert {"constraints_ratio", "jacobian_ratio", "hessian_ratio"} <= set(fields)
