@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from ..discretization._grid import subdivide
+from ..nlp._progress import time_left
 from ..discretization.schemes import STIFF_SCHEME, get_scheme, local_errors, stiff_switch
 from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
@@ -515,6 +516,10 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         if grid is None:
             cert.reason = f"a finer grid would exceed {MAX_GRID_POINTS} points"
             break
+        short = _short_of_time(result, grid)
+        if short:
+            cert.reason = short
+            break
         nxt = _with(approach, cfg, grid=grid, max_step=None, steps_per_interval=None,
                     scheme=scheme, qmax=scheme.qmax,       # the scheme solved (maybe switched)
                     u0=_inside_bounds(problem, result.estimates),
@@ -555,6 +560,23 @@ def refine_until_certified(approach, problem, cfg, result, solve):
     elif not cert.certified:
         demote(result, Status.NOT_RESOLVED, cert.describe())
     return result
+
+
+def _short_of_time(result, grid):
+    """Why no round is started on ``grid`` (a reason), or None: the time left to the
+    deadline of the estimate (``max_wall_time``) is less than twice what the round's
+    set-up would take, the last round's build time scaled by the growth of the grid
+    (a round must have as long to solve as to build; a round started without that
+    time ends at the limit having only built its model, past the deadline)."""
+    left = time_left()
+    if left is None:
+        return None
+    grown = _grid_points(grid) / max(1, _grid_points(result.grid))
+    need = 2.0 * float(result.timings.get("build_s", 0.0)) * max(1.0, grown)
+    if left > need:
+        return None
+    return (f"the time limit (max_wall_time) left {left:.1f} s, less than another round "
+            f"on {_grid_points(grid)} points needs (about {need:.1f} s to build and solve)")
 
 
 def _stiff_at(problem, result, scheme):

@@ -70,6 +70,22 @@ def test_an_uncertified_grid_is_not_a_success(lv):
     assert any("does not resolve the ODE" in w for w in cov.warnings), cov.warnings
 
 
+def test_no_round_starts_that_the_time_limit_cannot_hold(lv, monkeypatch):
+    """A round is started only with twice its expected set-up time left before the
+    estimate's deadline: here none is left after the first solve, so the grid stays
+    the first one, not certified, with the time limit as the reason (a round started
+    anyway would build its model past the deadline and solve nothing)."""
+    from pyomo_odeest.approaches import _certificate
+    monkeypatch.setattr(_certificate, "time_left", lambda *a: 0.0)
+    res = po.estimate(lv, "simultaneous", steps_per_interval=2, max_wall_time=60)
+    assert res.status is po.Status.NOT_RESOLVED and not res.success, (
+        res.extra.get("refinement"), res.extra.get("certificate"), res.summary())
+    assert len(res.extra["refinement"]) == 1
+    assert "time limit (max_wall_time) left 0.0 s" in res.extra["certificate"]["reason"]
+    monkeypatch.setattr(_certificate, "time_left", lambda *a: 1e6)
+    assert po.estimate(lv, "simultaneous", steps_per_interval=2, max_wall_time=60).success
+
+
 def test_refinement_options_are_checked():
     lv = lotka_volterra_problem(p0=START)
     for bad in (dict(fit_tol=0.0), dict(shift_tol=-1.0), dict(max_refinements=-1),
