@@ -223,23 +223,16 @@ def on_bound(problem, u, rtol=1e-8):
     return out
 
 
-def ipopt_options(problem, starts, settings, wall=None):
-    """Ipopt options of one multistart call.
-
-    ``max_wall_time`` from the settings (``wall``: the limit to use instead, from the
-    problem's :class:`Budget`); when a start puts a free parameter on its bound,
-    ``bound_push = bound_frac = 1e-8``: Ipopt would otherwise move it into the interior
-    by up to 1e-2 of the bound's magnitude before the first iteration, far from the
-    start the user gave.  Starts inside the box by more than 1e-8 are not affected.
-    """
-    opts = {}
-    if wall is None and settings.max_wall_time:
-        wall = float(settings.max_wall_time)
-    if wall:
-        opts["max_wall_time"] = float(wall)
+def ipopt_options(problem, starts):
+    """Ipopt options of one multistart call: when a start puts a free parameter on its
+    bound, ``bound_push = bound_frac = 1e-8``: Ipopt would otherwise move it into the
+    interior by up to 1e-2 of the bound's magnitude before the first iteration, far from
+    the start the user gave.  Starts inside the box by more than 1e-8 are not affected.
+    (The time limit is the estimate's own ``max_wall_time``, not Ipopt's: it holds for
+    the whole estimate, its refinement rounds and their set-up included.)"""
     if any(on_bound(problem, u) for u in starts):
-        opts.update(bound_push=1e-8, bound_frac=1e-8)
-    return opts
+        return dict(bound_push=1e-8, bound_frac=1e-8)
+    return {}
 
 
 class Budget:
@@ -454,11 +447,10 @@ def fits(run, approach, h, starts, tol=None, stage="multistart"):
         opts.update(rtol=tol[0], atol=tol[1])
     n = s.starts if starts is None else len(starts)
     wall = run.budget.fit_limit(s.max_wall_time, n)
-    if approach == LEAST_SQUARES:
-        if wall:
-            opts["max_wall_time"] = wall
-    else:
-        ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts, s, wall)
+    if wall:                        # the whole estimate's deadline, every round included
+        opts["max_wall_time"] = wall
+    if approach != LEAST_SQUARES:
+        ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts)
         if ipopt:
             opts["options"] = ipopt
     opts = _user_options(run, approach, opts)

@@ -188,6 +188,26 @@ def test_fit_petab_kills_a_fit_its_own_limit_cannot_stop(monkeypatch):
     assert fit.failures == "reduced_space:time_limit"
 
 
+def test_each_fits_limit_is_its_estimates_deadline(monkeypatch):
+    """A fit's limit is the estimate's own ``max_wall_time`` (one deadline over its
+    refinement rounds and their set-up), not Ipopt's option, which each round's
+    solve would get afresh (Fujita's simultaneous start then built round after round
+    until the backstop killed it at 4.5 x its limit)."""
+    import pyomo_odeest.runner as runner_mod
+    seen = []
+
+    def record(prob, **kw):
+        seen.append(kw["options"])
+        raise RuntimeError("recorded")
+    monkeypatch.setattr(runner_mod, "multistart", record)
+    for approach in ("simultaneous", _fit.LEAST_SQUARES):
+        with pytest.raises(RuntimeError, match="recorded"):
+            fit_petab(BRUNO, approaches=[approach], starts=1, max_wall_time=33.0,
+                      progress=False)
+    assert [o["max_wall_time"] for o in seen] == [33.0, 33.0]
+    assert "max_wall_time" not in seen[0].get("options", {})
+
+
 @pytest.mark.slow
 def test_fit_petab_reproduces_the_suite_on_bruno():
     """Bruno from the suite's four starts with the defaults: the least squares converges
@@ -209,14 +229,13 @@ def test_bound_push_and_grid_rules():
     """Ipopt's bound push is limited exactly when a start puts a free parameter on one of
     its bounds (Borghans' init_A_state = 1 - 4e-14 of [0, 1], Crauste's mu_LE and mu_P);
     Bruno starts inside its box and keeps Ipopt's default."""
-    settings = types.SimpleNamespace(max_wall_time=30.0)
     expect = {"Borghans_BiophysChem1997": ["init_A_state"],
               "Crauste_CellSystems2017": ["mu_LE", "mu_P"], "Bruno_JExpBot2016": []}
     for name, on in expect.items():
         prob = petab_problem(os.path.join(DATA, name)).problem
         assert _fit.on_bound(prob, prob.u0) == on
-        opts = _fit.ipopt_options(prob, [prob.u0], settings)
-        assert opts["max_wall_time"] == 30.0
+        opts = _fit.ipopt_options(prob, [prob.u0])
+        assert "max_wall_time" not in opts       # the estimate's own limit (below)
         assert (opts.get("bound_push"), opts.get("bound_frac")) == (
             (1e-8, 1e-8) if on else (None, None))
     # the first grid follows LSODA's steps at the start: Borghans' calcium spikes get
@@ -234,8 +253,7 @@ def test_bound_push_and_grid_rules():
     assert len(grid.t) - 1 < (prob.T - prob.t0) / 0.005        # coarse where it settles
     u = prob.u0.copy()
     u[prob.parameter_names.index("init_A_state")] = 0.5          # moved inside: default push
-    assert _fit.on_bound(prob, u) == [] and "bound_push" not in _fit.ipopt_options(
-        prob, [u], settings)
+    assert _fit.on_bound(prob, u) == [] and "bound_push" not in _fit.ipopt_options(prob, [u])
 
 
 def test_status_says_what_the_result_is():
