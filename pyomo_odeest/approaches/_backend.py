@@ -126,12 +126,14 @@ class KKTBackend(DiscreteBackend):
     Hessian: the Pyomo model itself is not pickled) with the discrete models of
     the blocks' schemes and grids."""
 
-    def __init__(self, problem, model, dm=None, system=None):
+    def __init__(self, problem, model, dm=None, system=None, evaluator=None):
         super().__init__(problem, _scheme_models(problem, blocks_of(model.est))
                          if dm is None else dm,
                          "KKT system of the simultaneous NLP (reduced Hessian Z^T W Z)")
         self.model = model
         self._kkt = system
+        # the solve's evaluator of ``model``: forms the system once, then let go
+        self._evaluator = evaluator
 
     def __reduce__(self):
         # the system is formed here if no analysis formed it (the post-solve checks do)
@@ -148,9 +150,10 @@ class KKTBackend(DiscreteBackend):
         their sensitivities (an error met forming it is raised again at each use)."""
         if self._kkt is None:
             try:
-                self._kkt = _kkt_system(self.problem, self.model)
+                self._kkt = _kkt_system(self.problem, self.model, self._evaluator)
             except (ValueError, RuntimeError, ArithmeticError, np.linalg.LinAlgError) as err:
                 self._kkt = err
+            self._evaluator = None
         if isinstance(self._kkt, Exception):
             raise self._kkt.with_traceback(None)
         return self._kkt
@@ -183,9 +186,9 @@ def _kkt_backend(problem, parts, system):
     return KKTBackend(problem, None, _discrete_models(problem, parts), system)
 
 
-def _kkt_system(problem, model):
+def _kkt_system(problem, model, evaluator=None):
     """:meth:`KKTBackend._system` of a solved simultaneous ``model``."""
-    H, dwdu, names, _ = kkt_reduced_hessian(model)
+    H, dwdu, names, _ = kkt_reduced_hessian(model, evaluator=evaluator)
     parts = []
     for sp_, b, d in zip(problem.subproblems, blocks_of(model.est),
                          dwdu if isinstance(dwdu, list) else [dwdu]):
@@ -542,7 +545,7 @@ def _equality_rows(ev, x, rtol=1e-6):
     return np.setdiff1d(np.arange(ev.m), ineq[~near])
 
 
-def kkt_reduced_hessian(model, block=None):
+def kkt_reduced_hessian(model, block=None, evaluator=None):
     r"""Reduced Hessian of a solved simultaneous model from its KKT system.
 
     At the solution ``(w, u)`` of :math:`\min J(w,u)` s.t. :math:`c(w,u) = 0`
@@ -556,6 +559,9 @@ def kkt_reduced_hessian(model, block=None):
     — the Hessian of the reduced objective [GM-grad, §2.5] — from one sparse LU
     of :math:`c_w`, without simulating.
 
+    ``evaluator``: a :class:`~pyomo_odeest.nlp.PyomoNLPEvaluator` of ``model`` as
+    it is (the one that solved it; None: one is built).
+
     Returns
     -------
     H : (p, p) array, dwdu : dict (i, state) -> (p,) sensitivities of the grid
@@ -567,7 +573,7 @@ def kkt_reduced_hessian(model, block=None):
     b = model.est if block is None else block
     P = b.problem
     names = [p for p in P.parameter_names if not b.u[p].fixed]
-    ev = PyomoNLPEvaluator(model)
+    ev = PyomoNLPEvaluator(model) if evaluator is None else evaluator
     x = np.array([0.0 if v.value is None else v.value for v in ev.variables], dtype=float)
     rows = _equality_rows(ev, x)
     col = {id(v): k for k, v in enumerate(ev.variables)}

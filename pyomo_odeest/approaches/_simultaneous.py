@@ -157,6 +157,8 @@ class SimultaneousApproach(Approach):
         out = Outcome.from_ipopt(info)
         out.timings = dict(setup_s=info["setup_s"], eval_s=info["eval_s"])
         out.objective_start = j0
+        # the solve's evaluator forms the KKT system of the solution (one set-up, not two)
+        out.details["evaluator"] = getattr(solver, "evaluator", None)
         return watch_outcome(out, watch)           # refinement before convergence
 
     def parts(self, built):
@@ -176,7 +178,7 @@ class SimultaneousApproach(Approach):
         res.extra["init"] = dict(zip(names, init)) if names else init[0]
         if switched:
             res.warnings.append(switched[1])
-        res.backend = KKTBackend(problem, m)
+        res.backend = KKTBackend(problem, m, evaluator=outcome.details.get("evaluator"))
         wrong = [w for blk in self.parts(built) for w in steady_state_mismatch(blk, res.x)]
         if wrong:                             # a root of G = 0 that is not the steady state
             demote(res, Status.FAILED, wrong[0], force=True)

@@ -7,6 +7,7 @@ from scipy import stats
 from pyomo_odeest import (EstimationProblem, Parameter, estimate, identifiability_report,
                           prediction_bands, profile_likelihood, covariance, delta_method)
 from pyomo_odeest.analysis._uncertainty import curvature
+from pyomo_odeest.analysis import kkt_reduced_hessian
 from pyomo_odeest.models import lotka_volterra_data
 from pyomo_odeest.models._lotka_volterra import LV_X0, lv_rhs
 
@@ -213,6 +214,11 @@ def test_kkt_reduced_hessian_equals_reduced_space_hessian(lv):
     np.testing.assert_allclose(H, dm.hessian(sim.x, "soa"), rtol=1e-7)
     # independent check: central differences of the adjoint gradient
     np.testing.assert_allclose(H, dm.hessian(sim.x, "adjoint_fd"), rtol=1e-5)
+    # the system is formed with the solve's own evaluator (one set-up), then let go;
+    # a fresh evaluator of the solved model gives the same reduced Hessian
+    assert sim.backend._evaluator is None
+    H_fresh = kkt_reduced_hessian(sim.model)[0]
+    np.testing.assert_allclose(H, H_fresh, rtol=1e-12, atol=1e-12 * np.abs(H).max())
     red_curv = curvature(red, hessian=True)
     for method in ("fim", "hessian", "residual"):
         np.testing.assert_allclose(covariance(sim, method, curv=curv).matrix,

@@ -327,3 +327,19 @@ def test_warm_start_benchmark_from_the_optimum(capsys):
     assert fields["converged_cold"] == fields["converged_warm"] == "2"
     assert int(fields["iterations_warm"]) < int(fields["iterations_cold"])
     assert float(fields["max_objective_rel_diff"]) < 1e-6
+
+
+def test_each_round_sets_up_one_evaluator(lv, monkeypatch):
+    """The KKT system that certifies a round is formed with the evaluator of the round's
+    solve: one evaluator set-up per round, not two."""
+    from pyomo_odeest.nlp._evaluator import PyomoNLPEvaluator
+    built, init = [], PyomoNLPEvaluator.__init__
+
+    def counting(self, *a, **k):
+        built.append(1)
+        init(self, *a, **k)
+    monkeypatch.setattr(PyomoNLPEvaluator, "__init__", counting)
+    res = po.estimate(lv, "simultaneous", steps_per_interval=2)
+    assert res.success and len(res.extra["refinement"]) >= 2
+    assert len(built) == len(res.extra["refinement"])
+    assert res.backend._evaluator is None         # let go once the system is formed
