@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from ..discretization._grid import subdivide
-from ..nlp._progress import time_left
 from ..discretization.schemes import STIFF_SCHEME, get_scheme, local_errors, stiff_switch
+from ..nlp._progress import time_left
 from ..problem._declaration import ProblemError
 from ..problem._misfit import misfit_constant
 from ..problem._status import Status, demote

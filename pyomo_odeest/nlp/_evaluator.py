@@ -398,8 +398,7 @@ def _merged_families(con_fams):
     (the rows keep their Pyomo objects, so the multipliers and names follow them)."""
     groups = {}
     for item in con_fams:
-        fam = item[0]
-        groups.setdefault((id(fam.compiled), fam.idx.shape[1]), []).append(item)
+        groups.setdefault(id(item[0].compiled), []).append(item)
     out = []
     for items in groups.values():
         if len(items) == 1:

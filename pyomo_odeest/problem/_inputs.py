@@ -40,10 +40,10 @@ def _implemented(label, fn, derivative=None, spec=None):
     # no "nargs" in the class dict: sympy makes it a read-only property, which a copy of
     # the class by value (cloudpickle: a problem or result sent to another process)
     # cannot set back
-    namespace = {"fdiff": fdiff, "_imp_": staticmethod(fn)}
+    ns = {"fdiff": fdiff, "_imp_": staticmethod(fn)}
     if spec is not None:
-        namespace.update(_odeest_spec=spec, __reduce_ex__=_reduce_application)
-    return type(name, (sympy.Function,), namespace)
+        ns.update(_odeest_spec=spec, __reduce_ex__=_reduce_application)
+    return type(name, (sympy.Function,), ns)
 
 
 def _reduce_application(self, protocol):
@@ -159,10 +159,10 @@ class PiecewiseConstant(Input):
         if key[0] == "pwc":                    # the input's values
             vals = np.asarray(self.values, dtype=float)
             return _implemented("pwc", lambda t: vals[self._piece(np.asarray(t, dtype=float))],
-                                None, (self, key))
+                                spec=(self, key))
         k = key[1]                             # the indicator of piece k
         return _implemented(f"ind{k}", lambda t: np.asarray(
-            self._piece(np.asarray(t, dtype=float)) == k, dtype=float), None, (self, key))
+            self._piece(np.asarray(t, dtype=float)) == k, dtype=float), spec=(self, key))
 
 
 class PiecewiseLinear(Input):
@@ -186,8 +186,8 @@ class PiecewiseLinear(Input):
 
     def _make_function(self, key):
         if key[0] == "pwl_d":
-            return _implemented("pwl_d", self.slope, None, (self, key))
-        return _implemented("pwl", self.__call__, self._function(("pwl_d",)), (self, key))
+            return _implemented("pwl_d", self.slope, spec=(self, key))
+        return _implemented("pwl", self.__call__, self._function(("pwl_d",)), spec=(self, key))
 
 
 class Spline(Input):
@@ -212,7 +212,7 @@ class Spline(Input):
         return _implemented(f"spl_d{order}" if order else "spl",
                             lambda t: self.spline(np.asarray(t, dtype=float), order),
                             self._function(("spl", order + 1)) if order < 3 else None,
-                            (self, key))
+                            spec=(self, key))
 
 
 _KINDS = {"constant": PiecewiseConstant, "linear": PiecewiseLinear, "spline": Spline}
