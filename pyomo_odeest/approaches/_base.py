@@ -184,7 +184,59 @@ def watch_config() -> ConfigDict:
         "refinement before convergence: an Ipopt solve stops, and its grid is refined at "
         "the iterate, where the iterate's fitted values are more than this many sigma off "
         "the ODE's (0: never; only while refinement rounds are left)")))
+    c.declare("region", ConfigValue(default=None, domain=_region, description=(
+        "the refinement stage's trust region (set by the stage, docs/checks.md): a mapping "
+        "parameter name -> (low, high) that narrows the parameters' bounds for one solve")))
     return c
+
+
+def _region(v):
+    """None, or a mapping parameter name -> (low, high) with low <= high."""
+    if v is None:
+        return None
+    try:
+        out = {str(k): (float(lo), float(hi)) for k, (lo, hi) in dict(v).items()}
+    except (TypeError, ValueError):
+        raise ValueError(f"region must map parameter names to (low, high); got {v!r}") from None
+    bad = [k for k, (lo, hi) in out.items() if not lo <= hi]
+    if bad:
+        raise ValueError(f"region: low > high for {bad}")
+    return out
+
+
+def region_bounds(problem, region, names=None):
+    """The bounds ``(lb, ub)`` of the parameters ``names`` (default: all, in order)
+    within the stage's trust ``region`` (:func:`watch_config`; None: the problem's)."""
+    names = problem.parameter_names if names is None else list(names)
+    by = {p.name: p for p in problem.parameters}
+    lb = np.array([-np.inf if by[n].lb is None else by[n].lb for n in names], dtype=float)
+    ub = np.array([np.inf if by[n].ub is None else by[n].ub for n in names], dtype=float)
+    for i, n in enumerate(names):
+        if region and n in region:
+            lo, hi = region[n]
+            lb[i], ub[i] = max(lb[i], lo), min(ub[i], hi)
+            if lb[i] > ub[i]:                  # outside the bounds: on the nearer one
+                lb[i] = ub[i] = min(max(lo, lb[i]), ub[i])
+    return lb, ub
+
+
+def region_active(problem, region, estimates, rtol=1e-6):
+    """The parameters whose estimate lies on a bound of the trust ``region`` that is
+    inside the problem's own bounds (the region, not the problem, holds them)."""
+    if not region:
+        return []
+    out = []
+    for p in problem.parameters:
+        if p.fixed or p.name not in region:
+            continue
+        lo, hi = region[p.name]
+        v = float(estimates[p.name])
+        tol = rtol * max(1.0, abs(v), hi - lo)
+        lb = -np.inf if p.lb is None else p.lb
+        ub = np.inf if p.ub is None else p.ub
+        if (lo > lb + tol and v <= lo + tol) or (hi < ub - tol and v >= hi - tol):
+            out.append(p.name)
+    return out
 
 
 def _nonnegative(v, what):
@@ -530,6 +582,10 @@ class Approach:
             res.message = outcome.message
         if outcome.details.get("grid_watch"):        # stopped by the watch: the stage refines
             res.extra["grid_watch"] = dict(outcome.details["grid_watch"])
+        region = _option(cfg, "region")
+        if region:                            # a round of the stage's trust region
+            res.extra["region"] = dict(bounds={k: list(v) for k, v in region.items()},
+                                       active=region_active(problem, region, res.estimates))
         _add_experiments(problem, res, self._frames(problem, solved, outcome, res))
         res.timings = dict(dict(build_s=build_s, setup_s=0.0, solve_s=solve_s),
                            **outcome.timings, **res.timings,
@@ -548,7 +604,8 @@ class Approach:
         pass), without the start and the output settings.  A given Pyomo model is kept
         (a refit solves a copy of it, with the user's constraints and objective terms);
         another given model is built again from the problem."""
-        opts = {k: cfg[k] for k in cfg.keys() if k not in ("u0", "model", "tee", "progress")}
+        opts = {k: cfg[k] for k in cfg.keys()
+                if k not in ("u0", "model", "tee", "progress", "region")}
         if is_pyomo_model(_option(cfg, "model")):
             opts["model"] = cfg.model
         if res.scheme is not None and hasattr(res.scheme, "order"):

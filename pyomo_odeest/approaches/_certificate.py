@@ -36,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
+import pandas as pd
 
 from ..discretization._grid import subdivide
 from ..discretization.schemes import STIFF_SCHEME, get_scheme, local_errors, stiff_switch
@@ -302,6 +303,13 @@ class GridWatch:
     (:func:`refine_until_certified`), instead of letting the optimizer run to a
     minimum of the grid, or to its time limit.
 
+    The watch also keeps the best point it has judged: the iterate with the lowest
+    simulated objective (the ODE's, not the grid's).  Where the optimizer descended
+    on the grid while the ODE's objective rose (a descent into an artefact, from a
+    start that was already good), the stage solves on from that point, not from
+    where the watch stopped: each round starts from the best point known for the
+    ODE problem.
+
     ``point(x)``: ``(u, fitted, residuals, objective on the grid)`` at the iterate
     ``x`` (the frames one per experiment, as :func:`fit_errors` takes them), or None
     where there is nothing to judge; it may raise where the point cannot be
@@ -320,6 +328,9 @@ class GridWatch:
         #: the record of the check that stopped the solve ({} while none did)
         self.state = {}
         self._last, self._spent, self._checks = None, 0.0, 0
+        #: the judged iterate with the lowest simulated objective: ``(objective, u,
+        #: iteration)`` (None while none was judged)
+        self.best = None
 
     def __call__(self, iter_count, obj_value, inf_pr, inf_du, mu, iterate):
         now = time.perf_counter()
@@ -328,7 +339,7 @@ class GridWatch:
             return True
         self._last = iter_count
         try:
-            e = self.errors(iterate())
+            e = self.errors(iterate(), iter_count)
         except Exception:                       # noqa: BLE001 - not judged where it cannot be
             return True
         finally:
@@ -340,11 +351,15 @@ class GridWatch:
                           objective=float(e[1]), objective_simulated=float(e[2]),
                           tol=float(self.tol), checks=self._checks,
                           seconds=float(self._spent))
+        if self.best is not None and self.best[0] < float(e[2]):
+            self.state["best"] = dict(objective_simulated=self.best[0],
+                                      estimates=list(self.best[1]), iteration=self.best[2])
         return False
 
-    def errors(self, x):
+    def errors(self, x, iteration=None):
         """(fit error, objective on the grid, simulated objective) at the iterate ``x``,
-        or None."""
+        or None; the iterate is the :attr:`best` when its simulated objective is the
+        lowest so far."""
         got = self.point(x)
         if got is None:
             return None
@@ -352,15 +367,21 @@ class GridWatch:
         if not np.all(np.isfinite(u)):
             return None
         e = fit_errors(self.problem, u, fitted, resid, self.models)
-        return e.fit_error, float(objective), e.objective_simulated
+        js = float(e.objective_simulated)
+        if np.isfinite(js) and (self.best is None or js < self.best[0]):
+            self.best = (js, [float(v) for v in u], None if iteration is None else int(iteration))
+        return e.fit_error, float(objective), js
 
     def describe(self) -> str:
         """One line on the check that stopped the solve."""
         s = self.state
+        best = s.get("best")
         return (f"stopped at iteration {s['iteration']}: the grid does not resolve the ODE "
                 f"at the iterate (fitted values {s['fit_error']:.3g} σ off the ODE's, "
                 f"watch_tol {s['tol']:g}; objective {s['objective']:.8g} on the grid, "
-                f"{s['objective_simulated']:.8g} by {REFERENCE_METHOD})")
+                f"{s['objective_simulated']:.8g} by {REFERENCE_METHOD})"
+                + (f"; the best iterate for the ODE was at iteration {best['iteration']} "
+                   f"({best['objective_simulated']:.8g} by {REFERENCE_METHOD})" if best else ""))
 
 
 def grid_fits(parts, u):
@@ -487,8 +508,10 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         pass
     rounds = []
     given = "model" in cfg and cfg["model"] is not None
+    region = None                # the round's trust region: (centre, radius), _next_region
     while True:
         cert = certify(problem, result, models, fit_tol, shift_tol)
+        active = (result.extra.get("region") or {}).get("active") or []
         rounds.append(dict(round=len(rounds), grid_points=cert.grid_points,
                            objective=cert.objective,
                            objective_simulated=cert.objective_simulated,
@@ -497,20 +520,28 @@ def refine_until_certified(approach, problem, cfg, result, solve):
                            estimates={k: float(v) for k, v in result.estimates.items()},
                            seconds=float(result.timings.get("total_s", np.nan)),
                            **({"watch": dict(result.extra["grid_watch"])}
-                              if result.extra.get("grid_watch") else {})))
+                              if result.extra.get("grid_watch") else {}),
+                           **({"region": dict(radius=region[1], active=active)}
+                              if region else {})))
         if result.grid is None and cert.available and not cert.certified:
             cert.reason = f"no grid to refine: {approach.unresolved_advice}".rstrip(": ")
         # a solve the watch stopped (refinement before convergence) is refined like a
         # successful one: its iterate is where the grid stopped resolving the ODE
         watched = bool(result.extra.get("grid_watch"))
-        if (cert.certified or not cert.available or given
+        # certified, but held by the stage's trust region: free on the same grid
+        widen = bool(active) and region is not None
+        if ((cert.certified and not widen) or not cert.available or given
                 or not (result.success or watched)
                 or result.grid is None or len(rounds) > max_rounds):
             break
+        if "region" in cfg and cfg["region"] is None:  # a region given is kept as given
+            region = _next_region(problem, result)
         scheme = scheme_of(result.scheme)
         stiff = None if "scheme" in approach.given else _stiff_at(problem, result, scheme)
         if stiff:                  # unstable at the estimates: Enright on the same grid
             grid, scheme = result.grid, get_scheme(STIFF_SCHEME, scheme.qmax)
+        elif cert.certified:       # held by the region only: the same grid, free
+            grid = result.grid
         else:
             grid = refine(problem, result, cert, scheme)
         if grid is None:
@@ -522,7 +553,8 @@ def refine_until_certified(approach, problem, cfg, result, solve):
             break
         nxt = _with(approach, cfg, grid=grid, max_step=None, steps_per_interval=None,
                     scheme=scheme, qmax=scheme.qmax,       # the scheme solved (maybe switched)
-                    u0=_inside_bounds(problem, result.estimates),
+                    u0=_inside_bounds(problem, region[0] if region else result.estimates),
+                    **({"region": _box(problem, *region)} if region else {}),
                     # the rounds left after this one (the watch stops a solve only
                     # where a round is left to refine it)
                     **({"max_refinements": max_rounds - len(rounds)}
@@ -553,6 +585,15 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         result = new
     result.extra["certificate"] = cert.to_dict()
     result.extra["refinement"] = rounds
+    held = (result.extra.get("region") or {}).get("active")
+    if held and result.success:
+        whose = ("the region given (region=)" if "region" in cfg and cfg["region"]
+                 else "the refinement stage's trust region (the descent on the grid left "
+                      "what the grid resolves, and no round was left to solve on from "
+                      "there without it)")
+        demote(result, Status.NOT_STATIONARY,
+               f"the estimates of {', '.join(held)} lie on the bound of {whose}: the best "
+               f"point found in it, not a minimum")
     result.timings["certify_s"] = time.perf_counter() - t_start
     result.timings["total_s"] = time.perf_counter() - t_start + rounds[0]["seconds"]
     if not cert.available and result.success:
@@ -597,6 +638,40 @@ def _stiff_at(problem, result, scheme):
         if why:
             return why
     return None
+
+
+def _next_region(problem, result):
+    """The trust region of the next round, ``(centre, radius)``, or None.
+
+    Where the watch stopped the solve after the ODE's objective rose (its ``best``
+    iterate is lower, by simulation, than where it stopped), the grid's descent went
+    into an artefact: the next round is confined to a box around that best point
+    whose radius is half the distance the solve went from it (the parameters scaled
+    by max(1, |centre|), the largest component).  The discrete problem is a model of
+    the ODE problem, trusted only where its descent was also the ODE's (trust region
+    model management).  A round after one whose solve the watch did not stop so is
+    free again, from that round's estimates: the region keeps the optimizer out of one
+    artefact, it does not bound the search."""
+    best = (result.extra.get("grid_watch") or {}).get("best")
+    if best is None:
+        return None
+    centre = pd.Series(best["estimates"], index=problem.parameter_names, dtype=float)
+    radius = 0.5 * _scaled_distance(problem, centre, result.estimates)
+    return (centre, radius) if radius > 0 else None
+
+
+def _scaled_distance(problem, centre, u):
+    """max_k |u_k - c_k| / max(1, |c_k|) over the free parameters."""
+    d = [abs(float(u[p.name]) - float(centre[p.name])) / max(1.0, abs(float(centre[p.name])))
+         for p in problem.parameters if not p.fixed]
+    return max(d, default=0.0)
+
+
+def _box(problem, centre, radius):
+    """The trust region as the approaches take it (``region=``): name -> (low, high)."""
+    return {p.name: (float(centre[p.name]) - radius * max(1.0, abs(float(centre[p.name]))),
+                     float(centre[p.name]) + radius * max(1.0, abs(float(centre[p.name]))))
+            for p in problem.parameters if not p.fixed}
 
 
 def _inside_bounds(problem, estimates):

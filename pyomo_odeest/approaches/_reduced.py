@@ -31,7 +31,7 @@ from ..discretization._experiments import experiment_grid, experiment_models, jo
 from ._backend import DiscreteBackend, discrete_model
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                     add_constraint_multipliers, common_config, discretization_config, refinement_config, fit_frames,
-                    ipopt_options, run_ipopt, watch_config)
+                    ipopt_options, region_bounds, run_ipopt, watch_config)
 from ._certificate import grid_fits, watch_of, watch_outcome
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
@@ -194,6 +194,9 @@ class ReducedApproach(Approach):
         dm = cfg.model or join_experiments(problem, parts)
         nlp = ReducedSpaceNLP(dm, cfg.gradient, cfg.hessian)
         nlp.u_full = u_start.copy()
+        if cfg.region:                       # a round of the refinement stage's trust region
+            lb, ub = region_bounds(problem, cfg.region)
+            nlp.x_lb, nlp.x_ub = lb[nlp.free], ub[nlp.free]
         nlp.x0 = np.clip(nlp.u_full[nlp.free], nlp.x_lb, nlp.x_ub)
         if nlp.m and cfg.optimizer != "ipopt":
             raise ProblemError(f"optimizer {cfg.optimizer!r} does not take the problem's path "

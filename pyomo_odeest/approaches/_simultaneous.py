@@ -25,7 +25,7 @@ from ..discretization._size_guard import validate_estimator
 from ._backend import KKTBackend
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config,
                     discretization_config, fit_frames, ipopt_options, ode_states,
-                    refinement_config, watch_config)
+                    refinement_config, region_bounds, watch_config)
 from ._certificate import grid_fits, watch_of, watch_outcome
 from ..discretization.schemes import STIFF_SCHEME, stiff_switch
 from ..nlp._plugin import OdeestIpoptSolver
@@ -33,6 +33,17 @@ from ..transcription._initialize import (block_states, blocks_of, initialize_blo
                                          parameter_start, scale_parameters, scale_states)
 
 __all__ = ["SimultaneousApproach", "estimate_simultaneous"]
+
+
+def _set_bounds(m, problem, region):
+    """The bounds of the model's free parameters: the problem's, within the refinement
+    stage's trust ``region`` where one is given."""
+    lb, ub = region_bounds(problem, region)
+    for p, lo, hi in zip(problem.parameter_names, lb, ub):
+        v = m.est.u[p]
+        if not v.fixed:
+            v.setlb(None if np.isinf(lo) else float(lo))
+            v.setub(None if np.isinf(hi) else float(hi))
 
 
 def _block_point(m):
@@ -106,12 +117,16 @@ class SimultaneousApproach(Approach):
             for p in problem.parameters:      # held by the problem (a refit, a profile)
                 if p.fixed and p.name in m.est.u:
                     m.est.u[p.name].fix(float(p.value))
+        if cfg.region:                         # a round of the stage's trust region
+            _set_bounds(m, problem, cfg.region)
         init, switched = self._initialize(m, problem, cfg, u_start)
         if switched:                           # stiff at the start: Enright instead
             m = pyo.ConcreteModel(name=problem.name)
             disc = (switched[0], cfg.qmax, cfg.grid, cfg.max_step, cfg.steps_per_interval)
             m.est = (build_experiment_blocks(problem, *disc) if multi
                      else build_block(problem, *disc))
+            if cfg.region:
+                _set_bounds(m, problem, cfg.region)
             init, _ = self._initialize(m, problem, cfg, u_start, check=False)
         b = m.est
         # with every experiment's states simulated at the start the point is feasible
@@ -167,6 +182,8 @@ class SimultaneousApproach(Approach):
     def collect(self, problem, built, outcome, cfg):
         m, init, _, switched = built
         b = m.est
+        if cfg.region:                        # the model keeps the problem's bounds
+            _set_bounds(m, problem, None)
         names = problem.experiment_names
         u = np.array([pyo.value(b.u[p]) for p in problem.parameter_names])
         res = EstimationResult(

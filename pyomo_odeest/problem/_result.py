@@ -436,8 +436,16 @@ class EstimationResult:
                          f"{r.get('objective_simulated', float('nan')):.8g}), fitted values "
                          f"within {r.get('fit_error', float('nan')):.2g}, shift "
                          f"{r.get('max_shift', float('nan')):.2g} SE, {r['status']}"
-                         + (f" (stopped by the watch at iteration {r['watch']['iteration']})"
+                         + (f" (stopped by the watch at iteration {r['watch']['iteration']}"
+                            + (f"; the next round starts from iteration "
+                               f"{r['watch']['best']['iteration']}, "
+                               f"{r['watch']['best']['objective_simulated']:.8g} simulated"
+                               if r["watch"].get("best") else "") + ")"
                             if r.get("watch") else "")
+                         + (f" (in a trust region of radius {r['region']['radius']:.3g}"
+                            + (f", on its bound: {', '.join(r['region']['active'])}"
+                               if r["region"]["active"] else "") + ")"
+                            if r.get("region") else "")
                          + f", {r.get('seconds', float('nan')):.2f} s")
         return lines
 

@@ -184,9 +184,19 @@ def test_refinement_before_convergence_on_a_start_that_fails_on_its_first_grid()
     u0 = np.asarray(multistart_starts(pk, 32, seed=0))[27]
     res = po.estimate(pk, "simultaneous", u0=u0)
     assert res.success and res.extra["certificate"]["certified"], res.summary()
-    for r in res.extra["refinement"]:
+    rounds = res.extra["refinement"]
+    for r in rounds:
         if "watch" in r:
             assert r["watch"]["fit_error"] > 1.0 and r["status"] == "discretization_not_resolved"
+    # the first solve raised the ODE's objective on its way (30.63 at its stop): the next
+    # round starts from the best point the watch judged, in a trust region that holds
+    # its estimate, and the round after it is free from there
+    best = rounds[0]["watch"]["best"]
+    assert best["objective_simulated"] < rounds[0]["objective_simulated"]
+    assert rounds[1]["region"]["radius"] > 0 and rounds[1]["region"]["active"]
+    assert rounds[1]["objective_simulated"] < best["objective_simulated"]
+    assert "region" not in rounds[2]
+    assert "in a trust region of radius" in res.summary()
     ref = po.estimate(pk, "continuous", u0=res.estimates, optimizer="least_squares",
                       rtol=1e-10, atol=1e-12)
     assert res.objective == pytest.approx(ref.objective, rel=1e-3)
@@ -343,3 +353,55 @@ def test_each_round_sets_up_one_evaluator(lv, monkeypatch):
     assert res.success and len(res.extra["refinement"]) >= 2
     assert len(built) == len(res.extra["refinement"])
     assert res.backend._evaluator is None         # let go once the system is formed
+
+
+@pytest.mark.parametrize("approach", ["simultaneous", "reduced_space"])
+def test_a_region_narrows_the_bounds_of_its_solves_and_the_result_says_so(lv, reference,
+                                                                          approach):
+    """``region=`` (the box of the refinement stage's trust region, here given): every
+    solve stays in it; an estimate held on its bound is not a minimum of the problem
+    (``not_stationary``, naming the parameter); the problem's own bounds are what the
+    result and a refit keep."""
+    box = {"p1": (0.8, 0.95)}                     # the ODE's optimum has p1 = 1.010
+    res = po.estimate(lv, approach, region=box)
+    assert res.extra["region"]["active"] == ["p1"]
+    assert res.estimates["p1"] == pytest.approx(0.95, rel=1e-6)
+    assert res.status is po.Status.NOT_STATIONARY
+    assert "p1 lie on the bound of the region given (region=)" in res.message
+    if approach == "simultaneous":
+        assert (res.model.est.u["p1"].lb, res.model.est.u["p1"].ub) == (None, None)
+    back = po.EstimationResult.from_json(res.to_json())
+    assert back.extra["region"] == res.extra["region"] and back.status is res.status
+    again = res.refit(res.estimates)                  # a refit solves the problem's bounds
+    assert "region" not in again.extra and again.success
+    assert again.estimates["p1"] == pytest.approx(reference.estimates["p1"], rel=1e-3)
+    wide = po.estimate(lv, approach, region={"p1": (0.5, 1.5)})    # holds the optimum
+    assert wide.success and wide.extra["region"]["active"] == []
+    assert wide.estimates["p1"] == pytest.approx(reference.estimates["p1"], rel=1e-3)
+    with pytest.raises(ValueError, match="low > high"):
+        po.estimate(lv, approach, region={"p1": (1.0, 0.5)})
+
+
+def test_the_next_region_is_centred_on_the_best_point_the_watch_judged(lv):
+    """Where the watch stopped a solve after the ODE's objective rose, the next round
+    starts from the best point it judged, in a box of half the (scaled) distance the
+    solve went from it; a round the watch did not stop so leaves the next one free."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from pyomo_odeest.approaches._certificate import _box, _next_region
+    names = lv.parameter_names
+    stop = pd.Series([1.0, 3.0, 1.0, -4.0], index=names)
+    best = dict(estimates=[1.0, 1.0, 1.0, -2.0], objective_simulated=1.0, iteration=5)
+    watched = SimpleNamespace(extra={"grid_watch": {"best": best}}, estimates=stop)
+    centre, radius = _next_region(lv, watched)
+    assert list(centre) == best["estimates"]
+    assert radius == pytest.approx(0.5 * 2.0)      # p2: |3 - 1| / max(1, 1); p4: 2 / 2
+    box = _box(lv, centre, radius)
+    assert box["p2"] == pytest.approx((0.0, 2.0)) and box["p4"] == pytest.approx((-4.0, 0.0))
+    assert box["p1"] == pytest.approx((0.0, 2.0))
+    assert _next_region(lv, SimpleNamespace(extra={}, estimates=stop)) is None
+    here = dict(best, estimates=list(stop))             # the best point is where it stopped
+    assert _next_region(lv, SimpleNamespace(extra={"grid_watch": {"best": here}},
+                                            estimates=stop)) is None
