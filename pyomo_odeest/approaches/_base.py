@@ -207,10 +207,9 @@ def _region(v):
 def region_bounds(problem, region, names=None):
     """The bounds ``(lb, ub)`` of the parameters ``names`` (default: all, in order)
     within the stage's trust ``region`` (:func:`watch_config`; None: the problem's)."""
-    names = problem.parameter_names if names is None else list(names)
-    by = {p.name: p for p in problem.parameters}
-    lb = np.array([-np.inf if by[n].lb is None else by[n].lb for n in names], dtype=float)
-    ub = np.array([np.inf if by[n].ub is None else by[n].ub for n in names], dtype=float)
+    every = problem.parameter_names
+    names = every if names is None else list(names)
+    lb, ub = problem.bounds([every.index(n) for n in names])
     for i, n in enumerate(names):
         if region and n in region:
             lo, hi = region[n]
@@ -232,8 +231,7 @@ def region_active(problem, region, estimates, rtol=1e-6):
         lo, hi = region[p.name]
         v = float(estimates[p.name])
         tol = rtol * max(1.0, abs(v), hi - lo)
-        lb = -np.inf if p.lb is None else p.lb
-        ub = np.inf if p.ub is None else p.ub
+        lb, ub = p.bounds
         if (lo > lb + tol and v <= lo + tol) or (hi < ub - tol and v >= hi - tol):
             out.append(p.name)
     return out
