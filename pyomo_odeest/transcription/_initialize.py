@@ -28,16 +28,20 @@ def blocks_of(b):
 
 
 def numeric_functions(problem: EstimationProblem, u):
-    """``f(x, t)``, ``fdot(x, t)`` and their x-Jacobians at fixed parameters ``u``."""
+    """``f(x, t)``, ``fdot(x, t)`` and their x-Jacobians at fixed parameters ``u``
+    (lambdified once per problem: every block and refinement round reuses them)."""
     u = np.asarray(u, dtype=float)
+    args = (problem.x_sym, problem.u_sym, problem.t_sym)
 
-    def num(expr):
-        fn = lambdify((problem.x_sym, problem.u_sym, problem.t_sym), expr, "numpy")
-        return lambda x, t: np.array(fn(x, u, t), dtype=float)
+    def build():
+        f, fd = list(problem.f_sym), list(problem.fdot_sym())
+        jf, jd = (sympy.Matrix(e).jacobian(problem.x_sym) for e in (f, fd))
+        return {k: lambdify(args, e, "numpy")
+                for k, e in (("f", f), ("jac", jf), ("fdot", fd), ("fdot_jac", jd))}
 
-    f, fd = list(problem.f_sym), list(problem.fdot_sym())
-    jf, jd = (sympy.Matrix(e).jacobian(problem.x_sym) for e in (f, fd))
-    return dict(f=num(f), jac=num(jf), fdot=num(fd), fdot_jac=num(jd))
+    fns = problem._numeric(("scheme simulation", tuple(problem.f_sym), args), build)
+    return {k: (lambda fn: lambda x, t: np.array(fn(x, u, t), dtype=float))(fn)
+            for k, fn in fns.items()}
 
 
 def simulate(problem: EstimationProblem, scheme, t, u=None, restarts=()):

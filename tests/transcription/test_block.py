@@ -54,6 +54,28 @@ def test_block_matches_step_by_step_simulation(scheme, qmax, jitter):
     assert np.max(np.abs(ev.constraints(x2) - ev.g_lb)) > 1e-5
 
 
+def test_the_start_simulation_lambdifies_once_per_problem(monkeypatch):
+    """The scheme's start simulation of every block and round reads f, ḟ and their
+    Jacobians lambdified once per problem; the functions take the parameters of each
+    call (two parameter vectors, two right-hand sides)."""
+    from pyomo_odeest.transcription import _initialize
+    prob = lotka_volterra_problem(p0=(1.0, 1.0, 1.0, 1.0))
+    calls = []
+    real = _initialize.lambdify
+    monkeypatch.setattr(_initialize, "lambdify", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a = _initialize.numeric_functions(prob, prob.u0)
+    assert len(calls) == 4
+    b = _initialize.numeric_functions(prob, 2 * prob.u0)
+    assert len(calls) == 4
+    x = np.array([1.0, 2.0])
+    fa, fb = prob.numeric_rhs()(x, prob.u0, 0.3), prob.numeric_rhs()(x, 2 * prob.u0, 0.3)
+    assert np.allclose(a["f"](x, 0.3), fa) and np.allclose(b["f"](x, 0.3), fb)
+    assert not np.allclose(fa, fb)
+    grid = make_grid(prob.meas_times, t0=0.0, T=prob.T, steps_per_interval=4)
+    X = _initialize.simulate(prob, "enright", grid, prob.u0)
+    assert len(calls) == 4 and np.all(np.isfinite(X))
+
+
 def test_auto_start_judges_a_simulation_by_the_values_it_predicts():
     """States of size 1000 observed through y = 0.001·x (PEtab's scaled outputs): the
     simulation predicts the data's scale, so the block starts from it, not from the
