@@ -576,7 +576,10 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         if not new.success:                    # keep the last successful solve
             rounds.append(dict(round=len(rounds), grid_points=_grid_points(grid),
                                status=str(new.status), objective=float(new.objective),
-                               seconds=float(new.timings.get("total_s", np.nan))))
+                               seconds=float(new.timings.get("total_s", np.nan)),
+                               **({"region": dict(radius=region[1], active=(
+                                   new.extra.get("region") or {}).get("active") or [])}
+                                  if region else {})))
             if not result.success:             # the watch stopped the one before: the
                 result = new                   # newer, on the finer grid, says more
                 cert = certify(problem, result, models, fit_tol, shift_tol)
