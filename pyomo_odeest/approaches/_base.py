@@ -204,13 +204,11 @@ def _region(v):
     return out
 
 
-def region_bounds(problem, region, names=None):
-    """The bounds ``(lb, ub)`` of the parameters ``names`` (default: all, in order)
-    within the stage's trust ``region`` (:func:`watch_config`; None: the problem's)."""
-    every = problem.parameter_names
-    names = every if names is None else list(names)
-    lb, ub = problem.bounds([every.index(n) for n in names])
-    for i, n in enumerate(names):
+def region_bounds(problem, region):
+    """The bounds ``(lb, ub)`` of every parameter, in order, within the stage's trust
+    ``region`` (:func:`watch_config`; None: the problem's)."""
+    lb, ub = problem.bounds()
+    for i, n in enumerate(problem.parameter_names):
         if region and n in region:
             lo, hi = region[n]
             lb[i], ub[i] = max(lb[i], lo), min(ub[i], hi)

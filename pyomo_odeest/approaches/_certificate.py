@@ -659,22 +659,22 @@ def _next_region(problem, result):
     if best is None:
         return None
     centre = pd.Series(best["estimates"], index=problem.parameter_names, dtype=float)
-    radius = 0.5 * _scaled_distance(problem, centre, result.estimates)
+    u = result.estimates
+    radius = 0.5 * max((abs(float(u[k]) - c) / s for k, (c, s) in _metric(problem, centre)),
+                       default=0.0)
     return (centre, radius) if radius > 0 else None
 
 
-def _scaled_distance(problem, centre, u):
-    """max_k |u_k - c_k| / max(1, |c_k|) over the free parameters."""
-    d = [abs(float(u[p.name]) - float(centre[p.name])) / max(1.0, abs(float(centre[p.name])))
-         for p in problem.parameters if not p.fixed]
-    return max(d, default=0.0)
+def _metric(problem, centre):
+    """``(name, (c_k, max(1, |c_k|)))`` of the free parameters: the trust region's
+    centre and scale per parameter."""
+    return [(p.name, (float(centre[p.name]), max(1.0, abs(float(centre[p.name])))))
+            for p in problem.parameters if not p.fixed]
 
 
 def _box(problem, centre, radius):
     """The trust region as the approaches take it (``region=``): name -> (low, high)."""
-    return {p.name: (float(centre[p.name]) - radius * max(1.0, abs(float(centre[p.name]))),
-                     float(centre[p.name]) + radius * max(1.0, abs(float(centre[p.name]))))
-            for p in problem.parameters if not p.fixed}
+    return {k: (c - radius * s, c + radius * s) for k, (c, s) in _metric(problem, centre)}
 
 
 def _inside_bounds(problem, estimates):

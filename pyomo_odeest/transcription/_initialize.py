@@ -39,9 +39,11 @@ def numeric_functions(problem: EstimationProblem, u):
         return {k: lambdify(args, e, "numpy")
                 for k, e in (("f", f), ("jac", jf), ("fdot", fd), ("fdot_jac", jd))}
 
+    def at_u(fn):
+        return lambda x, t: np.array(fn(x, u, t), dtype=float)
+
     fns = problem._numeric(("scheme simulation", tuple(problem.f_sym), args), build)
-    return {k: (lambda fn: lambda x, t: np.array(fn(x, u, t), dtype=float))(fn)
-            for k, fn in fns.items()}
+    return {k: at_u(fn) for k, fn in fns.items()}
 
 
 def simulate(problem: EstimationProblem, scheme, t, u=None, restarts=()):
