@@ -273,8 +273,8 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
     from ..discretization.continuous import ContinuousModel, IntegrationError
     from ..problem._declaration import ProblemError
     from ._uncertainty import nll_factor
-    if result.grid is None or not np.isfinite(result.objective):
-        return []          # not the objective of a discretization on a grid
+    if not np.isfinite(result.objective):
+        return []
     cert = result.extra.get("certificate")
     if cert and cert.get("available"):             # the refinement stage simulated already
         from ..approaches._certificate import GridCertificate
@@ -286,6 +286,8 @@ def simulation_warning(problem, result, rtol=SIMULATION_RTOL, sim_rtol=1e-8, sim
                 f"the discretization only; raise max_refinements, refine the first grid "
                 f"(smaller max_step / more steps_per_interval; for stiff problems "
                 f"scheme='enright'), or use the continuous approach"]
+    if result.grid is None:        # not the objective of a discretization on a grid
+        return []
     u = result.estimates.reindex(problem.parameter_names).to_numpy(dtype=float)
     if not np.all(np.isfinite(u)):
         return []

@@ -84,6 +84,7 @@ def test_adaptive_default_tolerance_is_certified_or_says_not():
     assert cert["fit_error"] > 0.01 and not cert["certified"]
     assert r.status is Status.NOT_RESOLVED and not r.success
     assert "fit_tol" in cert["reason"]
+    assert any(w.startswith("discretization error") for w in r.warnings), r.warnings
     off = po.estimate(lv, "adaptive", fit_tol=None, certify=False)
     assert off.success and "certificate" not in off.extra
 

@@ -224,7 +224,9 @@ def test_pipeline_builds_and_collects_one_part_per_experiment(approach, several,
     if several:
         assert list(r.states.index.levels[0]) == ["e1", "e2"]
         assert list(r.fitted.loc["e2"].index) == list(T_MEAS)
-        if approach != "continuous":
+        if approach in ("continuous", "adaptive"):       # no fixed grid: none per experiment
+            assert r.grid is None
+        else:
             assert set(r.grid) == {"e1", "e2"}
     else:
         assert r.states.index.name == "time" and r.fitted.shape == (len(T_MEAS), 1)

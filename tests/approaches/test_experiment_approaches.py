@@ -191,6 +191,17 @@ def test_continuous_experiments_inputs_constraints_equal_simultaneous():
     assert list(rc.states.index.get_level_values("experiment").unique()) == ["e1", "e2"]
 
 
+@pytest.mark.parametrize("optimizer", ["ipopt", "least_squares"])
+def test_a_continuous_result_of_several_experiments_has_no_grid_to_check(optimizer):
+    """The continuous approaches integrate adaptively: their result of several
+    experiments has no grid (not a dict of Nones), so the post-solve checks do not
+    simulate it again as if it were a discretization's."""
+    r = estimate(_problem(constraints=False), "continuous", optimizer=optimizer)
+    assert r.success and r.grid is None
+    assert "simulated_objective" not in r.extra
+    assert not any("discretization error" in w for w in r.warnings)
+
+
 def test_continuous_constraint_jacobian_exact():
     from pyomo_odeest.approaches._continuous import ContinuousConstraints
     from pyomo_odeest.approaches import ContinuousModel
