@@ -233,13 +233,20 @@ class ContinuousApproach(Approach):
         lb, ub = problem.bounds(free)
         uf = np.clip(u_start[free], lb, ub)
         s = start_value_magnitude(uf) if cfg.scale else np.ones(free.sum())   # w = u/s is O(1)
-        obj = _ScaledObjective(cm, u_start, free, s, cfg.gradient, cfg.hessian)
+        gm = cfg.gradient
+        if cfg.optimizer == "least_squares" and "gradient" not in getattr(self, "given", ()):
+            # the trust region's Jacobian is the forward sensitivities: its start and
+            # stationarity checks use them too, so no backward (adjoint) solve, which can
+            # exhaust CVODES's steps where the forward ones do not, refuses a start
+            gm = "sensitivity"
+        obj = _ScaledObjective(cm, u_start, free, s, gm, cfg.hessian)
         cons = ContinuousConstraints(problem, cm, free) if problem.has_constraints else None
         if cons is not None and cfg.optimizer != "ipopt":
             raise ProblemError(f"optimizer {cfg.optimizer!r} does not take the problem's path "
                                f"or parameter constraints; use optimizer='ipopt'")
         return SimpleNamespace(problem=problem, cm=cm, obj=obj, cons=cons, s=s, w0=uf / s,
-                               wl=lb / s, wu=ub / s, u_start=u_start, n_grid=cfg.n_grid)
+                               wl=lb / s, wu=ub / s, u_start=u_start, n_grid=cfg.n_grid,
+                               gradient=gm)
 
     def solve(self, b, cfg):
         cm, obj = b.cm, b.obj
@@ -263,7 +270,7 @@ class ContinuousApproach(Approach):
             # the user set it (the least squares' continuation below does the same)
             if (out.status is Status.ACCEPTABLE and "acceptable_obj_change_tol" not in
                     (cfg.options or {})):
-                out = _stationarity(b, out, cfg.gradient, g0)
+                out = _stationarity(b, out, b.gradient, g0)
                 if (out.status is Status.NOT_STATIONARY
                         and out.details["stationarity"].get("rule") == "decrement"):
                     out = self._continue_ipopt(b, cfg, out, opts(out.x, 1e-12), method)
@@ -276,7 +283,7 @@ class ContinuousApproach(Approach):
             method = "scipy/least_squares(trf), Jacobian from forward sensitivities"
             out = Outcome(r.x, status, str(r.message), int(r.njev), details=dict(method=method))
             if out.status.success:
-                out = _stationarity(b, out, cfg.gradient, g0)
+                out = _stationarity(b, out, b.gradient, g0)
             # a stop on the relative decrease of J (ftol = 10·rtol) or of the step (xtol)
             # short of the Gauss-Newton limit: continue from there without that test
             # (first without ftol, then with xtol 1e-15 too), unless the user set them
@@ -296,13 +303,13 @@ class ContinuousApproach(Approach):
                 njev, message = njev + int(r.njev), f"{message}; continued: {r.message}"
                 out = Outcome(r.x, status, message, njev, details=dict(method=method))
                 if out.status.success:
-                    out = _stationarity(b, out, cfg.gradient, g0)
+                    out = _stationarity(b, out, b.gradient, g0)
             out.objective_start = float(j0)
             return out
         else:
             out = self._minimize(b, cfg)
         if out.status.success and "stationarity" not in out.details:
-            out = _stationarity(b, out, cfg.gradient, g0)
+            out = _stationarity(b, out, b.gradient, g0)
         out.objective_start = float(j0)
         return out
 
@@ -387,12 +394,12 @@ class ContinuousApproach(Approach):
         if outcome.status is not Status.SIMULATION_FAILED:
             J = cm.objective(u_hat)
             try:                          # the optimizer may stop where the derivatives fail
-                g = _guarded(cm.gradient, u_hat, "adjoint" if cfg.gradient == "fd"
-                             else cfg.gradient)
+                g = _guarded(cm.gradient, u_hat, "adjoint" if b.gradient == "fd"
+                             else b.gradient)
             except EvaluationError:
                 pass
         res = EstimationResult(
-            approach=self.name, method=f"{outcome.details.get('method', '-')}, gradient={cfg.gradient}",
+            approach=self.name, method=f"{outcome.details.get('method', '-')}, gradient={b.gradient}",
             scheme=None, estimates=pd.Series(u_hat, index=problem.parameter_names,
                                              name="estimate"),
             objective=J, status=outcome.status, iterations=outcome.iterations,

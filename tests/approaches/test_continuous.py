@@ -657,6 +657,28 @@ def test_least_squares_reaches_the_optimum_of_ipopt(gaussian):
     assert b.objective == pytest.approx(a.objective, rel=1e-8)
 
 
+def test_least_squares_needs_no_adjoint_where_the_backward_solve_fails(monkeypatch):
+    """The trust region works on forward sensitivities; its start and stationarity
+    checks use them too (``gradient='sensitivity'`` unless the user names one), so a
+    backward solve that fails (CVODES's CVodeB out of steps on a stiff adjoint, where
+    the forward solves succeed) does not refuse the start.  A gradient the user names
+    is used and its failure reported."""
+    from pyomo_odeest.discretization.continuous import IntegrationError
+    from pyomo_odeest.discretization.continuous._first_order import FirstOrder
+
+    def no_adjoint(self, u=None, times=None):
+        raise IntegrationError("CVODES failed: CVodeB returned CV_TOO_MUCH_WORK")
+    prob = nonlinear_problem()
+    ref = po.estimate(prob, "continuous", optimizer="least_squares")
+    monkeypatch.setattr(FirstOrder, "adjoint", no_adjoint)
+    r = po.estimate(prob, "continuous", optimizer="least_squares")
+    assert r.success and "gradient=sensitivity" in r.method, (r.status, r.message)
+    np.testing.assert_allclose(r.x, ref.x, rtol=1e-10)
+    assert np.all(np.isfinite(r.extra["gradient"]))
+    named = po.estimate(prob, "continuous", optimizer="least_squares", gradient="adjoint")
+    assert named.status is po.Status.SIMULATION_FAILED and "CVodeB" in named.message
+
+
 def _quadratic_penalty(u):
     """Gaussian priors on a and c, and a coupling of c with x0: a quadratic R(u) >= 0."""
     return 0.5 * ((u.a - 0.7) / 0.1) ** 2 + 2.0 * (u.c - u.x0 - 0.3) ** 2
@@ -810,7 +832,7 @@ def test_least_squares_jacobian_failure_is_a_failed_result(monkeypatch):
 
     def failing(self, *a, **k):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == 4:        # the start's gradient, then the trust region's third
             raise IntegrationError("injected")
         return orig(self, *a, **k)
     monkeypatch.setattr(ContinuousModel, "sensitivities", failing)

@@ -308,6 +308,7 @@ class CvodesModel(ContinuousModel):
         self._ref = None
         self._grids = {}
         self._by_tolerance = {}
+        self._sens = (None, None)          # the last sensitivities: (key, value)
 
     @property
     def settings(self) -> dict:
@@ -455,6 +456,12 @@ class CvodesModel(ContinuousModel):
         """
         u = self._u(u)
         V = np.eye(self.p) if V is None else np.asarray(V, dtype=float).reshape(self.p, -1)
+        # the last call's, at the same point, directions and tolerances (a fit's start
+        # check and its optimizer's first Jacobian are at one point)
+        key = (u.tobytes(), V.shape, V.tobytes(), self.rtol, self.atol, self.max_num_steps,
+               self.linear_solver, self.cvodes_method)
+        if self._sens[0] == key:
+            return self._sens[1]
         n, N = self.n, len(self.tau)
         traj, Xm = self._forward(u)
         S0 = self.l_u.dense(u) @ V
@@ -471,6 +478,9 @@ class CvodesModel(ContinuousModel):
             Sm[rows[:, None, None], np.arange(n)[None, :, None], live[None, None, :]] = \
                 np.transpose(Sg[:, :, self._col[rows]], (2, 0, 1))
         self.counts["sensitivity"] += 1
+        for a in (Xm, Sm):                 # shared with the next call at the same point
+            a.setflags(write=False)
+        self._sens = (key, (traj, Xm, Sm))
         return traj, Xm, Sm
 
     # -- adjoint ---------------------------------------------------------------
