@@ -294,15 +294,20 @@ class ContinuousApproach(Approach):
                         and out.details["stationarity"].get("rule") == "decrement"
                         and not set(drop) & set(user)):
                     break
-                # the time left to the pipeline's deadline (its solve scope)
+                # the time left to the pipeline's deadline (its solve scope); without ftol
+                # the continuation stops where STALL_WINDOW iterations gain less than a
+                # small fraction of the decrease the stationarity test counts
                 clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
-                r = _least_squares(cm, obj, r.x, b.wl, b.wu, {**user, **drop}, cfg.tee, clock)
+                stall = STALL_FRACTION * out.details["stationarity"]["decrement_limit"]
+                r = _least_squares(cm, obj, r.x, b.wl, b.wu, {**user, **drop}, cfg.tee, clock,
+                                   stall=stall)
                 clock.finish()
                 status = (Status.TIME_LIMIT if clock.exceeded
+                          else Status.NOT_STATIONARY if r.status == STALLED
                           else status_from_scipy(r, "least_squares"))
                 njev, message = njev + int(r.njev), f"{message}; continued: {r.message}"
                 out = Outcome(r.x, status, message, njev, details=dict(method=method))
-                if out.status.success:
+                if out.status.success or r.status == STALLED:
                     out = _stationarity(b, out, b.gradient, g0)
             out.objective_start = float(j0)
             return out
@@ -585,7 +590,19 @@ def _penalty_as_squares(problem):
                for pen, us in pens if pen != 0)
 
 
-def _least_squares(cm, obj, w0, wl, wu, options, tee, clock):
+#: a continuation of the least squares (without ``ftol``) stops where this many
+#: accepted iterations lower J by less than ``STALL_FRACTION`` times the Gauss–Newton
+#: decrement limit: a trust region crawling along a valley (PEtab's Weber problem:
+#: 2.4e-8 per iteration against a limit of 1.2e-4, for 272 iterations) gains nothing
+#: the stationarity test counts.  Elowitz's continuation gains 6.7e-7 over ten
+#: iterations (limit 1e-6) on its way to a stationary point 30 iterations later.
+STALL_WINDOW = 10
+STALL_FRACTION = 1e-2
+#: ``status`` of such a stop (the fit is then ``not_stationary``)
+STALLED = -102
+
+
+def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None):
     r"""Gauss–Newton trust region (SciPy's ``least_squares``, ``'trf'``) on
     :math:`J - c = \tfrac12\sum_j\lVert W_j r_j\rVert^2` over the scaled free
     parameters; the Jacobian of the weighted residuals from the forward
@@ -593,12 +610,15 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock):
 
     ``least_squares`` has no callback: the :class:`SolveClock` ``clock`` is ticked
     where the Jacobian is evaluated (once per accepted iterate); at its wall-time
-    limit the solve stops there and returns that iterate."""
+    limit the solve stops there and returns that iterate.  With ``stall`` (a decrease of
+    J), it also stops there, with the status :data:`STALLED`, where the last
+    :data:`STALL_WINDOW` accepted iterations lowered J by less than ``stall``."""
     from scipy.optimize import least_squares
     squares = _SumOfSquares(cm, obj, wl, wu)
     if not squares:
         raise ProblemError(_NOT_SQUARES)
     cost, njev = {}, [0]                 # cost: the last residuals, for the progress line
+    accepted = []                        # J - c at the accepted iterates
 
     def residuals(w):
         obj.counts["objective"] += 1
@@ -614,6 +634,14 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock):
         r = cost.get(np.asarray(w, dtype=float).tobytes())
         if clock._tick(w, None if r is None else 0.5 * float(r @ r)):
             raise _Stopped(w, -101, f"stopped at max_wall_time after {clock.elapsed:.1f} s")
+        if stall is not None and r is not None:
+            accepted.append(0.5 * float(r @ r))
+            if len(accepted) > STALL_WINDOW and \
+                    accepted[-STALL_WINDOW - 1] - accepted[-1] < stall:
+                raise _Stopped(w, STALLED, (
+                    f"stalled: J decreased by {accepted[-STALL_WINDOW - 1] - accepted[-1]:.2g} "
+                    f"over the last {STALL_WINDOW} iterations, less than {stall:.2g} "
+                    f"({STALL_FRACTION:g} of the stationarity test's decrement limit)"))
         obj.counts["gradient"] += 1
         try:
             J = squares.jacobian(w)
@@ -698,7 +726,8 @@ class _SumOfSquares:
 
 class _Stopped(Exception):
     """The solve ends at the accepted iterate ``w`` with ``status`` (-101: the wall-time
-    limit; -100: the residual Jacobian failed there, its residuals being finite)."""
+    limit; -100: the residual Jacobian failed there, its residuals being finite;
+    :data:`STALLED`: the continuation gains less than the decrement limit)."""
 
     def __init__(self, w, status, message):
         super().__init__(message)

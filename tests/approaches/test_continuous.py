@@ -679,6 +679,34 @@ def test_least_squares_needs_no_adjoint_where_the_backward_solve_fails(monkeypat
     assert named.status is po.Status.SIMULATION_FAILED and "CVodeB" in named.message
 
 
+def test_a_least_squares_continuation_stops_where_it_stalls():
+    """Without ``stall`` the trust region runs to its own stop; with it, it stops at the
+    accepted iterate where the last STALL_WINDOW iterations lowered J by less than
+    ``stall`` (the continuation after an ftol stop passes the decrement limit), with the
+    status STALLED and that iterate.  A stall larger than any decrease stops it at the
+    STALL_WINDOW + 1-th accepted iterate."""
+    from pyomo_odeest.approaches._base import SolveClock
+    from pyomo_odeest.approaches._continuous import (STALL_WINDOW, STALLED, _least_squares,
+                                                     _ScaledObjective)
+    prob = nonlinear_problem()
+    cm = ContinuousModel(prob)
+    free = prob.free_mask
+    u0 = 2.5 * np.asarray(prob.u0, dtype=float)
+    s = np.abs(u0[free])
+    obj = _ScaledObjective(cm, u0, free, s, "sensitivity", None)
+    lb, ub = prob.bounds(free)
+    args = (cm, obj, u0[free] / s, lb / s, ub / s, {"ftol": None, "xtol": 1e-15,
+                                                    "gtol": 1e-15}, False)
+    free_run = _least_squares(*args, SolveClock(None, False))
+    assert free_run.status != STALLED and free_run.njev > STALL_WINDOW + 1
+    stalled = _least_squares(*args, SolveClock(None, False), stall=1e10)
+    # stopped at the (STALL_WINDOW + 1)-th accepted iterate, before its Jacobian
+    assert stalled.status == STALLED and stalled.njev == STALL_WINDOW
+    assert "stalled: J decreased by" in stalled.message
+    J = lambda w: cm.objective(obj.u(w))                       # noqa: E731
+    assert J(free_run.x) <= J(stalled.x) < J(u0[free] / s)
+
+
 def _quadratic_penalty(u):
     """Gaussian priors on a and c, and a coupling of c with x0: a quadratic R(u) >= 0."""
     return 0.5 * ((u.a - 0.7) / 0.1) ** 2 + 2.0 * (u.c - u.x0 - 0.3) ** 2
