@@ -821,7 +821,7 @@ def _add_experiments(problem, res, per):
     res.multipliers.update({k: stack_experiments(names, [m.get(k) for m in mults])
                             for k in mults[0]})
     grids = [p.get("grid") for p in per]
-    if not names or all(g is None for g in grids):      # no grid: an adaptive integration
+    if not names or all(g is None for g in grids):   # no grid (continuous, adaptive)
         res.grid = grids[0]
     else:
         res.grid = dict(zip(names, grids))
