@@ -83,7 +83,8 @@ def run_problem(folder, args, ref, runner):
                         grid=args.grid, refine=args.refine, max_wall_time=args.max_wall_time,
                         max_problem_time=args.max_problem_time,
                         all_approaches=args.all_approaches, workers=args.workers,
-                        seed=args.seed, reference=ref.get(name), runner=runner,
+                        seed=args.seed, noise=args.noise, reference=ref.get(name),
+                        runner=runner,
                         progress=False, log=lambda line: print(line, flush=True))
     except Exception as err:  # noqa: BLE001 - reported as the status
         return dict(name=name, nominal_nll=np.nan, best_nll=np.nan, best_approach="-",
@@ -164,6 +165,8 @@ def _parser():
     ap.add_argument("--workers", type=int, default=0,
                     help="Dask worker processes of the runner (0: serial)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--noise", default="joint",
+                    help="estimated noise parameters: joint (fitted with θ) or alternate")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "petab_suite.tsv"),
                     help="TSV updated with one row per problem and its best estimates "
                          "('' : none)")
@@ -195,7 +198,7 @@ def main(argv=None):
                     scheme=args.scheme, grid_points=args.grid_points, grid=args.grid,
                     refine=args.refine, max_wall_time=args.max_wall_time,
                     max_problem_time=args.max_problem_time, workers=args.workers,
-                    seed=args.seed)
+                    seed=args.seed, noise=args.noise)
         folders = problem_folders(args.folders)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -322,6 +322,7 @@ def _compare(problem, names, settings, args, out, plot_fits):
 
 def _petab_parser():
     from .petab_io._fit import DEFAULT_APPROACHES, LEAST_SQUARES
+    from .petab_io._problem import NOISE_FORMS
     p = _Parser(
         prog="pyomo-odeest petab",
         description="Fit a PEtab problem: multistart over approaches, polish, noise "
@@ -357,6 +358,9 @@ def _petab_parser():
     p.add_argument("--workers", type=_int_in(0), default=0,
                    help="Dask worker processes (default 0: serial)")
     p.add_argument("--seed", type=_int_in(0), default=0, help="seed of the Sobol starts")
+    p.add_argument("--noise", choices=NOISE_FORMS, default="joint",
+                   help="estimated noise parameters (other than one profiled sigma): fitted "
+                   "with the other parameters (joint, default) or alternately after the fits")
     p.add_argument("--reference", type=_finite_float, default=None,
                    help="a reference NLL (default: references.tsv beside the problem, when "
                    "it lists it)")
@@ -407,7 +411,8 @@ def _run_petab(argv):
                     scheme=args.scheme, grid_points=args.grid_points, grid=args.grid,
                     refine=args.refine, max_wall_time=args.max_wall_time,
                     max_problem_time=args.max_problem_time,
-                    all_approaches=args.all_approaches, workers=args.workers, seed=args.seed)
+                    all_approaches=args.all_approaches, workers=args.workers, seed=args.seed,
+                    noise=args.noise)
     try:
         FitSettings(**settings)
     except ValueError as err:

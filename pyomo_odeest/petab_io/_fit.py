@@ -17,9 +17,10 @@ The workflow (docs/petab.md, "Fitting a problem: fit_petab"):
    the best value they found, no worse than the problem's start, the best start
    (by simulation) is refitted with the integration tolerances divided by 100,
    at most ``refine`` times (:func:`tolerance_refit`);
-4. problems with several estimated noise parameters: the approach's best start
-   is refined by :meth:`PetabEstimation.fit` (θ and σ alternately), starting no
-   new round after ``NOISE_ROUNDS_BUDGET`` × ``max_wall_time``;
+4. problems imported with ``noise='alternate'`` (noise parameters outside the
+   estimation; the default states them jointly): the approach's best start is
+   refined by :meth:`PetabEstimation.fit` (θ and σ alternately), starting no new
+   round after ``NOISE_ROUNDS_BUDGET`` × ``max_wall_time``;
 5. every start with finite estimates is evaluated by the independent
    simulation, so a discretization artefact is never reported as a fit
    (:func:`mismatch`, :func:`assess`);
@@ -86,6 +87,7 @@ class FitSettings:
     workers: int = 0
     seed: int = 0
     options: dict = field(default_factory=dict)
+    noise: str = "joint"
 
     def __post_init__(self):
         from ..approaches import APPROACH_NAMES
@@ -110,6 +112,9 @@ class FitSettings:
         self.spread = _number(self.spread, "spread", positive=True)
         self.max_wall_time = _number(self.max_wall_time or 0.0, "max_wall_time")
         self.max_problem_time = _number(self.max_problem_time or 0.0, "max_problem_time")
+        from ._problem import NOISE_FORMS
+        if self.noise not in NOISE_FORMS:
+            raise ValueError(f"noise must be one of {list(NOISE_FORMS)}, got {self.noise!r}")
         if self.grid not in ("auto", "uniform"):
             raise ValueError(f"grid must be 'auto' or 'uniform', got {self.grid!r}")
         if self.scheme not in SCHEMES:
@@ -918,15 +923,15 @@ def _jsonable(v):
 # ---------------------------------------------------------------------------
 # the call
 # ---------------------------------------------------------------------------
-def _import(problem):
-    """``(name, PetabModel, PetabEstimation)`` of a folder, a YAML file, a PetabModel or
-    a PetabEstimation."""
+def _import(problem, noise):
+    """``(name, PetabModel, PetabEstimation)`` of a folder, a YAML file, a PetabModel
+    (imported with ``noise``, :func:`petab_problem`) or a PetabEstimation."""
     from ._problem import PetabEstimation, petab_problem
     from ._tables import PetabModel, read_petab
     if isinstance(problem, PetabEstimation):
         return problem.model.name, problem.model, problem
     if isinstance(problem, PetabModel):
-        return problem.name, problem, petab_problem(problem)
+        return problem.name, problem, petab_problem(problem, noise=noise)
     if not isinstance(problem, (str, os.PathLike)):
         raise TypeError(f"fit_petab takes a PEtab folder, a YAML file, a PetabModel or a "
                         f"PetabEstimation; got {type(problem).__name__}")
@@ -936,13 +941,13 @@ def _import(problem):
                                 f"PEtab YAML file, or the YAML file)")
     folder = path if path.is_dir() else path.parent
     model = read_petab(str(path))
-    return folder.resolve().name, model, petab_problem(model)
+    return folder.resolve().name, model, petab_problem(model, noise=noise)
 
 
 def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
               scheme="enright", grid_points=300, grid="auto", refine=2, max_wall_time=120.0,
               max_problem_time=3600.0, all_approaches=False, workers=0, seed=0,
-              options=None, reference=None, runner=None, progress=None,
+              options=None, noise="joint", reference=None, runner=None, progress=None,
               log=None) -> PetabFit:
     """Fit a PEtab problem: starts, approaches in order, polish, noise refinement,
     budgets, and a status that says what the result is (module docstring; docs/petab.md,
@@ -984,6 +989,11 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
     options : dict, optional
         Per approach name, more options of :func:`~pyomo_odeest.estimate` (e.g.
         ``{'simultaneous': {'max_refinements': 2}}``); they override the stage's.
+    noise : {'joint', 'alternate'}
+        How a folder, YAML file or PetabModel is imported
+        (:func:`~pyomo_odeest.petab_io.petab_problem`): its estimated noise parameters
+        (other than one profiled σ) fitted with θ (``'joint'``), or by the
+        alternation after the fits (``'alternate'``).  A PetabEstimation keeps its own.
     reference : float, optional
         A reference NLL (PEtab's, without priors): flags ``worse_than_reference`` and
         ``nominal_mismatch``; an approach that converges above it does not end the
@@ -1001,7 +1011,7 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
                            grid_points=grid_points, grid=grid, refine=refine,
                            max_wall_time=max_wall_time, max_problem_time=max_problem_time,
                            all_approaches=all_approaches, workers=workers, seed=seed,
-                           options=options or {})
+                           options=options or {}, noise=noise)
     if reference is not None:
         reference = _number_any(reference, "reference")
     if log is not None and not callable(log):
@@ -1010,7 +1020,7 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
     t0 = time.perf_counter()
     budget = Budget(settings.max_problem_time, settings.workers, log)
     budget.start = t0
-    name, model, pe = _import(problem)
+    name, model, pe = _import(problem, settings.noise)
     from ._likelihood import petab_nll
     nominal = petab_nll(model)
     prior = model.prior_nll() if model.has_priors else 0.0

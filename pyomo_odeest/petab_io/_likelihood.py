@@ -43,6 +43,12 @@ _Solution = namedtuple("_Solution", "t y")
 
 #: default work bound of one condition's simulation in a likelihood by :class:`PetabSimulator`
 MAX_EVALUATIONS = 1_000_000
+#: evaluations after which a LSODA piece is integrated again by BDF (:meth:`PetabSimulator._piece`)
+LSODA_PIECE_EVALUATIONS = 20_000
+
+
+class _Exhausted(Exception):
+    """A LSODA piece used its evaluations (:meth:`PetabSimulator._piece`)."""
 
 
 class PetabSimulator:
@@ -68,7 +74,7 @@ class PetabSimulator:
                  max_evaluations=MAX_EVALUATIONS):
         self.model = model
         self.max_evaluations = int(max_evaluations)
-        self._evaluations = 0
+        self._evaluations, self._limit = 0, None
         self.rtol, self.atol, self.method = rtol, atol, method
         self.pids = [p.id for p in model.parameters]
         psyms = [symbol(p) for p in self.pids]
@@ -105,14 +111,8 @@ class PetabSimulator:
             if t_eval is not None:
                 te = t_eval[(t_eval >= a) & ((t_eval <= b) if last else (t_eval < b))]
                 te_run = te if last else np.append(te, b)     # the state at b starts the next
-            sol = solve_ivp(lambda t, x: self._rhs(f, condition, x, p, t),
-                            (a, b), x, method=self.method,
-                            t_eval=None if te is None else te_run,
-                            rtol=self.rtol, atol=self.atol,
-                            jac=lambda t, x: np.asarray(jac(x, p, t), dtype=float))
-            if not sol.success:
-                raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
-                                   f"failed: {sol.message}")
+            sol = self._piece(f, jac, condition, p, (a, b), x,
+                              None if te is None else te_run)
             y = np.asarray(sol.y).reshape(len(x), -1)
             if te is not None and len(te):
                 ts.append(sol.t[:len(te)])
@@ -122,8 +122,39 @@ class PetabSimulator:
             return _Solution(np.array([float(T)]), x.reshape(-1, 1))
         return _Solution(np.concatenate(ts), np.concatenate(ys, axis=1))
 
+    def _piece(self, f, jac, condition, p, span, x, t_eval):
+        """One piece of :meth:`_integrate`.  LSODA stalls on some very stiff pieces
+        where BDF does not (PEtab's Brannmark problem at rates on their bounds: no
+        end after 10⁷ evaluations; BDF takes 2,000): a LSODA piece that fails or
+        takes more than :data:`LSODA_PIECE_EVALUATIONS` evaluations is integrated again
+        by BDF."""
+        def run(method, limit):
+            self._limit = limit
+            try:
+                return solve_ivp(lambda t, x: self._rhs(f, condition, x, p, t), span, x,
+                                 method=method, t_eval=t_eval, rtol=self.rtol, atol=self.atol,
+                                 jac=lambda t, x: np.asarray(jac(x, p, t), dtype=float))
+            finally:
+                self._limit = None
+        sol = None
+        if self.method == "LSODA":
+            try:
+                sol = run("LSODA", min(self.max_evaluations,
+                                       self._evaluations + LSODA_PIECE_EVALUATIONS))
+            except _Exhausted:
+                pass
+        if sol is None or not sol.success:
+            sol = run("BDF" if self.method == "LSODA" else self.method, self.max_evaluations)
+        if not sol.success:
+            raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
+                               f"failed: {sol.message}")
+        return sol
+
     def _rhs(self, f, condition, x, p, t):
         self._evaluations += 1
+        if self._limit is not None and self._evaluations > self._limit \
+                and self._evaluations <= self.max_evaluations:
+            raise _Exhausted()
         if self._evaluations > self.max_evaluations:
             raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
                                f"stopped after {self.max_evaluations} evaluations of the "

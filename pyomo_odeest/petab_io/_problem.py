@@ -403,14 +403,27 @@ def _identifier(name, taken):
     return out
 
 
-def petab_problem(source, conditions=None) -> PetabEstimation:
+#: how :func:`petab_problem` states estimated noise parameters other than one profiled σ
+NOISE_FORMS = ("joint", "alternate")
+
+
+def petab_problem(source, conditions=None, noise="joint") -> PetabEstimation:
     """Import a PEtab problem (YAML path, folder or :class:`PetabModel`) for estimation.
 
     One simulation condition gives a single-experiment problem; several give
     one :class:`~pyomo_odeest.Experiment` per condition (named by the
     condition id).  ``conditions`` selects a subset (default: all).  The seconds it
     takes are the result's ``setup_s``.
+
+    ``noise`` states the estimated noise parameters, unless σ is a number times
+    one of them (profiled out exactly): ``'joint'`` (default) makes them
+    parameters of the estimation (every datum its scaled residual, the penalty
+    :math:`2\sum\log\sigma_i`: every approach minimizes PEtab's NLL over θ
+    and σ at once); ``'alternate'`` states σ at its current values and leaves
+    them to :meth:`PetabEstimation.fit` (docs/petab.md, "The objective").
     """
+    if noise not in NOISE_FORMS:
+        raise ValueError(f"noise={noise!r}: expected one of {NOISE_FORMS}")
     clock = time.perf_counter()
     model = source if isinstance(source, PetabModel) else read_petab(source)
     conditions = list(model.conditions if conditions is None else
@@ -439,8 +452,9 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
     # residual sqrt(2 log σ + C), so that the squares sum to r²/σ² + 2 log σ + C
     of_states = np.array([bool(_names(sgm) & state_names) or TIME in sgm.free_symbols
                           for sgm in meas["sigma"]], dtype=bool)
-    # sigma sharing an estimated parameter with the model or an observable, or of the
-    # states: every datum its own scaled residual (docs/petab.md, "The objective")
+    # sigma sharing an estimated parameter with the model or an observable, of the
+    # states, or (noise='joint') of noise parameters that are not one profiled σ: every
+    # datum its own scaled residual (docs/petab.md, "The objective")
     joint = of_states.any() or any(_names(sgm) & est_ids & model_side for sgm in meas["sigma"])
     sig_rows = [_names(sgm) & est_ids for sgm in meas["sigma"]]
     sig_par = set().union(*sig_rows)
@@ -453,8 +467,11 @@ def petab_problem(source, conditions=None) -> PetabEstimation:
             ratio.append(sympy.simplify(e / symbol(next(iter(u)))) if len(u) == 1 else e)
         simple = all(not e.free_symbols and len(u) <= 1 for e, u in zip(ratio, sig_rows))
         noise_priors = any(model.parameter(g).prior is not None for g in sig_par)
-        if simple and not noise_priors and len(sig_par) == 1 and all(sig_rows) \
-                and not model.has_priors:
+        profiled = simple and not noise_priors and len(sig_par) == 1 and all(sig_rows) \
+            and not model.has_priors
+        joint = not profiled and noise == "joint"
+    if sig_par and not joint:
+        if profiled:
             sigma_parameter = sig_par.pop()
         elif simple and not noise_priors:
             groups = [next(iter(u)) if u else None for u in sig_rows]

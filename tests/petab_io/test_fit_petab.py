@@ -160,6 +160,7 @@ def test_fit_petab_refuses_profiles_and_a_fit_it_does_not_have(tmp_path):
     (dict(scheme="rk4"), r"scheme must be one of"),
     (dict(refine=-1), r"refine must be an integer >= 0"),
     (dict(options={"simultaneous": 3}), r"options maps an approach"),
+    (dict(noise="profiled"), r"noise must be one of \['joint', 'alternate'\]"),
 ])
 def test_fit_petab_settings_are_checked_before_anything_runs(kw, message):
     with pytest.raises(ValueError, match=message):
@@ -424,6 +425,7 @@ def test_cli_petab_progress_and_not_converged_exit_1(tmp_path, capsys):
                                                 r"must be a finite number >= 0"),
     (["petab", DATA], r"^error: .*petab holds no PEtab YAML file"),
     (["petab"], r"^error: the following arguments are required: problem"),
+    (["petab", PREEQ, "--noise", "both"], r"^error: argument --noise: invalid choice"),
 ])
 def test_cli_petab_usage_errors_are_one_line_exit_2(args, message, capsys, tmp_path):
     code = cli_main(args + ["--out", str(tmp_path)])

@@ -15,6 +15,7 @@ libsbml = pytest.importorskip("libsbml")
 from scipy.integrate import solve_ivp  # noqa: E402
 import sympy  # noqa: E402
 
+from pyomo_odeest import estimate  # noqa: E402
 from pyomo_odeest.petab_io import (PetabSimulator, UnsupportedFeatureError, petab_problem,  # noqa: E402
                                 read_petab, read_sbml)
 from pyomo_odeest.petab_io._sbml import TIME, symbol  # noqa: E402
@@ -317,16 +318,17 @@ def test_sigma_with_two_estimated_parameters(tmp_path):
     pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
     model = read_petab(d)
     assert np.isfinite(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
-    pe = petab_problem(model)
+    pe = petab_problem(model, noise="alternate")
     assert pe.noise_parameters == ["sd_a", "sd_b"] and pe._noise is not None
+    joint = petab_problem(model)                   # the default: parameters of the estimation
+    assert not joint.noise_parameters and {"sd_a", "sd_b"} <= set(joint.problem.parameter_names)
+    with pytest.raises(ValueError, match="noise='both'"):
+        petab_problem(model, noise="both")
 
 
-@pytest.mark.slow       # the direct L-BFGS-B reference takes minutes of simulations
-def test_several_noise_parameters_estimated_jointly(tmp_path):
-    """One estimated noise parameter per observable (log10 scale): fit() alternates the
-    least-squares fit and the exact noise update; its NLL and estimates equal a direct
-    minimization of PEtab's NLL by simulation over all parameters, noise included."""
-    from scipy.optimize import minimize
+def _lv_with_noise_parameters(tmp_path):
+    """The exported Lotka–Volterra problem with one estimated noise parameter per
+    observable (log10 scale); its folder."""
     from pyomo_odeest.petab_io import write_petab
     prob = _time_dependent_problem()
     folder = pathlib.Path(write_petab(prob, tmp_path / "lv")).parent
@@ -340,7 +342,39 @@ def test_several_noise_parameters_estimated_jointly(tmp_path):
                                upperBound=10.0, nominalValue=0.3, estimate=1)
                           for n in ("sd_x1", "sd_x2")])
     pd.concat([par, extra]).to_csv(f, sep="\t", index=False)
-    pe = petab_problem(folder)
+    return folder
+
+
+def test_noise_parameters_stated_jointly_reach_the_alternations_minimum(tmp_path):
+    """The default (noise='joint'): the noise parameters are parameters of the
+    estimation, and one least-squares fit reaches the minimum of PEtab's NLL that the
+    alternation (noise='alternate') reaches in many rounds; the objective on the
+    import is PEtab's NLL by the independent simulation."""
+    folder = _lv_with_noise_parameters(tmp_path)
+    joint, alt = petab_problem(folder), petab_problem(folder, noise="alternate")
+    assert {"sd_x1", "sd_x2"} <= set(joint.problem.parameter_names)
+    sim = PetabSimulator(joint.model, rtol=1e-11, atol=1e-12)
+    from pyomo_odeest.discretization.continuous import ContinuousModel
+    J0 = ContinuousModel(joint.problem, method="LSODA", rtol=1e-11,
+                         atol=1e-12).objective(joint.problem.u0)
+    assert joint.nll(J0) == pytest.approx(sim.nll(), abs=1e-7)
+    ls = dict(optimizer="least_squares", rtol=1e-10)
+    one = estimate(joint.problem, "continuous", **ls)
+    rounds = alt.fit("continuous", **ls)
+    assert one.success and rounds.success and rounds.extra["petab_rounds"] > 2
+    assert joint.simulated_nll(one) == pytest.approx(alt.simulated_nll(rounds), abs=1e-6)
+    np.testing.assert_allclose(joint.scaled_estimates(one).to_numpy(),
+                               alt.scaled_estimates(rounds).to_numpy(), atol=1e-3)
+
+
+@pytest.mark.slow       # the direct L-BFGS-B reference takes minutes of simulations
+def test_several_noise_parameters_estimated_jointly(tmp_path):
+    """One estimated noise parameter per observable (log10 scale): fit() alternates the
+    least-squares fit and the exact noise update; its NLL and estimates equal a direct
+    minimization of PEtab's NLL by simulation over all parameters, noise included."""
+    from scipy.optimize import minimize
+    folder = _lv_with_noise_parameters(tmp_path)
+    pe = petab_problem(folder, noise="alternate")
     assert pe.noise_parameters == ["sd_x1", "sd_x2"] and pe.sigma_parameter is None
     assert "sd_x1" not in pe.problem.parameter_names
     res = pe.fit("reduced_space", max_step=0.05, scheme="enright")
@@ -1042,3 +1076,24 @@ def test_imported_problem_with_preequilibration_and_inputs_pickles():
         for t in (0.5, 3.0, 20.0):             # the inputs evaluate again in the copy
             np.testing.assert_array_equal(f[1].point(x0, u, t), f[0].point(x0, u, t))
     assert copy.problem.parameter_names == pe.problem.parameter_names
+
+
+def test_a_lsoda_piece_that_stalls_is_integrated_again_by_bdf(tmp_path, monkeypatch):
+    """The independent simulation gives a LSODA piece LSODA_PIECE_EVALUATIONS
+    evaluations, then integrates it by BDF (a point of PEtab's Brannmark problem, rates
+    on their bounds, took LSODA more than 10⁷ evaluations and BDF 2,000): with a budget
+    of 5 every piece is BDF's, and the NLL is the same."""
+    from pyomo_odeest.petab_io import _likelihood
+    model = read_petab(_lv_with_noise_parameters(tmp_path))
+    ref = PetabSimulator(model, rtol=1e-11, atol=1e-12)
+    nll = ref.nll()
+    monkeypatch.setattr(_likelihood, "LSODA_PIECE_EVALUATIONS", 5)
+    calls = []
+    real = _likelihood.solve_ivp
+    monkeypatch.setattr(_likelihood, "solve_ivp",
+                        lambda *a, **kw: calls.append(kw["method"]) or real(*a, **kw))
+    assert PetabSimulator(model, rtol=1e-11, atol=1e-12).nll() == pytest.approx(nll, rel=1e-7)
+    assert calls[::2] == ["LSODA"] * (len(calls) // 2) and calls[1::2] == ["BDF"] * (len(calls) // 2)
+    # the limit of the whole condition still stops it
+    with pytest.raises(RuntimeError, match="evaluations"):
+        PetabSimulator(model, rtol=1e-11, atol=1e-12, max_evaluations=50).nll()

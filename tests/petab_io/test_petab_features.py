@@ -310,12 +310,16 @@ def test_noise_product_of_noise_parameters(tmp_path):
     df = pd.read_csv(f, sep="\t")
     df["noiseParameters"] = "sd_a;sd_b"
     df.to_csv(f, sep="\t", index=False)
-    pe = petab_problem(path)
+    pe = petab_problem(path, noise="alternate")
     assert pe.noise_parameters == ["sd_a", "sd_b"]
     res = pe.fit("reduced_space", scheme="enright", max_step=0.2)
     assert res.success
     best, _ = direct_minimum(pe.model, pe.model.nominal_scaled())
     assert pe.simulated_nll(res) == pytest.approx(best, abs=2e-3)
+    # the default states them jointly: one fit reaches the same minimum
+    joint = petab_problem(path)
+    one = estimate(joint.problem, "reduced_space", scheme="enright", max_step=0.2)
+    assert one.success and joint.simulated_nll(one) == pytest.approx(best, abs=2e-3)
     s = res.extra["petab_noise"]
     assert s["sd_a"] * s["sd_b"] == pytest.approx(SIGMA, rel=0.4)
     # an alternation stopped before the noise parameters settle is not a success
@@ -364,7 +368,11 @@ def test_noise_collection_problems(name):
     Isensee: sigma = s * s_global * rho with s and s_global in the observables too."""
     pe = petab_problem(os.path.join(DATA, name))
     if name == "Bachmann_MSB2011":
-        assert pe._noise is not None and "sd_pSTAT5_socs3oe" in pe.noise_parameters
+        assert "sd_pSTAT5_socs3oe" in pe.problem.parameter_names and not pe.noise_parameters
+        alt = petab_problem(os.path.join(DATA, name), noise="alternate")
+        assert alt._noise is not None and "sd_pSTAT5_socs3oe" in alt.noise_parameters
+        ref = REFERENCE[name] + pe.model.prior_nll()
+        assert objective_at_nominal(alt) == pytest.approx(ref, abs=1e-4)
     else:
         assert "s_pRII_global" in pe.problem.parameter_names and not pe.noise_parameters
     ref = REFERENCE[name] + pe.model.prior_nll()
