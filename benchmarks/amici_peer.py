@@ -29,15 +29,19 @@ default: the problems under ``shared/petab`` beside the repository
    (``scipy.stats.qmc.Sobol(d, scramble=True, seed=np.random.default_rng(seed))``)
    in the box nominal ± ``spread`` on the parameters' scales, clipped to the
    bounds, over the package's free parameters (PEtab's estimated parameters in
-   the parameter table's order *without the noise parameters*, which the
-   package profiles out).  Noise parameters start at their nominal values in
-   every start.  The objective is pyPESTO's (PEtab's NLL plus the priors'
+   the parameter table's order *without a profiled σ*, :func:`profiled_sigma`;
+   ``tests/petab_io/test_fit_petab.py`` checks that they are ``fit_petab``'s
+   starts).  A profiled σ starts at its nominal value in every start.  The
+   objective is pyPESTO's (PEtab's NLL plus the priors'
    negative log-density where the parameter table states priors);
    ``best_nll`` is the NLL *without* priors (minus AMICI's llh) at the start with
    the lowest objective, ``best_obj`` that objective (with priors);
 4. ``wall_s``: the nominal simulation and all starts (import excluded;
    ``cpu_s`` the process time of the same span, ``nominal_s`` that of the
-   nominal simulation and objective);
+   nominal simulation and objective); ``eval_s`` (not in ``wall_s``): the
+   median time of one objective and gradient (forward sensitivities, what fides
+   calls per iteration) at the nominal point, as ``petab_import.py --engine
+   cvodes`` times the package's;
    ``--max-wall-time`` caps it per problem (fides' ``maxtime`` of each start is
    what is left of the budget; starts not begun count as not converged).
 
@@ -142,49 +146,84 @@ def _empty(v):
     return v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == ""
 
 
-def noise_parameter_ids(pp):
-    """Estimated parameters that occur in a measurement's noise formula (after the
-    noiseParameters overrides and the condition table's substitutions): the ones
-    the package profiles out of its free parameters."""
+def _noise_formulas(pp):
+    """Per distinct (observable, condition, noiseParameters): the noise formula with
+    its placeholders and the condition table's overrides substituted (sympy)."""
     from petab.v1.math import sympify_petab
-    est = set(pp.parameter_df.index[pp.parameter_df["estimate"].astype(int) == 1].astype(str))
     cond = pp.condition_df
-    meas = pp.measurement_df
-    found = set()
-    cache = set()
-    for _, r in meas.iterrows():
+    out = {}
+    for _, r in pp.measurement_df.iterrows():
         oid, cid = str(r["observableId"]), str(r["simulationConditionId"])
         npar = r.get("noiseParameters", np.nan)
         key = (oid, cid, str(npar))
-        if key in cache:
+        if key in out:
             continue
-        cache.add(key)
         formula = sympify_petab(str(pp.observable_df.loc[oid, "noiseFormula"]))
-        names = {s.name for s in formula.free_symbols}
         pat = re.compile(rf"^noiseParameter(\d+)_{re.escape(oid)}$")
-        holders = sorted((int(m.group(1)), n) for n in names if (m := pat.match(n)))
-        if holders:
-            vals = [] if _empty(npar) else [t.strip() for t in str(npar).split(";")]
-            for (_, n), v in zip(holders, vals):
-                names.discard(n)
-                names.add(v)
+        holders = sorted((int(m.group(1)), sym) for sym in formula.free_symbols
+                         if (m := pat.match(sym.name)))
+        vals = [] if _empty(npar) else [t.strip() for t in str(npar).split(";")]
+        sub = {sym: sympify_petab(v) for (_, sym), v in zip(holders, vals)}
+        formula = formula.xreplace(sub)
         if cond is not None and cid in cond.index:
             row = cond.loc[cid]
-            for n in list(names):
-                if n in row.index and not _empty(row[n]):
-                    names.discard(n)
-                    names.add(str(row[n]).strip())
-        found |= {n for n in names if n in est}
-    return found
+            formula = formula.xreplace({sym: sympify_petab(str(row[sym.name]).strip())
+                                        for sym in formula.free_symbols
+                                        if sym.name in row.index and not _empty(row[sym.name])})
+        out[key] = formula
+    return list(out.values())
+
+
+def _estimated(pp):
+    return set(pp.parameter_df.index[pp.parameter_df["estimate"].astype(int) == 1].astype(str))
+
+
+def noise_parameter_ids(pp):
+    """Estimated parameters that occur in a measurement's noise formula (after the
+    noiseParameters overrides and the condition table's substitutions)."""
+    est = _estimated(pp)
+    return {sym.name for f in _noise_formulas(pp) for sym in f.free_symbols} & est
+
+
+def profiled_sigma(pp):
+    """The noise parameter the package profiles out (``petab_problem``'s rule), or None:
+    the one estimated parameter of every noise formula, each formula a number times it
+    (the fixed parameters at their nominal values), absent from the observables, and no
+    priors in the parameter table.  Every other noise parameter is one of the package's
+    free parameters (``noise='joint'``)."""
+    import sympy
+    from petab.v1.math import sympify_petab
+    found = noise_parameter_ids(pp)
+    if len(found) != 1:
+        return None
+    s = next(iter(found))
+    df = pp.parameter_df
+    if "objectivePriorType" in df.columns and not all(
+            _empty(v) for v in df.loc[df["estimate"].astype(int) == 1, "objectivePriorType"]):
+        return None
+    fixed = {str(pid): float(r["nominalValue"]) for pid, r in df.iterrows()
+             if not int(r.get("estimate", 1)) and not _empty(r.get("nominalValue", np.nan))}
+    for f in _noise_formulas(pp):          # symbols by name (PEtab's carry assumptions)
+        syms = {v.name: v for v in f.free_symbols}
+        if s not in syms:
+            return None
+        f = f.xreplace({v: fixed[n] for n, v in syms.items() if n in fixed})
+        if sympy.simplify(f / syms[s]).free_symbols:
+            return None
+    for y in pp.observable_df["observableFormula"]:
+        if s in {v.name for v in sympify_petab(str(y)).free_symbols}:
+            return None
+    return s
 
 
 def suite_start_parameters(pp):
     """The package's free parameters: PEtab's estimated parameters in the table's
-    order without the noise parameters; rows of (id, scaled nominal, scaled lb, scaled ub)."""
-    noise = noise_parameter_ids(pp)
+    order without the profiled σ (:func:`profiled_sigma`); rows of (id, scaled nominal,
+    scaled lb, scaled ub)."""
+    noise = profiled_sigma(pp)
     rows = []
     for pid, r in pp.parameter_df.iterrows():
-        if not int(r.get("estimate", 1)) or str(pid) in noise:
+        if not int(r.get("estimate", 1)) or str(pid) == noise:
             continue
         scale = str(r.get("parameterScale", "lin")).strip() or "lin"
         lb, ub = float(r["lowerBound"]), float(r["upperBound"])
@@ -284,6 +323,19 @@ def amici_nll(imp, x_full=None, tol=None):
     return -float(llh) if llh is not None else float("nan")
 
 
+def evaluation_time(prob, x, repeats=5):
+    """Median seconds of pyPESTO's objective and gradient (``sensi_orders=(0, 1)``) at
+    ``x`` (free parameters); the first of ``repeats + 1`` calls not counted, the points
+    1e-12 apart (relative) as in ``petab_import.py``."""
+    times = []
+    for k in range(repeats + 1):
+        t = time.perf_counter()
+        with _quiet():
+            prob.objective(np.asarray(x, dtype=float) * (1 + 1e-12 * k), sensi_orders=(0, 1))
+        times.append(time.perf_counter() - t)
+    return float(np.median(times[1:]))
+
+
 def full_starts(imp, S):
     """Suite starts (package's free parameters) -> full pyPESTO vectors (x_ids):
     nominal values elsewhere (noise parameters, fixed ones), within pyPESTO's bounds."""
@@ -359,6 +411,10 @@ def run_problem(folder, args, ref):
     with _quiet():
         row["nominal_obj"] = float(prob.objective(x_nom[prob.x_free_indices]))
     row["nominal_s"] = time.perf_counter() - t1
+    t2, c2 = time.perf_counter(), time.process_time()
+    row["eval_s"] = evaluation_time(prob, x_nom[prob.x_free_indices])
+    # wall_s and cpu_s: the nominal simulation and the starts, not this timing
+    t1, c1 = t1 + time.perf_counter() - t2, c1 + time.process_time() - c2
     if args.import_only:
         row.update(starts=0, converged=0, hits=0, best_obj=np.nan, best_nll=np.nan,
                    wall_s=time.perf_counter() - t1, cpu_s=time.process_time() - c1, capped=0,
@@ -460,7 +516,8 @@ def main(argv=None):
               f"best_nll={row['best_nll']:.6f} wall_s={row['wall_s']:.1f} "
               f"import_s={row['import_s']:.1f} starts={row['starts']} "
               f"converged={row['converged']}{extra} hits={row['hits']} cpu_s={row['cpu_s']:.1f} "
-              f"nominal_s={row['nominal_s']:.2f} compiled={row['compiled']} "
+              f"nominal_s={row['nominal_s']:.2f} eval_s={row.get('eval_s', np.nan):.4f} "
+              f"compiled={row['compiled']} "
               f"capped={row['capped']} "
               f"noise_parameters={row['noise_parameters']}", flush=True)
     tab = pd.DataFrame(rows)

@@ -15,7 +15,9 @@ or ``--references FILE``.
 
 ``--engine cvodes``: the imported problem's own NLL by the continuous approach's
 CVODES engine at its default tolerances instead of LSODA at rtol 1e-10 (does every
-problem simulate on the engine the fits use?).
+problem simulate on the engine the fits use?), and ``eval_s``: the median time of
+one objective and its forward sensitivities at the nominal point (one iteration of the
+least squares; ``amici_peer.py``'s ``eval_s`` is AMICI's objective and gradient).
 
 Output: one line per problem ``petab_import: name=... status=... nll_import=...
 nll_petab=... reference=... difference=...`` (``difference``: (nll_import -
@@ -37,6 +39,8 @@ import pandas as pd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
+#: objective + sensitivity evaluations timed per problem (``--engine cvodes``)
+EVAL_REPEATS = 5
 
 
 def yaml_of(folder):
@@ -44,6 +48,25 @@ def yaml_of(folder):
     base = os.path.basename(folder.rstrip("/"))
     own = [f for f in ys if os.path.splitext(f)[0] == base]
     return os.path.join(folder, (own or ys)[0])
+
+
+def evaluation_time(P, models, repeats=EVAL_REPEATS):
+    """Median seconds of one objective and its forward sensitivities (the least squares'
+    residuals and Jacobian: one iteration's integrations) at the nominal point, over
+    every experiment; the first of ``repeats + 1`` calls (which builds the compiled
+    functions) not counted.  The points differ by 1e-12 (relative), as the models keep
+    their last sensitivities."""
+    free = np.flatnonzero(P.free_mask)
+    V = np.eye(len(P.u0))[:, free]
+    times = []
+    for k in range(repeats + 1):
+        u = np.asarray(P.u0, dtype=float) * (1 + 1e-12 * k)
+        t = time.perf_counter()
+        for m in models:
+            m.objective(u)
+            m.sensitivities(u, V)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times[1:]))
 
 
 def check(folder, queue, engine="scipy"):
@@ -57,9 +80,12 @@ def check(folder, queue, engine="scipy"):
         out["import_s"] = time.perf_counter() - t0
         P = pe.problem
         subs = P.experiment_problems if P.experiments else [P]
-        J = sum((ContinuousModel(sp, method="LSODA", rtol=1e-10, atol=1e-12)
-                 if engine == "scipy" else continuous_model(sp, engine="cvodes")).objective(P.u0)
-                for sp in subs)
+        models = [ContinuousModel(sp, method="LSODA", rtol=1e-10, atol=1e-12)
+                  if engine == "scipy" else continuous_model(sp, engine="cvodes")
+                  for sp in subs]
+        J = sum(m.objective(P.u0) for m in models)
+        if engine == "cvodes":
+            out["eval_s"] = evaluation_time(P, models)
         if pe.sigma_parameter is None:
             out["nll_import"] = float(pe.nll(J))
         else:       # σ = c·s at the nominal s (pe.nll would profile s out)
@@ -118,13 +144,13 @@ def main(argv=None):
                       "match" if abs(nll - r) <= 1e-3 * max(1.0, abs(r)) else "mismatch")
         row = dict(problem=name, status=status, nll_import=nll,
                    nll_petab=res.get("nll_petab", np.nan), reference=r,
-                   import_s=res.get("import_s", np.nan),
+                   import_s=res.get("import_s", np.nan), eval_s=res.get("eval_s", np.nan),
                    wall_s=time.perf_counter() - t0, reason=res.get("error", ""))
         rows.append(row)
         row["difference"] = (nll - r) / max(1.0, abs(r))
         print(f"petab_import: name={name} status={status} nll_import={nll:.10g} "
               f"nll_petab={row['nll_petab']:.10g} reference={r:.10g} "
-              f"difference={row['difference']:.2g} "
+              f"difference={row['difference']:.2g} eval_s={row['eval_s']:.4f} "
               f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
                                                if row["reason"] else ""), flush=True)
     tab = pd.DataFrame(rows)

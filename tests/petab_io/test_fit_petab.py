@@ -512,3 +512,26 @@ def test_evaluator_families_benchmark_shares_the_conditions_families(capsys):
     before, after = map(int, fields["families"].split("->"))
     assert after < before and fields["problem"] == "Bruno_JExpBot2016"
     assert {"constraints_ratio", "jacobian_ratio", "hessian_ratio"} <= set(fields)
+
+
+@pytest.mark.parametrize("name", ["Bruno_JExpBot2016", "Elowitz_Nature2000", "Schwen_PONE2014",
+                                  "Weber_BMC2015", "Brannmark_JBC2010"])
+def test_the_peer_benchmark_starts_where_fit_petab_starts(name):
+    """benchmarks/amici_peer.py draws its starts over the package's free parameters (every
+    estimated one but a profiled σ: Elowitz's sigma; the noise parameters of Schwen,
+    Weber and Brannmark are fitted jointly) in the same order, and they are
+    fit_petab's starts."""
+    import petab.v1 as petab
+    from pyomo_odeest.petab_io._fit import start_box
+    from pyomo_odeest.runner import multistart_starts
+    peer = benchmark_module("amici_peer")
+    folder = os.path.join(DATA, name)
+    pp = petab.Problem.from_yaml(peer.yaml_of(folder))
+    params = peer.suite_start_parameters(pp)
+    prob = petab_problem(folder).problem
+    free = [n for n, f in zip(prob.parameter_names, prob.free_mask) if f]
+    assert [p[0] for p in params] == free
+    ours = multistart_starts(prob, n=3, space="linear", bounds=start_box(prob, 0.3),
+                             starts=[prob.u0], seed=0)[free]
+    theirs = peer.suite_starts(params, 4, 0.3, 0)
+    np.testing.assert_allclose(theirs[free].to_numpy(), ours.to_numpy(), rtol=1e-12, atol=1e-14)
