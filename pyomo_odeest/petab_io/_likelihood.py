@@ -143,11 +143,14 @@ class PetabSimulator:
                                        self._evaluations + LSODA_PIECE_EVALUATIONS))
             except _Exhausted:
                 pass
-        if sol is None or not sol.success:
+        if sol is None or not sol.success or not np.all(np.isfinite(sol.y)):
             sol = run("BDF" if self.method == "LSODA" else self.method, self.max_evaluations)
         if not sol.success:
             raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
                                f"failed: {sol.message}")
+        if not np.all(np.isfinite(sol.y)):
+            raise RuntimeError(f"{self.model.name}: simulation of condition {condition} "
+                               f"gives non-finite states on [{span[0]:g}, {span[1]:g}]")
         return sol
 
     def _rhs(self, f, condition, x, p, t):
@@ -243,7 +246,7 @@ class PetabSimulator:
     def nll(self, scaled=None):
         """The negative log-likelihood at the scaled estimated parameters
         (default: the nominal values)."""
-        return float(self.terms(scaled)["nll"].sum())
+        return float(self.terms(scaled)["nll"].sum(skipna=False))   # NaN stays NaN
 
 
 def petab_nll(model: PetabModel, scaled=None, rtol=1e-10, atol=1e-12, method="LSODA") -> float:

@@ -1097,3 +1097,26 @@ def test_a_lsoda_piece_that_stalls_is_integrated_again_by_bdf(tmp_path, monkeypa
     # the limit of the whole condition still stops it
     with pytest.raises(RuntimeError, match="evaluations"):
         PetabSimulator(model, rtol=1e-11, atol=1e-12, max_evaluations=50).nll()
+
+
+def test_a_simulation_with_non_finite_states_is_a_failure_not_a_zero_nll(tmp_path, monkeypatch):
+    """An integrator that reports success with NaN states (a Hill function of exponent
+    64 overflowing on Elowitz's problem) fails the simulation, by LSODA and by BDF
+    after it; the NLL is never the sum of NaN terms taken as 0."""
+    from types import SimpleNamespace
+    from pyomo_odeest.petab_io import _likelihood
+    model = read_petab(_lv_with_noise_parameters(tmp_path))
+    real = _likelihood.solve_ivp
+
+    def nan_states(*a, **kw):
+        sol = real(*a, **kw)
+        return SimpleNamespace(t=sol.t, y=np.full_like(sol.y, np.nan), success=True,
+                               message=sol.message)
+    monkeypatch.setattr(_likelihood, "solve_ivp", nan_states)
+    with pytest.raises(RuntimeError, match="non-finite states"):
+        PetabSimulator(model, rtol=1e-8, atol=1e-10).nll()
+    frame = PetabSimulator.terms
+    monkeypatch.setattr(_likelihood, "solve_ivp", real)
+    monkeypatch.setattr(PetabSimulator, "terms", lambda self, scaled=None: frame(
+        self, scaled).assign(nll=np.nan))
+    assert np.isnan(PetabSimulator(model, rtol=1e-8, atol=1e-10).nll())
