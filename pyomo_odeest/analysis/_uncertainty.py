@@ -91,11 +91,12 @@ def parameter_scales(problem) -> dict:
     subs = problem.subproblems
     exprs = [e for sp in subs for e in (tuple(sp.f_sym) + tuple(sp.l_sym) + tuple(sp.g_sym))]
     exprs.append(problem.penalty_sym)
-    out = {}
+    out, key = {}, tuple(exprs)
     for p, sym in zip(problem.parameters, problem.u_sym):
         if p.fixed:
             continue
-        ell = _log_factor(exprs, sym)
+        # a walk of every expression: once per problem (its numeric cache), not per result
+        ell = problem._numeric(("log_factor", key, sym), lambda: _log_factor(exprs, sym))
         out[p.name] = ("log" if ell == 1.0 else "log10" if ell is not None else
                        "positive" if p.lb is not None and p.lb >= 0 else "linear")
     return out

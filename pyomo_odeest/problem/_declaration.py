@@ -592,7 +592,8 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
                     raise ProblemError(f"variant: {what} names {bad}, which are not experiments "
                                        f"({names})")
                 per[what] = arg
-            out = copy.copy(self)
+            out = copy.copy(self)          # the numeric functions shared, as below
+            out._numeric_cache = self.__dict__.setdefault("_numeric_cache", {})
             out.experiment_problems = [
                 sp.variant(values=per.get("values", {}).get(n),
                            multiplicity=per.get("multiplicity", {}).get(n), fix=fix, start=start)

@@ -54,9 +54,17 @@ def robertson():
     return P, best
 
 
-def test_log_parameters_are_detected():
+def test_log_parameters_are_detected(monkeypatch):
+    """Detected once per problem: every result's identifiability check asks again (a
+    walk of every expression per parameter, 0.05 s of each of PEtab Bruno's starts)."""
+    from pyomo_odeest.analysis import _uncertainty
     P = robertson_log_rates()
+    walks = []
+    real = _uncertainty._log_factor
+    monkeypatch.setattr(_uncertainty, "_log_factor", lambda e, p: walks.append(p) or real(e, p))
     assert parameter_scales(P) == {"lk1": "log", "lk2": "log", "lk3": "log"}
+    assert parameter_scales(P.variant()) == parameter_scales(P)
+    assert len(walks) == 3
 
 
 def test_every_success_on_robertson_is_at_the_minimum(robertson):
