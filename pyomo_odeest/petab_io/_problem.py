@@ -408,7 +408,7 @@ NOISE_FORMS = ("joint", "alternate")
 
 
 def petab_problem(source, conditions=None, noise="joint") -> PetabEstimation:
-    """Import a PEtab problem (YAML path, folder or :class:`PetabModel`) for estimation.
+    r"""Import a PEtab problem (YAML path, folder or :class:`PetabModel`) for estimation.
 
     One simulation condition gives a single-experiment problem; several give
     one :class:`~pyomo_odeest.Experiment` per condition (named by the
