@@ -56,7 +56,7 @@ def robertson():
 
 def test_log_parameters_are_detected(monkeypatch):
     """Detected once per problem: every result's identifiability check asks again (a
-    walk of every expression per parameter, 0.05 s of each of PEtab Bruno's starts)."""
+    walk of every expression per parameter: 1.26 s of five PEtab Bruno starts, under load)."""
     from pyomo_odeest.analysis import _uncertainty
     P = robertson_log_rates()
     walks = []

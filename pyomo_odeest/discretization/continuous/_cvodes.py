@@ -372,11 +372,15 @@ class CvodesModel(ContinuousModel):
         out = ca.horzcat(*outs) if outs else ca.MX(self.n, 0)
         return ca.Function(name, [x0, u], [out], ["x0", "u"], ["X"])
 
+    def _settings_key(self):
+        """What the compiled functions depend on besides the problem (their cache key)."""
+        return (self.rtol, self.atol, self.max_num_steps, self.linear_solver,
+                self.cvodes_method)
+
     def _f(self, kind, k=0):
         """The compiled function ``kind`` ('G', 'fwd', 'adj', 'fwdadj'), rebuilt when the
         tolerances change."""
-        key = (self.rtol, self.atol, self.max_num_steps, self.linear_solver,
-               self.cvodes_method)
+        key = self._settings_key()
         if key != self._fun_key:          # kept per tolerances (a stationarity check at
             self._fun_key = key            # tighter ones goes back to the fit's)
             self._funs, self._grids = self._by_tolerance.setdefault(key, ({}, {}))
@@ -464,8 +468,7 @@ class CvodesModel(ContinuousModel):
         V = np.eye(self.p) if V is None else np.asarray(V, dtype=float).reshape(self.p, -1)
         # the last call's, at the same point, directions and tolerances (a fit's start
         # check and its optimizer's first Jacobian are at one point)
-        key = (u.tobytes(), V.shape, V.tobytes(), self.rtol, self.atol, self.max_num_steps,
-               self.linear_solver, self.cvodes_method)
+        key = (u.tobytes(), V.shape, V.tobytes(), self._settings_key())
         if self._sens[0] == key:
             return self._sens[1]
         n, N = self.n, len(self.tau)
