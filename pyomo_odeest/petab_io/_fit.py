@@ -215,31 +215,6 @@ def first_grid(problem, settings):
     return grids[0], h
 
 
-def on_bound(problem, u, rtol=1e-8):
-    """Names of the free parameters that ``u`` (all parameters) puts on one of their bounds."""
-    out = []
-    for p, v in zip(problem.parameters, np.asarray(u, dtype=float)):
-        if p.fixed:
-            continue
-        for b in (p.lb, p.ub):
-            if b is not None and abs(v - b) <= rtol * max(1.0, abs(b)):
-                out.append(p.name)
-                break
-    return out
-
-
-def ipopt_options(problem, starts):
-    """Ipopt options of one multistart call: when a start puts a free parameter on its
-    bound, ``bound_push = bound_frac = 1e-8``: Ipopt would otherwise move it into the
-    interior by up to 1e-2 of the bound's magnitude before the first iteration, far from
-    the start the user gave.  Starts inside the box by more than 1e-8 are not affected.
-    (The time limit is the estimate's own ``max_wall_time``, not Ipopt's: it holds for
-    the whole estimate, its refinement rounds and their set-up included.)"""
-    if any(on_bound(problem, u) for u in starts):
-        return dict(bound_push=1e-8, bound_frac=1e-8)
-    return {}
-
-
 class Budget:
     """The time a problem may take (``seconds`` from the start of its import; None or 0:
     no limit).  No fit starts after it, and a fit started before it gets no more than
@@ -380,7 +355,14 @@ class _Run:
     name: str
     log: object = None
     progress: object = None
-    grid: object = None           # the discrete approaches' first grid (first_grid)
+    _first: tuple = None          # (grid, h): the discrete approaches' first grid
+
+    def first_grid(self):
+        """:func:`first_grid` of the problem, computed when a discrete approach first
+        needs it (the continuous approaches, which often fit alone, never do)."""
+        if self._first is None:
+            self._first = first_grid(self.pe.problem, self.settings)
+        return self._first
 
     def say(self, text):
         if self.log is not None:
@@ -411,11 +393,18 @@ def _on_grid(approach) -> bool:
     return "grid" in approach_options(_base(approach))
 
 
-def _approach_options(run, approach, h):
+def _max_step(run, approach):
+    """The ``max_step`` column of an approach's rows: the first grid's largest step, NaN
+    for an approach without a grid."""
+    return run.first_grid()[1] if _on_grid(_base(approach)) else np.nan
+
+
+def _approach_options(run, approach):
     base = _base(approach)
     opts = {}
     if _on_grid(base):
-        opts = (dict(scheme=run.settings.scheme, grid=run.grid) if run.grid is not None
+        grid, h = run.first_grid()
+        opts = (dict(scheme=run.settings.scheme, grid=grid) if grid is not None
                 else dict(scheme=run.settings.scheme, max_step=h))
     if approach == LEAST_SQUARES:
         opts.update(optimizer="least_squares", options=dict(max_nfev=LEAST_SQUARES_MAX_NFEV))
@@ -439,7 +428,7 @@ def simulated(pe, result):
         return np.nan
 
 
-def fits(run, approach, h, starts, tol=None, stage="multistart"):
+def fits(run, approach, starts, tol=None, stage="multistart"):
     """Multistart of one approach (``starts``: None for the nominal point and
     ``settings.starts - 1`` Sobol points, else those points); the table with the
     objective by simulation per start and the results (column ``result``).
@@ -447,17 +436,13 @@ def fits(run, approach, h, starts, tol=None, stage="multistart"):
     from ..runner import multistart
     pe, s = run.pe, run.settings
     prob = pe.problem
-    base, opts = _approach_options(run, approach, h)
+    base, opts = _approach_options(run, approach)
     if tol is not None:
         opts.update(rtol=tol[0], atol=tol[1])
     n = s.starts if starts is None else len(starts)
     wall = run.budget.fit_limit(s.max_wall_time, n)
     if wall:                        # the whole estimate's deadline, every round included
         opts["max_wall_time"] = wall
-    if approach != LEAST_SQUARES:
-        ipopt = ipopt_options(prob, [prob.u0] if starts is None else starts)
-        if ipopt:
-            opts["options"] = ipopt
     opts = _user_options(run, approach, opts)
     # the backstop of the fits' own limits, which cannot stop a model's set-up or one long
     # Ipopt iteration: the fit runs in a child process killed at KILL_FACTOR x its limit
@@ -494,12 +479,12 @@ def fits(run, approach, h, starts, tol=None, stage="multistart"):
     tab["nll_discrete"], tab["nll_simulated"] = nll_d, nll_s
     tab["message"] = messages
     tab["result"] = pd.Series(results, index=tab.index, dtype=object)
-    tab["max_step"] = h if _on_grid(base) else np.nan
+    tab["max_step"] = _max_step(run, approach)
     tab["rtol"] = np.nan if tol is None else tol[0]
     return tab
 
 
-def refine_noise(run, approach, tab, h):
+def refine_noise(run, approach, tab):
     """Problems with several noise parameters: :meth:`PetabEstimation.fit` (θ and σ
     alternately) from the approach's best start; one row like those of :func:`fits` (or
     None).  Its rounds stop at ``NOISE_ROUNDS_BUDGET`` × ``max_wall_time`` and at the
@@ -512,7 +497,7 @@ def refine_noise(run, approach, tab, h):
         return None
     best = ok.loc[ok["nll_simulated"].idxmin()]
     names = pe.problem.parameter_names
-    base, opts = _approach_options(run, approach, h)
+    base, opts = _approach_options(run, approach)
     if not run.budget.allows(f"{approach} noise refinement"):
         return None
     wall = run.budget.fit_limit(s.max_wall_time)
@@ -525,7 +510,7 @@ def refine_noise(run, approach, tab, h):
     run.expect(1)
     t0 = time.perf_counter()
     row = dict(task=-1, approach=approach + "+noise", stage="noise refinement",
-               max_step=h if _on_grid(base) else np.nan, nll_discrete=np.nan,
+               max_step=_max_step(run, approach), nll_discrete=np.nan,
                nll_simulated=np.nan, warnings="", iterations=0, rtol=np.nan, result=None)
     try:
         res = pe.fit(base, u0=_point(best, names),
@@ -554,7 +539,7 @@ def _frame(rows):
     return tab
 
 
-def polish(run, h, tables, start, r_obj, polished=None):
+def polish(run, tables, start, r_obj, polished=None):
     """When no fit converged to the best point found and that point came from another
     approach than the first (the cheapest), the first approach is run from it: a local
     method started where an explorer stopped; again from where it stops while it lowers
@@ -575,7 +560,7 @@ def polish(run, h, tables, start, r_obj, polished=None):
         run.say(f"  {run.name}: best point by {best['approach']} (not converged, "
                 f"{float(best['nll_simulated']):.6f}); {first} from it")
         run.expect(1)
-        tab = fits(run, first, h, [u], stage="polish")
+        tab = fits(run, first, [u], stage="polish")
         for _, row in tab.iterrows():
             run.say(f"  {run.name} {first} from the best point: {row['status']}, "
                     f"{row.get('iterations', 0)} it, "
@@ -601,7 +586,7 @@ def _row_line(name, row):
                and isinstance(err, str) and err else ""))
 
 
-def _fit_approaches(run, start, r_obj, h0):
+def _fit_approaches(run, start, r_obj):
     """Every approach in turn (step 6 of the module's workflow); the tables of its fits."""
     s, prob, name = run.settings, run.pe.problem, run.name
     tables, polished = [], set()
@@ -609,7 +594,7 @@ def _fit_approaches(run, start, r_obj, h0):
         if not run.budget.allows(approach):
             run.expect(-s.starts)
             continue
-        tab = fits(run, approach, h0, None)
+        tab = fits(run, approach, None)
         tol = None
         if not _on_grid(approach):
             for _ in range(s.refine):
@@ -622,16 +607,16 @@ def _fit_approaches(run, start, r_obj, h0):
                 run.say(f"  {name} {approach}: no fit converged to the best value found; "
                         f"refit with rtol={tol[0]:.0e}, atol={tol[1]:.0e}")
                 run.expect(len(starts))
-                tab = pd.concat([tab, fits(run, approach, h0, starts, tol,
+                tab = pd.concat([tab, fits(run, approach, starts, tol,
                                            stage=f"refit rtol={tol[0]:.0e}")],
                                 ignore_index=True)
-        extra = refine_noise(run, approach, tab, h0)
+        extra = refine_noise(run, approach, tab)
         if extra is not None:
             tab = pd.concat([tab, extra], ignore_index=True)
         for _, row in tab.iterrows():
             run.say(_row_line(name, row))
         tables.append(tab)
-        tables = polish(run, h0, tables, start, r_obj, polished)
+        tables = polish(run, tables, start, r_obj, polished)
         status, best, _, flags = assess(pd.concat(tables, ignore_index=True), start, r_obj)
         if solved(status, flags) and not s.all_approaches and approach != s.approaches[-1]:
             rest = s.approaches[s.approaches.index(approach) + 1:]
@@ -1022,7 +1007,9 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
     budget.start = t0
     name, model, pe = _import(problem, settings.noise)
     from ._likelihood import petab_nll
-    nominal = petab_nll(model)
+    # the estimation's own simulator when it holds every condition: built once, and
+    # used again for every fit's objective by simulation
+    nominal = pe.simulated_nll() if pe.conditions == model.conditions else petab_nll(model)
     prior = model.prior_nll() if model.has_priors else 0.0
     start = nominal + prior                       # the objective at the problem's start
     r_obj = None if reference is None else reference + prior
@@ -1034,8 +1021,7 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
                        f"petab {name}")
     run = _Run(pe, settings, runner, budget, name, log, bar)
     try:
-        run.grid, h0 = first_grid(pe.problem, settings)
-        tables = _fit_approaches(run, start, r_obj, h0)
+        tables = _fit_approaches(run, start, r_obj)
     finally:
         bar.close()
         if own:

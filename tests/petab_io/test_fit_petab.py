@@ -226,19 +226,38 @@ def test_fit_petab_reproduces_the_suite_on_bruno():
 # ---------------------------------------------------------------------------
 # the rules (formerly the suite's)
 # ---------------------------------------------------------------------------
-def test_bound_push_and_grid_rules():
-    """Ipopt's bound push is limited exactly when a start puts a free parameter on one of
-    its bounds (Borghans' init_A_state = 1 - 4e-14 of [0, 1], Crauste's mu_LE and mu_P);
+def test_grid_rules_and_the_approaches_own_bound_push(monkeypatch):
+    """A start that puts a free parameter on one of its bounds (Borghans' init_A_state =
+    1 - 4e-14 of [0, 1], Crauste's mu_LE and mu_P) stays where it is through the
+    approaches' own rule (``start_push``: at most 1e-8), so ``fits`` passes no
+    ``bound_push`` of its own (one, 1e-8 with ``bound_frac`` 1e-8, overrode the finer
+    push and left Brannmark's simultaneous start at a regularization of 1e6 for 120 s);
     Bruno starts inside its box and keeps Ipopt's default."""
-    expect = {"Borghans_BiophysChem1997": ["init_A_state"],
-              "Crauste_CellSystems2017": ["mu_LE", "mu_P"], "Bruno_JExpBot2016": []}
+    from pyomo_odeest.approaches._base import start_push
+    expect = {"Borghans_BiophysChem1997": True, "Crauste_CellSystems2017": True,
+              "Bruno_JExpBot2016": False}
     for name, on in expect.items():
         prob = petab_problem(os.path.join(DATA, name)).problem
-        assert _fit.on_bound(prob, prob.u0) == on
-        opts = _fit.ipopt_options(prob, [prob.u0])
-        assert "max_wall_time" not in opts       # the estimate's own limit (below)
-        assert (opts.get("bound_push"), opts.get("bound_frac")) == (
-            (1e-8, 1e-8) if on else (None, None))
+        lb = [-np.inf if p.lb is None else p.lb for p in prob.parameters]
+        ub = [np.inf if p.ub is None else p.ub for p in prob.parameters]
+        push = start_push(prob.u0, lb, ub)
+        assert (push["bound_push"] <= 1e-8) if on else push == {}
+    pe = petab_problem(os.path.join(DATA, "Crauste_CellSystems2017"))
+    seen = {}
+
+    def multistart(prob, **kw):                  # the options a start gets, then stop
+        seen.update(kw["options"])
+        raise StopIteration
+
+    monkeypatch.setattr("pyomo_odeest.runner.multistart", multistart)
+    settings = _fit.FitSettings(max_wall_time=0)
+    run = _fit._Run(pe, settings, types.SimpleNamespace(task_timeout=None),
+                    _fit.Budget(None), "Crauste")
+    for approach in ("simultaneous", "reduced_space"):
+        seen.clear()
+        with pytest.raises(StopIteration):
+            _fit.fits(run, approach, None)
+        assert seen and "bound_push" not in seen.get("options", {})
     # the first grid follows LSODA's steps at the start: Borghans' calcium spikes get
     # steps far below horizon/300 where they rise; Bruno's slow dynamics keep horizon/300
     auto = types.SimpleNamespace(grid_points=300, grid="auto")
@@ -252,9 +271,6 @@ def test_bound_push_and_grid_rules():
     assert np.min(grid.h) < 0.005 < h <= prob.T / 300 * (1 + 1e-12)
     assert np.all(np.isin(prob.meas_times, grid.t))
     assert len(grid.t) - 1 < (prob.T - prob.t0) / 0.005        # coarse where it settles
-    u = prob.u0.copy()
-    u[prob.parameter_names.index("init_A_state")] = 0.5          # moved inside: default push
-    assert _fit.on_bound(prob, u) == [] and "bound_push" not in _fit.ipopt_options(prob, [u])
 
 
 def test_status_says_what_the_result_is():
@@ -310,7 +326,7 @@ def test_polish_runs_the_first_approach_from_the_best_point_of_another(monkeypat
     when the first approach found it."""
     calls = []
 
-    def fake_fits(run, approach, h, starts, tol=None, stage="multistart"):
+    def fake_fits(run, approach, starts, tol=None, stage="multistart"):
         calls.append((approach, np.asarray(starts[0])))
         return pd.DataFrame([dict(approach=approach, success=True, nll_simulated=-66.58,
                                   nll_discrete=-66.58, status="converged", p_k=starts[0][0])])
@@ -321,7 +337,7 @@ def test_polish_runs_the_first_approach_from_the_best_point_of_another(monkeypat
         return pd.DataFrame([dict(approach=approach, success=success, nll_simulated=nll,
                                   nll_discrete=nll, status="s", p_k=k)])
     explorer = [tab(_fit.LEAST_SQUARES, False, -53.2, 1.0), tab("reduced_space", False, -66.5, 2.0)]
-    out = _fit.polish(run, 1.0, explorer, -53.08, None)
+    out = _fit.polish(run, explorer, -53.08, None)
     assert calls[0][0] == _fit.LEAST_SQUARES and calls[0][1][0] == 2.0 and len(out) == 3
     assert _fit.assess(pd.concat(out, ignore_index=True), -53.08, None)[0] == _fit.CONVERGED
     # not converged but lower: again from where it stopped, at most POLISH_ROUNDS times;
@@ -329,17 +345,17 @@ def test_polish_runs_the_first_approach_from_the_best_point_of_another(monkeypat
     for step, rounds in ((0.01, _fit.POLISH_ROUNDS), (0.0, 1)):
         calls.clear()
 
-        def descending(run, approach, h, starts, tol=None, stage="multistart"):
+        def descending(run, approach, starts, tol=None, stage="multistart"):
             calls.append(starts[0][0])
             return tab(approach, False, -66.5 - step * len(calls), starts[0][0] + 1.0)
         monkeypatch.setattr(_fit, "fits", descending)
-        _fit.polish(_run([_fit.LEAST_SQUARES, "reduced_space"]), 1.0, explorer, -53.08, None)
+        _fit.polish(_run([_fit.LEAST_SQUARES, "reduced_space"]), explorer, -53.08, None)
         assert calls == [2.0 + k for k in range(rounds)]
     monkeypatch.setattr(_fit, "fits", fake_fits)
     for tables in ([tab(_fit.LEAST_SQUARES, False, -66.5, 1.0), tab("reduced_space", False, -60.0, 2.0)],
                    [tab("reduced_space", True, -66.5, 2.0)], []):
         calls.clear()
-        assert _fit.polish(run, 1.0, tables, -53.08, None) is tables and not calls
+        assert _fit.polish(run, tables, -53.08, None) is tables and not calls
 
 
 def test_continuous_tolerances_are_refined_from_the_best_start():
