@@ -238,9 +238,7 @@ def test_grid_rules_and_the_approaches_own_bound_push(monkeypatch):
               "Bruno_JExpBot2016": False}
     for name, on in expect.items():
         prob = petab_problem(os.path.join(DATA, name)).problem
-        lb = [-np.inf if p.lb is None else p.lb for p in prob.parameters]
-        ub = [np.inf if p.ub is None else p.ub for p in prob.parameters]
-        push = start_push(prob.u0, lb, ub)
+        push = start_push(prob.u0, *prob.bounds())
         assert (push["bound_push"] <= 1e-8) if on else push == {}
     pe = petab_problem(os.path.join(DATA, "Crauste_CellSystems2017"))
     seen = {}
