@@ -137,6 +137,7 @@ def write_results(path, rows):
 
 def _parser():
     from pyomo_odeest.petab_io._fit import DEFAULT_APPROACHES
+    from pyomo_odeest.petab_io._problem import NOISE_FORMS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", default=[DEFAULT])
     ap.add_argument("--approaches", default=",".join(DEFAULT_APPROACHES),
@@ -165,7 +166,7 @@ def _parser():
     ap.add_argument("--workers", type=int, default=0,
                     help="Dask worker processes of the runner (0: serial)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--noise", default="joint",
+    ap.add_argument("--noise", choices=NOISE_FORMS, default="joint",
                     help="estimated noise parameters: joint (fitted with θ) or alternate")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "petab_suite.tsv"),
                     help="TSV updated with one row per problem and its best estimates "
