@@ -217,9 +217,12 @@ def region_bounds(problem, region):
     return lb, ub
 
 
-def region_active(problem, region, estimates, rtol=1e-6):
+def region_active(problem, region, estimates, rtol=1e-3):
     """The parameters whose estimate lies on a bound of the trust ``region`` that is
-    inside the problem's own bounds (the region, not the problem, holds them)."""
+    inside the problem's own bounds (the region, not the problem, holds them): within
+    ``rtol`` times the region's width of it.  An interior-point solve ends a distance
+    of about μ/z inside a bound whose multiplier z is small (Fujita's
+    ``init_EGFR``: 2e-4 of the width), so the tolerance is relative to the region."""
     if not region:
         return []
     out = []
@@ -228,7 +231,7 @@ def region_active(problem, region, estimates, rtol=1e-6):
             continue
         lo, hi = region[p.name]
         v = float(estimates[p.name])
-        tol = rtol * max(1.0, abs(v), hi - lo)
+        tol = max(1e-6 * max(1.0, abs(v)), rtol * (hi - lo))
         lb, ub = p.bounds
         if (lo > lb + tol and v <= lo + tol) or (hi < ub - tol and v >= hi - tol):
             out.append(p.name)

@@ -405,3 +405,26 @@ def test_the_next_region_is_centred_on_the_best_point_the_watch_judged(lv):
     here = dict(best, estimates=list(stop))             # the best point is where it stopped
     assert _next_region(lv, SimpleNamespace(extra={"grid_watch": {"best": here}},
                                             estimates=stop)) is None
+
+
+def test_an_interior_point_estimate_near_a_region_bound_is_held_by_it(lv):
+    """An interior-point solve ends about μ/z inside a bound whose multiplier z is
+    small: Fujita's ``init_EGFR`` stopped 2e-4 of the region's width (9e-6) below
+    its upper bound of 7.59243, and the stage took the round for a free minimum.
+    Within 1e-3 of the width the region holds the estimate; a point well inside it
+    and a bound of the region that is the problem's own are not the region's."""
+    import pandas as pd
+
+    from pyomo_odeest.approaches._base import region_active
+    names = lv.parameter_names
+    region = {"p1": (7.54765, 7.59243), "p2": (0.5, 1.5)}
+    at = pd.Series([7.59243 - 2.026e-4 * 0.04478, 1.0, 1.0, 1.0], index=names)
+    assert region_active(lv, region, at) == ["p1"]
+    inside = at.copy()
+    inside["p1"] = 7.59243 - 0.1 * 0.04478
+    assert region_active(lv, region, inside) == []
+    lb = lv.parameters[1].bounds[0]
+    if np.isfinite(lb):                              # the problem's own bound holds p2
+        own = at.copy()
+        own["p2"] = lb
+        assert region_active(lv, {"p2": (lb, lb + 1.0)}, own) == []
