@@ -283,3 +283,47 @@ def test_stiff_hiv_adjoint_with_large_jumps():
     ref = ContinuousModel(prob, method="BDF", rtol=1e-10, atol=1e-12).adjoint(
         u, times=[0.0, 3.0, 14.0, 150.0])["lambda"].to_numpy()
     assert rel(lam, ref) < 1e-6
+
+
+def test_models_of_one_experiment_share_their_compiled_functions(monkeypatch):
+    """The starts of a multistart and a refit build a model of the same experiment
+    again: the second builds no CasADi integrator (its functions are the first's, per
+    tolerances) and gives the same values; other tolerances build their own."""
+    import casadi
+    problem = with_input(INPUTS["linear"])
+    first = CvodesModel(problem, **TOL)
+    u = first._u(None)
+    values = (first.objective(u), first.gradient(u, "adjoint"), first.sensitivities(u)[2])
+    built = []
+    real = casadi.integrator
+    monkeypatch.setattr(casadi, "integrator", lambda *a, **k: built.append(a[0]) or real(*a, **k))
+    second = CvodesModel(problem, **TOL)
+    again = (second.objective(u), second.gradient(u, "adjoint"), second.sensitivities(u)[2])
+    assert built == []
+    for a, b in zip(values, again):
+        np.testing.assert_array_equal(a, b)
+    CvodesModel(problem, rtol=1e-6, atol=1e-9).objective(u)
+    assert built                                         # other tolerances: built anew
+
+
+def test_experiments_with_other_inputs_keep_their_own_functions():
+    """Experiments share one numeric cache; an experiment whose input differs (the same
+    name, other values) is another key: each experiment's model gives the values of a
+    model built on that experiment alone."""
+    t = np.array([0.5, 1.5, 2.5, 3.5])
+    data = pd.DataFrame({"x": 0.5 + 0.1 * t}, index=t)
+    exps = [Experiment(f"e{i}", data, inputs={"F": PiecewiseConstant([0, 1.0, 2.0], v)})
+            for i, v in enumerate(([0.0, 1.0, 0.2], [0.0, 3.0, 0.5]))]
+    problem = EstimationProblem(["x"], [Parameter("k", 0.5, lb=0.01, ub=5)],
+                                rhs=lambda x, u, t: [-u.k * x.x + u.F], initial={"x": 1.0},
+                                data=None, experiments=exps, sigma=0.1)
+    shared = [CvodesModel(sp, **TOL) for sp in problem.experiment_problems]
+    u = shared[0]._u(None)
+    got = [(m.objective(u), m.sensitivities(u)[2]) for m in shared]
+    assert got[0][0] != pytest.approx(got[1][0], rel=1e-3)
+    for sp, (J, S) in zip(problem.experiment_problems, got):
+        sp.__dict__.pop("_numeric_cache", None)
+        sp.__dict__["_numeric_cache"] = {}                # a cache of its own
+        alone = CvodesModel(sp, **TOL)
+        assert alone.objective(u) == pytest.approx(J, rel=1e-12)
+        np.testing.assert_allclose(alone.sensitivities(u)[2], S, rtol=1e-10, atol=1e-14)

@@ -264,9 +264,34 @@ class CvodesModel(ContinuousModel):
         super().__init__(problem, method="BDF", rtol=rtol, atol=atol, **kwargs)
         #: CVODES's method (``method`` stays the SciPy integrator of the inherited paths)
         self.cvodes_method = method
-        ca = _casadi()
         self.max_num_steps = int(max_num_steps)
         self.linear_solver = str(linear_solver)
+        # the symbolic DAE, the parameters it depends on and the compiled functions (per
+        # tolerances) are one per problem content, measurement times and switching times:
+        # every model of the same experiment (the starts of a multistart, a refit) shares
+        # them, so only the first builds CasADi's integrators and their derivatives
+        key = ("cvodes", tuple(self.problem.f_sym), tuple(self.problem.l_sym), tuple(self._X),
+               tuple(self._U), self._t, float(self.t0), np.asarray(self.tau).tobytes(),
+               np.asarray(self.switches).tobytes())
+        (self._dae, self._dae_unit, self._apps, self._dynamic,
+         self._by_tolerance) = self.problem._numeric(key, self._symbolic_dae)
+
+        # output grid: measurement times after t0 and switching times, in pieces
+        self._pieces, self.grid = self._make_pieces(np.unique(self.tau[self.tau > self.t0]))
+        self._col = np.array([int(np.searchsorted(self.grid, tt)) if tt > self.t0 else -1
+                              for tt in self.tau], dtype=int)
+        self._fun_key = None
+        self._funs = {}
+        self._lhess = None
+        self._ref = None
+        self._grids = {}
+        self._sens = (None, None)          # the last sensitivities: (key, value)
+
+    def _symbolic_dae(self):
+        """``(dae, dae_unit, apps, dynamic, functions)``: CasADi's DAE of f (inputs as
+        cubics on each piece), the same on the unit interval, the input applications,
+        the parameters f or l depend on, and the (empty) cache of compiled functions."""
+        ca = _casadi()
         n, p = self.n, self.p
         X = ca.SX.sym("x", n)
         U = ca.SX.sym("u", p)
@@ -286,29 +311,17 @@ class CvodesModel(ContinuousModel):
             table[a] = C[4 * k] + s * (C[4 * k + 1] + s * (C[4 * k + 2] + s * C[4 * k + 3]))
         ode = ca.vertcat(*sympy_to_casadi(self.problem.f_sym, table))
         extra = ca.vertcat(lo, w, C) if apps else ca.SX(0, 1)
-        self._dae = dict(x=X, p=ca.vertcat(U, extra), t=t, ode=ode)
+        dae = dict(x=X, p=ca.vertcat(U, extra), t=t, ode=ode)
         # the same on the unit interval: t = a + h·σ, dx/dσ = h f (one integrator
         # object for any interval [a, a + h])
         a, h, sig = ca.SX.sym("a"), ca.SX.sym("h"), ca.SX.sym("sigma")
-        self._dae_unit = dict(x=X, p=ca.vertcat(U, extra, a, h), t=sig,
-                              ode=h * ca.substitute(ode, t, a + h * sig))
-        self._apps = apps
+        dae_unit = dict(x=X, p=ca.vertcat(U, extra, a, h), t=sig,
+                        ode=h * ca.substitute(ode, t, a + h * sig))
         #: the parameters f or l depend on (the others cannot move the states)
         used = set().union(*(sympy.sympify(e).free_symbols
                              for e in list(self.problem.f_sym) + list(self.problem.l_sym)))
-        self._dynamic = np.array([i for i, s in enumerate(self._U) if s in used], dtype=int)
-
-        # output grid: measurement times after t0 and switching times, in pieces
-        self._pieces, self.grid = self._make_pieces(np.unique(self.tau[self.tau > self.t0]))
-        self._col = np.array([int(np.searchsorted(self.grid, tt)) if tt > self.t0 else -1
-                              for tt in self.tau], dtype=int)
-        self._fun_key = None
-        self._funs = {}
-        self._lhess = None
-        self._ref = None
-        self._grids = {}
-        self._by_tolerance = {}
-        self._sens = (None, None)          # the last sensitivities: (key, value)
+        dynamic = np.array([i for i, sym in enumerate(self._U) if sym in used], dtype=int)
+        return dae, dae_unit, apps, dynamic, {}
 
     @property
     def settings(self) -> dict:
