@@ -45,42 +45,65 @@ POOR_FACTOR = 10.0
 _LN10 = float(np.log(10.0))
 
 
-def _log_factor(exprs, p):
-    """ℓ when the parameter symbol ``p`` enters every expression of ``exprs`` only as
-    ``exp(±p + …)`` (ℓ = 1) or ``10**(±p + …)`` (ℓ = ln 10): ``p`` is then the
-    natural (ℓ = 1) or decimal logarithm of a positive quantity; else None."""
+def _log_factors(exprs, syms) -> dict:
+    """``{p: ℓ}`` for the symbols ``syms``: ℓ when ``p`` enters the expressions
+    ``exprs`` only through ``exp(±p + …)`` (ℓ = 1) or ``10**(±p + …)`` (ℓ = ln 10),
+    an exponent that may itself sit in another (a Hill coefficient ``10**n`` in
+    ``x**(10**n)``): ``p`` is the natural or decimal logarithm of a positive
+    quantity; else None.  One walk of the expressions for every symbol (shared
+    subexpressions once): each node gives the symbols it holds outside their
+    exponents."""
     import sympy
-    seen, mark = set(), sympy.Dummy("q", positive=True)
+    syms = set(syms)
+    levels = {p: set() for p in syms}
+    memo, mark = {}, sympy.Dummy("q", positive=True)
 
     def exponent(e):
+        """``(argument, log of the base)`` of exp(·) or c**(·) with c > 0; else None."""
         if isinstance(e, sympy.exp):
             return e.args[0], 1.0
         if isinstance(e, sympy.Pow) and e.base.is_number and e.base.is_positive:
             return e.exp, float(sympy.log(e.base))
-        return None, None
+        return None
 
-    def hit(e):
-        arg, lb = exponent(e)
-        if arg is None or p not in arg.free_symbols:
-            return False
+    def level(ex, p):
+        """ℓ of ``p`` in the exponent ``ex`` (a coefficient ±1 times the base's log)."""
+        arg, base_log = ex
         c = sympy.diff(arg, p)
-        if not c.is_number or p in c.free_symbols:
-            return False
-        ell = abs(float(c)) * lb
-        for known in (1.0, _LN10):
-            if abs(ell - known) <= 1e-9 * known:
-                seen.add(known)
-                return True
-        return False
-    found = False
+        if not (c.is_number and c.is_real):
+            return None
+        ell = abs(float(c)) * base_log
+        return next((k for k in (1.0, _LN10) if abs(ell - k) <= 1e-9 * k), None)
+
+    def outside(e):
+        if e in memo:
+            return memo[e]
+        ex = exponent(e)
+        if e.is_Symbol:
+            out = {e} & syms
+        elif ex is not None:
+            inner, out = outside(ex[0]), set()
+            for p in inner:         # bare in the argument: this exponent is p's, or p's not one
+                arg = ex[0].replace(lambda a: (exponent(a) is not None and p in a.free_symbols
+                                               and level(exponent(a), p) is not None),
+                                    lambda *a: mark)       # inside p's own exponents: gone
+                ell = level((arg, ex[1]), p)
+                if ell is None:
+                    out.add(p)
+                else:
+                    levels[p].add(ell)
+        else:
+            out = set().union(*(outside(a) for a in e.args))
+        memo[e] = out
+        return out
+
+    found, bad = set(), set()
     for e in exprs:
         e = sympy.sympify(e)
-        if p not in e.free_symbols:
-            continue
-        found = True
-        if p in e.replace(hit, lambda *a: mark).free_symbols:
-            return None
-    return seen.pop() if found and len(seen) == 1 else None
+        found |= e.free_symbols & syms
+        bad |= outside(e)
+    return {p: (next(iter(levels[p])) if p in found and p not in bad and len(levels[p]) == 1
+                else None) for p in syms}
 
 
 def parameter_scales(problem) -> dict:
@@ -91,15 +114,13 @@ def parameter_scales(problem) -> dict:
     subs = problem.subproblems
     exprs = [e for sp in subs for e in (tuple(sp.f_sym) + tuple(sp.l_sym) + tuple(sp.g_sym))]
     exprs.append(problem.penalty_sym)
-    out, key = {}, tuple(exprs)
-    for p, sym in zip(problem.parameters, problem.u_sym):
-        if p.fixed:
-            continue
-        # a walk of every expression: once per problem (its numeric cache), not per result
-        ell = problem._numeric(("log_factor", key, sym), lambda: _log_factor(exprs, sym))
-        out[p.name] = ("log" if ell == 1.0 else "log10" if ell is not None else
-                       "positive" if p.lb is not None and p.lb >= 0 else "linear")
-    return out
+    free = tuple(sym for p, sym in zip(problem.parameters, problem.u_sym) if not p.fixed)
+    # one walk of every expression: once per problem (its numeric cache), not per result
+    ells = problem._numeric(("log_factors", tuple(exprs), free),
+                            lambda: _log_factors(exprs, free))
+    return {p.name: ("log" if ells[sym] == 1.0 else "log10" if ells[sym] is not None else
+                     "positive" if p.lb is not None and p.lb >= 0 else "linear")
+            for p, sym in zip(problem.parameters, problem.u_sym) if not p.fixed}
 
 
 def nll_factor(problem) -> float:

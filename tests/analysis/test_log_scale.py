@@ -55,23 +55,54 @@ def robertson():
 
 
 def test_log_parameters_are_detected(monkeypatch):
-    """Detected once per problem: every result's identifiability check asks again (a
-    walk of every expression per parameter: 1.26 s of five PEtab Bruno starts, under load)."""
+    """Detected once per problem, in one walk of the expressions for every parameter:
+    every result's identifiability check asks again (a walk of every expression per
+    parameter and result: 1.26 s of five PEtab Bruno starts, under load)."""
     from pyomo_odeest.analysis import _uncertainty
     P = robertson_log_rates()
     walks = []
-    real = _uncertainty._log_factor
-    monkeypatch.setattr(_uncertainty, "_log_factor", lambda e, p: walks.append(p) or real(e, p))
+    real = _uncertainty._log_factors
+    monkeypatch.setattr(_uncertainty, "_log_factors", lambda e, p: walks.append(p) or real(e, p))
     assert parameter_scales(P) == {"lk1": "log", "lk2": "log", "lk3": "log"}
     assert parameter_scales(P.variant()) == parameter_scales(P)
-    assert len(walks) == 3
+    assert len(walks) == 1
+
+
+def test_log_scale_of_each_form_of_a_parameter():
+    """ℓ = 1 for exp(±p + …), ln 10 for 10**(p + …), also where that exponent sits in
+    another (PEtab's Hill coefficients: ``x**(10**n)``, ``10**(10**n·K)``); None where
+    p also enters another way (linearly, as exp(2p), through both bases, in another
+    parameter's exponent with a coefficient that is not a number); a symbol the
+    expressions do not hold is None."""
+    import sympy
+
+    from pyomo_odeest.analysis._uncertainty import _log_factors
+    a, b, c, d, e, f, g, n, k, z, x = sympy.symbols("a b c d e f g n k z x")
+    exprs = [sympy.exp(a) * x + sympy.exp(-a + b * x),          # a: log; b: x·b, not
+             10 ** (c - 2) * x,                                  # c: log10
+             sympy.exp(d) + d * x,                               # d: linear too
+             sympy.exp(2 * e) * x,                               # e: exp(2e)
+             sympy.exp(f + sympy.exp(f)),                        # f: a function of e^f
+             sympy.exp(g) + 10 ** g,                             # g: both bases
+             x ** (10 ** n) + 10 ** (10 ** n * k),               # n: log10; k: not
+             x ** 2 + sympy.sqrt(2) ** x]                        # no parameter
+    got = _log_factors(exprs, (a, b, c, d, e, f, g, n, k, z))
+    assert got[a] == 1.0 and got[f] == 1.0
+    assert got[c] == pytest.approx(np.log(10.0), rel=1e-12)
+    assert got[n] == pytest.approx(np.log(10.0), rel=1e-12)
+    assert all(got[s] is None for s in (b, d, e, g, k, z))
 
 
 def test_every_success_on_robertson_is_at_the_minimum(robertson):
     """Ipopt on the continuous ODE stops at its 'acceptable' level 0.04 above the
     minimum (its projected-gradient limit relative to the start, 29, is met: 0.26);
     the Gauss-Newton decrement there, 0.04, is far above the limit 3.6e-5: not a
-    success.  Every approach that reports success is within 1e-3 (χ²) of the minimum."""
+    success.  Every approach that reports success is within 1e-3 (χ²) of the minimum.
+    Where Ipopt continues from that stop depends on the integrations' round-off (the
+    CVODES functions of an experiment are shared by its models, so an earlier fit's
+    calls move an adjoint gradient by about 1e-8 of its size): it ends
+    ``not_stationary`` where it stopped or runs on to its iteration limit; neither is a
+    success."""
     P, best = robertson
     st = best.extra["stationarity"]
     assert st["rule"] == "decrement" and st["gauss_newton_decrement"] <= st["decrement_limit"]
@@ -79,11 +110,14 @@ def test_every_success_on_robertson_is_at_the_minimum(robertson):
     if res.success:
         assert res.objective - best.objective < 1e-3
     else:
-        assert res.status is po.Status.NOT_STATIONARY
-        st = res.extra["stationarity"]
-        assert st["gauss_newton_decrement"] > st["decrement_limit"]
-        assert res.objective - best.objective > 1e-3      # the verdict was right
+        assert res.status in (po.Status.NOT_STATIONARY, po.Status.MAX_ITERATIONS)
         assert "not stationary: Gauss-Newton predicted decrease" in res.message
+        if res.status is po.Status.NOT_STATIONARY:      # stopped where it was judged
+            st = res.extra["stationarity"]
+            assert st["gauss_newton_decrement"] > st["decrement_limit"]
+            assert res.objective - best.objective > 1e-3  # the verdict was right
+        else:                                             # ran on, to its limit
+            assert "continued: Maximum_Iterations_Exceeded" in res.message
 
 
 def test_reduced_space_enright_on_robertson_is_at_its_minimum(robertson):
