@@ -275,7 +275,6 @@ class CvodesModel(ContinuousModel):
                np.asarray(self.switches).tobytes())
         (self._dae, self._dae_unit, self._apps, self._dynamic,
          self._by_tolerance) = self.problem._numeric(key, self._symbolic_dae)
-
         # output grid: measurement times after t0 and switching times, in pieces
         self._pieces, self.grid = self._make_pieces(np.unique(self.tau[self.tau > self.t0]))
         self._col = np.array([int(np.searchsorted(self.grid, tt)) if tt > self.t0 else -1
