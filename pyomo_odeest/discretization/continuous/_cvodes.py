@@ -457,9 +457,9 @@ class CvodesModel(ContinuousModel):
             raise ValueError(f"times before t0 = {self.t0:g}")
         out_t = np.unique(times[times > self.t0])
         key = out_t.tobytes()
+        self._f("G")              # the cache of the current tolerances (shared), first
         if key not in self._grids:
             pieces, grid = self._make_pieces(out_t)
-            self._f("G")                          # resets the cache on new tolerances
             self._grids[key] = (self._build(pieces, "sim"), grid)
         fn, grid = self._grids[key]
         x0 = self.l.dense(u)
