@@ -24,6 +24,7 @@ from ..problem._status import Status, demote, status_from_ipopt
 from ..problem._validation import positive_float, positive_int
 from ..transcription._adaptive_block import build_adaptive_block, block_multipliers, run_from_block
 from ..transcription._block import set_parameter_vars
+from ..transcription._initialize import bounded_start
 from ..transcription._experiments import build_experiment_blocks
 from ._backend import DiscreteBackend, blocks_of, discrete_model
 from ._base import (Approach, Choice, ConfigValue, Outcome, common_config,
@@ -118,6 +119,9 @@ class AdaptiveApproach(Approach):
             out.timings = dict(setup_s=time.perf_counter() - t0, solve_s=0.0)
             return out
         out = _rounds(built, runs, cfg)
+        if (cfg.seed == "auto" and built.seed is None and not out.status.success
+                and out.status not in (Status.TIME_LIMIT, Status.INTERRUPTED)):
+            out = _rounds_from_seed(built, cfg, out)
         while (fit_tol is not None and out.status.success
                and len(built.tolerance) < _TOL_ROUNDS):
             err = _fit_error(built, out.x[3])
@@ -149,9 +153,7 @@ class AdaptiveApproach(Approach):
                        f"eps={kept[0][0].controller.eps:.3g}, whose fitted values are "
                        f"{err:.3g} sigma from the ODE's, above fit_tol={fit_tol:g}")
                 break
-            out.iterations += prev.iterations
-            out.counts = dict(Counter(prev.counts) + Counter(out.counts))
-            out.timings = {k: prev.timings.get(k, 0.0) + v for k, v in out.timings.items()}
+            _add_effort(out, prev)
             out.x[1][:0] = prev.x[1]
         else:
             if fit_tol is not None and out.status.success:
@@ -253,6 +255,50 @@ def _start_runs(built, cfg):
             f"(h_min, max_steps) or start closer (u0)", e.step, e.time) from None
 
 
+def _rounds_from_seed(built, cfg, first):
+    """``seed='auto'``: rounds from the start that did not converge (``first``) are
+    followed by rounds from the fixed-grid seed's estimate (:func:`_seed`); their outcome
+    where they converge, else the one of the two whose last round ends lower, its message
+    saying how the other ended (neither is a success)."""
+    u_seed, info = _seed(built, cfg)
+    info["start_error"] = None
+    info["after"] = f"the rounds from the start ended {first.status}"
+    built.seed = info
+    try:
+        out = _rounds(built, [am.run(u_seed) for am in built.ams], cfg)
+    except AdaptiveError as e:
+        out = None
+        why = f"the adaptive integration fails at the seed's estimate: {e}"
+    if out is not None and out.status.success:
+        return _add_effort(out, first)
+    if out is not None:
+        why = f"the rounds from the fixed-grid seed's estimate ended {out.status}"
+        if _last_objective(out) < _last_objective(first):
+            _add_effort(out, first)
+            why = (f"these are the rounds from the fixed-grid seed's estimate (last round "
+                   f"J = {_last_objective(out):.6g}); {info['after']} (last round "
+                   f"J = {_last_objective(first):.6g})")
+            out.message = f"{out.message}; {why}" if out.message else why
+            return out
+    first.message = f"{first.message}; {why}" if first.message else why
+    return first
+
+
+def _add_effort(out, earlier):
+    """``out`` with the iterations, evaluations and times of an ``earlier`` outcome
+    added."""
+    out.iterations += earlier.iterations
+    out.counts = dict(Counter(earlier.counts) + Counter(out.counts))
+    out.timings = {k: earlier.timings.get(k, 0.0) + v for k, v in out.timings.items()}
+    return out
+
+
+def _last_objective(outcome):
+    """The objective of the last round of an outcome of :func:`_rounds`."""
+    rounds = outcome.x[1]
+    return float(rounds[-1]["objective"]) if rounds else np.inf
+
+
 def _seed_states(sp, t, u):
     """States on the times ``t`` from an implicit simulation at ``u`` (the continuous
     engine: CVODES's BDF, or LSODA), or from the data where it fails or leaves the
@@ -306,13 +352,13 @@ def _seed(built, cfg):
 def _rounds(built, runs, cfg):
     """Solve model (55) on the patterns of ``runs``, rebuilt while the pattern at the
     solution changes (at most ``max_rebuilds`` times)."""
-    ams, problem, opts = built.ams, built.problem, ipopt_options(cfg)
+    ams, problem = built.ams, built.problem
     rounds, evals, stable, final_runs = [], Counter(), False, None
     build_s = solve_s = 0.0
     iterations = 0
     for rnd in range(cfg.max_rebuilds + 1):
         tb = time.perf_counter()
-        m, info = _solve_block(problem, ams, runs, opts, cfg.tee, cfg.trust, cfg.progress)
+        m, info = _solve_block(problem, ams, runs, cfg, cfg.trust)
         build_s += info["setup_s"]
         solve_s += info["ipopt_s"]
         iterations += int(info["iterations"])
@@ -455,9 +501,17 @@ def estimate_adaptive(problem: EstimationProblem, **options):
     return AdaptiveApproach().estimate(problem, **options)
 
 
-def _solve_block(problem, ams, runs, options, tee, trust=None, progress=None):
+#: Ipopt's barrier starts small: a round starts from an adaptive run, which satisfies every
+#: equation, and a barrier of Ipopt's default 0.1 on errors near eps = 1e-3 above their
+#: bound 0 (mu/e ~ 100) pulls the first iterates far from it
+BLOCK_IPOPT_DEFAULTS = {"mu_init": 1e-4}
+
+
+def _solve_block(problem, ams, runs, cfg, trust=None):
     """One block (55) per experiment on the patterns of ``runs``, parameters shared
-    (several experiments: :func:`build_experiment_blocks`), solved by Ipopt."""
+    (several experiments: :func:`build_experiment_blocks`), solved by Ipopt from the runs'
+    values: its bound push leaves the steps and errors, often far below Ipopt's default
+    push of 1e-2 above their bound 0, where they are (:func:`start_push`)."""
     m = pyo.ConcreteModel(name=problem.name)
     if problem.experiments:
         m.est = build_experiment_blocks(problem, build=lambda i, sp, params: build_adaptive_block(
@@ -480,7 +534,8 @@ def _solve_block(problem, ams, runs, options, tee, trust=None, progress=None):
             tight.append((p, hi))
     m.dual = pyo.Suffix(direction=pyo.Suffix.IMPORT)
     solver = OdeestIpoptSolver()
-    solver.solve(m, options=options, tee=tee, progress=progress)
+    solver.solve(m, options=ipopt_options(cfg, start=bounded_start(m), **BLOCK_IPOPT_DEFAULTS),
+                 tee=cfg.tee, progress=cfg.progress)
     return m, dict(solver.last_info, trust=tight)
 
 

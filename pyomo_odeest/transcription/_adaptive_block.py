@@ -41,7 +41,9 @@ Every body is ``lhs - rhs`` with the defined unknown on the left, so Ipopt's
 the Lagrangian of §2.4: the multiplier of ``corr_eq[i, s]`` is
 :math:`p_{i+1}`, of ``trial_eq[i, j]`` is :math:`\alpha_{i,j}`, and so on
 (:func:`compare_block_multipliers`).  The acceptance tests are *not*
-constraints (only the bounds :math:`h_i, h_{i,j} \ge 0`):
+constraints (only the bounds :math:`h_i, h_{i,j}, e_i, e_{i,j} \ge 0`, never active
+at a solution since :math:`e \ge C_M\phi\varepsilon`; the bounds on the errors keep
+Ipopt's iterates where the controller's :math:`\log e` is defined):
 :func:`~pyomo_odeest.approaches.estimate_adaptive` re-runs the integrator at the
 solution and rebuilds when the pattern changed (docs/adaptive.md, "Limitations observed").
 """
@@ -109,10 +111,15 @@ def build_adaptive_block(am: AdaptiveModel, run: AdaptiveRun, block=None, parame
     b.t = pyo.Var(b.K, initialize={i: float(run.t[i]) for i in range(k + 1)})
     b.t[0].fix(float(run.t[0]))
     b.h = pyo.Var(b.steps, initialize={i: float(run.h[i]) for i in range(k)}, bounds=(0.0, None))
-    b.e = pyo.Var(b.steps, initialize={i: float(run.e[i]) for i in range(k)})
+    # e, eta >= C_M*floor*eps > 0 wherever the equations hold: the bound 0, never active at
+    # a solution, keeps Ipopt's iterates inside the domain of the controller's log(e) (a
+    # step to e <= 0 is otherwise cut back as an evaluation error, and Ipopt's restoration
+    # phase can stall on such errors)
+    b.e = pyo.Var(b.steps, initialize={i: float(run.e[i]) for i in range(k)}, bounds=(0.0, None))
     b.H = pyo.Var(b.trials, initialize={(i, j): float(run.H[i][j - 1]) for i, j in trials},
                   bounds=(0.0, None))
-    b.eta = pyo.Var(b.trials, initialize={(i, j): float(run.eta[i][j - 1]) for i, j in trials})
+    b.eta = pyo.Var(b.trials, initialize={(i, j): float(run.eta[i][j - 1]) for i, j in trials},
+                    bounds=(0.0, None))
     b.yt = pyo.Var(b.trials, b.S, initialize={(i, j, s): float(run.yt[i][j - 1][a])
                                               for i, j in trials for a, s in enumerate(S)})
     b.xt = pyo.Var(b.trials, b.S, initialize={(i, j, s): float(run.xc[i][j - 1][a])

@@ -18,7 +18,7 @@ from ..symbolic._vectorfn import VectorFn
 from ._initial_state import initialize_steady_state
 
 __all__ = ["blocks_of", "numeric_functions", "simulate", "stage_values", "load_values",
-           "initialize_block", "block_states", "parameter_start", "scale_parameters",
+           "initialize_block", "block_states", "parameter_start", "bounded_start", "scale_parameters",
            "scale_states"]
 
 
@@ -173,10 +173,20 @@ def block_states(b) -> np.ndarray:
 def parameter_start(m):
     """``(x, lb, ub)`` of the free parameters of ``m.est`` in Ipopt's scaled variables
     (``m.scaling_factor``), for :func:`~pyomo_odeest.approaches._base.start_push`."""
+    return bounded_start(m, m.est.u.values())
+
+
+def bounded_start(m, variables=None):
+    """``(x, lb, ub)`` of the free ``variables`` (default: every variable of ``m`` with a
+    bound) in Ipopt's scaled variables (``m.scaling_factor`` where it has a factor), for
+    :func:`~pyomo_odeest.approaches._base.start_push`; None where there are none."""
     sf = getattr(m, "scaling_factor", None)
+    if variables is None:
+        variables = (v for v in m.component_data_objects(pyo.Var, active=True)
+                     if v.has_lb() or v.has_ub())
     rows = []
-    for v in m.est.u.values():
-        if v.fixed:
+    for v in variables:
+        if v.fixed or v.value is None:
             continue
         d = float(sf.get(v, 1.0)) if isinstance(sf, pyo.Suffix) else 1.0
         rows.append((d * float(v.value), d * (-np.inf if v.lb is None else v.lb),

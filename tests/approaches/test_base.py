@@ -449,17 +449,42 @@ def test_a_start_near_a_bound_is_where_ipopt_starts():
     assert res.estimates["k"] == pytest.approx(4.56e-14, rel=1e-2)
 
 
-def test_adaptive_keeps_the_last_tolerance_that_solved():
+def test_adaptive_tightens_its_tolerance_on_iore_to_the_optimum():
     """The adaptive approach tightens its tolerance until the fitted values are within
     fit_tol of the ODE's.  On the IORE model from its published point the second
-    tolerance's solve fails (restoration); the result is the first tolerance's
-    estimates (near the optimum), reported as not resolved, not the failed solve's
-    point (J = 71013, k = 0.048)."""
+    tolerance's solve used to end in a restoration failure at J = 71013 (a step to an
+    error e <= 0, where the controller's log e is undefined, cut back as an evaluation
+    error again and again); with the errors bounded below by 0 it solves, at the
+    optimum the other approaches reach (J = 3.8302, k = 4.56e-14)."""
     res = po.estimate(iore(8e-14, 6.7), "adaptive")
+    assert res.success, res.summary()
+    assert len(res.extra["tolerance_rounds"]) >= 2
+    assert res.extra["fit_error"] <= res.extra["fit_tol"]
+    assert res.objective == pytest.approx(3.8302, abs=2e-3)
+    assert res.estimates["k"] == pytest.approx(4.56e-14, rel=1e-2)
+
+
+def test_adaptive_keeps_the_last_tolerance_that_solved(monkeypatch):
+    """Where the solve at a tighter tolerance fails, the result is the last tolerance's
+    estimates (near the optimum), reported as not resolved, not the failed solve's point."""
+    from pyomo_odeest.approaches import _adaptive
+    rounds, calls = _adaptive._rounds, []
+
+    def second_fails(built, runs, cfg):
+        out = rounds(built, runs, cfg)
+        calls.append(out)
+        if len(calls) == 2:
+            out.status, out.message = Status.FAILED, "Restoration_Failed"
+        return out
+
+    monkeypatch.setattr(_adaptive, "_rounds", second_fails)
+    res = po.estimate(iore(8e-14, 6.7), "adaptive")
+    assert len(calls) == 2
     assert res.status is Status.NOT_RESOLVED and not res.success
     assert "at the tighter tolerance" in res.message and "fit_tol" in res.message
     assert res.objective < 3.9
     assert res.estimates["k"] == pytest.approx(4.56e-14, rel=0.1)
+    assert res.extra["eps"] == pytest.approx(1e-3)
     # its warning says what is wrong (the discretization), not to try another start
     [w] = [w for w in res.warnings if w.startswith("not resolved")]
     assert "the optimizer converged" in w and "fit_tol" in w and "start" not in w
@@ -545,8 +570,41 @@ def test_adaptive_user_bound_is_not_a_trust_bound():
 def test_adaptive_rounds_out_before_a_stable_pattern_is_not_success():
     """Rounds that end on a trust bound (or with a pattern that still changes) when
     max_rebuilds runs out are not an optimum, whatever Ipopt said of the last one."""
-    r = _fit(decay(c_fixed=False), "adaptive", trust=0.05, max_rebuilds=2)
+    r = _fit(decay(c_fixed=False), "adaptive", trust=0.05, max_rebuilds=2, seed="never")
     assert len(r.extra["rounds"]) == 3 and not r.extra["pattern_stable"]
     assert r.status is Status.MAX_ITERATIONS and not r.success
     assert "after 3 rounds" in r.message and "max_rebuilds" in r.message
     assert any("not converged" in w for w in r.warnings)
+
+
+def test_adaptive_rounds_that_do_not_converge_are_followed_by_the_seeds():
+    """seed='auto' (the default): where the rounds from the start do not converge (here
+    they run out on a trust bound), the rounds run again from the fixed-grid seed's
+    estimate, and the result says so."""
+    r = _fit(decay(c_fixed=False), "adaptive", trust=0.05, max_rebuilds=2)
+    assert r.success, r.summary()
+    assert "ended max_iterations" in r.extra["seed"]["after"]
+    ref = _fit(decay(c_fixed=False), "adaptive", trust=0.05, max_rebuilds=2, seed="always")
+    np.testing.assert_allclose(r.x, ref.x, rtol=1e-8)
+    assert r.iterations > ref.iterations
+
+
+def test_adaptive_without_a_converged_round_keeps_the_lower_rounds(monkeypatch):
+    """Where the seed's rounds do not converge either, the result is the attempt whose
+    last round ends lower, still not a success, its message naming both."""
+    from pyomo_odeest.approaches import _adaptive
+    rounds, calls = _adaptive._rounds, []
+
+    def never_converge(built, runs, cfg):
+        out = rounds(built, runs, cfg)
+        calls.append(out.x[1][-1]["objective"])
+        out.status = Status.MAX_ITERATIONS
+        return out
+
+    monkeypatch.setattr(_adaptive, "_rounds", never_converge)
+    r = _fit(decay(c_fixed=False), "adaptive", trust=0.05, max_rebuilds=2)
+    assert len(calls) == 2 and r.status is Status.MAX_ITERATIONS and not r.success
+    first, seeded = calls
+    assert seeded < first
+    assert r.extra["rounds"][-1]["objective"] == seeded
+    assert "these are the rounds from the fixed-grid seed's estimate" in r.message
