@@ -123,12 +123,15 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
     initial : mapping state -> number | parameter name | callable(u)
         The initial state x(t0) = l(u).  Initial conditions may be
         parameters: pass the parameter's name, or a function of ``u``.
-    data : pandas.DataFrame or None
+        Required, except with ``experiments`` whose own ``initial`` give
+        every state.
+    data : pandas.DataFrame or None (default)
         *Wide*: index = measurement times, one column per observed quantity,
         NaN = not measured.  *Long*: columns ``time``, ``name`` (or
         ``observable``) and ``value`` (optional ``sigma``).  ``None`` states
         the dynamics only (no misfit; ``T`` is then required), e.g. for the
-        intervals of multiple shooting.
+        intervals of multiple shooting; with ``experiments`` the data are
+        the experiments'.
     observe : None, sequence of state names, or callable ``g(x, u, t)``
         Observation function; a callable returns a mapping name -> expression.
         Default: the states named by the data columns.
@@ -161,7 +164,7 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         With experiments: the default of each :class:`Experiment`.
     """
 
-    def __init__(self, states, parameters, rhs, initial, data, observe=None,
+    def __init__(self, states, parameters, rhs, initial=None, data=None, observe=None,
                  sigma=None, weights=None, loss=None, t0=0.0, T=None, name="ode", penalty=None,
                  experiments=None, inputs=None, constraints=None, preequilibration=None):
         self.name = name
@@ -397,7 +400,10 @@ class EstimationProblem(SeveralExperiments, Preequilibrated):
         return tuple(self._to_sym(e, f"{what}[{s}]", symbol_of) for e, s in zip(out, names))
 
     def _initial_mapping(self, initial):
-        """``initial`` as a mapping state -> value (a sequence is in state order)."""
+        """``initial`` as a mapping state -> value (a sequence is in state order; None:
+        no entry, for experiments that give their own)."""
+        if initial is None:
+            return {}
         if isinstance(initial, Mapping):
             return initial
         try:

@@ -29,6 +29,25 @@ def test_declaration_global_and_local_parameters():
         P.initial_state(P.u0)
 
 
+def test_experiments_need_neither_initial_nor_data_of_the_problem():
+    """With experiments that give every initial state, the problem's ``initial`` and
+    ``data`` may be left out (both default to None); without experiments a missing
+    ``initial`` names the states it lacks."""
+    rng = np.random.default_rng(0)
+    exps = [Experiment(e, _data(0.5, 0.3, a0, 0.0, rng), initial={"A": a0, "B": 0.0})
+            for e, a0 in (("e1", 1.0), ("e2", 2.0))]
+    P = EstimationProblem(["A", "B"], [Parameter("k1", 0.4), Parameter("k2", 0.4)], _rhs,
+                          experiments=exps)
+    assert [float(v) for v in P.experiment_problems[1].l_sym] == [2.0, 0.0]
+    with pytest.raises(ProblemError, match=r"experiment 'e1'.*missing states \['B'\]"):
+        EstimationProblem(["A", "B"], [Parameter("k1", 0.4), Parameter("k2", 0.4)], _rhs,
+                          experiments=[Experiment("e1", _data(0.5, 0.3, 1.0, 0.0, rng),
+                                                  initial={"A": 1.0})])
+    with pytest.raises(ProblemError, match=r"initial: missing states \['A', 'B'\]"):
+        EstimationProblem(["A", "B"], [Parameter("k1", 0.4), Parameter("k2", 0.4)], _rhs,
+                          data=_data(0.5, 0.3, 1.0, 0.0, rng))
+
+
 def test_three_experiments_equal_one_block_by_hand():
     P = _problem()
     H = _by_hand(P)
