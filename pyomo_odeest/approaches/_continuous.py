@@ -273,7 +273,7 @@ class ContinuousApproach(Approach):
                 out = _stationarity(b, out, b.gradient, g0)
                 if (out.status is Status.NOT_STATIONARY
                         and out.details["stationarity"].get("rule") == "decrement"):
-                    out = self._continue_ipopt(b, cfg, out, opts(out.x, 1e-12), method)
+                    out = self._continue_ipopt(b, cfg, out, opts(out.x, 1e-12), method, g0)
         elif cfg.optimizer == "least_squares":
             clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
             r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock)
@@ -318,12 +318,13 @@ class ContinuousApproach(Approach):
         out.objective_start = float(j0)
         return out
 
-    def _continue_ipopt(self, b, cfg, first, options, method):
+    def _continue_ipopt(self, b, cfg, first, options, method, g0):
         """Ipopt continued from an acceptable stop ``first`` that is not stationary, for
         at most ``max(CONTINUE_MIN_ITERATIONS, 2 × its iterations)`` more iterations (and
         the user's ``max_iter`` in all).  Its result where it converges or realizes half
         the Gauss–Newton decrease ``first`` was refused for; otherwise ``first`` (not
-        stationary, the point no worse), its message saying how the continuation ended."""
+        stationary, the point no worse), its message saying how the continuation ended;
+        either way with the stationarity check at the point returned."""
         cap = max(CONTINUE_MIN_ITERATIONS, 2 * first.iterations)
         user = (cfg.options or {}).get("max_iter")
         if user is not None:
@@ -341,7 +342,8 @@ class ContinuousApproach(Approach):
         except EvaluationError:
             j0, j1 = 0.0, np.inf
         if np.isfinite(j1) and j0 - j1 >= 0.5 * dec:
-            return more
+            # not a success: the check keeps the status and records the numbers
+            return _stationarity(b, more, b.gradient, g0)
         first.message = (f"{first.message}; continued for {more.iterations - first.iterations} "
                          f"iterations ({more.message.rsplit('continued: ', 1)[-1]}) without "
                          f"the predicted decrease of {dec:.3g} (J lower by {j0 - j1:.3g})")

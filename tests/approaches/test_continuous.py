@@ -868,3 +868,36 @@ def test_least_squares_jacobian_failure_is_a_failed_result(monkeypatch):
     assert not res.success and res.status is po.Status.FAILED
     assert res.message.startswith("Jacobian_Failed") and "injected" in res.message
     assert np.isfinite(res.objective) and res.iterations == 2
+
+
+def test_a_continuation_that_lowers_j_without_converging_keeps_its_stationarity_numbers(
+        monkeypatch):
+    """Ipopt's acceptable stop off the minimum is continued; where the continuation ends
+    at its iteration limit having realized the Gauss-Newton decrease, its point is the
+    result (max_iterations, not a success), with the stationarity check at that point
+    in ``extra['stationarity']``, not left out."""
+    from pyomo_odeest.approaches._continuous import ContinuousApproach
+    t = np.linspace(0.5, 4.0, 8)
+    P = po.EstimationProblem(["x"], [po.Parameter("k", 0.5, lb=0.01)],
+                             lambda x, u, t: [-u.k * x.x], {"x": 2.0},
+                             pd.DataFrame({"x": 2.0 * np.exp(-0.7 * t)}, index=t), sigma=0.05)
+    real, calls = ContinuousApproach._ipopt, []
+
+    def scripted(b, cfg, options, w0, method):
+        out = real(b, cfg, options, w0, method)
+        calls.append(out)
+        if len(calls) == 1:            # an acceptable stop 20 % off the minimum
+            out.x = out.x * 1.2
+            out.status = po.Status.ACCEPTABLE
+        else:                          # the continuation reaches it, at its limit
+            out.status = po.Status.MAX_ITERATIONS
+        return out
+
+    monkeypatch.setattr(ContinuousApproach, "_ipopt", staticmethod(scripted))
+    res = po.estimate(P, "continuous", optimizer="ipopt")
+    assert len(calls) == 2
+    assert res.status is po.Status.MAX_ITERATIONS and not res.success
+    assert res.estimates["k"] == pytest.approx(0.7, rel=1e-5)
+    st = res.extra["stationarity"]
+    assert st is not None and st["rule"] == "decrement"
+    assert st["gauss_newton_decrement"] <= st["decrement_limit"]
