@@ -65,6 +65,9 @@ RESIDUAL_FLOOR = 1e-4
 #: Refinement before convergence: a solve on a grid stops when its iterate's fitted values
 #: are this many σ off the ODE's (:class:`GridWatch`).
 WATCH_TOL = 1.0
+#: the statuses of a first solve that the stage refines and solves on from (where its
+#: grid does not resolve the ODE at the point reached), as it does a watched stop
+SALVAGED = (Status.FAILED, Status.MAX_ITERATIONS, Status.EVALUATION_ERRORS)
 #: Tolerances of the independent reference simulation.
 REFERENCE_RTOL, REFERENCE_ATOL = 1e-10, 1e-12
 REFERENCE_METHOD = f"LSODA rtol={REFERENCE_RTOL:g}"
@@ -528,19 +531,32 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         # a solve the watch stopped (refinement before convergence) is refined like a
         # successful one: its iterate is where the grid stopped resolving the ODE
         watched = bool(result.extra.get("grid_watch"))
+        # a first solve that failed where its grid does not resolve the ODE at the
+        # point it reached, or where the scheme is unstable there: the failure may be
+        # the grid's, and the next round solves on from that point on a refined grid
+        # (on Enright's scheme where it is stiff)
+        salvage = (len(rounds) == 1 and not watched and result.status in SALVAGED
+                   and cert.available and result.grid is not None
+                   and bool(np.all(np.isfinite(result.x)))
+                   and (cert.fit_error > fit_tol
+                        or ("scheme" not in approach.given
+                            and _stiff_at(problem, result, scheme_of(result.scheme)))))
         # certified, but held by the stage's trust region: free on the same grid
         widen = bool(active) and region is not None
-        if ((cert.certified and not widen) or not cert.available or given
-                or not (result.success or watched)
+        if ((cert.certified and not widen and not salvage) or not cert.available or given
+                or not (result.success or watched or salvage)
                 or result.grid is None or len(rounds) > max_rounds):
             break
         if "region" in cfg and cfg["region"] is None:  # a region given is kept as given
             region = _next_region(problem, result)
         scheme = scheme_of(result.scheme)
-        stiff = None if "scheme" in approach.given else _stiff_at(problem, result, scheme)
+        stiff = None if "scheme" in approach.given else _stiff_at(
+            problem, result, scheme, where=(f"where the first solve ended {result.status}"
+                                            if salvage else "at the estimates"))
         if stiff:                  # unstable at the estimates: Enright on the same grid
             grid, scheme = result.grid, get_scheme(STIFF_SCHEME, scheme.qmax)
-        elif cert.certified:       # held by the region only: the same grid, free
+        elif cert.certified:       # held by the region only (or failed on a grid that
+            # resolves its point): the same grid, free
             grid = result.grid
         else:
             grid = refine(problem, result, cert, scheme)
@@ -623,7 +639,7 @@ def _short_of_time(result, grid):
             f"on {_grid_points(grid)} points needs (about {need:.1f} s to build and solve)")
 
 
-def _stiff_at(problem, result, scheme):
+def _stiff_at(problem, result, scheme, where="at the estimates"):
     """Why the result's grid is unstable for ``scheme`` at its estimates
     (:func:`~pyomo_odeest.discretization.schemes.stiff_switch` along its states, on
     each experiment's grid), or None: the optimizer moved where the scheme it started
@@ -636,8 +652,7 @@ def _stiff_at(problem, result, scheme):
         X = _rows(result.states, name)
         if X is None or len(X) != len(grid.t):
             return None
-        why = stiff_switch(sp, scheme, grid.t, X.to_numpy(dtype=float), u,
-                           where="at the estimates")
+        why = stiff_switch(sp, scheme, grid.t, X.to_numpy(dtype=float), u, where=where)
         if why:
             return why
     return None

@@ -173,33 +173,43 @@ def test_refinement_before_convergence_refines_where_the_watch_stops(lv, referen
     assert old.extra["refinement"][0]["status"] == "converged"
 
 
-def test_refinement_before_convergence_on_a_start_that_fails_on_its_first_grid():
-    """The infusion model from a Sobol point of its multistart: on the first grid
-    Ipopt wanders where the grid does not resolve the ODE (without the watch, on
-    this machine: ``failed`` at 81.2, 110.3 by simulation, after 97 iterations;
-    the path is sensitive to the start's last digits).  With the watch the result
-    is the ODE's minimum on a certified grid."""
+@pytest.mark.parametrize("start", [3, 27])
+def test_refinement_before_convergence_on_a_start_that_fails_on_its_first_grid(start):
+    """The infusion model from Sobol points of its multistart where Ipopt wanders on
+    the first grid into parameters where Adams PC's step is unstable (measured:
+    ``failed`` with Error_In_Step_Computation at 16.46 and 104.7; the path is
+    sensitive to the machine and to the start's last digits).  Whichever way the
+    first round ends (stopped by the watch, or failed), the stage solves on from
+    where it ended, and the result is the ODE's minimum on a certified grid."""
     from pyomo_odeest.runner._studies import multistart_starts
     pk = po.models.pk_infusion_problem()
-    u0 = np.asarray(multistart_starts(pk, 32, seed=0))[27]
+    u0 = np.asarray(multistart_starts(pk, 32, seed=0))[start]
     res = po.estimate(pk, "simultaneous", u0=u0)
     assert res.success and res.extra["certificate"]["certified"], res.summary()
     rounds = res.extra["refinement"]
     for r in rounds:
         if "watch" in r:
             assert r["watch"]["fit_error"] > 1.0 and r["status"] == "discretization_not_resolved"
-    # the first solve raised the ODE's objective on its way (30.63 at its stop): the next
-    # round starts from the best point the watch judged, in a trust region that holds
-    # its estimate, and the round after it is free from there
-    best = rounds[0]["watch"]["best"]
-    assert best["objective_simulated"] < rounds[0]["objective_simulated"]
-    assert rounds[1]["region"]["radius"] > 0 and rounds[1]["region"]["active"]
-    assert rounds[1]["objective_simulated"] < best["objective_simulated"]
-    assert "region" not in rounds[2]
-    assert "in a trust region of radius" in res.summary()
+    if rounds[0]["status"] == "failed":
+        # solved on from the failed point: on Enright's scheme where Adams PC's step is
+        # unstable there (the warning says where), else on a refined grid
+        assert len(rounds) > 1 and rounds[1]["status"] == "converged"
+        if res.scheme.name == "enright":
+            assert any("where the first solve ended failed" in w for w in res.warnings)
+    if "best" in rounds[0].get("watch", {}):
+        # the first solve raised the ODE's objective on its way: the next round starts
+        # from the best point the watch judged, in a trust region that holds its
+        # estimate, and the round after it is free from there
+        best = rounds[0]["watch"]["best"]
+        assert best["objective_simulated"] < rounds[0]["objective_simulated"]
+        assert rounds[1]["region"]["radius"] > 0 and rounds[1]["region"]["active"]
+        assert rounds[1]["objective_simulated"] < best["objective_simulated"]
+        assert "region" not in rounds[2]
+        assert "in a trust region of radius" in res.summary()
     ref = po.estimate(pk, "continuous", u0=res.estimates, optimizer="least_squares",
                       rtol=1e-10, atol=1e-12)
     assert res.objective == pytest.approx(ref.objective, rel=1e-3)
+    assert res.objective < 0.16            # the global minimum (0.151), not a local one
 
 
 def test_grid_watch_benchmark_runs_and_ends_with_its_summary(capsys):
