@@ -67,7 +67,7 @@ RESIDUAL_FLOOR = 1e-4
 WATCH_TOL = 1.0
 #: the statuses of a first solve that the stage refines and solves on from (where its
 #: grid does not resolve the ODE at the point reached), as it does a watched stop
-SALVAGED = (Status.FAILED, Status.MAX_ITERATIONS, Status.EVALUATION_ERRORS)
+SALVAGED = (Status.FAILED, Status.EVALUATION_ERRORS)
 #: Tolerances of the independent reference simulation.
 REFERENCE_RTOL, REFERENCE_ATOL = 1e-10, 1e-12
 REFERENCE_METHOD = f"LSODA rtol={REFERENCE_RTOL:g}"
