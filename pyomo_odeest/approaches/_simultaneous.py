@@ -71,8 +71,9 @@ class SimultaneousApproach(Approach):
     that already holds such a block as ``model.est``, with user constraints or
     objective terms; solved as is).  ``scale`` scales each free parameter by
     its start value and every state whose magnitude exceeds 1 on the initial
-    trajectory by that magnitude (:func:`scale_states`), through the model's
-    ``scaling_factor`` Suffix (factors the user set there are kept).
+    trajectory by that magnitude (:func:`scale_states`: the parameters' factors on
+    the model's ``scaling_factor`` Suffix, the states' one per state on the block;
+    factors the user set on the Suffix are kept).
     """
 
     name = "simultaneous"

@@ -7,7 +7,9 @@ as explicit algebraic constraints:
 ================================  ===============================================
 component                         meaning
 ================================  ===============================================
-``b.t[i]``, ``b.h[i]``             grid times t_i (i = 0..k) and steps h_i
+``b.t[i]``, ``b.h[i]``             grid times t_i (i = 0..k) (a Param) and steps
+                                   h_i = t_{i+1} - t_i (an array; the
+                                   equations write h_i as that difference)
 ``b.x[i, s]``                      state s at grid point i
 ``b.u[p]``                         parameter p (bounds, start, fixed flag)
 ``b.<stage>[i, s]``                stage values of step i (``y``: predictor
@@ -42,7 +44,10 @@ vectorised call.
 from __future__ import annotations
 
 import builtins
+import itertools
+import math
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import cached_property
@@ -235,13 +240,16 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
         # its terms share a shape per right-hand side, so the solver
         # differentiates f (fdot) once, not once per point
         cf = b.component(cf_name)
+        # the step as t_{i+1} - t_i, the same float as the simulators' np.diff(t),
+        # without a Param of one entry per step
+        h = b.t[i + 1] - b.t[i]
         val = b.x[i, s]
         for j, pref in enumerate(f_points):
-            val = val + (b.h[i] * cf[i, j]) * term(f_s, pref)
+            val = val + (h * cf[i, j]) * term(f_s, pref)
         if d_points:
             cd = b.component(cd_name)
             for j, pref in enumerate(d_points):
-                val = val + (b.h[i] ** 2 * cd[i, j]) * term(fd_s, pref)
+                val = val + (h ** 2 * cd[i, j]) * term(fd_s, pref)
         target = b.x[i + 1, s] if name == "x" else b.component(name)[i, s]
         return target == val
     return rule
@@ -250,16 +258,24 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
 def _add_param(b, name, index, get):
     """Add the immutable Param ``b.<name>`` over the sets ``index`` with values ``get(*idx)``.
 
-    A Param keeps its initializer for its lifetime, but an immutable Param
-    never calls it again once built (missing entries take the default, and
-    clones copy values), so ``get`` and the Python lists behind it (about 100
-    bytes per entry) are dropped after construction.  The data is floats
-    computed here: ``within=Any`` skips Pyomo's per-entry check of the implicit
-    domain (a test against Reals, most of the build time)."""
-    box = [get]
-    b.add_component(name, pyo.Param(*index, initialize=lambda b, *idx: box[0](*idx),
-                                    within=pyo.Any))
-    box.clear()
+    Only the entries that differ from the most common value are stored; that value
+    is the Param's ``default`` (an immutable Param returns it for the others, and
+    ``keys()``/``values()`` still list every index).  A coefficient table or the steps
+    on a grid of equal steps within its intervals is then a few entries instead of
+    one dictionary entry, index and float object per step (about 140 bytes each
+    for a table of (step, term)).  The values are floats computed here (the initializer
+    and the lists behind it are dropped after construction); ``within=Any`` skips
+    Pyomo's per-entry check of the implicit domain (a test against Reals, most of
+    the build time)."""
+    keys = list(itertools.product(*index)) if len(index) > 1 else list(index[0])
+    vals = [get(*k) for k in keys] if len(index) > 1 else [get(k) for k in keys]
+    common = Counter(vals).most_common(1)[0][0] if vals else 0.0
+
+    def same(v):                        # the default stands for v exactly (-0.0 is kept)
+        return v == common and (v != 0.0 or math.copysign(1.0, v) == math.copysign(1.0, common))
+    sparse = {k: v for k, v in zip(keys, vals) if not same(v)}
+    del keys, vals
+    b.add_component(name, pyo.Param(*index, initialize=sparse, default=common, within=pyo.Any))
 
 
 def _coefficient_reader(steps, rows):
@@ -321,7 +337,8 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
     b.K = pyo.RangeSet(0, k)
     b.steps = pyo.RangeSet(0, k - 1)
     _add_param(b, "t", (b.K,), t.tolist().__getitem__)
-    _add_param(b, "h", (b.steps,), np.diff(t).tolist().__getitem__)
+    b.h = np.diff(t)
+    b.h.flags.writeable = False
     b.x = pyo.Var(b.K, b.S, initialize=0.0)
     if parameters is not None:
         b.u = pyo.Reference(parameters[:])

@@ -10,7 +10,7 @@ import pyomo.environ as pyo
 import sympy
 
 from ..discretization.schemes import integrate
-from ..nlp._plugin import add_scaling_factors
+from ..nlp._plugin import add_index_scaling, add_scaling_factors, scaling_lookup
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._misfit import observations
 from ..symbolic import lambdify
@@ -180,7 +180,7 @@ def bounded_start(m, variables=None):
     """``(x, lb, ub)`` of the free ``variables`` (default: every variable of ``m`` with a
     bound) in Ipopt's scaled variables (``m.scaling_factor`` where it has a factor), for
     :func:`~pyomo_odeest.approaches._base.start_push`; None where there are none."""
-    sf = getattr(m, "scaling_factor", None)
+    find = scaling_lookup(m)
     if variables is None:
         variables = (v for v in m.component_data_objects(pyo.Var, active=True)
                      if v.has_lb() or v.has_ub())
@@ -188,7 +188,7 @@ def bounded_start(m, variables=None):
     for v in variables:
         if v.fixed or v.value is None:
             continue
-        d = float(sf.get(v, 1.0)) if isinstance(sf, pyo.Suffix) else 1.0
+        d = 1.0 if find is None else float(find(v) or 1.0)
         rows.append((d * float(v.value), d * (-np.inf if v.lb is None else v.lb),
                      d * (np.inf if v.ub is None else v.ub)))
     return tuple(np.array(c, dtype=float) for c in zip(*rows)) if rows else None
@@ -204,9 +204,11 @@ def scale_parameters(m, b):
 
 
 def scale_states(m, b, simulated=None):
-    """Put ``1/max_i |x_{i,s}|`` on ``m.scaling_factor`` for the values of every
-    state ``s`` (grid points and stages) that exceeds 1 in magnitude on the
-    block's current (initial) trajectory, where no factor is set yet; on an
+    """Scale the values of every state ``s`` (grid points and stages) by
+    ``1/max_i |x_{i,s}|`` where it exceeds 1 in magnitude on the block's current
+    (initial) trajectory and no factor is set yet (one factor per state on the
+    block, :func:`~pyomo_odeest.nlp._plugin.add_index_scaling`; a factor of a
+    variable on ``m.scaling_factor``, the user's, is kept); on an
     experiment whose trajectory is simulated (``simulated[e]``: by the scheme or
     the ODE, not interpolated data) also for the states below 1 in magnitude
     (not below 1e-8 times the largest state: Robertson's intermediate of 1e-5
@@ -218,7 +220,6 @@ def scale_states(m, b, simulated=None):
     because it starts at 0 would amplify noise).  ``b`` is a block of
     :func:`build_block` or of :func:`build_experiment_blocks` (each experiment
     scaled on its own trajectory)."""
-    sf = add_scaling_factors(m, [])
     blocks = blocks_of(b)
     simulated = [False] * len(blocks) if simulated is None else list(simulated)
     for blk, sim in zip(blocks, simulated):
@@ -228,12 +229,7 @@ def scale_states(m, b, simulated=None):
         mags = {s: max((abs(v) for v in (blk.x[i, s].value for i in range(k + 1))
                         if v is not None and np.isfinite(v)), default=0.0) for s in S}
         floor = 1e-8 * max(mags.values(), default=0.0)
-        for s in S:
-            big = mags[s]
-            if not (big > 1.0 or (sim and big > floor and big > 0.0)):
-                continue
-            factor = 1.0 / big                 # one float object for all its entries
-            for var in [blk.x[i, s] for i in range(k + 1)] + [c[i, s] for c in stages
-                                                                if c is not None for i in range(k)]:
-                if not var.fixed and var not in sf:
-                    sf[var] = factor
+        factors = {s: 1.0 / mags[s] for s in S
+                   if mags[s] > 1.0 or (sim and mags[s] > floor and mags[s] > 0.0)}
+        for comp in [blk.x] + [c for c in stages if c is not None]:
+            add_index_scaling(blk, comp, factors)

@@ -61,15 +61,20 @@ def test_simultaneous_scaling_is_on_the_model_and_keeps_user_factors():
     assert m.scaling_factor[m.est.u["theta4"]] == 1e3
     assert m.scaling_factor[m.est.u["theta1"]] == pytest.approx(1e5)
     assert abs(r.objective / PINENE_OPTIMUM - 1) < 2e-4
-    # states above 1 in magnitude: 1/max over the initial trajectory, grid points and stages
-    b, sf = m.est, m.scaling_factor
+    # states above 1 in magnitude: 1/max over the initial trajectory, grid points and
+    # stages, one factor per state on the block (no Suffix entry per variable)
+    from pyomo_odeest.nlp._plugin import scaling_lookup
+    b, sf = m.est, scaling_lookup(m)
     k = len(b.t) - 1
-    assert sf[b.x[3, "y2"]] == 7.0
+    assert sf(b.x[3, "y2"]) == 7.0 and b.x[4, "y2"] not in m.scaling_factor
     for s in prob.states:
-        start = [sf[b.x[i, s]] for i in range(k + 1) if (i, s) != (3, "y2")]
+        start = [sf(b.x[i, s]) for i in range(k + 1) if (i, s) != (3, "y2")]
         assert len(set(start)) == 1 and 1e-3 < start[0] < 1.0
-        assert all(sf[b.y[i, s]] == start[0] for i in range(k))
-    assert sf[b.x[0, "y1"]] == pytest.approx(1 / 100.0)          # y1(0) = 100 is its largest value
+        assert all(sf(b.y[i, s]) == start[0] for i in range(k))
+    assert sf(b.x[0, "y1"]) == pytest.approx(1 / 100.0)          # y1(0) = 100 is its largest value
+    # the factors reach Ipopt through a clone of the model too
+    c = m.clone()
+    assert scaling_lookup(c)(c.est.y[2, "y1"]) == sf(b.y[2, "y1"])
 
 
 def test_state_scaling_leaves_small_states_alone():
@@ -84,7 +89,8 @@ def test_state_scaling_leaves_small_states_alone():
         b.x[i, "x1"].set_value(0.9 * np.sin(i))
         b.x[i, "x2"].set_value(30.0 * np.cos(i) ** 2)
     scale_states(m, b)
-    sf = m.scaling_factor
+    from pyomo_odeest.nlp._plugin import scaling_lookup
+    sf = scaling_lookup(m)
     big = max(abs(b.x[i, "x2"].value) for i in range(len(b.t)))
-    assert not any(b.x[i, "x1"] in sf for i in range(len(b.t)))
-    assert all(sf[b.x[i, "x2"]] == 1 / big for i in range(len(b.t)))
+    assert not any(sf(b.x[i, "x1"]) for i in range(len(b.t)))
+    assert all(sf(b.x[i, "x2"]) == 1 / big for i in range(len(b.t)))
