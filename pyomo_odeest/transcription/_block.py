@@ -18,8 +18,8 @@ component                         meaning
 ``b.x0_eq[s]``                     x_0 = l(u)
 ``b.ode_<stage>_<s>_q<Q>[i]``      the stage equation of step i for state s,
                                    for the steps whose order is Q_i = Q
-``b.cf_<stage>_q<Q>[i, j]``        coefficient of the j-th f term
-``b.cd_<stage>_q<Q>[i, j]``        coefficient of the j-th ḟ term (Enright)
+``b.cf_<stage>_q<Q>_<j>[i]``      coefficient of the j-th f term
+``b.cd_<stage>_q<Q>_<j>[i]``      coefficient of the j-th ḟ term (Enright)
 ``b.misfit``                       J_k = Σ_j φ_j (an Expression)
 ``b.penalty``                      the problem's penalty R(u) (0 if none)
 ``b.objective``                    minimize ``b.misfit + b.penalty`` + user terms
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import builtins
 import itertools
-import math
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -239,17 +238,17 @@ def _stage_rule(problem, si, s, stage, cf_name, cd_name, fdot, f_sym=None, in_sy
         # one flat sum x_i + sum_j (h c_j) f(P_j) + sum_j (h^2 d_j) fdot(P_j):
         # its terms share a shape per right-hand side, so the solver
         # differentiates f (fdot) once, not once per point
-        cf = b.component(cf_name)
+        cf = [b.component(f"{cf_name}_{j}") for j in range(len(f_points))]
         # the step as t_{i+1} - t_i, the same float as the simulators' np.diff(t),
         # without a Param of one entry per step
         h = b.t[i + 1] - b.t[i]
         val = b.x[i, s]
         for j, pref in enumerate(f_points):
-            val = val + (h * cf[i, j]) * term(f_s, pref)
+            val = val + (h * cf[j][i]) * term(f_s, pref)
         if d_points:
-            cd = b.component(cd_name)
+            cd = [b.component(f"{cd_name}_{j}") for j in range(len(d_points))]
             for j, pref in enumerate(d_points):
-                val = val + (h ** 2 * cd[i, j]) * term(fd_s, pref)
+                val = val + (h ** 2 * cd[j][i]) * term(fd_s, pref)
         target = b.x[i + 1, s] if name == "x" else b.component(name)[i, s]
         return target == val
     return rule
@@ -269,22 +268,22 @@ def _add_param(b, name, index, get):
     the build time)."""
     keys = list(itertools.product(*index)) if len(index) > 1 else list(index[0])
     vals = [get(*k) for k in keys] if len(index) > 1 else [get(k) for k in keys]
-    common = Counter(vals).most_common(1)[0][0] if vals else 0.0
-
-    def same(v):                        # the default stands for v exactly (-0.0 is kept)
-        return v == common and (v != 0.0 or math.copysign(1.0, v) == math.copysign(1.0, common))
-    sparse = {k: v for k, v in zip(keys, vals) if not same(v)}
-    del keys, vals
+    # counted by bit pattern: the default stands for an entry exactly (-0.0 is not 0.0)
+    bits = [float(v).hex() for v in vals]
+    common = Counter(bits).most_common(1)[0][0] if bits else "0x0.0p+0"
+    sparse = {k: v for k, v, w in zip(keys, vals, bits) if w != common}
+    common = float.fromhex(common)
+    del keys, vals, bits
     b.add_component(name, pyo.Param(*index, initialize=sparse, default=common, within=pyo.Any))
 
 
-def _coefficient_reader(steps, rows):
-    """``(i, j) -> rows[r][j]`` for step ``i = steps[r]``."""
+def _coefficient_reader(steps, column):
+    """``i -> column[r]`` for step ``i = steps[r]``."""
     i0 = int(steps[0])
     if np.all(np.diff(steps) == 1):
-        return lambda i, j: rows[i - i0][j]
+        return lambda i: column[i - i0]
     pos = {int(i): r for r, i in enumerate(steps.tolist())}
-    return lambda i, j: rows[pos[i]][j]
+    return lambda i: column[pos[i]]
 
 
 def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: Grid | None = None,
@@ -390,10 +389,9 @@ def build_block(problem: EstimationProblem, scheme="adams_pc", qmax=None, grid: 
             for kind, terms in (("cf", f_terms), ("cd", d_terms)):
                 cname = f"{kind}_{sname}_{tag}"
                 names.append(cname)
-                if terms:
-                    table = np.stack([c for _, c in terms], axis=1).tolist()
-                    _add_param(b, cname, (step_set, range(len(terms))),
-                               _coefficient_reader(steps, table))
+                for j, (_, column) in enumerate(terms):
+                    _add_param(b, f"{cname}_{j}", (step_set,),
+                               _coefficient_reader(steps, column.tolist()))
             for si, s in enumerate(S):
                 cname = f"ode_{sname}_{s}_{tag}"
                 with _templatized():

@@ -586,3 +586,23 @@ def test_newton_resolves_each_state_on_its_own_scale():
     Y = integrate(Enright(4), model(1e6), t, x0 * [1, 1e6, 1e6, 1e6])
     assert np.all(X[1:, 1:] > 0)
     np.testing.assert_allclose(Y[:, 1:] / 1e6, X[:, 1:], rtol=1e-6, atol=1e-14)
+
+
+def test_nodes_within_round_off_of_equal_steps_give_the_classical_coefficients():
+    """Times of equal steps carry round-off (t_i = i·0.1 + 1000 in floating point):
+    the scaled nodes within that round-off of integers are made integers, so every
+    step of a batch has the same coefficients, AB3's (23, −16, 5)/12 for the
+    predictor of Adams PC; a grid perturbed by more than round-off (1e-9 of a
+    step) keeps the coefficients of its own nodes."""
+    sch = get_scheme("adams_pc", 4)
+    t = 1000.0 + 0.1 * np.arange(400)
+    assert len(np.unique(np.diff(t))) > 1                      # round-off in the steps
+    batch = [b for b in sch.batches(t) if b.q == 3][0]
+    pred = batch.stages[0]
+    assert pred[0] == "y"
+    cols = [c for _, c in pred[1]]
+    for c, want in zip(cols, (23 / 12, -16 / 12, 5 / 12)):
+        assert np.all(c == c[0]) and c[0] == pytest.approx(want, rel=1e-14)
+    tp = t + 1e-10 * np.sin(np.arange(400))                   # 1e-9 of a step
+    cp = [c for _, c in [b for b in sch.batches(tp) if b.q == 3][0].stages[0][1]]
+    assert len(np.unique(cp[0])) > 100

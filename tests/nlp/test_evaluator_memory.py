@@ -19,7 +19,7 @@ import pytest
 
 from pyomo_odeest import PyomoNLPEvaluator, initialize_block
 from pyomo_odeest.models import lotka_volterra_problem
-from pyomo_odeest import build_block
+from pyomo_odeest import build_block, make_grid
 from pyomo_odeest.transcription._block import _batch_tags
 
 
@@ -129,12 +129,38 @@ def test_params_keep_values_after_release():
     for batch, tag in zip(batches, _batch_tags(batches)):
         for sname, f_terms, _ in batch.stages:
             for blk in (b, c.est):
-                cf = blk.component(f"cf_{sname}_{tag}")
                 for j, (_, coef) in enumerate(f_terms):
-                    got = [pyo.value(cf[int(i), j]) for i in batch.steps]
+                    cf = blk.component(f"cf_{sname}_{tag}_{j}")
+                    got = [pyo.value(cf[int(i)]) for i in batch.steps]
                     np.testing.assert_array_equal(got, coef)
                     checked += 1
     assert checked > 0
+
+
+def test_params_store_only_entries_other_than_their_most_common_value():
+    """A coefficient column on a grid of equal steps within its intervals (the nodes
+    within round-off of integers are made integers) is its default and the entries
+    of the steps where the step changes, yet lists every step with its value;
+    -0.0 and NaN are never taken for the default."""
+    from pyomo_odeest.transcription._block import _add_param
+    lv = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
+    grid = make_grid(lv.meas_times, lv.t0, lv.T, max_step=0.03, extra_times=(0.3, 2.7, 5.55))
+    h = np.diff(grid.t)
+    changes = int(np.sum(np.abs(np.diff(h)) > 1e-12))
+    assert 8 <= changes <= 13 and len(h) > 300
+    m = pyo.ConcreteModel()
+    b = m.est = build_block(lv, "adams_pc", 4, grid=grid)
+    columns = [c for c in b.component_objects(pyo.Param) if c.local_name.startswith("cf_")]
+    # only the (at most Q - 1 = 3) steps after each change of step have coefficients
+    # other than the classical ones
+    assert columns and all(len(c._data) <= 3 * changes for c in columns)
+    assert max(len(list(c.keys())) for c in columns) > 300
+    m2 = pyo.ConcreteModel()
+    vals = [1.0, 1.0, -0.0, 0.0, 0.0, float("nan"), 0.0]
+    _add_param(m2, "p", (range(len(vals)),), vals.__getitem__)
+    got = [m2.p[i] for i in range(len(vals))]
+    assert m2.p.default() == 0.0 and len(m2.p._data) == 4       # 1, 1, -0.0, nan stored
+    assert str(got[2]) == "-0.0" and np.isnan(got[5]) and got[:2] == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("scheme,qmax", [("adams_pc", 4), ("enright", 3)])

@@ -254,7 +254,9 @@ class MultistepScheme:
         q = self.order_q(int(idx[0])) if q is None else q
         h = t[idx + 1] - t[idx]
         lags = np.arange(q)
-        s = (t[idx[:, None] - lags[None, :]] - t[idx, None]) / h[:, None]
+        past = t[idx[:, None] - lags[None, :]]
+        s = _snap((past - t[idx, None]) / h[:, None],
+                  np.maximum(np.abs(past), np.abs(t[idx + 1, None])) / h[:, None])
         try:
             templates = self._stage_templates(s, q)
         except np.linalg.LinAlgError as exc:
@@ -319,6 +321,18 @@ class MultistepScheme:
                         f"fail the exactness check for stage {name!r}, degree {m}: residual {res[b]:.3e}; "
                         "the step history is too ill-conditioned (reduce step-size ratios or qmax)"
                     )
+
+
+def _snap(s, scale):
+    """The scaled nodes ``s`` with every entry within round-off of an integer made that
+    integer: the error of ``(t_j - t_i)/h_i`` computed from the times is about
+    ``eps · max|t| / h_i`` (``scale``), and a grid of equal steps (up to that error)
+    then has the classical, step-independent coefficients, which the block stores
+    once per batch (:func:`~pyomo_odeest.transcription._block._add_param`).  The
+    nodes move by at most 16 · eps · scale, far below the scheme's own error."""
+    r = np.round(s)
+    close = np.abs(s - r) <= 16.0 * np.finfo(float).eps * np.maximum(scale, 1.0)
+    return np.where(close, r, s)
 
 
 class AdamsPC(MultistepScheme):
