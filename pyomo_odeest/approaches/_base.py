@@ -26,6 +26,7 @@ re-optimizations of the profiles and the samples of the bootstrap
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -39,12 +40,13 @@ from ..discretization._grid import resolve_grid
 from ..discretization.schemes import QMAX_RANGE, STIFF_SCHEME, get_scheme, stiff_switch
 from ..nlp._cyipopt_adapter import IpoptResult, solve_with_ipopt
 from ..nlp._progress import current_scope, solve_scope
+from ..nlp._protocol import EvaluationError
 from ..optimizers._clock import SolveClock
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._misfit import observations
 from ..problem._result import RESULT_ANALYSES, post_solve_checks, stack_experiments
 from ..problem._start import start_values
-from ..problem._status import Status, demote, status_from_ipopt
+from ..problem._status import Status, demote, status_from_ipopt, status_from_scipy
 from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
 
 __all__ = ["Approach", "Outcome", "IPOPT_DEFAULTS", "Choice", "ConfigValue", "common_config",
@@ -337,6 +339,37 @@ def run_ipopt(nlp, cfg, options, **kw):
     if nlp.n == 0:
         return _evaluated(nlp)
     return solve_with_ipopt(nlp, options=options, tee=cfg.tee, progress=cfg.progress, **kw)
+
+
+def run_scipy(fun, x0, lb, ub, cfg, defaults, hess=None):
+    """The approaches' SciPy driver: ``scipy.optimize.minimize`` with ``cfg.optimizer``
+    on ``fun(x) -> (J, gradient)`` (an :class:`~pyomo_odeest.nlp.EvaluationError` is
+    an infinite J: the line search backs off), the bounds where any is finite, the
+    approach's ``defaults`` below the user's ``options``, ``cfg.tee`` as ``disp``, and
+    ``cfg``'s wall-time limit and progress lines (:class:`SolveClock`).  Returns
+    ``(OptimizeResult, Outcome)``, the status ``time_limit`` where the clock stopped
+    it, else :func:`~pyomo_odeest.problem._status.status_from_scipy`'s."""
+    from scipy.optimize import Bounds, minimize
+
+    def guarded(x):
+        try:
+            return fun(x)
+        except EvaluationError:
+            return np.inf, np.zeros_like(x)
+    options = dict(defaults, **(cfg.options or {}))
+    if cfg.tee:
+        options.setdefault("disp", True)
+    clock = SolveClock(cfg.max_wall_time, cfg.progress)
+    kw = {} if hess is None else dict(hess=hess)
+    if np.any(np.isfinite(lb)) or np.any(np.isfinite(ub)):
+        kw["bounds"] = Bounds(lb, ub)
+    with warnings.catch_warnings():          # overflow in trial points the search rejects
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sol = minimize(guarded, x0, jac=True, method=cfg.optimizer, options=options,
+                       callback=clock, **kw)
+    status = Status.TIME_LIMIT if clock.exceeded else status_from_scipy(sol, cfg.optimizer)
+    return sol, Outcome(sol.x, status, str(sol.message),
+                        int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0) or 0))
 
 
 def _evaluated(nlp):

@@ -20,7 +20,7 @@ from ..problem._status import Status, demote, status_from_scipy
 from ._backend import ContinuousBackend
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
                      common_config,
-                     ipopt_options, run_ipopt, add_constraint_multipliers)
+                     ipopt_options, run_ipopt, run_scipy, add_constraint_multipliers)
 from ..discretization._experiments import experiment_models, join_experiments
 from ..discretization.continuous import (ENGINES, GRADIENT_METHODS, HESSIAN_METHODS, ODE_METHODS,
                                          IntegrationError, continuous_model, integrator_name)
@@ -360,36 +360,21 @@ class ContinuousApproach(Approach):
         return out
 
     def _minimize(self, b, cfg):
-        from scipy.optimize import Bounds, minimize
         obj, optimizer = b.obj, cfg.optimizer
-        opts = dict(maxiter=1000)
+        defaults = dict(maxiter=1000)
         if optimizer == "L-BFGS-B":
-            opts.update(ftol=max(1e-14, 10 * b.cm.rtol), gtol=1e-8)
+            defaults.update(ftol=max(1e-14, 10 * b.cm.rtol), gtol=1e-8)
         else:
-            opts.update(gtol=1e-10, xtol=1e-12)
-        opts.update(cfg.options or {})
-        if cfg.tee:
-            opts.setdefault("disp", True)
-        kw = {}
+            defaults.update(gtol=1e-10, xtol=1e-12)
+        hess = None
         if optimizer == "trust-constr":
             from scipy.optimize import BFGS
-            kw["hess"] = obj.hessian if cfg.hessian is not None else BFGS()
-
-        def fun(w):
-            try:
-                return _guarded(obj.objective, w), _guarded(obj.gradient, w)
-            except EvaluationError:                      # the line search backs off
-                return np.inf, np.zeros_like(w)
-        clock = SolveClock(cfg.max_wall_time, cfg.progress)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            r = minimize(fun, b.w0, jac=True, method=optimizer, bounds=Bounds(b.wl, b.wu),
-                         options=opts, callback=clock, **kw)
-        method = f"scipy/{optimizer}" + ("" if cfg.hessian is None or optimizer == "L-BFGS-B"
-                                         else f"/hessian:{cfg.hessian}")
-        status = Status.TIME_LIMIT if clock.exceeded else status_from_scipy(r, optimizer)
-        return Outcome(r.x, status, str(r.message), int(getattr(r, "nit", 0)),
-                       details=dict(method=method))
+            hess = obj.hessian if cfg.hessian is not None else BFGS()
+        _, out = run_scipy(lambda w: (_guarded(obj.objective, w), _guarded(obj.gradient, w)),
+                           b.w0, b.wl, b.wu, cfg, defaults, hess)
+        out.details["method"] = f"scipy/{optimizer}" + (
+            "" if cfg.hessian is None or optimizer == "L-BFGS-B" else f"/hessian:{cfg.hessian}")
+        return out
 
     def parts(self, b):
         return experiment_models(b.cm)

@@ -26,12 +26,12 @@ from ..nlp._protocol import EvaluationError, NLPEvaluator, finite
 from ..nlp._stationarity import projected_gradient, stationarity_check
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._result import EstimationResult
-from ..problem._status import Status, demote, status_from_scipy
+from ..problem._status import Status, demote
 from ..discretization._experiments import experiment_grid, experiment_models, join_experiments
 from ._backend import DiscreteBackend, discrete_model
-from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
+from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome,
                     add_constraint_multipliers, common_config, discretization_config, refinement_config, fit_frames,
-                    ipopt_options, region_bounds, run_ipopt, watch_config)
+                    ipopt_options, region_bounds, run_ipopt, run_scipy, watch_config)
 from ._certificate import grid_fits, watch_of, watch_outcome
 
 __all__ = ["ReducedApproach", "ReducedSpaceNLP", "ReducedConstraints", "estimate_reduced",
@@ -229,44 +229,26 @@ class ReducedApproach(Approach):
         return watch_outcome(out, grid)            # refinement before convergence
 
     def _scipy(self, nlp, cfg):
-        from scipy.optimize import Bounds, minimize
-        optimizer = cfg.optimizer
-
-        def fun(x):
-            try:
-                return nlp.objective(x), nlp.gradient(x)
-            except EvaluationError:
-                return np.inf, np.zeros_like(x)
-
-        clock = SolveClock(cfg.max_wall_time, cfg.progress)
-        kw = dict(jac=True, method=optimizer, options=dict(cfg.options or {}),
-                  callback=clock)
-        if np.any(np.isfinite(nlp.x_lb)) or np.any(np.isfinite(nlp.x_ub)):
-            kw["bounds"] = Bounds(nlp.x_lb, nlp.x_ub)
-        kw["options"].setdefault("gtol", 1e-10)
-        if optimizer == "trust-constr":
-            kw["options"].setdefault("xtol", 1e-14)
-            if cfg.hessian is not None:
-                kw["hess"] = nlp.hessian_matrix
+        defaults = dict(gtol=1e-10)
+        if cfg.optimizer == "trust-constr":
+            defaults["xtol"] = 1e-14
         else:
-            kw["options"].setdefault("ftol", 1e-15)
+            defaults["ftol"] = 1e-15
+        hess = nlp.hessian_matrix if cfg.optimizer == "trust-constr" and cfg.hessian else None
         g0 = nlp.gradient(nlp.x0)
-        sol = minimize(fun, nlp.x0, **kw)
-        status, message = status_from_scipy(sol, optimizer), str(sol.message)
-        if clock.exceeded:
-            status = Status.TIME_LIMIT
-        elif status is Status.FAILED and "ABNORMAL" in message:
-            status, message = _stationary(nlp, sol, message)
-        elif status.success:
+        sol, out = run_scipy(lambda x: (nlp.objective(x), nlp.gradient(x)), nlp.x0,
+                             nlp.x_lb, nlp.x_ub, cfg, defaults, hess)
+        if out.status is Status.FAILED and "ABNORMAL" in out.message:
+            out.status, out.message = _stationary(nlp, sol, out.message)
+        elif out.status.success:
             # a stop on the relative decrease of J (ftol) or on the step (xtol) is
             # not a minimum unless the projected gradient is small
             st = stationarity_check(nlp.gradient(sol.x), sol.x, nlp.x_lb, nlp.x_ub, g0)
             if st["projected_gradient"] > st["limit"]:
-                status = Status.NOT_STATIONARY
-                message = (f"{message}; projected gradient {st['projected_gradient']:.3g} > "
-                           f"{st['limit']:.3g}")
-        return Outcome(sol.x, status, message,
-                       int(getattr(sol, "nit", 0) or getattr(sol, "niter", 0)))
+                out.status = Status.NOT_STATIONARY
+                out.message = (f"{out.message}; projected gradient "
+                               f"{st['projected_gradient']:.3g} > {st['limit']:.3g}")
+        return out
 
     def advice(self, cfg):
         return "hessian=None (L-BFGS) or optimizer='L-BFGS-B'" if cfg.hessian else ""

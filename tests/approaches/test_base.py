@@ -608,3 +608,40 @@ def test_adaptive_without_a_converged_round_keeps_the_lower_rounds(monkeypatch):
     assert seeded < first
     assert r.extra["rounds"][-1]["objective"] == seeded
     assert "these are the rounds from the fixed-grid seed's estimate" in r.message
+
+
+def test_run_scipy_is_the_one_scipy_driver_of_the_approaches(monkeypatch):
+    """The reduced space and the continuous approach call SciPy through one driver,
+    which backs the line search off where the model cannot be evaluated, keeps the
+    approach's defaults below the user's options, and stops at the time limit."""
+    from types import SimpleNamespace
+
+    from pyomo_odeest.approaches import _base, _continuous, _reduced
+    from pyomo_odeest.nlp import EvaluationError
+
+    def fun(x):
+        if x[0] > 3.0:                              # e.g. a simulation that fails there
+            raise EvaluationError("cannot evaluate")
+        return float((x[0] - 1.0) ** 2), np.array([2.0 * (x[0] - 1.0)])
+    cfg = SimpleNamespace(optimizer="BFGS", options={"gtol": 1e-9}, tee=False,
+                          max_wall_time=None, progress=False)
+    sol, out = _base.run_scipy(fun, np.array([2.99]), np.array([-np.inf]),
+                               np.array([np.inf]), cfg, dict(gtol=1.0, maxiter=50))
+    assert out.status is po.Status.CONVERGED and abs(out.x[0] - 1.0) < 1e-8
+    assert out.iterations == sol.nit > 0
+    slow = SimpleNamespace(**{**vars(cfg), "max_wall_time": 1e-9})
+    assert _base.run_scipy(fun, np.array([2.5]), np.array([0.0]), np.array([3.0]), slow,
+                           {})[1].status is po.Status.TIME_LIMIT
+    calls = []
+
+    def spy(*args, **kw):
+        calls.append(args[4].optimizer)
+        return _base.run_scipy(*args, **kw)
+    monkeypatch.setattr(_reduced, "run_scipy", spy)
+    monkeypatch.setattr(_continuous, "run_scipy", spy)
+    from pyomo_odeest.models import lotka_volterra_problem
+    lv = lotka_volterra_problem(p0=(0.9, 0.9, 0.9, 0.9))
+    for approach in ("reduced_space", "continuous"):
+        calls.clear()
+        assert po.estimate(lv, approach, optimizer="L-BFGS-B").success
+        assert calls and set(calls) == {"L-BFGS-B"}            # each round through it
