@@ -239,15 +239,14 @@ class ReducedApproach(Approach):
         sol, out = run_scipy(lambda x: (nlp.objective(x), nlp.gradient(x)), nlp.x0,
                              nlp.x_lb, nlp.x_ub, cfg, defaults, hess)
         if out.status is Status.FAILED and "ABNORMAL" in out.message:
-            out.status, out.message = _stationary(nlp, sol, out.message)
-        elif out.status.success:
+            return Outcome(out.x, *_stationary(nlp, sol, out.message), out.iterations)
+        if out.status.success:
             # a stop on the relative decrease of J (ftol) or on the step (xtol) is
             # not a minimum unless the projected gradient is small
             st = stationarity_check(nlp.gradient(sol.x), sol.x, nlp.x_lb, nlp.x_ub, g0)
             if st["projected_gradient"] > st["limit"]:
-                out.status = Status.NOT_STATIONARY
-                out.message = (f"{out.message}; projected gradient "
-                               f"{st['projected_gradient']:.3g} > {st['limit']:.3g}")
+                demote(out, Status.NOT_STATIONARY, f"projected gradient "
+                       f"{st['projected_gradient']:.3g} > {st['limit']:.3g}")
         return out
 
     def advice(self, cfg):
