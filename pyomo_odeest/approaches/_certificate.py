@@ -535,12 +535,13 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         # point it reached, or where the scheme is unstable there: the failure may be
         # the grid's, and the next round solves on from that point on a refined grid
         # (on Enright's scheme where it is stiff)
-        salvage = (len(rounds) == 1 and not watched and result.status in SALVAGED
-                   and cert.available and result.grid is not None
-                   and bool(np.all(np.isfinite(result.x)))
-                   and (cert.fit_error > fit_tol
-                        or ("scheme" not in approach.given
-                            and _stiff_at(problem, result, scheme_of(result.scheme)))))
+        failed_first = (len(rounds) == 1 and not watched and result.status in SALVAGED
+                        and cert.available and result.grid is not None
+                        and bool(np.all(np.isfinite(result.x))))
+        stiff_failed = (_stiff_at(problem, result, scheme_of(result.scheme),
+                                  where=f"where the first solve ended {result.status}")
+                        if failed_first and "scheme" not in approach.given else None)
+        salvage = failed_first and (cert.fit_error > fit_tol or bool(stiff_failed))
         # certified, but held by the stage's trust region: free on the same grid
         widen = bool(active) and region is not None
         if ((cert.certified and not widen and not salvage) or not cert.available or given
@@ -550,9 +551,8 @@ def refine_until_certified(approach, problem, cfg, result, solve):
         if "region" in cfg and cfg["region"] is None:  # a region given is kept as given
             region = _next_region(problem, result)
         scheme = scheme_of(result.scheme)
-        stiff = None if "scheme" in approach.given else _stiff_at(
-            problem, result, scheme, where=(f"where the first solve ended {result.status}"
-                                            if salvage else "at the estimates"))
+        stiff = (stiff_failed if salvage else
+                 None if "scheme" in approach.given else _stiff_at(problem, result, scheme))
         if stiff:                  # unstable at the estimates: Enright on the same grid
             grid, scheme = result.grid, get_scheme(STIFF_SCHEME, scheme.qmax)
         elif cert.certified:       # held by the region only (or failed on a grid that

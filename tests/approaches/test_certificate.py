@@ -177,8 +177,9 @@ def test_refinement_before_convergence_refines_where_the_watch_stops(lv, referen
 def test_refinement_before_convergence_on_a_start_that_fails_on_its_first_grid(start):
     """The infusion model from Sobol points of its multistart where Ipopt wanders on
     the first grid into parameters where Adams PC's step is unstable (measured:
-    ``failed`` with Error_In_Step_Computation at 16.46 and 104.7; the path is
-    sensitive to the machine and to the start's last digits).  Whichever way the
+    ``failed`` with Error_In_Step_Computation at 16.46 and 104.7, later at 77.24 from
+    start 27 while start 3 converged at once; the path is sensitive to the machine
+    and to the last digits of the start and the coefficients).  Whichever way the
     first round ends (stopped by the watch, or failed), the stage solves on from
     where it ended, and the result is the ODE's minimum on a certified grid."""
     from pyomo_odeest.runner._studies import multistart_starts

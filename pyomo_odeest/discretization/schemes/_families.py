@@ -328,8 +328,9 @@ def _snap(s, scale):
     integer: the error of ``(t_j - t_i)/h_i`` computed from the times is about
     ``eps · max|t| / h_i`` (``scale``), and a grid of equal steps (up to that error)
     then has the classical, step-independent coefficients, which the block stores
-    once per batch (:func:`~pyomo_odeest.transcription._block._add_param`).  The
-    nodes move by at most 16 · eps · scale, far below the scheme's own error."""
+    once per batch (:func:`~pyomo_odeest.transcription._block._add_param`).  A node
+    moves by at most 16 · eps · max|t| in time: a few units in the last place of the
+    grid's own times."""
     r = np.round(s)
     close = np.abs(s - r) <= 16.0 * np.finfo(float).eps * np.maximum(scale, 1.0)
     return np.where(close, r, s)
