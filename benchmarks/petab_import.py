@@ -18,6 +18,11 @@ CVODES engine at its default tolerances instead of LSODA at rtol 1e-10 (does eve
 problem simulate on the engine the fits use?), and ``eval_s``: the median time of
 one objective and its forward sensitivities at the nominal point (one iteration of the
 least squares; ``amici_peer.py``'s ``eval_s`` is AMICI's objective and gradient).
+``--compare-newton`` (with ``--engine cvodes``): also ``eval_full_s``, the same time with
+the forward sensitivities' Newton matrix of the full augmented Jacobian (CasADi's
+``second_order_correction``, its default) instead of the engine's block-diagonal one,
+timed alternately in the same process, and ``sens_difference``: the largest difference
+of the two sensitivity matrices over the largest entry.
 
 Output: one line per problem ``petab_import: name=... status=... nll_import=...
 nll_petab=... reference=... difference=...`` (``difference``: (nll_import -
@@ -69,7 +74,33 @@ def evaluation_time(P, models, repeats=EVAL_REPEATS):
     return float(np.median(times[1:]))
 
 
-def check(folder, queue, engine="scipy"):
+def newton_comparison(P, subs, repeats=EVAL_REPEATS):
+    """``(eval_s, eval_full_s, sens_difference)``: :func:`evaluation_time` with the
+    engine's block-diagonal Newton matrix of the sensitivities and with the full one,
+    alternately, and the largest difference of their sensitivities (relative)."""
+    from pyomo_odeest.discretization.continuous import _cvodes
+
+    class FullNewton(_cvodes.CvodesModel):
+        def _opts(self):
+            return dict(super()._opts(), second_order_correction=True)
+
+        def _settings_key(self):           # its own compiled functions
+            return super()._settings_key() + ("full_newton",)
+    block = [_cvodes.CvodesModel(sp) for sp in subs]
+    full = [FullNewton(sp) for sp in subs]
+    tb, tf = [], []
+    for _ in range(2):
+        tb.append(evaluation_time(P, block, repeats))
+        tf.append(evaluation_time(P, full, repeats))
+    free = np.flatnonzero(P.free_mask)
+    V = np.eye(len(P.u0))[:, free]
+    u = np.asarray(P.u0, dtype=float) * (1 + 1e-9)
+    Sb = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in block])
+    Sf = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in full])
+    return min(tb), min(tf), float(np.max(np.abs(Sb - Sf)) / max(np.max(np.abs(Sb)), 1e-300))
+
+
+def check(folder, queue, engine="scipy", compare_newton=False):
     from pyomo_odeest.discretization.continuous import ContinuousModel, continuous_model
     from pyomo_odeest.petab_io import petab_nll, petab_problem, read_petab
     out = {}
@@ -86,6 +117,9 @@ def check(folder, queue, engine="scipy"):
         J = sum(m.objective(P.u0) for m in models)
         if engine == "cvodes":
             out["eval_s"] = evaluation_time(P, models)
+            if compare_newton:
+                (out["eval_s"], out["eval_full_s"],
+                 out["sens_difference"]) = newton_comparison(P, subs)
         if pe.sigma_parameter is None:
             out["nll_import"] = float(pe.nll(J))
         else:       # σ = c·s at the nominal s (pe.nll would profile s out)
@@ -110,7 +144,12 @@ def main(argv=None):
     ap.add_argument("--engine", choices=("scipy", "cvodes"), default="scipy",
                     help="the imported problem's own simulation: LSODA at rtol 1e-10 (scipy) "
                          "or the continuous approach's CVODES at its defaults (cvodes)")
+    ap.add_argument("--compare-newton", action="store_true",
+                    help="with --engine cvodes: also time the sensitivities with the full "
+                         "Newton matrix (eval_full_s, sens_difference)")
     a = ap.parse_args(argv)
+    if a.compare_newton and a.engine != "cvodes":
+        ap.error("--compare-newton needs --engine cvodes")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from petab_suite import problem_folders
     folders = problem_folders(a.folders)
@@ -125,7 +164,7 @@ def main(argv=None):
     for folder in folders:
         name = os.path.basename(folder)
         q = ctx.Queue()
-        proc = ctx.Process(target=check, args=(folder, q, a.engine))
+        proc = ctx.Process(target=check, args=(folder, q, a.engine, a.compare_newton))
         t0 = time.perf_counter()
         proc.start()
         proc.join(a.timeout)
@@ -145,13 +184,17 @@ def main(argv=None):
         row = dict(problem=name, status=status, nll_import=nll,
                    nll_petab=res.get("nll_petab", np.nan), reference=r,
                    import_s=res.get("import_s", np.nan), eval_s=res.get("eval_s", np.nan),
+                   eval_full_s=res.get("eval_full_s", np.nan),
+                   sens_difference=res.get("sens_difference", np.nan),
                    wall_s=time.perf_counter() - t0, reason=res.get("error", ""))
         rows.append(row)
         row["difference"] = (nll - r) / max(1.0, abs(r))
         print(f"petab_import: name={name} status={status} nll_import={nll:.10g} "
               f"nll_petab={row['nll_petab']:.10g} reference={r:.10g} "
               f"difference={row['difference']:.2g} eval_s={row['eval_s']:.4f} "
-              f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
+              + (f"eval_full_s={row['eval_full_s']:.4f} "
+                 f"sens_difference={row['sens_difference']:.2g} " if a.compare_newton else "")
+              + f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
                                                if row["reason"] else ""), flush=True)
     tab = pd.DataFrame(rows)
     if a.out:

@@ -30,6 +30,13 @@ problem with its best estimates (JSON), updated by each run.  A problem that
 cannot be imported has the status ``import_failed:<exception>``.  Exit code 0
 when every problem converged no worse than its reference, 1 otherwise, 2 on a
 usage error (a folder that does not exist, ``--starts 0``).
+
+``--check-stored``: no fit; for every problem with a row in ``--out``, its stored best
+estimates evaluated by today's package: the problem's own objective there
+(``ContinuousModel``, LSODA, rtol 1e-10, atol 1e-12, which a profiled σ needs) and
+the independent simulation's (the suite's ``best_nll``: PEtab's NLL plus the priors),
+one line ``petab_stored: name=... stored_nll=... simulated_nll=... difference=...``
+each (``difference``: relative to max(1, |stored|)).
 """
 from __future__ import annotations
 
@@ -103,6 +110,33 @@ def run_problem(folder, args, ref, runner):
     return out
 
 
+def check_stored(folder, path):
+    """The line of ``--check-stored`` for the problem in ``folder`` (None: no stored row)."""
+    from pyomo_odeest.discretization.continuous import ContinuousModel
+    from pyomo_odeest.petab_io import petab_problem
+    from pyomo_odeest.petab_io._fit import _Estimates, simulated
+    name = os.path.basename(folder)
+    tab = pd.read_csv(path, sep="\t", index_col="name") if os.path.exists(path) else None
+    if tab is None or name not in tab.index or not isinstance(tab.loc[name, "estimates"], str):
+        return None
+    stored = json.loads(tab.loc[name, "estimates"])
+    pe = petab_problem(folder)
+    P = pe.problem
+    u = pd.Series(np.asarray(P.u0, dtype=float), index=P.parameter_names)
+    unknown = sorted(set(stored) - set(u.index))
+    if unknown:
+        raise ValueError(f"{name}: stored estimates of parameters the problem does not "
+                         f"have: {unknown}")
+    u[list(stored)] = list(stored.values())
+    subs = P.experiment_problems if P.experiments else [P]
+    J = sum(ContinuousModel(sp, method="LSODA", rtol=1e-10, atol=1e-12).objective(u.to_numpy())
+            for sp in subs)
+    nll = simulated(pe, _Estimates(u, J))
+    old = float(tab.loc[name, "best_nll"])
+    return (f"petab_stored: name={name} stored_nll={old:.6f} simulated_nll={nll:.6f} "
+            f"difference={(nll - old) / max(1.0, abs(old)):.2g}")
+
+
 def problem_line(row):
     """The ``petab_problem:`` line of a row of :func:`run_problem`."""
     extra = ""
@@ -171,6 +205,9 @@ def _parser():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "petab_suite.tsv"),
                     help="TSV updated with one row per problem and its best estimates "
                          "('' : none)")
+    ap.add_argument("--check-stored", action="store_true",
+                    help="no fit: evaluate the best estimates stored in --out by today's "
+                         "package (petab_stored lines)")
     return ap
 
 
@@ -204,6 +241,16 @@ def main(argv=None):
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.check_stored:
+        if not args.out:
+            print("error: --check-stored reads the estimates stored in --out", file=sys.stderr)
+            return 2
+        lines = [check_stored(f, args.out) for f in folders]
+        for line in lines:
+            if line:
+                print(line, flush=True)
+        print(f"petab_stored: problems={sum(1 for x in lines if x)}")
+        return 0
     ref = references(folders)
     warm_imports()
     rows = []

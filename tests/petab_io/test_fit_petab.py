@@ -482,6 +482,33 @@ def test_suite_is_a_caller_of_fit_petab_and_keeps_its_lines(capsys):
     assert out[-1].startswith("petab_suite: problems=1 imported=1 median_wall_s=")
 
 
+def test_suite_checks_the_stored_estimates_with_todays_package(tmp_path, capsys):
+    """``--check-stored`` fits nothing: it evaluates the best estimates stored in the TSV
+    by the independent simulation (Bruno's nominal point, stored with its reference
+    NLL, gives it back to 1e-6; a stored value off by 1 is reported off by 1), skips a
+    problem without a stored row, and refuses to run without a TSV."""
+    import json
+    suite = _suite()
+    from pyomo_odeest.petab_io import petab_problem
+    P = petab_problem(BRUNO).problem
+    est = dict(zip(P.parameter_names, map(float, P.u0)))
+    ref = REFERENCE["Bruno_JExpBot2016"]
+    out = tmp_path / "suite.tsv"
+    rows = [dict(name="Bruno_JExpBot2016", status="converged", best_nll=ref + 1.0,
+                 reference=ref, nominal_nll=ref, best_approach="x", wall_s=1.0,
+                 best_rtol=np.nan, best_step=np.nan, flags="", estimates=json.dumps(est))]
+    pd.DataFrame(rows).to_csv(out, sep="\t", index=False)
+    code = suite.main([BRUNO, PREEQ, "--check-stored", "--out", str(out)])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and lines[-1] == "petab_stored: problems=1"
+    (line,) = [ln for ln in lines if ln.startswith("petab_stored: name=")]
+    f = _fields(line)
+    assert f["name"] == "Bruno_JExpBot2016"
+    assert float(f["simulated_nll"]) == pytest.approx(ref, abs=1e-5)
+    assert float(f["difference"]) == pytest.approx(-1.0 / abs(ref + 1.0), rel=0.01)
+    assert suite.main([BRUNO, "--check-stored", "--out", ""]) == 2
+
+
 def test_docs_snippet_runs_as_written(tmp_path, monkeypatch):
     """The Python block of docs/petab.md, "Fitting a problem: fit_petab", run in a
     folder of its own (the shipped problems' path made absolute): its folder written."""
