@@ -330,3 +330,26 @@ def test_experiments_with_other_inputs_keep_their_own_functions():
         assert alone.objective(u) == pytest.approx(J, rel=1e-12)
         np.testing.assert_allclose(alone.sensitivities(u)[2], S, rtol=1e-10, atol=1e-14)
 
+
+
+def test_the_step_limit_is_cvodes_own_and_grows_with_the_tolerance():
+    """``max_num_steps=None``: 10,000 steps per output interval at rtol 1e-8 (CasADi's
+    and AMICI's limit), times sqrt(1e-8 / rtol) at tighter tolerances (the check at the
+    tolerances / 100 gets ten times as many), read when it integrates; a number is kept
+    at every tolerance.  A model that needs more steps than its limit fails with
+    CVODES's flag and the limit in the message, and integrates with a higher one."""
+    from helpers import U_NL, likelihood_problem
+    from pyomo_odeest.discretization.continuous._cvodes import MAX_NUM_STEPS
+    prob = likelihood_problem()
+    m = CvodesModel(prob)
+    assert MAX_NUM_STEPS == 10_000 and m.max_num_steps == 10_000
+    m.rtol = 1e-10
+    assert m.max_num_steps == 100_000
+    m.rtol = 1e-6
+    assert m.max_num_steps == 10_000
+    assert CvodesModel(prob, rtol=1e-12, max_num_steps=50).max_num_steps == 50
+    assert CvodesModel(prob).settings["max_num_steps"] is None
+    few = CvodesModel(prob, max_num_steps=3)
+    with pytest.raises(IntegrationError, match=r"CV_TOO_MUCH_WORK.*max_num_steps=3\b"):
+        few.objective(U_NL)
+    assert np.isfinite(CvodesModel(prob).objective(U_NL))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import math
 import operator
 import re
 import sys
@@ -234,8 +235,15 @@ class CvodesModel(ContinuousModel):
         CVODES tolerances of the states, sensitivities and adjoints
         (default 1e-8 and 1e-12; AMICI's defaults are rtol 1e-8, atol 1e-16
         on its scaled states).
-    max_num_steps : int
-        CVODES's step limit per output interval.
+    max_num_steps : int or None
+        CVODES's step limit per output interval.  None (default): 10,000 at
+        rtol 1e-8 (:data:`MAX_NUM_STEPS`, the limit CasADi and AMICI set), times
+        ``sqrt(1e-8 / rtol)`` at tighter tolerances (the steps of an order-q
+        method grow like rtol^(-1/(q+1)), at most rtol^(-1/2)), read at each
+        integration, so a check at the tolerances / 100 may take ten times as
+        many.  A start or a trial point where the model needs more fails after
+        that many steps (Crauste's PEtab problem from a Sobol start: 0.1 s, where
+        a limit of 100,000 took 2.1 s).  A number: that limit at every tolerance.
     linear_solver : str
         CasADi linear solver of the Newton iterations (``'csparse'``, sparse
         LU of the exact Jacobian; ``'qr'``, CasADi's default).
@@ -257,14 +265,14 @@ class CvodesModel(ContinuousModel):
 
     engine = "cvodes"
 
-    def __init__(self, problem, rtol=1e-8, atol=1e-12, max_num_steps=100_000,
+    def __init__(self, problem, rtol=1e-8, atol=1e-12, max_num_steps=None,
                  linear_solver="csparse", method="BDF", **kwargs):
         if method not in CVODES_METHODS:
             raise ValueError(f"CVODES's method is one of {CVODES_METHODS}, got {method!r}")
         super().__init__(problem, method="BDF", rtol=rtol, atol=atol, **kwargs)
         #: CVODES's method (``method`` stays the SciPy integrator of the inherited paths)
         self.cvodes_method = method
-        self.max_num_steps = int(max_num_steps)
+        self._max_num_steps = None if max_num_steps is None else int(max_num_steps)
         self.linear_solver = str(linear_solver)
         # the symbolic DAE, the parameters it depends on and the compiled functions (per
         # tolerances) are one per problem content, measurement times and switching times:
@@ -323,11 +331,19 @@ class CvodesModel(ContinuousModel):
         return dae, dae_unit, apps, dynamic, {}
 
     @property
+    def max_num_steps(self) -> int:
+        """The step limit per output interval at the current tolerances (see the class's
+        ``max_num_steps``)."""
+        if self._max_num_steps is not None:
+            return self._max_num_steps
+        return int(MAX_NUM_STEPS * max(1.0, math.sqrt(1e-8 / self.rtol)))
+
+    @property
     def settings(self) -> dict:
         """The keyword arguments that build this model again on its problem (CVODES's
         method, not the SciPy integrator of the inherited paths)."""
         return dict(super().settings, method=self.cvodes_method,
-                    max_num_steps=self.max_num_steps, linear_solver=self.linear_solver)
+                    max_num_steps=self._max_num_steps, linear_solver=self.linear_solver)
 
     def _integration_functions(self):
         """Nothing to lambdify: CVODES evaluates the compiled right-hand side."""
@@ -650,6 +666,9 @@ def resolve_engine(engine=None, method=None):
 
 #: CVODES's linear multistep methods (``method=`` of the cvodes engine)
 CVODES_METHODS = ("BDF", "Adams")
+#: CVODES's step limit per output interval at rtol 1e-8 (:class:`CvodesModel`'s
+#: ``max_num_steps=None``): CVODES's own limit as CasADi and AMICI set it
+MAX_NUM_STEPS = 10_000
 
 #: default integration tolerances ``(rtol, atol)`` per engine
 DEFAULT_TOLERANCES = {"cvodes": (1e-8, 1e-12), "scipy": (1e-10, 1e-12)}
