@@ -5,7 +5,8 @@ estimation), the NLL at the nominal parameters by the imported problem's own
 simulation (the continuous approach's model, LSODA, rtol 1e-10, atol 1e-12, every
 experiment: what the estimation minimizes, less the priors' penalty; a profiled σ at its
 nominal value), and by the independent simulation of the
-PEtab model (:func:`~pyomo_odeest.petab_io.petab_nll`); both compared with the
+PEtab model (:func:`~pyomo_odeest.petab_io.petab_nll`) at the same point (a nominal value
+outside its bounds moved onto them, as the import starts there); both compared with the
 reference within 1e-3·max(1, |NLL|).  Each problem runs in a process of its own with a
 time limit.  References: ``reference_nll`` of a ``references.tsv`` beside the folders,
 or ``--references FILE``.
@@ -17,7 +18,8 @@ or ``--references FILE``.
 CVODES engine at its default tolerances instead of LSODA at rtol 1e-10 (does every
 problem simulate on the engine the fits use?), and ``eval_s``: the median time of
 one objective and its forward sensitivities at the nominal point (one iteration of the
-least squares; ``amici_peer.py``'s ``eval_s`` is AMICI's objective and gradient).
+least squares; ``amici_peer.py``'s ``eval_s`` is AMICI's objective and gradient), or
+``eval_error`` where the sensitivities fail there (the NLL is reported all the same).
 ``--compare-newton`` (with ``--engine cvodes``): also ``eval_full_s``, the same time with
 the forward sensitivities' Newton matrix of the full augmented Jacobian (CasADi's
 ``second_order_correction``, its default) instead of the engine's block-diagonal one,
@@ -103,6 +105,7 @@ def newton_comparison(P, subs, repeats=EVAL_REPEATS):
 def check(folder, queue, engine="scipy", compare_newton=False):
     from pyomo_odeest.discretization.continuous import ContinuousModel, continuous_model
     from pyomo_odeest.petab_io import petab_nll, petab_problem, read_petab
+    from pyomo_odeest.petab_io._tables import scale_value
     out = {}
     t0 = time.perf_counter()
     try:
@@ -116,10 +119,13 @@ def check(folder, queue, engine="scipy", compare_newton=False):
                   for sp in subs]
         J = sum(m.objective(P.u0) for m in models)
         if engine == "cvodes":
-            out["eval_s"] = evaluation_time(P, models)
-            if compare_newton:
-                (out["eval_s"], out["eval_full_s"],
-                 out["sens_difference"]) = newton_comparison(P, subs)
+            try:              # the NLL stands where the sensitivities cannot be had
+                out["eval_s"] = evaluation_time(P, models)
+                if compare_newton:
+                    (out["eval_s"], out["eval_full_s"],
+                     out["sens_difference"]) = newton_comparison(P, subs)
+            except Exception as err:        # noqa: BLE001 - the reason is the result
+                out["eval_error"] = f"{type(err).__name__}: {err}"
         if pe.sigma_parameter is None:
             out["nll_import"] = float(pe.nll(J))
         else:       # σ = c·s at the nominal s (pe.nll would profile s out)
@@ -128,7 +134,12 @@ def check(folder, queue, engine="scipy", compare_newton=False):
                                       + pe._jac + J / (2 * s**2))
         # the estimation's objective holds the priors (their penalty); PEtab's NLL does not
         out["nll_import"] -= model.prior_nll()
-        out["nll_petab"] = float(petab_nll(model))
+        # at the same point: the import's start (nominal values, moved into the bounds
+        # where the table's lie outside them), a profiled σ at its nominal value
+        start = dict(zip(P.parameter_names, np.asarray(P.u0, dtype=float)))
+        scaled = [start[p.id] if p.id in start and p.id != pe.sigma_parameter
+                  else scale_value(p.nominal, p.scale) for p in model.estimated]
+        out["nll_petab"] = float(petab_nll(model, scaled=scaled))
     except Exception as err:        # noqa: BLE001 - the reason is the result
         out["error"] = f"{type(err).__name__}: {err}"
     out["wall_s"] = time.perf_counter() - t0
@@ -186,7 +197,8 @@ def main(argv=None):
                    import_s=res.get("import_s", np.nan), eval_s=res.get("eval_s", np.nan),
                    eval_full_s=res.get("eval_full_s", np.nan),
                    sens_difference=res.get("sens_difference", np.nan),
-                   wall_s=time.perf_counter() - t0, reason=res.get("error", ""))
+                   wall_s=time.perf_counter() - t0, reason=res.get("error", ""),
+                   eval_error=res.get("eval_error", ""))
         rows.append(row)
         row["difference"] = (nll - r) / max(1.0, abs(r))
         print(f"petab_import: name={name} status={status} nll_import={nll:.10g} "
@@ -195,7 +207,9 @@ def main(argv=None):
               + (f"eval_full_s={row['eval_full_s']:.4f} "
                  f"sens_difference={row['sens_difference']:.2g} " if a.compare_newton else "")
               + f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
-                                               if row["reason"] else ""), flush=True)
+                                               if row["reason"] else "")
+              + (f" eval_error={row['eval_error'][:300]}" if row["eval_error"] else ""),
+              flush=True)
     tab = pd.DataFrame(rows)
     if a.out:
         tab.to_csv(a.out, sep="\t", index=False)
