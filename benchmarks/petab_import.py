@@ -23,8 +23,9 @@ least squares; ``amici_peer.py``'s ``eval_s`` is AMICI's objective and gradient)
 ``--compare-newton`` (with ``--engine cvodes``): also ``eval_full_s``, the same time with
 the forward sensitivities' Newton matrix of the full augmented Jacobian (CasADi's
 ``second_order_correction``, its default) instead of the engine's block-diagonal one,
-timed alternately in the same process, and ``sens_difference``: the largest difference
-of the two sensitivity matrices over the largest entry.
+timed alternately in the same process, ``sens_difference``: the largest difference
+of the two sensitivity matrices over the largest entry, and ``sens_error``,
+``sens_error_full``: each one's difference from a solve at rtol 1e-12, atol 1e-14.
 
 Output: one line per problem ``petab_import: name=... status=... nll_import=...
 nll_petab=... reference=... difference=...`` (``difference``: (nll_import -
@@ -77,9 +78,11 @@ def evaluation_time(P, models, repeats=EVAL_REPEATS):
 
 
 def newton_comparison(P, subs, repeats=EVAL_REPEATS):
-    """``(eval_s, eval_full_s, sens_difference)``: :func:`evaluation_time` with the
-    engine's block-diagonal Newton matrix of the sensitivities and with the full one,
-    alternately, and the largest difference of their sensitivities (relative)."""
+    """``(eval_s, eval_full_s, sens_difference, sens_error, sens_error_full)``:
+    :func:`evaluation_time` with the engine's block-diagonal Newton matrix of the
+    sensitivities and with the full one, alternately, the largest difference of their
+    sensitivities, and each one's from a solve at rtol 1e-12, atol 1e-14 (relative to
+    the largest entry)."""
     from pyomo_odeest.discretization.continuous import _cvodes
 
     class FullNewton(_cvodes.CvodesModel):
@@ -99,7 +102,11 @@ def newton_comparison(P, subs, repeats=EVAL_REPEATS):
     u = np.asarray(P.u0, dtype=float) * (1 + 1e-9)
     Sb = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in block])
     Sf = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in full])
-    return min(tb), min(tf), float(np.max(np.abs(Sb - Sf)) / max(np.max(np.abs(Sb)), 1e-300))
+    tight = np.concatenate([_cvodes.CvodesModel(sp, rtol=1e-12, atol=1e-14)
+                            .sensitivities(u, V)[2].ravel() for sp in subs])
+    big = max(np.max(np.abs(tight)), 1e-300)
+    return (min(tb), min(tf), float(np.max(np.abs(Sb - Sf)) / max(np.max(np.abs(Sb)), 1e-300)),
+            float(np.max(np.abs(Sb - tight)) / big), float(np.max(np.abs(Sf - tight)) / big))
 
 
 def check(folder, queue, engine="scipy", compare_newton=False):
@@ -122,8 +129,8 @@ def check(folder, queue, engine="scipy", compare_newton=False):
             try:              # the NLL stands where the sensitivities cannot be had
                 out["eval_s"] = evaluation_time(P, models)
                 if compare_newton:
-                    (out["eval_s"], out["eval_full_s"],
-                     out["sens_difference"]) = newton_comparison(P, subs)
+                    (out["eval_s"], out["eval_full_s"], out["sens_difference"],
+                     out["sens_error"], out["sens_error_full"]) = newton_comparison(P, subs)
             except Exception as err:        # noqa: BLE001 - the reason is the result
                 out["eval_error"] = f"{type(err).__name__}: {err}"
         if pe.sigma_parameter is None:
@@ -197,6 +204,8 @@ def main(argv=None):
                    import_s=res.get("import_s", np.nan), eval_s=res.get("eval_s", np.nan),
                    eval_full_s=res.get("eval_full_s", np.nan),
                    sens_difference=res.get("sens_difference", np.nan),
+                   sens_error=res.get("sens_error", np.nan),
+                   sens_error_full=res.get("sens_error_full", np.nan),
                    wall_s=time.perf_counter() - t0, reason=res.get("error", ""),
                    eval_error=res.get("eval_error", ""))
         rows.append(row)
@@ -205,7 +214,9 @@ def main(argv=None):
               f"nll_petab={row['nll_petab']:.10g} reference={r:.10g} "
               f"difference={row['difference']:.2g} eval_s={row['eval_s']:.4f} "
               + (f"eval_full_s={row['eval_full_s']:.4f} "
-                 f"sens_difference={row['sens_difference']:.2g} " if a.compare_newton else "")
+                 f"sens_difference={row['sens_difference']:.2g} "
+                 f"sens_error={row['sens_error']:.3g} "
+                 f"sens_error_full={row['sens_error_full']:.3g} " if a.compare_newton else "")
               + f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
                                                if row["reason"] else "")
               + (f" eval_error={row['eval_error'][:300]}" if row["eval_error"] else ""),

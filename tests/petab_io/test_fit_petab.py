@@ -547,6 +547,7 @@ def test_import_check_states_how_close_the_nominal_nll_is(engine, capsys):
     assert out[-1] == "petab_import: problems=1 match=1"
     if engine == "cvodes":          # the two Newton matrices give the same sensitivities
         assert float(fields["sens_difference"]) < 1e-6
+        assert float(fields["sens_error"]) < 1e-6 and float(fields["sens_error_full"]) < 1e-6
         assert float(fields["eval_s"]) > 0 and float(fields["eval_full_s"]) > 0
 
 
