@@ -3,6 +3,7 @@
     python benchmarks/amici_peer.py [FOLDER ...] [--starts 4] [--spread 0.3] [--seed 0]
                                     [--max-wall-time SECONDS] [--out benchmarks/results/amici_peer.tsv]
                                     [--cache-dir ~/.cache/pyomo_odeest_amici]
+                                    [--rtol RTOL] [--atol ATOL]
 
 Runs in its own environment (AMICI needs Python >= 3.12; it does not import
 ``pyomo_odeest``): ``swig`` from PyPI, ``libhdf5-serial-dev`` from Debian,
@@ -20,7 +21,10 @@ default: the problems under ``shared/petab`` beside the repository
    (``compiled=1`` when it was compiled in this run);
 2. the nominal NLL: minus AMICI's ``llh`` at the nominal parameters
    (``simulate_petab``, no priors), with AMICI's default solver (CVODES,
-   rtol 1e-8, atol 1e-16); ``nominal_nll_tight`` the same with rtol = atol =
+   rtol 1e-8, atol 1e-16, or ``--rtol``/``--atol``: with atol 1e-16 the forward
+   sensitivities of Fujita's model fail at the nominal point, CVODES's error
+   test at t = 626, and every start with them; at 1e-12, the package's CVODES
+   default, they do not); ``nominal_nll_tight`` the same with rtol = atol =
    1e-12 (not timed), to tell tolerance from modelling differences (likewise
    ``best_nll_tight`` at the best start's end point, given in ``best_x``);
 3. pyPESTO with fides (default options, default Hessian: the hybrid FIM/BFGS
@@ -303,6 +307,18 @@ def import_problem(folder, cache_dir):
                 compiled=compiled, compile_s=compile_s, amici=amici)
 
 
+def amici_solvers(imp):
+    """The AMICI solvers of the imported objective and of the problem's objective
+    (pyPESTO copies it into the problem, inside an aggregate when there are priors)."""
+    out, todo = [], [imp["objective"], imp["problem"].objective]
+    while todo:
+        obj = todo.pop()
+        if hasattr(obj, "amici_solver"):
+            out.append(obj.amici_solver)
+        todo.extend(getattr(obj, "_objectives", []))
+    return out
+
+
 def amici_nll(imp, x_full=None, tol=None):
     """Minus AMICI's llh (no priors) at the scaled full PEtab vector (None: nominal);
     ``tol``: rtol = atol of a copy of the solver (default: the objective's solver)."""
@@ -396,7 +412,13 @@ def run_problem(folder, args, ref):
     row["compiled"] = int(imp["compiled"])
     row["compile_s"] = imp["compile_s"]
     pp, prob = imp["pp"], imp["problem"]
-    solver = imp["objective"].amici_solver
+    # pyPESTO's problem holds its own copy of the objective (inside an aggregate when
+    # the problem has priors): the tolerances are set on both solvers
+    for solver in amici_solvers(imp):
+        if args.rtol is not None:
+            solver.set_relative_tolerance(args.rtol)
+        if args.atol is not None:
+            solver.set_absolute_tolerance(args.atol)
     row["rtol"], row["atol"] = solver.get_relative_tolerance(), solver.get_absolute_tolerance()
     row["priors"] = int(prob.x_priors is not None)
     row["n_free"] = len(prob.x_free_indices)
@@ -468,6 +490,11 @@ def main(argv=None):
                     help="cap (seconds) of a problem's nominal simulation + all starts")
     ap.add_argument("--cache-dir", default=CACHE,
                     help="compiled AMICI models, one folder per problem (reused)")
+    ap.add_argument("--rtol", type=float, default=None,
+                    help="relative tolerance of AMICI's solver (default: AMICI's, 1e-8)")
+    ap.add_argument("--atol", type=float, default=None,
+                    help="absolute tolerance of AMICI's solver (default: AMICI's, 1e-16; "
+                         "the package's CVODES engine uses 1e-12)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "amici_peer.tsv"))
     ap.add_argument("--import-only", action="store_true",
                     help="import (compile into the cache) and the nominal NLL only, no fits")
@@ -518,7 +545,7 @@ def main(argv=None):
               f"converged={row['converged']}{extra} hits={row['hits']} cpu_s={row['cpu_s']:.1f} "
               f"nominal_s={row['nominal_s']:.2f} eval_s={row.get('eval_s', np.nan):.4f} "
               f"compiled={row['compiled']} "
-              f"capped={row['capped']} "
+              f"capped={row['capped']} atol={row['atol']:g} "
               f"noise_parameters={row['noise_parameters']}", flush=True)
     tab = pd.DataFrame(rows)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
