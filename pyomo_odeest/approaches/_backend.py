@@ -348,6 +348,33 @@ class ContinuousBackend:
     def gauss_newton(self, u, free):
         return DiscreteBackend(self.problem, self.discrete_model).gauss_newton(u, free)
 
+    def adjoint_frame(self, u, states=None):
+        r""":math:`\lambda(t^-)` of every experiment at ``u`` [MHV, eqs. (15)–(16)], stacked
+        as a result's ``adjoint``: at the times of ``states`` (a result's frame) on the
+        SciPy engine, at :math:`t_0` and the measurement times on CVODES (which keeps no
+        adjoint trajectory: each reported time is one more restart).  None where a
+        sweep fails (the states are the result's, the adjoint is a diagnostic)."""
+        from ..discretization.continuous import IntegrationError
+        from ..nlp._protocol import EvaluationError
+        from ..problem._result import stack_experiments
+        names = self.problem.experiment_names
+        frames = []
+        for k, m in enumerate(experiment_models(self.model)):
+            times = np.union1d([m.t0], m.tau)
+            if getattr(m, "engine", "scipy") == "scipy" and states is not None:
+                times = (states.loc[names[k]] if names else states).index.to_numpy(float)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    lam = m.adjoint(u, times=times)["lambda"]
+            except (IntegrationError, EvaluationError, ArithmeticError, ValueError,
+                    np.linalg.LinAlgError):
+                return None
+            if not np.all(np.isfinite(lam.to_numpy())):
+                return None
+            frames.append(lam)
+        return stack_experiments(names, frames)
+
 
 def _continuous_backend(problem, parts, joined=None):
     """A :class:`ContinuousBackend` from its models' classes, problems and settings

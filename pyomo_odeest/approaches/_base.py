@@ -44,7 +44,8 @@ from ..nlp._protocol import EvaluationError
 from ..optimizers._clock import SolveClock
 from ..problem._declaration import EstimationProblem, ProblemError
 from ..problem._misfit import observations
-from ..problem._result import RESULT_ANALYSES, post_solve_checks, stack_experiments
+from ..problem._result import (BY_BACKEND, RESULT_ANALYSES, post_solve_checks,
+                               stack_experiments)
 from ..problem._start import start_values
 from ..problem._status import Status, demote, status_from_ipopt, status_from_scipy
 from ..problem._validation import DEFAULT_MAX_ITER, check_options, positive_float, positive_int
@@ -852,7 +853,13 @@ def _add_experiments(problem, res, per):
     ``extra['experiments']``, its frames stacked)."""
     names = problem.experiment_names
     for k in ("states", "fitted", "residuals", "adjoint"):
-        setattr(res, k, stack_experiments(names, [p.get(k) for p in per]))
+        frames = [p.get(k) for p in per]
+        deferred = [f is BY_BACKEND for f in frames]
+        if k == "adjoint" and any(deferred) and all(deferred):   # the backend's
+            setattr(res, k, BY_BACKEND)
+        else:
+            setattr(res, k, stack_experiments(names, [None if d else f
+                                                      for f, d in zip(frames, deferred)]))
     mults = [p.get("multipliers") or {} for p in per]
     res.multipliers.update({k: stack_experiments(names, [m.get(k) for m in mults])
                             for k in mults[0]})

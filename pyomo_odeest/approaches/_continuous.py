@@ -15,7 +15,7 @@ from ..nlp._protocol import EvaluationError, finite
 from ..nlp._stationarity import (decrement_limit, gauss_newton_decrement, judge_stop,
                                   stationarity_check)
 from ..problem._declaration import EstimationProblem, ProblemError
-from ..problem._result import EstimationResult
+from ..problem._result import BY_BACKEND, EstimationResult
 from ..problem._status import Status, demote, status_from_scipy
 from ._backend import ContinuousBackend
 from ._base import (Approach, Choice, ConfigValue, ConstraintRows, Outcome, SolveClock,
@@ -409,24 +409,19 @@ class ContinuousApproach(Approach):
         return res
 
     def collect_experiment(self, problem, m, u, b, outcome):
-        """States on a fine grid, fitted observations, residuals and adjoint of one
-        experiment."""
+        """States on a fine grid, fitted observations and residuals of one experiment;
+        its adjoint is the backend's, swept on first use (:meth:`ContinuousBackend.adjoint_frame`:
+        on small problems the sweep costs as much as the fit)."""
         if outcome.at_start:                            # failed at the start: said there
             return dict(failed="the model cannot be simulated at the start")
         try:
             times = np.union1d(np.linspace(m.t0, m.T, b.n_grid), m.tau)
             states, fitted = m.simulate(u, times), m.observations(u)
             residuals = (fitted - problem.data).where(problem.mask)
-            # CVODES keeps no adjoint trajectory: each reported time is one more restart
-            lam_times = times if getattr(m, "engine", "scipy") == "scipy" else \
-                np.union1d([m.t0], m.tau)
-            try:
-                lam = _guarded(lambda: m.adjoint(u, times=lam_times)["lambda"])
-            except EvaluationError:
-                lam = None
         except (IntegrationError, ArithmeticError, ValueError) as err:
             return dict(failed=str(err))
-        return dict(states=states, fitted=fitted, residuals=residuals, adjoint=lam, grid=None)
+        return dict(states=states, fitted=fitted, residuals=residuals, adjoint=BY_BACKEND,
+                    grid=None)
 
 
 def _stationarity(b, out, gradient, g0):

@@ -27,7 +27,8 @@ The workflow (docs/petab.md, "Fitting a problem: fit_petab"):
 6. the approaches are tried in order until one converges to a point no worse
    than the problem's start and than the reference (``all_approaches``: every
    one); after each, when no fit converged to the best point found and another
-   approach than the first found it, the first approach runs from that point,
+   approach than the first found it, or the first stopped there at its iteration
+   limit, the first approach runs from that point,
    and again from where it stops while it lowers the best value without
    converging (at most ``POLISH_ROUNDS`` runs, :func:`polish`).
 
@@ -541,26 +542,32 @@ def _frame(rows):
 
 def polish(run, tables, start, r_obj, polished=None):
     """When no fit converged to the best point found and that point came from another
-    approach than the first (the cheapest), the first approach is run from it: a local
-    method started where an explorer stopped; again from where it stops while it lowers
-    the best value without converging (at most ``POLISH_ROUNDS`` runs).  ``tables`` with
-    its rows added; ``polished``: the points (bytes) already polished, not again."""
+    approach than the first (the cheapest), or from the first stopped by its iteration
+    limit (still descending), the first approach is run from it: a local method started
+    where an explorer stopped, or continued where its budget ran out; again from where it
+    stops while it lowers the best value without converging (at most ``POLISH_ROUNDS``
+    runs).  ``tables`` with its rows added; ``polished``: the points (bytes) already
+    polished, not again."""
     polished = set() if polished is None else polished
     first = run.settings.approaches[0]
     for k in range(POLISH_ROUNDS):
         if not tables:
             return tables
         status, best, value, _ = assess(pd.concat(tables, ignore_index=True), start, r_obj)
-        if status == CONVERGED or best is None or (k == 0 and best["approach"] == first):
+        if status == CONVERGED or best is None or (
+                k == 0 and best["approach"] == first
+                and str(best.get("status", "")) != "max_iterations"):
             return tables
         u = _point(best, run.pe.problem.parameter_names)
         if u.tobytes() in polished or not run.budget.allows(f"{first} from the best point"):
             return tables
         polished.add(u.tobytes())
-        run.say(f"  {run.name}: best point by {best['approach']} (not converged, "
+        how = ("at its iteration limit" if str(best.get("status", "")) == "max_iterations"
+               else "not converged")
+        run.say(f"  {run.name}: best point by {best['approach']} ({how}, "
                 f"{float(best['nll_simulated']):.6f}); {first} from it")
         run.expect(1)
-        tab = fits(run, first, [u], stage="polish")
+        tab = fits(run, first, [u], _row_tolerances(best, first), stage="polish")
         for _, row in tab.iterrows():
             run.say(f"  {run.name} {first} from the best point: {row['status']}, "
                     f"{row.get('iterations', 0)} it, "
@@ -571,6 +578,19 @@ def polish(run, tables, start, r_obj, polished=None):
                 < value - 1e-6 * max(1.0, abs(value))):
             return tables                         # no lower: a restart would not help
     return tables
+
+
+def _row_tolerances(row, approach):
+    """The continuous engine's ``(rtol, atol)`` of a row's fit when ``approach`` is the
+    row's and was refitted at tighter tolerances (:func:`tolerance_refit`: both divided
+    by the same factor), else None (the engine's defaults): a fit is continued where it
+    was run."""
+    rtol = float(row.get("rtol", np.nan))
+    if row.get("approach") != approach or _on_grid(approach) or not np.isfinite(rtol):
+        return None
+    from ..discretization.continuous import default_tolerances
+    r0, a0 = default_tolerances()
+    return rtol, a0 * rtol / r0
 
 
 def _row_line(name, row):

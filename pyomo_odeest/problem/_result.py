@@ -53,6 +53,19 @@ class SchemeRef:
         return f"{self.name}(qmax={self.qmax})"
 
 
+class _ByBackend:
+    """What an approach's ``collect_experiment`` gives as a frame its result's backend
+    computes on first use (:data:`BY_BACKEND`)."""
+
+    def __repr__(self):
+        return "BY_BACKEND"
+
+
+#: A frame left to the result's backend: ``adjoint`` by ``backend.adjoint_frame(u,
+#: states)`` when the result's :attr:`~EstimationResult.adjoint` is first read.
+BY_BACKEND = _ByBackend()
+
+
 def stack_experiments(names, frames):
     """Per-experiment DataFrames as one frame indexed by ``(experiment, ...)``
     (None if any is None); without names (a problem without experiments) the one
@@ -472,14 +485,19 @@ class EstimationResult:
         return dict(self.lean().__dict__)
 
     def __setstate__(self, state):
+        if "adjoint" in state:                  # pickled before the adjoint was deferred
+            state = dict(state)
+            state["_adjoint"] = state.pop("adjoint")
         self.__dict__.update(state)
 
     def lean(self) -> "EstimationResult":
         """A copy without the Pyomo model and without live objects in ``extra``
         (the numbers only: cheap to send between processes); its backend is built on
         first use from the data that build the original's (the same analyses)."""
-        out = replace(self, model=None,
+        out = replace(self, model=None, adjoint=self.__dict__.get("_adjoint"),
                       extra=self._data_extra(() if self.model is None else ("model",)))
+        if self.__dict__.get("_adjoint_deferred"):   # still the backend's to compute
+            out.__dict__["_adjoint_deferred"] = True
         refit = self.__dict__.get("_refit")     # how it was solved: its refits are the same
         if refit is not None and _picklable(refit):
             out.__dict__["_refit"] = refit
@@ -634,3 +652,26 @@ class EstimationResult:
     def prediction_bands(self, level=0.95, kind="observables", **kw):
         """Delta-method bands over time (:func:`pyomo_odeest.analysis._prediction.prediction_bands`)."""
         return _analysis("prediction_bands")(self, level=level, kind=kind, **kw)
+
+
+def _adjoint(self):
+    """The ``adjoint`` field: a frame left to the backend (:data:`BY_BACKEND`) is
+    computed when first read (``backend.adjoint_frame(u, states)``) and kept."""
+    d = self.__dict__
+    if d.pop("_adjoint_deferred", False):
+        d["_adjoint"] = self.backend.adjoint_frame(self.x, self.states)
+    return d.get("_adjoint")
+
+
+def _set_adjoint(self, value):
+    d = self.__dict__
+    d.pop("_adjoint_deferred", None)
+    if value is BY_BACKEND:
+        d["_adjoint"], d["_adjoint_deferred"] = None, True
+    else:
+        d["_adjoint"] = value
+
+
+# a property over the dataclass field (its default, None, stays the field's)
+EstimationResult.adjoint = property(_adjoint, _set_adjoint, doc="""The adjoint (see the
+class's attributes); for the continuous approach swept by the backend when first read.""")

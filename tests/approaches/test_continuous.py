@@ -901,3 +901,31 @@ def test_a_continuation_that_lowers_j_without_converging_keeps_its_stationarity_
     st = res.extra["stationarity"]
     assert st is not None and st["rule"] == "decrement"
     assert st["gauss_newton_decrement"] <= st["decrement_limit"]
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_adjoint_swept_on_first_read(several):
+    """The continuous result's adjoint is the backend's, swept when first read: equal to
+    an eager sweep of the same model at the states' times, kept once read, and still
+    deferred (then equal) in a pickled copy."""
+    import pickle
+    from helpers import three_experiments_problem
+    from pyomo_odeest.discretization._experiments import experiment_models
+    prob = three_experiments_problem() if several else nonlinear_problem()
+    res = estimate_continuous(prob, optimizer="ipopt")
+    assert res.__dict__.get("_adjoint_deferred") and res.__dict__.get("_adjoint") is None
+    copy = pickle.loads(pickle.dumps(res))
+    assert copy.__dict__.get("_adjoint_deferred")
+    lam = res.adjoint
+    assert not res.__dict__.get("_adjoint_deferred") and res.adjoint is lam
+    names = prob.experiment_names
+    models = experiment_models(res.backend.model)
+    for k, m in enumerate(models):
+        frame = lam.loc[names[k]] if names else lam
+        states = res.states.loc[names[k]] if names else res.states
+        assert np.array_equal(frame.index.to_numpy(float), states.index.to_numpy(float))
+        eager = m.adjoint(res.x, times=frame.index.to_numpy(float))["lambda"]
+        assert np.array_equal(frame.to_numpy(), eager.to_numpy())
+    assert np.array_equal(copy.adjoint.to_numpy(), lam.to_numpy())
+    assert np.array_equal(copy.adjoint.index.to_frame().to_numpy(),
+                          lam.index.to_frame().to_numpy())
