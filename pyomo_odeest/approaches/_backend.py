@@ -354,9 +354,9 @@ class ContinuousBackend:
         SciPy engine, at :math:`t_0` and the measurement times on CVODES (which keeps no
         adjoint trajectory: each reported time is one more restart).  None where a
         sweep fails (the states are the result's, the adjoint is a diagnostic)."""
-        from ..discretization.continuous import IntegrationError
         from ..nlp._protocol import EvaluationError
         from ..problem._result import stack_experiments
+        from ._continuous import _guarded
         names = self.problem.experiment_names
         frames = []
         for k, m in enumerate(experiment_models(self.model)):
@@ -364,15 +364,9 @@ class ContinuousBackend:
             if getattr(m, "engine", "scipy") == "scipy" and states is not None:
                 times = (states.loc[names[k]] if names else states).index.to_numpy(float)
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    lam = m.adjoint(u, times=times)["lambda"]
-            except (IntegrationError, EvaluationError, ArithmeticError, ValueError,
-                    np.linalg.LinAlgError):
+                frames.append(_guarded(lambda: m.adjoint(u, times=times)["lambda"]))
+            except EvaluationError:
                 return None
-            if not np.all(np.isfinite(lam.to_numpy())):
-                return None
-            frames.append(lam)
         return stack_experiments(names, frames)
 
 

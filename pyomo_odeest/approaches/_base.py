@@ -855,7 +855,7 @@ def _add_experiments(problem, res, per):
     for k in ("states", "fitted", "residuals", "adjoint"):
         frames = [p.get(k) for p in per]
         deferred = [f is BY_BACKEND for f in frames]
-        if k == "adjoint" and any(deferred) and all(deferred):   # the backend's
+        if k == "adjoint" and deferred and all(deferred):        # the backend's
             setattr(res, k, BY_BACKEND)
         else:
             setattr(res, k, stack_experiments(names, [None if d else f

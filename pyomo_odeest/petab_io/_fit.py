@@ -481,7 +481,7 @@ def fits(run, approach, starts, tol=None, stage="multistart"):
     tab["message"] = messages
     tab["result"] = pd.Series(results, index=tab.index, dtype=object)
     tab["max_step"] = _max_step(run, approach)
-    tab["rtol"] = np.nan if tol is None else tol[0]
+    tab["rtol"], tab["atol"] = (np.nan, np.nan) if tol is None else tol
     return tab
 
 
@@ -554,16 +554,15 @@ def polish(run, tables, start, r_obj, polished=None):
         if not tables:
             return tables
         status, best, value, _ = assess(pd.concat(tables, ignore_index=True), start, r_obj)
+        at_limit = best is not None and str(best.get("status", "")) == "max_iterations"
         if status == CONVERGED or best is None or (
-                k == 0 and best["approach"] == first
-                and str(best.get("status", "")) != "max_iterations"):
+                k == 0 and best["approach"] == first and not at_limit):
             return tables
         u = _point(best, run.pe.problem.parameter_names)
         if u.tobytes() in polished or not run.budget.allows(f"{first} from the best point"):
             return tables
         polished.add(u.tobytes())
-        how = ("at its iteration limit" if str(best.get("status", "")) == "max_iterations"
-               else "not converged")
+        how = "at its iteration limit" if at_limit else "not converged"
         run.say(f"  {run.name}: best point by {best['approach']} ({how}, "
                 f"{float(best['nll_simulated']):.6f}); {first} from it")
         run.expect(1)
@@ -582,15 +581,13 @@ def polish(run, tables, start, r_obj, polished=None):
 
 def _row_tolerances(row, approach):
     """The continuous engine's ``(rtol, atol)`` of a row's fit when ``approach`` is the
-    row's and was refitted at tighter tolerances (:func:`tolerance_refit`: both divided
-    by the same factor), else None (the engine's defaults): a fit is continued where it
+    row's and it was refitted at other tolerances than the engine's defaults
+    (:func:`tolerance_refit`), else None (the defaults): a fit is continued where it
     was run."""
-    rtol = float(row.get("rtol", np.nan))
-    if row.get("approach") != approach or _on_grid(approach) or not np.isfinite(rtol):
+    tol = (float(row.get("rtol", np.nan)), float(row.get("atol", np.nan)))
+    if row.get("approach") != approach or not np.all(np.isfinite(tol)):
         return None
-    from ..discretization.continuous import default_tolerances
-    r0, a0 = default_tolerances()
-    return rtol, a0 * rtol / r0
+    return tol
 
 
 def _row_line(name, row):
@@ -1048,7 +1045,7 @@ def fit_petab(problem, *, approaches=DEFAULT_APPROACHES, starts=4, spread=0.3,
             runner.close()
     tab = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
         columns=["task", "approach", "stage", "status", "success", "nll_simulated",
-                 "nll_discrete", "max_step", "rtol", "result"])
+                 "nll_discrete", "max_step", "rtol", "atol", "result"])
     status, best, value, flags = assess(tab, start, r_obj)
     if tab.empty:                                 # no fit ran: the start is the best known
         status, flags = NOT_STATIONARY, ["no_fit_better_than_its_start"]
