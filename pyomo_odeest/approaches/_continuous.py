@@ -74,6 +74,22 @@ class _ScaledObjective:
         return H * np.outer(self.s, self.s)
 
 
+def _finite_or_none(v):
+    """Domain of ``known_minimum``: a finite number or None."""
+    if v is None:
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        x = np.nan
+    if not np.isfinite(x) or isinstance(v, bool):
+        raise ProblemError(f"known_minimum must be a finite number or None, got {v!r}")
+    return x
+
+
+_finite_or_none.domain_name = lambda: "float or None"
+
+
 class ContinuousConstraints(ConstraintRows):
     r"""The problem's constraints on the continuous solution, as constraints over u
     (:class:`~pyomo_odeest.approaches._base.ConstraintRows`): :math:`c(x_e(\tau_{e,j}),
@@ -207,6 +223,10 @@ class ContinuousApproach(Approach):
     CONFIG.declare("n_grid", ConfigValue(default=201, domain=int,
                                          description="uniform times of the reported states"))
     CONFIG.declare("model", ConfigValue(default=None, description="a ContinuousModel to reuse"))
+    CONFIG.declare("known_minimum", ConfigValue(default=None, domain=_finite_or_none,
+        description="optimizer 'least_squares': J at a minimum found already (e.g. by "
+        "another start); the solve stops where J is within the stationarity test's "
+        "decrement limit of it"))
 
     def validate(self, problem, cfg):
         super().validate(problem, cfg)
@@ -215,6 +235,9 @@ class ContinuousApproach(Approach):
                              "residuals; leave hessian=None")
         if cfg.optimizer == "least_squares" and not _penalty_as_squares(problem):
             raise ProblemError(_NOT_SQUARES)          # before the models are built
+        if cfg.known_minimum is not None and cfg.optimizer != "least_squares":
+            raise ValueError(f"known_minimum is an option of optimizer 'least_squares', "
+                             f"not of {cfg.optimizer!r}")
 
     def advice(self, cfg):
         return "hessian=None (L-BFGS)" if cfg.hessian else ""
@@ -276,9 +299,14 @@ class ContinuousApproach(Approach):
                     out = self._continue_ipopt(b, cfg, out, opts(out.x, 1e-12), method, g0)
         elif cfg.optimizer == "least_squares":
             clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
-            r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock)
+            level = None if cfg.known_minimum is None else \
+                _known_level(b, float(cfg.known_minimum), j0)
+            r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock,
+                               level=level)
             clock.finish()
+            # a stop at the known minimum is a fit where the stationarity test holds there
             status = (Status.TIME_LIMIT if clock.exceeded
+                      else Status.CONVERGED if r.status == REACHED
                       else status_from_scipy(r, "least_squares"))
             method = "scipy/least_squares(trf), Jacobian from forward sensitivities"
             out = Outcome(r.x, status, str(r.message), int(r.njev), details=dict(method=method))
@@ -300,10 +328,11 @@ class ContinuousApproach(Approach):
                 clock = SolveClock(cfg.max_wall_time, cfg.progress, label="least_squares")
                 stall = STALL_FRACTION * out.details["stationarity"]["decrement_limit"]
                 r = _least_squares(cm, obj, r.x, b.wl, b.wu, {**user, **drop}, cfg.tee, clock,
-                                   stall=stall)
+                                   stall=stall, level=level)
                 clock.finish()
                 status = (Status.TIME_LIMIT if clock.exceeded
                           else Status.NOT_STATIONARY if r.status == STALLED
+                          else Status.CONVERGED if r.status == REACHED
                           else status_from_scipy(r, "least_squares"))
                 njev, message = njev + int(r.njev), f"{message}; continued: {r.message}"
                 out = Outcome(r.x, status, message, njev, details=dict(method=method))
@@ -582,9 +611,12 @@ STALL_WINDOW = 10
 STALL_FRACTION = 1e-2
 #: ``status`` of such a stop (the fit is then ``not_stationary``)
 STALLED = -102
+#: ``status`` of a stop at the option ``known_minimum`` (a fit where the stationarity
+#: test holds there, else ``not_stationary``)
+REACHED = -103
 
 
-def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None):
+def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None, level=None):
     r"""Gauss–Newton trust region (SciPy's ``least_squares``, ``'trf'``) on
     :math:`J - c = \tfrac12\sum_j\lVert W_j r_j\rVert^2` over the scaled free
     parameters; the Jacobian of the weighted residuals from the forward
@@ -594,7 +626,9 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None):
     where the Jacobian is evaluated (once per accepted iterate); at its wall-time
     limit the solve stops there and returns that iterate.  With ``stall`` (a decrease of
     J), it also stops there, with the status :data:`STALLED`, where the last
-    :data:`STALL_WINDOW` accepted iterations lowered J by less than ``stall``."""
+    :data:`STALL_WINDOW` accepted iterations lowered J by less than ``stall``.  With
+    ``level`` (:func:`_known_level`), it stops there with the status :data:`REACHED`
+    where J is at most the level of a minimum found already (another start's)."""
     from scipy.optimize import least_squares
     squares = _SumOfSquares(cm, obj, wl, wu)
     if not squares:
@@ -616,6 +650,11 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None):
         r = cost.get(np.asarray(w, dtype=float).tobytes())
         if clock._tick(w, None if r is None else 0.5 * float(r @ r)):
             raise _Stopped(w, -101, f"stopped at max_wall_time after {clock.elapsed:.1f} s")
+        if level is not None and r is not None and 0.5 * float(r @ r) <= level.squares:
+            raise _Stopped(w, REACHED, (
+                f"stopped at the level of a known minimum: J = "
+                f"{level.offset + 0.5 * float(r @ r):.10g} <= {level.known:.10g} + "
+                f"{level.limit:.2g}"))
         if stall is not None and r is not None:
             accepted.append(0.5 * float(r @ r))
             if len(accepted) > STALL_WINDOW and \
@@ -652,6 +691,24 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None):
         except _Stopped as stop:
             return SimpleNamespace(x=stop.w, status=stop.status, njev=njev[0],
                                    message=str(stop))
+
+
+def _known_level(b, known, j0):
+    """Where a least squares from ``b.w0`` (J = ``j0`` there) has reached a minimum found
+    already, at J = ``known`` (as reported: loss constant and penalty included): J at
+    most ``known`` + the stationarity test's decrement limit
+    (:func:`~pyomo_odeest.nlp.decrement_limit`), in the units of ½‖ρ‖²
+    (``squares``; J − ½‖ρ‖² is one constant, ``offset``); further crawling along the
+    minimum's valley gains at most what that test ignores.  None when the start's
+    residuals cannot be evaluated (the solve reports that itself)."""
+    try:
+        r0 = _SumOfSquares(b.cm, b.obj, b.wl, b.wu).residuals(b.w0)
+    except EvaluationError:
+        return None
+    offset = j0 - 0.5 * float(r0 @ r0)
+    limit = decrement_limit(known - offset)
+    return SimpleNamespace(squares=known - offset + limit, offset=offset, known=known,
+                           limit=limit)
 
 
 class _SumOfSquares:

@@ -12,7 +12,8 @@ The workflow (docs/petab.md, "Fitting a problem: fit_petab"):
    LSODA's steps at the start (``grid='auto'``, :func:`first_grid`) with steps of
    at most horizon/``grid_points``; their grids are certified and
    refined by the approaches' own refinement stage (docs/checks.md, "The grid
-   certificate");
+   certificate"); the least squares' later starts stop where they reach the
+   nominal start's minimum when it converged (``stop_at_first``);
 3. the continuous approaches have no grid: when their starts did not converge to
    the best value they found, no worse than the problem's start, the best start
    (by simulation) is refitted with the integration tolerances divided by 100,
@@ -455,7 +456,7 @@ def fits(run, approach, starts, tol=None, stage="multistart"):
         ms = multistart(prob, n=s.starts - 1 if starts is None else 0, runner=runner,
                         approach=base, space="linear", bounds=start_box(prob, s.spread),
                         starts=starts if starts is not None else [prob.u0], seed=s.seed,
-                        options=opts,
+                        options=opts, stop_at_first=approach == LEAST_SQUARES,
                         on_row=lambda row: run.done(bool(row.get("success", False))))
     finally:
         runner.task_timeout = before

@@ -325,7 +325,7 @@ def _check_limit(value):
 def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultaneous",
                method="sobol", space="log", bounds=None, starts=None, seed=0, options=None,
                obj_tol=1e-6, x_tol=1e-3, on_row=None, fit_tol=1e-4, start_time_limit="auto",
-               tee=False) -> MultistartResult:
+               tee=False, stop_at_first=False) -> MultistartResult:
     """Estimate from many starts on ``runner`` (None: serially here).
 
     Starts come from :func:`multistart_starts` (``n``, ``method``, ``space``,
@@ -346,11 +346,26 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
     status ``'time_limit'`` and no estimates.  On Dask, give the runner a
     ``task_timeout`` for that backstop.
 
+    ``stop_at_first``: the first start runs alone, and where it converges the others
+    stop once they reach its objective (within the stationarity test's decrement
+    limit): their ``known_minimum`` (the continuous approach's least squares,
+    ``optimizer='least_squares'``, takes it).  Such a start ends ``converged`` where
+    the stationarity test holds at its stop, else ``not_stationary`` (its message
+    says it stopped there): the best value the multistart finds moves by at most that
+    limit, and the starts do not crawl along the valleys of the first one's minimum.
+
     The starts are quiet: no optimizer log (``tee=True`` shows it) and no progress
     lines of their own (``options={'progress': True}`` shows them); warnings raised
     inside them (numpy overflow, ...) are caught, counted, and reported once
     (one warning at the end, ``caught_warnings`` of the result).
     """
+    if stop_at_first:
+        from ..approaches._estimate import approach_options
+        if "known_minimum" not in approach_options(approach) or \
+                (options or {}).get("optimizer") != "least_squares":
+            raise ValueError("stop_at_first needs starts that take known_minimum: "
+                             "approach='continuous' with options={'optimizer': "
+                             "'least_squares'}")
     S = multistart_starts(problem, n, method, space, bounds, seed, starts)
     if S.empty:
         raise ValueError("no starts: give n > 0 or starts=")
@@ -381,10 +396,17 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
             if backstop:
                 rn.task_timeout = None
 
-    if limit_spec == "auto" and len(S) > 1:
-        first = run_limited(tasks_for(S.iloc[:1], None), None, 0)
-        wall = float(first.table["wall_s"].iloc[0]) if "wall_s" in first.table else 0.0
-        limit = max(START_TIME_FACTOR * wall, START_TIME_FLOOR)
+    if (limit_spec == "auto" or stop_at_first) and len(S) > 1:
+        limit = None if limit_spec == "auto" else limit_spec
+        first = run_limited(tasks_for(S.iloc[:1], limit), limit, 0)
+        if limit_spec == "auto":
+            wall = float(first.table["wall_s"].iloc[0]) if "wall_s" in first.table else 0.0
+            limit = max(START_TIME_FACTOR * wall, START_TIME_FLOOR)
+        if stop_at_first:
+            row = first.table.iloc[0]
+            j1 = float(row.get("objective", np.nan))
+            if bool(row.get("success", False)) and np.isfinite(j1):
+                base["known_minimum"] = j1
         rest = tasks_for(S.iloc[1:], limit)
         if first.interrupted:
             seeds = task_seeds(_root(seed), len(S))

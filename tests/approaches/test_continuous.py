@@ -929,3 +929,35 @@ def test_adjoint_swept_on_first_read(several):
     assert np.array_equal(copy.adjoint.to_numpy(), lam.to_numpy())
     assert np.array_equal(copy.adjoint.index.to_frame().to_numpy(),
                           lam.index.to_frame().to_numpy())
+
+
+def test_least_squares_stops_at_the_level_of_a_known_minimum():
+    """With ``known_minimum`` (J of a minimum found already, e.g. by another start) the
+    trust region stops at the first accepted iterate whose J is within the decrement
+    limit of it: from a start where it runs on, it ends there, a fit where the
+    stationarity test holds, in fewer iterations; with a level far above the minimum it
+    stops early and the stationarity test calls the point not stationary.  The level
+    is compared with J as reported (loss constant and penalty included)."""
+    from pyomo_odeest.nlp import decrement_limit
+    prob = nonlinear_problem()
+    opts = dict(approach="continuous", optimizer="least_squares", engine="scipy")
+    ref = po.estimate(prob, **opts)
+    assert ref.status == po.Status.CONVERGED
+    u1 = 2.5 * np.asarray(prob.u0, dtype=float)
+    free = po.estimate(prob, u0=u1, **opts)
+    assert free.status == po.Status.CONVERGED
+    known = po.estimate(prob, u0=u1, known_minimum=ref.objective, **opts)
+    jc = ref.objective - misfit_constant(prob)
+    assert known.status == po.Status.CONVERGED
+    assert "stopped at the level of a known minimum" in known.message
+    assert known.objective <= ref.objective + decrement_limit(jc) * (1 + 1e-9)
+    assert known.iterations < free.iterations
+    high = po.estimate(prob, u0=u1, known_minimum=ref.objective + 0.5 * abs(jc), **opts)
+    assert high.status == po.Status.NOT_STATIONARY
+    assert "stopped at the level of a known minimum" in high.message
+    assert ref.objective < high.objective <= ref.objective + 0.5 * abs(jc) + decrement_limit(jc)
+    with pytest.raises(ValueError, match="option of optimizer 'least_squares'"):
+        po.estimate(prob, approach="continuous", known_minimum=ref.objective)
+    for bad in ("x", np.nan, True):
+        with pytest.raises(po.ProblemError, match="known_minimum must be a finite number"):
+            po.estimate(prob, known_minimum=bad, **opts)

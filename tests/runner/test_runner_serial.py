@@ -511,3 +511,36 @@ def test_multistart_starts_are_quiet_and_their_warnings_summarized_once(osc, cap
     assert len([t for t in texts if "inside the starts" in t]) == 1, texts
     assert ms.caught_warnings == {"RuntimeWarning: overflow encountered in exp": 3}
     assert "3 warning(s) inside the starts: 3x RuntimeWarning: overflow" in ms.summary()
+
+
+def test_multistart_stops_later_starts_at_the_first_ones_minimum():
+    """``stop_at_first``: the first start converges alone; every other start stops at
+    the first accepted iterate within the decrement limit of its objective (the least
+    squares' ``known_minimum``), so the later starts take fewer iterations and end no
+    higher than that level; the clusters still find the one minimum.  Starts that do not
+    take ``known_minimum`` are refused before any start runs."""
+    from pyomo_odeest.nlp import decrement_limit
+    from pyomo_odeest.problem import misfit_constant
+    p = lotka_volterra_problem()
+    box = {k: (0.7, 1.5) for k in p.parameter_names}
+    kw = dict(n=4, approach="continuous", space="linear", bounds=box, seed=0,
+              starts=[np.full(4, 1.05)],
+              options=dict(optimizer="least_squares", engine="scipy"))
+    plain = multistart(p, **kw)
+    fast = multistart(p, stop_at_first=True, **kw)
+    first = fast.table.iloc[0]
+    assert first["status"] == "converged"
+    level = float(first["objective"]) + decrement_limit(float(first["objective"])
+                                                       - misfit_constant(p))
+    later = fast.table.iloc[1:]
+    assert (later["objective"].astype(float) <= level * (1 + 1e-12)).all()
+    assert later["iterations"].sum() < plain.table.iloc[1:]["iterations"].sum()
+    stopped = [fast.run.outputs[int(t)].message for t in later["task"]]
+    assert any("stopped at the level of a known minimum" in m for m in stopped)
+    assert len(fast.clusters) >= 1 and abs(fast.clusters["objective"].iloc[0]
+                                           - plain.clusters["objective"].iloc[0]) <= level - \
+        float(first["objective"])
+    with pytest.raises(ValueError, match="stop_at_first needs starts that take known_minimum"):
+        multistart(p, n=2, approach="simultaneous", stop_at_first=True)
+    with pytest.raises(ValueError, match="stop_at_first needs"):
+        multistart(p, stop_at_first=True, **{**kw, "options": {}})
