@@ -193,12 +193,15 @@ def test_each_fits_limit_is_its_estimates_deadline(monkeypatch):
     """A fit's limit is the estimate's own ``max_wall_time`` (one deadline over its
     refinement rounds and their set-up), not Ipopt's option, which each round's
     solve would get afresh (Fujita's simultaneous start then built round after round
-    until the backstop killed it at 4.5 x its limit)."""
+    until the backstop killed it at 4.5 x its limit).  The least squares' later starts
+    stop at the level of the first one's minimum (``stop_at_first``), the other
+    approaches' do not (they do not take ``known_minimum``)."""
     import pyomo_odeest.runner as runner_mod
-    seen = []
+    seen, first = [], []
 
     def record(prob, **kw):
         seen.append(kw["options"])
+        first.append(kw.get("stop_at_first", False))
         raise RuntimeError("recorded")
     monkeypatch.setattr(runner_mod, "multistart", record)
     for approach in ("simultaneous", _fit.LEAST_SQUARES):
@@ -207,6 +210,7 @@ def test_each_fits_limit_is_its_estimates_deadline(monkeypatch):
                       progress=False)
     assert [o["max_wall_time"] for o in seen] == [33.0, 33.0]
     assert "max_wall_time" not in seen[0].get("options", {})
+    assert first == [False, True]
 
 
 @pytest.mark.slow
