@@ -242,6 +242,13 @@ class ContinuousApproach(Approach):
     def advice(self, cfg):
         return "hessian=None (L-BFGS)" if cfg.hessian else ""
 
+    def _as_solved(self, cfg, res):
+        # a known minimum belongs to the multistart the fit was a start of: a refit
+        # (a profile point, a bootstrap sample) has another minimum
+        opts = super()._as_solved(cfg, res)
+        opts.pop("known_minimum", None)
+        return opts
+
     def build(self, problem, cfg, u_start):
         return super().build(problem, cfg, u_start) if cfg.model is None else \
             self.combine(problem, None, cfg, u_start)

@@ -956,6 +956,11 @@ def test_least_squares_stops_at_the_level_of_a_known_minimum():
     assert high.status == po.Status.NOT_STATIONARY
     assert "stopped at the level of a known minimum" in high.message
     assert ref.objective < high.objective <= ref.objective + 0.5 * abs(jc) + decrement_limit(jc)
+    # a refit (profile point, bootstrap sample) has its own minimum: not the start's level
+    assert "known_minimum" not in known._refit.options
+    refit = known.refit(u1)
+    assert "stopped at the level" not in refit.message
+    assert refit.objective == pytest.approx(free.objective, rel=1e-6)
     with pytest.raises(ValueError, match="option of optimizer 'least_squares'"):
         po.estimate(prob, approach="continuous", known_minimum=ref.objective)
     for bad in ("x", np.nan, True):
