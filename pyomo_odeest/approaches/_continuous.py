@@ -621,6 +621,8 @@ STALLED = -102
 #: ``status`` of a stop at the option ``known_minimum`` (a fit where the stationarity
 #: test holds there, else ``not_stationary``)
 REACHED = -103
+#: how the message of such a stop begins
+AT_KNOWN_LEVEL = "stopped at the level of a known minimum"
 
 
 def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None, level=None):
@@ -659,7 +661,7 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None, level=N
             raise _Stopped(w, -101, f"stopped at max_wall_time after {clock.elapsed:.1f} s")
         if level is not None and r is not None and 0.5 * float(r @ r) <= level.squares:
             raise _Stopped(w, REACHED, (
-                f"stopped at the level of a known minimum: J = "
+                f"{AT_KNOWN_LEVEL}: J = "
                 f"{level.offset + 0.5 * float(r @ r):.10g} <= {level.known:.10g} + "
                 f"{level.limit:.2g}"))
         if stall is not None and r is not None:

@@ -235,6 +235,9 @@ class MultistartResult:
     start_time_limit: float | None = None
     #: warnings raised inside the starts (numpy overflow, ...), ``message -> count``
     caught_warnings: dict = field(default_factory=dict)
+    #: the first start's objective the later starts stopped at (``stop_at_first``; None:
+    #: not asked for, or the first start did not converge)
+    known_minimum: float | None = None
 
     @property
     def spurious(self) -> pd.DataFrame:
@@ -273,6 +276,14 @@ class MultistartResult:
         if stopped:
             lines.append(f"  {stopped} start(s) stopped at the per-start time limit of "
                          f"{self.start_time_limit:.3g} s (status 'time_limit')")
+        if self.known_minimum is not None:
+            from ..approaches._continuous import AT_KNOWN_LEVEL
+            outs = [o for o in (self.run.outputs.values() if self.run is not None else ())
+                    if isinstance(o, EstimationResult) and AT_KNOWN_LEVEL in (o.message or "")]
+            ok = sum(o.success for o in outs)
+            lines.append(f"  {len(outs)} start(s) stopped at the level of the first start's "
+                         f"minimum {self.known_minimum:.8g} (stop_at_first; {ok} of them "
+                         f"converged there)")
         if self.caught_warnings:
             lines.append("  " + _warnings_line(self.caught_warnings))
         return "\n".join(lines)
@@ -450,7 +461,8 @@ def multistart(problem: EstimationProblem, n=16, runner=None, approach="simultan
                                                           kind="stable")["task"].iloc[0]
         best = run.outputs.get(int(first_best))
     return MultistartResult(table=tab, clusters=clusters, best=best, hits=hits, run=run,
-                            start_time_limit=limit, caught_warnings=caught)
+                            start_time_limit=limit, caught_warnings=caught,
+                            known_minimum=base.get("known_minimum") if stop_at_first else None)
 
 
 # ---------------------------------------------------------------------------
