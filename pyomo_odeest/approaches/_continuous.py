@@ -311,10 +311,7 @@ class ContinuousApproach(Approach):
             r = _least_squares(cm, obj, b.w0, b.wl, b.wu, cfg.options, cfg.tee, clock,
                                level=level)
             clock.finish()
-            # a stop at the known minimum is a fit where the stationarity test holds there
-            status = (Status.TIME_LIMIT if clock.exceeded
-                      else Status.CONVERGED if r.status == REACHED
-                      else status_from_scipy(r, "least_squares"))
+            status = _least_squares_status(r, clock)
             method = "scipy/least_squares(trf), Jacobian from forward sensitivities"
             out = Outcome(r.x, status, str(r.message), int(r.njev), details=dict(method=method))
             if out.status.success:
@@ -337,10 +334,7 @@ class ContinuousApproach(Approach):
                 r = _least_squares(cm, obj, r.x, b.wl, b.wu, {**user, **drop}, cfg.tee, clock,
                                    stall=stall, level=level)
                 clock.finish()
-                status = (Status.TIME_LIMIT if clock.exceeded
-                          else Status.NOT_STATIONARY if r.status == STALLED
-                          else Status.CONVERGED if r.status == REACHED
-                          else status_from_scipy(r, "least_squares"))
+                status = _least_squares_status(r, clock)
                 njev, message = njev + int(r.njev), f"{message}; continued: {r.message}"
                 out = Outcome(r.x, status, message, njev, details=dict(method=method))
                 if out.status.success or r.status == STALLED:
@@ -700,6 +694,16 @@ def _least_squares(cm, obj, w0, wl, wu, options, tee, clock, stall=None, level=N
         except _Stopped as stop:
             return SimpleNamespace(x=stop.w, status=stop.status, njev=njev[0],
                                    message=str(stop))
+
+
+def _least_squares_status(r, clock):
+    """The status of a :func:`_least_squares` stop: the wall-time limit, a stall (not
+    stationary), a stop at a known minimum's level (a fit where the stationarity test
+    holds there: the caller checks), or SciPy's own."""
+    return (Status.TIME_LIMIT if clock.exceeded
+            else Status.NOT_STATIONARY if r.status == STALLED
+            else Status.CONVERGED if r.status == REACHED
+            else status_from_scipy(r, "least_squares"))
 
 
 def _known_level(b, known, j0):
