@@ -121,3 +121,18 @@ def test_a_given_model_keeps_its_eps_unless_fit_tol_is_given():
     assert r.status is Status.NOT_RESOLVED and not r.extra["certificate"]["certified"]
     r = po.estimate(lv, "adaptive", model=am, fit_tol=0.01)
     assert r.extra["eps"] < 1e-3 and r.extra["certificate"]["certified"], r.summary()
+
+
+def test_seird_is_certified_by_the_defaults():
+    """SEIRD (states 0.04-1): the default controller's relative norm lets the tolerance
+    loop of ``fit_tol`` reach its target (two tolerances); the estimates within 0.1 SE
+    of the ODE's optimum (the continuous least squares at rtol 1e-10)."""
+    from pyomo_odeest.models import seird_data, seird_problem
+    prob = seird_problem(seird_data())
+    r = po.estimate(prob, "adaptive", max_wall_time=120)
+    assert r.success, (r.status, r.message)
+    cert = r.extra["certificate"]
+    assert cert["certified"] and cert["fit_error"] <= 0.01, cert
+    assert r.extra["fit_error"] <= 0.01 and len(r.extra["tolerance_rounds"]) >= 2
+    ref = po.estimate(prob, "continuous", optimizer="least_squares", rtol=1e-10, atol=1e-12)
+    assert np.all(np.abs(r.x - ref.x) <= 0.1 * _se(ref)), (r.x, ref.x)

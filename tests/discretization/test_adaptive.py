@@ -211,7 +211,9 @@ def test_block_is_satisfied_by_the_run_and_named(lv):
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("qmax", [2, 3])
 def test_integrator_lands_on_measurement_times_and_records_pattern(lv, qmax):
-    am = model(lv, "lv", qmax, eps=1e-3)
+    # the norm absolute below 1 (scale=1), where LV's run at eps=1e-3 rejects trials
+    # (with the default relative norm it rejects none: nothing to check below)
+    am = model(lv, "lv", qmax, eps=1e-3, scale=1.0)
     run = am.run(lv.u0)
     eps = am.controller.eps
     assert np.array_equal(run.t[run.J], lv.meas_times)        # exact landing
@@ -277,3 +279,28 @@ def test_variable_step_coefficients_equal_the_schemes():
         am_ = adams_moulton_coefficients([ti, ti - hm], ti + h)
         np.testing.assert_allclose([float(v.subs(RHO, rho)) for v in pi], ab, rtol=1e-13)
         np.testing.assert_allclose([float(v.subs(RHO, rho)) for v in K], am_, rtol=1e-13)
+
+
+def test_global_error_follows_the_tolerance():
+    """The weighted norm's ``scale`` a: with the default 0.01 the global error of SEIRD's
+    states (fractions of a population, 0.04-1) at the measurement times falls with ε as
+    ε does (about 60-fold from 1e-3 to 1e-5); with a = 1, absolute below 1, it falls
+    3-fold, so tightening ε (``fit_tol``) cannot bring the fitted values to a target."""
+    from pyomo_odeest.discretization.continuous import continuous_model
+    from pyomo_odeest.models import seird_data, seird_problem
+    prob = seird_problem(seird_data())
+    u = np.array([0.35493822, 0.19906565, 0.10148857, 0.0051255])     # near its optimum
+    X = continuous_model(prob, "scipy", rtol=1e-12, atol=1e-14)._forward(u)[1]
+    top = np.abs(X).max(axis=0)
+
+    def error(**ctl):
+        run = AdaptiveModel(prob, StepController(**ctl), qmax=2).run(u)
+        assert np.array_equal(run.t[run.J], prob.meas_times)
+        return float(np.max(np.abs(run.x[run.J] - X) / top))
+
+    assert StepController().scale == 0.01
+    default = [error(eps=e) for e in (1e-3, 1e-5)]
+    absolute = [error(eps=e, scale=1.0) for e in (1e-3, 1e-5)]
+    assert default[0] / default[1] > 30, default
+    assert absolute[0] / absolute[1] < 5, absolute
+    assert default[1] < 2e-4 < absolute[1]
