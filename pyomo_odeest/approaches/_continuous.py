@@ -339,6 +339,7 @@ class ContinuousApproach(Approach):
                 out = Outcome(r.x, status, message, njev, details=dict(method=method))
                 if out.status.success or r.status == STALLED:
                     out = _stationarity(b, out, b.gradient, g0)
+            _say_if_collapsed(out, r, cm)
             out.objective_start = float(j0)
             return out
         else:
@@ -704,6 +705,35 @@ def _least_squares_status(r, clock):
             else Status.NOT_STATIONARY if r.status == STALLED
             else Status.CONVERGED if r.status == REACHED
             else status_from_scipy(r, "least_squares"))
+
+
+#: SciPy's ``least_squares`` statuses of a stop on the step size (``xtol``, or both
+#: ``ftol`` and ``xtol``)
+XTOL_STOPS = (3, 4)
+
+
+def _say_if_collapsed(out, r, cm):
+    """Where the least squares' last stop was its trust region shrinking to ``xtol`` at
+    a point the stationarity test (at tighter tolerances) finds not stationary, the
+    model of J and its values disagree at every step length the trust region tried,
+    down to steps where a smooth J would follow its derivatives: J is not smooth there
+    at the fit's integration tolerances (the integration error, amplified by large
+    sensitivities, makes its values jump from step to step: an oscillator's late
+    residuals) or not differentiable.  The message says so and names the tolerances
+    to refit at; the status (``not_stationary``) already says it is not a fit."""
+    st = out.details.get("stationarity", {})
+    if not (out.status is Status.NOT_STATIONARY and "rule" in st
+            and getattr(r, "status", None) in XTOL_STOPS):
+        return
+    rtol, atol = cm.rtol, cm.atol
+    out.message = (
+        f"{out.message}; the trust region shrank to its step tolerance (xtol) at this "
+        f"point that is not stationary: the values of J disagree with its derivatives at "
+        f"every step length tried, so J is not smooth there at the integration "
+        f"tolerances of the fit (rtol={rtol:g}, atol={atol:g}; large sensitivities "
+        f"amplify the integration error) or not differentiable; refit from these "
+        f"estimates at tighter ones (e.g. rtol={rtol / 100:g}, atol={atol / 100:g})")
+    st["collapsed"] = True
 
 
 def _known_level(b, known, j0):

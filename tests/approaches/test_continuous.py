@@ -966,3 +966,27 @@ def test_least_squares_stops_at_the_level_of_a_known_minimum():
     for bad in ("x", np.nan, True):
         with pytest.raises(po.ProblemError, match="known_minimum must be a finite number"):
             po.estimate(prob, known_minimum=bad, **opts)
+
+
+def test_least_squares_says_when_its_trust_region_collapses_off_a_stationary_point(monkeypatch):
+    """A least squares whose trust region shrinks to ``xtol`` at a point the stationarity
+    test finds not stationary (PEtab's Borghans problem at rtol 1e-8:
+    ``tests/petab_io/test_petab.py``) is ``not_stationary`` with the reason: J is not
+    smooth there at the fit's integration tolerances, and the tolerances to refit at.
+    A fit that converges says nothing of the kind."""
+    from types import SimpleNamespace
+    from pyomo_odeest.approaches import _continuous
+    prob = nonlinear_problem()
+    opts = dict(approach="continuous", optimizer="least_squares", engine="scipy")
+    ok = po.estimate(prob, **opts)
+    assert ok.status == po.Status.CONVERGED and "not smooth" not in ok.message
+
+    def collapsed(cm, obj, w0, *args, **kw):       # every solve: an xtol stop where it began
+        return SimpleNamespace(x=np.array(w0, dtype=float), status=3, success=True, njev=1,
+                               message="`xtol` termination condition is satisfied.")
+    monkeypatch.setattr(_continuous, "_least_squares", collapsed)
+    res = po.estimate(prob, rtol=1e-7, atol=1e-9, **opts)
+    assert res.status == po.Status.NOT_STATIONARY
+    assert res.extra["stationarity"]["collapsed"]
+    assert "not smooth there at the integration tolerances of the fit (rtol=1e-07" in res.message
+    assert "rtol=1e-09, atol=1e-11" in res.message

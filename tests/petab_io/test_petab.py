@@ -933,6 +933,14 @@ def test_borghans_least_squares_goes_below_the_reference_without_claiming_a_fit(
     assert pe.simulated_nll(res) < ref - 10.0
     if start == "perturbed":
         assert pe.nll(res.extra["objective_start"]) > ref + 50.0
+    # the trust region collapsed at a point that is not stationary: the result says
+    # that J is rough at the fit's tolerances and which ones to refit at
+    assert st["collapsed"] and "not smooth" in res.message and "rtol=1e-10" in res.message
+    if start == "nominal":          # the advice holds: the refit at them goes further
+        P = pe.problem
+        tight = estimate(P, "continuous", optimizer="least_squares", u0=res.x, rtol=1e-10,
+                         atol=1e-12, scale=False)
+        assert pe.simulated_nll(tight) < pe.simulated_nll(res) - 1.0
 
 
 @pytest.mark.parametrize("start", ["nominal", "perturbed"])
