@@ -726,13 +726,17 @@ def _say_if_collapsed(out, r, cm):
             and getattr(r, "status", None) in XTOL_STOPS):
         return
     rtol, atol = cm.rtol, cm.atol
+    floor = 1e-13                                         # _tighter's
+    tight = (max(rtol / 100, floor), max(atol / 100, floor * 1e-2))
+    remedy = (f"refit from these estimates at tighter ones (e.g. rtol={tight[0]:g}, "
+              f"atol={tight[1]:g})" if tight[0] < rtol else
+              "the tolerances are at their floor: try another start")
     out.message = (
         f"{out.message}; the trust region shrank to its step tolerance (xtol) at this "
         f"point that is not stationary: the values of J disagree with its derivatives at "
         f"every step length tried, so J is not smooth there at the integration "
         f"tolerances of the fit (rtol={rtol:g}, atol={atol:g}; large sensitivities "
-        f"amplify the integration error) or not differentiable; refit from these "
-        f"estimates at tighter ones (e.g. rtol={rtol / 100:g}, atol={atol / 100:g})")
+        f"amplify the integration error) or not differentiable; {remedy}")
     st["collapsed"] = True
 
 

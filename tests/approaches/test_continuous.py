@@ -990,3 +990,6 @@ def test_least_squares_says_when_its_trust_region_collapses_off_a_stationary_poi
     assert res.extra["stationarity"]["collapsed"]
     assert "not smooth there at the integration tolerances of the fit (rtol=1e-07" in res.message
     assert "rtol=1e-09, atol=1e-11" in res.message
+    floor = po.estimate(prob, rtol=1e-13, atol=1e-15, **opts)       # nothing tighter to try
+    assert floor.extra["stationarity"]["collapsed"]
+    assert "the tolerances are at their floor: try another start" in floor.message
