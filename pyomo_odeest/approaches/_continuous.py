@@ -138,15 +138,25 @@ def _guarded(fn, *args, **kw):
     return finite(v, "value")
 
 
+#: the tightest rtol the stationarity check and the advice of a rough stop go to
+#: (atol: 1e-2 of it)
+TOLERANCE_FLOOR = 1e-13
+
+
+def _tightened(rtol, atol, factor=100.0, floor=TOLERANCE_FLOOR):
+    """``(rtol/factor, atol/factor)``, not below ``floor`` (atol: ``floor``/100)."""
+    return max(rtol / factor, floor), max(atol / factor, floor * 1e-2)
+
+
 @contextmanager
-def _tighter(cm, factor=100.0, floor=1e-13):
-    """The models of ``cm`` integrate with ``rtol/factor`` and ``atol/factor`` (not below
-    ``floor``) inside the block."""
+def _tighter(cm, factor=100.0, floor=TOLERANCE_FLOOR):
+    """The models of ``cm`` integrate with :func:`_tightened` tolerances inside the
+    block."""
     models = experiment_models(cm)
     saved = [(m.rtol, m.atol) for m in models]
     try:
         for m in models:
-            m.rtol, m.atol = max(m.rtol / factor, floor), max(m.atol / factor, floor * 1e-2)
+            m.rtol, m.atol = _tightened(m.rtol, m.atol, factor, floor)
             m._fwd_key = None
         yield
     finally:
@@ -726,8 +736,7 @@ def _say_if_collapsed(out, r, cm):
             and getattr(r, "status", None) in XTOL_STOPS):
         return
     rtol, atol = cm.rtol, cm.atol
-    floor = 1e-13                                         # _tighter's
-    tight = (max(rtol / 100, floor), max(atol / 100, floor * 1e-2))
+    tight = _tightened(rtol, atol)
     remedy = (f"refit from these estimates at tighter ones (e.g. rtol={tight[0]:g}, "
               f"atol={tight[1]:g})" if tight[0] < rtol else
               "the tolerances are at their floor: try another start")
