@@ -117,8 +117,11 @@ def measure(p, n_obs, draw, with_fd, method=METHOD, engine="cvodes"):
     times, errs = {}, {}
 
     def cold(model):
-        """Forget the model's forward solution: every method pays its own."""
+        """Forget the model's forward solution and sensitivities: every method pays its
+        own."""
         model._fwd_key = None
+        if hasattr(model, "_sens"):
+            model._sens = (None, None)
         return model
     times["adj"], g = _timed(lambda: cold(cm).gradient(u, "adjoint"))
     errs["adj"] = _rel(g, exact)

@@ -20,12 +20,13 @@ problem simulate on the engine the fits use?), and ``eval_s``: the median time o
 one objective and its forward sensitivities at the nominal point (one iteration of the
 least squares; ``amici_peer.py``'s ``eval_s`` is AMICI's objective and gradient), or
 ``eval_error`` where the sensitivities fail there (the NLL is reported all the same).
-``--compare-newton`` (with ``--engine cvodes``): also ``eval_full_s``, the same time with
-the forward sensitivities' Newton matrix of the full augmented Jacobian (CasADi's
-``second_order_correction``, its default) instead of the engine's block-diagonal one,
-timed alternately in the same process, ``sens_difference``: the largest difference
-of the two sensitivity matrices over the largest entry, and ``sens_error``,
-``sens_error_full``: each one's difference from a solve at rtol 1e-12, atol 1e-14.
+``--compare-forward`` (with ``--engine cvodes``): also ``eval_forward_s``, the same time
+with the sensitivities by CasADi's forward derivative of the states' function
+(``G.forward(k)``, the engine's earlier sensitivities) instead of the engine's one
+augmented integration of states and sensitivities, timed alternately in the same
+process, ``sens_difference``: the largest difference of the two sensitivity matrices
+over the largest entry, and ``sens_error``, ``sens_error_forward``: each one's
+difference from a solve at rtol 1e-12, atol 1e-14.
 
 Output: one line per problem ``petab_import: name=... status=... nll_import=...
 nll_petab=... reference=... difference=...`` (``difference``: (nll_import -
@@ -77,39 +78,58 @@ def evaluation_time(P, models, repeats=EVAL_REPEATS):
     return float(np.median(times[1:]))
 
 
-def newton_comparison(P, subs, repeats=EVAL_REPEATS):
-    """``(eval_s, eval_full_s, sens_difference, sens_error, sens_error_full)``:
-    :func:`evaluation_time` with the engine's block-diagonal Newton matrix of the
-    sensitivities and with the full one, alternately, the largest difference of their
-    sensitivities, and each one's from a solve at rtol 1e-12, atol 1e-14 (relative to
-    the largest entry)."""
+def forward_comparison(P, subs, repeats=EVAL_REPEATS):
+    """``(eval_s, eval_forward_s, sens_difference, sens_error, sens_error_forward)``:
+    :func:`evaluation_time` with the engine's sensitivities (one augmented integration)
+    and with CasADi's forward derivative of the states' function, alternately, the
+    largest difference of their sensitivities, and each one's from a solve at rtol
+    1e-12, atol 1e-14 (relative to the largest entry)."""
+    import casadi as ca
+
     from pyomo_odeest.discretization.continuous import _cvodes
 
-    class FullNewton(_cvodes.CvodesModel):
-        def _opts(self):
-            return dict(super()._opts(), second_order_correction=True)
+    class CasadiForward(_cvodes.CvodesModel):
+        """The sensitivities as ``G.forward(k)`` with the engine's signature."""
+
+        def _build_sensitivities(self, k):
+            n, dyn, m = self.n, self._dynamic, len(self.grid)
+            units = isinstance(k, tuple)          # unit directions at these positions
+            nk = len(k) if units else k
+            x0, S0 = ca.MX.sym("x0", n), ca.MX.sym("S0", n, nk)
+            u, V = ca.MX.sym("u", self.p), ca.MX.sym("V", 0 if units else len(dyn), nk)
+            rows = ca.DM.zeros(self.p, len(dyn))
+            for j, i in enumerate(dyn):
+                rows[int(i), j] = 1.0
+            Vu = ca.DM.zeros(self.p, nk)
+            for c, j in enumerate(k if units else ()):
+                Vu[int(dyn[j]), c] = 1.0
+            k = nk
+            dX = self._f("G").forward(k)(x0=x0, u=u, fwd_x0=S0,
+                                         fwd_u=Vu if units else ca.mtimes(rows, V))["fwd_X"]
+            out = ca.vertcat(ca.MX(n, m), *ca.horzsplit(dX, m)) if m else ca.MX(n * (k + 1), 0)
+            return ca.Function("F", [x0, S0, u, V], [out], ["x0", "S0", "u", "V"], ["X"])
 
         def _settings_key(self):           # its own compiled functions
-            return super()._settings_key() + ("full_newton",)
-    block = [_cvodes.CvodesModel(sp) for sp in subs]
-    full = [FullNewton(sp) for sp in subs]
-    tb, tf = [], []
+            return super()._settings_key() + ("casadi_forward",)
+    ours = [_cvodes.CvodesModel(sp) for sp in subs]
+    theirs = [CasadiForward(sp) for sp in subs]
+    to, tf = [], []
     for _ in range(2):
-        tb.append(evaluation_time(P, block, repeats))
-        tf.append(evaluation_time(P, full, repeats))
+        to.append(evaluation_time(P, ours, repeats))
+        tf.append(evaluation_time(P, theirs, repeats))
     free = np.flatnonzero(P.free_mask)
     V = np.eye(len(P.u0))[:, free]
     u = np.asarray(P.u0, dtype=float) * (1 + 1e-9)
-    Sb = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in block])
-    Sf = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in full])
+    So = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in ours])
+    Sf = np.concatenate([m.sensitivities(u, V)[2].ravel() for m in theirs])
     tight = np.concatenate([_cvodes.CvodesModel(sp, rtol=1e-12, atol=1e-14)
                             .sensitivities(u, V)[2].ravel() for sp in subs])
     big = max(np.max(np.abs(tight)), 1e-300)
-    return (min(tb), min(tf), float(np.max(np.abs(Sb - Sf)) / max(np.max(np.abs(Sb)), 1e-300)),
-            float(np.max(np.abs(Sb - tight)) / big), float(np.max(np.abs(Sf - tight)) / big))
+    return (min(to), min(tf), float(np.max(np.abs(So - Sf)) / max(np.max(np.abs(So)), 1e-300)),
+            float(np.max(np.abs(So - tight)) / big), float(np.max(np.abs(Sf - tight)) / big))
 
 
-def check(folder, queue, engine="scipy", compare_newton=False):
+def check(folder, queue, engine="scipy", compare_forward=False):
     from pyomo_odeest.discretization.continuous import ContinuousModel, continuous_model
     from pyomo_odeest.petab_io import petab_nll, petab_problem, read_petab
     from pyomo_odeest.petab_io._tables import scale_value
@@ -128,9 +148,9 @@ def check(folder, queue, engine="scipy", compare_newton=False):
         if engine == "cvodes":
             try:              # the NLL stands where the sensitivities cannot be had
                 out["eval_s"] = evaluation_time(P, models)
-                if compare_newton:
-                    (out["eval_s"], out["eval_full_s"], out["sens_difference"],
-                     out["sens_error"], out["sens_error_full"]) = newton_comparison(P, subs)
+                if compare_forward:
+                    (out["eval_s"], out["eval_forward_s"], out["sens_difference"],
+                     out["sens_error"], out["sens_error_forward"]) = forward_comparison(P, subs)
             except Exception as err:        # noqa: BLE001 - the reason is the result
                 out["eval_error"] = f"{type(err).__name__}: {err}"
         if pe.sigma_parameter is None:
@@ -162,12 +182,12 @@ def main(argv=None):
     ap.add_argument("--engine", choices=("scipy", "cvodes"), default="scipy",
                     help="the imported problem's own simulation: LSODA at rtol 1e-10 (scipy) "
                          "or the continuous approach's CVODES at its defaults (cvodes)")
-    ap.add_argument("--compare-newton", action="store_true",
-                    help="with --engine cvodes: also time the sensitivities with the full "
-                         "Newton matrix (eval_full_s, sens_difference)")
+    ap.add_argument("--compare-forward", action="store_true",
+                    help="with --engine cvodes: also time the sensitivities by CasADi's "
+                         "forward derivative (eval_forward_s, sens_difference)")
     a = ap.parse_args(argv)
-    if a.compare_newton and a.engine != "cvodes":
-        ap.error("--compare-newton needs --engine cvodes")
+    if a.compare_forward and a.engine != "cvodes":
+        ap.error("--compare-forward needs --engine cvodes")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from petab_suite import problem_folders
     folders = problem_folders(a.folders)
@@ -182,7 +202,7 @@ def main(argv=None):
     for folder in folders:
         name = os.path.basename(folder)
         q = ctx.Queue()
-        proc = ctx.Process(target=check, args=(folder, q, a.engine, a.compare_newton))
+        proc = ctx.Process(target=check, args=(folder, q, a.engine, a.compare_forward))
         t0 = time.perf_counter()
         proc.start()
         proc.join(a.timeout)
@@ -202,10 +222,10 @@ def main(argv=None):
         row = dict(problem=name, status=status, nll_import=nll,
                    nll_petab=res.get("nll_petab", np.nan), reference=r,
                    import_s=res.get("import_s", np.nan), eval_s=res.get("eval_s", np.nan),
-                   eval_full_s=res.get("eval_full_s", np.nan),
+                   eval_forward_s=res.get("eval_forward_s", np.nan),
                    sens_difference=res.get("sens_difference", np.nan),
                    sens_error=res.get("sens_error", np.nan),
-                   sens_error_full=res.get("sens_error_full", np.nan),
+                   sens_error_forward=res.get("sens_error_forward", np.nan),
                    wall_s=time.perf_counter() - t0, reason=res.get("error", ""),
                    eval_error=res.get("eval_error", ""))
         rows.append(row)
@@ -213,10 +233,10 @@ def main(argv=None):
         print(f"petab_import: name={name} status={status} nll_import={nll:.10g} "
               f"nll_petab={row['nll_petab']:.10g} reference={r:.10g} "
               f"difference={row['difference']:.2g} eval_s={row['eval_s']:.4f} "
-              + (f"eval_full_s={row['eval_full_s']:.4f} "
+              + (f"eval_forward_s={row['eval_forward_s']:.4f} "
                  f"sens_difference={row['sens_difference']:.2g} "
                  f"sens_error={row['sens_error']:.3g} "
-                 f"sens_error_full={row['sens_error_full']:.3g} " if a.compare_newton else "")
+                 f"sens_error_forward={row['sens_error_forward']:.3g} " if a.compare_forward else "")
               + f"wall_s={row['wall_s']:.1f}" + (f" reason={row['reason'][:300]}"
                                                if row["reason"] else "")
               + (f" eval_error={row['eval_error'][:300]}" if row["eval_error"] else ""),

@@ -91,9 +91,11 @@ def measure(p, repeats, engine):
     cm.gradient(u, "adjoint")                        # build and warm every function
     cm.gradient(u, "sensitivity")
 
-    def fresh(fn):                                   # no forward solution reused
+    def fresh(fn):                  # no forward solution or sensitivities reused
         def call():
             cm._fwd_key = None
+            if hasattr(cm, "_sens"):
+                cm._sens = (None, None)
             return fn()
         return call
     sim = _median_cpu(fresh(lambda: cm.objective(u)), repeats)

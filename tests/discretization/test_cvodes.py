@@ -157,6 +157,26 @@ def test_estimated_initial_state_jump_at_t0_and_correlated_noise():
                                sc.simulate(u, [0.0, 0.3, 4.0]).values, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["control", "constant"])
+def test_sensitivities_in_any_directions_are_the_unit_ones_combined(kind):
+    """Unit directions (the free parameters') and dense ones take different compiled
+    functions (columns of f_u against f_u V); over pieces between switching times, with
+    an estimated input value, both equal the SciPy model's sensitivities, and S(V) is
+    S(I) V."""
+    P = with_input(INPUTS[kind])
+    cv, sc = CvodesModel(P, **TOL), ContinuousModel(P, method="BDF", rtol=1e-11, atol=1e-13)
+    u = cv._u(np.array([0.6, 0.3, 1.2]) if kind == "control" else None)
+    V = np.random.default_rng(1).normal(size=(cv.p, 2))
+    _, X1, S1 = cv.sensitivities(u)
+    _, X2, S2 = cv.sensitivities(u, V)
+    assert rel(S1, sc.sensitivities(u)[2]) < 1e-7
+    assert rel(S2, sc.sensitivities(u, V)[2]) < 1e-7
+    assert rel(S2, S1 @ V) < 1e-7
+    np.testing.assert_array_equal(X1, X2)          # the forward solve's states, both times
+    assert {k for k in cv._funs if k[0] == "sens"} == {("sens", tuple(range(len(
+        cv._dynamic)))), ("sens", 2)}
+
+
 @pytest.mark.parametrize("kind", list(INPUTS))
 def test_inputs_restart_at_switching_times(kind):
     P = with_input(INPUTS[kind])

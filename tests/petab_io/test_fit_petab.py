@@ -555,7 +555,7 @@ def test_import_check_states_how_close_the_nominal_nll_is(engine, capsys):
                                      "petab_import.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    extra = ["--compare-newton"] if engine == "cvodes" else []
+    extra = ["--compare-forward"] if engine == "cvodes" else []
     assert mod.main([BRUNO, "--engine", engine] + extra) == 0
     out = capsys.readouterr().out.splitlines()
     fields = _fields(out[0])
@@ -563,10 +563,10 @@ def test_import_check_states_how_close_the_nominal_nll_is(engine, capsys):
     # the independent simulation at the import's own start
     assert abs(float(fields["nll_petab"]) - float(fields["nll_import"])) < 1e-5
     assert out[-1] == "petab_import: problems=1 match=1"
-    if engine == "cvodes":          # the two Newton matrices give the same sensitivities
+    if engine == "cvodes":          # the two ways give the same sensitivities
         assert float(fields["sens_difference"]) < 1e-6
-        assert float(fields["sens_error"]) < 1e-6 and float(fields["sens_error_full"]) < 1e-6
-        assert float(fields["eval_s"]) > 0 and float(fields["eval_full_s"]) > 0
+        assert float(fields["sens_error"]) < 1e-6 and float(fields["sens_error_forward"]) < 1e-6
+        assert float(fields["eval_s"]) > 0 and float(fields["eval_forward_s"]) > 0
 
 
 def test_evaluator_families_benchmark_shares_the_conditions_families(capsys):

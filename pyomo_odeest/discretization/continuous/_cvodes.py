@@ -15,7 +15,8 @@ The map from :math:`(x_0, u)` to the states at the output grid (the
 measurement times after :math:`t_0` and the switching times of the inputs)
 is one CasADi ``MX`` function :math:`G`, one CVODES integrator per piece
 between switching times.  Its derivatives are CVODES's: forward
-sensitivities [MHV, eq. (8)] ``G.forward(k)``; the adjoint [MHV, eqs.
+sensitivities [MHV, eq. (8)] by the states and sensitivity equations integrated as
+one ODE under one error test; the adjoint [MHV, eqs.
 (15)–(16)] ``G.reverse(1)`` seeded with :math:`\nabla_x\varphi_j`; the Hessian
 by forward-over-adjoint ``G.reverse(1).forward(k)``, the second-order adjoint
 :math:`\mu, Q` of [MHV, eqs. (18)–(20)].  Inputs given as data enter each piece
@@ -375,11 +376,11 @@ class CvodesModel(ContinuousModel):
         return np.concatenate([[a, b - a], *cs])
 
     def _opts(self):
-        # second_order_correction=False: the Newton matrix of the forward-sensitivity
-        # system is block diagonal, I - γ·diag(J, ..., J), as in CVODES's own forward
-        # sensitivities; the step's solution is the same (Newton converges to it), and
-        # a sensitivity solve on PEtab's problems takes 35-60 % less time
-        # (docs/performance.md, "The PEtab suite against AMICI")
+        # second_order_correction=False: in CasADi's forward derivatives of an
+        # integrator (the Hessian's forward-over-adjoint), the Newton matrix of the
+        # augmented system is block diagonal, I - γ·diag(J, ..., J), as in CVODES's own
+        # forward sensitivities; the step's solution is the same (Newton converges to
+        # it) for 25-60 % less time (docs/performance.md, "The PEtab suite against AMICI")
         return dict(reltol=self.rtol, abstol=self.atol, max_num_steps=self.max_num_steps,
                     linear_solver=self.linear_solver, disable_internal_warnings=True,
                     linear_multistep_method=self.cvodes_method.lower(),
@@ -400,13 +401,62 @@ class CvodesModel(ContinuousModel):
         out = ca.horzcat(*outs) if outs else ca.MX(self.n, 0)
         return ca.Function(name, [x0, u], [out], ["x0", "u"], ["X"])
 
+    def _build_sensitivities(self, k):
+        r"""The MX function (x0, S0, u, V) -> the states and forward sensitivities
+        :math:`S = (\partial x/\partial u)V` at the output grid, ``(n + n k, m)``: the
+        states and the sensitivity equations :math:`\dot S = f_x S + f_u V` [MHV, eq. (8)]
+        integrated as one ODE, every component under CVODES's error test (as CVODES's
+        own forward sensitivities with their error control on).
+
+        ``k`` is the number of directions, their rows ``V`` those of the parameters f
+        depends on (an input); or a tuple of the positions of those parameters whose
+        unit vectors are the directions (no ``V``: :math:`f_u V` is then columns of
+        :math:`f_u`, not a product with a dense ``V`` in every right-hand side).
+
+        One integration per piece.  CasADi's forward derivative of :meth:`_build`
+        (``G.forward(k)``, the engine's earlier sensitivities) integrates the states
+        once more inside its graph besides the augmented system; this one took
+        0.55-0.75 of its time (``python benchmarks/petab_import.py --engine cvodes
+        --compare-forward``)."""
+        ca = _casadi()
+        dae, n, dyn = self._dae, self.n, self._dynamic
+        x, t, ode = dae["x"], dae["t"], dae["ode"]
+        U = dae["p"][:self.p]
+        units = isinstance(k, tuple)
+        nk = len(k) if units else k
+        S = ca.SX.sym("S", n, nk)
+        dS = ca.mtimes(ca.jacobian(ode, x), S)
+        if units:
+            Vd, extra = None, ca.SX(0, 1)
+            if nk:
+                dS += ca.jacobian(ode, ca.vertcat(*[U[int(dyn[j])] for j in k]))
+        else:
+            Vd = ca.SX.sym("V", len(dyn), nk)
+            extra = ca.vec(Vd)
+            if len(dyn):
+                dS += ca.mtimes(ca.jacobian(ode, ca.vertcat(*[U[i] for i in dyn])), Vd)
+        aug = dict(x=ca.vertcat(x, ca.vec(S)), p=ca.vertcat(dae["p"], extra), t=t,
+                   ode=ca.vertcat(ode, ca.vec(dS)))
+        x0, S0 = ca.MX.sym("x0", n), ca.MX.sym("S0", n, nk)
+        u, V = ca.MX.sym("u", self.p), ca.MX.sym("V", 0 if units else len(dyn), nk)
+        zs, outs = ca.vertcat(x0, ca.vec(S0)), []
+        opts = self._opts()
+        for i, (a, b, g) in enumerate(self._pieces):
+            F = ca.integrator(f"S{nk}_{i}", "cvodes", aug, a, list(g), opts)
+            r = F(x0=zs, p=ca.vertcat(u, ca.DM(self._piece_data(a, b)),
+                                      ca.MX(0, 1) if units else ca.vec(V)))
+            outs.append(r["xf"])
+            zs = r["xf"][:, -1]
+        out = ca.horzcat(*outs) if outs else ca.MX(n * (nk + 1), 0)
+        return ca.Function(f"S{nk}", [x0, S0, u, V], [out], ["x0", "S0", "u", "V"], ["X"])
+
     def _settings_key(self):
         """What the compiled functions depend on besides the problem (their cache key)."""
         return (self.rtol, self.atol, self.max_num_steps, self.linear_solver,
                 self.cvodes_method)
 
     def _f(self, kind, k=0):
-        """The compiled function ``kind`` ('G', 'fwd', 'adj', 'fwdadj'), rebuilt when the
+        """The compiled function ``kind`` ('G', 'sens', 'adj', 'fwdadj'), rebuilt when the
         tolerances change."""
         key = self._settings_key()
         if key != self._fun_key:          # kept per tolerances (a stationarity check at
@@ -415,7 +465,7 @@ class CvodesModel(ContinuousModel):
         name = (kind, k)
         if name not in self._funs:
             self._funs[name] = {"G": lambda: self._build(self._pieces, "G"),
-                                "fwd": lambda: self._f("G").forward(k),
+                                "sens": lambda: self._build_sensitivities(k),
                                 "adj": lambda: self._f("G").reverse(1),
                                 "fwdadj": lambda: self._f("adj").forward(k)}[kind]()
         return self._funs[name]
@@ -488,7 +538,8 @@ class CvodesModel(ContinuousModel):
 
     def sensitivities(self, u=None, V=None):
         r"""Forward sensitivities :math:`S = (\partial x/\partial u)V` at the measurement
-        times [MHV, eq. (8)], by CVODES (``G.forward(k)``).
+        times [MHV, eq. (8)], by CVODES (:meth:`_build_sensitivities`); the states ``Xm``
+        are the forward solve's, as the objective's.
 
         Returns ``(trajectory, Xm, Sm)`` with ``Xm`` (N, n) and ``Sm`` (N, n, k).
         """
@@ -508,9 +559,15 @@ class CvodesModel(ContinuousModel):
         live = np.flatnonzero(np.any(V[self._dynamic] != 0, axis=0))
         if len(self.grid) and len(live):
             m, kl = len(self.grid), len(live)
-            out = self._call(self._f("fwd", kl), x0=self.l.dense(u), u=u,
-                             fwd_x0=S0[:, live], fwd_u=V[:, live])["fwd_X"]
-            Sg = out.reshape(n, kl, m)                   # directions side by side
+            Vd = V[np.ix_(self._dynamic, live)]
+            # unit directions (the free parameters'): their positions are the function's
+            pos = np.argmax(Vd != 0, axis=0)
+            units = bool(np.all(np.count_nonzero(Vd, axis=0) == 1)
+                         and np.all(Vd[pos, np.arange(kl)] == 1.0))
+            fn = self._f("sens", tuple(int(i) for i in pos) if units else kl)
+            out = self._call(fn, x0=self.l.dense(u), S0=S0[:, live], u=u,
+                             V=np.zeros((0, kl)) if units else Vd)["X"]
+            Sg = out[n:].reshape(kl, n, m).transpose(1, 0, 2)     # (n, directions, m)
             rows = np.flatnonzero(self._col >= 0)
             Sm[rows[:, None, None], np.arange(n)[None, :, None], live[None, None, :]] = \
                 np.transpose(Sg[:, :, self._col[rows]], (2, 0, 1))
