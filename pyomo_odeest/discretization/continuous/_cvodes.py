@@ -386,19 +386,25 @@ class CvodesModel(ContinuousModel):
                     linear_multistep_method=self.cvodes_method.lower(),
                     second_order_correction=False)
 
+    def _chain(self, dae, pieces, name, z0, u, extra):
+        """The MX values of ``dae``'s states (from ``z0``) at the pieces' output times,
+        one CVODES integrator per piece, each started where the last ended; its
+        parameters are ``u``, the piece's input data and ``extra``."""
+        ca = _casadi()
+        zs, outs = z0, []
+        opts = self._opts()
+        for i, (a, b, g) in enumerate(pieces):
+            F = ca.integrator(f"{name}_{i}", "cvodes", dae, a, list(g), opts)
+            r = F(x0=zs, p=ca.vertcat(u, ca.DM(self._piece_data(a, b)), extra))
+            outs.append(r["xf"])
+            zs = r["xf"][:, -1]
+        return ca.horzcat(*outs) if outs else ca.MX(z0.numel(), 0)
+
     def _build(self, pieces, name):
         """The MX function (x0, u) -> states at the pieces' output times (n, m)."""
         ca = _casadi()
-        x0 = ca.MX.sym("x0", self.n)
-        u = ca.MX.sym("u", self.p)
-        xs, outs = x0, []
-        opts = self._opts()
-        for i, (a, b, g) in enumerate(pieces):
-            F = ca.integrator(f"{name}_{i}", "cvodes", self._dae, a, list(g), opts)
-            r = F(x0=xs, p=ca.vertcat(u, ca.DM(self._piece_data(a, b))))
-            outs.append(r["xf"])
-            xs = r["xf"][:, -1]
-        out = ca.horzcat(*outs) if outs else ca.MX(self.n, 0)
+        x0, u = ca.MX.sym("x0", self.n), ca.MX.sym("u", self.p)
+        out = self._chain(self._dae, pieces, name, x0, u, ca.MX(0, 1))
         return ca.Function(name, [x0, u], [out], ["x0", "u"], ["X"])
 
     def _build_sensitivities(self, k):
@@ -416,8 +422,8 @@ class CvodesModel(ContinuousModel):
         One integration per piece.  CasADi's forward derivative of :meth:`_build`
         (``G.forward(k)``, the engine's earlier sensitivities) integrates the states
         once more inside its graph besides the augmented system; this one took
-        0.55-0.75 of its time (``python benchmarks/petab_import.py --engine cvodes
-        --compare-forward``)."""
+        0.46-0.94 of its time on eight PEtab problems (``python
+        benchmarks/petab_import.py --engine cvodes --compare-forward``)."""
         ca = _casadi()
         dae, n, dyn = self._dae, self.n, self._dynamic
         x, t, ode = dae["x"], dae["t"], dae["ode"]
@@ -439,15 +445,8 @@ class CvodesModel(ContinuousModel):
                    ode=ca.vertcat(ode, ca.vec(dS)))
         x0, S0 = ca.MX.sym("x0", n), ca.MX.sym("S0", n, nk)
         u, V = ca.MX.sym("u", self.p), ca.MX.sym("V", 0 if units else len(dyn), nk)
-        zs, outs = ca.vertcat(x0, ca.vec(S0)), []
-        opts = self._opts()
-        for i, (a, b, g) in enumerate(self._pieces):
-            F = ca.integrator(f"S{nk}_{i}", "cvodes", aug, a, list(g), opts)
-            r = F(x0=zs, p=ca.vertcat(u, ca.DM(self._piece_data(a, b)),
-                                      ca.MX(0, 1) if units else ca.vec(V)))
-            outs.append(r["xf"])
-            zs = r["xf"][:, -1]
-        out = ca.horzcat(*outs) if outs else ca.MX(n * (nk + 1), 0)
+        out = self._chain(aug, self._pieces, f"S{nk}", ca.vertcat(x0, ca.vec(S0)), u,
+                          ca.MX(0, 1) if units else ca.vec(V))
         return ca.Function(f"S{nk}", [x0, S0, u, V], [out], ["x0", "S0", "u", "V"], ["X"])
 
     def _settings_key(self):
